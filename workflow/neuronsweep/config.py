@@ -1,0 +1,107 @@
+"""Load and validate a sweep config against workflow/schemas/config.schema.yaml.
+
+jsonschema (the validator Snakemake itself uses) does the checking; this module only fills schema
+defaults and turns the first error into one sentence that names the file and the key, because
+a raw jsonschema dump is a page long and names neither.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+from .errors import UserError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+def _with_defaults(base):
+    """A validator class that also writes each property's schema default into the instance."""
+    validate_properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(base, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(Draft202012Validator)
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _sentence(error, source: str) -> str:
+    """One sentence for one jsonschema error: what is wrong, which key, how to fix it."""
+    key = _key(error.absolute_path)
+    v, val = error.validator, error.validator_value
+    if v == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        where = f"{key}." if error.absolute_path else ""
+        return (f"{source}: unknown key '{where}{extra[0]}'; allowed keys here are "
+                f"{', '.join(allowed)} (check the spelling or remove it).")
+    if v == "required":
+        missing = [k for k in val if k not in error.instance]
+        return f"{source}: key '{key}' is missing the required entry '{missing[0]}'; add it."
+    if v == "anyOf" and key.startswith("suites."):
+        return f"{source}: suite '{key}' needs a 'grid' or a 'shapes' list; add one of them."
+    if v == "type":
+        return f"{source}: key '{key}' must be of type {val}, not {error.instance!r}; fix the value."
+    if v in ("minimum", "maximum"):
+        word = "at least" if v == "minimum" else "at most"
+        return f"{source}: key '{key}' must be {word} {val}, not {error.instance!r}; fix the value."
+    if v == "enum":
+        return (f"{source}: key '{key}' must be one of {', '.join(map(str, val))}, "
+                f"not {error.instance!r}; fix the value.")
+    if v == "pattern":
+        return f"{source}: key '{key}' = {error.instance!r} must match {val}; use letters, digits, '.', '_' or '-'."
+    if v in ("minItems", "minProperties"):
+        return f"{source}: key '{key}' must not be empty; give at least {val} entry."
+    if v == "uniqueItems":
+        return f"{source}: key '{key}' lists a value twice; remove the duplicate."
+    return f"{source}: key '{key}': {error.message}; fix the value."
+
+
+def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Return a validated deep copy of `config` with schema defaults filled in."""
+    if not isinstance(config, dict):
+        raise UserError(f"{source}: the config must be a mapping of keys to values, not {type(config).__name__}.")
+    cfg = copy.deepcopy(config)
+    validator = _Validator(load_schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise UserError(_sentence(errors[0], source))
+    cap = cfg["capture"]
+    if cap["nth_exec"] > cap["num_exec"]:
+        raise UserError(
+            f"{source}: key 'capture.nth_exec' ({cap['nth_exec']}) must not exceed 'capture.num_exec' "
+            f"({cap['num_exec']}); raise num_exec or lower nth_exec.")
+    return cfg
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file and validate it."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such config file; pass an existing file with --config.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}: not valid YAML{line}; fix the syntax.") from None
+    return validate(raw or {}, source=str(path))
