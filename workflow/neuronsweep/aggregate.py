@@ -1,0 +1,60 @@
+"""aggregate stage: join scenarios to workload metrics into summary.csv, one row per scenario.
+
+A scenario whose workload has no metrics.json is kept as a row with status `failed` and the
+reason its stage logged (the `neuronsweep: error:` line), or status `missing` when no stage has
+run yet, so one failed case never hides the others.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .atomic import read_json, replacing
+
+STAGES = ("build", "capture", "view", "extract")
+ERROR_PREFIX = "neuronsweep: error: "
+LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
+
+
+def failure_reason(workload_dir: Path) -> tuple[str, str]:
+    """(status, reason) for a workload without metrics, from its stage logs."""
+    for stage in STAGES:
+        log = workload_dir / "logs" / f"{stage}.log"
+        if not log.is_file():
+            continue
+        errors = [line[len(ERROR_PREFIX):].strip() for line in log.read_text(errors="replace").splitlines()
+                  if line.startswith(ERROR_PREFIX)]
+        if errors:
+            return "failed", f"{stage}: {errors[-1]}"
+    return "missing", "not run yet (no metrics.json and no stage error logged)"
+
+
+def rows(plan: dict, workloads_dir: Path) -> list[dict]:
+    out = []
+    for sc in plan["scenarios"]:
+        wdir = workloads_dir / sc["workload_id"]
+        row = {"scenario_id": sc["id"], "suite": sc["suite"], "workload_id": sc["workload_id"],
+               "backend": plan["backend"], **sc["labels"]}
+        metrics_path = wdir / "metrics.json"
+        if metrics_path.is_file():
+            metrics = read_json(metrics_path)
+            row.update(status="ok", reason="")
+            row.update({k: v for k, v in metrics.items() if not isinstance(v, (dict, list))})
+        else:
+            row["status"], row["reason"] = failure_reason(wdir)
+        out.append(row)
+    return out
+
+
+def run(plan_json: Path, out: Path) -> pd.DataFrame:
+    """Aggregate the run described by plan.json; metrics are read from <plan dir>/<backend>/workloads/."""
+    plan = read_json(plan_json)
+    workloads_dir = plan_json.parent / plan["backend"] / "workloads"
+    table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows
+    cols = LEAD_COLUMNS + [c for c in table.columns if c not in LEAD_COLUMNS]
+    table = table[cols]
+    with replacing(out) as tmp:
+        table.to_csv(tmp, index=False)
+    return table

@@ -1,0 +1,1 @@
+"""Backend-independent analysis of profiles: interval arithmetic, (later) trace readers and SQL."""

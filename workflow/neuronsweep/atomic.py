@@ -1,0 +1,40 @@
+"""Atomic file writes: a stage's outputs appear whole or not at all (temp file in the same directory, then rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def replacing(path: str | Path):
+    """Yield a temp path beside `path`; on success rename it over `path`, on error remove it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # keep the real suffix last: some writers (torch.export.save) check it
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def copy_file(src: str | Path, dst: str | Path) -> None:
+    with replacing(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+def read_json(path: str | Path):
+    return json.loads(Path(path).read_text())

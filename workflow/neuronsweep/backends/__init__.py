@@ -1,0 +1,79 @@
+"""Backends behind one small interface.
+
+A backend module provides
+  build(spec, out_dir, cache) -> dict
+  capture(build_record, build_dir, settings, out_dir) -> dict
+  view(capture_record, capture_dir, out_dir) -> dict
+ARTIFACTS below names the files each backend's build and capture write, and DEVICE_COUNTERS_MISSING
+why a backend's profiles lack Neuron engine/DMA counters, so the Snakefile and extract can use
+them without importing the backend (and torch).
+Stage modules (build.py, capture.py, view.py) wrap these with records, atomic writes and errors.
+Backends are imported lazily so planning and extract never import torch.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+import shutil
+from types import ModuleType
+
+from ..errors import UserError
+
+NAMES = ("cpu", "neuron")
+NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
+PROFILERS = ("neuron-explorer", "neuron-profile")
+
+
+def find_profiler() -> str | None:
+    """The Neuron profiler executable on PATH or in /opt/aws/neuron/bin (neuron-explorer preferred)."""
+    for tool in PROFILERS:
+        found = shutil.which(tool) or shutil.which(tool, path=NEURON_TOOL_DIR)
+        if found:
+            return found
+    return None
+
+
+def neuron_devices() -> list[str]:
+    return sorted(glob.glob("/dev/neuron[0-9]*"))
+
+
+def resolve(requested: str) -> tuple[str, str]:
+    """Pick the backend for a run; returns (name, one-line reason)."""
+    if requested in ("cpu", "neuron"):
+        name, why = requested, f"backend '{requested}' set in config"
+    else:
+        devices, tool = neuron_devices(), find_profiler()
+        if devices and tool:
+            name, why = "neuron", f"backend auto -> neuron: found {devices[0]} and {tool}"
+        else:
+            missing = "no Neuron device (/dev/neuron* absent)" if not devices else \
+                f"no neuron-explorer or neuron-profile on PATH or in {NEURON_TOOL_DIR}"
+            name, why = "cpu", f"backend auto -> cpu: {missing}"
+    if name == "neuron" and not _available("neuron"):
+        raise UserError(
+            "config key 'backend': the neuron backend is not implemented in this version of "
+            "neuron-sweep yet; set backend: cpu (or auto) to run the sweep on the host CPU.")
+    return name, why
+
+
+def _available(name: str) -> bool:
+    return importlib.util.find_spec(f"{__name__}.{name}") is not None
+
+
+def load(name: str) -> ModuleType:
+    if name not in NAMES or not _available(name):
+        raise UserError(f"unknown or unavailable backend '{name}'; use one of: "
+                        f"{', '.join(n for n in NAMES if _available(n))}.")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+ARTIFACTS = {"cpu": {"build": "model.pt2", "capture": "trace.json"}}
+DEVICE_COUNTERS_MISSING = {
+    "cpu": "the cpu backend has no Neuron engines, DMA queues or HBM counters to read",
+}
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -1,0 +1,158 @@
+"""The `neuronsweep` command: one subcommand per stage. Snakemake rules call these, so every stage
+also runs by hand with the same arguments (each record's `command` field shows them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from . import __version__, aggregate, backends, build, capture, config, extract, plan, view
+from .aggregate import ERROR_PREFIX
+from .errors import UserError
+from .workloads import workload_id
+
+
+def _spec(text: str) -> dict:
+    raw = Path(text[1:]).read_text() if text.startswith("@") else text
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--spec is not valid JSON ({exc.msg}); pass a workload spec such as "
+                        '\'{"kind":"matmul","m":128,"k":128,"n":128,"dtype":"fp32"}\'.') from None
+    return spec
+
+
+def planned(config_path: str) -> dict:
+    """The plan of a config file as written to results/<run>/plan.json, backend resolved."""
+    cfg = config.load(config_path)
+    name, why = backends.resolve(cfg["backend"])
+    return {**plan.make_plan(cfg).to_dict(), "backend": name, "backend_reason": why}
+
+
+def cmd_plan(args) -> None:
+    p = planned(args.config)
+    print(p["backend_reason"], file=sys.stderr)
+    if args.json:
+        print(json.dumps(p, indent=2))
+        return
+    print(f"run {p['run']}: {p['counts']['scenarios']} scenarios -> {p['counts']['workloads']} workloads "
+          f"on {p['backend']}")
+    for sc in p["scenarios"]:
+        print(f"  {sc['suite']:8} {sc['id']:40} -> {sc['workload_id']}")
+
+
+def cmd_build(args) -> None:
+    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir)
+    hit = "cache hit" if rec["cache"]["hit"] else "compiled"
+    print(f"build {rec['workload_id']}: {hit}, {rec['compiler']} {rec['compile_s']:.3f} s -> {args.out}")
+
+
+def cmd_capture(args) -> None:
+    settings = {"warmup": args.warmup, "iterations": args.iterations, "num_exec": args.num_exec,
+                "nth_exec": args.nth_exec, "threads": args.threads}
+    rec = capture.run(Path(args.build), Path(args.out), settings)
+    lat = rec["latency"]
+    print(f"capture {rec['workload_id']}: median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, "
+          f"n={lat['n']}, {rec['threads']} threads -> {args.out}")
+
+
+def cmd_view(args) -> None:
+    rec = view.run(Path(args.capture), Path(args.out))
+    print(f"view {rec['workload_id']}: summary.json, {rec['pftrace']} -> {args.out}")
+
+
+def cmd_extract(args) -> None:
+    m = extract.run(Path(args.summary_json), Path(args.capture_json), Path(args.build_json), Path(args.out))
+    print(f"extract {m['workload_id']}: {len(m['notes'])} metrics null (reasons in notes) -> {args.out}")
+
+
+def cmd_aggregate(args) -> None:
+    table = aggregate.run(Path(args.plan), Path(args.out))
+    counts = table["status"].value_counts().to_dict()
+    print(f"aggregate: {len(table)} scenarios {counts} -> {args.out}")
+    for _, row in table[table["status"] != "ok"].iterrows():
+        print(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="neuronsweep", description=__doc__)
+    ap.add_argument("--version", action="version", version=__version__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plan", help="expand a config into scenarios and unique workloads")
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (the plan.json format)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("build", help="compile one workload (cached)")
+    p.add_argument("--spec", required=True, help="workload spec as JSON, or @FILE")
+    p.add_argument("--backend", default="cpu", choices=backends.NAMES)
+    p.add_argument("--out", required=True, help="build directory to write")
+    p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("capture", help="profile the nth execution of a built workload and time it")
+    p.add_argument("--build", required=True, help="build directory (holds build.json)")
+    p.add_argument("--out", required=True, help="capture directory to write")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--num-exec", type=int, default=2)
+    p.add_argument("--nth-exec", type=int, default=2)
+    p.add_argument("--threads", type=int, default=backends.default_threads())
+    p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser("view", help="convert a capture into summary.json and a .pftrace")
+    p.add_argument("--capture", required=True, help="capture directory (holds capture.json)")
+    p.add_argument("--out", required=True, help="view directory to write")
+    p.set_defaults(func=cmd_view)
+
+    p = sub.add_parser("extract", help="normalize one workload's records into metrics.json")
+    p.add_argument("--summary-json", required=True)
+    p.add_argument("--capture-json", required=True)
+    p.add_argument("--build-json", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("aggregate", help="one summary.csv row per scenario, failures with their reason")
+    p.add_argument("--plan", required=True, help="results/<run>/plan.json")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_aggregate)
+    return ap
+
+
+CASE_DIR_ARG = {"capture": "build", "view": "capture", "extract": "out"}  # its parent folder is the case
+
+
+def _case(args) -> str:
+    """Name the case a failed command was working on, for the one-sentence error."""
+    try:
+        if args.command == "build":
+            return f"case {workload_id(_spec(args.spec))}"
+        if args.command in CASE_DIR_ARG:
+            return f"case {Path(getattr(args, CASE_DIR_ARG[args.command])).resolve().parent.name}"
+    except Exception:  # noqa: BLE001 - naming the case must never mask the real error
+        pass
+    return args.command
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as exc:
+        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - any other failure still ends in one sentence
+        traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"{ERROR_PREFIX}{_case(args)}: {args.command} failed with {type(exc).__name__}: {first} "
+              "(traceback above).", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

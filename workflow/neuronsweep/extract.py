@@ -1,0 +1,91 @@
+"""extract stage: one normalized metrics.json per workload, same keys on every backend (docs/metrics.md).
+
+Never imports torch. A value a backend cannot measure is null, with the reason in `notes`.
+Neuron summary `*_percent` fields are fractions 0..1; they become `_pct` (0..100) here, once.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .analysis import neuron_summary
+from .atomic import read_json, write_json
+from .backends import DEVICE_COUNTERS_MISSING
+from .records import stage_record
+from .workloads import DTYPE_BYTES, kind_of
+
+SCHEMA_VERSION = 1
+FRACTION_TO_PCT = 100.0
+
+# metric key -> (summary field, scale). Units are in the key names.
+PROFILE_FIELDS = {
+    "profile_total_time_s": ("total_time", 1.0),
+    "profile_active_time_s": ("total_active_time", 1.0),
+    "profile_active_pct": ("total_active_time_percent", FRACTION_TO_PCT),
+    "profile_flops_tool": ("model_flops", 1.0),
+}
+DEVICE_FIELDS = {
+    **{f"{e}_engine_active_time_s": (f"{e}_engine_active_time", 1.0) for e in ("tensor", "vector", "scalar", "gpsimd", "sync")},
+    **{f"{e}_engine_active_pct": (f"{e}_engine_active_time_percent", FRACTION_TO_PCT)
+       for e in ("tensor", "vector", "scalar", "gpsimd", "sync")},
+    "dma_active_time_s": ("dma_active_time", 1.0),
+    "dma_active_pct": ("dma_active_time_percent", FRACTION_TO_PCT),
+    "dma_transfer_bytes": ("dma_transfer_total_bytes", 1.0),
+    "hbm_read_bytes": ("hbm_read_bytes", 1.0),
+    "hbm_write_bytes": ("hbm_write_bytes", 1.0),
+    "spill_save_bytes": ("spill_save_bytes", 1.0),
+    "spill_reload_bytes": ("spill_reload_bytes", 1.0),
+    "mfu_tool_pct": ("mfu_estimated_percent", FRACTION_TO_PCT),
+    "mbu_tool_pct": ("mbu_estimated_percent", FRACTION_TO_PCT),
+}
+
+
+def _ratio(num, den):
+    return num / den if num is not None and den else None
+
+
+def compute(summary: dict, capture: dict, build: dict) -> dict:
+    spec, backend = build["spec"], build["backend"]
+    kind = kind_of(spec)
+    notes: dict[str, str] = {}
+    m: dict = {"schema_version": SCHEMA_VERSION, "workload_id": build["workload_id"], "backend": backend,
+               "kind": spec["kind"]}
+
+    for fields, device_only in ((PROFILE_FIELDS, False), (DEVICE_FIELDS, True)):
+        for key, (field, scale) in fields.items():
+            value = summary.get(field)
+            m[key] = None if value is None else value * scale
+            if value is None:
+                why = DEVICE_COUNTERS_MISSING.get(backend) if device_only else None
+                notes[key] = why or f"the {backend} profile summary has no '{field}' field"
+
+    lat = capture.get("latency") or {}
+    for key in ("median", "iqr", "min"):
+        m[f"latency_{key}_s"] = lat.get(f"{key}_s")
+    m["latency_n"] = lat.get("n")
+    m["threads"] = capture.get("threads")
+    if not lat:
+        notes["latency_median_s"] = f"the {backend} capture recorded no framework timing"
+
+    flops = kind.flops(spec)
+    min_bytes = kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+    m["flops"] = flops
+    m["achieved_flops_per_s"] = _ratio(flops, m["latency_median_s"])
+    m["profile_flops_per_s"] = _ratio(flops, m["profile_total_time_s"])
+    m["min_bytes"] = min_bytes
+    m["arithmetic_intensity_flops_per_byte"] = flops / min_bytes
+    m["compile_s"] = build.get("compile_s")
+    m["cache_hit"] = build.get("cache", {}).get("hit")
+    m["spec"] = spec
+    m["notes"] = notes
+    return m
+
+
+def run(summary_json: Path, capture_json: Path, build_json: Path, out: Path) -> dict:
+    started = time.time()
+    metrics = compute(neuron_summary.load(summary_json), read_json(capture_json), read_json(build_json))
+    metrics["provenance"] = stage_record("extract", started,
+                                         sources=[str(summary_json), str(capture_json), str(build_json)])
+    write_json(out, metrics)
+    return metrics
