@@ -1,0 +1,28 @@
+# neuron-sweep: build -> capture -> view -> extract -> aggregate for every workload in the config.
+# Helpers, validation and planning live in workflow/rules/common.smk; one .smk per stage.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# A --configfile given on the command line replaces the default sweep instead of merging into it.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/build.smk"
+include: "workflow/rules/capture.smk"
+include: "workflow/rules/view.smk"
+include: "workflow/rules/extract.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+# The per-workload metrics are targets too: Snakemake regenerates a deleted intermediate file only
+# when something requested needs it, and summary.csv alone would still look up to date.
+rule all:
+    default_target: True
+    input:
+        SUMMARY,
+        expand(f"{WORKLOAD}/metrics.json", wid=PLAN.workloads),

@@ -1,0 +1,25 @@
+rule plan:
+    """The planned scenarios and workloads; rewritten only when the plan changes (a param)."""
+    output:
+        f"{RUN}/plan.json",
+    params:
+        plan=PLAN_JSON,
+    run:
+        from neuronsweep.atomic import write_json
+
+        write_json(output[0], json.loads(params.plan))
+
+
+rule aggregate:
+    """One summary.csv row per scenario, with a status column."""
+    input:
+        plan=rules.plan.output[0],
+        metrics=expand(f"{WORKLOAD}/metrics.json", wid=PLAN.workloads),
+    output:
+        SUMMARY,
+    log:
+        f"{RUN}/logs/aggregate.log",
+    conda:
+        "../../envs/neuronsweep.yaml"
+    shell:
+        "neuronsweep aggregate --plan {input.plan:q} --out {output:q} 2>&1 | tee {log:q}"
