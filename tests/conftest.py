@@ -1,0 +1,84 @@
+"""Shared helpers: the repo paths, tiny configs, and a real `snakemake` run in a temp directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+BIN = Path(sys.executable).parent
+
+
+def tiny_config(tmp: Path, **overrides) -> dict:
+    cfg = {
+        "run": "t",
+        "backend": "cpu",
+        "cache_dir": str(tmp / "cache"),
+        "capture": {"warmup": 1, "iterations": 3, "num_exec": 2, "nth_exec": 2},
+        "suites": {"matmul": {"grid": {"m": [16, 32], "k": [16], "n": [16]}, "dtype": ["fp32"]}},
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+JOB = re.compile(r"^(?:local)?rule (\w+):$")
+WILDCARD = re.compile(r"^\s+wildcards: wid=(\S+)")
+
+
+class Run:
+    """A finished snakemake process and the jobs it executed, parsed from its job blocks."""
+
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.proc, self.output = proc, proc.stdout + proc.stderr
+        self.jobs: list[list] = []  # [rule, workload id or None]
+        current = None
+        for line in self.output.splitlines():
+            if not line.startswith(" ") and (m := JOB.match(line.strip())):
+                current = [m.group(1), None]
+                self.jobs.append(current)
+            elif current is not None and line.startswith("    "):
+                if w := WILDCARD.match(line):
+                    current[1] = w.group(1)
+            else:
+                current = None
+
+    @property
+    def rules(self) -> list[str]:
+        return sorted(r for r, _ in self.jobs if r != "all")
+
+
+def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool = True) -> Run:
+    """Run the real workflow on `workdir` (config written to workdir/config.yaml when given)."""
+    if config is not None:
+        (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir, timeout=900)
+    run = Run(proc)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake exited {proc.returncode}:\n{run.output[-4000:]}")
+    return run
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """A completed tiny sweep; tests copy it (mtimes and .snakemake metadata included) before changing it."""
+    work = tmp_path_factory.mktemp("finished")
+    snakemake(work, config=tiny_config(work))
+    return work
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    dest = tmp_path / "run"
+    shutil.copytree(finished_run, dest, symlinks=True)
+    return dest

@@ -1,0 +1,80 @@
+"""Config validation: defaults filled, and every mistake a user can make ends in one sentence naming the key."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO
+from neuronsweep import config
+from neuronsweep.errors import UserError
+
+MINIMAL = {"suites": {"matmul": {"shapes": [{"m": 1, "k": 2, "n": 3}]}}}
+
+
+def test_defaults_are_filled():
+    cfg = config.validate(MINIMAL)
+    assert cfg["run"] == "default" and cfg["backend"] == "auto"
+    assert cfg["capture"] == {"warmup": 5, "iterations": 30, "num_exec": 2, "nth_exec": 2}
+    assert cfg["suites"]["matmul"]["dtype"] == ["fp32"]
+    assert "capture" not in MINIMAL  # the caller's dict is not modified
+
+
+@pytest.mark.parametrize("patch, expected", [
+    ({"capture": {"warmup": "five"}}, "key 'capture.warmup' must be of type integer, not 'five'"),
+    ({"capture": {"iterations": 0}}, "key 'capture.iterations' must be at least 1, not 0"),
+    ({"capture": {"warmp": 3}}, "unknown key 'capture.warmp'; allowed keys here are iterations, nth_exec, num_exec, warmup"),
+    ({"bakend": "cpu"}, "unknown key 'bakend'"),
+    ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, not 'gpu'"),
+    ({"run": "a b"}, "key 'run' = 'a b' must match"),
+    ({"capture": {"num_exec": 2, "nth_exec": 3}}, "'capture.nth_exec' (3) must not exceed 'capture.num_exec' (2)"),
+    ({"suites": {"matmul": {"dtype": ["fp32"]}}}, "suite 'suites.matmul' needs a 'grid' or a 'shapes' list"),
+    ({"suites": {"matmul": {"grid": {"m": [1], "k": [1]}}}}, "key 'suites.matmul.grid' is missing the required entry 'n'"),
+    ({"suites": {"matmul": {"shapes": [{"m": 0, "k": 1, "n": 1}]}}}, "key 'suites.matmul.shapes.0.m' must be at least 1"),
+    ({"suites": {"matmul": {"shapes": [{"m": 1, "k": 1, "n": 1}], "dtype": ["int8"]}}}, "key 'suites.matmul.dtype.0' must be one of fp32, bf16, fp16"),
+    ({"suites": {}}, "key 'suites' must not be empty"),
+])
+def test_bad_config_is_one_sentence_naming_the_key(patch, expected):
+    with pytest.raises(UserError) as err:
+        config.validate({**MINIMAL, **patch}, source="my.yaml")
+    message = str(err.value)
+    assert message.startswith("my.yaml: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(UserError, match="no such config file"):
+        config.load(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("suites: [\n")
+    with pytest.raises(UserError, match="not valid YAML at line"):
+        config.load(bad)
+
+
+def test_shipped_configs_are_valid():
+    for path in [REPO / "config/config.yaml", *sorted((REPO / "config/examples").glob("*.yaml"))]:
+        config.load(path)
+
+
+def test_snakemake_rejects_a_bad_config_before_any_job(tmp_path):
+    cfg = {**MINIMAL, "capture": {"iterations": -1}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml"), "--cores", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "key 'capture.iterations' must be at least 1, not -1" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_cli_plan_error_is_one_line_with_exit_2(tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({**MINIMAL, "capture": {"num_exec": 1}}))
+    proc = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"neuronsweep: error: {tmp_path / 'c.yaml'}: key 'capture.nth_exec' (2) must not exceed "
+        "'capture.num_exec' (1); raise num_exec or lower nth_exec."]

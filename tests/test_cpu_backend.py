@@ -1,0 +1,90 @@
+"""The cpu backend for real: torch.export build through the cache, profiled capture, view, by hand via the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import BIN
+from neuronsweep.backends import cpu
+from neuronsweep.errors import UserError
+
+SPEC = {"kind": "matmul", "m": 24, "k": 40, "n": 8, "dtype": "bf16"}
+
+
+def ns(*args, check=True):
+    return subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, check=check)
+
+
+def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
+    cache = tmp_path / "cache"
+    spec = json.dumps(SPEC)
+    a, b = tmp_path / "runA" / "build", tmp_path / "runB" / "build"
+    ns("build", "--spec", spec, "--out", a, "--cache-dir", cache)
+    ns("build", "--spec", spec, "--out", b, "--cache-dir", cache)
+    first, second = (json.loads((d / "build.json").read_text()) for d in (a, b))
+    assert (first["cache"]["hit"], second["cache"]["hit"]) == (False, True)
+    assert first["cache"]["key"] == second["cache"]["key"]
+    assert second["compile_s"] == first["compile_s"] and "cache entry exported" in second["compile_s_source"]
+    assert first["toolchain"]["torch"] and (b / "model.pt2").stat().st_size > 0
+    assert first["command"].startswith("neuronsweep build --spec ")
+
+    cap = tmp_path / "runB" / "capture"
+    ns("capture", "--build", b, "--out", cap, "--warmup", 1, "--iterations", 5, "--num-exec", 3, "--nth-exec", 2,
+       "--threads", 1)
+    rec = json.loads((cap / "capture.json").read_text())
+    assert rec["latency"]["n"] == 5 and len(rec["latency"]["samples_s"]) == 5
+    assert rec["latency"]["min_s"] <= rec["latency"]["median_s"] <= max(rec["latency"]["samples_s"])
+    assert rec["threads"] == 1 and rec["profiled_exec"] == 2
+    assert rec["profiler_flops"] == 2 * 24 * 40 * 8  # torch.profiler's own count agrees with 2·M·K·N
+    trace = json.loads((cap / "trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "neuronsweep.exec_2" in names and "aten::mm" in names
+
+    view = tmp_path / "runB" / "view"
+    ns("view", "--capture", cap, "--out", view)
+    summary = json.loads((view / "summary.json").read_text())
+    assert 0 < summary["total_active_time"] <= summary["total_time"]
+    assert summary["total_active_time_percent"] == pytest.approx(summary["total_active_time"] / summary["total_time"])
+    assert (view / "trace.pftrace").stat().st_size > 0
+
+    out = tmp_path / "runB" / "metrics.json"
+    ns("extract", "--summary-json", view / "summary.json", "--capture-json", cap / "capture.json",
+       "--build-json", b / "build.json", "--out", out)
+    metrics = json.loads(out.read_text())
+    assert metrics["latency_median_s"] == rec["latency"]["median_s"]
+    assert metrics["profile_flops_tool"] == metrics["flops"]
+
+
+def test_latency_stats_on_known_samples():
+    s = cpu.latency_stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s["median_s"], s["q1_s"], s["q3_s"], s["iqr_s"], s["min_s"], s["n"]) == (3.0, 2.0, 4.0, 2.0, 1.0, 5)
+
+
+def test_capture_refuses_a_case_that_cannot_fit_in_memory(monkeypatch):
+    monkeypatch.setattr(cpu, "_available_bytes", lambda: 10 * 2**30)
+    with pytest.raises(UserError, match=r"case matmul-m65536-k65536-n1-fp32: its tensors need 16\.0 GiB but only "
+                                        r"10\.0 GiB of RAM is available; shrink the shape"):
+        cpu._check_memory({"kind": "matmul", "m": 65536, "k": 65536, "n": 1, "dtype": "fp32"})
+
+
+def test_stage_errors_name_the_case_and_the_fix(tmp_path):
+    proc = ns("capture", "--build", tmp_path / "matmul-m1-k1-n1-fp32" / "build", "--out", tmp_path / "c", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"neuronsweep: error: {tmp_path / 'matmul-m1-k1-n1-fp32' / 'build' / 'build.json'}: "
+                                   "no build record; run the build stage for this case first.")
+    proc = ns("build", "--spec", "{nope", "--out", tmp_path / "b", check=False)
+    assert proc.returncode == 2 and "--spec is not valid JSON" in proc.stderr
+
+
+def test_unexpected_failure_still_ends_in_one_sentence_naming_the_case(tmp_path):
+    wdir = tmp_path / "matmul-m24-k40-n8-bf16"
+    ns("build", "--spec", json.dumps(SPEC), "--out", wdir / "build", "--cache-dir", tmp_path / "cache")
+    (wdir / "build" / "model.pt2").write_bytes(b"not a zip archive")
+    proc = ns("capture", "--build", wdir / "build", "--out", wdir / "capture", "--iterations", 1, check=False)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("neuronsweep: error: case matmul-m24-k40-n8-bf16: capture failed with ")
+    assert "Traceback" in proc.stderr  # the details stay in the log above the sentence

@@ -1,0 +1,49 @@
+"""Planning: suites -> scenarios -> unique workloads, with readable stable ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import yaml
+
+from conftest import BIN
+from neuronsweep import config
+from neuronsweep.plan import make_plan
+
+
+def plan_of(suites):
+    return make_plan(config.validate({"suites": suites}))
+
+
+def test_grid_times_dtypes_plus_shapes():
+    p = plan_of({"matmul": {"grid": {"m": [128, 512], "k": [1024], "n": [256, 2048]},
+                            "shapes": [{"m": 8, "k": 4096, "n": 14336}], "dtype": ["fp32", "bf16"]}})
+    assert len(p.scenarios) == (2 * 1 * 2 + 1) * 2 == 10
+    assert len(p.workloads) == 10
+    assert "matmul-m512-k1024-n2048-fp32" in p.workloads
+    assert p.workloads["matmul-m8-k4096-n14336-bf16"] == {"kind": "matmul", "m": 8, "k": 4096, "n": 14336,
+                                                          "dtype": "bf16"}
+
+
+def test_a_shape_in_grid_and_shapes_is_one_scenario():
+    p = plan_of({"matmul": {"grid": {"m": [16], "k": [16], "n": [16, 32]}, "shapes": [{"m": 16, "k": 16, "n": 32}]}})
+    assert [s.id for s in p.scenarios] == ["matmul-m16-k16-n16-fp32", "matmul-m16-k16-n32-fp32"]
+
+
+def test_plan_is_stable_across_orderings():
+    a = plan_of({"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}})
+    b = plan_of({"matmul": {"grid": {"m": [2, 1], "k": [3], "n": [4]}}})
+    assert a.to_dict() == b.to_dict()
+
+
+def test_cli_plan_json(tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(
+        {"backend": "auto", "suites": {"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}}}))
+    proc = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml"), "--json"],
+                          capture_output=True, text=True, check=True)
+    out = json.loads(proc.stdout)
+    assert out["counts"] == {"scenarios": 2, "workloads": 2}
+    assert out["backend"] == "cpu"  # no Neuron device on CI
+    assert proc.stderr.strip() == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
+    assert [s["id"] for s in out["scenarios"]] == ["matmul-m1-k3-n4-fp32", "matmul-m2-k3-n4-fp32"]

@@ -1,0 +1,116 @@
+"""Snakemake semantics of the sweep, checked by real snakemake runs on a tiny cpu config."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import yaml
+
+from conftest import snakemake
+
+WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
+
+
+def workload(run_dir, wid):
+    return run_dir / "results" / "t" / "cpu" / "workloads" / wid
+
+
+def test_full_run_writes_every_stage_and_summary(finished_run):
+    for wid in WIDS:
+        wdir = workload(finished_run, wid)
+        for rel in ("build/build.json", "build/model.pt2", "capture/capture.json", "capture/trace.json",
+                    "view/summary.json", "view/trace.pftrace", "metrics.json"):
+            assert (wdir / rel).is_file(), rel
+        metrics = json.loads((wdir / "metrics.json").read_text())
+        assert metrics["workload_id"] == wid and metrics["latency_n"] == 3
+        assert metrics["latency_median_s"] > 0 and metrics["achieved_flops_per_s"] > 0
+    table = pd.read_csv(finished_run / "results" / "t" / "summary.csv")
+    assert sorted(table["scenario_id"]) == WIDS
+    assert set(table["status"]) == {"ok"}
+
+
+def test_noop_rerun_runs_nothing(run_copy):
+    run = snakemake(run_copy)
+    assert run.rules == [], run.output[-2000:]
+    assert "Nothing to be done" in run.output
+
+
+def test_adding_one_shape_runs_only_that_shape(run_copy):
+    cfg = yaml.safe_load((run_copy / "config.yaml").read_text())
+    cfg["suites"]["matmul"]["shapes"] = [{"m": 8, "k": 16, "n": 16}]
+    run = snakemake(run_copy, config=cfg)
+    new = "matmul-m8-k16-n16-fp32"
+    per_case = [(r, w) for r, w in run.jobs if w is not None]
+    assert sorted(per_case) == sorted([(s, new) for s in ("build", "capture", "view", "extract")])
+    assert run.rules == ["aggregate", "build", "capture", "extract", "plan", "view"]
+    table = pd.read_csv(run_copy / "results" / "t" / "summary.csv")
+    assert len(table) == 3 and set(table["status"]) == {"ok"}
+
+
+def test_deleting_one_metrics_reruns_only_its_extract_and_aggregate(run_copy):
+    (workload(run_copy, WIDS[0]) / "metrics.json").unlink()
+    run = snakemake(run_copy)
+    assert run.jobs and sorted(j for j in run.jobs if j[0] != "all") == [["aggregate", None], ["extract", WIDS[0]]]
+
+
+def test_one_metrics_target_builds_one_case_alone(tmp_path):
+    from conftest import tiny_config
+
+    target = f"results/t/cpu/workloads/{WIDS[1]}/metrics.json"
+    run = snakemake(tmp_path, target, config=tiny_config(tmp_path))
+    assert sorted(run.jobs) == sorted([[s, WIDS[1]] for s in ("build", "capture", "view", "extract")])
+    assert not workload(tmp_path, WIDS[0]).exists()
+    assert not (tmp_path / "results" / "t" / "summary.csv").exists()
+
+
+def test_changed_capture_setting_reruns_captures_not_builds(run_copy):
+    cfg = yaml.safe_load((run_copy / "config.yaml").read_text())
+    cfg["capture"]["iterations"] = 4
+    run = snakemake(run_copy, config=cfg)
+    assert "build" not in run.rules
+    assert run.rules.count("capture") == 2
+
+
+def test_failed_capture_keeps_the_other_cases(tmp_path):
+    from conftest import tiny_config
+
+    cfg = tiny_config(tmp_path)
+    cfg["suites"]["matmul"]["shapes"] = [{"m": 300000, "k": 300000, "n": 16}]  # far more RAM than any CI has
+    run = snakemake(tmp_path, config=cfg, check=False)
+    assert run.proc.returncode != 0
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
+    bad = "matmul-m300000-k300000-n16-fp32"
+    assert table.loc[bad, "status"] == "failed"
+    assert "capture: case " + bad in table.loc[bad, "reason"] and "GiB" in table.loc[bad, "reason"]
+    for wid in WIDS:
+        assert table.loc[wid, "status"] == "ok"
+        assert (workload(tmp_path, wid) / "metrics.json").is_file()
+    assert f"failed: {bad}" in run.output
+
+
+def test_captures_never_overlap_even_with_spare_cores(tmp_path):
+    """The capture rule's neuron_device=1, limited to 1 by the default profile, serializes captures
+    even when threads would allow two at once."""
+    from conftest import tiny_config
+
+    cfg = tiny_config(tmp_path)
+    cfg["suites"]["matmul"]["grid"]["m"] = [16, 32, 48]
+    snakemake(tmp_path, "--cores", "4", "--set-threads", "capture=1", config=cfg)
+    spans = []
+    for cap in (tmp_path / "results" / "t" / "cpu" / "workloads").glob("*/capture/capture.json"):
+        rec = json.loads(cap.read_text())
+        spans.append((rec["started_unix"], rec["started_unix"] + rec["wall_s"]))
+    spans.sort()
+    assert len(spans) == 3
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
+    from conftest import tiny_config
+
+    run = snakemake(tmp_path, "-n", config=tiny_config(tmp_path))
+    assert run.rules == sorted(["aggregate", "plan"] + [s for s in ("build", "capture", "view", "extract")] * 2)
+    captures = run.output.split("rule capture:")[1:]
+    assert len(captures) == 2 and all("neuron_device=1" in block.split("\n\n")[0] for block in captures)
+    assert not (tmp_path / "results").exists()
