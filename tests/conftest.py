@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -55,13 +56,34 @@ class Run:
         return sorted(r for r, _ in self.jobs if r != "all")
 
 
-def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool = True) -> Run:
+STANDIN = Path(__file__).resolve().parent / "standin"
+
+
+def standin_env(tmp: Path, **knobs: str) -> dict:
+    """Environment that puts the stand-in Neuron toolchain first (tests/standin/README.md)."""
+    return {"PATH": os.pathsep.join([str(STANDIN / "bin"), str(BIN), os.environ.get("PATH", "")]),
+            "PYTHONPATH": str(STANDIN / "python"), "STANDIN_LOG": str(tmp / "standin.log"), **knobs}
+
+
+def neuron_config(tmp: Path, **overrides) -> dict:
+    return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True},
+                       capture={"warmup": 1, "iterations": 3, "num_exec": 2, "nth_exec": 2,
+                                "device_lock": str(tmp / "device.lock")}, **overrides)
+
+
+def standin_runs(tmp: Path) -> list[dict]:
+    log = tmp / "standin.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool = True,
+              env: dict | None = None) -> Run:
     """Run the real workflow on `workdir` (config written to workdir/config.yaml when given)."""
     if config is not None:
         (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir, timeout=900)
     run = Run(proc)
     if check and proc.returncode != 0:

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import BIN
 from neuronsweep.backends import cpu
+from neuronsweep.stats import latency_stats
 from neuronsweep.errors import UserError
 
 SPEC = {"kind": "matmul", "m": 24, "k": 40, "n": 8, "dtype": "bf16"}
@@ -59,7 +60,7 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
 
 
 def test_latency_stats_on_known_samples():
-    s = cpu.latency_stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    s = latency_stats([5.0, 1.0, 3.0, 2.0, 4.0])
     assert (s["median_s"], s["q1_s"], s["q3_s"], s["iqr_s"], s["min_s"], s["n"]) == (3.0, 2.0, 4.0, 2.0, 1.0, 5)
 
 

@@ -1,29 +1,58 @@
-"""capture stage: run a built workload and record a profile of its nth execution plus framework timing."""
+"""capture stage: run a built workload, record a profile of its nth execution plus framework timing.
+
+Every capture holds the device lock (devicelock.py) while it runs, on every backend: on cpu a
+second measurement beside it would disturb the numbers just as on a NeuronCore.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from . import backends
+from . import backends, devicelock
 from .atomic import read_json, write_json
 from .errors import UserError
 from .records import stage_record
 
+DEFAULT_LOCK = "/tmp/neuron-sweep-device.lock"
+
+
+def _check(settings: dict) -> None:
+    if settings["nth_exec"] > settings["num_exec"]:
+        raise UserError(f"--nth-exec {settings['nth_exec']} exceeds --num-exec {settings['num_exec']}; "
+                        "lower nth or raise num.")
+
 
 def run(build_dir: Path, out_dir: Path, settings: dict) -> dict:
+    """Capture the workload built in build_dir (its build.json says which backend)."""
     started = time.time()
     build_json = build_dir / "build.json"
     if not build_json.is_file():
         raise UserError(f"{build_json}: no build record; run the build stage for this case first.")
     build = read_json(build_json)
-    if settings["nth_exec"] > settings["num_exec"]:
-        raise UserError(f"--nth-exec {settings['nth_exec']} exceeds --num-exec {settings['num_exec']}; "
-                        "lower nth or raise num.")
+    _check(settings)
     impl = backends.load(build["backend"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = impl.capture(build, build_dir, settings, out_dir)
+    with devicelock.held(settings.get("device_lock") or DEFAULT_LOCK) as span:
+        result = impl.capture(build, build_dir, settings, out_dir)
     record = stage_record("capture", started, workload_id=build["workload_id"], backend=build["backend"],
-                          spec=build["spec"], settings=settings, **result)
+                          spec=build["spec"], settings=settings, device_span=span, **result)
+    write_json(out_dir / "capture.json", record)
+    return record
+
+
+def run_neff(neff: Path, out_dir: Path, settings: dict) -> dict:
+    """Capture a NEFF made anywhere (neuron only): no framework timing, since no workload spec is known."""
+    from .backends import neuron
+
+    started = time.time()
+    if not neff.is_file():
+        raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
+    _check(settings)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with devicelock.held(settings.get("device_lock") or DEFAULT_LOCK) as span:
+        result = neuron.capture_neff(neff, out_dir, settings)
+    record = stage_record("capture", started, workload_id=neff.stem, backend="neuron", spec=None,
+                          settings=settings, device_span=span, latency=None, threads=None, **result)
     write_json(out_dir / "capture.json", record)
     return record

@@ -44,29 +44,58 @@ def cmd_plan(args) -> None:
         print(f"  {sc['suite']:8} {sc['id']:40} -> {sc['workload_id']}")
 
 
+def _options(text: str) -> dict:
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--options is not valid JSON ({exc.msg}); pass the backend's config section as JSON.") from None
+    if not isinstance(options, dict):
+        raise UserError("--options must be a JSON object (the backend's config section).")
+    return options
+
+
 def cmd_build(args) -> None:
-    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir)
+    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, _options(args.options))
     hit = "cache hit" if rec["cache"]["hit"] else "compiled"
     print(f"build {rec['workload_id']}: {hit}, {rec['compiler']} {rec['compile_s']:.3f} s -> {args.out}")
 
 
 def cmd_capture(args) -> None:
-    settings = {"warmup": args.warmup, "iterations": args.iterations, "num_exec": args.num_exec,
-                "nth_exec": args.nth_exec, "threads": args.threads}
-    rec = capture.run(Path(args.build), Path(args.out), settings)
-    lat = rec["latency"]
-    print(f"capture {rec['workload_id']}: median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, "
-          f"n={lat['n']}, {rec['threads']} threads -> {args.out}")
+    settings = {**_options(args.options), "warmup": args.warmup, "iterations": args.iterations,
+                "num_exec": args.num_exec, "nth_exec": args.nth_exec, "threads": args.threads,
+                "attempt": args.attempt, "single_io": args.single_io, "device_lock": args.device_lock}
+    if (args.build is None) == (args.neff is None):
+        raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
+    rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
+        else capture.run_neff(Path(args.neff), Path(args.out), settings)
+    lat = rec.get("latency")
+    timing = (f"median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, n={lat['n']}"
+              if lat else "no framework timing")
+    print(f"capture {rec['workload_id']}: {timing} -> {args.out}")
 
 
 def cmd_view(args) -> None:
-    rec = view.run(Path(args.capture), Path(args.out))
-    print(f"view {rec['workload_id']}: summary.json, {rec['pftrace']} -> {args.out}")
+    options = _options(args.options)
+    if args.capture:
+        rec = view.run(Path(args.capture), Path(args.out), options)
+    elif args.neff and args.ntff:
+        rec = view.run_ntff(Path(args.neff), Path(args.ntff), Path(args.out), options)
+    else:
+        raise UserError("view needs --capture DIR, or --neff FILE and --ntff FILE.")
+    print(f"view {rec['workload_id']}: summary.json, {rec.get('pftrace', 'no pftrace')} -> {args.out}")
 
 
 def cmd_extract(args) -> None:
-    m = extract.run(Path(args.summary_json), Path(args.capture_json), Path(args.build_json), Path(args.out))
+    opt = lambda p: Path(p) if p else None  # noqa: E731
+    m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
+                    opt(args.profile_json))
     print(f"extract {m['workload_id']}: {len(m['notes'])} metrics null (reasons in notes) -> {args.out}")
+
+
+def cmd_doctor(args) -> None:
+    from . import doctor
+
+    print(doctor.report(args.config))
 
 
 def cmd_aggregate(args) -> None:
@@ -92,29 +121,43 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu", choices=backends.NAMES)
     p.add_argument("--out", required=True, help="build directory to write")
     p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
+    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("capture", help="profile the nth execution of a built workload and time it")
-    p.add_argument("--build", required=True, help="build directory (holds build.json)")
+    p.add_argument("--build", help="build directory (holds build.json)")
+    p.add_argument("--neff", help="or any NEFF file (neuron; no framework timing)")
     p.add_argument("--out", required=True, help="capture directory to write")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iterations", type=int, default=30)
     p.add_argument("--num-exec", type=int, default=2)
     p.add_argument("--nth-exec", type=int, default=2)
     p.add_argument("--threads", type=int, default=backends.default_threads())
+    p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
+    p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
+    p.add_argument("--device-lock", default=capture.DEFAULT_LOCK, help="OS lock file held during the capture")
+    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("view", help="convert a capture into summary.json and a .pftrace")
-    p.add_argument("--capture", required=True, help="capture directory (holds capture.json)")
+    p.add_argument("--capture", help="capture directory (holds capture.json)")
+    p.add_argument("--neff", help="or a NEFF ...")
+    p.add_argument("--ntff", help="... and its NTFF (neuron)")
     p.add_argument("--out", required=True, help="view directory to write")
+    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: formats)")
     p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("extract", help="normalize one workload's records into metrics.json")
-    p.add_argument("--summary-json", required=True)
-    p.add_argument("--capture-json", required=True)
-    p.add_argument("--build-json", required=True)
+    p.add_argument("--summary-json", required=True, help="a view's summary.json, or raw summary-json output")
+    p.add_argument("--profile-json", help="legacy full-profile JSON (streamed) for fields the summary lacks")
+    p.add_argument("--capture-json")
+    p.add_argument("--build-json")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("aggregate", help="one summary.csv row per scenario, failures with their reason")
     p.add_argument("--plan", required=True, help="results/<run>/plan.json")
@@ -123,16 +166,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-CASE_DIR_ARG = {"capture": "build", "view": "capture", "extract": "out"}  # its parent folder is the case
-
-
 def _case(args) -> str:
     """Name the case a failed command was working on, for the one-sentence error."""
     try:
         if args.command == "build":
             return f"case {workload_id(_spec(args.spec))}"
-        if args.command in CASE_DIR_ARG:
-            return f"case {Path(getattr(args, CASE_DIR_ARG[args.command])).resolve().parent.name}"
+        if args.command in ("capture", "view", "extract"):  # --out sits in the case's folder
+            return f"case {Path(args.out).resolve().parent.name}"
     except Exception:  # noqa: BLE001 - naming the case must never mask the real error
         pass
     return args.command

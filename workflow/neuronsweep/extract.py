@@ -45,12 +45,15 @@ def _ratio(num, den):
     return num / den if num is not None and den else None
 
 
-def compute(summary: dict, capture: dict, build: dict) -> dict:
-    spec, backend = build["spec"], build["backend"]
-    kind = kind_of(spec)
+def compute(summary: dict, capture: dict | None, build: dict | None) -> dict:
+    """metrics.json from a view summary plus, when known, the capture and build records."""
+    capture, build = capture or {}, build or {}
+    spec = build.get("spec") or capture.get("spec")
+    backend = build.get("backend") or capture.get("backend") or "neuron"
     notes: dict[str, str] = {}
-    m: dict = {"schema_version": SCHEMA_VERSION, "workload_id": build["workload_id"], "backend": backend,
-               "kind": spec["kind"]}
+    m: dict = {"schema_version": SCHEMA_VERSION,
+               "workload_id": build.get("workload_id") or capture.get("workload_id"),
+               "backend": backend, "kind": spec["kind"] if spec else None}
 
     for fields, device_only in ((PROFILE_FIELDS, False), (DEVICE_FIELDS, True)):
         for key, (field, scale) in fields.items():
@@ -66,26 +69,56 @@ def compute(summary: dict, capture: dict, build: dict) -> dict:
     m["latency_n"] = lat.get("n")
     m["threads"] = capture.get("threads")
     if not lat:
-        notes["latency_median_s"] = f"the {backend} capture recorded no framework timing"
+        notes["latency_median_s"] = f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
+    m["recompiles_during_timing"] = lat.get("recompiles_during_timing")
+    if m["recompiles_during_timing"] is None:
+        notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
 
-    flops = kind.flops(spec)
-    min_bytes = kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
-    m["flops"] = flops
-    m["achieved_flops_per_s"] = _ratio(flops, m["latency_median_s"])
-    m["profile_flops_per_s"] = _ratio(flops, m["profile_total_time_s"])
-    m["min_bytes"] = min_bytes
-    m["arithmetic_intensity_flops_per_byte"] = flops / min_bytes
+    if spec:
+        kind = kind_of(spec)
+        flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+        m.update(flops=flops, achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),
+                 profile_flops_per_s=_ratio(flops, m["profile_total_time_s"]), min_bytes=min_bytes,
+                 arithmetic_intensity_flops_per_byte=flops / min_bytes)
+    else:
+        for key in ANALYTIC:
+            m[key] = None
+            notes[key] = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
     m["compile_s"] = build.get("compile_s")
     m["cache_hit"] = build.get("cache", {}).get("hit")
+    if not build:
+        notes["compile_s"] = notes["cache_hit"] = "no build.json given"
+    m["single_io"] = capture.get("single_io")
+    if m["single_io"] is None:
+        notes["single_io"] = "only neuron captures have a --single-io mode"
     m["spec"] = spec
     m["notes"] = notes
     return m
 
 
-def run(summary_json: Path, capture_json: Path, build_json: Path, out: Path) -> dict:
+ANALYTIC = ("flops", "achieved_flops_per_s", "profile_flops_per_s", "min_bytes", "arithmetic_intensity_flops_per_byte")
+
+
+def summary_from_profile_json(path: Path) -> dict:
+    """The `summary[0]` record of a legacy full-profile JSON, streamed: such files reach gigabytes."""
+    import ijson
+
+    with open(path, "rb") as handle:
+        for record in ijson.items(handle, "summary.item", use_float=True):
+            return record
+    return {}
+
+
+def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
+        profile_json: Path | None = None) -> dict:
     started = time.time()
-    metrics = compute(neuron_summary.load(summary_json), read_json(capture_json), read_json(build_json))
-    metrics["provenance"] = stage_record("extract", started,
-                                         sources=[str(summary_json), str(capture_json), str(build_json)])
+    summary = neuron_summary.load(summary_json)
+    if profile_json:  # fields summary-json lacks, from the full profile's own summary
+        summary = {**summary_from_profile_json(profile_json), **summary}
+    capture = read_json(capture_json) if capture_json else None
+    build = read_json(build_json) if build_json else None
+    metrics = compute(summary, capture, build)
+    sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json) if p]
+    metrics["provenance"] = stage_record("extract", started, sources=sources)
     write_json(out, metrics)
     return metrics

@@ -1,25 +1,30 @@
 rule capture:
     """Run the built workload: profile the nth of num_exec executions, then time `iterations` runs.
 
-    Takes every core (a measurement must not share the CPU with builds) and the exclusive
-    neuron_device resource, which the default profile limits to 1.
+    Holds the exclusive neuron_device resource (the default profile limits it to 1) and, inside the
+    job, an OS lock (capture.device_lock) so that captures of two Snakemake processes never overlap.
+    On cpu it takes every core, so a measurement never shares the CPU with builds. On neuron a
+    device out-of-memory fails attempt 1 and the retry captures with --single-io.
     """
     input:
         record=rules.build.output.record,
         artifact=rules.build.output.artifact,
     output:
         record=f"{WORKLOAD}/capture/capture.json",
-        trace=f"{WORKLOAD}/capture/{ARTIFACT['capture']}",
+        profile=f"{WORKLOAD}/capture/{ARTIFACT['capture']}",
     params:
         warmup=CAPTURE["warmup"],
         iterations=CAPTURE["iterations"],
         num_exec=CAPTURE["num_exec"],
         nth_exec=CAPTURE["nth_exec"],
+        options=options(CAPTURE_KEYS),
         build=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
     threads: workflow.cores
     resources:
         neuron_device=1,
+        attempt=lambda wildcards, attempt: attempt,
+    retries: 1 if ON_NEURON else 0
     log:
         f"{WORKLOAD}/logs/capture.log",
     conda:
@@ -27,4 +32,6 @@ rule capture:
     shell:
         "neuronsweep capture --build {params.build:q} --out {params.out:q} "
         "--warmup {params.warmup} --iterations {params.iterations} "
-        "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} > {log:q} 2>&1"
+        "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
+        "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} --options {params.options:q} "
+        "> {log:q} 2>&1"

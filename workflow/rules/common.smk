@@ -57,6 +57,22 @@ CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 ARTIFACT = backends.ARTIFACTS[BACKEND]
 
+# Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
+NEURON = CONFIG["neuron"]
+ON_NEURON = BACKEND == "neuron"
+BUILD_KEYS = ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug")
+CAPTURE_KEYS = ("profiler", "enable_dge_notifs")
+VIEW_KEYS = ("profiler", "parquet", "json", "pftrace", "perfetto_flows")
+
+
+def options(keys):
+    return canonical({k: NEURON[k] for k in keys}) if ON_NEURON else "{}"
+
+
+HAS_PFTRACE = not ON_NEURON or NEURON["pftrace"]
+HAS_PROFILE_JSON = ON_NEURON and NEURON["json"]
+DEVICE_LOCK = CAPTURE["device_lock"]
+
 RUN = f"results/{CONFIG['run']}"
 SUMMARY = f"{RUN}/summary.csv"
 WORKLOAD = f"{RUN}/{BACKEND}/workloads/{{wid}}"  # one folder per workload: build/ capture/ view/ metrics.json logs/

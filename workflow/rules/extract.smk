@@ -4,12 +4,15 @@ rule extract:
         summary=rules.view.output.summary,
         capture=rules.capture.output.record,
         build=rules.build.output.record,
+        **({"profile_json": f"{WORKLOAD}/view/profile.json"} if HAS_PROFILE_JSON else {}),
     output:
         f"{WORKLOAD}/metrics.json",
+    params:
+        profile_json=lambda wildcards, input: f"--profile-json {input.profile_json}" if HAS_PROFILE_JSON else "",
     log:
         f"{WORKLOAD}/logs/extract.log",
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep extract --summary-json {input.summary:q} --capture-json {input.capture:q} "
-        "--build-json {input.build:q} --out {output:q} > {log:q} 2>&1"
+        "--build-json {input.build:q} {params.profile_json} --out {output:q} > {log:q} 2>&1"

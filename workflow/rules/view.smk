@@ -1,13 +1,16 @@
 rule view:
-    """Convert the raw profile into summary.json (Neuron summary fields and units) and a .pftrace."""
+    """Convert the raw profile into summary.json (Neuron summary fields and units) and a .pftrace;
+    on neuron also parquet (neuron-explorer) and the legacy json when configured."""
     input:
         record=rules.capture.output.record,
-        trace=rules.capture.output.trace,
+        profile=rules.capture.output.profile,
     output:
+        *([f"{WORKLOAD}/view/trace.pftrace"] if HAS_PFTRACE else []),
+        *([f"{WORKLOAD}/view/profile.json"] if HAS_PROFILE_JSON else []),
         summary=f"{WORKLOAD}/view/summary.json",
-        pftrace=f"{WORKLOAD}/view/trace.pftrace",
         record=f"{WORKLOAD}/view/view.json",
     params:
+        options=options(VIEW_KEYS),
         capture=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
     log:
@@ -15,4 +18,5 @@ rule view:
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
-        "neuronsweep view --capture {params.capture:q} --out {params.out:q} > {log:q} 2>&1"
+        "neuronsweep view --capture {params.capture:q} --out {params.out:q} --options {params.options:q} "
+        "> {log:q} 2>&1"

@@ -1,9 +1,10 @@
 """Backends behind one small interface.
 
 A backend module provides
-  build(spec, out_dir, cache) -> dict
+  build(spec, out_dir, cache, options) -> dict
   capture(build_record, build_dir, settings, out_dir) -> dict
-  view(capture_record, capture_dir, out_dir) -> dict
+  view(capture_record, capture_dir, out_dir, options) -> dict
+where options is the backend's config section (`neuron:`; empty for cpu).
 ARTIFACTS below names the files each backend's build and capture write, and DEVICE_COUNTERS_MISSING
 why a backend's profiles lack Neuron engine/DMA counters, so the Snakefile and extract can use
 them without importing the backend (and torch).
@@ -51,25 +52,17 @@ def resolve(requested: str) -> tuple[str, str]:
             missing = "no Neuron device (/dev/neuron* absent)" if not devices else \
                 f"no neuron-explorer or neuron-profile on PATH or in {NEURON_TOOL_DIR}"
             name, why = "cpu", f"backend auto -> cpu: {missing}"
-    if name == "neuron" and not _available("neuron"):
-        raise UserError(
-            "config key 'backend': the neuron backend is not implemented in this version of "
-            "neuron-sweep yet; set backend: cpu (or auto) to run the sweep on the host CPU.")
     return name, why
 
 
-def _available(name: str) -> bool:
-    return importlib.util.find_spec(f"{__name__}.{name}") is not None
-
-
 def load(name: str) -> ModuleType:
-    if name not in NAMES or not _available(name):
-        raise UserError(f"unknown or unavailable backend '{name}'; use one of: "
-                        f"{', '.join(n for n in NAMES if _available(n))}.")
+    if name not in NAMES:
+        raise UserError(f"unknown backend '{name}'; use one of: {', '.join(NAMES)}.")
     return importlib.import_module(f"{__name__}.{name}")
 
 
-ARTIFACTS = {"cpu": {"build": "model.pt2", "capture": "trace.json"}}
+ARTIFACTS = {"cpu": {"build": "model.pt2", "capture": "trace.json"},
+             "neuron": {"build": "model.neff", "capture": "profile.ntff"}}
 DEVICE_COUNTERS_MISSING = {
     "cpu": "the cpu backend has no Neuron engines, DMA queues or HBM counters to read",
 }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..analysis.intervals import union_length
 from ..atomic import replacing
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
+from ..stats import latency_stats
 from ..workloads import DTYPE_BYTES, TORCH_DTYPES, kind_of, workload_id
 from . import ARTIFACTS
 
@@ -44,7 +44,7 @@ def host_cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache) -> dict:
+def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
     import torch
 
     kind = kind_of(spec)
@@ -96,14 +96,6 @@ def _numel(shape) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def latency_stats(samples_s: list[float]) -> dict:
-    q1, median, q3 = statistics.quantiles(samples_s, n=4, method="inclusive") if len(samples_s) > 1 \
-        else (samples_s[0],) * 3
-    return {"median_s": statistics.median(samples_s), "iqr_s": q3 - q1, "q1_s": q1, "q3_s": q3,
-            "min_s": min(samples_s), "max_s": max(samples_s), "mean_s": statistics.fmean(samples_s),
-            "n": len(samples_s), "samples_s": samples_s}
 
 
 def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:
@@ -171,7 +163,7 @@ def summarize_trace(trace: dict, capture_record: dict) -> dict:
     }
 
 
-def view(capture_record: dict, capture_dir: Path, out_dir: Path) -> dict:
+def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) -> dict:
     trace = json.loads((capture_dir / TRACE).read_text())
     counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
     return {"summary": summarize_trace(trace, capture_record), "pftrace": "trace.pftrace", "pftrace_counts": counts}

@@ -1,0 +1,165 @@
+"""The neuron backend against the stand-in toolchain (tests/standin), which enforces the documented contracts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import neuron_config, snakemake, standin_env, standin_runs
+from neuronsweep.analysis.pftrace_reader import read as read_pftrace
+from neuronsweep.backends import neuron
+from neuronsweep.errors import UserError
+
+WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
+
+
+def wdir(root: Path, wid: str) -> Path:
+    return root / "results" / "t" / "neuron" / "workloads" / wid
+
+
+# ------------------------------------------------------------------------------ contracts, unit
+
+
+@pytest.mark.parametrize("num_exec, nth, name", [(1, 1, "profile.ntff"), (2, 2, "profile_exec_2.ntff"),
+                                                 (5, 3, "profile_exec_3.ntff")])
+def test_expected_ntff_follows_the_documented_naming(num_exec, nth, name):
+    assert neuron.expected_ntff(num_exec, nth) == name
+
+
+def test_find_ntff_prefers_the_documented_name_and_fails_on_ambiguity(tmp_path):
+    for name in ("profile.ntff", "profile_exec_2.ntff", "profile_exec_3.ntff"):
+        (tmp_path / name).write_bytes(b"x")
+    assert neuron.find_ntff(tmp_path, 3, 2).name == "profile_exec_2.ntff"
+    (tmp_path / "profile_exec_2.ntff").unlink()
+    with pytest.raises(UserError, match="expected profile_exec_2.ntff after capture, found"):
+        neuron.find_ntff(tmp_path, 3, 2)
+    rank = tmp_path / "rank"
+    rank.mkdir()
+    (rank / "profile_rank_0_exec_2.ntff").write_bytes(b"x")  # collectives variant
+    assert neuron.find_ntff(rank, 2, 2).name == "profile_rank_0_exec_2.ntff"
+
+
+def test_cc_flags_from_config():
+    assert neuron.cc_flags({"target": "trn2", "optlevel": 3, "auto_cast": "matmult", "lnc": 2,
+                            "disable_dge": True, "extra_cc_flags": "--verbose"}) == \
+        "--target trn2 -O3 --auto-cast matmult --logical-nc-config 2 --disable-dge --verbose"
+    assert neuron.cc_flags({"target": "inf2", "optlevel": 2}) == "--target inf2 -O2"
+
+
+def _result(phases, digests):
+    return {"phases": phases, "digests": digests}
+
+
+def test_attribution_keeps_input_graphs_apart_and_fails_when_ambiguous():
+    spec = {"kind": "matmul", "m": 1, "k": 1, "n": 1, "dtype": "fp32"}
+    ok = _result({"start": [], "inputs": ["/c/in.neff"], "workload": ["/c/in.neff", "/c/wl.neff", "/d/MODULE_2.neff"]},
+                 {"/c/in.neff": "a", "/c/wl.neff": "b", "/d/MODULE_2.neff": "b"})
+    neff, candidates = neuron._attribute(ok, spec)
+    assert neff == "/c/wl.neff"
+    assert [(c["path"], c["phase"]) for c in candidates] == [("/c/in.neff", "inputs"), ("/c/wl.neff", "workload"),
+                                                            ("/d/MODULE_2.neff", "workload")]
+    split = _result({"start": [], "inputs": [], "workload": ["/c/a.neff", "/c/b.neff"]},
+                    {"/c/a.neff": "a", "/c/b.neff": "b"})
+    with pytest.raises(UserError, match="compiled 2 different NEFFs"):
+        neuron._attribute(split, spec)
+    with pytest.raises(UserError, match="no NEFF was compiled for the workload graph"):
+        neuron._attribute(_result({"start": [], "inputs": ["/c/a.neff"], "workload": ["/c/a.neff"]},
+                                  {"/c/a.neff": "a"}), spec)
+
+
+def test_the_standin_rejects_what_the_real_tool_rejects(tmp_path):
+    env = {**standin_env(tmp_path)}
+    run = lambda *a, **kw: subprocess.run(["neuron-profile", *a], capture_output=True, text=True,  # noqa: E731
+                                         env={**__import__("os").environ, **env, **kw}, cwd=tmp_path)
+    assert run("capture", "-n", "x.neff", "--profile-nth", "2").returncode == 2  # no abbreviations
+    assert "does not exist" in run("capture", "-n", "missing.neff").stderr
+    assert run("view", "-n", "a", "-s", "b", "--output-format", "pdf").returncode == 2
+    assert "HOME is not defined" in run("view", "-n", "a", "-s", "b", HOME="").stderr
+
+
+# ------------------------------------------------------------------------ the DAG on neuron
+
+
+def test_multi_case_sweep_on_neuron(tmp_path):
+    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path))
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
+    assert list(table["status"]) == ["ok", "ok"] and set(table["backend"]) == {"neuron"}
+    runs = standin_runs(tmp_path)
+    captures = [r["argv"] for r in runs if r["argv"][0] == "capture"]
+    assert len(captures) == 2
+    for wid in WIDS:
+        d = wdir(tmp_path, wid)
+        build = json.loads((d / "build" / "build.json").read_text())
+        assert build["cc_flags"] == "--target trn1 -O2"
+        assert build["env"]["NEURON_FRAMEWORK_DEBUG"] == "1" and "neuron-compile-cache" in build["env"]["NEURON_COMPILE_CACHE_URL"]
+        assert {c["phase"] for c in build["candidates"]} == {"inputs", "workload"}
+        cap = json.loads((d / "capture" / "capture.json").read_text())
+        assert cap["argv"][1:] == ["capture", "-n", f"results/t/neuron/workloads/{wid}/build/model.neff", "-s", f"results/t/neuron/workloads/{wid}/capture/raw/profile.ntff",
+                                   "--num-exec", "2", "--profile-nth-exec", "2", "--ignore-exec-errors"]
+        assert cap["ntff_written_as"] == "profile_exec_2.ntff" and (d / "capture" / "profile.ntff").is_file()
+        assert cap["single_io"] is False and cap["outputs_valid"] is True
+        assert cap["latency"]["n"] == 3 and cap["latency"]["recompiles_during_timing"] == 0
+        assert (d / "view" / "parquet" / "Summary.parquet").is_file()
+        assert any(s.name == "MATMUL" for s in read_pftrace(d / "view" / "trace.pftrace").slices)
+        summary = json.loads((d / "view" / "summary.json").read_text())
+        m = json.loads((d / "metrics.json").read_text())
+        assert m["tensor_engine_active_pct"] == pytest.approx(100 * summary["tensor_engine_active_time_percent"])
+        assert m["tensor_engine_active_pct"] == pytest.approx(100 * m["tensor_engine_active_time_s"] / m["profile_total_time_s"])
+        assert m["profile_flops_tool"] == m["flops"]  # the tool's FLOPs and 2·M·K·N agree
+        assert m["latency_median_s"] > 0 and m["notes"] == {}
+
+
+def test_oom_then_single_io_retry(tmp_path):
+    oom = WIDS[1]
+    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_OOM_MATCH=oom))
+    attempts = [r["argv"] for r in standin_runs(tmp_path) if r["argv"][0] == "capture" and oom in r["argv"][2]]
+    assert len(attempts) == 2 and "--single-io" not in attempts[0] and "--single-io" in attempts[1]
+    cap = json.loads((wdir(tmp_path, oom) / "capture" / "capture.json").read_text())
+    assert cap["single_io"] is True and cap["outputs_valid"] is False
+    assert json.loads((wdir(tmp_path, oom) / "metrics.json").read_text())["single_io"] is True
+    assert json.loads((wdir(tmp_path, WIDS[0]) / "capture" / "capture.json").read_text())["single_io"] is False
+
+
+def test_one_case_failing_for_good_keeps_the_rest(tmp_path):
+    bad = WIDS[0]
+    run = snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_FAIL_MATCH=bad),
+                    check=False)
+    assert run.proc.returncode != 0
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
+    assert table.loc[WIDS[1], "status"] == "ok"
+    assert table.loc[bad, "status"] == "failed"
+    assert "neuron-explorer capture exited 1: ERROR NRT: nrt_load failed" in table.loc[bad, "reason"]
+    tries = [r for r in standin_runs(tmp_path) if r["argv"][0] == "capture" and bad in r["argv"][2]]
+    assert len(tries) == 2  # retried once (retries: 1), then given up
+
+
+def test_two_snakemake_processes_never_capture_at_once(tmp_path):
+    lock = tmp_path / "shared-device.lock"
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        d.mkdir()
+    env = standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="1.0")
+    errors = []
+
+    def go(d):
+        cfg = neuron_config(d)
+        cfg["capture"]["device_lock"] = str(lock)
+        try:
+            snakemake(d, config=cfg, env=env)
+        except AssertionError as exc:  # noqa: PERF203
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(d,)) for d in dirs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    spans = sorted((r["start"], r["end"]) for r in standin_runs(tmp_path) if r["argv"][0] == "capture")
+    assert len(spans) == 4
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans

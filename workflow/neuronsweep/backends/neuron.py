@@ -1,0 +1,330 @@
+"""Neuron backend: the real Neuron tools, driven exactly as documented in
+../shared/reference/neuron-toolchain.md (SDK 2.27-2.32 docs, neuron-explorer and neuron-profile).
+
+build   torch-xla runs the workload with NEURON_FRAMEWORK_DEBUG=1, NEURON_CC_FLAGS from config and a
+        compile cache directory of its own (NEURON_COMPILE_CACHE_URL); the NEFF of the workload graph
+        is the one that appears while the workload runs, not while inputs move (xla_program.py)
+capture <profiler> capture -n NEFF -s DIR/profile.ntff --num-exec N --profile-nth-exec K
+        --ignore-exec-errors; the NTFF is found by the documented naming rules; a device
+        out-of-memory is retried by Snakemake with --single-io; then framework timing on the XLA
+        device through the same compile cache
+view    summary-json (always), parquet (neuron-explorer), legacy json (when asked), perfetto
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+from ..analysis import neuron_summary
+from ..cache import CompileCache, cache_key
+from ..errors import UserError
+from ..workloads import workload_id
+from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS
+
+ARTIFACT = ARTIFACTS["neuron"]["build"]
+NTFF = ARTIFACTS["neuron"]["capture"]
+ARTIFACT_FORMAT = "NEFF via torch-xla, v1"
+OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|RESOURCE_EXHAUSTED", re.IGNORECASE)
+OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
+NEURON_PACKAGES = ("neuronx-cc", "torch-neuronx", "torch-xla", "libneuronxla", "nki")
+STDERR_TAIL = 4000
+
+
+def tool_env() -> dict:
+    """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([env.get("PATH", ""), NEURON_TOOL_DIR])
+    env.setdefault("HOME", tempfile.gettempdir())
+    return env
+
+
+def resolve_profiler(name: str = "auto") -> str:
+    candidates = PROFILERS if name == "auto" else (name,)
+    for tool in candidates:
+        found = shutil.which(tool) or shutil.which(tool, path=NEURON_TOOL_DIR)
+        if found:
+            return found
+    raise UserError(f"config key 'neuron.profiler': {' or '.join(candidates)} not found on PATH or in "
+                    f"{NEURON_TOOL_DIR}; install aws-neuronx-tools or set the key to the tool's path.")
+
+
+def is_explorer(profiler: str) -> bool:
+    return "explorer" in Path(profiler).name
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for pkg in NEURON_PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return versions
+
+
+def cc_flags(options: dict) -> str:
+    """NEURON_CC_FLAGS from the config's neuron section (neuronx-cc compile options)."""
+    flags = [f"--target {options.get('target', 'trn1')}", f"-O{options.get('optlevel', 2)}"]
+    if options.get("auto_cast"):
+        flags.append(f"--auto-cast {options['auto_cast']}")
+    if options.get("lnc"):
+        flags.append(f"--logical-nc-config {options['lnc']}")
+    if options.get("disable_dge"):
+        flags.append("--disable-dge")
+    if options.get("extra_cc_flags"):
+        flags.append(options["extra_cc_flags"])
+    return " ".join(flags)
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or tool_env())
+    except FileNotFoundError:
+        raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
+
+
+def _tail(text: str) -> str:
+    return text[-STDERR_TAIL:]
+
+
+# ---------------------------------------------------------------------------------------- build
+
+
+def _attribute(result: dict, spec: dict) -> tuple[str, list[dict]]:
+    """The workload's NEFF: what appeared in the workload phase and not before. Every candidate seen
+    is returned for build.json; zero or several distinct workload NEFFs fail clearly."""
+    phases, digests = result["phases"], result["digests"]
+    seen: set[str] = set()
+    candidates = []
+    for phase in ("start", "inputs", "workload"):
+        for path in phases[phase]:
+            if path not in seen:
+                seen.add(path)
+                candidates.append({"path": path, "phase": phase, "sha256": digests[path]})
+    before = {digests[p] for p in phases["inputs"]}
+    workload: dict[str, dict] = {}  # distinct NEFFs by content; the first path seen names each
+    for c in candidates:
+        if c["phase"] == "workload" and c["sha256"] not in before:
+            workload.setdefault(c["sha256"], c)
+    wid = workload_id(spec)
+    if not workload:
+        raise UserError(f"case {wid}: no NEFF was compiled for the workload graph (candidates: "
+                        f"{[c['path'] for c in candidates] or 'none'}); check NEURON_CC_FLAGS and the log above.")
+    if len(workload) > 1:
+        raise UserError(f"case {wid}: the workload compiled {len(workload)} different NEFFs "
+                        f"({', '.join(Path(c['path']).name for c in workload.values())}); the graph is split, "
+                        "so no single NEFF is the workload: simplify the workload or profile each graph.")
+    return next(iter(workload.values()))["path"], candidates
+
+
+def xla_program(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str],
+                warmup: int = 0, iterations: int = 0) -> dict:
+    cwd, out_json = cwd.resolve(), out_json.resolve()  # the child runs in cwd
+    argv = [sys.executable, "-m", "neuronsweep.backends.xla_program", "--spec", json.dumps(spec),
+            "--out", str(out_json), "--warmup", str(warmup), "--iterations", str(iterations)]
+    for pattern in globs:
+        argv += ["--artifact-glob", pattern]
+    proc = _run(argv, "torch-xla program", cwd=cwd, env=env)
+    (cwd / "xla_program.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise UserError(f"case {workload_id(spec)}: the torch-xla run exited {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {cwd / 'xla_program.log'}).")
+    return json.loads(out_json.read_text())
+
+
+def compile_env(options: dict, compile_cache: Path) -> dict:
+    env = tool_env()
+    env.update({"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": cc_flags(options),
+                "NEURON_COMPILE_CACHE_URL": str(compile_cache)})
+    if options.get("xla_debug"):
+        env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
+    return env
+
+
+def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
+    versions = package_versions()
+    flags = cc_flags(options)
+    key = cache_key({"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options.get("xla_debug")),
+                     "versions": versions, "format": ARTIFACT_FORMAT})
+    entry = cache.entry(key)
+    compile_cache = entry / "neuron-compile-cache"  # per workload: its NEFF is never confused with another's
+    dest = out_dir / ARTIFACT
+    meta = cache.fetch(key, ARTIFACT, dest)
+    record = {"toolchain": versions, "compiler": "neuronx-cc via torch-xla", "artifact_format": ARTIFACT_FORMAT,
+              "cc_flags": flags, "target": options.get("target", "trn1"),
+              "env": {"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": flags,
+                      "NEURON_COMPILE_CACHE_URL": str(compile_cache),
+                      **({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"} if options.get("xla_debug") else {})},
+              "compile_cache": str(compile_cache), "capture_inputs": None,
+              "capture_inputs_note": "zero-filled by the profiler (--ignore-exec-errors)"}
+    if meta is None:
+        shutil.rmtree(compile_cache, ignore_errors=True)  # a fresh compile, so attribution sees it happen
+        compile_cache.mkdir(parents=True)
+        workdir = out_dir.resolve() / "xla"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
+        result = xla_program(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs)
+        neff, candidates = _attribute(result, spec)
+        shutil.copyfile(neff, dest)
+        meta = {"workload_id": workload_id(spec), "compile_s": result["compile"]["seconds"],
+                "compile_count": result["compile"]["count"], "neff_source": neff, "candidates": candidates,
+                "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        cache.store(key, dest, meta)
+        hit = False
+    else:
+        hit = True
+    return {**record, "compile_s": meta["compile_s"], "compile_count": meta["compile_count"],
+            "compile_s_source": "torch_xla.debug.metrics CompileTime" if not hit
+            else f"cache entry compiled {meta['exported_at']}",
+            "neff_source": meta["neff_source"], "candidates": meta["candidates"],
+            "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(entry)}}
+
+
+# -------------------------------------------------------------------------------------- capture
+
+
+def expected_ntff(num_exec: int, nth: int, stem: str = "profile") -> str:
+    """The documented NTFF name for -s <stem>.ntff (nki-library profiler_utils, NKI guide)."""
+    return f"{stem}.ntff" if num_exec == 1 else f"{stem}_exec_{nth}.ntff"
+
+
+def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
+    expected = raw_dir / expected_ntff(num_exec, nth)
+    if expected.is_file():
+        return expected
+    found = sorted(raw_dir.glob("profile*.ntff"))
+    ranked = [p for p in found if p.name.endswith(f"_exec_{nth}.ntff")] or found
+    if len(ranked) == 1:
+        return ranked[0]
+    raise UserError(f"{raw_dir}: expected {expected.name} after capture, found "
+                    f"{[p.name for p in found] or 'no NTFF'}; check the capture log.")
+
+
+def capture_neff(neff: Path, out_dir: Path, settings: dict, inputs: list[tuple[str, str]] | None = None) -> dict:
+    """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff)."""
+    profiler = resolve_profiler(settings.get("profiler", "auto"))
+    raw = out_dir / "raw"
+    shutil.rmtree(raw, ignore_errors=True)
+    raw.mkdir(parents=True)
+    marker = out_dir / OOM_MARKER
+    single_io = bool(settings.get("single_io")) or (settings.get("attempt", 1) > 1 and marker.exists())
+    argv = [profiler, "capture", "-n", str(neff), "-s", str(raw / "profile.ntff"),
+            "--num-exec", str(settings["num_exec"]), "--profile-nth-exec", str(settings["nth_exec"])]
+    if settings.get("enable_dge_notifs"):
+        argv.append("--enable-dge-notifs")
+    if single_io:
+        argv.append("--single-io")
+    if inputs:
+        argv += [item for pair in inputs for item in pair]
+    else:
+        argv.append("--ignore-exec-errors")
+    started = time.time()
+    proc = _run(argv, "capture")
+    wall = time.time() - started
+    (out_dir / "capture.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        text = proc.stdout + proc.stderr
+        if OOM.search(text) and not single_io:
+            marker.write_text(json.dumps({"argv": argv, "stderr_tail": _tail(text)}))
+            raise UserError(f"{neff}: device out of memory during capture; it is retried with --single-io "
+                            "(Snakemake retries: 1), whose timings stay representative but whose outputs are not valid.")
+        last = (text.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
+                        f"(full output: {out_dir / 'capture.log'}).")
+    ntff = find_ntff(raw, settings["num_exec"], settings["nth_exec"])
+    os.replace(ntff, out_dir / NTFF)
+    marker.unlink(missing_ok=True)
+    return {"profiler": profiler, "profiler_version": tool_version(profiler), "argv": argv,
+            "exit_status": proc.returncode, "stderr_tail": _tail(proc.stderr), "capture_wall_s": wall,
+            "ntff_written_as": ntff.name, "neff": str(neff), "neff_sha256": _sha256(neff),
+            "profiled_exec": settings["nth_exec"], "single_io": single_io,
+            "outputs_valid": not single_io, "inputs": inputs or "zero-filled (--ignore-exec-errors)",
+            "artifacts": {"ntff": NTFF}}
+
+
+def tool_version(tool: str) -> str | None:
+    try:
+        proc = subprocess.run([tool, "--version"], capture_output=True, text=True, env=tool_env(), timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = (proc.stdout or proc.stderr).strip().splitlines()
+    return out[0] if proc.returncode == 0 and out else None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def framework_timing(build_record: dict, settings: dict, workdir: Path) -> dict:
+    """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
+    compile here means the graph changed (recompilation), which is recorded, not hidden."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = tool_env()
+    env.update(build_record["env"])
+    cache = build_record["compile_cache"]
+    result = xla_program(build_record["spec"], workdir / "timing.json", env, workdir,
+                         [str(Path(cache) / "**" / "*.neff")], settings["warmup"], settings["iterations"])
+    timing = result["timing"]
+    timing["compiles_in_first_run"] = result["compile"]["count"]
+    return timing
+
+
+def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:
+    record = capture_neff(build_dir / ARTIFACT, out_dir, settings, build_record.get("capture_inputs"))
+    record["latency"] = framework_timing(build_record, settings, out_dir / "framework")
+    record["threads"] = None
+    return record
+
+
+# ----------------------------------------------------------------------------------------- view
+
+
+def view_profile(neff: Path, ntff: Path, out_dir: Path, options: dict) -> dict:
+    """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask."""
+    profiler = resolve_profiler(options.get("profiler", "auto"))
+    base = [profiler, "view", "-n", str(neff), "-s", str(ntff)]
+    commands = {}
+
+    argv = base + ["--output-format", "summary-json"]
+    proc = _run(argv, "view")
+    commands["summary-json"] = argv
+    (out_dir / "summary-json.txt").write_text(proc.stdout)
+    if proc.returncode != 0:
+        raise UserError(f"{ntff}: {Path(profiler).name} view --output-format summary-json exited "
+                        f"{proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+    summary = neuron_summary.parse(proc.stdout, str(out_dir / "summary-json.txt"))
+
+    outputs = {}
+    wanted = []
+    if options.get("parquet", True) and is_explorer(profiler):
+        wanted.append(("parquet", out_dir / "parquet", []))
+    if options.get("json"):
+        wanted.append(("json", out_dir / "profile.json", []))
+    if options.get("pftrace", True):
+        wanted.append(("perfetto", out_dir / "trace.pftrace",
+                       ["--show-perfetto-flows"] if options.get("perfetto_flows") else []))
+    for fmt, target, extra in wanted:
+        argv = base + ["--output-format", fmt, "--output-file", str(target)] + extra
+        proc = _run(argv, "view")
+        commands[fmt] = argv
+        if proc.returncode != 0 or not target.exists():
+            raise UserError(f"{ntff}: {Path(profiler).name} view --output-format {fmt} exited {proc.returncode} "
+                            f"without writing {target.name}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+        outputs[fmt] = target.name
+    return {"summary": summary, "profiler": profiler, "commands": commands, "outputs": outputs,
+            **({"pftrace": outputs["perfetto"]} if "perfetto" in outputs else {})}
+
+
+def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) -> dict:
+    return view_profile(Path(capture_record["neff"]), capture_dir / NTFF, out_dir, options)

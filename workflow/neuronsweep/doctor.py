@@ -1,0 +1,40 @@
+"""`neuronsweep doctor`: what this machine has for profiling, and which backend a run would use and why."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+
+from . import backends, config
+from .backends import neuron
+from .errors import UserError
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=neuron.tool_env(), timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"failed to run ({exc.__class__.__name__})"
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0] if lines else f"no output (exit {proc.returncode})"
+
+
+def report(config_path: str) -> str:
+    lines = [f"host: {platform.node()} {platform.machine()}, python {platform.python_version()}"]
+    devices = backends.neuron_devices()
+    lines.append(f"neuron devices: {', '.join(devices) if devices else 'none (/dev/neuron* absent)'}")
+    neuron_ls = shutil.which("neuron-ls") or shutil.which("neuron-ls", path=backends.NEURON_TOOL_DIR)
+    lines.append(f"neuron-ls: {_first_line([neuron_ls]) if neuron_ls else 'not found'}")
+    for tool in backends.PROFILERS:
+        path = shutil.which(tool) or shutil.which(tool, path=backends.NEURON_TOOL_DIR)
+        lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")
+    for pkg, version in neuron.package_versions().items():
+        lines.append(f"python package {pkg}: {version or 'not installed'}")
+    try:
+        cfg = config.load(config_path)
+        name, why = backends.resolve(cfg["backend"])
+        lines.append(f"a run of {config_path} would use: {name} ({why})")
+    except UserError as exc:
+        lines.append(f"config: {exc}")
+    return "\n".join(lines)

@@ -1,0 +1,14 @@
+"""Latency statistics shared by every backend's framework timing."""
+
+from __future__ import annotations
+
+import statistics
+
+
+def latency_stats(samples_s: list[float]) -> dict:
+    """Median, IQR (p75 - p25, inclusive quantiles), min, max, mean, n, and every sample."""
+    q1, _, q3 = statistics.quantiles(samples_s, n=4, method="inclusive") if len(samples_s) > 1 \
+        else (samples_s[0],) * 3
+    return {"median_s": statistics.median(samples_s), "iqr_s": q3 - q1, "q1_s": q1, "q3_s": q3,
+            "min_s": min(samples_s), "max_s": max(samples_s), "mean_s": statistics.fmean(samples_s),
+            "n": len(samples_s), "samples_s": samples_s}
