@@ -163,3 +163,56 @@ def test_two_snakemake_processes_never_capture_at_once(tmp_path):
     spans = sorted((r["start"], r["end"]) for r in standin_runs(tmp_path) if r["argv"][0] == "capture")
     assert len(spans) == 4
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+
+
+# ------------------------------------------------------------------------------------- NKI
+
+
+def nki_config(tmp: Path) -> dict:
+    cfg = neuron_config(tmp)
+    cfg["suites"] = {"matmul": {"shapes": [{"m": 128, "k": 256, "n": 512}], "impl": ["compiler", "nki"]}}
+    return cfg
+
+
+def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(tmp_path):
+    snakemake(tmp_path, config=nki_config(tmp_path), env=standin_env(tmp_path))
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
+    assert list(table["status"]) == ["ok", "ok"]
+    d = wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki")
+    build = json.loads((d / "build" / "build.json").read_text())
+    assert build["compiler"] == "NKI kernel (nki.jit)" and build["recompiled_on_second_call"] is False
+    assert [name for name, _ in build["capture_inputs"]] == ["lhsT", "rhs"]
+    assert all(Path(path).suffix == ".npy" and Path(path).is_file() for _, path in build["capture_inputs"])
+    cap = json.loads((d / "capture" / "capture.json").read_text())
+    assert cap["argv"][-4:] == [x for pair in build["capture_inputs"] for x in pair]
+    assert "--ignore-exec-errors" not in cap["argv"]
+    m = json.loads((d / "metrics.json").read_text())
+    assert m["flops"] == m["profile_flops_tool"] == 2 * 128 * 256 * 512
+    assert m["latency_median_s"] is None and "outside a framework" in m["notes"]["latency_median_s"]
+
+
+def test_nki_recompiling_on_every_call_is_flagged(tmp_path):
+    cfg = nki_config(tmp_path)
+    cfg["suites"]["matmul"]["impl"] = ["nki"]
+    snakemake(tmp_path, config=cfg, env=standin_env(tmp_path, STANDIN_NKI_RECOMPILE="1"))
+    d = wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki")
+    build = json.loads((d / "build" / "build.json").read_text())
+    assert build["recompiled_on_second_call"] is True and "@nki.jit trap" in build["recompilation_flag"]
+    assert build["compile_s"] is None  # compile and run cannot be separated: not guessed
+    assert json.loads((d / "metrics.json").read_text())["recompilation_detected"] is True
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
+    assert table["recompilation_detected"].tolist() == [True]
+
+
+def test_nki_on_cpu_is_unsupported_with_a_reason(tmp_path):
+    from conftest import tiny_config
+
+    cfg = tiny_config(tmp_path)
+    cfg["suites"]["matmul"]["impl"] = ["compiler", "nki"]
+    run = snakemake(tmp_path, config=cfg)
+    assert all(not (w or "").endswith("-nki") for _, w in run.jobs)
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
+    assert len(table) == 4
+    row = table.loc["matmul-m16-k16-n16-fp32-nki"]
+    assert row["status"] == "unsupported" and "NKI kernels need a Neuron device" in row["reason"]
+    assert table.loc["matmul-m16-k16-n16-fp32", "status"] == "ok"

@@ -13,7 +13,7 @@ from neuronsweep.plan import make_plan
 
 
 def plan_of(suites):
-    return make_plan(config.validate({"suites": suites}))
+    return make_plan(config.validate({"suites": suites}), "cpu")
 
 
 def test_grid_times_dtypes_plus_shapes():
@@ -43,7 +43,7 @@ def test_cli_plan_json(tmp_path):
     proc = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml"), "--json"],
                           capture_output=True, text=True, check=True)
     out = json.loads(proc.stdout)
-    assert out["counts"] == {"scenarios": 2, "workloads": 2}
+    assert out["counts"] == {"scenarios": 2, "workloads": 2, "unsupported": 0}
     assert out["backend"] == "cpu"  # no Neuron device on CI
     assert proc.stderr.strip() == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
     assert [s["id"] for s in out["scenarios"]] == ["matmul-m1-k3-n4-fp32", "matmul-m2-k3-n4-fp32"]

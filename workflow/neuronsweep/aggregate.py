@@ -2,7 +2,8 @@
 
 A scenario whose workload has no metrics.json is kept as a row with status `failed` and the
 reason its stage logged (the `neuronsweep: error:` line), or status `missing` when no stage has
-run yet, so one failed case never hides the others.
+run yet, so one failed case never hides the others; one the backend cannot run is `unsupported`,
+with the reason from the plan.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
         row = {"scenario_id": sc["id"], "suite": sc["suite"], "workload_id": sc["workload_id"],
                "backend": plan["backend"], **sc["labels"]}
         metrics_path = wdir / "metrics.json"
-        if metrics_path.is_file():
+        if sc["workload_id"] in plan.get("unsupported", {}):
+            row.update(status="unsupported", reason=plan["unsupported"][sc["workload_id"]])
+        elif metrics_path.is_file():
             metrics = read_json(metrics_path)
             row.update(status="ok", reason="")
             row.update({k: v for k, v in metrics.items() if not isinstance(v, (dict, list))})

@@ -29,7 +29,7 @@ def planned(config_path: str) -> dict:
     """The plan of a config file as written to results/<run>/plan.json, backend resolved."""
     cfg = config.load(config_path)
     name, why = backends.resolve(cfg["backend"])
-    return {**plan.make_plan(cfg).to_dict(), "backend": name, "backend_reason": why}
+    return {**plan.make_plan(cfg, name).to_dict(), "backend_reason": why}
 
 
 def cmd_plan(args) -> None:
@@ -38,10 +38,12 @@ def cmd_plan(args) -> None:
     if args.json:
         print(json.dumps(p, indent=2))
         return
-    print(f"run {p['run']}: {p['counts']['scenarios']} scenarios -> {p['counts']['workloads']} workloads "
-          f"on {p['backend']}")
+    c = p["counts"]
+    print(f"run {p['run']}: {c['scenarios']} scenarios -> {c['workloads']} workloads to build and capture "
+          f"on {p['backend']}, {c['unsupported']} unsupported there")
     for sc in p["scenarios"]:
-        print(f"  {sc['suite']:8} {sc['id']:40} -> {sc['workload_id']}")
+        why = p["unsupported"].get(sc["workload_id"])
+        print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))
 
 
 def _options(text: str) -> dict:
@@ -57,7 +59,10 @@ def _options(text: str) -> dict:
 def cmd_build(args) -> None:
     rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, _options(args.options))
     hit = "cache hit" if rec["cache"]["hit"] else "compiled"
-    print(f"build {rec['workload_id']}: {hit}, {rec['compiler']} {rec['compile_s']:.3f} s -> {args.out}")
+    took = f"{rec['compile_s']:.3f} s" if rec["compile_s"] is not None else "compile time unknown"
+    print(f"build {rec['workload_id']}: {hit}, {rec['compiler']}, {took} -> {args.out}")
+    if rec.get("recompilation_flag"):
+        print(f"warning: {rec['recompilation_flag']}")
 
 
 def cmd_capture(args) -> None:

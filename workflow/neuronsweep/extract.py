@@ -69,7 +69,8 @@ def compute(summary: dict, capture: dict | None, build: dict | None) -> dict:
     m["latency_n"] = lat.get("n")
     m["threads"] = capture.get("threads")
     if not lat:
-        notes["latency_median_s"] = f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
+        notes["latency_median_s"] = capture.get("latency_note") or \
+            f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
     m["recompiles_during_timing"] = lat.get("recompiles_during_timing")
     if m["recompiles_during_timing"] is None:
         notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
@@ -85,9 +86,20 @@ def compute(summary: dict, capture: dict | None, build: dict | None) -> dict:
             m[key] = None
             notes[key] = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
     m["compile_s"] = build.get("compile_s")
+    m["compile_count"] = build.get("compile_count")
     m["cache_hit"] = build.get("cache", {}).get("hit")
     if not build:
         notes["compile_s"] = notes["cache_hit"] = "no build.json given"
+    elif m["compile_s"] is None:
+        notes["compile_s"] = build.get("compile_s_source") or "the build did not time its compile"
+    if m["compile_count"] is None:
+        notes["compile_count"] = f"the {build.get('compiler', backend)} build does not count compiles"
+    signals = [s for s in (build.get("recompiled_on_second_call"),
+                           None if m["recompiles_during_timing"] is None else m["recompiles_during_timing"] > 0)
+               if s is not None]
+    m["recompilation_detected"] = any(signals) if signals else None
+    if not signals:
+        notes["recompilation_detected"] = f"the {backend} backend has no compile counter or repeated-call check"
     m["single_io"] = capture.get("single_io")
     if m["single_io"] is None:
         notes["single_io"] = "only neuron captures have a --single-io mode"

@@ -51,8 +51,8 @@ except UserError as exc:
     raise WorkflowError(str(exc)) from None
 logger.info(BACKEND_REASON)
 
-PLAN = make_plan(CONFIG)
-PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend": BACKEND, "backend_reason": BACKEND_REASON}, separators=(",", ":"))
+PLAN = make_plan(CONFIG, BACKEND)
+PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON}, separators=(",", ":"))
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 ARTIFACT = backends.ARTIFACTS[BACKEND]

@@ -151,44 +151,84 @@ def compile_env(options: dict, compile_cache: Path) -> dict:
     return env
 
 
+def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
+    """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile."""
+    compile_cache = entry / "neuron-compile-cache"
+    shutil.rmtree(compile_cache, ignore_errors=True)
+    compile_cache.mkdir(parents=True)
+    workdir = out_dir.resolve() / "xla"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
+    result = xla_program(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs)
+    neff, candidates = _attribute(result, spec)
+    return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
+            "compile_count": result["compile"]["count"],
+            "compile_s_source": "torch_xla.debug.metrics CompileTime", "capture_inputs": None}
+
+
+def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
+    """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
+    from ..kernels.nki_matmul import supported
+
+    why = supported(spec)
+    if why:
+        raise UserError(f"case {workload_id(spec)}: the NKI matmul kernel does not handle this shape ({why}); "
+                        "use impl: compiler for it.")
+    workdir = out_dir.resolve() / "nki"
+    shutil.rmtree(workdir, ignore_errors=True)
+    artifacts = workdir / "artifacts"
+    artifacts.mkdir(parents=True)
+    env = tool_env()
+    env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options.get("target", "trn1"),
+                "NEURON_CC_FLAGS": cc_flags(options)})
+    argv = [sys.executable, "-m", "neuronsweep.backends.nki_program", "--spec", json.dumps(spec),
+            "--out", str(workdir / "nki_result.json"), "--inputs-dir", str(entry / "inputs")]
+    proc = _run(argv, "NKI program", cwd=workdir, env=env)
+    (workdir / "nki_program.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise UserError(f"case {workload_id(spec)}: the NKI kernel run exited {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (log: {workdir / 'nki_program.log'}).")
+    result = json.loads((workdir / "nki_result.json").read_text())
+    if len(result["neffs"]) != 1:
+        raise UserError(f"case {workload_id(spec)}: expected one NEFF from the NKI kernel, found "
+                        f"{result['neffs'] or 'none'} under {artifacts}.")
+    return {"neff_source": result["neffs"][0], "candidates": [{"path": p, "phase": "kernel"} for p in result["neffs"]],
+            "compile_s": result["compile_s"], "compile_count": None, "compile_s_source": result["compile_s_source"],
+            "nki_api": result["api"], "recompiled_on_second_call": result["recompiled_on_second_call"],
+            "max_abs_error_vs_numpy": result.get("max_abs_error_vs_numpy"),
+            "benchmark_us": result.get("benchmark_us"), "capture_inputs": result["inputs"]}
+
+
 def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
     versions = package_versions()
     flags = cc_flags(options)
+    nki_impl = spec.get("impl") == "nki"
     key = cache_key({"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options.get("xla_debug")),
                      "versions": versions, "format": ARTIFACT_FORMAT})
     entry = cache.entry(key)
-    compile_cache = entry / "neuron-compile-cache"  # per workload: its NEFF is never confused with another's
     dest = out_dir / ARTIFACT
     meta = cache.fetch(key, ARTIFACT, dest)
-    record = {"toolchain": versions, "compiler": "neuronx-cc via torch-xla", "artifact_format": ARTIFACT_FORMAT,
-              "cc_flags": flags, "target": options.get("target", "trn1"),
-              "env": {"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": flags,
-                      "NEURON_COMPILE_CACHE_URL": str(compile_cache),
-                      **({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"} if options.get("xla_debug") else {})},
-              "compile_cache": str(compile_cache), "capture_inputs": None,
-              "capture_inputs_note": "zero-filled by the profiler (--ignore-exec-errors)"}
-    if meta is None:
-        shutil.rmtree(compile_cache, ignore_errors=True)  # a fresh compile, so attribution sees it happen
-        compile_cache.mkdir(parents=True)
-        workdir = out_dir.resolve() / "xla"
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-        globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-        result = xla_program(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs)
-        neff, candidates = _attribute(result, spec)
-        shutil.copyfile(neff, dest)
-        meta = {"workload_id": workload_id(spec), "compile_s": result["compile"]["seconds"],
-                "compile_count": result["compile"]["count"], "neff_source": neff, "candidates": candidates,
-                "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    hit = meta is not None
+    if not hit:
+        made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, options, entry)
+        shutil.copyfile(made["neff_source"], dest)
+        meta = {**made, "workload_id": workload_id(spec), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         cache.store(key, dest, meta)
-        hit = False
-    else:
-        hit = True
-    return {**record, "compile_s": meta["compile_s"], "compile_count": meta["compile_count"],
-            "compile_s_source": "torch_xla.debug.metrics CompileTime" if not hit
-            else f"cache entry compiled {meta['exported_at']}",
-            "neff_source": meta["neff_source"], "candidates": meta["candidates"],
-            "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(entry)}}
+    env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"} if nki_impl else \
+        {k: v for k, v in compile_env(options, entry / "neuron-compile-cache").items()
+         if k.startswith(("NEURON_FRAMEWORK_DEBUG", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "XLA_"))}
+    recompiles = meta.get("recompiled_on_second_call")
+    return {
+        "toolchain": versions, "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
+        "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options.get("target", "trn1"),
+        "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
+        **{k: v for k, v in meta.items() if k not in ("workload_id", "exported_at")},
+        "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry compiled {meta['exported_at']}",
+        "recompilation_flag": "the kernel recompiled on a repeated call with the same inputs: every framework "
+                              "call pays compile time (seed 002's @nki.jit trap)" if recompiles else None,
+        "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(entry)},
+    }
 
 
 # -------------------------------------------------------------------------------------- capture
@@ -282,7 +322,11 @@ def framework_timing(build_record: dict, settings: dict, workdir: Path) -> dict:
 
 def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:
     record = capture_neff(build_dir / ARTIFACT, out_dir, settings, build_record.get("capture_inputs"))
-    record["latency"] = framework_timing(build_record, settings, out_dir / "framework")
+    if build_record["spec"].get("impl") == "nki":
+        record["latency"] = None
+        record["latency_note"] = "NKI kernels run outside a framework here; their device time is in the profile"
+    else:
+        record["latency"] = framework_timing(build_record, settings, out_dir / "framework")
     record["threads"] = None
     return record
 

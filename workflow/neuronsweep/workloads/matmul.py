@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 
-def spec(m: int, k: int, n: int, dtype: str) -> dict:
-    return {"kind": "matmul", "m": int(m), "k": int(k), "n": int(n), "dtype": dtype}
+def spec(m: int, k: int, n: int, dtype: str, impl: str = "compiler") -> dict:
+    """The canonical spec; `impl` appears only for the NKI kernel, so compiler specs stay as they were."""
+    s = {"kind": "matmul", "m": int(m), "k": int(k), "n": int(n), "dtype": dtype}
+    if impl != "compiler":
+        s["impl"] = impl
+    return s
 
 
 def workload_id(s: dict) -> str:
-    return f"matmul-m{s['m']}-k{s['k']}-n{s['n']}-{s['dtype']}"
+    suffix = f"-{s['impl']}" if s.get("impl") else ""
+    return f"matmul-m{s['m']}-k{s['k']}-n{s['n']}-{s['dtype']}{suffix}"
+
+
+def unsupported(s: dict, backend: str) -> str | None:
+    """Why `backend` cannot run this workload, or None."""
+    if s.get("impl") == "nki":
+        if backend != "neuron":
+            return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
+        from ..kernels.nki_matmul import supported
+
+        why = supported(s)
+        return f"the NKI matmul kernel does not handle this shape: {why}" if why else None
+    return None
 
 
 def flops(s: dict) -> int:

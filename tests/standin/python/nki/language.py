@@ -1,0 +1,1 @@
+"""nki.language double: empty; the kernel body never runs under the stand-in."""

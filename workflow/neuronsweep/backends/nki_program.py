@@ -1,0 +1,106 @@
+"""The NKI side of a neuron build, run in a child process (NKI_ARTIFACTS_DIR must be set before
+`nki` is imported).
+
+standalone nki (>= 0.2, SDK 2.28+): call the @nki.jit kernel twice on the same inputs; the NEFF is
+  written under NKI_ARTIFACTS_DIR. If the second call rewrites it, the kernel recompiles on every
+  call (the @nki.jit trap seed 002 diagnosed by hand: 4 s "latency" that was all compilation).
+legacy neuronxcc.nki (SDK <= 2.27): nki.benchmark(save_neff_name=...) writes the NEFF and gives
+  neuron-bench latency percentiles.
+Inputs are saved under the kernel's argument names (.npy; raw .bin for bf16, which .npy cannot
+hold) so `capture` can feed them to the NEFF by name.
+    python -m neuronsweep.backends.nki_program --spec JSON --out result.json --inputs-dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _inputs(spec: dict, inputs_dir: Path):
+    import numpy as np
+
+    from ..kernels.nki_matmul import ARG_NAMES
+
+    rng = np.random.default_rng(0)
+    m, k, n = spec["m"], spec["k"], spec["n"]
+    arrays = {"lhsT": rng.standard_normal((k, m), dtype=np.float32),
+              "rhs": rng.standard_normal((k, n), dtype=np.float32)}
+    if spec["dtype"] == "fp16":
+        arrays = {name: a.astype(np.float16) for name, a in arrays.items()}
+    elif spec["dtype"] == "bf16":
+        import ml_dtypes  # ships with the Neuron SDK's jax/nki stacks
+
+        arrays = {name: a.astype(ml_dtypes.bfloat16) for name, a in arrays.items()}
+    inputs_dir.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for name in ARG_NAMES:
+        if spec["dtype"] == "bf16":
+            path = inputs_dir / f"{name}.bin"
+            arrays[name].tofile(path)
+        else:
+            path = inputs_dir / f"{name}.npy"
+            np.save(path, arrays[name])
+        saved.append([name, str(path)])
+    return arrays, saved
+
+
+def _neffs(root: str) -> dict[str, tuple[int, str]]:
+    return {p: (os.stat(p).st_mtime_ns, hashlib.sha256(Path(p).read_bytes()).hexdigest())
+            for p in glob.glob(os.path.join(root, "**", "*.neff"), recursive=True)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--inputs-dir", required=True)
+    args = ap.parse_args(argv)
+    spec = json.loads(args.spec)
+
+    import numpy as np
+
+    from ..kernels.nki_matmul import load_nki, make_kernel
+
+    nki, _, _, api = load_nki()
+    arrays, saved = _inputs(spec, Path(args.inputs_dir))
+    reference = arrays["lhsT"].astype(np.float32).T @ arrays["rhs"].astype(np.float32)
+    result = {"api": api, "inputs": saved}
+    if api == "nki":
+        root = os.environ["NKI_ARTIFACTS_DIR"]
+        kernel = make_kernel()
+        calls, out = [], None
+        for _ in range(2):
+            t0 = time.perf_counter()
+            out = kernel(arrays["lhsT"], arrays["rhs"])
+            calls.append({"wall_s": time.perf_counter() - t0, "neffs": _neffs(root)})
+        first, second = calls[0]["neffs"], calls[1]["neffs"]
+        recompiled = any(second[p][0] != first.get(p, (None,))[0] for p in second)
+        result.update(
+            neffs=sorted(second), calls=[c["wall_s"] for c in calls], recompiled_on_second_call=recompiled,
+            compile_s=None if recompiled else calls[0]["wall_s"] - calls[1]["wall_s"],
+            compile_s_source="recompiled on every call: compile and run cannot be separated" if recompiled
+            else "first call minus second (cached) call, wall clock")
+    else:
+        neff = str(Path(args.inputs_dir).parent / "kernel.neff")
+        bench = make_kernel(nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
+        t0 = time.perf_counter()
+        out = bench(arrays["lhsT"], arrays["rhs"])
+        latency = bench.benchmark_result.nc_latency
+        result.update(neffs=[neff], calls=[time.perf_counter() - t0], recompiled_on_second_call=None,
+                      compile_s=None, compile_s_source="nki.benchmark compiles and runs in one call",
+                      benchmark_us={f"p{p}": latency.get_latency_percentile(p) for p in (0, 50, 90, 99, 100)})
+    if out is not None:
+        err = float(np.max(np.abs(np.asarray(out, dtype=np.float32) - reference)))
+        result["max_abs_error_vs_numpy"] = err
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
