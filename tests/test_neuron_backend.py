@@ -216,3 +216,16 @@ def test_nki_on_cpu_is_unsupported_with_a_reason(tmp_path):
     row = table.loc["matmul-m16-k16-n16-fp32-nki"]
     assert row["status"] == "unsupported" and "NKI kernels need a Neuron device" in row["reason"]
     assert table.loc["matmul-m16-k16-n16-fp32", "status"] == "ok"
+
+
+def test_legacy_neuronxcc_nki_benchmark_route(tmp_path):
+    from conftest import STANDIN
+
+    cfg = nki_config(tmp_path)
+    cfg["suites"]["matmul"]["impl"] = ["nki"]
+    env = {**standin_env(tmp_path), "PYTHONPATH": str(STANDIN / "python-legacy")}  # no standalone `nki`
+    snakemake(tmp_path, config=cfg, env=env)
+    build = json.loads((wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki") / "build" / "build.json").read_text())
+    assert build["nki_api"] == "neuronxcc.nki"
+    assert build["neff_source"].endswith("/nki/artifacts/kernel.neff")
+    assert build["benchmark_us"]["p50"] > 0 and build["compile_s"] is None

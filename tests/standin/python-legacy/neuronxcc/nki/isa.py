@@ -1,0 +1,1 @@
+"""neuronxcc.nki.isa double: empty."""

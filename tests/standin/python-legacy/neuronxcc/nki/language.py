@@ -1,0 +1,1 @@
+"""neuronxcc.nki.language double: empty."""
