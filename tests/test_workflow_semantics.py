@@ -59,7 +59,9 @@ def test_one_metrics_target_builds_one_case_alone(tmp_path):
 
     target = f"results/t/cpu/workloads/{WIDS[1]}/metrics.json"
     run = snakemake(tmp_path, target, config=tiny_config(tmp_path))
-    assert sorted(run.jobs) == sorted([[s, WIDS[1]] for s in ("build", "capture", "view", "extract")])
+    # the host calibration is the cpu roofline's input: measured once per run folder (cached per machine)
+    assert sorted(run.jobs) == sorted([[s, WIDS[1]] for s in ("build", "capture", "view", "extract")]
+                                      + [["calibrate", None]])
     assert not workload(tmp_path, WIDS[0]).exists()
     assert not (tmp_path / "results" / "t" / "summary.csv").exists()
 
@@ -110,7 +112,7 @@ def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
     from conftest import tiny_config
 
     run = snakemake(tmp_path, "-n", config=tiny_config(tmp_path))
-    assert run.rules == sorted(["aggregate", "plan"] + [s for s in ("build", "capture", "view", "extract")] * 2)
+    assert run.rules == sorted(["aggregate", "calibrate", "plan"] + ["build", "capture", "view", "extract"] * 2)
     captures = run.output.split("rule capture:")[1:]
     assert len(captures) == 2 and all("neuron_device=1" in block.split("\n\n")[0] for block in captures)
     assert not (tmp_path / "results").exists()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from .atomic import read_json, replacing
+from .errors import ERROR_PREFIX
 
 STAGES = ("build", "capture", "view", "extract")
-ERROR_PREFIX = "neuronsweep: error: "
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
 
 
@@ -51,7 +51,25 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
     return out
 
 
-def run(plan_json: Path, out: Path) -> pd.DataFrame:
+def targets_table(plan: dict) -> pd.DataFrame:
+    """Every planned workload on every Neuron target: tile model and ideal times (analytic)."""
+    from .analysis import roofline
+    from .workloads import DTYPE_BYTES, kind_of
+
+    rows = []
+    for wid, spec in {**plan["workloads"]}.items():
+        kind = kind_of(spec)
+        flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+        for name in ("trn1", "inf2", "trn2"):
+            t = roofline.TARGETS[name]
+            rows.append({"workload_id": wid, "target": name, "dtype": spec["dtype"], "flops": flops,
+                         "min_bytes": nbytes, **roofline.tiles(kind.gemms(spec)),
+                         **roofline.roofline(flops, nbytes, t.peak_flops(spec["dtype"]), t.hbm_bytes_per_s, None)})
+    table = pd.DataFrame(rows)
+    return table.drop(columns=["roofline_efficiency_pct"]) if len(table) else table
+
+
+def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataFrame:
     """Aggregate the run described by plan.json; metrics are read from <plan dir>/<backend>/workloads/."""
     plan = read_json(plan_json)
     workloads_dir = plan_json.parent / plan["backend"] / "workloads"
@@ -60,4 +78,7 @@ def run(plan_json: Path, out: Path) -> pd.DataFrame:
     table = table[cols]
     with replacing(out) as tmp:
         table.to_csv(tmp, index=False)
+    if targets_out:
+        with replacing(targets_out) as tmp:
+            targets_table(plan).to_csv(tmp, index=False)
     return table

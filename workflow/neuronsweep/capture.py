@@ -11,10 +11,10 @@ from pathlib import Path
 
 from . import backends, devicelock
 from .atomic import read_json, write_json
+from .devicelock import DEFAULT_LOCK
 from .errors import UserError
 from .records import stage_record
 
-DEFAULT_LOCK = "/tmp/neuron-sweep-device.lock"
 
 
 def _check(settings: dict) -> None:

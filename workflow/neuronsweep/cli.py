@@ -9,10 +9,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import __version__, aggregate, backends, build, capture, config, extract, plan, view
-from .aggregate import ERROR_PREFIX
-from .errors import UserError
+from . import __version__, backends, config
+from .devicelock import DEFAULT_LOCK
+from .errors import ERROR_PREFIX, UserError
 from .workloads import workload_id
+
+# Stage modules are imported inside their commands: every job starts a fresh `neuronsweep`, and
+# pandas (aggregate) or perfetto (view) would add most of a second to each of them.
 
 
 def _spec(text: str) -> dict:
@@ -27,6 +30,8 @@ def _spec(text: str) -> dict:
 
 def planned(config_path: str) -> dict:
     """The plan of a config file as written to results/<run>/plan.json, backend resolved."""
+    from . import plan
+
     cfg = config.load(config_path)
     name, why = backends.resolve(cfg["backend"])
     return {**plan.make_plan(cfg, name).to_dict(), "backend_reason": why}
@@ -57,6 +62,8 @@ def _options(text: str) -> dict:
 
 
 def cmd_build(args) -> None:
+    from . import build
+
     rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, _options(args.options))
     hit = "cache hit" if rec["cache"]["hit"] else "compiled"
     took = f"{rec['compile_s']:.3f} s" if rec["compile_s"] is not None else "compile time unknown"
@@ -66,6 +73,8 @@ def cmd_build(args) -> None:
 
 
 def cmd_capture(args) -> None:
+    from . import capture
+
     settings = {**_options(args.options), "warmup": args.warmup, "iterations": args.iterations,
                 "num_exec": args.num_exec, "nth_exec": args.nth_exec, "threads": args.threads,
                 "attempt": args.attempt, "single_io": args.single_io, "device_lock": args.device_lock}
@@ -80,6 +89,8 @@ def cmd_capture(args) -> None:
 
 
 def cmd_view(args) -> None:
+    from . import view
+
     options = _options(args.options)
     if args.capture:
         rec = view.run(Path(args.capture), Path(args.out), options)
@@ -91,10 +102,23 @@ def cmd_view(args) -> None:
 
 
 def cmd_extract(args) -> None:
+    from . import extract
+
     opt = lambda p: Path(p) if p else None  # noqa: E731
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
-                    opt(args.profile_json))
+                    opt(args.profile_json), opt(args.calibration))
     print(f"extract {m['workload_id']}: {len(m['notes'])} metrics null (reasons in notes) -> {args.out}")
+
+
+def cmd_calibrate(args) -> None:
+    from .atomic import write_json
+    from .backends import cpu
+
+    rec = cpu.calibrate(args.threads, args.cache_dir)
+    write_json(args.out, rec)
+    peaks = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in rec["peak_flops_per_s"].items())
+    print(f"calibrate ({'cached' if rec['cache_hit'] else 'measured'}, {args.threads} threads): {peaks}, "
+          f"copy {rec['peak_bytes_per_s'] / 1e9:.1f} GB/s -> {args.out}")
 
 
 def cmd_doctor(args) -> None:
@@ -104,7 +128,9 @@ def cmd_doctor(args) -> None:
 
 
 def cmd_aggregate(args) -> None:
-    table = aggregate.run(Path(args.plan), Path(args.out))
+    from . import aggregate
+
+    table = aggregate.run(Path(args.plan), Path(args.out), Path(args.targets_out) if args.targets_out else None)
     counts = table["status"].value_counts().to_dict()
     print(f"aggregate: {len(table)} scenarios {counts} -> {args.out}")
     for _, row in table[table["status"] != "ok"].iterrows():
@@ -140,7 +166,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=backends.default_threads())
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
-    p.add_argument("--device-lock", default=capture.DEFAULT_LOCK, help="OS lock file held during the capture")
+    p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock file held during the capture")
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
     p.set_defaults(func=cmd_capture)
 
@@ -157,8 +183,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-json", help="legacy full-profile JSON (streamed) for fields the summary lacks")
     p.add_argument("--capture-json")
     p.add_argument("--build-json")
+    p.add_argument("--calibration", help="cpu: the host's measured peaks (neuronsweep calibrate) for the roofline")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=backends.default_threads())
+    p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")
     p.add_argument("--config", default="config/config.yaml")
@@ -167,6 +200,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("aggregate", help="one summary.csv row per scenario, failures with their reason")
     p.add_argument("--plan", required=True, help="results/<run>/plan.json")
     p.add_argument("--out", required=True)
+    p.add_argument("--targets-out", help="also write the tile model and ideal times of every workload on trn1, inf2, trn2")
     p.set_defaults(func=cmd_aggregate)
     return ap
 

@@ -19,21 +19,31 @@ from .errors import UserError
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
 
-def _with_defaults(base):
+def _default(sub: dict, root: dict):
+    """A property's default, also through a local "#/$defs/..." reference."""
+    if "default" in sub:
+        return True, sub["default"]
+    ref = sub.get("$ref", "")
+    if ref.startswith("#/$defs/"):
+        target = root["$defs"][ref.split("/")[-1]]
+        if "default" in target:
+            return True, target["default"]
+    return False, None
+
+
+def _with_defaults(base, root: dict):
     """A validator class that also writes each property's schema default into the instance."""
     validate_properties = base.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for key, sub in properties.items():
-                if "default" in sub and key not in instance:
-                    instance[key] = copy.deepcopy(sub["default"])
+                has, value = _default(sub, root)
+                if has and key not in instance:
+                    instance[key] = copy.deepcopy(value)
         yield from validate_properties(validator, properties, instance, schema)
 
     return validators.extend(base, {"properties": set_defaults})
-
-
-_Validator = _with_defaults(Draft202012Validator)
 
 
 def load_schema() -> dict:
@@ -81,7 +91,8 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     if not isinstance(config, dict):
         raise UserError(f"{source}: the config must be a mapping of keys to values, not {type(config).__name__}.")
     cfg = copy.deepcopy(config)
-    validator = _Validator(load_schema())
+    schema = load_schema()
+    validator = _with_defaults(Draft202012Validator, schema)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise UserError(_sentence(errors[0], source))

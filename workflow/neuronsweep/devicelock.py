@@ -8,6 +8,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+DEFAULT_LOCK = "/tmp/neuron-sweep-device.lock"  # also the config schema's default
+
 
 @contextmanager
 def held(path: str | Path):

@@ -3,3 +3,6 @@
 
 class UserError(Exception):
     """Bad input or a failed case: the message says what, where (file, key, case) and how to fix it."""
+
+
+ERROR_PREFIX = "neuronsweep: error: "  # the line aggregate looks for in a failed stage's log

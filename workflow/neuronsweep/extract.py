@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .analysis import neuron_summary
+from .analysis import neuron_summary, roofline
 from .atomic import read_json, write_json
 from .backends import DEVICE_COUNTERS_MISSING
 from .records import stage_record
@@ -45,8 +45,9 @@ def _ratio(num, den):
     return num / den if num is not None and den else None
 
 
-def compute(summary: dict, capture: dict | None, build: dict | None) -> dict:
-    """metrics.json from a view summary plus, when known, the capture and build records."""
+def compute(summary: dict, capture: dict | None, build: dict | None, calibration: dict | None = None) -> dict:
+    """metrics.json from a view summary plus, when known, the capture and build records and (cpu) the
+    host calibration."""
     capture, build = capture or {}, build or {}
     spec = build.get("spec") or capture.get("spec")
     backend = build.get("backend") or capture.get("backend") or "neuron"
@@ -81,8 +82,13 @@ def compute(summary: dict, capture: dict | None, build: dict | None) -> dict:
         m.update(flops=flops, achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),
                  profile_flops_per_s=_ratio(flops, m["profile_total_time_s"]), min_bytes=min_bytes,
                  arithmetic_intensity_flops_per_byte=flops / min_bytes)
+        m.update(roofline.tiles(kind.gemms(spec)))
+        for key in ("tiles_m", "tiles_k", "tiles_n"):
+            if m[key] is None:
+                notes[key] = f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+        m.update(_roofline(m, spec, backend, build, calibration, notes))
     else:
-        for key in ANALYTIC:
+        for key in ANALYTIC + ROOFLINE:
             m[key] = None
             notes[key] = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
     m["compile_s"] = build.get("compile_s")
@@ -108,7 +114,35 @@ def compute(summary: dict, capture: dict | None, build: dict | None) -> dict:
     return m
 
 
-ANALYTIC = ("flops", "achieved_flops_per_s", "profile_flops_per_s", "min_bytes", "arithmetic_intensity_flops_per_byte")
+ANALYTIC = ("flops", "achieved_flops_per_s", "profile_flops_per_s", "min_bytes", "arithmetic_intensity_flops_per_byte",
+            "tiles_m", "tiles_k", "tiles_n", "tiles_total", "tile_utilization_pct")
+ROOFLINE = ("peak_flops_per_s", "peak_bytes_per_s", "peak_source", "ideal_compute_s", "ideal_memory_s",
+            "ridge_flops_per_byte", "roofline_bound", "roofline_time_s", "roofline_efficiency_pct")
+
+
+def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict | None, notes: dict) -> dict:
+    """Peaks of the platform that ran it (Neuron target table, or the host's calibration) and where the
+    measurement sits against them. Measured time: device busy time on neuron (total_time also holds
+    about 2 ms of start-up per execution on real trn1 profiles), framework median on cpu."""
+    if backend == "neuron":
+        target = roofline.TARGETS[build.get("target", "trn1")]
+        peak_f, peak_b, source = target.peak_flops(spec["dtype"]), target.hbm_bytes_per_s, target.source
+        measured, basis = m["profile_active_time_s"], "profile_active_time_s"
+    elif calibration and calibration["peak_flops_per_s"].get(spec["dtype"]):
+        peak_f, peak_b = calibration["peak_flops_per_s"][spec["dtype"]], calibration["peak_bytes_per_s"]
+        source = f"measured on this host: {calibration['method']} ({calibration['measured_at']})"
+        measured, basis = m["latency_median_s"], "latency_median_s"
+    else:
+        why = "no host calibration given (neuronsweep calibrate)" if not calibration else \
+            f"the host calibration has no {spec['dtype']} peak"
+        for key in ROOFLINE:
+            notes[key] = why
+        return dict.fromkeys(ROOFLINE)
+    out = {"peak_flops_per_s": peak_f, "peak_bytes_per_s": peak_b, "peak_source": source,
+           **roofline.roofline(m["flops"], m["min_bytes"], peak_f, peak_b, measured), "roofline_time_s": measured}
+    if measured is None:
+        notes["roofline_efficiency_pct"] = f"no {basis} was measured"
+    return out
 
 
 def summary_from_profile_json(path: Path) -> dict:
@@ -122,15 +156,16 @@ def summary_from_profile_json(path: Path) -> dict:
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
-        profile_json: Path | None = None) -> dict:
+        profile_json: Path | None = None, calibration_json: Path | None = None) -> dict:
     started = time.time()
     summary = neuron_summary.load(summary_json)
     if profile_json:  # fields summary-json lacks, from the full profile's own summary
         summary = {**summary_from_profile_json(profile_json), **summary}
     capture = read_json(capture_json) if capture_json else None
     build = read_json(build_json) if build_json else None
-    metrics = compute(summary, capture, build)
-    sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json) if p]
+    calibration = read_json(calibration_json) if calibration_json else None
+    metrics = compute(summary, capture, build, calibration)
+    sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     metrics["provenance"] = stage_record("extract", started, sources=sources)
     write_json(out, metrics)
     return metrics

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass, field
 
-from .workloads import kind_of, matmul, workload_id
+from .errors import UserError
+from .workloads import loops, matmul, mlp, unsupported, workload_id
 
 
 @dataclass(frozen=True)
@@ -55,22 +56,98 @@ def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
-SUITES = {"matmul": _matmul_scenarios}
+def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    """Each dim in `vary` set to boundary*multiple+offset, the others at `base` (seed 001's tiling mode)."""
+    out = []
+    for dim, boundary, multiple, offset, dtype in itertools.product(
+            suite["vary"], suite["boundaries"], suite["multiples"], suite["offsets"], suite["dtype"]):
+        value = boundary * multiple + offset
+        if value < 1:
+            continue
+        shape = {**suite["base"], dim: value}
+        spec = matmul.spec(dtype=dtype, **shape)
+        labels = {**shape, "dtype": dtype, "dim": dim, "value": value, "boundary": boundary,
+                  "multiple": multiple, "offset": offset}
+        out.append((Scenario(id=f"tiling-{dim}{value}-{dtype}", suite="tiling", workload_id=workload_id(spec),
+                             labels=labels), spec))
+    return out
+
+
+def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
+    """(K, N) of one projection: the GEMM is [M, K] @ [K, N]."""
+    h, i = model["hidden"], model["intermediate"]
+    if projection in ("ffn_up", "ffn_gate"):
+        return h, i
+    if projection == "ffn_down":
+        return i, h
+    if projection == "o":
+        return h, h
+    if "heads" not in model or "kv_heads" not in model:
+        raise UserError(f"config key 'suites.llm.models' ({model['name']}): projection qkv needs 'heads' and "
+                        "'kv_heads'; add them or drop qkv from projections.")
+    return h, h + 2 * model["kv_heads"] * (h // model["heads"])
+
+
+def _llm_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    """Prefill M = batch*seq for every bucket; decode M = batch (one new token per sequence)."""
+    out = []
+    for model, phase, proj, dtype in itertools.product(suite["models"], suite["phases"], suite["projections"],
+                                                       suite["dtype"]):
+        k, n = llm_gemm(model, proj)
+        buckets = [(b, s) for b in suite["batch"] for s in suite["seq"]] if phase == "prefill" \
+            else [(b, None) for b in suite["batch"]]
+        for b, s in buckets:
+            m = b * s if phase == "prefill" else b
+            spec = matmul.spec(m=m, k=k, n=n, dtype=dtype)
+            bucket = f"b{b}-s{s}" if s else f"b{b}"
+            labels = {"model": model["name"], "phase": phase, "batch": b, "seq": s, "projection": proj,
+                      "m": m, "k": k, "n": n, "dtype": dtype}
+            out.append((Scenario(id=f"llm-{model['name']}-{phase}-{bucket}-{proj}-{dtype}", suite="llm",
+                                 workload_id=workload_id(spec), labels=labels), spec))
+    return out
+
+
+def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    out = []
+    for cfg, dtype, impl in itertools.product(suite["configs"], suite["dtype"], suite["impl"]):
+        spec = mlp.spec(dtype=dtype, impl=impl, **cfg)
+        wid = workload_id(spec)
+        out.append((Scenario(id=wid, suite="mlp", workload_id=wid, labels={**cfg, "dtype": dtype, "impl": impl}),
+                    spec))
+    return out
+
+
+def _loops_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    out = []
+    for (size, factor), pattern, dtype in itertools.product(suite["sizes"].items(), suite["patterns"],
+                                                           suite["dtype"]):
+        steps = suite["steps"] * factor
+        spec = loops.spec(pattern, steps, suite["batch"], suite["features"], dtype)
+        labels = {"size": size, "pattern": pattern, "steps": steps, "batch": suite["batch"],
+                  "features": suite["features"], "dtype": dtype}
+        out.append((Scenario(id=f"loops-{size}-{pattern}-{dtype}", suite="loops", workload_id=workload_id(spec),
+                             labels=labels), spec))
+    return out
+
+
+SUITES = {"matmul": _matmul_scenarios, "tiling": _tiling_scenarios, "llm": _llm_scenarios,
+          "mlp": _mlp_scenarios, "loops": _loops_scenarios}
+
 
 
 def make_plan(config: dict, backend: str) -> Plan:
     """Plan a validated config (see config.validate) for the backend that will run it."""
     scenarios: dict[str, Scenario] = {}
     workloads: dict[str, dict] = {}
-    unsupported: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for suite_name, suite in config["suites"].items():
         for sc, spec in SUITES[suite_name](suite):
             scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
-            why = kind_of(spec).unsupported(spec, backend)
+            why = unsupported(spec, backend)
             if why:
-                unsupported[sc.workload_id] = why
+                skipped[sc.workload_id] = why
             else:
                 workloads[sc.workload_id] = spec
     ordered = sorted(scenarios.values(), key=lambda s: (s.suite, s.id))
     return Plan(run=config["run"], backend=backend, scenarios=ordered, workloads=dict(sorted(workloads.items())),
-                unsupported=dict(sorted(unsupported.items())))
+                unsupported=dict(sorted(skipped.items())))

@@ -11,15 +11,18 @@ rule plan:
 
 
 rule aggregate:
-    """One summary.csv row per scenario, with a status column."""
+    """One summary.csv row per scenario, with a status column; roofline_targets.csv puts every
+    workload on trn1, inf2 and trn2 (tile counts, ideal compute and memory time, the bound)."""
     input:
         plan=rules.plan.output[0],
         metrics=expand(f"{WORKLOAD}/metrics.json", wid=PLAN.workloads),
     output:
-        SUMMARY,
+        summary=SUMMARY,
+        targets=f"{RUN}/roofline_targets.csv",
     log:
         f"{RUN}/logs/aggregate.log",
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
-        "neuronsweep aggregate --plan {input.plan:q} --out {output:q} 2>&1 | tee {log:q}"
+        "neuronsweep aggregate --plan {input.plan:q} --out {output.summary:q} --targets-out {output.targets:q} "
+        "2>&1 | tee {log:q}"

@@ -35,3 +35,19 @@ rule capture:
         "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
         "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} --options {params.options:q} "
         "> {log:q} 2>&1"
+
+
+rule calibrate:
+    """cpu: the host's measured peak FLOP/s per dtype and copy bandwidth, the roofline's ceiling.
+    Cached per machine in the compile cache, so it is measured once per host and thread count."""
+    output:
+        CALIBRATION,
+    threads: workflow.cores
+    resources:
+        neuron_device=1,
+    log:
+        f"{RUN}/logs/calibrate.log",
+    conda:
+        "../../envs/neuronsweep.yaml"
+    shell:
+        "neuronsweep calibrate --threads {threads} --cache-dir {CACHE_DIR:q} --out {output:q} > {log:q} 2>&1"

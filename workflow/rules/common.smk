@@ -75,6 +75,7 @@ DEVICE_LOCK = CAPTURE["device_lock"]
 
 RUN = f"results/{CONFIG['run']}"
 SUMMARY = f"{RUN}/summary.csv"
+CALIBRATION = f"{RUN}/cpu/calibration.json"
 WORKLOAD = f"{RUN}/{BACKEND}/workloads/{{wid}}"  # one folder per workload: build/ capture/ view/ metrics.json logs/
 
 

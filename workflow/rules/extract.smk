@@ -5,14 +5,16 @@ rule extract:
         capture=rules.capture.output.record,
         build=rules.build.output.record,
         **({"profile_json": f"{WORKLOAD}/view/profile.json"} if HAS_PROFILE_JSON else {}),
+        **({"calibration": CALIBRATION} if not ON_NEURON else {}),
     output:
         f"{WORKLOAD}/metrics.json",
     params:
         profile_json=lambda wildcards, input: f"--profile-json {input.profile_json}" if HAS_PROFILE_JSON else "",
+        calibration=lambda wildcards, input: "" if ON_NEURON else f"--calibration {input.calibration}",
     log:
         f"{WORKLOAD}/logs/extract.log",
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep extract --summary-json {input.summary:q} --capture-json {input.capture:q} "
-        "--build-json {input.build:q} {params.profile_json} --out {output:q} > {log:q} 2>&1"
+        "--build-json {input.build:q} {params.profile_json} {params.calibration} --out {output:q} > {log:q} 2>&1"

@@ -9,6 +9,7 @@ view    Chrome trace -> .pftrace, and a summary with the Neuron summary's field 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from .. import pftrace
 from ..analysis.intervals import union_length
-from ..atomic import replacing
+from ..atomic import replacing, write_json
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..stats import latency_stats
@@ -57,7 +58,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
         dtype = _torch_dtype(torch, spec["dtype"])
         example = tuple(torch.empty(shapes[n], dtype=dtype, device="meta") for n in kind.input_names(spec))
         t0 = time.perf_counter()
-        program = torch.export.export(kind.torch_module(), example)
+        program = torch.export.export(kind.torch_module(spec), example)
         export_s = time.perf_counter() - t0
         with replacing(dest) as tmp:
             torch.export.save(program, str(tmp))
@@ -167,3 +168,43 @@ def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) 
     trace = json.loads((capture_dir / TRACE).read_text())
     counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
     return {"summary": summarize_trace(trace, capture_record), "pftrace": "trace.pftrace", "pftrace_counts": counts}
+
+
+CALIBRATION_FORMAT = "gemm 2048^3 best-of-5 + copy 256 MiB best-of-5, v1"
+
+
+def calibrate(threads: int, cache_root: Path) -> dict:
+    """The host's measured peaks for the roofline: best-of-5 GEMM FLOP/s per dtype and copy bandwidth.
+    Cached per machine (CPU model, core count, torch, threads) under the compile cache root."""
+    import torch
+
+    fingerprint = {"cpu": host_cpu(), "machine": platform.machine(), "cores": os.cpu_count(),
+                   "torch": torch.__version__, "threads": threads, "format": CALIBRATION_FORMAT}
+    entry = Path(cache_root).expanduser() / "calibration" / f"{cache_key(fingerprint)[:16]}.json"
+    if entry.is_file():
+        return {**json.loads(entry.read_text()), "cache_hit": True}
+    torch.set_num_threads(threads)
+    peaks = {}
+    with torch.inference_mode():
+        for name in ("fp32", "bf16"):  # fp16 is not run on cpu (workloads/__init__.py CPU_UNSUPPORTED_DTYPES)
+            a = torch.randn(2048, 2048, dtype=_torch_dtype(torch, name))
+            for _ in range(2):
+                a @ a
+            best = min(_timed(lambda: a @ a) for _ in range(5))
+            peaks[name] = 2 * 2048**3 / best
+        src = torch.empty(64 * 2**20, dtype=torch.float32)  # 256 MiB, far beyond any cache
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        best = min(_timed(lambda: dst.copy_(src)) for _ in range(5))
+    record = {**fingerprint, "peak_flops_per_s": peaks, "peak_bytes_per_s": 2 * src.numel() * 4 / best,
+              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "method": "torch.matmul of 2048x2048 per dtype and Tensor.copy_ of 256 MiB (read + write), "
+                        "best of 5 after warm-up"}
+    write_json(entry, record)
+    return {**record, "cache_hit": False}
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
 
     gen = torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
-    module = kind.torch_module().to(device)  # weights move with the inputs, before the workload graph
+    module = kind.torch_module(spec).to(device)  # weights move with the inputs, before the workload graph
     inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype).to(device) for n in kind.input_names(spec)]
     xm.mark_step()
     xm.wait_device_ops()

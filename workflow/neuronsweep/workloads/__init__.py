@@ -1,7 +1,8 @@
 """Workload kinds: the unit that is compiled and profiled.
 
-A workload is a canonical spec dict with a `kind`; its module (one per kind) says how to name it,
-count its work, and build it for a framework. Analytic numbers (FLOPs, bytes) live here, beside the
+A workload is a canonical spec dict with a `kind`; its module (one per kind) says how to name it
+(spec, workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms
+for the tile model), whether a backend can run it (unsupported), and build it (torch_module). Analytic numbers (FLOPs, bytes) live here, beside the
 shapes they come from, so extract never needs torch.
 """
 
@@ -10,13 +11,26 @@ from __future__ import annotations
 import json
 from types import ModuleType
 
-from . import matmul
+from . import loops, matmul, mlp
 
-KINDS: dict[str, ModuleType] = {"matmul": matmul}
+KINDS: dict[str, ModuleType] = {"matmul": matmul, "mlp": mlp, "loops": loops}
 
 # bytes per element; torch attribute names are resolved lazily by the framework code
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+# PyTorch's CPU fp16 GEMM is a slow reference path on most hosts: a 2048^3 fp16 matmul took about
+# 80 s on our 2-core machines (0.3 GFLOP/s, against 670 for bf16), so sweeps would never finish.
+CPU_UNSUPPORTED_DTYPES = {"fp16": "the cpu backend does not run fp16: PyTorch's CPU fp16 GEMM is a slow reference "
+                                  "path on most hosts (about 2000x slower than bf16 on ours); use bf16 on cpu"}
+
+
+def unsupported(spec: dict, backend: str) -> str | None:
+    """Why `backend` cannot run this workload, or None."""
+    if backend == "cpu" and spec["dtype"] in CPU_UNSUPPORTED_DTYPES:
+        return CPU_UNSUPPORTED_DTYPES[spec["dtype"]]
+    return kind_of(spec).unsupported(spec, backend)
 
 
 def kind_of(spec: dict) -> ModuleType:

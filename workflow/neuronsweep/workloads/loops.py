@@ -1,0 +1,79 @@
+"""One step, three ways (seed 000): y_t = relu(x_t @ W) + 0.1 for t in 0..T-1, over X = [T, batch, features].
+
+`vmap` vectorizes the steps, `scan` runs them as a loop primitive (XLA while on torch-xla), and
+`for_loop` unrolls them in Python, so all three compute exactly the same Y = [T, batch, features]
+under the same conditions and can be compared fairly.
+"""
+
+from __future__ import annotations
+
+PATTERNS = ("vmap", "scan", "for_loop")
+
+
+def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dict:
+    return {"kind": "loops", "pattern": pattern, "steps": int(steps), "batch": int(batch),
+            "features": int(features), "dtype": dtype}
+
+
+def workload_id(s: dict) -> str:
+    return f"loops-{s['pattern'].replace('_', '')}-t{s['steps']}-b{s['batch']}-f{s['features']}-{s['dtype']}"
+
+
+def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    t, b, f = s["steps"], s["batch"], s["features"]
+    return {"x": (t, b, f), "w": (f, f), "out": (t, b, f)}
+
+
+def input_names(s: dict) -> list[str]:
+    return ["x", "w"]
+
+
+def flops(s: dict) -> int:
+    """The GEMM per step, plus relu and the add (one op per output element each)."""
+    t, b, f = s["steps"], s["batch"], s["features"]
+    return t * (2 * b * f * f + 2 * b * f)
+
+
+def min_bytes(s: dict, dtype_bytes: int) -> int:
+    t, b, f = s["steps"], s["batch"], s["features"]
+    return (2 * t * b * f + f * f) * dtype_bytes
+
+
+def gemms(s: dict) -> list[tuple[int, int, int]]:
+    return [(s["batch"], s["features"], s["features"])] * s["steps"]
+
+
+def unsupported(s: dict, backend: str) -> str | None:
+    return None
+
+
+def torch_module(s: dict):
+    import torch
+
+    try:  # torch has no public scan yet; this is the primitive torch.export and torch-xla lower
+        from torch._higher_order_ops.scan import scan
+    except ImportError:
+        scan = None
+    if s["pattern"] == "scan" and scan is None:
+        raise RuntimeError(f"torch {torch.__version__} has no scan primitive (torch._higher_order_ops.scan)")
+
+    def step(x, w):
+        return torch.relu(x @ w) + 0.1
+
+    class VMap(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.vmap(step, in_dims=(0, None))(x, w)
+
+    class Scan(torch.nn.Module):
+        def forward(self, x, w):
+            def body(carry, x_t):
+                return carry.clone(), step(x_t, w)  # scan rejects an output that aliases its input
+
+            _, ys = scan(body, torch.zeros((), dtype=x.dtype), x)
+            return ys
+
+    class ForLoop(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.stack([step(x[t], w) for t in range(x.shape[0])])
+
+    return {"vmap": VMap, "scan": Scan, "for_loop": ForLoop}[s["pattern"]]()

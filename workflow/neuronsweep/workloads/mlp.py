@@ -1,0 +1,68 @@
+"""Gated MLP (LLaMA-style FFN): out = (silu(x @ W_gate) * (x @ W_up)) @ W_down, x = [b*s, h].
+
+The weights are inputs, not parameters, so the build exports from meta tensors (no memory) and
+capture feeds them like activations; FLOPs count the three GEMMs (the elementwise work is <1%).
+"""
+
+from __future__ import annotations
+
+
+def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:
+    out = {"kind": "mlp", "b": int(b), "s": int(s), "h": int(h), "i": int(i), "dtype": dtype}
+    if impl != "compiler":
+        out["impl"] = impl
+    return out
+
+
+def workload_id(s: dict) -> str:
+    suffix = f"-{s['impl']}" if s.get("impl") else ""
+    return f"mlp-b{s['b']}-s{s['s']}-h{s['h']}-i{s['i']}-{s['dtype']}{suffix}"
+
+
+def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    t, h, i = s["b"] * s["s"], s["h"], s["i"]
+    return {"x": (t, h), "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h), "out": (t, h)}
+
+
+def input_names(s: dict) -> list[str]:
+    return ["x", "w_gate", "w_up", "w_down"]
+
+
+def flops(s: dict) -> int:
+    return 3 * 2 * s["b"] * s["s"] * s["h"] * s["i"]
+
+
+def min_bytes(s: dict, dtype_bytes: int) -> int:
+    return sum(_numel(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
+
+
+def gemms(s: dict) -> list[tuple[int, int, int]]:
+    """(M, K, N) of each GEMM, for the tile model."""
+    t, h, i = s["b"] * s["s"], s["h"], s["i"]
+    return [(t, h, i), (t, h, i), (t, i, h)]
+
+
+def unsupported(s: dict, backend: str) -> str | None:
+    if s.get("impl") == "nki":
+        if backend != "neuron":
+            return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
+        return ("no NKI MLP kernel ships with neuron-sweep and nki-library's kernel API was not verified here; "
+                "profile nki-library's MLP with `neuronsweep capture --neff` on its NEFF")
+    return None
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def torch_module(s: dict):
+    import torch
+
+    class GatedMLP(torch.nn.Module):
+        def forward(self, x, w_gate, w_up, w_down):
+            return (torch.nn.functional.silu(x @ w_gate) * (x @ w_up)) @ w_down
+
+    return GatedMLP()
