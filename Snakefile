@@ -17,6 +17,10 @@ include: "workflow/rules/capture.smk"
 include: "workflow/rules/view.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 # The per-workload metrics are targets too: Snakemake regenerates a deleted intermediate file only
@@ -25,4 +29,5 @@ rule all:
     default_target: True
     input:
         SUMMARY,
+        f"{RUN}/report.html",
         expand(f"{WORKLOAD}/metrics.json", wid=PLAN.workloads),

@@ -23,7 +23,7 @@ def tiny_config(tmp: Path, **overrides) -> dict:
         "run": "t",
         "backend": "cpu",
         "cache_dir": str(tmp / "cache"),
-        "capture": {"warmup": 1, "iterations": 3, "num_exec": 2, "nth_exec": 2},
+        "capture": {"warmup": 1, "iterations": 3, "repeats": 1, "num_exec": 2, "nth_exec": 2},
         "suites": {"matmul": {"grid": {"m": [16, 32], "k": [16], "n": [16]}, "dtype": ["fp32"]}},
     }
     cfg.update(overrides)
@@ -67,7 +67,7 @@ def standin_env(tmp: Path, **knobs: str) -> dict:
 
 def neuron_config(tmp: Path, **overrides) -> dict:
     return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True},
-                       capture={"warmup": 1, "iterations": 3, "num_exec": 2, "nth_exec": 2,
+                       capture={"warmup": 1, "iterations": 3, "repeats": 1, "num_exec": 2, "nth_exec": 2,
                                 "device_lock": str(tmp / "device.lock")}, **overrides)
 
 

@@ -17,7 +17,7 @@ MINIMAL = {"suites": {"matmul": {"shapes": [{"m": 1, "k": 2, "n": 3}]}}}
 def test_defaults_are_filled():
     cfg = config.validate(MINIMAL)
     assert cfg["run"] == "default" and cfg["backend"] == "auto"
-    assert cfg["capture"] == {"warmup": 5, "iterations": 30, "num_exec": 2, "nth_exec": 2,
+    assert cfg["capture"] == {"warmup": 5, "iterations": 30, "repeats": 3, "num_exec": 2, "nth_exec": 2,
                               "device_lock": "/tmp/neuron-sweep-device.lock"}
     assert cfg["neuron"]["profiler"] == "auto" and cfg["neuron"]["target"] == "trn1"
     assert cfg["suites"]["matmul"]["dtype"] == ["fp32"]
@@ -27,7 +27,7 @@ def test_defaults_are_filled():
 @pytest.mark.parametrize("patch, expected", [
     ({"capture": {"warmup": "five"}}, "key 'capture.warmup' must be of type integer, not 'five'"),
     ({"capture": {"iterations": 0}}, "key 'capture.iterations' must be at least 1, not 0"),
-    ({"capture": {"warmp": 3}}, "unknown key 'capture.warmp'; allowed keys here are device_lock, iterations, nth_exec, num_exec, warmup"),
+    ({"capture": {"warmp": 3}}, "unknown key 'capture.warmp'; allowed keys here are device_lock, iterations, nth_exec, num_exec, repeats, warmup"),
     ({"bakend": "cpu"}, "unknown key 'bakend'"),
     ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, not 'gpu'"),
     ({"neuron": {"target": "trn3"}}, "key 'neuron.target' must be one of trn1, trn1n, trn2, inf2, not 'trn3'"),

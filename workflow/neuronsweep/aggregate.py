@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .analysis import compare
 from .atomic import read_json, replacing
 from .errors import ERROR_PREFIX
 
@@ -75,9 +76,15 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
     workloads_dir = plan_json.parent / plan["backend"] / "workloads"
     table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows
     cols = LEAD_COLUMNS + [c for c in table.columns if c not in LEAD_COLUMNS]
-    table = table[cols]
+    table = compare.compare(table[cols])
     with replacing(out) as tmp:
         table.to_csv(tmp, index=False)
+    for suite, part in table.groupby("suite"):  # per-suite views of the same rows, without empty columns
+        with replacing(out.parent / "suites" / f"{suite}.csv") as tmp:
+            part.dropna(axis=1, how="all").to_csv(tmp, index=False)
+    if (table["suite"] == "loops").any():
+        with replacing(out.parent / "suites" / "loops_comparison.csv") as tmp:
+            compare.loops_table(table).to_csv(tmp, index=False)
     if targets_out:
         with replacing(targets_out) as tmp:
             targets_table(plan).to_csv(tmp, index=False)

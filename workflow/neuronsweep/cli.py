@@ -76,6 +76,7 @@ def cmd_capture(args) -> None:
     from . import capture
 
     settings = {**_options(args.options), "warmup": args.warmup, "iterations": args.iterations,
+                "repeats": args.repeats,
                 "num_exec": args.num_exec, "nth_exec": args.nth_exec, "threads": args.threads,
                 "attempt": args.attempt, "single_io": args.single_io, "device_lock": args.device_lock}
     if (args.build is None) == (args.neff is None):
@@ -108,6 +109,32 @@ def cmd_extract(args) -> None:
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
                     opt(args.profile_json), opt(args.calibration))
     print(f"extract {m['workload_id']}: {len(m['notes'])} metrics null (reasons in notes) -> {args.out}")
+
+
+def cmd_report(args) -> None:
+    from . import report
+
+    figures = report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.figures))
+    print(f"report: {args.out} ({len(figures)} figures, also as PNG in {args.figures})")
+
+
+def cmd_query(args) -> None:
+    from .analysis.profile_db import ProfileDB
+
+    db = ProfileDB().load(args.path)
+    if not args.sql:
+        for name in sorted(db.tables):
+            cols = [r[0] for r in db.con.execute(f'DESCRIBE "{name}"').fetchall()]
+            print(f"{name}: {', '.join(cols)}")
+        return
+    table = db.sql(args.sql).df()
+    if args.csv:
+        table.to_csv(sys.stdout, index=False)
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.max_rows", args.max_rows, "display.max_columns", None, "display.width", 200):
+            print(table.to_string(index=False, max_rows=args.max_rows))
 
 
 def cmd_calibrate(args) -> None:
@@ -161,6 +188,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="capture directory to write")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=1, help="rounds of --iterations timed executions")
     p.add_argument("--num-exec", type=int, default=2)
     p.add_argument("--nth-exec", type=int, default=2)
     p.add_argument("--threads", type=int, default=backends.default_threads())
@@ -186,6 +214,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", help="cpu: the host's measured peaks (neuronsweep calibrate) for the roofline")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("report", help="report.html (self-contained) and its figures from summary.csv")
+    p.add_argument("--summary", required=True)
+    p.add_argument("--plan", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--figures", required=True, help="folder for the PNG figures")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("query", help="SQL (DuckDB) over a profile, view folder, workload or whole run")
+    p.add_argument("path", help=".pftrace / .parquet / profile .json, a view or workload folder, or results/<run>")
+    p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    p.add_argument("--max-rows", type=int, default=60)
+    p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
     p.add_argument("--out", required=True)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .analysis import neuron_summary, roofline
-from .atomic import read_json, write_json
+from .atomic import read_json, replacing, write_json
 from .backends import DEVICE_COUNTERS_MISSING
 from .records import stage_record
 from .workloads import DTYPE_BYTES, kind_of
@@ -65,10 +65,16 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
                 notes[key] = why or f"the {backend} profile summary has no '{field}' field"
 
     lat = capture.get("latency") or {}
-    for key in ("median", "iqr", "min"):
+    for key in ("median", "iqr", "min", "spread"):
         m[f"latency_{key}_s"] = lat.get(f"{key}_s")
     m["latency_n"] = lat.get("n")
     m["threads"] = capture.get("threads")
+    if backend == "neuron" and m["latency_median_s"] is not None and m["profile_total_time_s"] is not None:
+        m["framework_overhead_s"] = m["latency_median_s"] - m["profile_total_time_s"]
+    else:
+        m["framework_overhead_s"] = None
+        notes["framework_overhead_s"] = ("framework median minus device total_time: needs both, on a device "
+                                         "separate from the host (neuron)")
     if not lat:
         notes["latency_median_s"] = capture.get("latency_note") or \
             f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
@@ -106,6 +112,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     m["recompilation_detected"] = any(signals) if signals else None
     if not signals:
         notes["recompilation_detected"] = f"the {backend} backend has no compile counter or repeated-call check"
+    m.update(_utilization(m, backend, build, notes))
     m["single_io"] = capture.get("single_io")
     if m["single_io"] is None:
         notes["single_io"] = "only neuron captures have a --single-io mode"
@@ -145,6 +152,71 @@ def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict 
     return out
 
 
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
+IDLE_PCT = 50.0  # below this device-active share, launch/sync/start-up overhead dominates
+
+
+def _utilization(m: dict, backend: str, build: dict, notes: dict) -> dict:
+    """MFU and MBU recomputed from raw fields (beside the tool's mfu_tool_pct / mbu_tool_pct), and the
+    bound classification from the roofline and engine/DMA busy time."""
+    out = {"mfu_recomputed_pct": None, "mbu_recomputed_pct": None, "bound_class": None, "bound_evidence": None}
+    if backend == "neuron":
+        target = roofline.TARGETS[build.get("target", "trn1")]
+        flops = m.get("profile_flops_tool") or m.get("flops")
+        total = m["profile_total_time_s"]
+        if flops and total:  # the profiler's convention: TensorE peak (bf16 rate), over total_time
+            out["mfu_recomputed_pct"] = 100.0 * flops / (target.bf16_flops_per_s * total)
+        hbm = (m["hbm_read_bytes"] or 0) + (m["hbm_write_bytes"] or 0)
+        if total and m["hbm_read_bytes"] is not None:
+            out["mbu_recomputed_pct"] = 100.0 * hbm / total / target.hbm_bytes_per_s
+        busy = {e: m.get(f"{e}_engine_active_time_s") for e in ENGINES if e != "sync"}
+        busy["dma"] = m.get("dma_active_time_s")
+        busy = {k: v for k, v in busy.items() if v is not None}
+        if busy:
+            top = max(busy, key=busy.get)
+            active = m.get("profile_active_pct")
+            if active is not None and active < IDLE_PCT:
+                out["bound_class"] = "overhead"
+                out["bound_evidence"] = f"device active {active:.1f}% of total_time"
+            else:
+                out["bound_class"] = {"tensor": "compute", "dma": "memory"}.get(top, top)
+                out["bound_evidence"] = (f"busiest: {top} {busy[top] * 1e6:.1f} us of {total * 1e6:.1f} us; "
+                                         f"roofline says {m.get('roofline_bound')}")
+    else:
+        for key in ("mfu_recomputed_pct", "mbu_recomputed_pct"):
+            notes[key] = f"the {backend} backend has no tool MFU/MBU to recompute; see roofline_efficiency_pct"
+        if m.get("roofline_bound"):
+            out["bound_class"] = m["roofline_bound"]
+            out["bound_evidence"] = (f"roofline only (no engine counters on {backend}): AI "
+                                     f"{m['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B vs ridge "
+                                     f"{m['ridge_flops_per_byte']:.1f}")
+    for key in ("bound_class", "bound_evidence"):
+        if out[key] is None:
+            notes[key] = "neither engine/DMA busy times nor a roofline are known"
+    return out
+
+
+def write_tables(view_dir: Path, out_dir: Path) -> dict:
+    """Per-workload tables from the view (derived.TABLES) as CSV; returns name -> rows written."""
+    from .analysis import derived
+    from .analysis.profile_db import ProfileDB
+
+    db = ProfileDB()
+    db.load_view(view_dir, view_dir.parent.name)
+    if not db.tables:
+        return {}
+    db.finish()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, fn in derived.TABLES.items():
+        table = fn(db)
+        if table is not None:
+            with replacing(out_dir / f"{name}.csv") as tmp:
+                table.to_csv(tmp, index=False)
+            written[name] = len(table)
+    return written
+
+
 def summary_from_profile_json(path: Path) -> dict:
     """The `summary[0]` record of a legacy full-profile JSON, streamed: such files reach gigabytes."""
     import ijson
@@ -156,7 +228,7 @@ def summary_from_profile_json(path: Path) -> dict:
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
-        profile_json: Path | None = None, calibration_json: Path | None = None) -> dict:
+        profile_json: Path | None = None, calibration_json: Path | None = None, with_tables: bool = True) -> dict:
     started = time.time()
     summary = neuron_summary.load(summary_json)
     if profile_json:  # fields summary-json lacks, from the full profile's own summary
@@ -166,6 +238,7 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     calibration = read_json(calibration_json) if calibration_json else None
     metrics = compute(summary, capture, build, calibration)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
-    metrics["provenance"] = stage_record("extract", started, sources=sources)
+    tables = write_tables(summary_json.parent, out.parent / "tables") if with_tables else {}
+    metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables)
     write_json(out, metrics)
     return metrics

@@ -15,6 +15,7 @@ rule capture:
     params:
         warmup=CAPTURE["warmup"],
         iterations=CAPTURE["iterations"],
+        repeats=CAPTURE["repeats"],
         num_exec=CAPTURE["num_exec"],
         nth_exec=CAPTURE["nth_exec"],
         options=options(CAPTURE_KEYS),
@@ -31,7 +32,7 @@ rule capture:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep capture --build {params.build:q} --out {params.out:q} "
-        "--warmup {params.warmup} --iterations {params.iterations} "
+        "--warmup {params.warmup} --iterations {params.iterations} --repeats {params.repeats} "
         "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
         "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} --options {params.options:q} "
         "> {log:q} 2>&1"

@@ -124,7 +124,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
                 with record_function(f"{_EXEC_MARK}{i}"):
                     module(*inputs)
         samples = []
-        for _ in range(settings["iterations"]):
+        for _ in range(settings.get("repeats", 1) * settings["iterations"]):
             t0 = time.perf_counter_ns()
             module(*inputs)
             samples.append((time.perf_counter_ns() - t0) * 1e-9)
@@ -134,7 +134,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
         "profiler": f"torch.profiler (torch {torch.__version__})",
         "profiled_exec": nth,
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
-        "latency": latency_stats(samples),
+        "latency": latency_stats(samples, settings.get("repeats", 1)),
         "threads": torch.get_num_threads(),
         "tensor_bytes": tensor_bytes,
         "host": {"cpu": host_cpu(), "machine": platform.machine(), "python": sys.version.split()[0]},

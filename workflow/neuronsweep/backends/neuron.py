@@ -128,10 +128,11 @@ def _attribute(result: dict, spec: dict) -> tuple[str, list[dict]]:
 
 
 def xla_program(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str],
-                warmup: int = 0, iterations: int = 0) -> dict:
+                warmup: int = 0, iterations: int = 0, repeats: int = 1) -> dict:
     cwd, out_json = cwd.resolve(), out_json.resolve()  # the child runs in cwd
     argv = [sys.executable, "-m", "neuronsweep.backends.xla_program", "--spec", json.dumps(spec),
-            "--out", str(out_json), "--warmup", str(warmup), "--iterations", str(iterations)]
+            "--out", str(out_json), "--warmup", str(warmup), "--iterations", str(iterations),
+            "--repeats", str(repeats)]
     for pattern in globs:
         argv += ["--artifact-glob", pattern]
     proc = _run(argv, "torch-xla program", cwd=cwd, env=env)
@@ -314,7 +315,8 @@ def framework_timing(build_record: dict, settings: dict, workdir: Path) -> dict:
     env.update(build_record["env"])
     cache = build_record["compile_cache"]
     result = xla_program(build_record["spec"], workdir / "timing.json", env, workdir,
-                         [str(Path(cache) / "**" / "*.neff")], settings["warmup"], settings["iterations"])
+                         [str(Path(cache) / "**" / "*.neff")], settings["warmup"], settings["iterations"],
+                         settings.get("repeats", 1))
     timing = result["timing"]
     timing["compiles_in_first_run"] = result["compile"]["count"]
     return timing

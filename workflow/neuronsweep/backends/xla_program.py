@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--artifact-glob", action="append", default=[])
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--iterations", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args(argv)
 
     import torch
@@ -98,13 +99,13 @@ def main(argv=None) -> int:
             xm.wait_device_ops()
         after_warmup = _metric(met, "CompileTime")[0]
         samples = []
-        for _ in range(args.iterations):
+        for _ in range(args.repeats * args.iterations):
             t0 = time.perf_counter_ns()
             module(*inputs)
             xm.mark_step()
             xm.wait_device_ops()
             samples.append((time.perf_counter_ns() - t0) * 1e-9)
-        result["timing"] = {**latency_stats(samples),
+        result["timing"] = {**latency_stats(samples, args.repeats),
                             "recompiles_during_timing": _metric(met, "CompileTime")[0] - after_warmup,
                             "sync": "xm.mark_step() + xm.wait_device_ops() per iteration"}
     Path(args.out).write_text(json.dumps(result, indent=2))

@@ -1,0 +1,67 @@
+"""Comparisons inside each suite: who is fastest among scenarios that do comparable work, by how
+much, and whether the difference exceeds the measurement spread (otherwise it is not called out).
+
+Equal work (same FLOPs: dtypes or impls of one shape, loop patterns of one size) compares time;
+different work (tiling offsets, LLM buckets) compares throughput (FLOP/s). Time is the framework
+median where measured, else the profiled device time; spread is max(IQR, range of round medians).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+GROUPS = {  # suite -> columns that define "comparable"
+    "matmul": ["m", "k", "n"],
+    "tiling": ["dim", "boundary", "multiple", "dtype"],
+    "llm": ["model", "phase", "projection", "dtype"],
+    "mlp": ["b", "s", "h", "i", "dtype"],
+    "loops": ["size", "dtype"],
+}
+
+
+def _time(row) -> tuple[float | None, str | None, float | None]:
+    if pd.notna(row.get("latency_median_s")):
+        spread = row.get("latency_spread_s")
+        return row["latency_median_s"], "latency_median_s", spread if pd.notna(spread) else None
+    if pd.notna(row.get("profile_total_time_s")):
+        return row["profile_total_time_s"], "profile_total_time_s", None
+    return None, None, None
+
+
+def compare(table: pd.DataFrame) -> pd.DataFrame:
+    """Adds group, time_s, time_basis, rank_in_group, x_of_best and significant to the ok rows."""
+    out = table.copy()
+    for col in ("group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"):
+        out[col] = pd.Series([None] * len(out), dtype="object")
+    for suite, cols in GROUPS.items():
+        rows = out[(out["suite"] == suite) & (out["status"] == "ok")]
+        if rows.empty or not set(cols) <= set(out.columns):
+            continue
+        for key, grp in rows.groupby(cols, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            label = ", ".join(f"{c}={v}" for c, v in zip(cols, key))
+            timed = [(i, *_time(r)) for i, r in grp.iterrows()]
+            timed = [t for t in timed if t[1] is not None]
+            if not timed:
+                continue
+            equal_work = grp["flops"].nunique() == 1
+            # cost per unit of work: time (equal work) or time per FLOP (different work)
+            cost = {i: (t if equal_work else t / grp.loc[i, "flops"]) for i, t, _, _ in timed}
+            rel_spread = {i: (s / t if s is not None else None) for i, t, _, s in timed}
+            best = min(cost, key=cost.get)
+            for rank, (i, t, basis, _) in enumerate(sorted(timed, key=lambda x: cost[x[0]]), start=1):
+                ratio = cost[i] / cost[best]
+                spreads = [rel_spread[i], rel_spread[best]]
+                sig = None if None in spreads else bool(ratio - 1 > max(spreads)) if i != best else False
+                out.loc[i, ["group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"]] = \
+                    [label, t, basis, rank, ratio, sig]
+    return out
+
+
+def loops_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Seed 000's vmap / scan / for-loop comparison, per size, on measured numbers."""
+    rows = table[(table["suite"] == "loops") & (table["status"] == "ok")]
+    cols = ["size", "steps", "pattern", "workload_id", "time_s", "time_basis", "latency_iqr_s", "latency_spread_s",
+            "x_of_best", "significant", "rank_in_group", "compile_s", "profile_active_time_s",
+            "tensor_engine_active_pct", "vector_engine_active_pct", "dma_active_pct", "bound_class"]
+    return rows[[c for c in cols if c in rows.columns]].sort_values(["steps", "rank_in_group"])

@@ -1,0 +1,204 @@
+"""Any profile, view folder or whole run as DuckDB tables, with Perfetto's table and column names.
+
+Sources, whichever a view folder holds:
+  trace.pftrace   decoded without trace_processor (pftrace_reader): slice, track, thread_track,
+                  counter_track, counter, args, plus track_class (our classification)
+  parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
+                  tables such as BirInstruction_0/_1 become one)
+  profile.json    legacy full profile: instruction and dma streamed with ijson in batches (bounded memory)
+  summary.json    one-row summary
+A run folder (or several workloads) gives the same tables with a leading workload_id column.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from ..errors import UserError
+from . import pftrace_reader
+
+# Track name -> class; first match wins; names no pattern matches are reported as unknown.
+DEFAULT_TRACK_PATTERNS = [
+    ("dma", r"(?i)^q[A-Z]|dma"),
+    ("collectives", r"(?i)cc-core"),
+    ("tensor", r"(?i)tensor|^pe\b"),
+    ("vector", r"(?i)vector"),
+    ("scalar", r"(?i)scalar|^act\b"),
+    ("gpsimd", r"(?i)gpsimd|^pool\b"),
+    ("sync", r"(?i)^sync"),
+    ("cpu_thread", r"(?i)^thread \d+|python"),
+]
+JSON_BATCH = 50_000
+REGEXP = re.compile(r"([\w.]+)\s+REGEXP\s+('(?:[^']|'')*')", re.IGNORECASE)
+
+
+def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
+    for cls, pattern in patterns:
+        if re.search(pattern, name or ""):
+            return cls
+    return None
+
+
+def _pftrace_tables(path: Path, patterns) -> dict[str, pa.Table]:
+    trace = pftrace_reader.read(path)
+    ids = {uuid: i for i, uuid in enumerate(sorted(trace.tracks))}
+    tracks = [trace.tracks[u] for u in sorted(trace.tracks)]
+    args_rows, slice_rows = [], []
+    for i, s in enumerate(trace.slices):
+        arg_set = None
+        if s.args:
+            arg_set = i
+            for key, value in s.args.items():
+                kind = ("bool" if isinstance(value, bool) else "int" if isinstance(value, int)
+                        else "real" if isinstance(value, float) else "string")
+                args_rows.append({"arg_set_id": arg_set, "flat_key": key, "key": key,
+                                  "int_value": int(value) if kind in ("int", "bool") else None,
+                                  "string_value": value if kind == "string" else None,
+                                  "real_value": value if kind == "real" else None,
+                                  "value_type": kind, "display_value": str(value)})
+        slice_rows.append({"id": i, "slice_id": i, "ts": s.ts, "dur": s.dur, "track_id": ids[s.track_uuid],
+                           "category": s.category, "cat": s.category, "name": s.name, "depth": s.depth,
+                           "parent_id": s.parent, "arg_set_id": arg_set})
+    track_rows = [{"id": ids[t.uuid], "name": t.name, "parent_id": ids.get(t.parent_uuid),
+                   "type": "counter_track" if t.is_counter else "thread_track" if t.tid is not None else "track",
+                   "utid": t.tid, "upid": t.pid} for t in tracks]
+    class_rows = [{"track_id": ids[t.uuid], "name": t.name, "class": classify(t.name, patterns)}
+                  for t in tracks if not t.is_counter]
+    counters = [{"id": i, "ts": c.ts, "track_id": ids[c.track_uuid], "value": c.value}
+                for i, c in enumerate(trace.counters)]
+    schema = {
+        "slice": [("id", pa.int64()), ("slice_id", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64()),
+                  ("track_id", pa.int64()), ("category", pa.string()), ("cat", pa.string()), ("name", pa.string()),
+                  ("depth", pa.int64()), ("parent_id", pa.int64()), ("arg_set_id", pa.int64())],
+        "track": [("id", pa.int64()), ("name", pa.string()), ("parent_id", pa.int64()), ("type", pa.string()),
+                  ("utid", pa.int64()), ("upid", pa.int64())],
+        "args": [("arg_set_id", pa.int64()), ("flat_key", pa.string()), ("key", pa.string()),
+                 ("int_value", pa.int64()), ("string_value", pa.string()), ("real_value", pa.float64()),
+                 ("value_type", pa.string()), ("display_value", pa.string())],
+        "counter": [("id", pa.int64()), ("ts", pa.int64()), ("track_id", pa.int64()), ("value", pa.float64())],
+        "track_class": [("track_id", pa.int64()), ("name", pa.string()), ("class", pa.string())],
+    }
+    rows = {"slice": slice_rows, "track": track_rows, "args": args_rows, "counter": counters,
+            "track_class": class_rows}
+    return {name: pa.Table.from_pylist(rows[name], schema=pa.schema(cols)) for name, cols in schema.items()}
+
+
+def _json_batches(path: Path, prefix: str):
+    """Stream one array of a legacy full-profile JSON as Arrow record batches."""
+    import ijson
+
+    with open(path, "rb") as handle:
+        batch = []
+        for record in ijson.items(handle, f"{prefix}.item", use_float=True):
+            batch.append({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in record.items()})
+            if len(batch) >= JSON_BATCH:
+                yield pa.Table.from_pylist(batch)
+                batch = []
+        if batch:
+            yield pa.Table.from_pylist(batch)
+
+
+class ProfileDB:
+    """A DuckDB connection holding the tables of one or more view folders."""
+
+    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS):
+        self.con = duckdb.connect()
+        self.patterns = patterns
+        self.tables: dict[str, list[str]] = {}  # table -> the per-source relations behind it
+
+    def _add(self, table: str, workload_id: str, data) -> None:
+        """Store `data` (an Arrow table, or a SQL relation text) for one workload under `table`."""
+        part = f"{table}__{len(self.tables.get(table, []))}"
+        if isinstance(data, str):
+            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM {data}")
+        else:
+            self.con.register("_incoming", data)
+            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM _incoming")
+            self.con.unregister("_incoming")
+        self.tables.setdefault(table, []).append(part)
+
+    def _add_stream(self, table: str, workload_id: str, batches) -> None:
+        part = None
+        for batch in batches:
+            self.con.register("_incoming", batch)
+            if part is None:
+                part = f"{table}__{len(self.tables.get(table, []))}"
+                self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * "
+                                 "FROM _incoming")
+                self.tables.setdefault(table, []).append(part)
+            else:
+                self.con.execute(f"INSERT INTO \"{part}\" BY NAME SELECT {workload_id!r} AS workload_id, * "
+                                 "FROM _incoming")
+            self.con.unregister("_incoming")
+
+    def load_view(self, view_dir: Path, workload_id: str) -> None:
+        if (view_dir / "trace.pftrace").is_file():
+            for name, table in _pftrace_tables(view_dir / "trace.pftrace", self.patterns).items():
+                self._add(name, workload_id, table)
+        parquet = view_dir / "parquet"
+        if parquet.is_dir():
+            groups: dict[str, list[str]] = {}
+            for f in sorted(parquet.rglob("*.parquet")):
+                groups.setdefault(re.sub(r"_\d+$", "", f.stem), []).append(str(f))
+            for name, files in groups.items():
+                self._add(name, workload_id, f"read_parquet({files!r}, union_by_name=true)")
+        if (view_dir / "profile.json").is_file():
+            for key in ("instruction", "dma"):
+                self._add_stream(key, workload_id, _json_batches(view_dir / "profile.json", key))
+        if (view_dir / "summary.json").is_file() and "Summary" not in self.tables:
+            self._add("summary", workload_id, pa.Table.from_pylist([json.loads((view_dir / "summary.json").read_text())]))
+
+    def load(self, path: str | Path) -> "ProfileDB":
+        """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
+        path = Path(path)
+        if path.is_file() and path.suffix == ".pftrace":
+            for name, table in _pftrace_tables(path, self.patterns).items():
+                self._add(name, path.stem, table)
+        elif path.is_file() and path.suffix == ".parquet":
+            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, f"read_parquet({str(path)!r})")
+        elif path.is_file() and path.suffix == ".json":
+            for key in ("instruction", "dma"):
+                self._add_stream(key, path.stem, _json_batches(path, key))
+        elif path.is_dir() and (path / "summary.json").is_file():  # a view folder
+            self.load_view(path, path.parent.name)
+        elif path.is_dir():  # a workload folder, a backend folder, or a run folder
+            views = sorted(path.glob("view")) or sorted(path.glob("workloads/*/view")) \
+                or sorted(path.glob("*/workloads/*/view"))
+            for view in views:
+                self.load_view(view, view.parent.name)
+        else:
+            raise UserError(f"{path}: not a profile (.pftrace, .parquet, .json), a view or workload folder, or a "
+                            "run folder; point `query` at one of those.")
+        if not self.tables:
+            raise UserError(f"{path}: no profile tables found (no trace.pftrace, parquet/, profile.json or summary.json).")
+        self.finish()
+        return self
+
+    def finish(self) -> None:
+        """Create the unified views (call once after loading)."""
+        for table, parts in self.tables.items():
+            union = " UNION ALL BY NAME ".join(f'SELECT * FROM "{p}"' for p in parts)
+            self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {union}')
+        if "slice" in self.tables:
+            self.con.execute("CREATE OR REPLACE TEMP VIEW thread_track AS SELECT * FROM track WHERE type = 'thread_track'")
+            self.con.execute("CREATE OR REPLACE TEMP VIEW counter_track AS "
+                             "SELECT id, name, parent_id, type, NULL AS unit, workload_id FROM track "
+                             "WHERE type = 'counter_track'")
+            self.con.execute("CREATE OR REPLACE TEMP VIEW instant AS "
+                             "SELECT ts, track_id, name, arg_set_id, workload_id FROM slice WHERE dur = 0")
+            self.con.execute("CREATE OR REPLACE MACRO EXTRACT_ARG(set_id, k) AS (SELECT coalesce(string_value, "
+                             "CAST(int_value AS VARCHAR), CAST(real_value AS VARCHAR)) FROM args "
+                             "WHERE arg_set_id = set_id AND key = k LIMIT 1)")
+
+    def sql(self, text: str):
+        """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""
+        try:
+            return self.con.execute(REGEXP.sub(r"regexp_matches(\1, \2)", text))
+        except duckdb.Error as exc:
+            raise UserError(f"query failed: {str(exc).splitlines()[0]}; tables here: "
+                            f"{', '.join(sorted(self.tables))}.") from None
