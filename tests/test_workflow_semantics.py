@@ -43,7 +43,7 @@ def test_adding_one_shape_runs_only_that_shape(run_copy):
     new = "matmul-m8-k16-n16-fp32"
     per_case = [(r, w) for r, w in run.jobs if w is not None]
     assert sorted(per_case) == sorted([(s, new) for s in ("build", "capture", "view", "extract")])
-    assert run.rules == ["aggregate", "build", "capture", "extract", "plan", "view"]
+    assert run.rules == ["aggregate", "build", "capture", "extract", "plan", "report", "view"]
     table = pd.read_csv(run_copy / "results" / "t" / "summary.csv")
     assert len(table) == 3 and set(table["status"]) == {"ok"}
 
@@ -51,7 +51,8 @@ def test_adding_one_shape_runs_only_that_shape(run_copy):
 def test_deleting_one_metrics_reruns_only_its_extract_and_aggregate(run_copy):
     (workload(run_copy, WIDS[0]) / "metrics.json").unlink()
     run = snakemake(run_copy)
-    assert run.jobs and sorted(j for j in run.jobs if j[0] != "all") == [["aggregate", None], ["extract", WIDS[0]]]
+    assert run.jobs and sorted(j for j in run.jobs if j[0] != "all") == \
+        [["aggregate", None], ["extract", WIDS[0]], ["report", None]]  # the report follows the aggregate
 
 
 def test_one_metrics_target_builds_one_case_alone(tmp_path):
@@ -112,7 +113,7 @@ def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
     from conftest import tiny_config
 
     run = snakemake(tmp_path, "-n", config=tiny_config(tmp_path))
-    assert run.rules == sorted(["aggregate", "calibrate", "plan"] + ["build", "capture", "view", "extract"] * 2)
+    assert run.rules == sorted(["aggregate", "calibrate", "plan", "report"] + ["build", "capture", "view", "extract"] * 2)
     captures = run.output.split("rule capture:")[1:]
     assert len(captures) == 2 and all("neuron_device=1" in block.split("\n\n")[0] for block in captures)
     assert not (tmp_path / "results").exists()

@@ -107,7 +107,7 @@ def cmd_extract(args) -> None:
 
     opt = lambda p: Path(p) if p else None  # noqa: E731
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
-                    opt(args.profile_json), opt(args.calibration))
+                    opt(args.profile_json), opt(args.calibration), track_patterns=_options(args.track_patterns))
     print(f"extract {m['workload_id']}: {len(m['notes'])} metrics null (reasons in notes) -> {args.out}")
 
 
@@ -119,9 +119,9 @@ def cmd_report(args) -> None:
 
 
 def cmd_query(args) -> None:
-    from .analysis.profile_db import ProfileDB
+    from .analysis.profile_db import ProfileDB, patterns_from
 
-    db = ProfileDB().load(args.path)
+    db = ProfileDB(patterns_from(_options(args.track_patterns))).load(args.path)
     if not args.sql:
         for name in sorted(db.tables):
             cols = [r[0] for r in db.con.execute(f'DESCRIBE "{name}"').fetchall()]
@@ -212,6 +212,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-json")
     p.add_argument("--build-json")
     p.add_argument("--calibration", help="cpu: the host's measured peaks (neuronsweep calibrate) for the roofline")
+    p.add_argument("--track-patterns", default="{}", help='JSON {class: regex} to classify profile tracks')
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_extract)
 
@@ -227,6 +228,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     p.add_argument("--max-rows", type=int, default=60)
+    p.add_argument("--track-patterns", default="{}", help='JSON {class: regex} to classify tracks')
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")

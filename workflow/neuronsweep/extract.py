@@ -196,12 +196,12 @@ def _utilization(m: dict, backend: str, build: dict, notes: dict) -> dict:
     return out
 
 
-def write_tables(view_dir: Path, out_dir: Path) -> dict:
+def write_tables(view_dir: Path, out_dir: Path, track_patterns: dict | None = None) -> dict:
     """Per-workload tables from the view (derived.TABLES) as CSV; returns name -> rows written."""
     from .analysis import derived
-    from .analysis.profile_db import ProfileDB
+    from .analysis.profile_db import ProfileDB, patterns_from
 
-    db = ProfileDB()
+    db = ProfileDB(patterns_from(track_patterns))
     db.load_view(view_dir, view_dir.parent.name)
     if not db.tables:
         return {}
@@ -228,7 +228,8 @@ def summary_from_profile_json(path: Path) -> dict:
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
-        profile_json: Path | None = None, calibration_json: Path | None = None, with_tables: bool = True) -> dict:
+        profile_json: Path | None = None, calibration_json: Path | None = None, with_tables: bool = True,
+        track_patterns: dict | None = None) -> dict:
     started = time.time()
     summary = neuron_summary.load(summary_json)
     if profile_json:  # fields summary-json lacks, from the full profile's own summary
@@ -238,7 +239,7 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     calibration = read_json(calibration_json) if calibration_json else None
     metrics = compute(summary, capture, build, calibration)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
-    tables = write_tables(summary_json.parent, out.parent / "tables") if with_tables else {}
+    tables = write_tables(summary_json.parent, out.parent / "tables", track_patterns) if with_tables else {}
     metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables)
     write_json(out, metrics)
     return metrics

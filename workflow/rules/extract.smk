@@ -11,10 +11,12 @@ rule extract:
     params:
         profile_json=lambda wildcards, input: f"--profile-json {input.profile_json}" if HAS_PROFILE_JSON else "",
         calibration=lambda wildcards, input: "" if ON_NEURON else f"--calibration {input.calibration}",
+        track_patterns=json.dumps(CONFIG["track_patterns"]),
     log:
         f"{WORKLOAD}/logs/extract.log",
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep extract --summary-json {input.summary:q} --capture-json {input.capture:q} "
-        "--build-json {input.build:q} {params.profile_json} {params.calibration} --out {output:q} > {log:q} 2>&1"
+        "--build-json {input.build:q} {params.profile_json} {params.calibration} "
+        "--track-patterns {params.track_patterns:q} --out {output:q} > {log:q} 2>&1"

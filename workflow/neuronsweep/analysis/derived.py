@@ -74,7 +74,7 @@ def unknown_tracks(db):
 
 def top_sources(db, limit: int = 20):
     """Instruction time by NKI source line or HLO name, from the legacy json or parquet Instruction table."""
-    table = "instruction" if "instruction" in db.tables else "Instruction" if "Instruction" in db.tables else None
+    table = next((t for t in db.tables if t.lower() == "instruction"), None)  # legacy json or parquet
     if table is None:
         return None
     cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}

@@ -5,7 +5,8 @@ Sources, whichever a view folder holds:
                   counter_track, counter, args, plus track_class (our classification)
   parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
                   tables such as BirInstruction_0/_1 become one)
-  profile.json    legacy full profile: instruction and dma streamed with ijson in batches (bounded memory)
+  profile.json    legacy full profile: instruction and dma streamed with ijson into temporary Parquet
+                  files a batch at a time (bounded memory), then queried in place
   summary.json    one-row summary
 A run folder (or several workloads) gives the same tables with a leading workload_id column.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -33,8 +35,21 @@ DEFAULT_TRACK_PATTERNS = [
     ("sync", r"(?i)^sync"),
     ("cpu_thread", r"(?i)^thread \d+|python"),
 ]
-JSON_BATCH = 50_000
+JSON_BATCH = 20_000
+VIEW_FILES = ("trace.pftrace", "parquet", "profile.json", "summary.json")
 REGEXP = re.compile(r"([\w.]+)\s+REGEXP\s+('(?:[^']|'')*')", re.IGNORECASE)
+
+
+def patterns_from(mapping: dict | None) -> list[tuple[str, str]]:
+    """Config `track_patterns` ({class: regex}, in order) or the defaults; bad regexes fail clearly."""
+    if not mapping:
+        return DEFAULT_TRACK_PATTERNS
+    for cls, pattern in mapping.items():
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UserError(f"config key 'track_patterns.{cls}': {pattern!r} is not a valid regex ({exc}).") from None
+    return list(mapping.items())
 
 
 def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
@@ -88,53 +103,67 @@ def _pftrace_tables(path: Path, patterns) -> dict[str, pa.Table]:
     return {name: pa.Table.from_pylist(rows[name], schema=pa.schema(cols)) for name, cols in schema.items()}
 
 
-def _json_batches(path: Path, prefix: str):
-    """Stream one array of a legacy full-profile JSON as Arrow record batches."""
+def _json_to_parquet(path: Path, prefix: str, out: Path) -> bool:
+    """Stream one array of a legacy full-profile JSON into a Parquet file, a batch at a time, so a
+    gigabyte file never sits in memory; numbers become float64 (the JSON does not type them)."""
     import ijson
+    import pyarrow.parquet as pq
+
+    writer, schema, batch = None, None, []
+
+    def flush():
+        nonlocal writer, schema
+        if schema is None:
+            first = pa.Table.from_pylist(batch)
+            schema = pa.schema([pa.field(f.name, pa.float64() if pa.types.is_integer(f.type) else f.type)
+                                for f in first.schema])
+            writer = pq.ParquetWriter(out, schema)
+        writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+        batch.clear()
 
     with open(path, "rb") as handle:
-        batch = []
         for record in ijson.items(handle, f"{prefix}.item", use_float=True):
             batch.append({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in record.items()})
             if len(batch) >= JSON_BATCH:
-                yield pa.Table.from_pylist(batch)
-                batch = []
+                flush()
         if batch:
-            yield pa.Table.from_pylist(batch)
+            flush()
+    if writer:
+        writer.close()
+    return writer is not None
 
 
 class ProfileDB:
     """A DuckDB connection holding the tables of one or more view folders."""
 
-    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS):
+    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS, memory_limit: str = "256MB"):
         self.con = duckdb.connect()
+        # bounded memory: past the limit DuckDB spills to its temp directory instead of growing
+        self._spill = tempfile.TemporaryDirectory(prefix="neuronsweep-duckdb-")
+        self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        self.con.execute(f"SET temp_directory = '{self._spill.name}'")
         self.patterns = patterns
         self.tables: dict[str, list[str]] = {}  # table -> the per-source relations behind it
 
-    def _add(self, table: str, workload_id: str, data) -> None:
-        """Store `data` (an Arrow table, or a SQL relation text) for one workload under `table`."""
-        part = f"{table}__{len(self.tables.get(table, []))}"
+    def _add(self, table: str, workload_id: str, data, materialize: bool = True) -> None:
+        """Store `data` (an Arrow table, or a SQL relation text) for one workload under `table`; a
+        relation on files (parquet) stays a view unless materialize is asked."""
+        part = f"part_{sum(map(len, self.tables.values()))}"  # DuckDB names are case-insensitive
         if isinstance(data, str):
-            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM {data}")
+            kind = "TABLE" if materialize else "VIEW"
+            self.con.execute(f"CREATE TEMP {kind} \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM {data}")
         else:
             self.con.register("_incoming", data)
             self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM _incoming")
             self.con.unregister("_incoming")
+        table = next((t for t in self.tables if t.lower() == table.lower()), table)  # Summary == summary
         self.tables.setdefault(table, []).append(part)
 
-    def _add_stream(self, table: str, workload_id: str, batches) -> None:
-        part = None
-        for batch in batches:
-            self.con.register("_incoming", batch)
-            if part is None:
-                part = f"{table}__{len(self.tables.get(table, []))}"
-                self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * "
-                                 "FROM _incoming")
-                self.tables.setdefault(table, []).append(part)
-            else:
-                self.con.execute(f"INSERT INTO \"{part}\" BY NAME SELECT {workload_id!r} AS workload_id, * "
-                                 "FROM _incoming")
-            self.con.unregister("_incoming")
+    def _add_json(self, path: Path, workload_id: str) -> None:
+        for key in ("instruction", "dma"):
+            out = Path(self._spill.name) / f"{key}-{sum(map(len, self.tables.values()))}.parquet"
+            if _json_to_parquet(path, key, out):
+                self._add(key, workload_id, f"read_parquet({str(out)!r})", materialize=False)
 
     def load_view(self, view_dir: Path, workload_id: str) -> None:
         if (view_dir / "trace.pftrace").is_file():
@@ -146,11 +175,10 @@ class ProfileDB:
             for f in sorted(parquet.rglob("*.parquet")):
                 groups.setdefault(re.sub(r"_\d+$", "", f.stem), []).append(str(f))
             for name, files in groups.items():
-                self._add(name, workload_id, f"read_parquet({files!r}, union_by_name=true)")
-        if (view_dir / "profile.json").is_file():
-            for key in ("instruction", "dma"):
-                self._add_stream(key, workload_id, _json_batches(view_dir / "profile.json", key))
-        if (view_dir / "summary.json").is_file() and "Summary" not in self.tables:
+                self._add(name, workload_id, f"read_parquet({files!r}, union_by_name=true)", materialize=False)
+        if (view_dir / "profile.json").is_file() and not parquet.is_dir():  # parquet is the same data, official
+            self._add_json(view_dir / "profile.json", workload_id)
+        if (view_dir / "summary.json").is_file() and not (parquet / "Summary.parquet").is_file():
             self._add("summary", workload_id, pa.Table.from_pylist([json.loads((view_dir / "summary.json").read_text())]))
 
     def load(self, path: str | Path) -> "ProfileDB":
@@ -160,11 +188,10 @@ class ProfileDB:
             for name, table in _pftrace_tables(path, self.patterns).items():
                 self._add(name, path.stem, table)
         elif path.is_file() and path.suffix == ".parquet":
-            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, f"read_parquet({str(path)!r})")
+            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, f"read_parquet({str(path)!r})", materialize=False)
         elif path.is_file() and path.suffix == ".json":
-            for key in ("instruction", "dma"):
-                self._add_stream(key, path.stem, _json_batches(path, key))
-        elif path.is_dir() and (path / "summary.json").is_file():  # a view folder
+            self._add_json(path, path.stem)
+        elif path.is_dir() and any((path / name).exists() for name in VIEW_FILES):  # a view folder
             self.load_view(path, path.parent.name)
         elif path.is_dir():  # a workload folder, a backend folder, or a run folder
             views = sorted(path.glob("view")) or sorted(path.glob("workloads/*/view")) \
