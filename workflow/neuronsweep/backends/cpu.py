@@ -21,7 +21,7 @@ from ..atomic import replacing, write_json
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..stats import latency_stats
-from ..workloads import DTYPE_BYTES, TORCH_DTYPES, kind_of, workload_id
+from ..workloads import TORCH_DTYPES, kind_of, tensor_bytes, workload_id
 from . import ARTIFACTS
 
 ARTIFACT = ARTIFACTS["cpu"]["build"]
@@ -82,21 +82,13 @@ def _available_bytes() -> int:
 
 
 def _check_memory(spec: dict) -> int:
-    kind = kind_of(spec)
-    need = sum(_numel(s) for s in kind.tensor_shapes(spec).values()) * DTYPE_BYTES[spec["dtype"]]
+    need = tensor_bytes(spec)
     avail = _available_bytes()
     if need > MEMORY_HEADROOM * avail:
         raise UserError(
             f"case {workload_id(spec)}: its tensors need {need / 2**30:.1f} GiB but only "
             f"{avail / 2**30:.1f} GiB of RAM is available; shrink the shape or run it on a larger machine.")
     return need
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:

@@ -9,6 +9,7 @@ shapes they come from, so extract never needs torch.
 from __future__ import annotations
 
 import json
+import math
 from types import ModuleType
 
 from . import loops, matmul, mlp
@@ -31,6 +32,11 @@ def unsupported(spec: dict, backend: str) -> str | None:
     if backend == "cpu" and spec["dtype"] in CPU_UNSUPPORTED_DTYPES:
         return CPU_UNSUPPORTED_DTYPES[spec["dtype"]]
     return kind_of(spec).unsupported(spec, backend)
+
+
+def tensor_bytes(spec: dict) -> int:
+    """Bytes of every input and output tensor together (what a run must hold in memory)."""
+    return sum(math.prod(shape) for shape in kind_of(spec).tensor_shapes(spec).values()) * DTYPE_BYTES[spec["dtype"]]
 
 
 def kind_of(spec: dict) -> ModuleType:

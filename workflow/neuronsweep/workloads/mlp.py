@@ -6,6 +6,8 @@ capture feeds them like activations; FLOPs count the three GEMMs (the elementwis
 
 from __future__ import annotations
 
+import math
+
 
 def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:
     out = {"kind": "mlp", "b": int(b), "s": int(s), "h": int(h), "i": int(i), "dtype": dtype}
@@ -33,7 +35,7 @@ def flops(s: dict) -> int:
 
 
 def min_bytes(s: dict, dtype_bytes: int) -> int:
-    return sum(_numel(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
+    return sum(math.prod(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
 
 
 def gemms(s: dict) -> list[tuple[int, int, int]]:
@@ -49,13 +51,6 @@ def unsupported(s: dict, backend: str) -> str | None:
         return ("no NKI MLP kernel ships with neuron-sweep and nki-library's kernel API was not verified here; "
                 "profile nki-library's MLP with `neuronsweep capture --neff` on its NEFF")
     return None
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def torch_module(s: dict):
