@@ -117,3 +117,11 @@ def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
     captures = run.output.split("rule capture:")[1:]
     assert len(captures) == 2 and all("neuron_device=1" in block.split("\n\n")[0] for block in captures)
     assert not (tmp_path / "results").exists()
+
+
+def test_snakemake_report_carries_the_figures(run_copy):
+    import zipfile
+
+    snakemake(run_copy, "--report", str(run_copy / "report.zip"))
+    names = zipfile.ZipFile(run_copy / "report.zip").namelist()
+    assert any(n.endswith("/roofline.png") for n in names) and any(n.endswith("report.html") for n in names)
