@@ -32,6 +32,8 @@ def test_representative_plan_counts_match_hand_computed_dedupe():
     #      128 and 256 are prefill Ms too: 13 + 7 = 20 per (K, N) pair, 2 pairs
     # loops 9, mlp 1 (+ nki unsupported on cpu)
     assert len(p.workloads) == 34 + 40 + 9 + 1 and list(p.unsupported) == ["mlp-b1-s128-h1024-i512-fp32-nki"]
+    on_neuron = plan_of({"mlp": {"configs": [{"b": 1, "s": 128, "h": 1024, "i": 512}], "impl": ["nki"]}}, "neuron")
+    assert list(on_neuron.workloads) == ["mlp-b1-s128-h1024-i512-fp32-nki"]  # seed 002 config: the NKI kernel fits
 
 
 def test_llm_gemms_and_bucket_mapping():
@@ -134,3 +136,31 @@ def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
     assert set(table["status"]) == {"ok"}, table[["scenario_id", "status", "reason"]]
     m = table.set_index("scenario_id").loc["tiling-m128-fp32"]
     assert m["peak_flops_per_s"] == pytest.approx(roofline.TARGETS["trn1"].peak_flops("fp32"))
+
+
+def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
+    cfg = neuron_config(tmp_path, suites={"mlp": {"configs": [{"b": 1, "s": 128, "h": 128, "i": 256},
+                                                              {"b": 1, "s": 128, "h": 100, "i": 256}],
+                                                  "impl": ["nki"]}})
+    snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
+    assert table.loc["mlp-b1-s128-h128-i256-fp32-nki", "status"] == "ok"
+    bad = table.loc["mlp-b1-s128-h100-i256-fp32-nki"]
+    assert bad["status"] == "unsupported" and "h=100 is not a multiple of 128" in bad["reason"]
+    build = json.loads((tmp_path / "results" / "t" / "neuron" / "workloads" / "mlp-b1-s128-h128-i256-fp32-nki"
+                        / "build" / "build.json").read_text())
+    assert [name for name, _ in build["capture_inputs"]] == ["xT", "w_gate", "w_up", "w_down"]
+
+
+def test_nki_mlp_reference_is_the_gated_mlp_the_compiler_route_runs():
+    import numpy as np
+    import torch
+
+    from neuronsweep.kernels import nki_mlp
+    from neuronsweep.workloads import mlp
+
+    spec = mlp.spec(b=2, s=8, h=32, i=48, dtype="fp32")
+    a = nki_mlp.inputs(spec, np.random.default_rng(1))
+    x = torch.from_numpy(a["xT"].T.copy())
+    want = mlp.torch_module(spec)(x, *(torch.from_numpy(a[k]) for k in ("w_gate", "w_up", "w_down")))
+    np.testing.assert_allclose(nki_mlp.reference(a), want.numpy().T, rtol=1e-4, atol=1e-4)

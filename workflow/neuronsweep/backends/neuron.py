@@ -170,12 +170,12 @@ def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
 
 def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
-    from ..kernels.nki_matmul import supported
+    from ..kernels import for_spec
 
-    why = supported(spec)
+    why = for_spec(spec).supported(spec)
     if why:
-        raise UserError(f"case {workload_id(spec)}: the NKI matmul kernel does not handle this shape ({why}); "
-                        "use impl: compiler for it.")
+        raise UserError(f"case {workload_id(spec)}: the NKI {spec['kind']} kernel does not handle this shape "
+                        f"({why}); use impl: compiler for it.")
     workdir = out_dir.resolve() / "nki"
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = workdir / "artifacts"

@@ -22,15 +22,10 @@ import time
 from pathlib import Path
 
 
-def _inputs(spec: dict, inputs_dir: Path):
+def _inputs(spec: dict, kernel, inputs_dir: Path):
     import numpy as np
 
-    from ..kernels.nki_matmul import ARG_NAMES
-
-    rng = np.random.default_rng(0)
-    m, k, n = spec["m"], spec["k"], spec["n"]
-    arrays = {"lhsT": rng.standard_normal((k, m), dtype=np.float32),
-              "rhs": rng.standard_normal((k, n), dtype=np.float32)}
+    arrays = kernel.inputs(spec, np.random.default_rng(0))
     if spec["dtype"] == "fp16":
         arrays = {name: a.astype(np.float16) for name, a in arrays.items()}
     elif spec["dtype"] == "bf16":
@@ -39,7 +34,7 @@ def _inputs(spec: dict, inputs_dir: Path):
         arrays = {name: a.astype(ml_dtypes.bfloat16) for name, a in arrays.items()}
     inputs_dir.mkdir(parents=True, exist_ok=True)
     saved = []
-    for name in ARG_NAMES:
+    for name in kernel.ARG_NAMES:
         if spec["dtype"] == "bf16":
             path = inputs_dir / f"{name}.bin"
             arrays[name].tofile(path)
@@ -65,19 +60,21 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from ..kernels.nki_matmul import load_nki, make_kernel
+    from ..kernels import for_spec
+    from ..kernels.nki_matmul import load_nki
 
     nki, _, _, api = load_nki()
-    arrays, saved = _inputs(spec, Path(args.inputs_dir))
-    reference = arrays["lhsT"].astype(np.float32).T @ arrays["rhs"].astype(np.float32)
+    kernel_module = for_spec(spec)
+    arrays, saved = _inputs(spec, kernel_module, Path(args.inputs_dir))
+    args_in = [arrays[name] for name in kernel_module.ARG_NAMES]
     result = {"api": api, "inputs": saved}
     root = os.environ["NKI_ARTIFACTS_DIR"]  # the legacy route writes its NEFF there too
     if api == "nki":
-        kernel = make_kernel()
+        kernel = kernel_module.make_kernel()
         calls, out = [], None
         for _ in range(2):
             t0 = time.perf_counter()
-            out = kernel(arrays["lhsT"], arrays["rhs"])
+            out = kernel(*args_in)
             calls.append({"wall_s": time.perf_counter() - t0, "neffs": _neffs(root)})
         first, second = calls[0]["neffs"], calls[1]["neffs"]
         recompiled = any(second[p][0] != first.get(p, (None,))[0] for p in second)
@@ -88,16 +85,16 @@ def main(argv=None) -> int:
             else "first call minus second (cached) call, wall clock")
     else:
         neff = str(Path(root) / "kernel.neff")
-        bench = make_kernel(nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
+        bench = kernel_module.make_kernel(nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
         t0 = time.perf_counter()
-        out = bench(arrays["lhsT"], arrays["rhs"])
+        out = bench(*args_in)
         latency = bench.benchmark_result.nc_latency
         result.update(neffs=[neff], calls=[time.perf_counter() - t0], recompiled_on_second_call=None,
                       compile_s=None, compile_s_source="nki.benchmark compiles and runs in one call",
                       benchmark_us={f"p{p}": latency.get_latency_percentile(p) for p in (0, 50, 90, 99, 100)})
     if out is not None:
-        err = float(np.max(np.abs(np.asarray(out, dtype=np.float32) - reference)))
-        result["max_abs_error_vs_numpy"] = err
+        reference = kernel_module.reference(arrays)
+        result["max_abs_error_vs_numpy"] = float(np.max(np.abs(np.asarray(out, dtype=np.float32) - reference)))
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 

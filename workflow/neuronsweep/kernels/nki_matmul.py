@@ -49,6 +49,19 @@ def make_kernel(decorate=None):
     return (decorate or nki.jit)(nki_matmul_tiled)
 
 
+def inputs(spec: dict, rng) -> dict:
+    import numpy as np
+
+    return {"lhsT": rng.standard_normal((spec["k"], spec["m"]), dtype=np.float32),
+            "rhs": rng.standard_normal((spec["k"], spec["n"]), dtype=np.float32)}
+
+
+def reference(a: dict):
+    import numpy as np
+
+    return a["lhsT"].astype(np.float32).T @ a["rhs"].astype(np.float32)
+
+
 def supported(spec: dict) -> str | None:
     """None if the kernel handles the shape, else why not (it does not pad partial tiles)."""
     m, k, n = spec["m"], spec["k"], spec["n"]

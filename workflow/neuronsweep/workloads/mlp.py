@@ -48,8 +48,10 @@ def unsupported(s: dict, backend: str) -> str | None:
     if s.get("impl") == "nki":
         if backend != "neuron":
             return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
-        return ("no NKI MLP kernel ships with neuron-sweep and nki-library's kernel API was not verified here; "
-                "profile nki-library's MLP with `neuronsweep capture --neff` on its NEFF")
+        from ..kernels.nki_mlp import supported
+
+        why = supported(s)
+        return f"the NKI gated-MLP kernel does not handle this shape: {why}" if why else None
     return None
 
 

@@ -1,6 +1,6 @@
 """Standalone `nki` (>= 0.2) double for tests: @nki.jit "compiles" on the first call with new input
 shapes, writing NKI_ARTIFACTS_DIR/kernel.neff (the directory is read at import, as the real package
-requires), and returns the numpy result. STANDIN_NKI_RECOMPILE=1 recompiles on every call (the
+requires), and returns the numpy result (matmul only; other kernels return None, so no error is claimed). STANDIN_NKI_RECOMPILE=1 recompiles on every call (the
 @nki.jit trap). The kernel body is never executed: this double checks the workflow, not NKI."""
 
 import json
@@ -18,16 +18,16 @@ def jit(fn):
     def call(*arrays):
         if _ARTIFACTS is None:
             raise RuntimeError("stand-in nki: NKI_ARTIFACTS_DIR was not set before `import nki`")
-        lhsT, rhs = arrays
-        signature = (fn.__name__, tuple(a.shape for a in arrays), str(lhsT.dtype))
+        signature = (fn.__name__, tuple(a.shape for a in arrays), str(arrays[0].dtype))
+        matmul = len(arrays) == 2  # lhsT [K,M], rhs [K,N]: the only kernel this double can evaluate
         if signature not in compiled or os.environ.get("STANDIN_NKI_RECOMPILE") == "1":
-            (k, m), (_, n) = lhsT.shape, rhs.shape
-            header = {"graph": fn.__name__, "ops": [["matmul", [[m, k], [k, n]]]],
-                      "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")}
+            ops = [["matmul", [[a.shape[1], a.shape[0]], list(arrays[1].shape)]] for a in arrays[:1]] if matmul \
+                else [["kernel", [list(a.shape) for a in arrays]]]
+            header = {"graph": fn.__name__, "ops": ops, "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")}
             Path(_ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (Path(_ARTIFACTS) / "kernel.neff").write_bytes(b"NEFF\0" + json.dumps(header).encode())
             compiled.add(signature)
-        return lhsT.astype(np.float32).T @ rhs.astype(np.float32)
+        return arrays[0].astype(np.float32).T @ arrays[1].astype(np.float32) if matmul else None
 
     call.__name__ = fn.__name__
     return call

@@ -1,0 +1,69 @@
+"""Gated MLP as one NKI kernel, outT[H,T] = (W_down^T · (silu(W_gate^T·xT) * (W_up^T·xT))), T = b*s tokens.
+
+Layout chosen so no transpose is needed: every matmul contracts over the partition dim. With xT
+[H, T] moving and a weight tile [128, 128] stationary, gate^T and up^T come out [I, T] with I on the
+partitions, which is exactly the moving layout the down projection needs; the output is outT [H, T].
+Written to the NKI matmul tutorial's API (nl.load/store, nisa.nc_matmul into PSUM, nl.affine_range);
+checked against numpy by the build on a Neuron machine (max_abs_error_vs_numpy in build.json), not
+here: no Neuron device exists on our CI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .nki_matmul import load_nki
+
+ARG_NAMES = ("xT", "w_gate", "w_up", "w_down")
+P, TN_MAX = 128, 512
+
+
+def make_kernel(decorate=None):
+    nki, nl, nisa, _ = load_nki()
+
+    def nki_gated_mlp(xT, w_gate, w_up, w_down):
+        H, T = xT.shape
+        I = w_gate.shape[1]  # noqa: E741
+        outT = nl.ndarray((H, T), dtype=xT.dtype, buffer=nl.shared_hbm)
+        tn = min(T, TN_MAX)
+        for t in nl.affine_range(T // tn):
+            hT = nl.ndarray((I // P, nl.par_dim(P), tn), dtype=xT.dtype, buffer=nl.sbuf)
+            for i in nl.affine_range(I // P):
+                gate = nl.zeros((P, tn), nl.float32, buffer=nl.psum)
+                up = nl.zeros((P, tn), nl.float32, buffer=nl.psum)
+                for h in nl.affine_range(H // P):
+                    x_tile = nl.load(xT[h * P:(h + 1) * P, t * tn:(t + 1) * tn])
+                    gate += nisa.nc_matmul(nl.load(w_gate[h * P:(h + 1) * P, i * P:(i + 1) * P]), x_tile)
+                    up += nisa.nc_matmul(nl.load(w_up[h * P:(h + 1) * P, i * P:(i + 1) * P]), x_tile)
+                hT[i] = nl.multiply(nl.silu(gate), up, dtype=xT.dtype)
+            for m in nl.affine_range(H // P):
+                acc = nl.zeros((P, tn), nl.float32, buffer=nl.psum)
+                for i in nl.affine_range(I // P):
+                    acc += nisa.nc_matmul(nl.load(w_down[i * P:(i + 1) * P, m * P:(m + 1) * P]), hT[i])
+                nl.store(outT[m * P:(m + 1) * P, t * tn:(t + 1) * tn], value=nl.copy(acc, dtype=outT.dtype))
+        return outT
+
+    return (decorate or nki.jit)(nki_gated_mlp)
+
+
+def supported(spec: dict) -> str | None:
+    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
+    if t > TN_MAX and t % TN_MAX:
+        problems.append(f"b*s={t} is not a multiple of 512 (or at most 512)")
+    return "; ".join(problems) or None
+
+
+def inputs(spec: dict, rng) -> dict[str, np.ndarray]:
+    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    scale_h, scale_i = float(h) ** -0.5, float(i) ** -0.5  # python floats keep the arrays float32
+    return {"xT": rng.standard_normal((h, t), dtype=np.float32),
+            "w_gate": rng.standard_normal((h, i), dtype=np.float32) * scale_h,
+            "w_up": rng.standard_normal((h, i), dtype=np.float32) * scale_h,
+            "w_down": rng.standard_normal((i, h), dtype=np.float32) * scale_i}
+
+
+def reference(a: dict[str, np.ndarray]) -> np.ndarray:
+    x = a["xT"].astype(np.float32).T
+    gate, up = x @ a["w_gate"].astype(np.float32), x @ a["w_up"].astype(np.float32)
+    return ((gate / (1 + np.exp(-gate)) * up) @ a["w_down"].astype(np.float32)).T
