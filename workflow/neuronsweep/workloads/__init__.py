@@ -2,8 +2,9 @@
 
 A workload is a canonical spec dict with a `kind`; its module (one per kind) says how to name it
 (spec, workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms
-for the tile model), whether a backend can run it (unsupported), and build it (torch_module). Analytic numbers (FLOPs, bytes) live here, beside the
-shapes they come from, so extract never needs torch.
+for the tile model), and build it (torch_module); `unsupported` below says what a backend cannot
+run. Analytic numbers (FLOPs, bytes) live here, beside the shapes they come from, so extract never
+needs torch.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ def unsupported(spec: dict, backend: str) -> str | None:
     """Why `backend` cannot run this workload, or None."""
     if backend == "cpu" and spec["dtype"] in CPU_UNSUPPORTED_DTYPES:
         return CPU_UNSUPPORTED_DTYPES[spec["dtype"]]
-    return kind_of(spec).unsupported(spec, backend)
+    if spec.get("impl") == "nki":
+        if backend != "neuron":
+            return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
+        from ..kernels import for_spec
+
+        why = for_spec(spec).supported(spec)
+        return f"the NKI {spec['kind']} kernel does not handle this shape: {why}" if why else None
+    return None
 
 
 def tensor_bytes(spec: dict) -> int:

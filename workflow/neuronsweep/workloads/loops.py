@@ -43,10 +43,6 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return [(s["batch"], s["features"], s["features"])] * s["steps"]
 
 
-def unsupported(s: dict, backend: str) -> str | None:
-    return None
-
-
 def torch_module(s: dict):
     import torch
 

@@ -16,18 +16,6 @@ def workload_id(s: dict) -> str:
     return f"matmul-m{s['m']}-k{s['k']}-n{s['n']}-{s['dtype']}{suffix}"
 
 
-def unsupported(s: dict, backend: str) -> str | None:
-    """Why `backend` cannot run this workload, or None."""
-    if s.get("impl") == "nki":
-        if backend != "neuron":
-            return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
-        from ..kernels.nki_matmul import supported
-
-        why = supported(s)
-        return f"the NKI matmul kernel does not handle this shape: {why}" if why else None
-    return None
-
-
 def flops(s: dict) -> int:
     """2·M·K·N: one multiply and one add per inner-product term."""
     return 2 * s["m"] * s["k"] * s["n"]

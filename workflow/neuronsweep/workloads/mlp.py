@@ -44,17 +44,6 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return [(t, h, i), (t, h, i), (t, i, h)]
 
 
-def unsupported(s: dict, backend: str) -> str | None:
-    if s.get("impl") == "nki":
-        if backend != "neuron":
-            return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
-        from ..kernels.nki_mlp import supported
-
-        why = supported(s)
-        return f"the NKI gated-MLP kernel does not handle this shape: {why}" if why else None
-    return None
-
-
 def torch_module(s: dict):
     import torch
 
