@@ -58,7 +58,7 @@ def targets_table(plan: dict) -> pd.DataFrame:
     from .workloads import DTYPE_BYTES, kind_of
 
     rows = []
-    for wid, spec in {**plan["workloads"]}.items():
+    for wid, spec in plan["workloads"].items():
         kind = kind_of(spec)
         flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
         for name in ("trn1", "inf2", "trn2"):

@@ -232,7 +232,7 @@ def summary_from_profile_json(path: Path) -> dict:
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
-        profile_json: Path | None = None, calibration_json: Path | None = None, with_tables: bool = True,
+        profile_json: Path | None = None, calibration_json: Path | None = None,
         track_patterns: dict | None = None) -> dict:
     started = time.time()
     summary = neuron_summary.load(summary_json)
@@ -243,7 +243,7 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     calibration = read_json(calibration_json) if calibration_json else None
     metrics = compute(summary, capture, build, calibration)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
-    tables = write_tables(summary_json.parent, out.parent / "tables", track_patterns) if with_tables else {}
+    tables = write_tables(summary_json.parent, out.parent / "tables", track_patterns)
     metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables)
     write_json(out, metrics)
     return metrics
