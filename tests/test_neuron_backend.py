@@ -12,7 +12,7 @@ import pytest
 
 from conftest import neuron_config, snakemake, standin_env, standin_runs
 from neuronsweep.analysis.pftrace_reader import read as read_pftrace
-from neuronsweep.backends import neuron
+from neuronsweep.backends import neuron, xla_program
 from neuronsweep.errors import UserError
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
@@ -59,17 +59,17 @@ def test_attribution_keeps_input_graphs_apart_and_fails_when_ambiguous():
     spec = {"kind": "matmul", "m": 1, "k": 1, "n": 1, "dtype": "fp32"}
     ok = _result({"start": [], "inputs": ["/c/in.neff"], "workload": ["/c/in.neff", "/c/wl.neff", "/d/MODULE_2.neff"]},
                  {"/c/in.neff": "a", "/c/wl.neff": "b", "/d/MODULE_2.neff": "b"})
-    neff, candidates = neuron._attribute(ok, spec)
+    neff, candidates = xla_program.attribute(ok, spec, "NEFF")
     assert neff == "/c/wl.neff"
     assert [(c["path"], c["phase"]) for c in candidates] == [("/c/in.neff", "inputs"), ("/c/wl.neff", "workload"),
                                                             ("/d/MODULE_2.neff", "workload")]
     split = _result({"start": [], "inputs": [], "workload": ["/c/a.neff", "/c/b.neff"]},
                     {"/c/a.neff": "a", "/c/b.neff": "b"})
     with pytest.raises(UserError, match="compiled 2 different NEFFs"):
-        neuron._attribute(split, spec)
+        xla_program.attribute(split, spec, "NEFF")
     with pytest.raises(UserError, match="no NEFF was compiled for the workload graph"):
-        neuron._attribute(_result({"start": [], "inputs": ["/c/a.neff"], "workload": ["/c/a.neff"]},
-                                  {"/c/a.neff": "a"}), spec)
+        xla_program.attribute(_result({"start": [], "inputs": ["/c/a.neff"], "workload": ["/c/a.neff"]},
+                                      {"/c/a.neff": "a"}), spec, "NEFF")
 
 
 def test_the_standin_rejects_what_the_real_tool_rejects(tmp_path):
@@ -111,7 +111,8 @@ def test_multi_case_sweep_on_neuron(tmp_path):
         assert m["tensor_engine_active_pct"] == pytest.approx(100 * summary["tensor_engine_active_time_percent"])
         assert m["tensor_engine_active_pct"] == pytest.approx(100 * m["tensor_engine_active_time_s"] / m["profile_total_time_s"])
         assert m["profile_flops_tool"] == m["flops"]  # the tool's FLOPs and 2·M·K·N agree
-        assert m["latency_median_s"] > 0 and m["notes"] == {}
+        # every Neuron metric is filled; the stand-in's eager "device" records no ExecuteTime
+        assert m["latency_median_s"] > 0 and set(m["notes"]) == {"execute_median_s", "threads"}
 
 
 def test_oom_then_single_io_retry(tmp_path):

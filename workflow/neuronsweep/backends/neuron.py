@@ -29,7 +29,7 @@ from ..analysis import neuron_summary
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..workloads import workload_id
-from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS
+from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS, xla_program
 
 ARTIFACT = ARTIFACTS["neuron"]["build"]
 NTFF = ARTIFACTS["neuron"]["capture"]
@@ -100,47 +100,11 @@ def _tail(text: str) -> str:
 # ---------------------------------------------------------------------------------------- build
 
 
-def _attribute(result: dict, spec: dict) -> tuple[str, list[dict]]:
-    """The workload's NEFF: what appeared in the workload phase and not before. Every candidate seen
-    is returned for build.json; zero or several distinct workload NEFFs fail clearly."""
-    phases, digests = result["phases"], result["digests"]
-    seen: set[str] = set()
-    candidates = []
-    for phase in ("start", "inputs", "workload"):
-        for path in phases[phase]:
-            if path not in seen:
-                seen.add(path)
-                candidates.append({"path": path, "phase": phase, "sha256": digests[path]})
-    before = {digests[p] for p in phases["inputs"]}
-    workload: dict[str, dict] = {}  # distinct NEFFs by content; the first path seen names each
-    for c in candidates:
-        if c["phase"] == "workload" and c["sha256"] not in before:
-            workload.setdefault(c["sha256"], c)
-    wid = workload_id(spec)
-    if not workload:
-        raise UserError(f"case {wid}: no NEFF was compiled for the workload graph (candidates: "
-                        f"{[c['path'] for c in candidates] or 'none'}); check NEURON_CC_FLAGS and the log above.")
-    if len(workload) > 1:
-        raise UserError(f"case {wid}: the workload compiled {len(workload)} different NEFFs "
-                        f"({', '.join(Path(c['path']).name for c in workload.values())}); the graph is split, "
-                        "so no single NEFF is the workload: simplify the workload or profile each graph.")
-    return next(iter(workload.values()))["path"], candidates
-
-
-def xla_program(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str],
-                warmup: int = 0, iterations: int = 0, repeats: int = 1) -> dict:
-    cwd, out_json = cwd.resolve(), out_json.resolve()  # the child runs in cwd
-    argv = [sys.executable, "-m", "neuronsweep.backends.xla_program", "--spec", json.dumps(spec),
-            "--out", str(out_json), "--warmup", str(warmup), "--iterations", str(iterations),
-            "--repeats", str(repeats)]
-    for pattern in globs:
-        argv += ["--artifact-glob", pattern]
-    proc = _run(argv, "torch-xla program", cwd=cwd, env=env)
-    (cwd / "xla_program.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise UserError(f"case {workload_id(spec)}: the torch-xla run exited {proc.returncode}: "
-                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {cwd / 'xla_program.log'}).")
-    return json.loads(out_json.read_text())
+def recompilation_flag(what: str) -> str:
+    """build.json's sentence for a workload that compiled again when called again with the same inputs."""
+    trap = "@nki.jit trap" if what == "kernel" else "trap, a value baked into the graph"
+    return (f"the {what} recompiled on a repeated call with the same inputs: every framework call pays "
+            f"compile time (seed 002's {trap})")
 
 
 def compile_env(options: dict, compile_cache: Path) -> dict:
@@ -161,10 +125,13 @@ def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-    result = xla_program(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs)
-    neff, candidates = _attribute(result, spec)
+    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir,
+                             globs, "torch-xla program")
+    neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
             "compile_count": result["compile"]["count"],
+            "second_call_compile_count": result["compile"]["second_call_count"],
+            "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
             "compile_s_source": "torch_xla.debug.metrics CompileTime", "capture_inputs": None}
 
 
@@ -226,8 +193,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
         "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
         **{k: v for k, v in meta.items() if k not in ("workload_id", "exported_at")},
         "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry compiled {meta['exported_at']}",
-        "recompilation_flag": "the kernel recompiled on a repeated call with the same inputs: every framework "
-                              "call pays compile time (seed 002's @nki.jit trap)" if recompiles else None,
+        "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph") if recompiles else None,
         "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(entry)},
     }
 
@@ -314,9 +280,10 @@ def framework_timing(build_record: dict, settings: dict, workdir: Path) -> dict:
     env = tool_env()
     env.update(build_record["env"])
     cache = build_record["compile_cache"]
-    result = xla_program(build_record["spec"], workdir / "timing.json", env, workdir,
-                         [str(Path(cache) / "**" / "*.neff")], settings["warmup"], settings["iterations"],
-                         settings.get("repeats", 1))
+    result = xla_program.run(build_record["spec"], workdir / "timing.json", env, workdir,
+                             [str(Path(cache) / "**" / "*.neff")], "torch-xla framework timing",
+                             warmup=settings["warmup"], iterations=settings["iterations"],
+                             repeats=settings.get("repeats", 1))
     timing = result["timing"]
     timing["compiles_in_first_run"] = result["compile"]["count"]
     return timing

@@ -1,16 +1,25 @@
-"""The torch-xla side of a build or a framework timing, run in a child process.
+"""The torch-xla program shared by the neuron and xla backends: one code path, only the device and
+the environment differ (NEURON_* for neuronx-cc on a NeuronCore; PJRT_DEVICE and XLA_FLAGS for XLA).
 
-A child, because NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL, NEURON_FRAMEWORK_DEBUG and XLA_* must
-be set before torch_xla is imported. The program runs in phases and lists the compiled artifacts
-(files matching --artifact-glob) after each, so the parent can tell the graph that moved the
-inputs to the device from the graph of the workload itself, without "newest file" guessing:
+The child (`main`) runs in its own process, because PJRT_DEVICE, NEURON_CC_FLAGS,
+NEURON_COMPILE_CACHE_URL, NEURON_FRAMEWORK_DEBUG and XLA_* must be set before torch_xla is
+imported. It runs in phases and lists the compiled artifacts (files matching --artifact-glob: NEFFs,
+or dumped HLO modules) after each, so the parent can tell the graph that moved the inputs to the
+device from the graph of the workload itself, without "newest file" guessing:
 
   inputs     create the module and inputs on the CPU, move them to the device, sync
   workload   run the workload once, sync                      (its graph compiles here)
-  timing     (--iterations > 0) warmup + iterations, each synced with wait_device_ops
+  second     run it again with the same inputs, sync          (a compile here = the graph changed)
+  trace      (--trace-out) warmup, then num_exec executions with wall-clock spans per step and the
+             torch_xla.debug.metrics samples (ExecuteTime, CompileTime) as a Chrome trace
+  timing     (--iterations > 0) warmup + iterations, each synced with wait_device_ops; wall clock and
+             the ExecuteTime the metrics recorded for each iteration
 
-Compile counts and times come from torch_xla.debug.metrics, not wall clocks; a compile during the
-timing phase means the graph changed between iterations (recompilation).
+Compile counts and times come from torch_xla.debug.metrics, not wall clocks; a compile after the
+first run means the graph changed between calls (recompilation). The output of every call is kept
+alive until its sync: a lazy tensor dropped before mark_step is never computed.
+
+The parent side (`run`, `attribute`) does not import torch.
     python -m neuronsweep.backends.xla_program --spec JSON --out result.json --artifact-glob GLOB ...
 """
 
@@ -21,8 +30,77 @@ import glob
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
+
+PHASES = ("start", "inputs", "workload", "second")
+EXEC_MARK = "neuronsweep.exec_"  # the span of execution i of the profiled run (as in the cpu trace)
+TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
+
+
+# ------------------------------------------------------------------------------- parent side
+
+
+def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], what: str, **settings) -> dict:
+    """Run the child in `cwd` with `env`; settings: warmup, iterations, repeats, num_exec, nth_exec,
+    trace_out. Fails with one sentence and the log's path when torch-xla fails."""
+    from ..errors import UserError
+    from ..workloads import workload_id
+
+    cwd, out_json = cwd.resolve(), out_json.resolve()
+    argv = [sys.executable, "-m", __name__, "--spec", json.dumps(spec), "--out", str(out_json)]
+    for key, value in settings.items():
+        if value is not None:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    for pattern in globs:
+        argv += ["--artifact-glob", pattern]
+    log = cwd / "xla_program.log"
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env)
+    except FileNotFoundError:
+        raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise UserError(f"case {workload_id(spec)}: the torch-xla run exited {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log}).")
+    return json.loads(out_json.read_text())
+
+
+def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
+    """The workload's compiled artifact (a NEFF, an HLO module): what appeared in the workload phase
+    and not before. Every candidate seen is returned for build.json, with the phase it appeared in;
+    zero or several distinct workload artifacts fail clearly."""
+    from ..errors import UserError
+    from ..workloads import workload_id
+
+    phases, digests = result["phases"], result["digests"]
+    seen: set[str] = set()
+    candidates = []
+    for phase in PHASES:
+        for path in phases.get(phase, []):
+            if path not in seen:
+                seen.add(path)
+                candidates.append({"path": path, "phase": phase, "sha256": digests[path]})
+    before = {digests[p] for p in phases["inputs"]}
+    workload: dict[str, dict] = {}  # distinct artifacts by content; the first path seen names each
+    for c in candidates:
+        if c["phase"] == "workload" and c["sha256"] not in before:
+            workload.setdefault(c["sha256"], c)
+    wid = workload_id(spec)
+    if not workload:
+        raise UserError(f"case {wid}: no {noun} was compiled for the workload graph (candidates: "
+                        f"{[c['path'] for c in candidates] or 'none'}); check the compiler flags and the log above.")
+    if len(workload) > 1:
+        raise UserError(f"case {wid}: the workload compiled {len(workload)} different {noun}s "
+                        f"({', '.join(Path(c['path']).name for c in workload.values())}); the graph is split, "
+                        f"so no single {noun} is the workload: simplify the workload or profile each graph.")
+    return next(iter(workload.values()))["path"], candidates
+
+
+# -------------------------------------------------------------------------------- child side
 
 
 def artifacts(patterns: list[str]) -> dict[str, str]:
@@ -44,6 +122,62 @@ def _metric(met, name: str) -> tuple[int, float]:
     return int(count), float(total_ns) * 1e-9
 
 
+def _samples(met, name: str) -> list[tuple[float, float]]:
+    """The metric's recent samples as (wall-clock seconds when recorded, value ns)."""
+    data = met.metric_data(name)
+    return [(float(ts), float(v)) for ts, v in data[2]] if data and len(data) > 2 else []
+
+
+class _Step:
+    """One call of the workload, synced, with the wall clock (ns) at each boundary."""
+
+    def __init__(self, module, inputs, xm):
+        self.module, self.inputs, self.xm = module, inputs, xm
+
+    def __call__(self) -> tuple[int, int, int, int]:
+        t0 = time.time_ns()
+        out = self.module(*self.inputs)  # lazy: only traced here
+        t1 = time.time_ns()
+        self.xm.mark_step()  # compile (if the graph is new) and launch
+        t2 = time.time_ns()
+        self.xm.wait_device_ops()
+        t3 = time.time_ns()
+        del out
+        return t0, t1, t2, t3
+
+
+def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
+    """Chrome trace of num_exec executions: per execution a span with its tracing, mark_step and
+    wait_device_ops children on the Python thread, and the XLA execute and compile samples the
+    metrics recorded meanwhile on tracks of their own (a sample's timestamp is when it ended)."""
+    pid = os.getpid()
+    spans = [step() for _ in range(num_exec)]
+    base = spans[0][0]
+    us = lambda ns: (ns - base) / 1000.0  # noqa: E731
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"torch-xla ({device})"}}]
+    for name, tid in (("python: torch-xla tracing and sync", TRACKS["python"]),
+                      (f"XLA execute ({device})", TRACKS["execute"]), ("XLA compile", TRACKS["compile"])):
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+    for i, (t0, t1, t2, t3) in enumerate(spans, start=1):
+        py = {"ph": "X", "pid": pid, "tid": TRACKS["python"], "cat": "framework"}
+        events += [{**py, "name": f"{EXEC_MARK}{i}", "ts": us(t0), "dur": (t3 - t0) / 1000.0,
+                    "args": {"profiled": i == nth}},
+                   {**py, "name": "lazy tracing (forward)", "ts": us(t0), "dur": (t1 - t0) / 1000.0},
+                   {**py, "name": "mark_step", "ts": us(t1), "dur": (t2 - t1) / 1000.0},
+                   {**py, "name": "wait_device_ops", "ts": us(t2), "dur": (t3 - t2) / 1000.0}]
+    first, last = spans[0][0], spans[-1][3]
+    for metric, track, cat in (("ExecuteTime", "execute", "xla_execute"), ("CompileTime", "compile", "xla_compile")):
+        for ts_s, value_ns in _samples(met, metric):
+            end = int(ts_s * 1e9)
+            if first <= end <= last + 1_000_000:  # recorded during these executions (1 ms of clock slack)
+                events.append({"ph": "X", "pid": pid, "tid": TRACKS[track], "cat": cat, "name": metric,
+                               "ts": us(end - int(value_ns)), "dur": value_ns / 1000.0,
+                               "args": {"source": f"torch_xla.debug.metrics {metric}"}})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"clock": "time.time_ns() and metric sample timestamps (wall clock)",
+                          "base_unix_ns": base, "thread": threading.get_native_id()}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
@@ -52,6 +186,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--iterations", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--num-exec", type=int, default=0)
+    ap.add_argument("--nth-exec", type=int, default=1)
+    ap.add_argument("--trace-out")
     args = ap.parse_args(argv)
 
     import torch
@@ -73,41 +210,47 @@ def main(argv=None) -> int:
     xm.mark_step()
     xm.wait_device_ops()
     phases["inputs"] = artifacts(args.artifact_glob)
-    compiles_before = _metric(met, "CompileTime")
+    compiles = {"inputs": _metric(met, "CompileTime")}
+    step = _Step(module, inputs, xm)
 
-    t0 = time.perf_counter()
-    module(*inputs)
-    xm.mark_step()
-    xm.wait_device_ops()
-    first_run_s = time.perf_counter() - t0
+    t0, *_, t3 = step()
     phases["workload"] = artifacts(args.artifact_glob)
-    compiles_workload = _metric(met, "CompileTime")
+    compiles["workload"] = _metric(met, "CompileTime")
+    step()
+    phases["second"] = artifacts(args.artifact_glob)
+    compiles["second"] = _metric(met, "CompileTime")
 
     result = {
         "phases": {name: sorted(files) for name, files in phases.items()},
         "digests": {path: digest for files in phases.values() for path, digest in files.items()},
-        "compile": {"count": compiles_workload[0] - compiles_before[0],
-                    "seconds": compiles_workload[1] - compiles_before[1],
-                    "input_phase_count": compiles_before[0]},
-        "first_run_wall_s": first_run_s,
+        "compile": {"count": compiles["workload"][0] - compiles["inputs"][0],
+                    "seconds": compiles["workload"][1] - compiles["inputs"][1],
+                    "input_phase_count": compiles["inputs"][0],
+                    "second_call_count": compiles["second"][0] - compiles["workload"][0],
+                    "second_call_seconds": compiles["second"][1] - compiles["workload"][1]},
+        "first_run_wall_s": (t3 - t0) * 1e-9,
         "torch": torch.__version__,
+        "device": str(device),
     }
+    for _ in range(args.warmup):
+        step()
+    if args.trace_out:
+        trace = _trace(step, met, args.num_exec, args.nth_exec, str(device))
+        Path(args.trace_out).write_text(json.dumps(trace))
     if args.iterations:
-        for _ in range(args.warmup):
-            module(*inputs)
-            xm.mark_step()
-            xm.wait_device_ops()
         after_warmup = _metric(met, "CompileTime")[0]
-        samples = []
+        walls, executes = [], []
         for _ in range(args.repeats * args.iterations):
-            t0 = time.perf_counter_ns()
-            module(*inputs)
-            xm.mark_step()
-            xm.wait_device_ops()
-            samples.append((time.perf_counter_ns() - t0) * 1e-9)
-        result["timing"] = {**latency_stats(samples, args.repeats),
+            before = _metric(met, "ExecuteTime")
+            t0, *_, t3 = step()
+            after = _metric(met, "ExecuteTime")
+            walls.append((t3 - t0) * 1e-9)
+            executes.append(after[1] - before[1] if after[0] > before[0] else None)
+        result["timing"] = {**latency_stats(walls, args.repeats),
                             "recompiles_during_timing": _metric(met, "CompileTime")[0] - after_warmup,
-                            "sync": "xm.mark_step() + xm.wait_device_ops() per iteration"}
+                            "sync": "xm.mark_step() + xm.wait_device_ops() per iteration",
+                            "execute": latency_stats(executes, args.repeats) if None not in executes else None,
+                            "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration"}
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 
