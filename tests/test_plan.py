@@ -47,3 +47,19 @@ def test_cli_plan_json(tmp_path):
     assert out["backend"] == "cpu"  # no Neuron device on CI
     assert proc.stderr.strip() == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
     assert [s["id"] for s in out["scenarios"]] == ["matmul-m1-k3-n4-fp32", "matmul-m2-k3-n4-fp32"]
+
+
+def test_recompile_suite_runs_on_lazy_tensor_backends_only():
+    suites = {"recompile": {"shapes": [{"m": 64, "k": 64, "n": 64}]}, "matmul": {"shapes": [{"m": 64, "k": 64, "n": 64}]}}
+    on_cpu = plan_of(suites)
+    assert [s.id for s in on_cpu.scenarios] == ["matmul-m64-k64-n64-fp32", "recompile-pythonfloat-m64-k64-n64-fp32",
+                                                "recompile-pythonint-m64-k64-n64-fp32",
+                                                "recompile-static-m64-k64-n64-fp32"]
+    # static is the plain matmul: one workload; the two traps are unsupported on cpu, with the reason
+    assert list(on_cpu.workloads) == ["matmul-m64-k64-n64-fp32"]
+    assert set(on_cpu.unsupported) == {"matmul-m64-k64-n64-fp32-varies-pythonfloat",
+                                       "matmul-m64-k64-n64-fp32-varies-pythonint"}
+    assert all("freezes Python values" in why for why in on_cpu.unsupported.values())
+    on_xla = make_plan(config.validate({"suites": suites}), "xla")
+    assert len(on_xla.workloads) == 3 and not on_xla.unsupported
+    assert on_xla.workloads["matmul-m64-k64-n64-fp32-varies-pythonint"]["varies"] == "python_int"

@@ -130,8 +130,20 @@ def _loops_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
+def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    """Seed 002's trap for real: matmuls whose graph does (python_int) or does not (static,
+    python_float) change between calls; lazy-tensor backends count the compiles."""
+    out = []
+    for shape, varies, dtype in itertools.product(suite["shapes"], suite["varies"], suite["dtype"]):
+        spec = matmul.spec(dtype=dtype, varies=varies, **shape)
+        labels = {**shape, "dtype": dtype, "varies": varies}
+        sid = f"recompile-{varies.replace('_', '')}-m{shape['m']}-k{shape['k']}-n{shape['n']}-{dtype}"
+        out.append((Scenario(id=sid, suite="recompile", workload_id=workload_id(spec), labels=labels), spec))
+    return out
+
+
 SUITES = {"matmul": _matmul_scenarios, "tiling": _tiling_scenarios, "llm": _llm_scenarios,
-          "mlp": _mlp_scenarios, "loops": _loops_scenarios}
+          "mlp": _mlp_scenarios, "loops": _loops_scenarios, "recompile": _recompile_scenarios}
 
 
 

@@ -32,6 +32,9 @@ def unsupported(spec: dict, backend: str) -> str | None:
     """Why `backend` cannot run this workload, or None."""
     if backend == "cpu" and spec["dtype"] in CPU_UNSUPPORTED_DTYPES:
         return CPU_UNSUPPORTED_DTYPES[spec["dtype"]]
+    if backend == "cpu" and spec.get("varies"):
+        return ("the cpu backend runs one torch.export graph, which freezes Python values at export time; "
+                "recompile traps need a lazy-tensor backend (xla or neuron)")
     if spec.get("impl") == "nki":
         if backend != "neuron":
             return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"

@@ -1,24 +1,38 @@
-"""GEMM workload: C[M,N] = A[M,K] @ B[K,N]."""
+"""GEMM workload: C[M,N] = A[M,K] @ B[K,N].
+
+`varies` (the recompile suite, seed 002's trap) makes the graph depend on how often forward ran:
+  python_int    a call counter becomes torch.roll's shift, an attribute baked into the graph,
+                so every call is a new graph (a recompile on lazy-tensor backends)
+  python_float  the product is scaled by a changing Python float, which torch-xla uploads as
+                device data instead of baking it in: the control, expected not to recompile
+"""
 
 from __future__ import annotations
 
 
-def spec(m: int, k: int, n: int, dtype: str, impl: str = "compiler") -> dict:
-    """The canonical spec; `impl` appears only for the NKI kernel, so compiler specs stay as they were."""
+VARIES = ("static", "python_int", "python_float")
+
+
+def spec(m: int, k: int, n: int, dtype: str, impl: str = "compiler", varies: str = "static") -> dict:
+    """The canonical spec; `impl` and `varies` appear only when not the default, so plain specs
+    (and their ids and cache keys) stay as they were."""
     s = {"kind": "matmul", "m": int(m), "k": int(k), "n": int(n), "dtype": dtype}
     if impl != "compiler":
         s["impl"] = impl
+    if varies != "static":
+        s["varies"] = varies
     return s
 
 
 def workload_id(s: dict) -> str:
     suffix = f"-{s['impl']}" if s.get("impl") else ""
+    suffix += f"-varies-{s['varies'].replace('_', '')}" if s.get("varies") else ""
     return f"matmul-m{s['m']}-k{s['k']}-n{s['n']}-{s['dtype']}{suffix}"
 
 
 def flops(s: dict) -> int:
-    """2·M·K·N: one multiply and one add per inner-product term."""
-    return 2 * s["m"] * s["k"] * s["n"]
+    """2·M·K·N: one multiply and one add per inner-product term (plus the scaling of python_float)."""
+    return 2 * s["m"] * s["k"] * s["n"] + (s["m"] * s["n"] if s.get("varies") == "python_float" else 0)
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
@@ -48,4 +62,15 @@ def torch_module(s: dict):
         def forward(self, a, b):
             return a @ b
 
-    return MatMul()
+    class Varying(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, a, b):
+            self.calls += 1
+            if s["varies"] == "python_int":
+                return torch.roll(a @ b, shifts=self.calls, dims=0)
+            return (a @ b) * (1.0 + self.calls / 1024)
+
+    return Varying() if s.get("varies") else MatMul()
