@@ -29,7 +29,7 @@ def test_defaults_are_filled():
     ({"capture": {"iterations": 0}}, "key 'capture.iterations' must be at least 1, not 0"),
     ({"capture": {"warmp": 3}}, "unknown key 'capture.warmp'; allowed keys here are device_lock, iterations, nth_exec, num_exec, repeats, warmup"),
     ({"bakend": "cpu"}, "unknown key 'bakend'"),
-    ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, not 'gpu'"),
+    ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, xla, not 'gpu'"),
     ({"neuron": {"target": "trn3"}}, "key 'neuron.target' must be one of trn1, trn1n, trn2, inf2, not 'trn3'"),
     ({"run": "a b"}, "key 'run' = 'a b' must match"),
     ({"capture": {"num_exec": 2, "nth_exec": 3}}, "'capture.nth_exec' (3) must not exceed 'capture.num_exec' (2)"),
@@ -81,3 +81,17 @@ def test_cli_plan_error_is_one_line_with_exit_2(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"neuronsweep: error: {tmp_path / 'c.yaml'}: key 'capture.nth_exec' (2) must not exceed "
         "'capture.num_exec' (1); raise num_exec or lower nth_exec."]
+
+
+def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("torch_xla") is not None:
+        pytest.skip("torch-xla is installed here")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**MINIMAL, "backend": "xla"}))
+    proc = subprocess.run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml"), "--cores", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "config key 'backend' is xla, but torch-xla is not installed" in proc.stdout + proc.stderr
+    assert 'pip install -e ".[xla]"' in proc.stdout + proc.stderr

@@ -72,13 +72,20 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     for key in ("median", "iqr", "min", "spread"):
         m[f"latency_{key}_s"] = lat.get(f"{key}_s")
     m["latency_n"] = lat.get("n")
+    m["execute_median_s"] = (lat.get("execute") or {}).get("median_s")
+    if m["execute_median_s"] is None:
+        notes["execute_median_s"] = (f"the {backend} framework timing has no per-iteration ExecuteTime "
+                                     "(torch_xla.debug.metrics, recorded by the torch-xla runtime)")
     m["threads"] = capture.get("threads")
-    if backend == "neuron" and m["latency_median_s"] is not None and m["profile_total_time_s"] is not None:
-        m["framework_overhead_s"] = m["latency_median_s"] - m["profile_total_time_s"]
+    if m["threads"] is None:
+        notes["threads"] = f"the {backend} backend leaves threading to its runtime"
+    device_s = {"neuron": m["profile_total_time_s"], "xla": m["execute_median_s"]}.get(backend)
+    if m["latency_median_s"] is not None and device_s is not None:
+        m["framework_overhead_s"] = m["latency_median_s"] - device_s
     else:
         m["framework_overhead_s"] = None
-        notes["framework_overhead_s"] = ("framework median minus device total_time: needs both, on a device "
-                                         "separate from the host (neuron)")
+        notes["framework_overhead_s"] = ("framework median minus device time (neuron: profile total_time; xla: "
+                                         "ExecuteTime median): needs both, and a device separate from the framework")
     if not lat:
         notes["latency_median_s"] = capture.get("latency_note") or \
             f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
@@ -139,6 +146,10 @@ def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict 
         target = roofline.TARGETS[build.get("target", "trn1")]
         peak_f, peak_b, source = target.peak_flops(spec["dtype"]), target.hbm_bytes_per_s, target.source
         measured, basis = m["profile_active_time_s"], "profile_active_time_s"
+    elif backend == "xla" and build.get("pjrt_device") != "CPU":
+        for key in ROOFLINE:
+            notes[key] = f"no peaks known for PJRT device {build.get('pjrt_device')} (the host calibration is the CPU's)"
+        return dict.fromkeys(ROOFLINE)
     elif calibration and calibration["peak_flops_per_s"].get(spec["dtype"]):
         peak_f, peak_b = calibration["peak_flops_per_s"][spec["dtype"]], calibration["peak_bytes_per_s"]
         source = f"measured on this host: {calibration['method']} ({calibration['measured_at']})"
@@ -189,7 +200,12 @@ def _utilization(m: dict, backend: str, build: dict, notes: dict) -> dict:
     else:
         for key in ("mfu_recomputed_pct", "mbu_recomputed_pct"):
             notes[key] = f"the {backend} backend has no tool MFU/MBU to recompute; see roofline_efficiency_pct"
-        if m.get("roofline_bound"):
+        active = m.get("profile_active_pct")
+        if backend == "xla" and active is not None and active < IDLE_PCT:  # active = XLA execute time
+            out["bound_class"] = "overhead"
+            out["bound_evidence"] = (f"XLA execute {active:.1f}% of the profiled call; the rest is tracing, "
+                                     "compiling and dispatch")
+        elif m.get("roofline_bound"):
             out["bound_class"] = m["roofline_bound"]
             out["bound_evidence"] = (f"roofline only (no engine counters on {backend}): AI "
                                      f"{m['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B vs ridge "

@@ -7,7 +7,7 @@ rule build:
     params:
         spec=spec_json,
         backend=BACKEND,
-        options=options(BUILD_KEYS),
+        options=options("build"),
         out=subpath(output.record, parent=True),
     log:
         f"{WORKLOAD}/logs/build.log",

@@ -18,7 +18,7 @@ rule capture:
         repeats=CAPTURE["repeats"],
         num_exec=CAPTURE["num_exec"],
         nth_exec=CAPTURE["nth_exec"],
-        options=options(CAPTURE_KEYS),
+        options=options("capture"),
         build=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
     threads: workflow.cores

@@ -58,19 +58,26 @@ CAPTURE = CONFIG["capture"]
 ARTIFACT = backends.ARTIFACTS[BACKEND]
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
+# The xla capture reads its options from build.json, so a changed option rebuilds and recaptures.
 NEURON = CONFIG["neuron"]
 ON_NEURON = BACKEND == "neuron"
-BUILD_KEYS = ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug")
-CAPTURE_KEYS = ("profiler", "enable_dge_notifs")
-VIEW_KEYS = ("profiler", "parquet", "json", "pftrace", "perfetto_flows")
+ON_XLA = BACKEND == "xla"
+STAGE_KEYS = {
+    "neuron": {"build": ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug"),
+               "capture": ("profiler", "enable_dge_notifs"),
+               "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows")},
+    "xla": {"build": ("pjrt_device", "xla_debug")},
+}
 
 
-def options(keys):
-    return canonical({k: NEURON[k] for k in keys}) if ON_NEURON else "{}"
+def options(stage):
+    keys = STAGE_KEYS.get(BACKEND, {}).get(stage, ())
+    return canonical({k: CONFIG[BACKEND][k] for k in keys})
 
 
 HAS_PFTRACE = not ON_NEURON or NEURON["pftrace"]
 HAS_PROFILE_JSON = ON_NEURON and NEURON["json"]
+HAS_HOST_PEAKS = BACKEND == "cpu" or (ON_XLA and CONFIG["xla"]["pjrt_device"] == "CPU")
 DEVICE_LOCK = CAPTURE["device_lock"]
 
 RUN = f"results/{CONFIG['run']}"

@@ -5,12 +5,12 @@ rule extract:
         capture=rules.capture.output.record,
         build=rules.build.output.record,
         **({"profile_json": f"{WORKLOAD}/view/profile.json"} if HAS_PROFILE_JSON else {}),
-        **({"calibration": CALIBRATION} if not ON_NEURON else {}),
+        **({"calibration": CALIBRATION} if HAS_HOST_PEAKS else {}),
     output:
         f"{WORKLOAD}/metrics.json",
     params:
         profile_json=lambda wildcards, input: f"--profile-json {input.profile_json}" if HAS_PROFILE_JSON else "",
-        calibration=lambda wildcards, input: "" if ON_NEURON else f"--calibration {input.calibration}",
+        calibration=lambda wildcards, input: f"--calibration {input.calibration}" if HAS_HOST_PEAKS else "",
         track_patterns=json.dumps(CONFIG["track_patterns"]),
     log:
         f"{WORKLOAD}/logs/extract.log",

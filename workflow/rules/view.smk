@@ -1,16 +1,19 @@
 rule view:
     """Convert the raw profile into summary.json (Neuron summary fields and units) and a .pftrace;
-    on neuron also parquet (neuron-explorer) and the legacy json when configured."""
+    on neuron also parquet (neuron-explorer) and the legacy json when configured; on xla the
+    build's HLO module as the Instruction table (its op mix)."""
     input:
         record=rules.capture.output.record,
         profile=rules.capture.output.profile,
+        **({"module": rules.build.output.artifact} if ON_XLA else {}),
     output:
         *([f"{WORKLOAD}/view/trace.pftrace"] if HAS_PFTRACE else []),
+        *([f"{WORKLOAD}/view/parquet/Instruction.parquet"] if ON_XLA else []),
         *([f"{WORKLOAD}/view/profile.json"] if HAS_PROFILE_JSON else []),
         summary=f"{WORKLOAD}/view/summary.json",
         record=f"{WORKLOAD}/view/view.json",
     params:
-        options=options(VIEW_KEYS),
+        options=options("view"),
         capture=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
     log:

@@ -87,5 +87,24 @@ def top_sources(db, limit: int = 20):
     return db.con.execute(" UNION ALL ".join(parts) + f" ORDER BY total_time DESC LIMIT {limit}").df()
 
 
+def op_mix(db):
+    """Instructions per opcode from the Instruction table (neuron parquet or the xla backend's HLO
+    module), with their time where the table has one (the HLO dump has none)."""
+    table = next((t for t in db.tables if t.lower() == "instruction"), None)
+    if table is None:
+        return None
+    cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
+    if "opcode" not in cols:
+        return None
+    dur = next((c for c in ("duration", "duration_ns") if c in cols), None)
+    group = ["opcode"] + [c for c in ("computation_kind", "engine") if c in cols]
+    extra = [f"sum({dur}) AS total_time" if dur else "NULL AS total_time"]
+    if "elements" in cols:
+        extra.append("sum(elements) AS output_elements")
+    return db.con.execute(f"""
+        SELECT {', '.join(group)}, count(*) AS instructions, {', '.join(extra)}
+        FROM "{table}" GROUP BY {', '.join(group)} ORDER BY instructions DESC, opcode""").df()
+
+
 TABLES = {"engine_busy": engine_busy, "overlap": overlap, "opcodes": opcodes, "unknown_tracks": unknown_tracks,
-          "top_sources": top_sources}
+          "top_sources": top_sources, "op_mix": op_mix}

@@ -4,7 +4,7 @@ Sources, whichever a view folder holds:
   trace.pftrace   decoded without trace_processor (pftrace_reader): slice, track, thread_track,
                   counter_track, counter, args, plus track_class (our classification)
   parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
-                  tables such as BirInstruction_0/_1 become one)
+                  tables such as BirInstruction_0/_1 become one); on xla the HLO Instruction table
   profile.json    legacy full profile: instruction and dma streamed with ijson into temporary Parquet
                   files a batch at a time (bounded memory), then queried in place
   summary.json    one-row summary
@@ -33,6 +33,8 @@ DEFAULT_TRACK_PATTERNS = [
     ("scalar", r"(?i)scalar|^act\b"),
     ("gpsimd", r"(?i)gpsimd|^pool\b"),
     ("sync", r"(?i)^sync"),
+    ("xla_execute", r"(?i)^xla execute"),
+    ("xla_compile", r"(?i)^xla compile"),
     ("cpu_thread", r"(?i)^thread \d+|python"),
 ]
 JSON_BATCH = 20_000

@@ -4,7 +4,7 @@ A backend module provides
   build(spec, out_dir, cache, options) -> dict
   capture(build_record, build_dir, settings, out_dir) -> dict
   view(capture_record, capture_dir, out_dir, options) -> dict
-where options is the backend's config section (`neuron:`; empty for cpu).
+where options is the backend's config section (`neuron:`, `xla:`; empty for cpu).
 ARTIFACTS below names the files each backend's build and capture write, and DEVICE_COUNTERS_MISSING
 why a backend's profiles lack Neuron engine/DMA counters, so the Snakefile and extract can use
 them without importing the backend (and torch).
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import glob
 import importlib
+import importlib.util
 import os
 import shutil
 from types import ModuleType
 
 from ..errors import UserError
 
-NAMES = ("cpu", "neuron")
+NAMES = ("cpu", "neuron", "xla")
 NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
 PROFILERS = ("neuron-explorer", "neuron-profile")
 
@@ -42,7 +43,10 @@ def neuron_devices() -> list[str]:
 
 def resolve(requested: str) -> tuple[str, str]:
     """Pick the backend for a run; returns (name, one-line reason)."""
-    if requested in ("cpu", "neuron"):
+    if requested == "xla" and importlib.util.find_spec("torch_xla") is None:
+        raise UserError("config key 'backend' is xla, but torch-xla is not installed in this environment; "
+                        "install it with pip install -e \".[xla]\" (torch 2.9.0 + torch-xla 2.9.0) or set backend: cpu.")
+    if requested in NAMES:
         name, why = requested, f"backend '{requested}' set in config"
     else:
         devices, tool = neuron_devices(), find_profiler()
@@ -62,9 +66,11 @@ def load(name: str) -> ModuleType:
 
 
 ARTIFACTS = {"cpu": {"build": "model.pt2", "capture": "trace.json"},
-             "neuron": {"build": "model.neff", "capture": "profile.ntff"}}
+             "neuron": {"build": "model.neff", "capture": "profile.ntff"},
+             "xla": {"build": "module.hlo.txt", "capture": "trace.json"}}
 DEVICE_COUNTERS_MISSING = {
     "cpu": "the cpu backend has no Neuron engines, DMA queues or HBM counters to read",
+    "xla": "the xla backend runs through a PJRT device without Neuron engines, DMA queues or HBM counters",
 }
 
 

@@ -1,0 +1,122 @@
+"""The xla backend for real: torch-xla 2.9 on PJRT_DEVICE=CPU, the neuron build's framework code path.
+
+Needs torch-xla, so it runs in its own venv (`pip install -e ".[xla,test]"`; .ci/run does it);
+the main test run skips this module.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch_xla", reason="the xla backend's tests need torch-xla: pip install -e \".[xla,test]\" "
+                                        "in a venv of their own (.ci/run does it)")
+
+from conftest import snakemake, tiny_config  # noqa: E402
+from neuronsweep import extract  # noqa: E402
+from neuronsweep.analysis.pftrace_reader import read as read_pftrace  # noqa: E402
+
+STATIC, INT, FLOAT = (f"matmul-m128-k128-n128-fp32{s}" for s in ("", "-varies-pythonint", "-varies-pythonfloat"))
+MLP = "mlp-b1-s32-h64-i128-fp32"
+TIMED = 2 * 3  # repeats x iterations
+
+
+def xla_config(tmp: Path) -> dict:
+    return tiny_config(tmp, backend="xla",
+                       capture={"warmup": 1, "iterations": 3, "repeats": 2, "num_exec": 2, "nth_exec": 2,
+                                "device_lock": str(tmp / "device.lock")},
+                       suites={"recompile": {"shapes": [{"m": 128, "k": 128, "n": 128}]},
+                               "mlp": {"configs": [{"b": 1, "s": 32, "h": 64, "i": 128}]}})
+
+
+@pytest.fixture(scope="module")
+def xla_run(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("xla")
+    snakemake(work, config=xla_config(work))
+    return work
+
+
+def wdir(work: Path, wid: str) -> Path:
+    return work / "results" / "t" / "xla" / "workloads" / wid
+
+
+def rows(work: Path) -> dict[str, dict]:
+    with open(work / "results" / "t" / "summary.csv") as f:
+        return {r["workload_id"]: r for r in csv.DictReader(f)}
+
+
+def test_every_case_finishes_and_a_rerun_has_nothing_to_do(xla_run):
+    assert {wid: r["status"] for wid, r in rows(xla_run).items()} == dict.fromkeys([MLP, STATIC, INT, FLOAT], "ok")
+    assert snakemake(xla_run, "-n").rules == []
+
+
+def test_build_attributes_the_dumped_module_of_the_workload_graph(xla_run):
+    for wid in (STATIC, MLP):
+        build = json.loads((wdir(xla_run, wid) / "build" / "build.json").read_text())
+        workload = [c for c in build["candidates"] if c["phase"] == "workload"]
+        assert len(workload) == 1 and build["module_source"] == workload[0]["path"]
+        assert re.fullmatch(r"module_\d{4}\.SyncTensorsGraph\.\d+\.cpu_after_optimizations\.txt",
+                            Path(build["module_source"]).name)
+        assert all(c["phase"] != "second" for c in build["candidates"])  # same graph: no recompile
+        module = (wdir(xla_run, wid) / "build" / "module.hlo.txt").read_text()
+        assert module.startswith("HloModule SyncTensorsGraph") and " dot(" in module
+        assert build["compile_count"] == 1 and build["compile_s"] > 0
+        assert build["compile_s_source"] == "torch_xla.debug.metrics CompileTime"
+        assert build["env"]["PJRT_DEVICE"] == "CPU" and "--xla_dump_to=" in build["env"]["XLA_FLAGS"]
+        assert build["recompiled_on_second_call"] is False and build["recompilation_flag"] is None
+
+
+def test_capture_view_extract_measure_the_run(xla_run):
+    d = wdir(xla_run, STATIC)
+    cap = json.loads((d / "capture" / "capture.json").read_text())
+    assert cap["module_matches_build"] is True  # the capture process compiled the build's graph
+    lat = cap["latency"]
+    assert lat["n"] == TIMED and lat["recompiles_during_timing"] == 0
+    assert lat["execute"]["n"] == TIMED and 0 < lat["execute"]["median_s"] < lat["median_s"]
+
+    trace = read_pftrace(d / "view" / "trace.pftrace")
+    tracks = {t.uuid: t.name for t in trace.tracks.values()}
+    names = {(tracks[s.track_uuid], s.name) for s in trace.slices}
+    assert ("python: torch-xla tracing and sync", "neuronsweep.exec_2") in names
+    assert ("XLA execute (xla:0)", "ExecuteTime") in names
+
+    summary = json.loads((d / "view" / "summary.json").read_text())
+    assert 0 < summary["total_active_time"] <= summary["total_time"]
+
+    import pyarrow.parquet as pq
+
+    ops = pq.read_table(d / "view" / "parquet" / "Instruction.parquet").to_pylist()
+    assert [o["opcode"] for o in ops if o["computation_kind"] == "entry"].count("dot") == 1
+    with open(d / "tables" / "op_mix.csv") as f:
+        assert any(r["opcode"] == "dot" and r["instructions"] == "1" for r in csv.DictReader(f))
+
+    m = json.loads((d / "metrics.json").read_text())
+    cpu_keys = extract.compute({}, None, {"backend": "cpu", "spec": m["spec"]}).keys()
+    assert set(m) - {"provenance"} == set(cpu_keys)  # the same keys as every backend
+    assert m["backend"] == "xla" and m["latency_n"] == TIMED
+    assert m["profile_active_time_s"] == pytest.approx(summary["total_active_time"])
+    assert m["framework_overhead_s"] == pytest.approx(m["latency_median_s"] - m["execute_median_s"])
+    assert m["peak_source"].startswith("measured on this host") and m["roofline_efficiency_pct"] > 0
+    assert m["recompilation_detected"] is False and m["compile_count"] == 1
+
+
+def test_a_python_int_baked_into_the_graph_is_flagged_and_a_python_float_is_not(xla_run):
+    build = json.loads((wdir(xla_run, INT) / "build" / "build.json").read_text())
+    assert build["recompiled_on_second_call"] is True and build["second_call_compile_count"] == 1
+    assert "recompiled on a repeated call" in build["recompilation_flag"]
+    assert [c["phase"] for c in build["candidates"]] == ["workload", "second"]  # a new module per call
+
+    table = rows(xla_run)
+    assert table[INT]["recompilation_detected"] == "True"
+    assert int(table[INT]["recompiles_during_timing"]) == TIMED  # every timed call compiled
+    assert int(table[INT]["compile_count"]) == 1
+    assert table[INT]["bound_class"] == "overhead"  # compiling dwarfs the 128^3 GEMM
+    for wid in (STATIC, FLOAT):  # torch-xla uploads a Python float as data: no recompile
+        assert table[wid]["recompilation_detected"] == "False" and table[wid]["recompiles_during_timing"] == "0"
+
+    summary = json.loads((wdir(xla_run, INT) / "view" / "summary.json").read_text())
+    assert summary["compile_in_profiled_exec"] == 1  # the trace shows the compile inside the call

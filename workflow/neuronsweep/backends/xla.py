@@ -1,0 +1,165 @@
+"""xla backend: the neuron build's framework half (torch-xla, SyncTensorsGraph, mark_step) run for real
+on a PJRT device, PJRT_DEVICE=CPU here. Optional: `pip install -e ".[xla]"` (torch-xla 2.9.0).
+
+build   xla_program, the child the neuron build runs, with PJRT_DEVICE and XLA_FLAGS=--xla_dump_to;
+        the workload's module is the optimized HLO (module_NNNN.SyncTensorsGraph.<id>.*after_optimizations.txt,
+        the analog of MODULE_<n>_SyncTensorsGraph.<id>_<hash>.neff) that appears while the workload
+        runs, attributed exactly like neuron's NEFFs; a second call shows whether the graph recompiles
+capture the same program again: warmup, num_exec executions (the nth is the profiled one) as a
+        Chrome trace of wall-clock spans and metric samples, then timing rounds (wall clock and
+        ExecuteTime per iteration). PJRT CPU cannot load serialized executables (torch-xla 2.9 logs
+        "Deserializing serialized executable not supported"), so the capture compiles its graph again;
+        that compile is recorded, checked against the build's module, and not counted as a recompile
+view    trace.json -> trace.pftrace, a summary with the Neuron summary's fields, and the op mix of
+        the workload's module as parquet/Instruction.parquet (analysis/hlo.py)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from importlib import metadata
+from pathlib import Path
+
+from .. import pftrace
+from ..analysis import hlo
+from ..analysis.intervals import union_length
+from ..cache import CompileCache, cache_key
+from ..errors import UserError
+from ..workloads import workload_id
+from . import ARTIFACTS, xla_program
+from .cpu import host_cpu
+from .neuron import recompilation_flag
+
+ARTIFACT = ARTIFACTS["xla"]["build"]
+TRACE = ARTIFACTS["xla"]["capture"]
+ARTIFACT_FORMAT = "optimized HLO text via torch-xla, v1"
+MODULE_GLOB = "module_*after_optimizations.txt"  # cpu_after_optimizations.txt on PJRT CPU
+INSTRUCTION_TABLE = "parquet/Instruction.parquet"
+PACKAGES = ("torch", "torch-xla")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for pkg in PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return versions
+
+
+def xla_env(options: dict, dump_dir: Path) -> dict:
+    """The child's environment: the PJRT device, the HLO dump, and the IR debug names when asked."""
+    env = dict(os.environ)
+    env["PJRT_DEVICE"] = options.get("pjrt_device", "CPU")
+    env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), f"--xla_dump_to={dump_dir}"]))
+    if options.get("xla_debug"):
+        env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
+    return env
+
+
+def _fresh(workdir: Path) -> Path:
+    shutil.rmtree(workdir, ignore_errors=True)
+    (workdir / "dump").mkdir(parents=True)
+    return workdir / "dump"
+
+
+def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
+    versions = package_versions()
+    device = options.get("pjrt_device", "CPU")
+    key = cache_key({"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options.get("xla_debug")),
+                     "versions": versions, "format": ARTIFACT_FORMAT})
+    dest = out_dir / ARTIFACT
+    meta = cache.fetch(key, ARTIFACT, dest)
+    hit = meta is not None
+    if not hit:
+        workdir = out_dir.resolve() / "xla"
+        dump = _fresh(workdir)
+        result = xla_program.run(spec, workdir / "xla_result.json", xla_env(options, dump), workdir,
+                                 [str(dump / MODULE_GLOB)], "torch-xla program")
+        module, candidates = xla_program.attribute(result, spec, "HLO module")
+        shutil.copyfile(module, dest)
+        comp = result["compile"]
+        meta = {"module_source": module, "candidates": candidates, "compile_s": comp["seconds"],
+                "compile_count": comp["count"], "second_call_compile_count": comp["second_call_count"],
+                "recompiled_on_second_call": comp["second_call_count"] > 0, "device": result["device"],
+                "workload_id": workload_id(spec), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        cache.store(key, dest, meta)
+    env = {k: v for k, v in xla_env(options, Path("<build>/xla/dump")).items()
+           if k in ("PJRT_DEVICE", "XLA_FLAGS", "XLA_IR_DEBUG", "XLA_HLO_DEBUG")}
+    return {
+        "toolchain": {**versions, "python": platform.python_version()},
+        "compiler": f"XLA via torch-xla (PJRT_DEVICE={device})", "artifact_format": ARTIFACT_FORMAT,
+        "pjrt_device": device, "env": env,
+        **{k: v for k, v in meta.items() if k not in ("workload_id", "exported_at")},
+        "compile_s_source": "torch_xla.debug.metrics CompileTime" if not hit else
+                            f"cache entry compiled {meta['exported_at']}",
+        "recompilation_flag": recompilation_flag("graph") if meta["recompiled_on_second_call"] else None,
+        "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(cache.entry(key))},
+    }
+
+
+def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:
+    spec = build_record["spec"]
+    options = {"pjrt_device": build_record["pjrt_device"], "xla_debug": "XLA_HLO_DEBUG" in build_record["env"]}
+    workdir = out_dir.resolve() / "xla"
+    dump = _fresh(workdir)
+    trace_out = out_dir.resolve() / TRACE
+    result = xla_program.run(spec, workdir / "capture_result.json", xla_env(options, dump), workdir,
+                             [str(dump / MODULE_GLOB)], "torch-xla capture", warmup=settings["warmup"],
+                             iterations=settings["iterations"], repeats=settings.get("repeats", 1),
+                             num_exec=settings["num_exec"], nth_exec=settings["nth_exec"], trace_out=trace_out)
+    module, _ = xla_program.attribute(result, spec, "HLO module")
+    build_module = (build_dir / ARTIFACT).resolve()
+    matches = Path(module).read_bytes() == build_module.read_bytes()
+    return {
+        "profiler": f"wall clock + torch_xla.debug.metrics (torch-xla {package_versions()['torch-xla']})",
+        "profiled_exec": settings["nth_exec"],
+        "module": str(build_module),
+        "module_matches_build": matches,
+        "module_note": None if matches else f"this process compiled a different module ({module}) than the "
+                                            "build; the trace and timings are of this process's graph",
+        "capture_compile": result["compile"],
+        "latency": result["timing"],
+        "threads": None,
+        "device": result["device"],
+        "host": {"cpu": host_cpu(), "machine": platform.machine()},
+        "artifacts": {"trace": TRACE},
+    }
+
+
+def summarize_trace(trace: dict, capture_record: dict) -> dict:
+    """The Neuron summary's fields this trace can honestly fill, in the same units (s, fractions):
+    total_time is the profiled execution's wall span, total_active_time the XLA execute time in it."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    mark = f"{xla_program.EXEC_MARK}{capture_record['profiled_exec']}"
+    execs = [e for e in events if e.get("name") == mark]
+    if not execs:
+        raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
+    start, end = execs[0]["ts"], execs[0]["ts"] + execs[0]["dur"]
+    inside = [e for e in events if start <= e["ts"] + e["dur"] and e["ts"] <= end and e is not execs[0]]
+    executes = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in inside if e.get("cat") == "xla_execute"]
+    total_s = execs[0]["dur"] * 1e-6
+    active_s = union_length(executes) * 1e-6 if executes else None
+    return {
+        "total_time": total_s,
+        "total_active_time": active_s,
+        "total_active_time_percent": active_s / total_s if active_s is not None and total_s > 0 else None,
+        "event_count": len(inside),
+        "compile_in_profiled_exec": sum(1 for e in inside if e.get("cat") == "xla_compile"),
+        "instance_type": f"{capture_record['host']['cpu']} ({capture_record['device']})",
+        "profiler_version": capture_record["profiler"],
+    }
+
+
+def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) -> dict:
+    trace = json.loads((capture_dir / TRACE).read_text())
+    counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
+    rows = hlo.read(capture_record["module"])
+    hlo.write_parquet(rows, out_dir / INSTRUCTION_TABLE)
+    return {"summary": summarize_trace(trace, capture_record), "pftrace": "trace.pftrace", "pftrace_counts": counts,
+            "outputs": {"instruction": INSTRUCTION_TABLE}, "hlo_instructions": len(rows)}
