@@ -120,3 +120,6 @@ def test_a_python_int_baked_into_the_graph_is_flagged_and_a_python_float_is_not(
 
     summary = json.loads((wdir(xla_run, INT) / "view" / "summary.json").read_text())
     assert summary["compile_in_profiled_exec"] == 1  # the trace shows the compile inside the call
+    report = (xla_run / "results" / "t" / "report.html").read_text()
+    assert f"recompile-pythonint-m128-k128-n128-fp32: recompilation detected ({TIMED} compiles in {TIMED} timed calls)" \
+        in report

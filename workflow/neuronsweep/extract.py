@@ -164,6 +164,9 @@ def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict 
            **roofline.roofline(m["flops"], m["min_bytes"], peak_f, peak_b, measured), "roofline_time_s": measured}
     if measured is None:
         notes["roofline_efficiency_pct"] = f"no {basis} was measured"
+    elif out["roofline_efficiency_pct"] > 100:
+        notes["roofline_efficiency_pct"] = ("above 100%: this run beat the peak it is measured against, so that peak "
+                                            "is a measured rate (peak_source), not the hardware's limit")
     return out
 
 

@@ -17,6 +17,7 @@ import pandas as pd  # noqa: E402
 
 from .analysis import compare  # noqa: E402
 from .atomic import read_json, replacing  # noqa: E402
+from .backends.xla_program import STEPS  # noqa: E402
 
 ENGINE_COLS = ["tensor_engine_active_pct", "vector_engine_active_pct", "scalar_engine_active_pct",
                "gpsimd_engine_active_pct", "dma_active_pct"]
@@ -83,8 +84,23 @@ def fig_roofline(rows: pd.DataFrame):
     return fig
 
 
+def _self_time_shares(rows: pd.DataFrame, workloads_dir: Path, keep) -> dict[str, pd.Series]:
+    """Per workload, % of the profiled self time on the Python/CPU thread by slice name, for the
+    names `keep` accepts (from tables/opcodes.csv)."""
+    shares = {}
+    for wid in rows["workload_id"]:
+        path = workloads_dir / wid / "tables" / "opcodes.csv"
+        if path.is_file():
+            ops = pd.read_csv(path)
+            ops = ops[(ops["class"] == "cpu_thread") & ops["name"].map(keep)]
+            total = ops["self_ns"].sum()
+            shares[wid] = (ops.groupby("name")["self_ns"].sum() / total * 100) if total else pd.Series(dtype=float)
+    return shares
+
+
 def fig_breakdown(rows: pd.DataFrame, workloads_dir: Path):
-    """Neuron: engine and DMA active % per workload. cpu: share of profiled op time by op (top 5)."""
+    """Neuron: engine and DMA active % per workload. cpu: share of profiled op time by op (top 5).
+    xla: share of the profiled calls' wall time per step (tracing, mark_step, wait_device_ops)."""
     fig, ax = plt.subplots(figsize=(8, max(3, 0.3 * len(rows) + 1.5)))
     labels = [_short(w) for w in rows["workload_id"]]
     if rows[ENGINE_COLS].notna().any().any():
@@ -95,21 +111,17 @@ def fig_breakdown(rows: pd.DataFrame, workloads_dir: Path):
             left = [a + b for a, b in zip(left, vals)]
         ax.set_xlabel("% of device total_time each engine / DMA is active (they overlap, so bars can pass 100)")
     else:
-        shares = {}
-        for wid in rows["workload_id"]:
-            path = workloads_dir / wid / "tables" / "opcodes.csv"
-            if path.is_file():
-                ops = pd.read_csv(path)
-                ops = ops[(ops["class"] == "cpu_thread") & ops["name"].str.startswith("aten::")]
-                total = ops["self_ns"].sum()
-                shares[wid] = (ops.groupby("name")["self_ns"].sum() / total * 100) if total else pd.Series(dtype=float)
-        top = pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else []
+        xla = (rows["backend"] == "xla").any()
+        shares = _self_time_shares(rows, workloads_dir, (lambda n: n in STEPS) if xla else
+                                   (lambda n: str(n).startswith("aten::")))
+        top = STEPS if xla else pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else []
         left = [0.0] * len(rows)
         for op in top:
             vals = [float(shares.get(w, pd.Series(dtype=float)).get(op, 0)) for w in rows["workload_id"]]
             ax.barh(labels, vals, left=left, label=op)
             left = [a + b for a, b in zip(left, vals)]
-        ax.set_xlabel("% of profiled aten op self time, top 5 ops (cpu has no engine counters)")
+        ax.set_xlabel("% of the profiled calls' wall time per step (XLA compiles inside mark_step)" if xla else
+                      "% of profiled aten op self time, top 5 ops (cpu has no engine counters)")
     ax.invert_yaxis()
     ax.legend(fontsize=7)
     ax.set_title("where the time goes")
@@ -120,12 +132,14 @@ def fig_framework_device(rows: pd.DataFrame):
     rows = rows.dropna(subset=["latency_median_s"])
     fig, ax = plt.subplots(figsize=(8, max(3, 0.3 * len(rows) + 1.5)))
     labels = [_short(w) for w in rows["workload_id"]]
-    neuron = (rows["backend"] == "neuron").any()
-    device_col = "profile_total_time_s" if neuron else "profile_active_time_s"
+    backend = rows["backend"].iloc[0] if len(rows) else "cpu"
+    device_col, device_label = {
+        "neuron": ("profile_total_time_s", "device total_time"),
+        "xla": ("execute_median_s", "XLA ExecuteTime median (torch_xla metrics)"),
+    }.get(backend, ("profile_active_time_s", "profiled op-busy time (under torch.profiler)"))
     ys = range(len(rows))
     ax.barh([y - 0.2 for y in ys], rows["latency_median_s"] * 1e3, height=0.4, label="framework median")
-    ax.barh([y + 0.2 for y in ys], rows[device_col] * 1e3, height=0.4,
-            label="device total_time" if neuron else "profiled op-busy time (under torch.profiler)")
+    ax.barh([y + 0.2 for y in ys], rows[device_col] * 1e3, height=0.4, label=device_label)
     ax.set_yticks(list(ys), labels)
     ax.invert_yaxis()
     ax.set_xlabel("ms")
@@ -157,11 +171,14 @@ def recommendations(table: pd.DataFrame) -> list[str]:
                     f"[{r['group']}]: {_us(r['time_s'])} against {_us(best['time_s'])}, beyond the spread "
                     f"({_us(r.get('latency_spread_s'))} / {_us(best.get('latency_spread_s'))}){extra}.")
     for _, r in ok[ok.get("recompilation_detected", pd.Series(dtype=object)) == True].iterrows():  # noqa: E712
-        recs.append(f"{r['scenario_id']}: recompilation detected (compile_count {r.get('compile_count')}); "
-                    "every call pays compile time: keep shapes and Python scalars fixed, or cache the kernel.")
+        during = r.get("recompiles_during_timing")
+        counted = f"{int(during)} compiles in {int(r['latency_n'])} timed calls" if pd.notna(during) else \
+            "the kernel recompiled on a repeated call"
+        recs.append(f"{r['scenario_id']}: recompilation detected ({counted}); every call pays compile time: "
+                    "keep shapes and baked-in Python values fixed between calls, or cache the kernel.")
     for _, r in ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"].iterrows():
-        recs.append(f"{r['scenario_id']}: the device is active only {r['profile_active_pct']:.0f}% of its "
-                    "total_time; launch and synchronization dominate: batch more work per call.")
+        recs.append(f"{r['scenario_id']}: overhead-bound ({r['bound_evidence']}): launch, synchronization "
+                    "and compiles dominate: batch more work per call.")
     for _, r in table[table["status"] == "failed"].iterrows():
         recs.append(f"{r['scenario_id']} failed: {r['reason']}")
     return recs

@@ -39,6 +39,7 @@ from pathlib import Path
 PHASES = ("start", "inputs", "workload", "second")
 EXEC_MARK = "neuronsweep.exec_"  # the span of execution i of the profiled run (as in the cpu trace)
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
+STEPS = ("lazy tracing (forward)", "mark_step", "wait_device_ops")  # one call's steps, in order
 
 
 # ------------------------------------------------------------------------------- parent side
@@ -162,9 +163,8 @@ def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
         py = {"ph": "X", "pid": pid, "tid": TRACKS["python"], "cat": "framework"}
         events += [{**py, "name": f"{EXEC_MARK}{i}", "ts": us(t0), "dur": (t3 - t0) / 1000.0,
                     "args": {"profiled": i == nth}},
-                   {**py, "name": "lazy tracing (forward)", "ts": us(t0), "dur": (t1 - t0) / 1000.0},
-                   {**py, "name": "mark_step", "ts": us(t1), "dur": (t2 - t1) / 1000.0},
-                   {**py, "name": "wait_device_ops", "ts": us(t2), "dur": (t3 - t2) / 1000.0}]
+                   *({**py, "name": name, "ts": us(b), "dur": (e - b) / 1000.0}
+                     for name, b, e in zip(STEPS, (t0, t1, t2), (t1, t2, t3)))]
     first, last = spans[0][0], spans[-1][3]
     for metric, track, cat in (("ExecuteTime", "execute", "xla_execute"), ("CompileTime", "compile", "xla_compile")):
         for ts_s, value_ns in _samples(met, metric):
