@@ -62,9 +62,10 @@ def is_explorer(profiler: str) -> bool:
     return "explorer" in Path(profiler).name
 
 
-def package_versions() -> dict[str, str | None]:
+def package_versions(packages=NEURON_PACKAGES) -> dict[str, str | None]:
+    """Installed version of each package, None when absent (recorded in build.json and cache keys)."""
     versions = {}
-    for pkg in NEURON_PACKAGES:
+    for pkg in packages:
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

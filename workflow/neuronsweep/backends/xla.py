@@ -21,7 +21,6 @@ import os
 import platform
 import shutil
 import time
-from importlib import metadata
 from pathlib import Path
 
 from .. import pftrace
@@ -32,7 +31,7 @@ from ..errors import UserError
 from ..workloads import workload_id
 from . import ARTIFACTS, xla_program
 from .cpu import host_cpu
-from .neuron import recompilation_flag
+from .neuron import package_versions, recompilation_flag
 
 ARTIFACT = ARTIFACTS["xla"]["build"]
 TRACE = ARTIFACTS["xla"]["capture"]
@@ -40,16 +39,6 @@ ARTIFACT_FORMAT = "optimized HLO text via torch-xla, v1"
 MODULE_GLOB = "module_*after_optimizations.txt"  # cpu_after_optimizations.txt on PJRT CPU
 INSTRUCTION_TABLE = "parquet/Instruction.parquet"
 PACKAGES = ("torch", "torch-xla")
-
-
-def package_versions() -> dict[str, str | None]:
-    versions = {}
-    for pkg in PACKAGES:
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return versions
 
 
 def xla_env(options: dict, dump_dir: Path) -> dict:
@@ -69,7 +58,7 @@ def _fresh(workdir: Path) -> Path:
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
-    versions = package_versions()
+    versions = package_versions(PACKAGES)
     device = options.get("pjrt_device", "CPU")
     key = cache_key({"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options.get("xla_debug")),
                      "versions": versions, "format": ARTIFACT_FORMAT})
@@ -117,7 +106,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
     build_module = (build_dir / ARTIFACT).resolve()
     matches = Path(module).read_bytes() == build_module.read_bytes()
     return {
-        "profiler": f"wall clock + torch_xla.debug.metrics (torch-xla {package_versions()['torch-xla']})",
+        "profiler": f"wall clock + torch_xla.debug.metrics (torch-xla {package_versions(PACKAGES)['torch-xla']})",
         "profiled_exec": settings["nth_exec"],
         "module": str(build_module),
         "module_matches_build": matches,
