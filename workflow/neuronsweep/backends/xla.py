@@ -130,7 +130,7 @@ def summarize_trace(trace: dict, capture_record: dict) -> dict:
     if not execs:
         raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
     start, end = execs[0]["ts"], execs[0]["ts"] + execs[0]["dur"]
-    inside = [e for e in events if start <= e["ts"] + e["dur"] and e["ts"] <= end and e is not execs[0]]
+    inside = [e for e in events if e["ts"] < end and e["ts"] + e["dur"] > start and e is not execs[0]]  # overlaps
     executes = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in inside if e.get("cat") == "xla_execute"]
     total_s = execs[0]["dur"] * 1e-6
     active_s = union_length(executes) * 1e-6 if executes else None
