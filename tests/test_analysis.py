@@ -224,3 +224,58 @@ def test_track_patterns_are_configurable(view_dir):
     assert set(derived.unknown_tracks(db)["name"]) == {"Vector", "qSyIO0", "qSyIO1"}
     with pytest.raises(UserError, match="config key 'track_patterns.bad'"):
         patterns_from({"bad": "("})
+
+
+# A real dump: torch-xla 2.9 on PJRT CPU, (a @ b) * python_float, --xla_dump_to; the dot carries the
+# metadata XLA_HLO_DEBUG=1 adds, in the form it writes (checked on a 64^3 dump)
+HLO_DUMP = """HloModule SyncTensorsGraph.8, is_scheduled=true, entry_computation_layout={(f32[], f32[256,256]{1,0}, f32[256,256]{1,0})->(f32[256,256]{1,0})}
+
+%fused_computation.clone (param_0.1: f32[256,256], param_1.2: f32[]) -> f32[256,256] {
+  %param_0.1 = f32[256,256]{1,0} parameter(0)
+  %param_1.2 = f32[] parameter(1)
+  %broadcast.1 = f32[256,256]{1,0} broadcast(%param_1.2), dimensions={}
+  ROOT %multiply.1 = f32[256,256]{1,0} multiply(%param_0.1, %broadcast.1)
+}
+
+%parallel_broadcast_multiply_fusion (p: f32[256,256], p.1: f32[]) -> f32[256,256] {
+  %p = f32[256,256]{1,0} parameter(0)
+  %p.1 = f32[] parameter(1)
+  ROOT %broadcast_multiply_fusion.clone = f32[256,256]{1,0} fusion(%p, %p.1), kind=kLoop, calls=%fused_computation.clone, backend_config={"outer_dimension_partitions":["2"]}
+}
+
+ENTRY %SyncTensorsGraph.8 (p0.1: f32[], p1.2: f32[256,256], p2.3: f32[256,256]) -> (f32[256,256]) {
+  %p0.1 = f32[] parameter(0)
+  %p1.2 = f32[256,256]{1,0} parameter(1)
+  %p2.3 = f32[256,256]{1,0} parameter(2)
+  %dot.4 = f32[256,256]{1,0} dot(%p2.3, %p1.2), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_type="aten__mm" op_name="aten__mm" source_file="matmul.py" source_line=68}
+  %call = f32[256,256]{1,0} call(%dot.4, %p0.1), to_apply=%parallel_broadcast_multiply_fusion
+  ROOT %tuple.7 = (f32[256,256]{1,0}) tuple(%call)
+}
+"""
+
+
+def test_hlo_dump_becomes_an_instruction_table_with_its_op_mix(tmp_path):
+    from neuronsweep.analysis import hlo
+    from neuronsweep.analysis.derived import op_mix
+    from neuronsweep.analysis.profile_db import ProfileDB
+
+    rows = hlo.parse(HLO_DUMP)
+    by_name = {(r["computation"], r["hlo_name"]): r for r in rows}
+    assert len(rows) == 13
+    dot = by_name[("SyncTensorsGraph.8", "dot.4")]
+    assert (dot["opcode"], dot["computation_kind"], dot["dtype"], dot["shape"], dot["elements"]) == \
+        ("dot", "entry", "f32", "f32[256,256]", 65536)
+    assert dot["op_type"] == "aten__mm" and dot["source_location"] == "matmul.py:68"
+    fusion = by_name[("parallel_broadcast_multiply_fusion", "broadcast_multiply_fusion.clone")]
+    assert (fusion["fusion_kind"], fusion["calls"], fusion["computation_kind"]) == ("kLoop", "fused_computation.clone", "called")
+    assert by_name[("fused_computation.clone", "multiply.1")]["computation_kind"] == "fused"
+    assert by_name[("fused_computation.clone", "multiply.1")]["is_root"] is True
+    assert by_name[("SyncTensorsGraph.8", "tuple.7")]["elements"] == 65536  # a tuple counts its arrays
+
+    view = tmp_path / "view"
+    hlo.write_parquet(rows, view / "parquet" / "Instruction.parquet")
+    db = ProfileDB()
+    db.load_view(view, "w")
+    db.finish()
+    mix = op_mix(db).set_index(["opcode", "computation_kind"])["instructions"].to_dict()
+    assert mix[("dot", "entry")] == 1 and mix[("parameter", "fused")] == 2 and mix[("multiply", "fused")] == 1

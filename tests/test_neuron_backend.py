@@ -105,6 +105,8 @@ def test_multi_case_sweep_on_neuron(tmp_path):
         assert cap["single_io"] is False and cap["outputs_valid"] is True
         assert cap["latency"]["n"] == 3 and cap["latency"]["recompiles_during_timing"] == 0
         assert (d / "view" / "parquet" / "Summary.parquet").is_file()
+        op_mix = pd.read_csv(d / "tables" / "op_mix.csv")  # from the parquet Instruction table, with time
+        assert "MATMUL" in set(op_mix["opcode"]) and (op_mix["total_time"] > 0).all()
         assert any(s.name == "MATMUL" for s in read_pftrace(d / "view" / "trace.pftrace").slices)
         summary = json.loads((d / "view" / "summary.json").read_text())
         m = json.loads((d / "metrics.json").read_text())
@@ -230,3 +232,16 @@ def test_legacy_neuronxcc_nki_benchmark_route(tmp_path):
     assert build["nki_api"] == "neuronxcc.nki"
     assert build["neff_source"].endswith("/nki/artifacts/kernel.neff")
     assert build["benchmark_us"]["p50"] > 0 and build["compile_s"] is None
+
+
+def test_a_failing_torch_xla_child_is_one_sentence_with_its_log(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("torch_xla") is not None:
+        pytest.skip("torch-xla is installed here, so the child would not fail")
+    spec = {"kind": "matmul", "m": 1, "k": 1, "n": 1, "dtype": "fp32"}
+    with pytest.raises(UserError) as err:
+        xla_program.run(spec, tmp_path / "out.json", dict(__import__("os").environ), tmp_path, [])
+    assert str(err.value) == (f"case matmul-m1-k1-n1-fp32: the torch-xla run exited 1: ModuleNotFoundError: No module "
+                              f"named 'torch_xla' (full log: {tmp_path / 'xla_program.log'}).")
+    assert "Traceback" in (tmp_path / "xla_program.log").read_text()

@@ -176,8 +176,10 @@ IDLE_PCT = 50.0  # below this device-active share, launch/sync/start-up overhead
 
 def _utilization(m: dict, backend: str, build: dict, notes: dict) -> dict:
     """MFU and MBU recomputed from raw fields (beside the tool's mfu_tool_pct / mbu_tool_pct), and the
-    bound classification from the roofline and engine/DMA busy time."""
+    bound class: overhead when the device is active under IDLE_PCT of the profiled call (neuron:
+    engines, xla: XLA execute), else the busiest engine or DMA (neuron), else the roofline bound."""
     out = {"mfu_recomputed_pct": None, "mbu_recomputed_pct": None, "bound_class": None, "bound_evidence": None}
+    busy = {}
     if backend == "neuron":
         target = roofline.TARGETS[build.get("target", "trn1")]
         flops = m.get("profile_flops_tool") or m.get("flops")
@@ -190,29 +192,24 @@ def _utilization(m: dict, backend: str, build: dict, notes: dict) -> dict:
         busy = {e: m.get(f"{e}_engine_active_time_s") for e in ENGINES if e != "sync"}
         busy["dma"] = m.get("dma_active_time_s")
         busy = {k: v for k, v in busy.items() if v is not None}
-        if busy:
-            top = max(busy, key=busy.get)
-            active = m.get("profile_active_pct")
-            if active is not None and active < IDLE_PCT:
-                out["bound_class"] = "overhead"
-                out["bound_evidence"] = f"device active {active:.1f}% of total_time"
-            else:
-                out["bound_class"] = {"tensor": "compute", "dma": "memory"}.get(top, top)
-                out["bound_evidence"] = (f"busiest: {top} {busy[top] * 1e6:.1f} us of {total * 1e6:.1f} us; "
-                                         f"roofline says {m.get('roofline_bound')}")
     else:
         for key in ("mfu_recomputed_pct", "mbu_recomputed_pct"):
             notes[key] = f"the {backend} backend has no tool MFU/MBU to recompute; see roofline_efficiency_pct"
-        active = m.get("profile_active_pct")
-        if backend == "xla" and active is not None and active < IDLE_PCT:  # active = XLA execute time
-            out["bound_class"] = "overhead"
-            out["bound_evidence"] = (f"XLA execute {active:.1f}% of the profiled call; the rest is tracing, "
-                                     "compiling and dispatch")
-        elif m.get("roofline_bound"):
-            out["bound_class"] = m["roofline_bound"]
-            out["bound_evidence"] = (f"roofline only (no engine counters on {backend}): AI "
-                                     f"{m['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B vs ridge "
-                                     f"{m['ridge_flops_per_byte']:.1f}")
+    active = m.get("profile_active_pct")
+    if backend in ("neuron", "xla") and active is not None and active < IDLE_PCT:
+        out["bound_class"] = "overhead"
+        out["bound_evidence"] = f"device active {active:.1f}% of the profiled call ({backend}: " + \
+            ("total_time)" if backend == "neuron" else "XLA execute; the rest is tracing, compiling and dispatch)")
+    elif busy:
+        top = max(busy, key=busy.get)
+        out["bound_class"] = {"tensor": "compute", "dma": "memory"}.get(top, top)
+        out["bound_evidence"] = (f"busiest: {top} {busy[top] * 1e6:.1f} us of {m['profile_total_time_s'] * 1e6:.1f} us; "
+                                 f"roofline says {m.get('roofline_bound')}")
+    elif m.get("roofline_bound"):
+        out["bound_class"] = m["roofline_bound"]
+        out["bound_evidence"] = (f"roofline only (no engine counters on {backend}): AI "
+                                 f"{m['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B vs ridge "
+                                 f"{m['ridge_flops_per_byte']:.1f}")
     for key in ("bound_class", "bound_evidence"):
         if out[key] is None:
             notes[key] = "neither engine/DMA busy times nor a roofline are known"

@@ -114,7 +114,10 @@ def fig_breakdown(rows: pd.DataFrame, workloads_dir: Path):
         xla = (rows["backend"] == "xla").any()
         shares = _self_time_shares(rows, workloads_dir, (lambda n: n in STEPS) if xla else
                                    (lambda n: str(n).startswith("aten::")))
-        top = STEPS if xla else pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else []
+        if xla:
+            top = STEPS
+        else:
+            top = pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else []
         left = [0.0] * len(rows)
         for op in top:
             vals = [float(shares.get(w, pd.Series(dtype=float)).get(op, 0)) for w in rows["workload_id"]]

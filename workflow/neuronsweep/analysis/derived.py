@@ -72,13 +72,22 @@ def unknown_tracks(db):
     return db.con.execute("SELECT track_id, name FROM track_class WHERE class IS NULL ORDER BY name").df()
 
 
-def top_sources(db, limit: int = 20):
-    """Instruction time by NKI source line or HLO name, from the legacy json or parquet Instruction table."""
-    table = next((t for t in db.tables if t.lower() == "instruction"), None)  # legacy json or parquet
+def _instruction_table(db):
+    """(name, columns, duration column or None) of the Instruction table (neuron legacy json or parquet,
+    or the xla backend's HLO module), or None when the view has none."""
+    table = next((t for t in db.tables if t.lower() == "instruction"), None)
     if table is None:
         return None
     cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
-    dur = "duration" if "duration" in cols else "duration_ns" if "duration_ns" in cols else None
+    return table, cols, next((c for c in ("duration", "duration_ns") if c in cols), None)
+
+
+def top_sources(db, limit: int = 20):
+    """Instruction time by NKI source line or HLO name, from the legacy json or parquet Instruction table."""
+    found = _instruction_table(db)
+    if found is None:
+        return None
+    table, cols, dur = found
     keys = [k for k in ("nki_source_location", "hlo_name") if k in cols]
     if not dur or not keys:
         return None
@@ -88,15 +97,12 @@ def top_sources(db, limit: int = 20):
 
 
 def op_mix(db):
-    """Instructions per opcode from the Instruction table (neuron parquet or the xla backend's HLO
-    module), with their time where the table has one (the HLO dump has none)."""
-    table = next((t for t in db.tables if t.lower() == "instruction"), None)
-    if table is None:
+    """Instructions per opcode from the Instruction table, with their time where the table has one
+    (the HLO dump has none)."""
+    found = _instruction_table(db)
+    if found is None or "opcode" not in found[1]:
         return None
-    cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
-    if "opcode" not in cols:
-        return None
-    dur = next((c for c in ("duration", "duration_ns") if c in cols), None)
+    table, cols, dur = found
     group = ["opcode"] + [c for c in ("computation_kind", "engine") if c in cols]
     extra = [f"sum({dur}) AS total_time" if dur else "NULL AS total_time"]
     if "elements" in cols:

@@ -24,8 +24,10 @@ CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 FUSION_KIND = re.compile(r"\bkind=(k\w+)")
 METADATA = re.compile(r'(op_type|op_name|source_file)="([^"]*)"|(source_line)=(\d+)')
 
-COLUMNS = ("computation", "computation_kind", "hlo_name", "opcode", "is_root", "dtype", "shape", "elements",
-           "fusion_kind", "calls", "op_type", "op_name", "source_location")
+# column -> type of the Instruction table: "int" and "bool" columns, every other one text
+COLUMNS = {"computation": "str", "computation_kind": "str", "hlo_name": "str", "opcode": "str", "is_root": "bool",
+           "dtype": "str", "shape": "str", "elements": "int", "fusion_kind": "str", "calls": "str", "op_type": "str",
+           "op_name": "str", "source_location": "str"}
 
 
 def _elements(shape: str) -> int:
@@ -85,11 +87,7 @@ def write_parquet(rows: list[dict], out: Path) -> None:
 
     from ..atomic import replacing
 
-    schema = pa.schema([("computation", pa.string()), ("computation_kind", pa.string()), ("hlo_name", pa.string()),
-                        ("opcode", pa.string()), ("is_root", pa.bool_()), ("dtype", pa.string()),
-                        ("shape", pa.string()), ("elements", pa.int64()), ("fusion_kind", pa.string()),
-                        ("calls", pa.string()), ("op_type", pa.string()), ("op_name", pa.string()),
-                        ("source_location", pa.string())])
-    out.parent.mkdir(parents=True, exist_ok=True)
+    types = {"str": pa.string(), "int": pa.int64(), "bool": pa.bool_()}
+    schema = pa.schema([(name, types[kind]) for name, kind in COLUMNS.items()])
     with replacing(out) as tmp:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)

@@ -19,6 +19,9 @@ import importlib
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 from types import ModuleType
 
 from ..errors import UserError
@@ -72,6 +75,35 @@ DEVICE_COUNTERS_MISSING = {
     "cpu": "the cpu backend has no Neuron engines, DMA queues or HBM counters to read",
     "xla": "the xla backend runs through a PJRT device without Neuron engines, DMA queues or HBM counters",
 }
+
+
+def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str) -> None:
+    """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
+    process of their own, since their environment is read when torch_xla / nki is imported. The
+    output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
+    from ..workloads import workload_id
+
+    proc = subprocess.run([sys.executable, "-m", f"{__name__}.{module}", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env)
+    log = Path(cwd) / f"{module}.log"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise UserError(f"case {workload_id(spec)}: the {what} exited {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log}).")
+
+
+EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces
+
+
+def profiled_span(trace: dict, nth: int) -> tuple[list[dict], dict]:
+    """The complete ('X') events of a Chrome trace and the span of its nth execution; a trace
+    without one cannot be summarized, so that fails with what to do."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    mark = f"{EXEC_MARK}{nth}"
+    span = next((e for e in events if e.get("name") == mark), None)
+    if span is None:
+        raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
+    return events, span
 
 
 def default_threads() -> int:

@@ -22,13 +22,12 @@ from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..stats import latency_stats
 from ..workloads import TORCH_DTYPES, kind_of, tensor_bytes, workload_id
-from . import ARTIFACTS
+from . import ARTIFACTS, EXEC_MARK, profiled_span
 
 ARTIFACT = ARTIFACTS["cpu"]["build"]
 TRACE = ARTIFACTS["cpu"]["capture"]
 ARTIFACT_FORMAT = "torch.export .pt2, v1"
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
-_EXEC_MARK = "neuronsweep.exec_"
 
 
 def _torch_dtype(torch, name: str):
@@ -113,7 +112,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
                 module(*inputs)
                 continue
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
-                with record_function(f"{_EXEC_MARK}{i}"):
+                with record_function(f"{EXEC_MARK}{i}"):
                     module(*inputs)
         samples = []
         for _ in range(settings.get("repeats", 1) * settings["iterations"]):
@@ -136,14 +135,10 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
 
 def summarize_trace(trace: dict, capture_record: dict) -> dict:
     """The Neuron summary's fields that a CPU trace can honestly fill, in the same units (s, fractions)."""
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    mark = f"{_EXEC_MARK}{capture_record['profiled_exec']}"
-    execs = [e for e in events if e.get("name") == mark]
-    if not execs:
-        raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
-    start, end = execs[0]["ts"], execs[0]["ts"] + execs[0]["dur"]
+    events, span = profiled_span(trace, capture_record["profiled_exec"])
+    start, end = span["ts"], span["ts"] + span["dur"]
     ops = [e for e in events if e.get("cat") == "cpu_op" and start <= e["ts"] <= end]
-    total_s = execs[0]["dur"] * 1e-6
+    total_s = span["dur"] * 1e-6
     active_s = union_length((e["ts"], e["ts"] + e["dur"]) for e in ops) * 1e-6
     return {
         "total_time": total_s,

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from importlib import metadata
@@ -29,7 +28,7 @@ from ..analysis import neuron_summary
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..workloads import workload_id
-from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS, xla_program
+from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS, run_child, xla_program
 
 ARTIFACT = ARTIFACTS["neuron"]["build"]
 NTFF = ARTIFACTS["neuron"]["capture"]
@@ -126,8 +125,7 @@ def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir,
-                             globs, "torch-xla program")
+    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
             "compile_count": result["compile"]["count"],
@@ -151,13 +149,8 @@ def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     env = tool_env()
     env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options.get("target", "trn1"),
                 "NEURON_CC_FLAGS": cc_flags(options)})
-    argv = [sys.executable, "-m", "neuronsweep.backends.nki_program", "--spec", json.dumps(spec),
-            "--out", str(workdir / "nki_result.json"), "--inputs-dir", str(entry / "inputs")]
-    proc = _run(argv, "NKI program", cwd=workdir, env=env)
-    (workdir / "nki_program.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise UserError(f"case {workload_id(spec)}: the NKI kernel run exited {proc.returncode}: "
-                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (log: {workdir / 'nki_program.log'}).")
+    run_child("nki_program", ["--spec", json.dumps(spec), "--out", str(workdir / "nki_result.json"),
+                              "--inputs-dir", str(entry / "inputs")], spec, workdir, env, "NKI kernel run")
     result = json.loads((workdir / "nki_result.json").read_text())
     if len(result["neffs"]) != 1:
         raise UserError(f"case {workload_id(spec)}: expected one NEFF from the NKI kernel, found "
@@ -282,8 +275,7 @@ def framework_timing(build_record: dict, settings: dict, workdir: Path) -> dict:
     env.update(build_record["env"])
     cache = build_record["compile_cache"]
     result = xla_program.run(build_record["spec"], workdir / "timing.json", env, workdir,
-                             [str(Path(cache) / "**" / "*.neff")], "torch-xla framework timing",
-                             warmup=settings["warmup"], iterations=settings["iterations"],
+                             [str(Path(cache) / "**" / "*.neff")], warmup=settings["warmup"], iterations=settings["iterations"],
                              repeats=settings.get("repeats", 1))
     timing = result["timing"]
     timing["compiles_in_first_run"] = result["compile"]["count"]

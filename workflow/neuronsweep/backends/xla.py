@@ -27,9 +27,8 @@ from .. import pftrace
 from ..analysis import hlo
 from ..analysis.intervals import union_length
 from ..cache import CompileCache, cache_key
-from ..errors import UserError
 from ..workloads import workload_id
-from . import ARTIFACTS, xla_program
+from . import ARTIFACTS, profiled_span, xla_program
 from .cpu import host_cpu
 from .neuron import package_versions, recompilation_flag
 
@@ -69,7 +68,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
         workdir = out_dir.resolve() / "xla"
         dump = _fresh(workdir)
         result = xla_program.run(spec, workdir / "xla_result.json", xla_env(options, dump), workdir,
-                                 [str(dump / MODULE_GLOB)], "torch-xla program")
+                                 [str(dump / MODULE_GLOB)])
         module, candidates = xla_program.attribute(result, spec, "HLO module")
         shutil.copyfile(module, dest)
         comp = result["compile"]
@@ -99,7 +98,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
     result = xla_program.run(spec, workdir / "capture_result.json", xla_env(options, dump), workdir,
-                             [str(dump / MODULE_GLOB)], "torch-xla capture", warmup=settings["warmup"],
+                             [str(dump / MODULE_GLOB)], warmup=settings["warmup"],
                              iterations=settings["iterations"], repeats=settings.get("repeats", 1),
                              num_exec=settings["num_exec"], nth_exec=settings["nth_exec"], trace_out=trace_out)
     module, _ = xla_program.attribute(result, spec, "HLO module")
@@ -124,15 +123,11 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
 def summarize_trace(trace: dict, capture_record: dict) -> dict:
     """The Neuron summary's fields this trace can honestly fill, in the same units (s, fractions):
     total_time is the profiled execution's wall span, total_active_time the XLA execute time in it."""
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    mark = f"{xla_program.EXEC_MARK}{capture_record['profiled_exec']}"
-    execs = [e for e in events if e.get("name") == mark]
-    if not execs:
-        raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
-    start, end = execs[0]["ts"], execs[0]["ts"] + execs[0]["dur"]
-    inside = [e for e in events if e["ts"] < end and e["ts"] + e["dur"] > start and e is not execs[0]]  # overlaps
+    events, span = profiled_span(trace, capture_record["profiled_exec"])
+    start, end = span["ts"], span["ts"] + span["dur"]
+    inside = [e for e in events if e["ts"] < end and e["ts"] + e["dur"] > start and e is not span]  # overlaps
     executes = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in inside if e.get("cat") == "xla_execute"]
-    total_s = execs[0]["dur"] * 1e-6
+    total_s = span["dur"] * 1e-6
     active_s = union_length(executes) * 1e-6 if executes else None
     return {
         "total_time": total_s,

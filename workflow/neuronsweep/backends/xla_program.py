@@ -30,14 +30,13 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+from . import EXEC_MARK
+
 PHASES = ("start", "inputs", "workload", "second")
-EXEC_MARK = "neuronsweep.exec_"  # the span of execution i of the profiled run (as in the cpu trace)
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
 STEPS = ("lazy tracing (forward)", "mark_step", "wait_device_ops")  # one call's steps, in order
 
@@ -45,28 +44,19 @@ STEPS = ("lazy tracing (forward)", "mark_step", "wait_device_ops")  # one call's
 # ------------------------------------------------------------------------------- parent side
 
 
-def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], what: str, **settings) -> dict:
-    """Run the child in `cwd` with `env`; settings: warmup, iterations, repeats, num_exec, nth_exec,
-    trace_out. Fails with one sentence and the log's path when torch-xla fails."""
-    from ..errors import UserError
-    from ..workloads import workload_id
+def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], **settings) -> dict:
+    """Run the child in `cwd` with `env` and return its result; settings: warmup, iterations, repeats,
+    num_exec, nth_exec, trace_out."""
+    from . import run_child
 
     cwd, out_json = cwd.resolve(), out_json.resolve()
-    argv = [sys.executable, "-m", __name__, "--spec", json.dumps(spec), "--out", str(out_json)]
+    args = ["--spec", json.dumps(spec), "--out", str(out_json)]
     for key, value in settings.items():
         if value is not None:
-            argv += [f"--{key.replace('_', '-')}", str(value)]
+            args += [f"--{key.replace('_', '-')}", str(value)]
     for pattern in globs:
-        argv += ["--artifact-glob", pattern]
-    log = cwd / "xla_program.log"
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env)
-    except FileNotFoundError:
-        raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise UserError(f"case {workload_id(spec)}: the torch-xla run exited {proc.returncode}: "
-                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log}).")
+        args += ["--artifact-glob", pattern]
+    run_child("xla_program", args, spec, cwd, env, "torch-xla run")
     return json.loads(out_json.read_text())
 
 
@@ -130,19 +120,20 @@ def _samples(met, name: str) -> list[tuple[float, float]]:
 
 
 class _Step:
-    """One call of the workload, synced, with the wall clock (ns) at each boundary."""
+    """One call of the workload, synced, with perf_counter_ns at each boundary (a monotonic clock:
+    the wall clock can be stepped while timing)."""
 
     def __init__(self, module, inputs, xm):
         self.module, self.inputs, self.xm = module, inputs, xm
 
     def __call__(self) -> tuple[int, int, int, int]:
-        t0 = time.time_ns()
+        t0 = time.perf_counter_ns()
         out = self.module(*self.inputs)  # lazy: only traced here
-        t1 = time.time_ns()
+        t1 = time.perf_counter_ns()
         self.xm.mark_step()  # compile (if the graph is new) and launch
-        t2 = time.time_ns()
+        t2 = time.perf_counter_ns()
         self.xm.wait_device_ops()
-        t3 = time.time_ns()
+        t3 = time.perf_counter_ns()
         del out
         return t0, t1, t2, t3
 
@@ -150,8 +141,10 @@ class _Step:
 def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
     """Chrome trace of num_exec executions: per execution a span with its tracing, mark_step and
     wait_device_ops children on the Python thread, and the XLA execute and compile samples the
-    metrics recorded meanwhile on tracks of their own (a sample's timestamp is when it ended)."""
+    metrics recorded meanwhile on tracks of their own (a sample's timestamp, wall clock, is when it
+    ended; one offset taken here maps it onto the perf_counter spans)."""
     pid = os.getpid()
+    wall_minus_perf = time.time_ns() - time.perf_counter_ns()
     spans = [step() for _ in range(num_exec)]
     base = spans[0][0]
 
@@ -171,14 +164,14 @@ def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
     first, last = spans[0][0], spans[-1][3]
     for metric, track, cat in (("ExecuteTime", "execute", "xla_execute"), ("CompileTime", "compile", "xla_compile")):
         for ts_s, value_ns in _samples(met, metric):
-            end = int(ts_s * 1e9)
+            end = int(ts_s * 1e9) - wall_minus_perf
             if first <= end <= last + 1_000_000:  # recorded during these executions (1 ms of clock slack)
                 events.append({"ph": "X", "pid": pid, "tid": TRACKS[track], "cat": cat, "name": metric,
                                "ts": us(end - int(value_ns)), "dur": value_ns / 1000.0,
                                "args": {"source": f"torch_xla.debug.metrics {metric}"}})
     return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"clock": "time.time_ns() and metric sample timestamps (wall clock)",
-                          "base_unix_ns": base, "thread": threading.get_native_id()}}
+            "otherData": {"clock": "perf_counter_ns spans; metric samples mapped from the wall clock",
+                          "base_unix_ns": base + wall_minus_perf, "thread": threading.get_native_id()}}
 
 
 def main(argv=None) -> int:
