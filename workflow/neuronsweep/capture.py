@@ -9,12 +9,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import backends, devicelock
+from . import backends, devicelock, hostcaps
 from .atomic import read_json, write_json
 from .devicelock import DEFAULT_LOCK
 from .errors import UserError
 from .records import stage_record
-
 
 
 def _check(settings: dict) -> None:
@@ -34,9 +33,14 @@ def run(build_dir: Path, out_dir: Path, settings: dict) -> dict:
     impl = backends.load(build["backend"])
     out_dir.mkdir(parents=True, exist_ok=True)
     with devicelock.held(settings.get("device_lock") or DEFAULT_LOCK) as span:
+        before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
+        after = hostcaps.load_snapshot()
+    load = {"start": before, "end": after, "under_load": hostcaps.under_load(before, after)}
+    if load["under_load"]:
+        print(f"warning: case {build['workload_id']} was captured under load: {load['under_load']}")
     record = stage_record("capture", started, workload_id=build["workload_id"], backend=build["backend"],
-                          spec=build["spec"], settings=settings, device_span=span, **result)
+                          spec=build["spec"], settings=settings, device_span=span, host_load=load, **result)
     write_json(out_dir / "capture.json", record)
     return record
 

@@ -28,18 +28,15 @@ def _spec(text: str) -> dict:
     return spec
 
 
-def planned(config_path: str) -> dict:
-    """The plan of a config file as written to results/<run>/plan.json, backend resolved."""
+def cmd_plan(args) -> None:
     from . import plan
 
-    cfg = config.load(config_path)
+    cfg = config.load(args.config)
     name, why = backends.resolve(cfg["backend"])
-    return {**plan.make_plan(cfg, name).to_dict(), "backend_reason": why}
-
-
-def cmd_plan(args) -> None:
-    p = planned(args.config)
-    print(p["backend_reason"], file=sys.stderr)
+    the_plan, probe = plan.plan_for(cfg, name)
+    p = {**the_plan.to_dict(), "backend_reason": why}
+    print(why, file=sys.stderr)
+    print(plan.estimate(the_plan, cfg, probe), file=sys.stderr)
     if args.json:
         print(json.dumps(p, indent=2))
         return
@@ -138,10 +135,15 @@ def cmd_query(args) -> None:
 
 
 def cmd_calibrate(args) -> None:
+    from . import hostcaps
     from .atomic import write_json
     from .backends import cpu
 
-    rec = cpu.calibrate(args.threads, args.cache_dir)
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    unknown = sorted(set(dtypes) - set(hostcaps.DTYPES))
+    if unknown or not dtypes:
+        raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of {', '.join(hostcaps.DTYPES)}.")
+    rec = cpu.calibrate(args.threads, args.cache_dir, dtypes, args.device_lock)
     write_json(args.out, rec)
     peaks = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in rec["peak_flops_per_s"].items())
     print(f"calibrate ({'cached' if rec['cache_hit'] else 'measured'}, {args.threads} threads): {peaks}, "
@@ -234,7 +236,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=backends.default_threads())
+    p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
     p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
+    p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock held while measuring (no capture beside it)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")

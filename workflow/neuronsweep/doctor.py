@@ -6,7 +6,7 @@ import platform
 import shutil
 import subprocess
 
-from . import backends, config
+from . import backends, config, hostcaps
 from .backends import neuron
 from .errors import UserError
 
@@ -31,10 +31,23 @@ def report(config_path: str) -> str:
         lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")
     for pkg, version in neuron.package_versions().items():
         lines.append(f"python package {pkg}: {version or 'not installed'}")
+    lines.append(f"cpu: {hostcaps.cpu_model()}; relevant flags: {', '.join(hostcaps.cpu_flags()) or 'none'}")
     try:
         cfg = config.load(config_path)
         name, why = backends.resolve(cfg["backend"])
         lines.append(f"a run of {config_path} would use: {name} ({why})")
+        lines += _host_rates(cfg)
     except UserError as exc:
         lines.append(f"config: {exc}")
     return "\n".join(lines)
+
+
+def _host_rates(cfg: dict) -> list[str]:
+    """The cpu backend's probe: each dtype's measured GEMM rate and whether the cpu backend runs it."""
+    probe = hostcaps.probe(cfg["cache_dir"], backends.default_threads())
+    slow = hostcaps.slow_dtypes(probe)
+    lines = [f"host GEMM probe ({probe['method']}, {probe['threads']} threads, measured {probe['measured_at']}):"]
+    for dtype, rate in probe["gemm_flops_per_s"].items():
+        verdict = "unsupported on cpu: no fast path" if dtype in slow else "runs on cpu"
+        lines.append(f"  {dtype}: {rate / 1e9:.1f} GFLOP/s ({verdict})")
+    return lines

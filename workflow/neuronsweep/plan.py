@@ -147,15 +147,16 @@ SUITES = {"matmul": _matmul_scenarios, "tiling": _tiling_scenarios, "llm": _llm_
 
 
 
-def make_plan(config: dict, backend: str) -> Plan:
-    """Plan a validated config (see config.validate) for the backend that will run it."""
+def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> Plan:
+    """Plan a validated config (see config.validate) for the backend that will run it; on cpu,
+    slow_dtypes (hostcaps.slow_dtypes) marks the dtypes this host has no fast GEMM for."""
     scenarios: dict[str, Scenario] = {}
     workloads: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     for suite_name, suite in config["suites"].items():
         for sc, spec in SUITES[suite_name](suite):
             scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
-            why = unsupported(spec, backend)
+            why = unsupported(spec, backend, slow_dtypes)
             if why:
                 skipped[sc.workload_id] = why
             else:
@@ -163,3 +164,52 @@ def make_plan(config: dict, backend: str) -> Plan:
     ordered = sorted(scenarios.values(), key=lambda s: (s.suite, s.id))
     return Plan(run=config["run"], backend=backend, scenarios=ordered, workloads=dict(sorted(workloads.items())),
                 unsupported=dict(sorted(skipped.items())))
+
+
+def host_probe(config: dict, backend: str) -> dict | None:
+    """cpu: the host's probe (hostcaps.probe, cached beside the compile cache); other backends: None."""
+    if backend != "cpu":
+        return None
+    from . import backends, hostcaps
+
+    return hostcaps.probe(config["cache_dir"], backends.default_threads())
+
+
+def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
+    """The plan of a validated config on `backend`, and (cpu) the host probe it rests on."""
+    from . import hostcaps
+
+    probe = host_probe(config, backend)
+    return make_plan(config, backend, hostcaps.slow_dtypes(probe) if probe else None), probe
+
+
+CALIBRATION_BOUND_S = 3.0  # per dtype, plus the copy bandwidth: backends/cpu.py calibrate's time cap
+
+
+def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
+    """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
+    uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead)."""
+    from .workloads import kind_of
+
+    if probe is None:
+        return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
+    cap = config["capture"]
+    executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
+    rates = probe["gemm_flops_per_s"]
+    compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values())
+    imports = 2 * len(plan.workloads)  # build and capture import torch; view and extract do not
+    dtypes = {s["dtype"] for s in plan.workloads.values()}
+    calib_s = CALIBRATION_BOUND_S * (len(dtypes) + 1) if dtypes else 0.0
+    total = compute_s + imports * probe["torch_import_s"] + calib_s
+    return (f"estimate: about {_duration(total)} for {len(plan.workloads)} workloads on this host "
+            f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
+            f"{imports} torch imports x {probe['torch_import_s']:.1f} s, calibration at most {calib_s:.0f} s; "
+            "Snakemake's own per-job overhead not included)")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -39,10 +39,13 @@ rule capture:
 
 
 rule calibrate:
-    """cpu: the host's measured peak FLOP/s per dtype and copy bandwidth, the roofline's ceiling.
-    Cached per machine in the compile cache, so it is measured once per host and thread count."""
+    """cpu: the host's measured peak FLOP/s for each dtype the sweep uses, and copy bandwidth: the
+    roofline's ceiling. Bounded to a few seconds per dtype; cached per machine in the compile cache;
+    measured under the device lock, so no capture runs beside it."""
     output:
         CALIBRATION,
+    params:
+        dtypes=CALIBRATION_DTYPES,
     threads: workflow.cores
     resources:
         neuron_device=1,
@@ -51,4 +54,5 @@ rule calibrate:
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
-        "neuronsweep calibrate --threads {threads} --cache-dir {CACHE_DIR:q} --out {output:q} > {log:q} 2>&1"
+        "neuronsweep calibrate --threads {threads} --dtypes {params.dtypes} --cache-dir {CACHE_DIR:q} "
+        "--device-lock {DEVICE_LOCK:q} --out {output:q} > {log:q} 2>&1"

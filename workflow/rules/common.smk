@@ -10,7 +10,7 @@ from neuronsweep import backends
 from neuronsweep import config as ns_config
 from neuronsweep.aggregate import run as aggregate_run
 from neuronsweep.errors import UserError
-from neuronsweep.plan import make_plan
+from neuronsweep.plan import estimate, plan_for
 from neuronsweep.workloads import canonical
 
 # Jobs call the `neuronsweep` CLI installed beside this Snakemake, even when its venv is not
@@ -47,11 +47,12 @@ CONFIG_SOURCE = ", ".join(map(str, workflow.configfiles)) or "config"
 try:
     CONFIG = ns_config.validate(config, source=CONFIG_SOURCE)
     BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"])
+    PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)
 except UserError as exc:
     raise WorkflowError(str(exc)) from None
 logger.info(BACKEND_REASON)
+logger.info(estimate(PLAN, CONFIG, HOST_PROBE))
 
-PLAN = make_plan(CONFIG, BACKEND)
 PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON}, separators=(",", ":"))
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
@@ -78,6 +79,7 @@ def options(stage):
 HAS_PFTRACE = not ON_NEURON or NEURON["pftrace"]
 HAS_PROFILE_JSON = ON_NEURON and NEURON["json"]
 HAS_HOST_PEAKS = BACKEND == "cpu" or (ON_XLA and CONFIG["xla"]["pjrt_device"] == "CPU")
+CALIBRATION_DTYPES = ",".join(sorted({spec["dtype"] for spec in PLAN.workloads.values()}))  # only what the sweep uses
 DEVICE_LOCK = CAPTURE["device_lock"]
 
 RUN = f"results/{CONFIG['run']}"

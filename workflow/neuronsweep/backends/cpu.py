@@ -9,15 +9,14 @@ view    Chrome trace -> .pftrace, and a summary with the Neuron summary's field 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
 from pathlib import Path
 
-from .. import pftrace
+from .. import devicelock, hostcaps, pftrace
 from ..analysis.intervals import union_length
-from ..atomic import replacing, write_json
+from ..atomic import read_json, replacing, write_json
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..stats import latency_stats
@@ -32,16 +31,6 @@ MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's 
 
 def _torch_dtype(torch, name: str):
     return getattr(torch, TORCH_DTYPES[name])
-
-
-def host_cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
@@ -128,7 +117,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
         "latency": latency_stats(samples, settings.get("repeats", 1)),
         "threads": torch.get_num_threads(),
         "tensor_bytes": tensor_bytes,
-        "host": {"cpu": host_cpu(), "machine": platform.machine(), "python": sys.version.split()[0]},
+        "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]},
         "artifacts": {"trace": TRACE},
     }
 
@@ -157,38 +146,69 @@ def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) 
     return {"summary": summarize_trace(trace, capture_record), "pftrace": "trace.pftrace", "pftrace_counts": counts}
 
 
-CALIBRATION_FORMAT = "gemm 2048^3 best-of-5 + copy 256 MiB best-of-5, v1"
+CALIBRATION_FORMAT = "gemm grown from 256^3 until one run takes 0.2 s, best within 3 s, per dtype; copy 256 MiB best-of-5, v2"
+CALIB_RUN_S = 0.2  # one GEMM this long is past caches and thread start-up on any host
+CALIB_BUDGET_S = 3.0  # per dtype (plan.CALIBRATION_BOUND_S): the calibration never outweighs the sweep
+CALIB_MAX_N = 4096
 
 
-def calibrate(threads: int, cache_root: Path) -> dict:
-    """The host's measured peaks for the roofline: best-of-5 GEMM FLOP/s per dtype and copy bandwidth.
-    Cached per machine (CPU model, core count, torch, threads) under the compile cache root."""
+def _calibrate_gemm(torch, dtype: str) -> dict:
+    """Grow an n^3 GEMM until one run takes CALIB_RUN_S (or the budget would not allow the next
+    size), then keep its best rate over the remaining budget."""
+    deadline = time.perf_counter() + CALIB_BUDGET_S
+    n = hostcaps.PROBE_N
+    while True:
+        rate, _ = hostcaps.measure_gemm(torch, dtype, n, 0.0)
+        run_s = 2 * n**3 / rate
+        # the next size costs ~8x (a warm-up and a timed run), and the final measurement one run more
+        if run_s >= CALIB_RUN_S or n >= CALIB_MAX_N or time.perf_counter() + 3 * 8 * run_s > deadline:
+            break
+        n *= 2
+    rate, runs = hostcaps.measure_gemm(torch, dtype, n, max(0.0, min(1.0, deadline - time.perf_counter())))
+    return {"flops_per_s": rate, "n": n, "runs": runs}
+
+
+def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: str | Path) -> dict:
+    """The host's measured peaks for the roofline: GEMM FLOP/s for each dtype asked (sized by time) and
+    copy bandwidth. Cached per machine (CPU model, cores, torch, threads) under the compile cache root;
+    a dtype not yet in the cache entry is measured and added. Measures under the device lock, so no
+    capture of any process runs beside it."""
     import torch
 
-    fingerprint = {"cpu": host_cpu(), "machine": platform.machine(), "cores": os.cpu_count(),
-                   "torch": torch.__version__, "threads": threads, "format": CALIBRATION_FORMAT}
+    fingerprint = {**hostcaps.fingerprint(threads), "format": CALIBRATION_FORMAT}
     entry = Path(cache_root).expanduser() / "calibration" / f"{cache_key(fingerprint)[:16]}.json"
-    if entry.is_file():
-        return {**json.loads(entry.read_text()), "cache_hit": True}
+    cached = read_json(entry) if entry.is_file() else None
+    missing = [d for d in dtypes if not cached or d not in cached["gemm"]]
+    if not missing:
+        return _calibration_view(cached, dtypes, cache_hit=True)
     torch.set_num_threads(threads)
-    peaks = {}
-    with torch.inference_mode():
-        for name in ("fp32", "bf16"):  # fp16 is not run on cpu (workloads/__init__.py CPU_UNSUPPORTED_DTYPES)
-            a = torch.randn(2048, 2048, dtype=_torch_dtype(torch, name))
-            for _ in range(2):
-                a @ a
-            best = min(_timed(lambda: a @ a) for _ in range(5))
-            peaks[name] = 2 * 2048**3 / best
-        src = torch.empty(64 * 2**20, dtype=torch.float32)  # 256 MiB, far beyond any cache
-        dst = torch.empty_like(src)
-        dst.copy_(src)
-        best = min(_timed(lambda: dst.copy_(src)) for _ in range(5))
-    record = {**fingerprint, "peak_flops_per_s": peaks, "peak_bytes_per_s": 2 * src.numel() * 4 / best,
+    with devicelock.held(device_lock), torch.inference_mode():
+        gemm = {**(cached or {}).get("gemm", {}), **{d: _calibrate_gemm(torch, d) for d in missing}}
+        copy = cached["copy"] if cached else _calibrate_copy(torch)
+    record = {**fingerprint, "flags": hostcaps.cpu_flags(), "gemm": gemm, "copy": copy,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "method": "torch.matmul of 2048x2048 per dtype and Tensor.copy_ of 256 MiB (read + write), "
-                        "best of 5 after warm-up"}
+              "method": "torch.matmul of n x n per dtype, n grown until one run takes 0.2 s, best run within 3 s; "
+                        "Tensor.copy_ of 256 MiB (read + write), best of 5 after warm-up",
+              "theoretical_peak_note": "not derived: the FMA units per core and the sustained vector clock are not "
+                                       "exposed by the OS; the CPU flags above say which vector paths exist"}
     write_json(entry, record)
-    return {**record, "cache_hit": False}
+    return _calibration_view(record, dtypes, cache_hit=False)
+
+
+def _calibrate_copy(torch) -> dict:
+    src = torch.empty(64 * 2**20, dtype=torch.float32)  # 256 MiB, far beyond any cache
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = min(_timed(lambda: dst.copy_(src)) for _ in range(5))
+    return {"bytes_per_s": 2 * src.numel() * 4 / best}
+
+
+def _calibration_view(record: dict, dtypes: list[str], cache_hit: bool) -> dict:
+    """calibration.json: the cache entry restricted to the sweep's dtypes, with the peaks extract reads."""
+    gemm = {d: record["gemm"][d] for d in dtypes}
+    return {**{k: v for k, v in record.items() if k != "gemm"}, "gemm": gemm,
+            "peak_flops_per_s": {d: g["flops_per_s"] for d, g in gemm.items()},
+            "peak_bytes_per_s": record["copy"]["bytes_per_s"], "cache_hit": cache_hit}
 
 
 def _timed(fn) -> float:

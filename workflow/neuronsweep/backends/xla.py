@@ -23,13 +23,12 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import pftrace
+from .. import hostcaps, pftrace
 from ..analysis import hlo
 from ..analysis.intervals import union_length
 from ..cache import CompileCache, cache_key
 from ..workloads import workload_id
 from . import ARTIFACTS, profiled_span, xla_program
-from .cpu import host_cpu
 from .neuron import package_versions, recompilation_flag
 
 ARTIFACT = ARTIFACTS["xla"]["build"]
@@ -115,7 +114,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
         "latency": result["timing"],
         "threads": None,
         "device": result["device"],
-        "host": {"cpu": host_cpu(), "machine": platform.machine()},
+        "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine()},
         "artifacts": {"trace": TRACE},
     }
 

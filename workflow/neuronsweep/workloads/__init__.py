@@ -22,16 +22,11 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-# PyTorch's CPU fp16 GEMM is a slow reference path on most hosts: a 2048^3 fp16 matmul took about
-# 80 s on our 2-core machines (0.3 GFLOP/s, against 670 for bf16), so sweeps would never finish.
-CPU_UNSUPPORTED_DTYPES = {"fp16": "the cpu backend does not run fp16: PyTorch's CPU fp16 GEMM is a slow reference "
-                                  "path on most hosts (about 2000x slower than bf16 on ours); use bf16 on cpu"}
-
-
-def unsupported(spec: dict, backend: str) -> str | None:
-    """Why `backend` cannot run this workload, or None."""
-    if backend == "cpu" and spec["dtype"] in CPU_UNSUPPORTED_DTYPES:
-        return CPU_UNSUPPORTED_DTYPES[spec["dtype"]]
+def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
+    """Why `backend` cannot run this workload, or None. slow_dtypes (cpu): dtype -> why this host has
+    no fast GEMM for it (hostcaps.slow_dtypes, from a measured probe)."""
+    if backend == "cpu" and spec["dtype"] in (slow_dtypes or {}):
+        return slow_dtypes[spec["dtype"]]
     if backend == "cpu" and spec.get("varies"):
         return ("the cpu backend runs one torch.export graph, which freezes Python values at export time; "
                 "recompile traps need a lazy-tensor backend (xla or neuron)")
