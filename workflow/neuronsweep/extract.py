@@ -17,6 +17,8 @@ from .workloads import DTYPE_BYTES, kind_of
 
 SCHEMA_VERSION = 1
 FRACTION_TO_PCT = 100.0
+# spread / median above this marks a case noisy: torch.utils.benchmark's "gross" IQR/median warning
+NOISY_REL_SPREAD = 0.25
 
 # metric key -> (summary field, scale). Units are in the key names.
 PROFILE_FIELDS = {
@@ -72,6 +74,19 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     for key in ("median", "iqr", "min", "spread"):
         m[f"latency_{key}_s"] = lat.get(f"{key}_s")
     m["latency_n"] = lat.get("n")
+    m["latency_rel_spread"] = _ratio(m["latency_spread_s"], m["latency_median_s"])
+    m["noisy"] = None if m["latency_rel_spread"] is None else m["latency_rel_spread"] > NOISY_REL_SPREAD
+    if m["noisy"] is None:
+        notes["latency_rel_spread"] = notes["noisy"] = "no framework timing with a spread was recorded"
+    elif m["noisy"]:
+        notes["noisy"] = (f"spread {m['latency_spread_s'] * 1e6:.1f} us is {100 * m['latency_rel_spread']:.0f}% of the "
+                          f"median: not used for recommendations; recapture on a quiet machine")
+    load = capture.get("host_load")
+    m["captured_under_load"] = None if load is None else load["under_load"] is not None
+    if load is None:
+        notes["captured_under_load"] = "capture.json has no host load snapshot"
+    elif load["under_load"]:
+        notes["captured_under_load"] = load["under_load"]
     m["execute_median_s"] = (lat.get("execute") or {}).get("median_s")
     if m["execute_median_s"] is None:
         notes["execute_median_s"] = (f"the {backend} framework timing has no per-iteration ExecuteTime "
@@ -99,10 +114,16 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
         m.update(flops=flops, achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),
                  profile_flops_per_s=_ratio(flops, m["profile_total_time_s"]), min_bytes=min_bytes,
                  arithmetic_intensity_flops_per_byte=flops / min_bytes)
-        m.update(roofline.tiles(kind.gemms(spec)))
-        for key in ("tiles_m", "tiles_k", "tiles_n"):
-            if m[key] is None:
-                notes[key] = f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+        if backend == "neuron":
+            m.update(roofline.tiles(kind.gemms(spec)))
+            for key in ("tiles_m", "tiles_k", "tiles_n"):
+                if m[key] is None:
+                    notes[key] = f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+        else:
+            for key in TILES:
+                m[key] = None
+                notes[key] = (f"the Trainium tile model (128x128 PE array) says nothing about the {backend} backend; "
+                              "roofline_targets.csv has every workload's tiles on trn1, inf2 and trn2")
         m.update(_roofline(m, spec, backend, build, calibration, notes))
     else:
         for key in ANALYTIC + ROOFLINE:
@@ -132,8 +153,9 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     return m
 
 
+TILES = ("tiles_m", "tiles_k", "tiles_n", "tiles_total", "tile_utilization_pct")
 ANALYTIC = ("flops", "achieved_flops_per_s", "profile_flops_per_s", "min_bytes", "arithmetic_intensity_flops_per_byte",
-            "tiles_m", "tiles_k", "tiles_n", "tiles_total", "tile_utilization_pct")
+            *TILES)
 ROOFLINE = ("peak_flops_per_s", "peak_bytes_per_s", "peak_source", "ideal_compute_s", "ideal_memory_s",
             "ridge_flops_per_byte", "roofline_bound", "roofline_time_s", "roofline_efficiency_pct")
 
@@ -164,9 +186,11 @@ def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict 
            **roofline.roofline(m["flops"], m["min_bytes"], peak_f, peak_b, measured), "roofline_time_s": measured}
     if measured is None:
         notes["roofline_efficiency_pct"] = f"no {basis} was measured"
+    elif out["roofline_efficiency_pct"] > 100 and backend != "neuron":
+        out.update(roofline.raised_to_achieved(m["flops"], m["min_bytes"], peak_f, peak_b, measured, source))
     elif out["roofline_efficiency_pct"] > 100:
-        notes["roofline_efficiency_pct"] = ("above 100%: this run beat the peak it is measured against, so that peak "
-                                            "is a measured rate (peak_source), not the hardware's limit")
+        notes["roofline_efficiency_pct"] = (f"above 100%: this run beat the {build.get('target', 'trn1')} peak it is "
+                                            "measured against; check the target and the profile's time basis")
     return out
 
 

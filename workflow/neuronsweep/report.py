@@ -18,6 +18,7 @@ import pandas as pd  # noqa: E402
 from .analysis import compare  # noqa: E402
 from .atomic import read_json, replacing  # noqa: E402
 from .backends.xla_program import STEPS  # noqa: E402
+from .extract import NOISY_REL_SPREAD  # noqa: E402
 
 ENGINE_COLS = ["tensor_engine_active_pct", "vector_engine_active_pct", "scalar_engine_active_pct",
                "gpsimd_engine_active_pct", "dma_active_pct"]
@@ -32,6 +33,26 @@ def _short(wid: str) -> str:
 
 
 # ------------------------------------------------------------------------------------- figures
+
+
+def _whiskers(rows: pd.DataFrame):
+    """Asymmetric error bars in ms: median +- half the spread, the lower end clipped at the fastest
+    sample (a time is never negative, and a log axis needs a positive end)."""
+    if "latency_spread_s" not in rows:
+        return None
+    med = rows["time_s"].astype(float)
+    half = rows["latency_spread_s"].astype(float).fillna(0) / 2
+    floor = rows["latency_min_s"].astype(float).fillna(med) if "latency_min_s" in rows else med
+    lower = (med - (med - half).clip(lower=floor)).clip(lower=0)
+    return [lower.to_numpy() * 1e3, half.to_numpy() * 1e3]
+
+
+def _log_if_wide(ax, values, axis: str) -> None:
+    """A log axis where the values span more than a factor of 20: a linear one hides the small bars."""
+    vals = pd.Series(values, dtype=float).dropna()
+    vals = vals[vals > 0]
+    if len(vals) > 1 and vals.max() / vals.min() > 20:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
 
 
 def fig_suite(suite: str, rows: pd.DataFrame):
@@ -50,10 +71,13 @@ def fig_suite(suite: str, rows: pd.DataFrame):
                     ax.axvline(b * mult, color="grey", lw=0.6, ls=":")
     else:
         rows = rows.sort_values(["group", "time_s"])
-        labels = [_short(w) for w in rows["workload_id"]]
-        err = rows["latency_spread_s"].fillna(0) * 1e3 / 2 if "latency_spread_s" in rows else None
-        ax.barh(labels, rows["time_s"] * 1e3, xerr=err, color="#4c72b0")
-        ax.set_xlabel("time per execution (ms; bars: median, whiskers: +- half the spread)")
+        labels = [_short(w) for w in rows["scenario_id"]]
+        ms = rows["time_s"].astype(float) * 1e3
+        ax.barh(labels, ms, xerr=_whiskers(rows), color=["#c44e52" if n is True else "#4c72b0" for n in
+                                                           rows.get("noisy", [None] * len(rows))])
+        _log_if_wide(ax, ms, "x")
+        ax.set_xlabel("time per execution (ms; bars: median, whiskers: half the spread each way, never below the "
+                      "fastest sample; red: noisy)")
         ax.invert_yaxis()
     ax.set_title(f"{suite}: {'throughput against size' if suite in ('llm', 'tiling') else 'time per execution'}")
     if suite in ("llm", "tiling"):
@@ -63,23 +87,32 @@ def fig_suite(suite: str, rows: pd.DataFrame):
 
 
 def fig_roofline(rows: pd.DataFrame):
+    """Every workload against its dtype's roof, in the roof's colour, each point labelled."""
     rows = rows.dropna(subset=["peak_flops_per_s", "peak_bytes_per_s", "roofline_time_s"])
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    ai_min = max(rows["arithmetic_intensity_flops_per_byte"].min() / 4, 1e-2)
-    ai_max = rows["arithmetic_intensity_flops_per_byte"].max() * 4
-    for (peak, bw, dtype), _ in rows.groupby(["peak_flops_per_s", "peak_bytes_per_s", "dtype"]):
-        xs = [ai_min * (ai_max / ai_min) ** (i / 50) for i in range(51)]
-        ax.plot(xs, [min(peak, x * bw) / 1e9 for x in xs], lw=1.5, label=f"roof {dtype}: {peak / 1e9:,.0f} GFLOP/s, "
-                                                                          f"{bw / 1e9:,.0f} GB/s")
-    for suite, part in rows.groupby("suite"):
-        ax.scatter(part["arithmetic_intensity_flops_per_byte"], part["flops"] / part["roofline_time_s"] / 1e9,
-                   s=22, label=suite, zorder=3)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ai = rows["arithmetic_intensity_flops_per_byte"].astype(float)
+    ridge = (rows["peak_flops_per_s"] / rows["peak_bytes_per_s"]).astype(float)
+    ai_min, ai_max = min(ai.min(), ridge.min()) / 4, max(ai.max(), ridge.max()) * 4
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, (dtype, part) in enumerate(rows.groupby("dtype")):
+        colour = colours[j % len(colours)]
+        peak, bw = float(part["peak_flops_per_s"].max()), float(part["peak_bytes_per_s"].median())
+        xs = [ai_min * (ai_max / ai_min) ** (i / 100) for i in range(101)]
+        ax.plot(xs, [min(peak, x * bw) / 1e9 for x in xs], lw=1.5, color=colour,
+                label=f"{dtype} roof: {peak / 1e9:,.0f} GFLOP/s, {bw / 1e9:,.0f} GB/s (ridge {peak / bw:.1f} FLOP/B)")
+        achieved = part["flops"].astype(float) / part["roofline_time_s"].astype(float) / 1e9
+        ax.scatter(part["arithmetic_intensity_flops_per_byte"], achieved, s=24, color=colour, zorder=3,
+                   edgecolor="black", linewidth=0.4)
+        if len(rows) <= 40:
+            for x, y, wid in zip(part["arithmetic_intensity_flops_per_byte"], achieved, part["workload_id"]):
+                ax.annotate(_short(wid), (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(ai_min, ai_max)
     ax.set_xlabel("arithmetic intensity (FLOP per minimal byte)")
     ax.set_ylabel("achieved GFLOP/s")
-    ax.set_title("roofline: every workload against its platform's peaks")
-    ax.legend(fontsize=7)
+    ax.set_title("roofline: every workload against its dtype's peaks on its platform")
+    ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3, which="both")
     return fig
 
@@ -145,6 +178,7 @@ def fig_framework_device(rows: pd.DataFrame):
     ax.barh([y + 0.2 for y in ys], rows[device_col] * 1e3, height=0.4, label=device_label)
     ax.set_yticks(list(ys), labels)
     ax.invert_yaxis()
+    _log_if_wide(ax, pd.concat([rows["latency_median_s"], rows[device_col]]) * 1e3, "x")
     ax.set_xlabel("ms")
     ax.set_title("framework time against device time")
     ax.legend(fontsize=7)
@@ -154,20 +188,31 @@ def fig_framework_device(rows: pd.DataFrame):
 # ------------------------------------------------------------------------------ recommendations
 
 
+def _host_only(row) -> str:
+    return "" if row["backend"] == "neuron" else \
+        f" (host-only: measured against this host's peaks on the {row['backend']} backend, not a Trainium prediction)"
+
+
 def recommendations(table: pd.DataFrame) -> list[str]:
+    """Only from cases measured cleanly (not noisy); ratios measured on the host say they are host-only."""
     ok = table[table["status"] == "ok"]
+    noisy = ok[ok.get("noisy", pd.Series(dtype=object)) == True]  # noqa: E712
+    ok = ok.drop(noisy.index)
     recs = []
     for _, r in ok[ok["roofline_bound"] == "memory"].iterrows():
         attainable = r["arithmetic_intensity_flops_per_byte"] / r["ridge_flops_per_byte"] * 100
         recs.append(f"{r['scenario_id']} is memory-bound: arithmetic intensity "
                     f"{r['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B is below the ridge "
                     f"{r['ridge_flops_per_byte']:.1f}, so at most {attainable:.0f}% of peak compute is reachable; "
-                    "batch more rows (larger M) or fuse it with its neighbours.")
+                    "batch more rows (larger M) or fuse it with its neighbours" + _host_only(r) + ".")
     for _, r in ok[(ok["significant"] == True) & (ok["x_of_best"] >= 1.2)].iterrows():  # noqa: E712
-        best = ok[(ok["group"] == r["group"]) & (ok["rank_in_group"] == 1)].iloc[0]
+        best = ok[(ok["group"] == r["group"]) & (ok["rank_in_group"] == 1)]
+        if best.empty:  # the fastest of its group is noisy: no clean comparison
+            continue
+        best = best.iloc[0]
         per = "time" if r["flops"] == best["flops"] else "time per FLOP"
-        extra = ""
-        if r["suite"] == "tiling" and pd.notna(r.get("tiles_total")):
+        extra = _host_only(r)
+        if r["suite"] == "tiling" and r["backend"] == "neuron" and pd.notna(r.get("tiles_total")):
             extra = (f" ({int(r['tiles_total'])} tiles at {r['tile_utilization_pct']:.0f}% utilization against "
                      f"{int(best['tiles_total'])} at {best['tile_utilization_pct']:.0f}%)")
         recs.append(f"{r['scenario_id']} takes {r['x_of_best']:.2f}x the {per} of {best['scenario_id']} in "
@@ -184,6 +229,9 @@ def recommendations(table: pd.DataFrame) -> list[str]:
                     "and compiles dominate: batch more work per call.")
     for _, r in table[table["status"] == "failed"].iterrows():
         recs.append(f"{r['scenario_id']} failed: {r['reason']}")
+    if len(noisy):
+        recs.append(f"Not used above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
+                    + ", ".join(noisy["scenario_id"]) + "; recapture them on a quiet machine.")
     return recs
 
 
@@ -201,13 +249,17 @@ def _img(fig, path: Path) -> str:
 
 
 def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0, classes="t")
+    """An HTML table without all-empty columns (no Trainium columns on cpu rows), scrolling sideways
+    rather than being cut at the page edge."""
+    df = df.dropna(axis=1, how="all")
+    return ('<div class="scroll">' + df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0,
+                                                 classes="t") + "</div>")
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
 table.t{border-collapse:collapse;font-size:12px}table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #eee;text-align:right}
-img{max-width:100%}li{margin:.3em 0}.muted{color:#777}"""
+img{max-width:100%}li{margin:.3em 0}.muted{color:#777}.scroll{overflow-x:auto;max-width:100%}"""
 
 
 def run(summary_csv: Path, plan_json: Path, out_html: Path, fig_dir: Path) -> list[Path]:
@@ -231,7 +283,8 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, fig_dir: Path) -> li
         for suite, rows in ok.groupby("suite"):
             figures.append(fig_dir / f"suite_{suite}.png")
             parts.append(f"<h2>suite {suite}</h2>" + _img(fig_suite(suite, rows), figures[-1]))
-            cols = [c for c in ["scenario_id", "workload_id", "time_s", "latency_spread_s", "x_of_best", "significant",
+            cols = [c for c in ["scenario_id", "workload_id", "time_s", "latency_spread_s", "noisy",
+                                "captured_under_load", "x_of_best", "significant",
                                 "achieved_flops_per_s", "roofline_bound", "roofline_efficiency_pct", "tiles_total",
                                 "tile_utilization_pct", "compile_s", "cache_hit", "recompilation_detected"]
                     if c in rows]
