@@ -46,6 +46,46 @@ def _with_defaults(base, root: dict):
     return validators.extend(base, {"properties": set_defaults})
 
 
+def _resolve(sub: dict, root: dict) -> dict:
+    ref = sub.get("$ref", "")
+    return {**root["$defs"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}} \
+        if ref.startswith("#/$defs/") else sub
+
+
+def _scalar(value, sub: dict):
+    """A value as the schema's scalar type wants it: `--config capture='{iterations: 3}'` reaches us as
+    the string '3' (Snakemake parses nested --config values with YAML's BaseLoader, all strings), and
+    YAML's 3.0 is an integer to JSON Schema but not to the CLI; anything else is left for the validator."""
+    types = sub.get("type") or {type(v).__name__ for v in sub.get("enum", []) if not isinstance(v, str)}
+    types = {types} if isinstance(types, str) else set(types)
+    wants = {"integer", "int", "number", "float", "boolean", "bool", "NoneType"}
+    if isinstance(value, str) and types & wants:
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if not isinstance(parsed, (str, dict, list)):
+            value = parsed
+    if isinstance(value, float) and value.is_integer() and types & {"integer", "int"}:
+        return int(value)
+    return value
+
+
+def _coerce(instance, sub: dict, root: dict):
+    """Walk the config beside its schema, coercing scalars (_scalar) in place."""
+    sub = _resolve(sub, root)
+    if isinstance(instance, dict):
+        props, extra = sub.get("properties", {}), sub.get("additionalProperties")
+        for key, value in instance.items():
+            child = props.get(key, extra if isinstance(extra, dict) else None)
+            if child is not None:
+                instance[key] = _coerce(value, child, root)
+        return instance
+    if isinstance(instance, list) and isinstance(sub.get("items"), dict):
+        return [_coerce(v, sub["items"], root) for v in instance]
+    return _scalar(instance, sub)
+
+
 def load_schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
@@ -90,8 +130,8 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Return a validated deep copy of `config` with schema defaults filled in."""
     if not isinstance(config, dict):
         raise UserError(f"{source}: the config must be a mapping of keys to values, not {type(config).__name__}.")
-    cfg = copy.deepcopy(config)
     schema = load_schema()
+    cfg = _coerce(copy.deepcopy(config), schema, schema)
     validator = _with_defaults(Draft202012Validator, schema)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
