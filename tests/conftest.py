@@ -18,12 +18,41 @@ SHARED = REPO.parent / "shared"
 BIN = Path(sys.executable).parent
 
 
+HOST_CACHE: dict[str, Path] = {}  # set once per session by host_measurements
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_measurements(tmp_path_factory):
+    """The host probe and calibration, measured once per test session: every test gets a fresh compile
+    cache, and without this each would pay a cold calibration."""
+    from neuronsweep import backends, hostcaps
+    from neuronsweep.backends import cpu
+
+    root = tmp_path_factory.mktemp("host-cache")
+    probe = hostcaps.probe(root, backends.default_threads())
+    fast = [d for d in hostcaps.DTYPES if d not in hostcaps.slow_dtypes(probe)]
+    cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
+    HOST_CACHE["root"] = root
+
+
+def private_cache(tmp: Path) -> Path:
+    """A fresh compile cache holding the session's host measurements."""
+    cache = tmp / "cache"
+    for sub in ("host", "calibration"):
+        if not (cache / sub).exists() and "root" in HOST_CACHE:
+            shutil.copytree(HOST_CACHE["root"] / sub, cache / sub)
+    return cache
+
+
 def tiny_config(tmp: Path, **overrides) -> dict:
+    """A two-case fp32 sweep with its own compile cache and its own device lock: tests never wait on
+    (or block) the machine-wide lock of a real sweep."""
     cfg = {
         "run": "t",
         "backend": "cpu",
-        "cache_dir": str(tmp / "cache"),
-        "capture": {"warmup": 1, "iterations": 3, "repeats": 1, "num_exec": 2, "nth_exec": 2},
+        "cache_dir": str(private_cache(tmp)),
+        "capture": {"warmup": 1, "iterations": 3, "repeats": 1, "num_exec": 2, "nth_exec": 2,
+                    "device_lock": str(tmp / "device.lock")},
         "suites": {"matmul": {"grid": {"m": [16, 32], "k": [16], "n": [16]}, "dtype": ["fp32"]}},
     }
     cfg.update(overrides)

@@ -7,7 +7,7 @@ import subprocess
 
 import yaml
 
-from conftest import BIN
+from conftest import BIN, private_cache
 from neuronsweep import config
 from neuronsweep.plan import make_plan
 
@@ -39,13 +39,16 @@ def test_plan_is_stable_across_orderings():
 
 def test_cli_plan_json(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(
-        {"backend": "auto", "suites": {"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}}}))
+        {"backend": "auto", "cache_dir": str(private_cache(tmp_path)),
+         "suites": {"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}}}))
     proc = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml"), "--json"],
                           capture_output=True, text=True, check=True)
     out = json.loads(proc.stdout)
     assert out["counts"] == {"scenarios": 2, "workloads": 2, "unsupported": 0}
     assert out["backend"] == "cpu"  # no Neuron device on CI
-    assert proc.stderr.strip() == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
+    reason, estimate = proc.stderr.strip().splitlines()
+    assert reason == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
+    assert estimate.startswith("estimate: about ")
     assert [s["id"] for s in out["scenarios"]] == ["matmul-m1-k3-n4-fp32", "matmul-m2-k3-n4-fp32"]
 
 

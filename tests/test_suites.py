@@ -15,8 +15,8 @@ from neuronsweep.errors import UserError
 from neuronsweep.plan import make_plan
 
 
-def plan_of(suites, backend="cpu"):
-    return make_plan(config.validate({"suites": suites}), backend)
+def plan_of(suites, backend="cpu", slow_dtypes=None):
+    return make_plan(config.validate({"suites": suites}), backend, slow_dtypes)
 
 
 def test_representative_plan_counts_match_hand_computed_dedupe():
@@ -54,8 +54,9 @@ def test_tiling_values_straddle_the_boundaries():
     assert sorted(s.labels["n"] for s in p.scenarios) == [127, 128, 129, 255, 256, 257]
 
 
-def test_fp16_and_nki_are_unsupported_on_cpu_with_reasons():
-    p = plan_of({"matmul": {"shapes": [{"m": 8, "k": 8, "n": 8}], "dtype": ["fp16", "bf16"], "impl": ["compiler", "nki"]}})
+def test_slow_dtypes_and_nki_are_unsupported_on_cpu_with_reasons():
+    p = plan_of({"matmul": {"shapes": [{"m": 8, "k": 8, "n": 8}], "dtype": ["fp16", "bf16"], "impl": ["compiler", "nki"]}},
+                slow_dtypes={"fp16": "no fast fp16 GEMM here"})
     assert set(p.workloads) == {"matmul-m8-k8-n8-bf16"}
     assert "fp16" in p.unsupported["matmul-m8-k8-n8-fp16"] and "NKI" in p.unsupported["matmul-m8-k8-n8-bf16-nki"]
     on_neuron = plan_of({"matmul": {"shapes": [{"m": 128, "k": 128, "n": 100}], "dtype": ["fp16"], "impl": ["nki"]}},

@@ -25,6 +25,9 @@ def test_full_run_writes_every_stage_and_summary(finished_run):
         metrics = json.loads((wdir / "metrics.json").read_text())
         assert metrics["workload_id"] == wid and metrics["latency_n"] == 3
         assert metrics["latency_median_s"] > 0 and metrics["achieved_flops_per_s"] > 0
+        load = json.loads((wdir / "capture" / "capture.json").read_text())["host_load"]
+        assert load["start"]["unix"] < load["end"]["unix"] and "loadavg_1m" in load["start"]
+        assert metrics["captured_under_load"] is (load["under_load"] is not None)
     table = pd.read_csv(finished_run / "results" / "t" / "summary.csv")
     assert sorted(table["scenario_id"]) == WIDS
     assert set(table["status"]) == {"ok"}

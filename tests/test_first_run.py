@@ -1,0 +1,150 @@
+"""A first run on an ordinary laptop: dtypes without a fast path, bounded calibration, honest numbers
+on cpu, nested --config overrides, and a report that reads right."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from conftest import BIN, snakemake, tiny_config
+from neuronsweep import aggregate, config, extract, hostcaps, plan, report
+from neuronsweep.analysis import roofline
+
+# what a 2-core AVX2 laptop without native bf16 measured (issue: first run on an ordinary laptop)
+LAPTOP = {"gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9}, "flags": ["avx2", "fma"],
+          "torch_import_s": 1.5}
+NATIVE = {"gemm_flops_per_s": {"fp32": 180e9, "bf16": 370e9, "fp16": 3e9}, "flags": ["avx512f", "avx512_bf16"],
+          "torch_import_s": 1.5}
+
+
+def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
+    cfg = config.validate({"suites": {"matmul": {"shapes": [{"m": 512, "k": 8192, "n": 2048}],
+                                                 "dtype": ["fp32", "bf16", "fp16"]}}})
+    laptop = plan.make_plan(cfg, "cpu", hostcaps.slow_dtypes(LAPTOP))
+    assert list(laptop.workloads) == ["matmul-m512-k8192-n2048-fp32"]
+    why = laptop.unsupported["matmul-m512-k8192-n2048-bf16"]
+    assert "no fast bf16 GEMM" in why and "0.34 GFLOP/s against 74.0 for fp32" in why and "avx2, fma" in why
+    native = plan.make_plan(cfg, "cpu", hostcaps.slow_dtypes(NATIVE))
+    assert sorted(native.workloads) == ["matmul-m512-k8192-n2048-bf16", "matmul-m512-k8192-n2048-fp32"]
+    assert "no fast fp16 GEMM" in native.unsupported["matmul-m512-k8192-n2048-fp16"]
+    # only the cpu backend runs on the host's GEMMs
+    assert len(plan.make_plan(cfg, "neuron", hostcaps.slow_dtypes(LAPTOP)).workloads) == 3
+
+
+def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
+    first = hostcaps.probe(tmp_path, 1)
+    assert set(first["gemm_flops_per_s"]) == set(hostcaps.DTYPES) and min(first["gemm_flops_per_s"].values()) > 0
+    assert first["torch_import_s"] > 0 and first["cores"] and first["torch"]
+    (entry,) = (tmp_path / "host").glob("probe-*.json")
+    assert hostcaps.probe(tmp_path, 1) == first  # read back, not measured again
+    assert set(hostcaps.cpu_flags()) <= set(hostcaps.RELEVANT_FLAGS)
+
+
+def test_plan_prints_an_estimate_and_doctor_the_rates(tmp_path):
+    cfg = tiny_config(tmp_path)
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    out = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml")],
+                         capture_output=True, text=True, check=True)
+    assert "estimate: about " in out.stderr and "for 2 workloads on this host" in out.stderr
+    doc = subprocess.run([str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "c.yaml")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "relevant flags:" in doc and "fp32: " in doc and "GFLOP/s (runs on cpu)" in doc
+
+
+def test_estimate_rests_on_the_probe():
+    cfg = config.validate({"capture": {"warmup": 1, "iterations": 10, "repeats": 1, "num_exec": 2},
+                           "suites": {"matmul": {"shapes": [{"m": 1000, "k": 1000, "n": 1000}]}}})
+    p = plan.make_plan(cfg, "cpu")
+    line = plan.estimate(p, cfg, {**LAPTOP, "gemm_flops_per_s": {"fp32": 2e9}})
+    # 2e9 FLOP x 13 executions at 2 GFLOP/s = 13 s; 2 imports x 1.5 s; calibration bound 2 x 3 s
+    assert "about 22 s" in line and "13 s of workload time" in line
+    assert "no run-time estimate on neuron" in plan.estimate(plan.make_plan(cfg, "neuron"), cfg, None)
+
+
+def test_calibration_measures_only_the_dtypes_asked_and_records_the_flags(tmp_path):
+    out = tmp_path / "calibration.json"
+    subprocess.run([str(BIN / "neuronsweep"), "calibrate", "--threads", "1", "--dtypes", "fp32",
+                    "--cache-dir", tmp_path / "cache", "--device-lock", tmp_path / "lock", "--out", out],
+                   check=True, capture_output=True)
+    cal = json.loads(out.read_text())
+    assert list(cal["peak_flops_per_s"]) == ["fp32"] and cal["gemm"]["fp32"]["n"] >= hostcaps.PROBE_N
+    assert cal["gemm"]["fp32"]["runs"] >= 1 and cal["peak_bytes_per_s"] > 0 and cal["cache_hit"] is False
+    assert cal["flags"] == hostcaps.cpu_flags() and "not derived" in cal["theoretical_peak_note"]
+    bad = subprocess.run([str(BIN / "neuronsweep"), "calibrate", "--dtypes", "int8", "--out", out],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--dtypes 'int8': give a comma-separated list of fp32, bf16, fp16" in bad.stderr
+
+
+def _cpu_metrics(latency: dict, calibration_flops: float) -> dict:
+    spec = {"kind": "matmul", "m": 512, "k": 512, "n": 512, "dtype": "fp32"}
+    capture = {"backend": "cpu", "spec": spec, "latency": latency,
+               "host_load": {"start": {}, "end": {}, "under_load": None}}
+    build = {"backend": "cpu", "spec": spec, "workload_id": "matmul-m512-k512-n512-fp32", "cache": {"hit": False}}
+    cal = {"peak_flops_per_s": {"fp32": calibration_flops}, "peak_bytes_per_s": 50e9, "method": "m",
+           "measured_at": "t"}
+    return extract.compute({"total_time": 1e-3}, capture, build, cal)
+
+
+def test_a_workload_above_the_measured_peak_raises_it_and_noise_is_marked():
+    flops = 2 * 512**3
+    fast = _cpu_metrics({"median_s": flops / 200e9, "spread_s": 0.1 * flops / 200e9, "n": 10}, 100e9)
+    assert fast["roofline_efficiency_pct"] == pytest.approx(100.0)
+    assert fast["peak_flops_per_s"] == pytest.approx(200e9) and "raised to this workload's own rate" in fast["peak_source"]
+    assert fast["noisy"] is False and fast["captured_under_load"] is False
+    noisy = _cpu_metrics({"median_s": 11.0, "spread_s": 6.3, "n": 10}, 100e9)
+    assert noisy["noisy"] is True and "57% of the median" in noisy["notes"]["noisy"]
+    # Trainium's tile model stays off cpu rows
+    assert fast["tiles_total"] is None and "roofline_targets.csv" in fast["notes"]["tiles_total"]
+
+
+def test_aggregate_puts_every_host_row_against_the_sweeps_best_rate():
+    plan_ = {"workloads": {w: {"dtype": "fp32"} for w in ("a", "b")}}
+    table = pd.DataFrame([
+        {"workload_id": "a", "status": "ok", "backend": "cpu", "flops": 2e9, "min_bytes": 1e6,
+         "roofline_time_s": 0.01, "peak_flops_per_s": 200e9, "peak_bytes_per_s": 50e9, "peak_source": "raised",
+         "roofline_efficiency_pct": 100.0},
+        {"workload_id": "b", "status": "ok", "backend": "cpu", "flops": 2e9, "min_bytes": 1e6,
+         "roofline_time_s": 0.02, "peak_flops_per_s": 100e9, "peak_bytes_per_s": 50e9, "peak_source": "calibration",
+         "roofline_efficiency_pct": 100.0},
+    ])
+    out = aggregate.best_host_peaks(table, plan_)
+    assert out["peak_flops_per_s"].tolist() == [200e9, 200e9]
+    assert out["roofline_efficiency_pct"].tolist() == pytest.approx([100.0, 50.0])
+    assert "a at 200.0 GFLOP/s" in out.loc[1, "peak_source"]
+
+
+def test_raised_roofs_never_exceed_100_percent():
+    for flops, nbytes, t in [(1e9, 1e9, 1e-3), (1e12, 1e3, 1e-3), (1e3, 1e12, 1.0)]:
+        out = roofline.raised_to_achieved(flops, nbytes, 1e9, 1e9, t, "s")
+        assert out["roofline_efficiency_pct"] <= 100.0 + 1e-9
+
+
+def test_whiskers_stop_at_the_fastest_sample_and_wide_axes_go_log():
+    import matplotlib.pyplot as plt
+
+    rows = pd.DataFrame({"time_s": [1.0, 11.0], "latency_spread_s": [0.2, 30.0], "latency_min_s": [0.95, 2.9]})
+    lower, upper = report._whiskers(rows)
+    assert lower.tolist() == pytest.approx([50.0, 8100.0]) and upper.tolist() == pytest.approx([100.0, 15000.0])
+    fig, ax = plt.subplots()
+    report._log_if_wide(ax, [0.1, 50.0], "x")
+    assert ax.get_xscale() == "log"
+    report._log_if_wide(ax, [1.0, 5.0], "y")
+    assert ax.get_yscale() == "linear"
+    html = report._table(pd.DataFrame({"a": [1], "tiles_total": [None]}))
+    assert 'class="scroll"' in html and "tiles_total" not in html
+
+
+def test_nested_config_override_from_the_command_line(tmp_path):
+    """Snakemake hands nested --config values over as strings; they are coerced once, by the schema."""
+    run = snakemake(tmp_path, "-n", "--config", "capture={iterations: 4, repeats: 2}", "-p",
+                    config=tiny_config(tmp_path))
+    assert "--iterations 4 --repeats 2" in run.output
+    cfg = config.validate({"capture": {"iterations": "3", "warmup": 2.0}, "neuron": {"lnc": "2"},
+                           "suites": {"matmul": {"grid": {"m": ["128"], "k": [1], "n": [1]}}}})
+    assert (cfg["capture"]["iterations"], cfg["capture"]["warmup"], cfg["neuron"]["lnc"]) == (3, 2, 2)
+    assert cfg["suites"]["matmul"]["grid"]["m"] == [128]
+    with pytest.raises(config.UserError, match="'capture.iterations' must be of type integer, not 3.5"):
+        config.validate({"capture": {"iterations": 3.5}, "suites": {"matmul": {"shapes": [{"m": 1, "k": 1, "n": 1}]}}})
