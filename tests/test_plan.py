@@ -48,7 +48,7 @@ def test_cli_plan_json(tmp_path):
     assert out["backend"] == "cpu"  # no Neuron device on CI
     reason, estimate = proc.stderr.strip().splitlines()
     assert reason == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
-    assert estimate.startswith("estimate: about ")
+    assert estimate.startswith("estimate: at least ")
     assert [s["id"] for s in out["scenarios"]] == ["matmul-m1-k3-n4-fp32", "matmul-m2-k3-n4-fp32"]
 
 

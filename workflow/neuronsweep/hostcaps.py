@@ -24,7 +24,7 @@ from .atomic import read_json, write_json
 from .cache import cache_key
 from .errors import UserError
 
-PROBE_FORMAT = "gemm 256^3 per dtype for ~50 ms, v1"
+PROBE_FORMAT = "gemm 256^3 per dtype for ~50 ms, v2"
 PROBE_N = 256  # below this, fast paths may not kick in; above it, a slow path takes seconds
 PROBE_BUDGET_S = 0.05
 # A dtype whose probe rate is below fp32's / SLOW_FACTOR has no fast path: natively supported and
@@ -86,14 +86,20 @@ def measure_gemm(torch, dtype_name: str, n: int, budget_s: float) -> tuple[float
 
 
 def _probe_here(threads: int) -> dict:
-    """Run in the child: import torch (timed: every cpu job pays it) and time each dtype's GEMM."""
+    """Run in the child: time the imports every job pays (torch for build and capture; the table stack
+    for view, extract and aggregate), then each dtype's GEMM."""
     t0 = time.perf_counter()
+    import duckdb  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
+
+    t1 = time.perf_counter()
     import torch
 
-    import_s = time.perf_counter() - t0
+    t2 = time.perf_counter()
     torch.set_num_threads(threads)
     rates = {d: measure_gemm(torch, d, PROBE_N, PROBE_BUDGET_S)[0] for d in DTYPES}
-    return {"torch_import_s": import_s, "gemm_flops_per_s": rates}
+    return {"stack_import_s": t1 - t0, "torch_import_s": t2 - t1, "gemm_flops_per_s": rates}
 
 
 def probe(cache_root: str | Path, threads: int) -> dict:

@@ -197,14 +197,15 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
     rates = probe["gemm_flops_per_s"]
     compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values())
-    imports = 2 * len(plan.workloads)  # build and capture import torch; view and extract do not
+    n = len(plan.workloads)
+    imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
     dtypes = {s["dtype"] for s in plan.workloads.values()}
     calib_s = CALIBRATION_BOUND_S * (len(dtypes) + 1) if dtypes else 0.0
-    total = compute_s + imports * probe["torch_import_s"] + calib_s
-    return (f"estimate: about {_duration(total)} for {len(plan.workloads)} workloads on this host "
+    total = compute_s + imports_s + calib_s
+    return (f"estimate: at least {_duration(total)} for {n} workloads on this host "
             f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
-            f"{imports} torch imports x {probe['torch_import_s']:.1f} s, calibration at most {calib_s:.0f} s; "
-            "Snakemake's own per-job overhead not included)")
+            f"{_duration(imports_s)} of measured imports over {4 * n} jobs, calibration at most {calib_s:.0f} s; "
+            "Snakemake's own per-job overhead and the profiler's are not included)")
 
 
 def _duration(seconds: float) -> str:
