@@ -1,7 +1,8 @@
 """Benchmark: a large legacy full-profile JSON (--output-format json) is read with bounded memory.
 
 Target (issue: analysis): a 1 GB file must not need more than a few hundred MB of RAM. Writes a
-synthetic file in the documented shape (summary / instruction / dma records, ~390 B each), runs
+synthetic file in the shape of the real inf2 files (summary / instruction / dma / metadata lists,
+~430 B records with 64-bit ids and nested lists), runs
 `neuronsweep query` on it and reports wall time and peak RSS; exits 1 over --budget-mb.
     python bench/legacy_json_memory.py [--size-mb 1024] [--budget-mb 400]
 """
@@ -20,22 +21,24 @@ from pathlib import Path
 RECORD = {"timestamp": 0, "duration": 650, "evt_wait_time": 12, "label": "TensorMatrix", "opcode": "MATMUL",
           "hbm_read_bytes": 0, "hbm_write_bytes": 0, "sbuf_read_bytes": 65536, "sbuf_write_bytes": 0,
           "layer": "layer_0", "bir_debug_info_source_location": "kernel.py:42", "hlo_name": "dot.1",
-          "operands": "[s0:p128, s1:p128]", "subgraph": "sg00", "nki_source_location": "kernel.py:42"}
+          "operands": "[s0:p128, s1:p128]", "subgraph": "sg00", "nki_source_location": "kernel.py:42",
+          "id": 7074752707989819081, "predecessors": [[12, 13]]}  # real files: ids above 2^53, nested lists
 
 
 def write(path: Path, size_mb: int) -> int:
     n = 0
     with open(path, "w") as f:
-        f.write('{"metadata": {"tool": "synthetic"}, "summary": [{"total_time": 1.0}], "instruction": [')
+        f.write('{"summary": [{"total_time": 1.0}], "instruction": [')
         target = size_mb * 2**20
         while f.tell() < target:
             chunk = []
             for _ in range(10_000):
-                rec = dict(RECORD, timestamp=n * 700, opcode=("MATMUL", "ACTIVATE", "TENSOR_TENSOR")[n % 3])
+                rec = dict(RECORD, timestamp=n * 700, opcode=("MATMUL", "ACTIVATE", "TENSOR_TENSOR")[n % 3],
+                           id=RECORD["id"] + n)
                 chunk.append(json.dumps(rec))
                 n += 1
             f.write(("," if n > 10_000 else "") + ",".join(chunk))
-        f.write('], "dma": []}')
+        f.write('], "dma": [], "metadata": [{"pe_num_rows": 128, "pe_num_cols": 128, "pe_clock_freq": 2.8}]}')
     return n
 
 

@@ -1,19 +1,21 @@
 """Tables derived from a ProfileDB: what extract writes per workload and the report reads.
 
-Engine busy time is an interval union per track (instructions pipeline within an engine and DMA
-queues overlap, so summing durations overstates it), then per class; the overlap matrix is the
-time two classes are busy at once. Classes come from track names (profile_db.classify), never from
-opcode names.
+Engine busy time is an interval union (instructions pipeline within an engine and DMA queues
+overlap, so summing durations overstates it). Where the view has the profile's instruction table
+(legacy json `instruction`, parquet `Instruction`), busy time comes from it per engine, named by
+the instruction's `label` / `engine`; otherwise from the .pftrace slices per track class (track
+names, profile_db.classify). Never from opcode names. Semaphore waits are instructions too (on a
+real inf2 capture two EVENT_SEMAPHORE waits span the whole 1.87 ms profile): they are neither busy
+time nor work. Instructions without an `hlo_name` are runtime control (DRAIN, NOTIFY,
+SET_ORDERING_MODE): busy time, but not the workload's op mix.
 """
 
 from __future__ import annotations
 
-MERGED = """
-WITH s AS (
-  SELECT c.class, sl.track_id, sl.ts, sl.ts + sl.dur AS te
-  FROM slice sl JOIN track_class c ON c.track_id = sl.track_id AND c.workload_id = sl.workload_id
-  WHERE sl.dur > 0 AND c.class IS NOT NULL
-), o AS (
+def _union(source: str) -> str:
+    """SQL: the interval union per class of `source` rows (class, ts, te), as (class, grp, b, e)."""
+    return f"""
+WITH s AS ({source}), o AS (
   SELECT *, max(te) OVER (PARTITION BY class ORDER BY ts, te ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
   FROM s
 ), g AS (
@@ -24,25 +26,100 @@ SELECT class, grp, min(ts) AS b, max(te) AS e FROM g GROUP BY class, grp
 """
 
 
+SLICES = """
+  SELECT c.class, sl.track_id, sl.ts, sl.ts + sl.dur AS te
+  FROM slice sl JOIN track_class c ON c.track_id = sl.track_id AND c.workload_id = sl.workload_id
+  WHERE sl.dur > 0 AND c.class IS NOT NULL"""
+WAIT = "upper(CAST(opcode AS VARCHAR)) LIKE '%SEMAPHORE%'"
+# instruction label / engine -> the summary's engine names ({engine}_engine_active_time)
+ENGINE_OF_LABEL = "CASE WHEN lower(CAST({col} AS VARCHAR)) LIKE 'tensor%' OR lower(CAST({col} AS VARCHAR)) = 'pe' " \
+                  "THEN 'tensor' ELSE lower(CAST({col} AS VARCHAR)) END"
+
+
+def _instruction_columns(db):
+    """(table, engine column, start column, duration column) of an instruction table with timing."""
+    found = _instruction_table(db)
+    if found is None:
+        return None
+    table, cols, dur = found
+    engine = next((c for c in ("label", "engine") if c in cols), None)
+    start = next((c for c in ("timestamp", "start_ts") if c in cols), None)
+    if not (engine and start and dur and "opcode" in cols):
+        return None
+    return table, engine, start, dur
+
+
+def _dma_columns(db):
+    """(table, queue name column, start, duration, size) of the DMA table (legacy `dma`, parquet `DmaPacket`)."""
+    table = next((t for t in db.tables if t.lower() in ("dma", "dmapacket")), None)
+    if table is None:
+        return None
+    cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
+    pick = lambda *names: next((c for c in names if c in cols), None)  # noqa: E731
+    found = (table, pick("queue_name", "subgroup", "dma_queue"), pick("timestamp", "start_ts"),
+             pick("duration", "duration_ns"), pick("transfer_size", "transfer_bytes"))
+    return found if all(found[1:4]) else None
+
+
+def _device_intervals(db) -> str | None:
+    """SQL rows (class, ts, te, dur) of the profile's own instructions per engine, semaphore waits
+    left out, plus its DMA packets as class 'dma'; None without an instruction table with timing."""
+    found = _instruction_columns(db)
+    if found is None:
+        return None
+    table, engine, start, dur = found
+    sql = (f'SELECT {ENGINE_OF_LABEL.format(col=engine)} AS class, {start} AS ts, {start} + {dur} AS te, {dur} AS dur '
+           f'FROM "{table}" WHERE {dur} > 0 AND NOT {WAIT}')
+    dma = _dma_columns(db)
+    if dma:
+        dtable, _, dstart, ddur, _ = dma
+        sql += f" UNION ALL SELECT 'dma', {dstart}, {dstart} + {ddur}, {ddur} FROM \"{dtable}\" WHERE {ddur} > 0"
+    return sql
+
+
 def engine_busy(db):
-    """Busy ns per track class (interval union across all tracks of the class) and the slice sum beside it."""
+    """Busy ns per engine (interval union, semaphore waits left out) beside the summed durations and,
+    where the summary has it, the tool's own `<engine>_engine_active_time`; from the instruction table
+    when there is one, else per .pftrace track class."""
+    intervals = _device_intervals(db)
+    if intervals is not None:
+        table = db.con.execute(f"""
+            WITH u AS ({_union(intervals)}),
+            sums AS (SELECT class, count(*) AS instructions, sum(dur) AS summed_ns FROM ({intervals}) GROUP BY class)
+            SELECT u.class, sum(e - b) AS busy_ns, any_value(sums.instructions) AS instructions,
+                   any_value(sums.summed_ns) AS summed_ns, 'instruction' AS source
+            FROM u JOIN sums USING (class) GROUP BY u.class ORDER BY busy_ns DESC""").df()
+        return _beside_tool(db, table)
     if "slice" not in db.tables:
         return None
     return db.con.execute(f"""
-        WITH u AS ({MERGED}),
+        WITH u AS ({_union(SLICES)}),
         sums AS (SELECT c.class, count(*) AS slices, sum(sl.dur) AS summed_ns
                  FROM slice sl JOIN track_class c USING (track_id, workload_id)
                  WHERE sl.dur > 0 AND c.class IS NOT NULL GROUP BY c.class)
-        SELECT u.class, sum(e - b) AS busy_ns, any_value(sums.slices) AS slices, any_value(sums.summed_ns) AS summed_ns
+        SELECT u.class, sum(e - b) AS busy_ns, any_value(sums.slices) AS slices, any_value(sums.summed_ns) AS summed_ns,
+               'pftrace' AS source
         FROM u JOIN sums USING (class) GROUP BY u.class ORDER BY busy_ns DESC""").df()
 
 
+def _beside_tool(db, table):
+    """Add the summary's own active time per engine (ns) and total_time, where the summary has them."""
+    if "summary" not in db.tables:
+        return table
+    cols = {r[0] for r in db.con.execute("DESCRIBE summary").fetchall()}
+    row = db.con.execute("SELECT * FROM summary LIMIT 1").df().iloc[0]
+    field = lambda c: "dma_active_time" if c == "dma" else f"{c}_engine_active_time"  # noqa: E731
+    table["tool_active_ns"] = [row[field(c)] * 1e9 if field(c) in cols else None for c in table["class"]]
+    table["total_time_ns"] = row["total_time"] * 1e9 if "total_time" in cols else None
+    return table
+
+
 def overlap(db):
-    """ns during which two classes are both busy (the diagonal is each class's busy time)."""
-    if "slice" not in db.tables:
+    """ns during which two engines (classes) are both busy (the diagonal is each one's busy time)."""
+    if "slice" not in db.tables and _device_intervals(db) is None:
         return None
     return db.con.execute(f"""
-        WITH u AS ({MERGED})
+        WITH u AS ({_union(_device_intervals(db) or SLICES)})
         SELECT a.class AS class_a, b.class AS class_b,
                sum(greatest(0, least(a.e, b.e) - greatest(a.b, b.b))) AS overlap_ns
         FROM u a JOIN u b ON a.b < b.e AND b.b < a.e
@@ -82,8 +159,17 @@ def _instruction_table(db):
     return table, cols, next((c for c in ("duration", "duration_ns") if c in cols), None)
 
 
+def _work(cols: set[str]) -> str:
+    """SQL condition for instructions that are the workload's work: no semaphore waits, and (where the
+    table names HLO ops) an HLO op behind it."""
+    cond = [f"NOT {WAIT}"] if "opcode" in cols else ["TRUE"]
+    if "hlo_name" in cols:
+        cond.append("coalesce(CAST(hlo_name AS VARCHAR), '') <> ''")
+    return " AND ".join(cond)
+
+
 def top_sources(db, limit: int = 20):
-    """Instruction time by NKI source line or HLO name, from the legacy json or parquet Instruction table."""
+    """Work instruction time by NKI source line or HLO name (semaphore waits and runtime control left out)."""
     found = _instruction_table(db)
     if found is None:
         return None
@@ -92,25 +178,44 @@ def top_sources(db, limit: int = 20):
     if not dur or not keys:
         return None
     parts = [f"SELECT '{k}' AS source_kind, CAST({k} AS VARCHAR) AS source, count(*) AS instructions, "
-             f"sum({dur}) AS total_time FROM \"{table}\" WHERE {k} IS NOT NULL GROUP BY 1, 2" for k in keys]
+             f"sum({dur}) AS total_time FROM \"{table}\" WHERE {_work(cols)} AND coalesce(CAST({k} AS VARCHAR), '') "
+             f"NOT IN ('', '[]') GROUP BY 1, 2" for k in keys]
     return db.con.execute(" UNION ALL ".join(parts) + f" ORDER BY total_time DESC LIMIT {limit}").df()
 
 
 def op_mix(db):
-    """Instructions per opcode from the Instruction table, with their time where the table has one
-    (the HLO dump has none)."""
+    """Work instructions per opcode (and engine) from the Instruction table, with their time where the
+    table has one (the xla HLO dump has none)."""
     found = _instruction_table(db)
     if found is None or "opcode" not in found[1]:
         return None
     table, cols, dur = found
-    group = ["opcode"] + [c for c in ("computation_kind", "engine") if c in cols]
+    group = ["opcode"] + [c for c in ("computation_kind", "engine", "label") if c in cols]
     extra = [f"sum({dur}) AS total_time" if dur else "NULL AS total_time"]
     if "elements" in cols:
         extra.append("sum(elements) AS output_elements")
     return db.con.execute(f"""
         SELECT {', '.join(group)}, count(*) AS instructions, {', '.join(extra)}
-        FROM "{table}" GROUP BY {', '.join(group)} ORDER BY instructions DESC, opcode""").df()
+        FROM "{table}" WHERE {_work(cols)} GROUP BY {', '.join(group)} ORDER BY instructions DESC, opcode""").df()
+
+
+def dma_queues(db):
+    """Per DMA queue (named by the legacy json's `subgroup`, e.g. qSyncSpillReload0-Q1-E0, since its
+    `dma_queue` is only a number; parquet DmaPacket's `queue_name`): packets, bytes, busy time."""
+    found = _dma_columns(db)
+    if found is None:
+        return None
+    table, name, start, dur, size = found
+    intervals = (f'SELECT CAST({name} AS VARCHAR) AS class, {start} AS ts, {start} + {dur} AS te FROM "{table}" '
+                 f"WHERE {dur} > 0")
+    return db.con.execute(f"""
+        WITH u AS ({_union(intervals)}),
+        busy AS (SELECT class AS queue, sum(e - b) AS busy_ns FROM u GROUP BY 1)
+        SELECT CAST({name} AS VARCHAR) AS queue, count(*) AS packets,
+               {f'sum({size})' if size else 'NULL'} AS bytes, any_value(busy.busy_ns) AS busy_ns
+        FROM "{table}" LEFT JOIN busy ON busy.queue = CAST({name} AS VARCHAR)
+        GROUP BY 1 ORDER BY bytes DESC NULLS LAST, queue""").df()
 
 
 TABLES = {"engine_busy": engine_busy, "overlap": overlap, "opcodes": opcodes, "unknown_tracks": unknown_tracks,
-          "top_sources": top_sources, "op_mix": op_mix}
+          "top_sources": top_sources, "op_mix": op_mix, "dma_queues": dma_queues}

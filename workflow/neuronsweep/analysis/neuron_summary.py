@@ -1,7 +1,10 @@
 """Read a profile summary in any shape the Neuron tools (or our cpu view) write.
 
-Shapes seen in the wild (reference/neuron-toolchain.md §3): neuron-explorer's `{"n_<hash>": {...}}`,
-a `{"Summary": [{...}]}` wrapper, and a flat dict; the tools may print log lines before the JSON.
+Shapes seen in the wild (reference/neuron-toolchain.md §3): summary-json's `{"n_<hash>": {...}}`,
+a `{"Summary": [{...}]}` wrapper, the legacy full-profile JSON's `{"summary": [{...}], "instruction":
+[...], ...}` (real inf2 files: ../shared/fixtures/neuron/real/), and a flat dict; the tools may print
+log lines before the JSON. Whatever the shape, the result must hold the summary's times: a file
+without them is refused, never read as a summary whose every metric is null.
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ def parse(text: str, source: str = "summary") -> dict:
     return unwrap(obj, source)
 
 
+REQUIRED = ("total_time",)  # every summary shape the tools write has it (seconds)
+STREAM_ABOVE = 16 * 2**20  # summary-json is kilobytes; a file this large is a full profile: stream it
+
+
 def unwrap(obj, source: str = "summary") -> dict:
-    if isinstance(obj, dict) and isinstance(obj.get("Summary"), list) and obj["Summary"]:
-        return obj["Summary"][0]
+    for key in ("Summary", "summary"):  # parquet-style wrapper; legacy full profile
+        if isinstance(obj, dict) and isinstance(obj.get(key), list) and obj[key]:
+            return obj[key][0]
     values = list(obj.values()) if isinstance(obj, dict) else []
     if values and all(isinstance(v, dict) for v in values) and all(str(k).startswith("n_") for k in obj):
         if len(values) > 1:
@@ -39,4 +47,21 @@ def unwrap(obj, source: str = "summary") -> dict:
 
 
 def load(path: str | Path) -> dict:
-    return parse(Path(path).read_text(), str(path))
+    """The summary counters of any summary file: raw or unwrapped summary-json, or a legacy full
+    profile (streamed when large); refuses a file that holds no summary times."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; pass a view's summary.json, raw summary-json output or a "
+                        "legacy profile JSON.")
+    if path.stat().st_size > STREAM_ABOVE:
+        from .legacy_json import first_record
+
+        summary = first_record(path, "summary") or {}
+    else:
+        summary = parse(path.read_text(errors="replace"), str(path))
+    missing = [k for k in REQUIRED if summary.get(k) is None]
+    if missing:
+        raise UserError(f"{path}: holds no profile summary ({', '.join(missing)} absent); pass a view's "
+                        "summary.json, the output of `view --output-format summary-json`, or a legacy "
+                        "`--output-format json` profile.")
+    return summary

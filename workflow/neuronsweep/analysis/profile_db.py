@@ -5,15 +5,15 @@ Sources, whichever a view folder holds:
                   counter_track, counter, args, plus track_class (our classification)
   parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
                   tables such as BirInstruction_0/_1 become one); on xla the HLO Instruction table
-  profile.json    legacy full profile: instruction and dma streamed with ijson into temporary Parquet
-                  files a batch at a time (bounded memory), then queried in place
+  profile.json    legacy full profile: instruction and dma streamed into temporary Parquet a batch
+                  at a time (legacy_json: bounded memory, 64-bit ids kept), queried in place; its
+                  summary and metadata as one-row tables
   summary.json    one-row summary
 A run folder (or several workloads) gives the same tables with a leading workload_id column.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from ..errors import UserError
-from . import pftrace_reader
+from . import legacy_json, neuron_summary, pftrace_reader
 
 # Track name -> class; first match wins; names no pattern matches are reported as unknown.
 DEFAULT_TRACK_PATTERNS = [
@@ -37,7 +37,6 @@ DEFAULT_TRACK_PATTERNS = [
     ("xla_compile", r"(?i)^xla compile"),
     ("cpu_thread", r"(?i)^thread \d+|python"),
 ]
-JSON_BATCH = 20_000
 VIEW_FILES = ("trace.pftrace", "parquet", "profile.json", "summary.json")
 REGEXP = re.compile(r"([\w.]+)\s+REGEXP\s+('(?:[^']|'')*')", re.IGNORECASE)
 
@@ -105,34 +104,13 @@ def _pftrace_tables(path: Path, patterns) -> dict[str, pa.Table]:
     return {name: pa.Table.from_pylist(rows[name], schema=pa.schema(cols)) for name, cols in schema.items()}
 
 
-def _json_to_parquet(path: Path, prefix: str, out: Path) -> bool:
-    """Stream one array of a legacy full-profile JSON into a Parquet file, a batch at a time, so a
-    gigabyte file never sits in memory; numbers become float64 (the JSON does not type them)."""
-    import ijson
-    import pyarrow.parquet as pq
+def sql_text(value) -> str:
+    """A SQL string literal: file and folder names with quotes must simply work, never run as SQL."""
+    return "'" + str(value).replace("'", "''") + "'"
 
-    writer, schema, batch = None, None, []
 
-    def flush():
-        nonlocal writer, schema
-        if schema is None:
-            first = pa.Table.from_pylist(batch)
-            schema = pa.schema([pa.field(f.name, pa.float64() if pa.types.is_integer(f.type) else f.type)
-                                for f in first.schema])
-            writer = pq.ParquetWriter(out, schema)
-        writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-        batch.clear()
-
-    with open(path, "rb") as handle:
-        for record in ijson.items(handle, f"{prefix}.item", use_float=True):
-            batch.append({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in record.items()})
-            if len(batch) >= JSON_BATCH:
-                flush()
-        if batch:
-            flush()
-    if writer:
-        writer.close()
-    return writer is not None
+def read_parquet(files) -> str:
+    return f"read_parquet([{', '.join(sql_text(f) for f in files)}], union_by_name=true)"
 
 
 class ProfileDB:
@@ -153,19 +131,28 @@ class ProfileDB:
         part = f"part_{sum(map(len, self.tables.values()))}"  # DuckDB names are case-insensitive
         if isinstance(data, str):
             kind = "TABLE" if materialize else "VIEW"
-            self.con.execute(f"CREATE TEMP {kind} \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM {data}")
+            self.con.execute(f"CREATE TEMP {kind} \"{part}\" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM {data}")
         else:
             self.con.register("_incoming", data)
-            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {workload_id!r} AS workload_id, * FROM _incoming")
+            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM _incoming")
             self.con.unregister("_incoming")
         table = next((t for t in self.tables if t.lower() == table.lower()), table)  # Summary == summary
         self.tables.setdefault(table, []).append(part)
 
-    def _add_json(self, path: Path, workload_id: str) -> None:
+    def _add_json(self, path: Path, workload_id: str, with_summary: bool = True) -> None:
+        """A legacy full-profile JSON: instruction and dma streamed into Parquet (legacy_json), and its
+        one-record summary and metadata."""
         for key in ("instruction", "dma"):
-            out = Path(self._spill.name) / f"{key}-{sum(map(len, self.tables.values()))}.parquet"
-            if _json_to_parquet(path, key, out):
-                self._add(key, workload_id, f"read_parquet({str(out)!r})", materialize=False)
+            out = Path(self._spill.name) / f"json-{sum(map(len, self.tables.values()))}"
+            out.mkdir()
+            files = legacy_json.array_to_parquet(path, key, out)
+            if files:
+                self._add(key, workload_id, read_parquet(files),
+                          materialize=False)
+        for key in ("summary", "metadata")[0 if with_summary else 1:]:
+            record = legacy_json.first_record(path, key)
+            if record:
+                self._add(key, workload_id, legacy_json.batch_table([record]))
 
     def load_view(self, view_dir: Path, workload_id: str) -> None:
         if (view_dir / "trace.pftrace").is_file():
@@ -177,11 +164,12 @@ class ProfileDB:
             for f in sorted(parquet.rglob("*.parquet")):
                 groups.setdefault(re.sub(r"_\d+$", "", f.stem), []).append(str(f))
             for name, files in groups.items():
-                self._add(name, workload_id, f"read_parquet({files!r}, union_by_name=true)", materialize=False)
+                self._add(name, workload_id, read_parquet(files), materialize=False)
+        summary = view_dir / "summary.json"
         if (view_dir / "profile.json").is_file() and not parquet.is_dir():  # parquet is the same data, official
-            self._add_json(view_dir / "profile.json", workload_id)
-        if (view_dir / "summary.json").is_file() and not (parquet / "Summary.parquet").is_file():
-            self._add("summary", workload_id, pa.Table.from_pylist([json.loads((view_dir / "summary.json").read_text())]))
+            self._add_json(view_dir / "profile.json", workload_id, with_summary=not summary.is_file())
+        if summary.is_file() and not (parquet / "Summary.parquet").is_file():
+            self._add("summary", workload_id, legacy_json.batch_table([neuron_summary.load(summary)]))
 
     def load(self, path: str | Path) -> "ProfileDB":
         """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
@@ -190,7 +178,7 @@ class ProfileDB:
             for name, table in _pftrace_tables(path, self.patterns).items():
                 self._add(name, path.stem, table)
         elif path.is_file() and path.suffix == ".parquet":
-            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, f"read_parquet({str(path)!r})", materialize=False)
+            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, read_parquet([path]), materialize=False)
         elif path.is_file() and path.suffix == ".json":
             self._add_json(path, path.stem)
         elif path.is_dir() and any((path / name).exists() for name in VIEW_FILES):  # a view folder
