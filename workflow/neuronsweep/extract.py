@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .analysis import neuron_summary, roofline
+from .analysis import legacy_json, neuron_summary, roofline
 from .atomic import read_json, replacing, write_json
 from .backends import DEVICE_COUNTERS_MISSING
 from .records import stage_record
@@ -51,16 +51,22 @@ def _ratio(num, den):
     return num / den if num is not None and den else None
 
 
-def compute(summary: dict, capture: dict | None, build: dict | None, calibration: dict | None = None) -> dict:
-    """metrics.json from a view summary plus, when known, the capture and build records and (cpu) the
-    host calibration."""
+def compute(summary: dict, capture: dict | None, build: dict | None, calibration: dict | None = None,
+            metadata: dict | None = None) -> dict:
+    """metrics.json from a view summary plus, when known, the capture and build records, (cpu) the
+    host calibration and (neuron) the profile's metadata, whose device peaks beat any table."""
     capture, build = capture or {}, build or {}
     spec = build.get("spec") or capture.get("spec")
     backend = build.get("backend") or capture.get("backend") or "neuron"
     notes: dict[str, str] = {}
     m: dict = {"schema_version": SCHEMA_VERSION,
                "workload_id": build.get("workload_id") or capture.get("workload_id"),
-               "backend": backend, "kind": spec["kind"] if spec else None}
+               "backend": backend, "kind": spec["kind"] if spec else None,
+               "instance_type": summary.get("instance_type")}
+    peaks = neuron_peaks(build, summary, metadata, notes) if backend == "neuron" else None
+    m.update(neuron_target=peaks["target"] if peaks else None, lnc=peaks["lnc"] if peaks else None)
+    if not peaks:
+        notes["neuron_target"] = notes["lnc"] = f"only neuron profiles run on a NeuronCore target (this is {backend})"
 
     for fields, device_only in ((PROFILE_FIELDS, False), (DEVICE_FIELDS, True)):
         for key, (field, scale) in fields.items():
@@ -124,7 +130,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
                 m[key] = None
                 notes[key] = (f"the Trainium tile model (128x128 PE array) says nothing about the {backend} backend; "
                               "roofline_targets.csv has every workload's tiles on trn1, inf2 and trn2")
-        m.update(_roofline(m, spec, backend, build, calibration, notes))
+        m.update(_roofline(m, spec, backend, build, peaks, calibration, notes))
     else:
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
@@ -144,7 +150,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     m["recompilation_detected"] = any(signals) if signals else None
     if not signals:
         notes["recompilation_detected"] = f"the {backend} backend has no compile counter or repeated-call check"
-    m.update(_utilization(m, backend, build, notes))
+    m.update(_utilization(m, backend, peaks, notes))
     m["single_io"] = capture.get("single_io")
     if m["single_io"] is None:
         notes["single_io"] = "only neuron captures have a --single-io mode"
@@ -160,13 +166,36 @@ ROOFLINE = ("peak_flops_per_s", "peak_bytes_per_s", "peak_source", "ideal_comput
             "ridge_flops_per_byte", "roofline_bound", "roofline_time_s", "roofline_efficiency_pct")
 
 
-def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict | None, notes: dict) -> dict:
-    """Peaks of the platform that ran it (Neuron target table, or the host's calibration) and where the
-    measurement sits against them. Measured time: device busy time on neuron (total_time also holds
-    about 2 ms of start-up per execution on real trn1 profiles), framework median on cpu."""
-    if backend == "neuron":
-        target = roofline.TARGETS[build.get("target", "trn1")]
-        peak_f, peak_b, source = target.peak_flops(spec["dtype"]), target.hbm_bytes_per_s, target.source
+def neuron_peaks(build: dict, summary: dict, metadata: dict | None, notes: dict) -> dict:
+    """The peaks a neuron profile is measured against: the profile's own metadata where the view has
+    it, else the configured target's table row, both per logical core (LNC). Says when the configured
+    target is not the instance the profile was captured on."""
+    target = build.get("target", "trn1")
+    row = roofline.TARGETS[target]
+    lnc = row.lnc(build.get("lnc"))
+    found = roofline.target_family(summary.get("instance_type"))
+    if found and roofline.TARGETS[found].bf16_flops_per_core != row.bf16_flops_per_core:
+        notes["neuron_target"] = (f"neuron.target is {target} but the profile was captured on "
+                                  f"{summary['instance_type']}; set neuron.target: {found}")
+    elif found and found != target:
+        notes["neuron_target"] = (f"neuron.target is {target}, the profile was captured on {summary['instance_type']} "
+                                  "(the same NeuronCore generation, so the peaks agree)")
+    meta = roofline.metadata_peaks(metadata, lnc)
+    if meta:
+        return {**meta, "target": target, "lnc": lnc}
+    return {"bf16_flops_per_s": row.bf16_flops(lnc), "hbm_bytes_per_s": row.hbm_bytes_per_s, "target": target,
+            "lnc": lnc, "source": f"{row.source} (neuron.target {target}, LNC {lnc}; the view had no profile metadata)"}
+
+
+def _roofline(m: dict, spec: dict, backend: str, build: dict, peaks: dict | None, calibration: dict | None,
+              notes: dict) -> dict:
+    """Peaks of the platform that ran it (the Neuron profile's metadata or target table, or the host's
+    calibration) and where the measurement sits against them. Measured time: device busy time on neuron
+    (total_time also holds about 2 ms of start-up per execution on real trn1 profiles), framework
+    median on cpu."""
+    if peaks is not None:
+        peak_f = peaks["bf16_flops_per_s"] / (4 if spec["dtype"] == "fp32" else 1)
+        peak_b, source = peaks["hbm_bytes_per_s"], peaks["source"]
         measured, basis = m["profile_active_time_s"], "profile_active_time_s"
     elif backend == "xla" and build.get("pjrt_device") != "CPU":
         for key in ROOFLINE:
@@ -189,7 +218,7 @@ def _roofline(m: dict, spec: dict, backend: str, build: dict, calibration: dict 
     elif out["roofline_efficiency_pct"] > 100 and backend != "neuron":
         out.update(roofline.raised_to_achieved(m["flops"], m["min_bytes"], peak_f, peak_b, measured, source))
     elif out["roofline_efficiency_pct"] > 100:
-        notes["roofline_efficiency_pct"] = (f"above 100%: this run beat the {build.get('target', 'trn1')} peak it is "
+        notes["roofline_efficiency_pct"] = (f"above 100%: this run beat the {peaks['target']} peak it is "
                                             "measured against; check the target and the profile's time basis")
     return out
 
@@ -198,21 +227,20 @@ ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
 IDLE_PCT = 50.0  # below this device-active share, launch/sync/start-up overhead dominates
 
 
-def _utilization(m: dict, backend: str, build: dict, notes: dict) -> dict:
+def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict:
     """MFU and MBU recomputed from raw fields (beside the tool's mfu_tool_pct / mbu_tool_pct), and the
     bound class: overhead when the device is active under IDLE_PCT of the profiled call (neuron:
     engines, xla: XLA execute), else the busiest engine or DMA (neuron), else the roofline bound."""
     out = {"mfu_recomputed_pct": None, "mbu_recomputed_pct": None, "bound_class": None, "bound_evidence": None}
     busy = {}
-    if backend == "neuron":
-        target = roofline.TARGETS[build.get("target", "trn1")]
+    if peaks is not None:
         flops = m.get("profile_flops_tool") or m.get("flops")
         total = m["profile_total_time_s"]
         if flops and total:  # the profiler's convention: TensorE peak (bf16 rate), over total_time
-            out["mfu_recomputed_pct"] = 100.0 * flops / (target.bf16_flops_per_s * total)
+            out["mfu_recomputed_pct"] = 100.0 * flops / (peaks["bf16_flops_per_s"] * total)
         hbm = (m["hbm_read_bytes"] or 0) + (m["hbm_write_bytes"] or 0)
-        if total and m["hbm_read_bytes"] is not None:
-            out["mbu_recomputed_pct"] = 100.0 * hbm / total / target.hbm_bytes_per_s
+        if total and m["hbm_read_bytes"] is not None:  # over one HBM stack, as the profiler's MBU
+            out["mbu_recomputed_pct"] = 100.0 * hbm / total / peaks["hbm_bytes_per_s"]
         busy = {e: m.get(f"{e}_engine_active_time_s") for e in ENGINES if e != "sync"}
         busy["dma"] = m.get("dma_active_time_s")
         busy = {k: v for k, v in busy.items() if v is not None}
@@ -261,14 +289,26 @@ def write_tables(view_dir: Path, out_dir: Path, track_patterns: dict | None = No
     return written
 
 
-def summary_from_profile_json(path: Path) -> dict:
-    """The `summary[0]` record of a legacy full-profile JSON, streamed: such files reach gigabytes."""
-    import ijson
+def profile_metadata(view_dir: Path, *profiles: Path | None) -> dict | None:
+    """The device metadata (peaks, clocks, bandwidth) of a view: parquet Metadata, or `metadata[0]` of a
+    legacy full-profile JSON; None when the view has neither (summary-json alone carries none)."""
+    table = view_dir / "parquet" / "Metadata.parquet"
+    if table.is_file():
+        import pyarrow.parquet as pq
 
-    with open(path, "rb") as handle:
-        for record in ijson.items(handle, "summary.item", use_float=True):
-            return record
-    return {}
+        rows = pq.read_table(table).to_pylist()
+        return rows[0] if rows else None
+    for path in profiles:
+        if path and path.is_file() and path.read_bytes()[:1] == b"{":  # raw summary-json starts with log lines
+            import ijson
+
+            try:
+                found = legacy_json.first_record(path, "metadata")
+            except ijson.JSONError:
+                continue
+            if found:
+                return found
+    return None
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
@@ -277,13 +317,15 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     started = time.time()
     summary = neuron_summary.load(summary_json)
     if profile_json:  # fields summary-json lacks, from the full profile's own summary
-        summary = {**summary_from_profile_json(profile_json), **summary}
+        summary = {**(legacy_json.first_record(profile_json, "summary") or {}), **summary}
     capture = read_json(capture_json) if capture_json else None
     build = read_json(build_json) if build_json else None
     calibration = read_json(calibration_json) if calibration_json else None
-    metrics = compute(summary, capture, build, calibration)
+    metadata = profile_metadata(summary_json.parent, profile_json, summary_json)
+    metrics = compute(summary, capture, build, calibration, metadata)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(summary_json.parent, out.parent / "tables", track_patterns)
-    metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables)
+    metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables,
+                                         metadata_peaks=metadata is not None)
     write_json(out, metrics)
     return metrics

@@ -15,28 +15,65 @@ MOVING_FREE = 512  # moving free size: one PSUM bank of 512 fp32
 
 @dataclass(frozen=True)
 class Target:
+    """Per logical NeuronCore peaks. A logical core (LNC) is `lnc` physical cores: TensorE peak scales
+    with it, while the profiler's MBU denominator stays one HBM stack (profile schema reference)."""
     name: str
-    bf16_flops_per_s: float  # per NeuronCore, dense
-    fp32_flops_per_s: float
-    hbm_bytes_per_s: float  # per NeuronCore
+    bf16_flops_per_core: float  # one physical NeuronCore, dense
+    hbm_stack_bytes_per_s: float  # the bandwidth the profiler's MBU divides by
+    default_lnc: int
     source: str
 
-    def peak_flops(self, dtype: str) -> float:
-        return self.fp32_flops_per_s if dtype == "fp32" else self.bf16_flops_per_s
+    def lnc(self, lnc: int | None) -> int:
+        return lnc or self.default_lnc
+
+    def bf16_flops(self, lnc: int | None = None) -> float:
+        return self.bf16_flops_per_core * self.lnc(lnc)
+
+    def peak_flops(self, dtype: str, lnc: int | None = None) -> float:
+        """TensorE dense peak; fp32 runs at a quarter of the bf16/fp16 rate on NeuronCore-v2 and -v3."""
+        return self.bf16_flops(lnc) / (4 if dtype == "fp32" else 1)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_stack_bytes_per_s
 
 
 _V2 = ("NeuronCore-v2: TensorE 128x128 at 2.8 GHz = 91.7504 TFLOPS bf16/fp16 per core, the value the "
-       "profiler's MFU uses; fp32 about 4x slower (trainium_inferentia2_arch.rst); 410e9 B/s per core, the "
-       "bandwidth the profiler's MBU implies (neuron-toolchain.md section 3)")
+       "profiler's MFU uses; fp32 4x slower (trainium_inferentia2_arch.rst); 410e9 B/s, the bandwidth the "
+       "profiler's MBU divides by (real inf2 metadata hbm_ddr_bandwidth; neuron-toolchain.md section 3); LNC 1")
 TARGETS = {
-    "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 128 * 128 * 2 * 2.8e9 / 4, 410e9, _V2),
-    "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 128 * 128 * 2 * 2.8e9 / 4, 410e9, _V2),
-    "trn2": Target("trn2", 128 * 128 * 2 * 2.4e9, 128 * 128 * 2 * 2.4e9 / 4, 2.9e12 / 8,
-                   "NeuronCore-v3: TensorE 128x128 at 2.4 GHz = 78.6 TFLOPS bf16 per core (79 in "
-                   "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), fp32 about 4x slower; HBM 2.9 TB/s per "
-                   "chip over 8 cores (inferred per-core share)"),
+    "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
+    "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
+    "trn2": Target("trn2", 128 * 128 * 2 * 2.4e9, 2.9e12 / 4, 2,
+                   "NeuronCore-v3: TensorE 128x128 at 2.4 GHz = 78.6 TFLOPS bf16 per physical core (79 in "
+                   "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), times the LNC (default 2 on trn2: neuronx-cc "
+                   "docs), fp32 4x slower; MBU over one HBM stack: 2.9 TB/s per chip over its 4 stacks "
+                   "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)"),
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
+
+
+def target_family(instance_type: str | None) -> str | None:
+    """'inf2.xlarge' -> 'inf2', 'trn1n.32xlarge' -> 'trn1n'; None when unknown (a stand-in, a cpu name)."""
+    family = str(instance_type or "").split(".")[0].strip().lower()
+    return family if family in TARGETS else None
+
+
+def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
+    """Peaks from the profile's own metadata (legacy json `metadata[0]`: pe_num_rows/cols, pe_clock_freq
+    in GHz, hbm_ddr_bandwidth; parquet Metadata: tensor_engine_num_rows/cols, tensor_engine_clock_freq):
+    what this very device reports, preferred over the TARGETS table. None when the fields are absent."""
+    if not meta:
+        return None
+    rows = meta.get("pe_num_rows") or meta.get("tensor_engine_num_rows")
+    cols = meta.get("pe_num_cols") or meta.get("tensor_engine_num_cols")
+    clock = meta.get("pe_clock_freq") or meta.get("tensor_engine_clock_freq")
+    hbm = meta.get("hbm_ddr_bandwidth")
+    if not (rows and cols and clock and hbm):
+        return None
+    return {"bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * lnc, "hbm_bytes_per_s": float(hbm),
+            "source": f"the profile's metadata: TensorE {rows}x{cols} at {clock} GHz x LNC {lnc}, "
+                      f"hbm_ddr_bandwidth {hbm:.4g} B/s"}
 
 
 def tiles(gemms: list[tuple[int, int, int]]) -> dict:
