@@ -61,7 +61,8 @@ def _options(text: str) -> dict:
 def cmd_build(args) -> None:
     from . import build
 
-    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, _options(args.options))
+    options = {**_options(args.options), "device_lock": args.device_lock, "timeout_s": args.timeout}
+    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, options)
     hit = "cache hit" if rec["cache"]["hit"] else "compiled"
     took = f"{rec['compile_s']:.3f} s" if rec["compile_s"] is not None else "compile time unknown"
     print(f"build {rec['workload_id']}: {hit}, {rec['compiler']}, {took} -> {args.out}")
@@ -75,7 +76,8 @@ def cmd_capture(args) -> None:
     settings = {**_options(args.options), "warmup": args.warmup, "iterations": args.iterations,
                 "repeats": args.repeats,
                 "num_exec": args.num_exec, "nth_exec": args.nth_exec, "threads": args.threads,
-                "attempt": args.attempt, "single_io": args.single_io, "device_lock": args.device_lock}
+                "attempt": args.attempt, "single_io": args.single_io, "device_lock": args.device_lock,
+                "timeout_s": args.timeout}
     if (args.build is None) == (args.neff is None):
         raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
     rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
@@ -89,7 +91,7 @@ def cmd_capture(args) -> None:
 def cmd_view(args) -> None:
     from . import view
 
-    options = _options(args.options)
+    options = {**_options(args.options), "timeout_s": args.timeout}
     if args.capture:
         rec = view.run(Path(args.capture), Path(args.out), options)
     elif args.neff and args.ntff:
@@ -105,7 +107,8 @@ def cmd_extract(args) -> None:
     opt = lambda p: Path(p) if p else None  # noqa: E731
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
                     opt(args.profile_json), opt(args.calibration), track_patterns=_options(args.track_patterns))
-    print(f"extract {m['workload_id']}: {len(m['notes'])} metrics null (reasons in notes) -> {args.out}")
+    print(f"extract {m['workload_id'] or args.summary_json}: {len(m['notes'])} notes on null or flagged metrics "
+          f"-> {args.out}")
 
 
 def cmd_report(args) -> None:
@@ -166,6 +169,11 @@ def cmd_aggregate(args) -> None:
         print(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
 
 
+def _timeout_arg(p, stage: str) -> None:
+    p.add_argument("--timeout", type=float, default=backends.DEFAULT_TIMEOUT_S[stage],
+                   help="seconds an external program (profiler, compiler child) may run before it is killed")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="neuronsweep", description=__doc__)
     ap.add_argument("--version", action="version", version=__version__)
@@ -182,6 +190,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="build directory to write")
     p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
+    p.add_argument("--device-lock", default=DEFAULT_LOCK, help="neuron: OS lock held while the build runs on the device")
+    _timeout_arg(p, "build")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("capture", help="profile the nth execution of a built workload and time it")
@@ -198,6 +208,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock file held during the capture")
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
+    _timeout_arg(p, "capture")
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("view", help="convert a capture into summary.json and a .pftrace")
@@ -206,6 +217,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ntff", help="... and its NTFF (neuron)")
     p.add_argument("--out", required=True, help="view directory to write")
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: formats)")
+    _timeout_arg(p, "view")
     p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("extract", help="normalize one workload's records into metrics.json")

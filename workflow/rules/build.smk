@@ -9,10 +9,13 @@ rule build:
         backend=BACKEND,
         options=options("build"),
         out=subpath(output.record, parent=True),
+    resources:
+        neuron_device=1 if ON_NEURON else 0,  # a neuron build runs the workload on the device
     log:
         f"{WORKLOAD}/logs/build.log",
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep build --backend {params.backend} --spec {params.spec:q} --options {params.options:q} "
-        "--cache-dir {CACHE_DIR:q} --out {params.out:q} > {log:q} 2>&1"
+        "--cache-dir {CACHE_DIR:q} --device-lock {DEVICE_LOCK:q} --timeout {TIMEOUTS[build]} --out {params.out:q} "
+        "> {log:q} 2>&1"

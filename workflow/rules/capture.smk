@@ -35,7 +35,7 @@ rule capture:
         "--warmup {params.warmup} --iterations {params.iterations} --repeats {params.repeats} "
         "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
         "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} --options {params.options:q} "
-        "> {log:q} 2>&1"
+        "--timeout {TIMEOUTS[capture]} > {log:q} 2>&1"
 
 
 rule calibrate:

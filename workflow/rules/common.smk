@@ -81,6 +81,7 @@ HAS_PROFILE_JSON = ON_NEURON and NEURON["json"]
 HAS_HOST_PEAKS = BACKEND == "cpu" or (ON_XLA and CONFIG["xla"]["pjrt_device"] == "CPU")
 CALIBRATION_DTYPES = ",".join(sorted({spec["dtype"] for spec in PLAN.workloads.values()}))  # only what the sweep uses
 DEVICE_LOCK = CAPTURE["device_lock"]
+TIMEOUTS = CONFIG["timeouts"]
 
 RUN = f"results/{CONFIG['run']}"
 SUMMARY = f"{RUN}/summary.csv"

@@ -22,4 +22,4 @@ rule view:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep view --capture {params.capture:q} --out {params.out:q} --options {params.options:q} "
-        "> {log:q} 2>&1"
+        "--timeout {TIMEOUTS[view]} > {log:q} 2>&1"

@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,14 +78,44 @@ DEVICE_COUNTERS_MISSING = {
 }
 
 
-def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str) -> None:
+DEFAULT_TIMEOUT_S = {"build": 7200, "capture": 3600, "view": 3600}  # the schema's `timeouts` defaults
+
+
+def timeout(settings: dict, stage: str) -> float:
+    """A stage's time limit for external programs: the CLI's --timeout, else the schema default."""
+    return settings.get("timeout_s") or DEFAULT_TIMEOUT_S[stage]
+
+
+def run_tool(argv: list[str], timeout_s: float, what: str, cwd: Path | None = None,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run an external program in a process group of its own, so that on timeout the whole group
+    (a profiler and the helpers it spawned, a server it left running) is killed; a timeout or a
+    missing program ends in one sentence."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
+                                start_new_session=True)
+    except FileNotFoundError:
+        raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise UserError(f"{what}: {Path(argv[0]).name} did not finish within {timeout_s:g} s and was stopped "
+                        "(its whole process group); if it needs longer, raise the `timeouts` key of its stage "
+                        "in the config.") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str,
+              timeout_s: float) -> None:
     """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The
     output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
     from ..workloads import workload_id
 
-    proc = subprocess.run([sys.executable, "-m", f"{__name__}.{module}", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env)
+    proc = run_tool([sys.executable, "-m", f"{__name__}.{module}", *args], timeout_s,
+                    f"case {workload_id(spec)}: the {what}", cwd=cwd, env=env)
     log = Path(cwd) / f"{module}.log"
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:

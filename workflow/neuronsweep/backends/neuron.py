@@ -18,32 +18,41 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
+from .. import devicelock
 from ..analysis import neuron_summary
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..workloads import workload_id
-from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS, run_child, xla_program
+from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS, run_child, run_tool, timeout, xla_program
 
 ARTIFACT = ARTIFACTS["neuron"]["build"]
 NTFF = ARTIFACTS["neuron"]["capture"]
 ARTIFACT_FORMAT = "NEFF via torch-xla, v1"
-OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|RESOURCE_EXHAUSTED", re.IGNORECASE)
+# device out of memory, as real runs word it ("Failed to allocate ... on ND 0", NRT_RESOURCE, "Allocation Failure")
+OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|allocation failure|NRT_RESOURCE|RESOURCE_EXHAUSTED",
+                 re.IGNORECASE)
 OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
 NEURON_PACKAGES = ("neuronx-cc", "torch-neuronx", "torch-xla", "libneuronxla", "nki")
 STDERR_TAIL = 4000
 
 
-def tool_env() -> dict:
-    """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset."""
+VISIBLE_CORES = "0"  # the NeuronCore every device-executing step is pinned to (one device slot)
+
+
+def tool_env(on_device: bool = False) -> dict:
+    """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset. A
+    process that executes on the device is pinned to VISIBLE_CORES: a torch-xla process otherwise
+    claims every visible core ("Requested:2 Available:0" for the next one)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([env.get("PATH", ""), NEURON_TOOL_DIR])
     env.setdefault("HOME", tempfile.gettempdir())
+    if on_device:
+        env["NEURON_RT_VISIBLE_CORES"] = VISIBLE_CORES
     return env
 
 
@@ -72,11 +81,23 @@ def package_versions(packages=NEURON_PACKAGES) -> dict[str, str | None]:
     return versions
 
 
+def auto_cast(options: dict) -> str:
+    """--auto-cast is always passed: its default changed between SDKs (matmult, then none in 2.27), and
+    an fp32 workload silently run as bf16 would be measured against the fp32 peak."""
+    return options.get("auto_cast") or "none"
+
+
+def lnc(options: dict) -> int:
+    """Logical NeuronCore size: the configured `lnc`, else the target's default (2 on trn2)."""
+    from ..analysis.roofline import TARGETS
+
+    return TARGETS[options.get("target", "trn1")].lnc(options.get("lnc"))
+
+
 def cc_flags(options: dict) -> str:
     """NEURON_CC_FLAGS from the config's neuron section (neuronx-cc compile options)."""
-    flags = [f"--target {options.get('target', 'trn1')}", f"-O{options.get('optlevel', 2)}"]
-    if options.get("auto_cast"):
-        flags.append(f"--auto-cast {options['auto_cast']}")
+    flags = [f"--target {options.get('target', 'trn1')}", f"-O{options.get('optlevel', 2)}",
+             f"--auto-cast {auto_cast(options)}"]
     if options.get("lnc"):
         flags.append(f"--logical-nc-config {options['lnc']}")
     if options.get("disable_dge"):
@@ -84,13 +105,6 @@ def cc_flags(options: dict) -> str:
     if options.get("extra_cc_flags"):
         flags.append(options["extra_cc_flags"])
     return " ".join(flags)
-
-
-def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or tool_env())
-    except FileNotFoundError:
-        raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
 
 
 def _tail(text: str) -> str:
@@ -108,7 +122,7 @@ def recompilation_flag(what: str) -> str:
 
 
 def compile_env(options: dict, compile_cache: Path) -> dict:
-    env = tool_env()
+    env = tool_env(on_device=True)
     env.update({"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": cc_flags(options),
                 "NEURON_COMPILE_CACHE_URL": str(compile_cache)})
     if options.get("xla_debug"):
@@ -125,7 +139,8 @@ def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs)
+    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs,
+                             timeout(options, "build"))
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
             "compile_count": result["compile"]["count"],
@@ -146,11 +161,12 @@ def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = workdir / "artifacts"
     artifacts.mkdir(parents=True)
-    env = tool_env()
+    env = tool_env(on_device=True)
     env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options.get("target", "trn1"),
-                "NEURON_CC_FLAGS": cc_flags(options)})
+                "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)), "NEURON_CC_FLAGS": cc_flags(options)})
     run_child("nki_program", ["--spec", json.dumps(spec), "--out", str(workdir / "nki_result.json"),
-                              "--inputs-dir", str(entry / "inputs")], spec, workdir, env, "NKI kernel run")
+                              "--inputs-dir", str(entry / "inputs")], spec, workdir, env, "NKI kernel run",
+              timeout(options, "build"))
     result = json.loads((workdir / "nki_result.json").read_text())
     if len(result["neffs"]) != 1:
         raise UserError(f"case {workload_id(spec)}: expected one NEFF from the NKI kernel, found "
@@ -159,6 +175,7 @@ def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
             "compile_s": result["compile_s"], "compile_count": None, "compile_s_source": result["compile_s_source"],
             "nki_api": result["api"], "recompiled_on_second_call": result["recompiled_on_second_call"],
             "max_abs_error_vs_numpy": result.get("max_abs_error_vs_numpy"),
+            "max_abs_error_note": result.get("max_abs_error_note"),
             "benchmark_us": result.get("benchmark_us"), "capture_inputs": result["inputs"]}
 
 
@@ -172,8 +189,9 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
     dest = out_dir / ARTIFACT
     meta = cache.fetch(key, ARTIFACT, dest)
     hit = meta is not None
-    if not hit:
-        made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, options, entry)
+    if not hit:  # both routes execute the workload on a NeuronCore: hold the device like a capture
+        with devicelock.held(options.get("device_lock") or devicelock.DEFAULT_LOCK):
+            made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, options, entry)
         shutil.copyfile(made["neff_source"], dest)
         meta = {**made, "workload_id": workload_id(spec), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         cache.store(key, dest, meta)
@@ -184,6 +202,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
     return {
         "toolchain": versions, "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
         "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options.get("target", "trn1"),
+        "auto_cast": auto_cast(options), "lnc": lnc(options), "visible_cores": VISIBLE_CORES,
         "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
         **{k: v for k, v in meta.items() if k not in ("workload_id", "exported_at")},
         "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry compiled {meta['exported_at']}",
@@ -195,9 +214,13 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
 # -------------------------------------------------------------------------------------- capture
 
 
-def expected_ntff(num_exec: int, nth: int, stem: str = "profile") -> str:
-    """The documented NTFF name for -s <stem>.ntff (nki-library profiler_utils, NKI guide)."""
-    return f"{stem}.ntff" if num_exec == 1 else f"{stem}_exec_{nth}.ntff"
+def expected_ntff(num_exec: int, nth: int, stem: str = "profile", rank: int | None = None) -> str:
+    """The NTFF the profiler writes for the profiled execution, for -s <stem>.ntff (AWS nki-library
+    profiler_utils._generate_expected_ntff_files): one execution, or nth 1, gives <stem>.ntff (nth 1 of
+    several also writes <stem>_exec_2..N); nth M of several gives <stem>_exec_M.ntff; collectives put
+    _rank_<r> after the stem."""
+    base = stem if rank is None else f"{stem}_rank_{rank}"
+    return f"{base}.ntff" if num_exec == 1 or nth == 1 else f"{base}_exec_{nth}.ntff"
 
 
 def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
@@ -220,7 +243,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: dict, inputs: list[tuple[s
     raw.mkdir(parents=True)
     marker = out_dir / OOM_MARKER
     single_io = bool(settings.get("single_io")) or (settings.get("attempt", 1) > 1 and marker.exists())
-    argv = [profiler, "capture", "-n", str(neff), "-s", str(raw / "profile.ntff"),
+    argv = [profiler, "capture", "-n", str(neff.resolve()), "-s", str(raw.resolve() / "profile.ntff"),
             "--num-exec", str(settings["num_exec"]), "--profile-nth-exec", str(settings["nth_exec"])]
     if settings.get("enable_dge_notifs"):
         argv.append("--enable-dge-notifs")
@@ -231,7 +254,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: dict, inputs: list[tuple[s
     else:
         argv.append("--ignore-exec-errors")
     started = time.time()
-    proc = _run(argv, "capture")
+    proc = run_tool(argv, timeout(settings, "capture"), f"{neff}: capture", cwd=raw, env=tool_env(on_device=True))
     wall = time.time() - started
     (out_dir / "capture.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -256,8 +279,8 @@ def capture_neff(neff: Path, out_dir: Path, settings: dict, inputs: list[tuple[s
 
 def tool_version(tool: str) -> str | None:
     try:
-        proc = subprocess.run([tool, "--version"], capture_output=True, text=True, env=tool_env(), timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = run_tool([tool, "--version"], 60, f"{tool} --version", env=tool_env())
+    except UserError:
         return None
     out = (proc.stdout or proc.stderr).strip().splitlines()
     return out[0] if proc.returncode == 0 and out else None
@@ -271,11 +294,12 @@ def framework_timing(build_record: dict, settings: dict, workdir: Path) -> dict:
     """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
     compile here means the graph changed (recompilation), which is recorded, not hidden."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = tool_env()
+    env = tool_env(on_device=True)
     env.update(build_record["env"])
     cache = build_record["compile_cache"]
     result = xla_program.run(build_record["spec"], workdir / "timing.json", env, workdir,
-                             [str(Path(cache) / "**" / "*.neff")], warmup=settings["warmup"], iterations=settings["iterations"],
+                             [str(Path(cache) / "**" / "*.neff")], timeout(settings, "capture"),
+                             warmup=settings["warmup"], iterations=settings["iterations"],
                              repeats=settings.get("repeats", 1))
     timing = result["timing"]
     timing["compiles_in_first_run"] = result["compile"]["count"]
@@ -296,19 +320,31 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
 # ----------------------------------------------------------------------------------------- view
 
 
+# Where a tool version ignores --output-file, it writes its default name into the working directory.
+DEFAULT_OUTPUT = {"perfetto": "ntff.pftrace", "json": "ntff.json"}
+
+
 def view_profile(neff: Path, ntff: Path, out_dir: Path, options: dict) -> dict:
-    """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask."""
+    """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
+    runs in out_dir with a time limit; neuron-explorer gets --ingest-only for exports, since its view
+    otherwise keeps serving its UI and API after writing."""
     profiler = resolve_profiler(options.get("profiler", "auto"))
-    base = [profiler, "view", "-n", str(neff), "-s", str(ntff)]
+    out_dir = out_dir.resolve()
+    base = [profiler, "view", "-n", str(neff.resolve()), "-s", str(ntff.resolve())]
+    limit, name = timeout(options, "view"), Path(profiler).name
     commands = {}
 
-    argv = base + ["--output-format", "summary-json"]
-    proc = _run(argv, "view")
-    commands["summary-json"] = argv
+    def run(fmt: str, extra: list[str]):
+        argv = base + ["--output-format", fmt] + extra
+        commands[fmt] = argv
+        proc = run_tool(argv, limit, f"{ntff}: {name} view --output-format {fmt}", cwd=out_dir, env=tool_env())
+        if proc.returncode != 0:
+            raise UserError(f"{ntff}: {name} view --output-format {fmt} exited {proc.returncode}: "
+                            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+        return proc
+
+    proc = run("summary-json", [])
     (out_dir / "summary-json.txt").write_text(proc.stdout)
-    if proc.returncode != 0:
-        raise UserError(f"{ntff}: {Path(profiler).name} view --output-format summary-json exited "
-                        f"{proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
     summary = neuron_summary.parse(proc.stdout, str(out_dir / "summary-json.txt"))
 
     outputs = {}
@@ -321,12 +357,13 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, options: dict) -> dict:
         wanted.append(("perfetto", out_dir / "trace.pftrace",
                        ["--show-perfetto-flows"] if options.get("perfetto_flows") else []))
     for fmt, target, extra in wanted:
-        argv = base + ["--output-format", fmt, "--output-file", str(target)] + extra
-        proc = _run(argv, "view")
-        commands[fmt] = argv
-        if proc.returncode != 0 or not target.exists():
-            raise UserError(f"{ntff}: {Path(profiler).name} view --output-format {fmt} exited {proc.returncode} "
-                            f"without writing {target.name}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+        run(fmt, ["--output-file", str(target), *extra, *(["--ingest-only"] if is_explorer(profiler) else [])])
+        fallback = out_dir / DEFAULT_OUTPUT.get(fmt, "")
+        if not target.exists() and fmt in DEFAULT_OUTPUT and fallback.is_file():
+            os.replace(fallback, target)  # this tool version ignored --output-file
+        if not target.exists():
+            raise UserError(f"{ntff}: {name} view --output-format {fmt} exited 0 without writing {target.name} "
+                            f"(nor {DEFAULT_OUTPUT.get(fmt, 'its default name')} in {out_dir}); check the tool version.")
         outputs[fmt] = target.name
     return {"summary": summary, "profiler": profiler, "commands": commands, "outputs": outputs,
             **({"pftrace": outputs["perfetto"]} if "perfetto" in outputs else {})}

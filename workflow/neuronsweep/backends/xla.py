@@ -28,7 +28,7 @@ from ..analysis import hlo
 from ..analysis.intervals import union_length
 from ..cache import CompileCache, cache_key
 from ..workloads import workload_id
-from . import ARTIFACTS, profiled_span, xla_program
+from . import ARTIFACTS, profiled_span, timeout, xla_program
 from .neuron import package_versions, recompilation_flag
 
 ARTIFACT = ARTIFACTS["xla"]["build"]
@@ -67,7 +67,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
         workdir = out_dir.resolve() / "xla"
         dump = _fresh(workdir)
         result = xla_program.run(spec, workdir / "xla_result.json", xla_env(options, dump), workdir,
-                                 [str(dump / MODULE_GLOB)])
+                                 [str(dump / MODULE_GLOB)], timeout(options, "build"))
         module, candidates = xla_program.attribute(result, spec, "HLO module")
         shutil.copyfile(module, dest)
         comp = result["compile"]
@@ -97,7 +97,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
     result = xla_program.run(spec, workdir / "capture_result.json", xla_env(options, dump), workdir,
-                             [str(dump / MODULE_GLOB)], warmup=settings["warmup"],
+                             [str(dump / MODULE_GLOB)], timeout(settings, "capture"), warmup=settings["warmup"],
                              iterations=settings["iterations"], repeats=settings.get("repeats", 1),
                              num_exec=settings["num_exec"], nth_exec=settings["nth_exec"], trace_out=trace_out)
     module, _ = xla_program.attribute(result, spec, "HLO module")

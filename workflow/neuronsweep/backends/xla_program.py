@@ -44,9 +44,9 @@ STEPS = ("lazy tracing (forward)", "mark_step", "wait_device_ops")  # one call's
 # ------------------------------------------------------------------------------- parent side
 
 
-def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], **settings) -> dict:
-    """Run the child in `cwd` with `env` and return its result; settings: warmup, iterations, repeats,
-    num_exec, nth_exec, trace_out."""
+def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings) -> dict:
+    """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
+    warmup, iterations, repeats, num_exec, nth_exec, trace_out."""
     from . import run_child
 
     cwd, out_json = cwd.resolve(), out_json.resolve()
@@ -56,7 +56,7 @@ def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], **se
             args += [f"--{key.replace('_', '-')}", str(value)]
     for pattern in globs:
         args += ["--artifact-glob", pattern]
-    run_child("xla_program", args, spec, cwd, env, "torch-xla run")
+    run_child("xla_program", args, spec, cwd, env, "torch-xla run", timeout_s)
     return json.loads(out_json.read_text())
 
 

@@ -2,15 +2,21 @@
 the contraction dim K on the 128 SBUF partitions, M in tiles of 128 (stationary), N in tiles of up
 to 512 (moving, one PSUM bank of fp32). The argument names (lhsT, rhs) are the NEFF's input names,
 so capture passes inputs saved under them.
+
+Two spellings of one kernel: standalone `nki` (>= 0.2, SDK 2.28+) passes destinations to every ISA
+instruction (nisa.dma_copy, nisa.nc_matmul(dst=psum), nisa.tensor_copy) and has no nl.load/store
+return style; the legacy neuronxcc.nki (SDK <= 2.27) returns values. The stand-in executes the
+first on numpy (tests/standin/python/nki); on a device the build compares both with numpy.
 """
 
 from __future__ import annotations
 
 ARG_NAMES = ("lhsT", "rhs")
+P, TN_MAX = 128, 512  # partitions (contraction, stationary free), moving free size (one PSUM bank)
 
 
 def load_nki():
-    """(nki, nl, nisa): the standalone `nki` package (SDK 2.28+) or the legacy neuronxcc.nki."""
+    """(nki, nl, nisa, api): the standalone `nki` package (SDK 2.28+) or the legacy neuronxcc.nki."""
     try:
         import nki
         import nki.isa as nisa
@@ -25,28 +31,44 @@ def load_nki():
 
 def make_kernel(decorate=None):
     """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...))."""
-    nki, nl, nisa, _ = load_nki()
+    nki, nl, nisa, api = load_nki()
 
     def nki_matmul_tiled(lhsT, rhs):
         K, M = lhsT.shape
-        K_, N = rhs.shape
-        assert K == K_, "lhsT and rhs must share the contraction dimension"
+        _, N = rhs.shape
         result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-        tile_m = min(M, nl.tile_size.gemm_stationary_fmax)  # 128
-        tile_k = min(K, nl.tile_size.pmax)  # 128
-        tile_n = min(N, nl.tile_size.gemm_moving_fmax)  # 512
-        for m in nl.affine_range(M // tile_m):
-            for n in nl.affine_range(N // tile_n):
-                acc = nl.zeros((tile_m, tile_n), nl.float32, buffer=nl.psum)
-                for k in nl.affine_range(K // tile_k):
-                    lhs_tile = nl.load(lhsT[k * tile_k:(k + 1) * tile_k, m * tile_m:(m + 1) * tile_m])
-                    rhs_tile = nl.load(rhs[k * tile_k:(k + 1) * tile_k, n * tile_n:(n + 1) * tile_n])
-                    acc += nisa.nc_matmul(lhs_tile, rhs_tile)
-                out = nl.copy(acc, dtype=result.dtype)
-                nl.store(result[m * tile_m:(m + 1) * tile_m, n * tile_n:(n + 1) * tile_n], value=out)
+        tm, tk, tn = min(M, P), min(K, P), min(N, TN_MAX)
+        for m in nl.affine_range(M // tm):
+            for n in nl.affine_range(N // tn):
+                acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)
+                nisa.memset(dst=acc, value=0.0)
+                for k in nl.affine_range(K // tk):
+                    lhs_tile = nl.ndarray((tk, tm), dtype=lhsT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=lhs_tile, src=lhsT[k * tk:(k + 1) * tk, m * tm:(m + 1) * tm])
+                    rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk:(k + 1) * tk, n * tn:(n + 1) * tn])
+                    nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile)  # accumulates in PSUM
+                out = nl.ndarray((tm, tn), dtype=lhsT.dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=out, src=acc)
+                nisa.dma_copy(dst=result[m * tm:(m + 1) * tm, n * tn:(n + 1) * tn], src=out)
         return result
 
-    return (decorate or nki.jit)(nki_matmul_tiled)
+    def nki_matmul_tiled_legacy(lhsT, rhs):
+        K, M = lhsT.shape
+        _, N = rhs.shape
+        result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+        tm, tk, tn = min(M, P), min(K, P), min(N, TN_MAX)
+        for m in nl.affine_range(M // tm):
+            for n in nl.affine_range(N // tn):
+                acc = nl.zeros((tm, tn), nl.float32, buffer=nl.psum)
+                for k in nl.affine_range(K // tk):
+                    lhs_tile = nl.load(lhsT[k * tk:(k + 1) * tk, m * tm:(m + 1) * tm])
+                    rhs_tile = nl.load(rhs[k * tk:(k + 1) * tk, n * tn:(n + 1) * tn])
+                    acc += nisa.nc_matmul(lhs_tile, rhs_tile)
+                nl.store(result[m * tm:(m + 1) * tm, n * tn:(n + 1) * tn], value=nl.copy(acc, dtype=result.dtype))
+        return result
+
+    return (decorate or nki.jit)(nki_matmul_tiled if api == "nki" else nki_matmul_tiled_legacy)
 
 
 def inputs(spec: dict, rng) -> dict:

@@ -3,9 +3,10 @@
 Layout chosen so no transpose is needed: every matmul contracts over the partition dim. With xT
 [H, T] moving and a weight tile [128, 128] stationary, gate^T and up^T come out [I, T] with I on the
 partitions, which is exactly the moving layout the down projection needs; the output is outT [H, T].
-Written to the NKI matmul tutorial's API (nl.load/store, nisa.nc_matmul into PSUM, nl.affine_range);
-checked against numpy by the build on a Neuron machine (max_abs_error_vs_numpy in build.json), not
-here: no Neuron device exists on our CI.
+The intermediate hT lives in SBUF as [128, (I/128)·tn] (I-tile i at columns i·tn: the language has
+no block dimensions any more). Two spellings, as nki_matmul: destination passing for standalone
+`nki`, return style for the legacy neuronxcc.nki; the stand-in executes the first on numpy, and on a
+device the build compares either with numpy (max_abs_error_vs_numpy in build.json).
 """
 
 from __future__ import annotations
@@ -16,12 +17,49 @@ from .nki_matmul import load_nki
 
 ARG_NAMES = ("xT", "w_gate", "w_up", "w_down")
 P, TN_MAX = 128, 512
+SBUF_PARTITION_BYTES = 192 * 1024  # NeuronCore-v2: 24 MiB over 128 partitions (trainium_inferentia2_arch.rst)
 
 
 def make_kernel(decorate=None):
-    nki, nl, nisa, _ = load_nki()
+    nki, nl, nisa, api = load_nki()
 
     def nki_gated_mlp(xT, w_gate, w_up, w_down):
+        H, T = xT.shape
+        I = w_gate.shape[1]  # noqa: E741
+        outT = nl.ndarray((H, T), dtype=xT.dtype, buffer=nl.shared_hbm)
+        tn = min(T, TN_MAX)
+        for t in nl.affine_range(T // tn):
+            hT = nl.ndarray((P, (I // P) * tn), dtype=xT.dtype, buffer=nl.sbuf)
+            for i in nl.affine_range(I // P):
+                gate = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
+                up = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
+                nisa.memset(dst=gate, value=0.0)
+                nisa.memset(dst=up, value=0.0)
+                for h in nl.affine_range(H // P):
+                    x_tile = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=x_tile, src=xT[h * P:(h + 1) * P, t * tn:(t + 1) * tn])
+                    wg = nl.ndarray((P, P), dtype=w_gate.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=wg, src=w_gate[h * P:(h + 1) * P, i * P:(i + 1) * P])
+                    wu = nl.ndarray((P, P), dtype=w_up.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=wu, src=w_up[h * P:(h + 1) * P, i * P:(i + 1) * P])
+                    nisa.nc_matmul(dst=gate, stationary=wg, moving=x_tile)
+                    nisa.nc_matmul(dst=up, stationary=wu, moving=x_tile)
+                act = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=act, op=nl.silu, data=gate)
+                nisa.tensor_tensor(dst=hT[:, i * tn:(i + 1) * tn], data1=act, data2=up, op=nl.multiply)
+            for m in nl.affine_range(H // P):
+                acc = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
+                nisa.memset(dst=acc, value=0.0)
+                for i in nl.affine_range(I // P):
+                    wd = nl.ndarray((P, P), dtype=w_down.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=wd, src=w_down[i * P:(i + 1) * P, m * P:(m + 1) * P])
+                    nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn:(i + 1) * tn])
+                out = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=out, src=acc)
+                nisa.dma_copy(dst=outT[m * P:(m + 1) * P, t * tn:(t + 1) * tn], src=out)
+        return outT
+
+    def nki_gated_mlp_legacy(xT, w_gate, w_up, w_down):
         H, T = xT.shape
         I = w_gate.shape[1]  # noqa: E741
         outT = nl.ndarray((H, T), dtype=xT.dtype, buffer=nl.shared_hbm)
@@ -43,14 +81,20 @@ def make_kernel(decorate=None):
                 nl.store(outT[m * P:(m + 1) * P, t * tn:(t + 1) * tn], value=nl.copy(acc, dtype=outT.dtype))
         return outT
 
-    return (decorate or nki.jit)(nki_gated_mlp)
+    return (decorate or nki.jit)(nki_gated_mlp if api == "nki" else nki_gated_mlp_legacy)
 
 
 def supported(spec: dict) -> str | None:
+    from ..workloads import DTYPE_BYTES
+
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
     if t > TN_MAX and t % TN_MAX:
         problems.append(f"b*s={t} is not a multiple of 512 (or at most 512)")
+    h_bytes = (i // P) * min(t, TN_MAX) * DTYPE_BYTES[spec["dtype"]]
+    if h_bytes > SBUF_PARTITION_BYTES // 2:
+        problems.append(f"the intermediate takes {h_bytes} B of each SBUF partition, over half of its "
+                        f"{SBUF_PARTITION_BYTES} (i too large for this one-pass kernel)")
     return "; ".join(problems) or None
 
 
