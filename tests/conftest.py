@@ -91,7 +91,8 @@ STANDIN = Path(__file__).resolve().parent / "standin"
 def standin_env(tmp: Path, **knobs: str) -> dict:
     """Environment that puts the stand-in Neuron toolchain first (tests/standin/README.md)."""
     return {"PATH": os.pathsep.join([str(STANDIN / "bin"), str(BIN), os.environ.get("PATH", "")]),
-            "PYTHONPATH": str(STANDIN / "python"), "STANDIN_LOG": str(tmp / "standin.log"), **knobs}
+            "PYTHONPATH": str(STANDIN / "python"), "STANDIN_LOG": str(tmp / "standin.log"),
+            "STANDIN_CORE_DIR": str(tmp / "neuron-cores"), **knobs}
 
 
 def neuron_config(tmp: Path, **overrides) -> dict:

@@ -1,7 +1,10 @@
 """CPU torch-xla double for tests (see tests/standin/README.md): records torch ops between steps."""
 
+import standin_cores
 import torch
 from torch.overrides import TorchFunctionMode
+
+standin_cores.claim()  # the runtime takes the visible NeuronCores when torch-xla starts
 
 _recorded: list = []
 

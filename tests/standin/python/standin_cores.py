@@ -1,0 +1,38 @@
+"""Stand-in NeuronCores (a test double): a process that executes on the device claims its visible cores
+(NEURON_RT_VISIBLE_CORES, else every core of the one trn1 device) with non-blocking file locks held
+for its lifetime, and fails as the real runtime does when another process holds one: a torch-xla
+process claims every visible core by default ("Requested:2 Available:0", aws-neuron-sdk #1065)."""
+
+import fcntl
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+CORES = 2
+_held = []
+
+
+def visible() -> list[int]:
+    spec = os.environ.get("NEURON_RT_VISIBLE_CORES", f"0-{CORES - 1}")
+    cores = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cores += range(int(lo), int(hi or lo) + 1)
+    return cores
+
+
+def claim() -> None:
+    """Hold every visible core until the process exits; exit 1 with the runtime's message if one is taken."""
+    root = Path(os.environ.get("STANDIN_CORE_DIR") or Path(tempfile.gettempdir()) / "standin-neuron-cores")
+    root.mkdir(parents=True, exist_ok=True)
+    cores = visible()
+    for core in cores:
+        handle = open(root / f"core{core}.lock", "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"ERROR NRT:nrt_allocate_neuron_cores Virtual Neuron Core(s) not available - "
+                  f"Requested:{len(cores)} Available:0 (core {core} is held by another process)", file=sys.stderr)
+            sys.exit(1)
+        _held.append(handle)
