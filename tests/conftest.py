@@ -25,11 +25,12 @@ HOST_CACHE: dict[str, Path] = {}  # set once per session by host_measurements
 def host_measurements(tmp_path_factory):
     """The host probe and calibration, measured once per test session: every test gets a fresh compile
     cache, and without this each would pay a cold calibration."""
-    from neuronsweep import backends, hostcaps
+    from neuronsweep import hostcaps
+    from neuronsweep.backends.common import default_threads
     from neuronsweep.backends import cpu
 
     root = tmp_path_factory.mktemp("host-cache")
-    probe = hostcaps.probe(root, backends.default_threads())
+    probe = hostcaps.probe(root, default_threads())
     fast = [d for d in hostcaps.DTYPES if d not in hostcaps.slow_dtypes(probe)]
     cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
     HOST_CACHE["root"] = root

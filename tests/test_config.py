@@ -94,4 +94,4 @@ def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert "config key 'backend' is xla, but torch-xla is not installed" in proc.stdout + proc.stderr
-    assert 'pip install -e ".[xla]"' in proc.stdout + proc.stderr
+    assert 'pip install -e ".[xla,workflow]"' in proc.stdout + proc.stderr

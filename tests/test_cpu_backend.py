@@ -28,7 +28,7 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     first, second = (json.loads((d / "build.json").read_text()) for d in (a, b))
     assert (first["cache"]["hit"], second["cache"]["hit"]) == (False, True)
     assert first["cache"]["key"] == second["cache"]["key"]
-    assert second["compile_s"] == first["compile_s"] and "cache entry exported" in second["compile_s_source"]
+    assert second["compile_s"] == first["compile_s"] and "cache entry made" in second["compile_s_source"]
     assert first["toolchain"]["torch"] and (b / "model.pt2").stat().st_size > 0
     assert first["command"].startswith("neuronsweep build --spec ")
 

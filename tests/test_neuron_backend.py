@@ -13,6 +13,7 @@ import pytest
 from conftest import neuron_config, snakemake, standin_env, standin_runs
 from neuronsweep.analysis.pftrace_reader import read as read_pftrace
 from neuronsweep.backends import neuron, xla_program
+from neuronsweep.backends.common import run_tool
 from neuronsweep.errors import UserError
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
@@ -327,7 +328,7 @@ def test_explorer_view_would_serve_forever_so_exports_pass_ingest_only(tmp_path,
     ntff = tmp_path / "cap" / "profile.ntff"
     # the stand-in, like the real Explorer, keeps serving after an export unless told not to
     with pytest.raises(UserError, match=r"did not finish within 2 s and was stopped \(its whole process group\)"):
-        neuron.run_tool(["neuron-explorer", "view", "-n", str(neff), "-s", str(ntff), "--output-format", "perfetto",
+        run_tool(["neuron-explorer", "view", "-n", str(neff), "-s", str(ntff), "--output-format", "perfetto",
                          "--output-file", str(tmp_path / "x.pftrace")], 2, "view", env=neuron.tool_env())
     out = tmp_path / "view"
     out.mkdir()

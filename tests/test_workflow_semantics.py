@@ -89,6 +89,11 @@ def test_failed_capture_keeps_the_other_cases(tmp_path):
     bad = "matmul-m300000-k300000-n16-fp32"
     assert table.loc[bad, "status"] == "failed"
     assert "capture: case " + bad in table.loc[bad, "reason"] and "GiB" in table.loc[bad, "reason"]
+    # the failure is data: what aggregate read, written by the failed stage
+    record = json.loads((workload(tmp_path, bad) / "logs" / "capture.error.json").read_text())
+    assert record["stage"] == "capture" and record["exception"] == "UserError" and record["case"] == f"case {bad}"
+    assert table.loc[bad, "reason"] == f"capture: {record['reason']}"
+    assert not list(workload(tmp_path, WIDS[0]).glob("logs/*.error.json"))
     for wid in WIDS:
         assert table.loc[wid, "status"] == "ok"
         assert (workload(tmp_path, wid) / "metrics.json").is_file()

@@ -1,7 +1,7 @@
 """aggregate stage: join scenarios to workload metrics into summary.csv, one row per scenario.
 
 A scenario whose workload has no metrics.json is kept as a row with status `failed` and the
-reason its stage logged (the `neuronsweep: error:` line), or status `missing` when no stage has
+reason its stage recorded (logs/<stage>.error.json), or status `missing` when no stage has
 run yet, so one failed case never hides the others; one the backend cannot run is `unsupported`,
 with the reason from the plan.
 """
@@ -14,23 +14,17 @@ import pandas as pd
 
 from .analysis import compare
 from .atomic import read_json, replacing
-from .errors import ERROR_PREFIX
+from .errors import latest_failure
 
-STAGES = ("build", "capture", "view", "extract")
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
 
 
 def failure_reason(workload_dir: Path) -> tuple[str, str]:
-    """(status, reason) for a workload without metrics, from its stage logs."""
-    for stage in STAGES:
-        log = workload_dir / "logs" / f"{stage}.log"
-        if not log.is_file():
-            continue
-        errors = [line[len(ERROR_PREFIX):].strip() for line in log.read_text(errors="replace").splitlines()
-                  if line.startswith(ERROR_PREFIX)]
-        if errors:
-            return "failed", f"{stage}: {errors[-1]}"
-    return "missing", "not run yet (no metrics.json and no stage error logged)"
+    """(status, reason) for a workload without metrics, from the failure its stages recorded."""
+    failure = latest_failure(workload_dir)
+    if failure:
+        return "failed", f"{failure['stage']}: {failure['reason']}"
+    return "missing", "not run yet, or a stage was interrupted (no metrics.json and no failure recorded)"
 
 
 def rows(plan: dict, workloads_dir: Path) -> list[dict]:

@@ -18,6 +18,6 @@ def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, options: dict |
     out_dir.mkdir(parents=True, exist_ok=True)
     result = impl.build(spec, out_dir, CompileCache(cache_dir, backend), options or {})
     record = stage_record("build", started, workload_id=workload_id(spec), backend=backend, spec=spec,
-                          artifact=backends.ARTIFACTS[backend]["build"], **result)
+                          artifact=backends.BACKENDS[backend].artifacts["build"], **result)
     write_json(out_dir / "build.json", record)
     return record

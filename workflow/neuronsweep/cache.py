@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .atomic import copy_file, read_json, write_json
@@ -41,3 +43,24 @@ class CompileCache:
         copy_file(artifact, entry / artifact.name)
         write_json(entry / "meta.json", meta)  # written last: an entry without meta is a miss
         return entry
+
+    def through(self, material: dict, artifact_name: str, dest: Path,
+                make: Callable[[Path], tuple[Path, dict]]) -> tuple[dict, dict]:
+        """The cache-through build every backend uses: copy the artifact for `material` to dest, or
+        make it (make(entry) returns the artifact it wrote and its meta, which must hold `compile_s`
+        and `compile_s_source`) and store it. Returns (meta, the build record's compile and cache
+        fields); on a hit the compile time is the one recorded when the entry was made."""
+        key = cache_key(material)
+        meta = self.fetch(key, artifact_name, dest)
+        hit = meta is not None
+        if not hit:
+            made, meta = make(self.entry(key))
+            if Path(made) != Path(dest):
+                copy_file(made, dest)
+            meta = {**meta, "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            self.store(key, dest, meta)
+        return meta, {
+            "compile_s": meta["compile_s"],
+            "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry made {meta['made_at']}",
+            "cache": {"dir": str(self.root), "key": key, "hit": hit, "entry": str(self.entry(key))},
+        }

@@ -6,6 +6,7 @@ second measurement beside it would disturb the numbers just as on a NeuronCore.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def run(build_dir: Path, out_dir: Path, settings: dict) -> dict:
         after = hostcaps.load_snapshot()
     load = {"start": before, "end": after, "under_load": hostcaps.under_load(before, after)}
     if load["under_load"]:
-        print(f"warning: case {build['workload_id']} was captured under load: {load['under_load']}")
+        logging.getLogger("neuronsweep").warning(f"warning: case {build['workload_id']} was captured under load: "
+                                                  f"{load['under_load']}")
     record = stage_record("capture", started, workload_id=build["workload_id"], backend=build["backend"],
                           spec=build["spec"], settings=settings, device_span=span, host_load=load, **result)
     write_json(out_dir / "capture.json", record)

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import traceback
 from pathlib import Path
 
 from . import __version__, backends, config
+from .backends.common import DEFAULT_TIMEOUT_S, default_threads
 from .devicelock import DEFAULT_LOCK
-from .errors import ERROR_PREFIX, UserError
+from .errors import ERROR_PREFIX, STAGES, UserError, clear_failure, record_failure
 from .workloads import workload_id
+
+log = logging.getLogger("neuronsweep")
 
 # Stage modules are imported inside their commands: every job starts a fresh `neuronsweep`, and
 # pandas (aggregate) or perfetto (view) would add most of a second to each of them.
@@ -35,8 +39,8 @@ def cmd_plan(args) -> None:
     name, why = backends.resolve(cfg["backend"])
     the_plan, probe = plan.plan_for(cfg, name)
     p = {**the_plan.to_dict(), "backend_reason": why}
-    print(why, file=sys.stderr)
-    print(plan.estimate(the_plan, cfg, probe), file=sys.stderr)
+    log.warning(why)  # stderr: stdout is the plan itself (JSON with --json)
+    log.warning(plan.estimate(the_plan, cfg, probe))
     if args.json:
         print(json.dumps(p, indent=2))
         return
@@ -65,9 +69,9 @@ def cmd_build(args) -> None:
     rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, options)
     hit = "cache hit" if rec["cache"]["hit"] else "compiled"
     took = f"{rec['compile_s']:.3f} s" if rec["compile_s"] is not None else "compile time unknown"
-    print(f"build {rec['workload_id']}: {hit}, {rec['compiler']}, {took} -> {args.out}")
+    log.info(f"build {rec['workload_id']}: {hit}, {rec['compiler']}, {took} -> {args.out}")
     if rec.get("recompilation_flag"):
-        print(f"warning: {rec['recompilation_flag']}")
+        log.warning(f"warning: {rec['recompilation_flag']}")
 
 
 def cmd_capture(args) -> None:
@@ -85,7 +89,7 @@ def cmd_capture(args) -> None:
     lat = rec.get("latency")
     timing = (f"median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, n={lat['n']}"
               if lat else "no framework timing")
-    print(f"capture {rec['workload_id']}: {timing} -> {args.out}")
+    log.info(f"capture {rec['workload_id']}: {timing} -> {args.out}")
 
 
 def cmd_view(args) -> None:
@@ -98,7 +102,7 @@ def cmd_view(args) -> None:
         rec = view.run_ntff(Path(args.neff), Path(args.ntff), Path(args.out), options)
     else:
         raise UserError("view needs --capture DIR, or --neff FILE and --ntff FILE.")
-    print(f"view {rec['workload_id']}: summary.json, {rec.get('pftrace', 'no pftrace')} -> {args.out}")
+    log.info(f"view {rec['workload_id']}: summary.json, {rec.get('pftrace', 'no pftrace')} -> {args.out}")
 
 
 def cmd_extract(args) -> None:
@@ -107,7 +111,7 @@ def cmd_extract(args) -> None:
     opt = lambda p: Path(p) if p else None  # noqa: E731
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
                     opt(args.profile_json), opt(args.calibration), track_patterns=_options(args.track_patterns))
-    print(f"extract {m['workload_id'] or args.summary_json}: {len(m['notes'])} notes on null or flagged metrics "
+    log.info(f"extract {m['workload_id'] or args.summary_json}: {len(m['notes'])} notes on null or flagged metrics "
           f"-> {args.out}")
 
 
@@ -115,7 +119,7 @@ def cmd_report(args) -> None:
     from . import report
 
     figures = report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.figures))
-    print(f"report: {args.out} ({len(figures)} figures, also as PNG in {args.figures})")
+    log.info(f"report: {args.out} ({len(figures)} figures, also as PNG in {args.figures})")
 
 
 def cmd_query(args) -> None:
@@ -149,7 +153,7 @@ def cmd_calibrate(args) -> None:
     rec = cpu.calibrate(args.threads, args.cache_dir, dtypes, args.device_lock)
     write_json(args.out, rec)
     peaks = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in rec["peak_flops_per_s"].items())
-    print(f"calibrate ({'cached' if rec['cache_hit'] else 'measured'}, {args.threads} threads): {peaks}, "
+    log.info(f"calibrate ({'cached' if rec['cache_hit'] else 'measured'}, {args.threads} threads): {peaks}, "
           f"copy {rec['peak_bytes_per_s'] / 1e9:.1f} GB/s -> {args.out}")
 
 
@@ -164,13 +168,13 @@ def cmd_aggregate(args) -> None:
 
     table = aggregate.run(Path(args.plan), Path(args.out), Path(args.targets_out) if args.targets_out else None)
     counts = table["status"].value_counts().to_dict()
-    print(f"aggregate: {len(table)} scenarios {counts} -> {args.out}")
+    log.info(f"aggregate: {len(table)} scenarios {counts} -> {args.out}")
     for _, row in table[table["status"] != "ok"].iterrows():
-        print(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
+        log.info(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
 
 
 def _timeout_arg(p, stage: str) -> None:
-    p.add_argument("--timeout", type=float, default=backends.DEFAULT_TIMEOUT_S[stage],
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S[stage],
                    help="seconds an external program (profiler, compiler child) may run before it is killed")
 
 
@@ -203,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1, help="rounds of --iterations timed executions")
     p.add_argument("--num-exec", type=int, default=2)
     p.add_argument("--nth-exec", type=int, default=2)
-    p.add_argument("--threads", type=int, default=backends.default_threads())
+    p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock file held during the capture")
@@ -247,7 +251,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
     p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=backends.default_threads())
+    p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
     p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock held while measuring (no capture beside it)")
@@ -270,26 +274,48 @@ def _case(args) -> str:
     try:
         if args.command == "build":
             return f"case {workload_id(_spec(args.spec))}"
-        if args.command in ("capture", "view", "extract"):  # --out sits in the case's folder
+        if args.command in STAGES:  # --out sits in the case's folder
             return f"case {Path(args.out).resolve().parent.name}"
     except Exception:  # noqa: BLE001 - naming the case must never mask the real error
         pass
     return args.command
 
 
+def _setup_logging() -> None:
+    """Progress to stdout, warnings and errors to stderr (Snakemake sends both to the job's log)."""
+    if log.handlers:
+        return
+    out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
+    out.addFilter(lambda record: record.levelno < logging.WARNING)
+    err.setLevel(logging.WARNING)
+    for handler in (out, err):
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    _setup_logging()
+    # a case folder of the workflow (Snakemake made its logs/): failures are recorded there for aggregate
+    case_dir = Path(args.out).parent if args.command in STAGES else None
+    case_dir = case_dir if case_dir is not None and (case_dir / "logs").is_dir() else None
     try:
         args.func(args)
-    except UserError as exc:
-        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - any other failure still ends in one sentence
-        traceback.print_exc()
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        print(f"{ERROR_PREFIX}{_case(args)}: {args.command} failed with {type(exc).__name__}: {first} "
-              "(traceback above).", file=sys.stderr)
-        return 1
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one sentence, also as data
+        if isinstance(exc, UserError):
+            reason, code = str(exc), 2
+        else:
+            log.error(traceback.format_exc().rstrip())
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            reason, code = f"{_case(args)}: {args.command} failed with {type(exc).__name__}: {first} (traceback above).", 1
+        log.error(f"{ERROR_PREFIX}{reason}")
+        if case_dir is not None:
+            record_failure(case_dir, args.command, _case(args), reason, type(exc).__name__)
+        return code
+    if case_dir is not None:
+        clear_failure(case_dir, args.command)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Load and validate a sweep config against workflow/schemas/config.schema.yaml.
+"""Load and validate a sweep config against the schema (package data: neuronsweep/config.schema.yaml,
+also reachable as workflow/schemas/config.schema.yaml).
 
 jsonschema (the validator Snakemake itself uses) does the checking; this module only fills schema
 defaults and turns the first error into one sentence that names the file and the key, because
@@ -8,6 +9,7 @@ a raw jsonschema dump is a page long and names neither.
 from __future__ import annotations
 
 import copy
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from jsonschema import Draft202012Validator, validators
 
 from .errors import UserError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+SCHEMA = "config.schema.yaml"  # shipped inside the package, so an installed wheel validates too
 
 
 def _default(sub: dict, root: dict):
@@ -87,7 +89,7 @@ def _coerce(instance, sub: dict, root: dict):
 
 
 def load_schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return yaml.safe_load(resources.files("neuronsweep").joinpath(SCHEMA).read_text())
 
 
 def _key(path) -> str:

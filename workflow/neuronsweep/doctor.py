@@ -8,6 +8,7 @@ import subprocess
 
 from . import backends, config, hostcaps
 from .backends import neuron
+from .backends.common import default_threads, package_versions
 from .errors import UserError
 
 
@@ -29,7 +30,7 @@ def report(config_path: str) -> str:
     for tool in backends.PROFILERS:
         path = shutil.which(tool) or shutil.which(tool, path=backends.NEURON_TOOL_DIR)
         lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")
-    for pkg, version in neuron.package_versions().items():
+    for pkg, version in package_versions(neuron.NEURON_PACKAGES).items():
         lines.append(f"python package {pkg}: {version or 'not installed'}")
     lines.append(f"cpu: {hostcaps.cpu_model()}; relevant flags: {', '.join(hostcaps.cpu_flags()) or 'none'}")
     try:
@@ -44,7 +45,7 @@ def report(config_path: str) -> str:
 
 def _host_rates(cfg: dict) -> list[str]:
     """The cpu backend's probe: each dtype's measured GEMM rate and whether the cpu backend runs it."""
-    probe = hostcaps.probe(cfg["cache_dir"], backends.default_threads())
+    probe = hostcaps.probe(cfg["cache_dir"], default_threads())
     slow = hostcaps.slow_dtypes(probe)
     lines = [f"host GEMM probe ({probe['method']}, {probe['threads']} threads, measured {probe['measured_at']}):"]
     for dtype, rate in probe["gemm_flops_per_s"].items():

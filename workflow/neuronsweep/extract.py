@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .analysis import legacy_json, neuron_summary, roofline
 from .atomic import read_json, replacing, write_json
-from .backends import DEVICE_COUNTERS_MISSING
+from .backends import BACKENDS
 from .records import stage_record
 from .workloads import DTYPE_BYTES, kind_of
 
@@ -73,7 +73,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
             value = summary.get(field)
             m[key] = None if value is None else value * scale
             if value is None:
-                why = DEVICE_COUNTERS_MISSING.get(backend) if device_only else None
+                why = BACKENDS[backend].device_counters_missing if device_only else None
                 notes[key] = why or f"the {backend} profile summary has no '{field}' field"
 
     lat = capture.get("latency") or {}

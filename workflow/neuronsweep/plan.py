@@ -170,9 +170,10 @@ def host_probe(config: dict, backend: str) -> dict | None:
     """cpu: the host's probe (hostcaps.probe, cached beside the compile cache); other backends: None."""
     if backend != "cpu":
         return None
-    from . import backends, hostcaps
+    from . import hostcaps
+    from .backends.common import default_threads
 
-    return hostcaps.probe(config["cache_dir"], backends.default_threads())
+    return hostcaps.probe(config["cache_dir"], default_threads())
 
 
 def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 from .analysis import compare  # noqa: E402
 from .atomic import read_json, replacing  # noqa: E402
-from .backends.xla_program import STEPS  # noqa: E402
+from .backends import BACKENDS  # noqa: E402
 from .extract import NOISY_REL_SPREAD  # noqa: E402
 
 ENGINE_COLS = ["tensor_engine_active_pct", "vector_engine_active_pct", "scalar_engine_active_pct",
@@ -145,10 +145,11 @@ def fig_breakdown(rows: pd.DataFrame, workloads_dir: Path):
         ax.set_xlabel("% of device total_time each engine / DMA is active (they overlap, so bars can pass 100)")
     else:
         xla = (rows["backend"] == "xla").any()
-        shares = _self_time_shares(rows, workloads_dir, (lambda n: n in STEPS) if xla else
+        steps = BACKENDS["xla"].call_steps
+        shares = _self_time_shares(rows, workloads_dir, (lambda n: n in steps) if xla else
                                    (lambda n: str(n).startswith("aten::")))
         if xla:
-            top = STEPS
+            top = steps
         else:
             top = pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else []
         left = [0.0] * len(rows)
@@ -169,10 +170,7 @@ def fig_framework_device(rows: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(8, max(3, 0.3 * len(rows) + 1.5)))
     labels = [_short(w) for w in rows["workload_id"]]
     backend = rows["backend"].iloc[0] if len(rows) else "cpu"
-    device_col, device_label = {
-        "neuron": ("profile_total_time_s", "device total_time"),
-        "xla": ("execute_median_s", "XLA ExecuteTime median (torch_xla metrics)"),
-    }.get(backend, ("profile_active_time_s", "profiled op-busy time (under torch.profiler)"))
+    device_col, device_label = BACKENDS[backend].device_time
     ys = range(len(rows))
     ax.barh([y - 0.2 for y in ys], rows["latency_median_s"] * 1e3, height=0.4, label="framework median")
     ax.barh([y + 0.2 for y in ys], rows[device_col] * 1e3, height=0.4, label=device_label)

@@ -56,29 +56,22 @@ logger.info(estimate(PLAN, CONFIG, HOST_PROBE))
 PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON}, separators=(",", ":"))
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
-ARTIFACT = backends.ARTIFACTS[BACKEND]
+DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs
+ARTIFACT = DESCRIPTION.artifacts
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
-# The xla capture reads its options from build.json, so a changed option rebuilds and recaptures.
-NEURON = CONFIG["neuron"]
 ON_NEURON = BACKEND == "neuron"
 ON_XLA = BACKEND == "xla"
-STAGE_KEYS = {
-    "neuron": {"build": ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug"),
-               "capture": ("profiler", "enable_dge_notifs"),
-               "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows")},
-    "xla": {"build": ("pjrt_device", "xla_debug")},
-}
+SECTION = CONFIG.get(BACKEND, {})  # the backend's config section (none for cpu)
 
 
 def options(stage):
-    keys = STAGE_KEYS.get(BACKEND, {}).get(stage, ())
-    return canonical({k: CONFIG[BACKEND][k] for k in keys})
+    return canonical({k: SECTION[k] for k in DESCRIPTION.stage_options.get(stage, ())})
 
 
-HAS_PFTRACE = not ON_NEURON or NEURON["pftrace"]
-HAS_PROFILE_JSON = ON_NEURON and NEURON["json"]
-HAS_HOST_PEAKS = BACKEND == "cpu" or (ON_XLA and CONFIG["xla"]["pjrt_device"] == "CPU")
+VIEW_OUTPUTS = DESCRIPTION.view_outputs(SECTION)
+HAS_PROFILE_JSON = "profile.json" in VIEW_OUTPUTS
+HAS_HOST_PEAKS = DESCRIPTION.host_peaks(SECTION)
 CALIBRATION_DTYPES = ",".join(sorted({spec["dtype"] for spec in PLAN.workloads.values()}))  # only what the sweep uses
 DEVICE_LOCK = CAPTURE["device_lock"]
 TIMEOUTS = CONFIG["timeouts"]

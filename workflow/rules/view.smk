@@ -7,9 +7,7 @@ rule view:
         profile=rules.capture.output.profile,
         **({"module": rules.build.output.artifact} if ON_XLA else {}),
     output:
-        *([f"{WORKLOAD}/view/trace.pftrace"] if HAS_PFTRACE else []),
-        *([f"{WORKLOAD}/view/parquet/Instruction.parquet"] if ON_XLA else []),
-        *([f"{WORKLOAD}/view/profile.json"] if HAS_PROFILE_JSON else []),
+        *[f"{WORKLOAD}/view/{name}" for name in VIEW_OUTPUTS],
         summary=f"{WORKLOAD}/view/summary.json",
         record=f"{WORKLOAD}/view/view.json",
     params:

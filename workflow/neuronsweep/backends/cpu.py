@@ -21,11 +21,12 @@ from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..stats import latency_stats
 from ..workloads import TORCH_DTYPES, kind_of, tensor_bytes, workload_id
-from . import ARTIFACTS, EXEC_MARK, profiled_span
+from . import BACKENDS
+from .common import EXEC_MARK, profiled_span
 
-ARTIFACT = ARTIFACTS["cpu"]["build"]
-TRACE = ARTIFACTS["cpu"]["capture"]
-ARTIFACT_FORMAT = "torch.export .pt2, v1"
+ARTIFACT = BACKENDS["cpu"].artifacts["build"]
+TRACE = BACKENDS["cpu"].artifacts["capture"]
+ARTIFACT_FORMAT = "torch.export .pt2, v2"
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
 
 
@@ -37,30 +38,22 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
     import torch
 
     kind = kind_of(spec)
-    key = cache_key({"spec": spec, "backend": "cpu", "torch": torch.__version__, "format": ARTIFACT_FORMAT})
-    dest = out_dir / ARTIFACT
-    meta = cache.fetch(key, ARTIFACT, dest)
-    hit = meta is not None
-    if not hit:
+
+    def export(entry: Path) -> tuple[Path, dict]:
         shapes = kind.tensor_shapes(spec)
         dtype = _torch_dtype(torch, spec["dtype"])
         example = tuple(torch.empty(shapes[n], dtype=dtype, device="meta") for n in kind.input_names(spec))
         t0 = time.perf_counter()
         program = torch.export.export(kind.torch_module(spec), example)
         export_s = time.perf_counter() - t0
-        with replacing(dest) as tmp:
+        with replacing(out_dir / ARTIFACT) as tmp:
             torch.export.save(program, str(tmp))
-        meta = {"workload_id": workload_id(spec), "export_s": export_s, "torch_version": torch.__version__,
-                "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        cache.store(key, dest, meta)
-    return {
-        "toolchain": {"torch": torch.__version__, "python": platform.python_version()},
-        "compiler": "torch.export",
-        "artifact_format": ARTIFACT_FORMAT,
-        "compile_s": meta["export_s"],
-        "compile_s_source": "this build" if not hit else f"cache entry exported {meta['exported_at']}",
-        "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(cache.entry(key))},
-    }
+        return out_dir / ARTIFACT, {"compile_s": export_s, "compile_s_source": "this build (torch.export.export)"}
+
+    material = {"spec": spec, "backend": "cpu", "torch": torch.__version__, "format": ARTIFACT_FORMAT}
+    _, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, export)
+    return {"toolchain": {"torch": torch.__version__, "python": platform.python_version()},
+            "compiler": "torch.export", "artifact_format": ARTIFACT_FORMAT, **fields}
 
 
 def _available_bytes() -> int:

@@ -20,7 +20,6 @@ import re
 import shutil
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 from .. import devicelock
@@ -28,11 +27,12 @@ from ..analysis import neuron_summary
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
 from ..workloads import workload_id
-from . import ARTIFACTS, NEURON_TOOL_DIR, PROFILERS, run_child, run_tool, timeout, xla_program
+from . import BACKENDS, NEURON_TOOL_DIR, PROFILERS, xla_program
+from .common import package_versions, recompilation_flag, run_child, run_tool, timeout
 
-ARTIFACT = ARTIFACTS["neuron"]["build"]
-NTFF = ARTIFACTS["neuron"]["capture"]
-ARTIFACT_FORMAT = "NEFF via torch-xla, v1"
+ARTIFACT = BACKENDS["neuron"].artifacts["build"]
+NTFF = BACKENDS["neuron"].artifacts["capture"]
+ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
 # device out of memory, as real runs word it ("Failed to allocate ... on ND 0", NRT_RESOURCE, "Allocation Failure")
 OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|allocation failure|NRT_RESOURCE|RESOURCE_EXHAUSTED",
                  re.IGNORECASE)
@@ -70,17 +70,6 @@ def is_explorer(profiler: str) -> bool:
     return "explorer" in Path(profiler).name
 
 
-def package_versions(packages=NEURON_PACKAGES) -> dict[str, str | None]:
-    """Installed version of each package, None when absent (recorded in build.json and cache keys)."""
-    versions = {}
-    for pkg in packages:
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return versions
-
-
 def auto_cast(options: dict) -> str:
     """--auto-cast is always passed: its default changed between SDKs (matmult, then none in 2.27), and
     an fp32 workload silently run as bf16 would be measured against the fp32 peak."""
@@ -112,13 +101,6 @@ def _tail(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- build
-
-
-def recompilation_flag(what: str) -> str:
-    """build.json's sentence for a workload that compiled again when called again with the same inputs."""
-    trap = "@nki.jit trap" if what == "kernel" else "trap, a value baked into the graph"
-    return (f"the {what} recompiled on a repeated call with the same inputs: every framework call pays "
-            f"compile time (seed 002's {trap})")
 
 
 def compile_env(options: dict, compile_cache: Path) -> dict:
@@ -180,34 +162,31 @@ def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
-    versions = package_versions()
+    versions = package_versions(NEURON_PACKAGES)
     flags = cc_flags(options)
     nki_impl = spec.get("impl") == "nki"
-    key = cache_key({"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options.get("xla_debug")),
-                     "versions": versions, "format": ARTIFACT_FORMAT})
-    entry = cache.entry(key)
-    dest = out_dir / ARTIFACT
-    meta = cache.fetch(key, ARTIFACT, dest)
-    hit = meta is not None
-    if not hit:  # both routes execute the workload on a NeuronCore: hold the device like a capture
+
+    def compile_neff(entry: Path) -> tuple[Path, dict]:
+        # both routes execute the workload on a NeuronCore: hold the device like a capture
         with devicelock.held(options.get("device_lock") or devicelock.DEFAULT_LOCK):
             made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, options, entry)
-        shutil.copyfile(made["neff_source"], dest)
-        meta = {**made, "workload_id": workload_id(spec), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        cache.store(key, dest, meta)
+        return Path(made["neff_source"]), made
+
+    material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options.get("xla_debug")),
+                "versions": versions, "format": ARTIFACT_FORMAT}
+    meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
+    entry = Path(fields["cache"]["entry"])
     env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"} if nki_impl else \
         {k: v for k, v in compile_env(options, entry / "neuron-compile-cache").items()
          if k.startswith(("NEURON_FRAMEWORK_DEBUG", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "XLA_"))}
-    recompiles = meta.get("recompiled_on_second_call")
     return {
         "toolchain": versions, "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
         "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options.get("target", "trn1"),
         "auto_cast": auto_cast(options), "lnc": lnc(options), "visible_cores": VISIBLE_CORES,
         "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
-        **{k: v for k, v in meta.items() if k not in ("workload_id", "exported_at")},
-        "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry compiled {meta['exported_at']}",
-        "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph") if recompiles else None,
-        "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(entry)},
+        **{k: v for k, v in meta.items() if k != "made_at"}, **fields,
+        "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
+        if meta.get("recompiled_on_second_call") else None,
     }
 
 

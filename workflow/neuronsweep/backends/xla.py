@@ -26,14 +26,13 @@ from pathlib import Path
 from .. import hostcaps, pftrace
 from ..analysis import hlo
 from ..analysis.intervals import union_length
-from ..cache import CompileCache, cache_key
-from ..workloads import workload_id
-from . import ARTIFACTS, profiled_span, timeout, xla_program
-from .neuron import package_versions, recompilation_flag
+from ..cache import CompileCache
+from . import BACKENDS, xla_program
+from .common import package_versions, profiled_span, recompilation_flag, timeout
 
-ARTIFACT = ARTIFACTS["xla"]["build"]
-TRACE = ARTIFACTS["xla"]["capture"]
-ARTIFACT_FORMAT = "optimized HLO text via torch-xla, v1"
+ARTIFACT = BACKENDS["xla"].artifacts["build"]
+TRACE = BACKENDS["xla"].artifacts["capture"]
+ARTIFACT_FORMAT = "optimized HLO text via torch-xla, v2"
 MODULE_GLOB = "module_*after_optimizations.txt"  # cpu_after_optimizations.txt on PJRT CPU
 INSTRUCTION_TABLE = "parquet/Instruction.parquet"
 PACKAGES = ("torch", "torch-xla")
@@ -58,35 +57,30 @@ def _fresh(workdir: Path) -> Path:
 def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
     versions = package_versions(PACKAGES)
     device = options.get("pjrt_device", "CPU")
-    key = cache_key({"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options.get("xla_debug")),
-                     "versions": versions, "format": ARTIFACT_FORMAT})
-    dest = out_dir / ARTIFACT
-    meta = cache.fetch(key, ARTIFACT, dest)
-    hit = meta is not None
-    if not hit:
+
+    def compile_module(entry: Path) -> tuple[Path, dict]:
         workdir = out_dir.resolve() / "xla"
         dump = _fresh(workdir)
         result = xla_program.run(spec, workdir / "xla_result.json", xla_env(options, dump), workdir,
                                  [str(dump / MODULE_GLOB)], timeout(options, "build"))
         module, candidates = xla_program.attribute(result, spec, "HLO module")
-        shutil.copyfile(module, dest)
         comp = result["compile"]
-        meta = {"module_source": module, "candidates": candidates, "compile_s": comp["seconds"],
-                "compile_count": comp["count"], "second_call_compile_count": comp["second_call_count"],
-                "recompiled_on_second_call": comp["second_call_count"] > 0, "device": result["device"],
-                "workload_id": workload_id(spec), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        cache.store(key, dest, meta)
+        return Path(module), {"module_source": module, "candidates": candidates, "compile_s": comp["seconds"],
+                              "compile_s_source": "torch_xla.debug.metrics CompileTime",
+                              "compile_count": comp["count"], "second_call_compile_count": comp["second_call_count"],
+                              "recompiled_on_second_call": comp["second_call_count"] > 0, "device": result["device"]}
+
+    material = {"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options.get("xla_debug")),
+                "versions": versions, "format": ARTIFACT_FORMAT}
+    meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_module)
     env = {k: v for k, v in xla_env(options, Path("<build>/xla/dump")).items()
            if k in ("PJRT_DEVICE", "XLA_FLAGS", "XLA_IR_DEBUG", "XLA_HLO_DEBUG")}
     return {
         "toolchain": {**versions, "python": platform.python_version()},
         "compiler": f"XLA via torch-xla (PJRT_DEVICE={device})", "artifact_format": ARTIFACT_FORMAT,
         "pjrt_device": device, "env": env,
-        **{k: v for k, v in meta.items() if k not in ("workload_id", "exported_at")},
-        "compile_s_source": "torch_xla.debug.metrics CompileTime" if not hit else
-                            f"cache entry compiled {meta['exported_at']}",
+        **{k: v for k, v in meta.items() if k != "made_at"}, **fields,
         "recompilation_flag": recompilation_flag("graph") if meta["recompiled_on_second_call"] else None,
-        "cache": {"dir": str(cache.root), "key": key, "hit": hit, "entry": str(cache.entry(key))},
     }
 
 

@@ -34,11 +34,12 @@ import threading
 import time
 from pathlib import Path
 
-from . import EXEC_MARK
+from . import BACKENDS
+from .common import EXEC_MARK
 
 PHASES = ("start", "inputs", "workload", "second")
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
-STEPS = ("lazy tracing (forward)", "mark_step", "wait_device_ops")  # one call's steps, in order
+STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of the capture trace
 
 
 # ------------------------------------------------------------------------------- parent side
@@ -47,7 +48,7 @@ STEPS = ("lazy tracing (forward)", "mark_step", "wait_device_ops")  # one call's
 def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out."""
-    from . import run_child
+    from .common import run_child
 
     cwd, out_json = cwd.resolve(), out_json.resolve()
     args = ["--spec", json.dumps(spec), "--out", str(out_json)]

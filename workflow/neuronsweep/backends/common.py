@@ -1,0 +1,95 @@
+"""What several backends share, so that no backend imports another: running external programs under
+a time limit, installed package versions, the recompilation sentence, and the profiled-call span of
+the cpu and xla Chrome traces."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def package_versions(packages) -> dict[str, str | None]:
+    """Installed version of each package, None when absent (recorded in build.json and cache keys)."""
+    versions = {}
+    for pkg in packages:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return versions
+
+
+def recompilation_flag(what: str) -> str:
+    """build.json's sentence for a workload that compiled again when called again with the same inputs."""
+    trap = "@nki.jit trap" if what == "kernel" else "trap, a value baked into the graph"
+    return (f"the {what} recompiled on a repeated call with the same inputs: every framework call pays "
+            f"compile time (seed 002's {trap})")
+
+
+DEFAULT_TIMEOUT_S = {"build": 7200, "capture": 3600, "view": 3600}  # the schema's `timeouts` defaults
+
+
+def timeout(settings: dict, stage: str) -> float:
+    """A stage's time limit for external programs: the CLI's --timeout, else the schema default."""
+    return settings.get("timeout_s") or DEFAULT_TIMEOUT_S[stage]
+
+
+def run_tool(argv: list[str], timeout_s: float, what: str, cwd: Path | None = None,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run an external program in a process group of its own, so that on timeout the whole group
+    (a profiler and the helpers it spawned, a server it left running) is killed; a timeout or a
+    missing program ends in one sentence."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
+                                start_new_session=True)
+    except FileNotFoundError:
+        raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise UserError(f"{what}: {Path(argv[0]).name} did not finish within {timeout_s:g} s and was stopped "
+                        "(its whole process group); if it needs longer, raise the `timeouts` key of its stage "
+                        "in the config.") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str,
+              timeout_s: float) -> None:
+    """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
+    process of their own, since their environment is read when torch_xla / nki is imported. The
+    output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
+    from ..workloads import workload_id
+
+    proc = run_tool([sys.executable, "-m", f"{__package__}.{module}", *args], timeout_s,
+                    f"case {workload_id(spec)}: the {what}", cwd=cwd, env=env)
+    log = Path(cwd) / f"{module}.log"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise UserError(f"case {workload_id(spec)}: the {what} exited {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log}).")
+
+
+EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces
+
+
+def profiled_span(trace: dict, nth: int) -> tuple[list[dict], dict]:
+    """The complete ('X') events of a Chrome trace and the span of its nth execution; a trace
+    without one cannot be summarized, so that fails with what to do."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    mark = f"{EXEC_MARK}{nth}"
+    span = next((e for e in events if e.get("name") == mark), None)
+    if span is None:
+        raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
+    return events, span
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
