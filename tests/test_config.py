@@ -95,3 +95,22 @@ def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
     assert proc.returncode != 0
     assert "config key 'backend' is xla, but torch-xla is not installed" in proc.stdout + proc.stderr
     assert 'pip install -e ".[xla,workflow]"' in proc.stdout + proc.stderr
+
+
+def test_cli_defaults_are_the_schema_defaults_and_the_exec_check_is_one_rule(tmp_path):
+    from neuronsweep import cli
+    from neuronsweep.backends.common import DEFAULT_TIMEOUT_S
+    from neuronsweep.devicelock import DEFAULT_LOCK
+
+    schema_cfg = config.validate(MINIMAL)
+    args = cli.parser().parse_args(["capture", "--build", "b", "--out", "o"])
+    for key in ("warmup", "iterations", "repeats", "num_exec", "nth_exec", "device_lock"):
+        assert getattr(args, key) == schema_cfg["capture"][key], key
+    assert args.timeout == schema_cfg["timeouts"]["capture"] == DEFAULT_TIMEOUT_S["capture"]
+    assert DEFAULT_LOCK == schema_cfg["capture"]["device_lock"]
+    assert cli.parser().parse_args(["build", "--spec", "{}", "--out", "o"]).cache_dir == schema_cfg["cache_dir"]
+    proc = subprocess.run([str(BIN / "neuronsweep"), "capture", "--build", str(tmp_path), "--out", str(tmp_path / "c"),
+                           "--num-exec", "2", "--nth-exec", "3"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "neuronsweep: error: capture: flag '--nth-exec' (3) must not exceed '--num-exec' (2); "
+        "raise --num-exec or lower --nth-exec.")

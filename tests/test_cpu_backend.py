@@ -33,7 +33,7 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     assert first["command"].startswith("neuronsweep build --spec ")
 
     cap = tmp_path / "runB" / "capture"
-    ns("capture", "--build", b, "--out", cap, "--warmup", 1, "--iterations", 5, "--num-exec", 3, "--nth-exec", 2,
+    ns("capture", "--build", b, "--out", cap, "--warmup", 1, "--iterations", 5, "--repeats", 1, "--num-exec", 3, "--nth-exec", 2,
        "--threads", 1)
     rec = json.loads((cap / "capture.json").read_text())
     assert rec["latency"]["n"] == 5 and len(rec["latency"]["samples_s"]) == 5

@@ -12,11 +12,17 @@ import pytest
 
 from conftest import neuron_config, snakemake, standin_env, standin_runs
 from neuronsweep.analysis.pftrace_reader import read as read_pftrace
-from neuronsweep.backends import neuron, xla_program
+from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
 from neuronsweep.errors import UserError
+from neuronsweep.settings import CaptureSettings
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
+
+
+def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
+    return CaptureSettings(warmup=1, iterations=1, repeats=1, num_exec=num_exec, nth_exec=nth, threads=1,
+                           device_lock=str(tmp / "device.lock"), timeout_s=60, options={"profiler": profiler})
 
 
 def wdir(root: Path, wid: str) -> Path:
@@ -32,7 +38,7 @@ def wdir(root: Path, wid: str) -> Path:
     (5, 3, None, "profile_exec_3.ntff"), (1, 1, 3, "profile_rank_3.ntff"), (2, 2, 0, "profile_rank_0_exec_2.ntff"),
     (4, 1, 1, "profile_rank_1.ntff")])
 def test_expected_ntff_follows_the_documented_naming(num_exec, nth, rank, name):
-    assert neuron.expected_ntff(num_exec, nth, rank=rank) == name
+    assert neuron_profiler.expected_ntff(num_exec, nth, rank=rank) == name
 
 
 @pytest.mark.parametrize("num_exec, nth", [(1, 1), (3, 1), (2, 2), (4, 3)])
@@ -43,22 +49,22 @@ def test_capture_finds_the_profiled_ntff_for_every_documented_case(tmp_path, num
         monkeypatch.setenv(key, value)
     neff = tmp_path / "model.neff"
     neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "g", "ops": []}).encode())
-    rec = neuron.capture_neff(neff, tmp_path / "cap", {"num_exec": num_exec, "nth_exec": nth, "profiler": "neuron-profile"})
-    assert rec["ntff_written_as"] == neuron.expected_ntff(num_exec, nth)
+    rec = neuron_profiler.capture_neff(neff, tmp_path / "cap", settings(num_exec, nth, tmp_path, "neuron-profile"))
+    assert rec["ntff_written_as"] == neuron_profiler.expected_ntff(num_exec, nth)
     assert (tmp_path / "cap" / "profile.ntff").is_file()
 
 
 def test_find_ntff_prefers_the_documented_name_and_fails_on_ambiguity(tmp_path):
     for name in ("profile.ntff", "profile_exec_2.ntff", "profile_exec_3.ntff"):
         (tmp_path / name).write_bytes(b"x")
-    assert neuron.find_ntff(tmp_path, 3, 2).name == "profile_exec_2.ntff"
+    assert neuron_profiler.find_ntff(tmp_path, 3, 2).name == "profile_exec_2.ntff"
     (tmp_path / "profile_exec_2.ntff").unlink()
     with pytest.raises(UserError, match="expected profile_exec_2.ntff after capture, found"):
-        neuron.find_ntff(tmp_path, 3, 2)
+        neuron_profiler.find_ntff(tmp_path, 3, 2)
     rank = tmp_path / "rank"
     rank.mkdir()
     (rank / "profile_rank_0_exec_2.ntff").write_bytes(b"x")  # collectives variant
-    assert neuron.find_ntff(rank, 2, 2).name == "profile_rank_0_exec_2.ntff"
+    assert neuron_profiler.find_ntff(rank, 2, 2).name == "profile_rank_0_exec_2.ntff"
 
 
 def test_cc_flags_from_config():
@@ -316,23 +322,23 @@ def _neff(tmp_path: Path) -> Path:
 def test_real_oom_texts_trigger_the_single_io_retry():
     for text in ("ERROR NRT: Failed to allocate 268435456 bytes on ND 0 for tensor 'input0'",
                  "nrt_load status=NRT_RESOURCE", "Allocation Failure: hbm", "out of memory"):
-        assert neuron.OOM.search(text), text
-    assert not neuron.OOM.search("NRT: nrt_load failed: NEFF load error")
+        assert neuron_profiler.OOM.search(text), text
+    assert not neuron_profiler.OOM.search("NRT: nrt_load failed: NEFF load error")
 
 
 def test_explorer_view_would_serve_forever_so_exports_pass_ingest_only(tmp_path, monkeypatch):
     for key, value in standin_env(tmp_path).items():
         monkeypatch.setenv(key, value)
     neff = _neff(tmp_path)
-    cap = neuron.capture_neff(neff, tmp_path / "cap", {"num_exec": 2, "nth_exec": 2, "profiler": "neuron-explorer"})
+    cap = neuron_profiler.capture_neff(neff, tmp_path / "cap", settings(2, 2, tmp_path, "neuron-explorer"))
     ntff = tmp_path / "cap" / "profile.ntff"
     # the stand-in, like the real Explorer, keeps serving after an export unless told not to
     with pytest.raises(UserError, match=r"did not finish within 2 s and was stopped \(its whole process group\)"):
         run_tool(["neuron-explorer", "view", "-n", str(neff), "-s", str(ntff), "--output-format", "perfetto",
-                         "--output-file", str(tmp_path / "x.pftrace")], 2, "view", env=neuron.tool_env())
+                         "--output-file", str(tmp_path / "x.pftrace")], 2, "view", env=neuron_profiler.tool_env())
     out = tmp_path / "view"
     out.mkdir()
-    rec = neuron.view_profile(neff, ntff, out, {"profiler": "neuron-explorer", "json": True, "timeout_s": 60})
+    rec = neuron_profiler.view_profile(neff, ntff, out, {"profiler": "neuron-explorer", "json": True, "timeout_s": 60})
     assert all("--ingest-only" in argv for fmt, argv in rec["commands"].items() if fmt != "summary-json")
     assert (out / "trace.pftrace").is_file() and (out / "parquet" / "Metadata.parquet").is_file()
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"
@@ -358,8 +364,7 @@ def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeyp
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UserError, match="Requested:1 Available:0"):
-            neuron.capture_neff(_neff(tmp_path), tmp_path / "cap", {"num_exec": 1, "nth_exec": 1,
-                                                                   "profiler": "neuron-profile"})
+            neuron_profiler.capture_neff(_neff(tmp_path), tmp_path / "cap", settings(1, 1, tmp_path, "neuron-profile"))
     finally:
         holder.kill()
 

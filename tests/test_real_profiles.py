@@ -119,13 +119,13 @@ def test_extract_refuses_a_file_without_a_summary_and_reads_raw_summary_json_und
 
 
 def test_ntff_files_are_named_as_a_first_execution_capture_writes_them():
-    from neuronsweep.backends import neuron
+    from neuronsweep.backends import neuron_profiler
 
     for path in FILES:
         ntff = path.with_suffix(".ntff")
         assert ntff.is_file() and ntff.stat().st_size > 0
         # captured with -s profile_<MxKxN>.ntff and no --num-exec: one execution, the stem as given
-        assert neuron.expected_ntff(1, 1, stem=path.stem) == ntff.name
+        assert neuron_profiler.expected_ntff(1, 1, stem=path.stem) == ntff.name
 
 
 def test_trn2_peaks_are_per_logical_core_and_a_wrong_target_is_named():

@@ -12,28 +12,21 @@ from pathlib import Path
 
 from . import backends, devicelock, hostcaps
 from .atomic import read_json, write_json
-from .devicelock import DEFAULT_LOCK
 from .errors import UserError
 from .records import stage_record
+from .settings import CaptureSettings
 
 
-def _check(settings: dict) -> None:
-    if settings["nth_exec"] > settings["num_exec"]:
-        raise UserError(f"--nth-exec {settings['nth_exec']} exceeds --num-exec {settings['num_exec']}; "
-                        "lower nth or raise num.")
-
-
-def run(build_dir: Path, out_dir: Path, settings: dict) -> dict:
+def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> dict:
     """Capture the workload built in build_dir (its build.json says which backend)."""
     started = time.time()
     build_json = build_dir / "build.json"
     if not build_json.is_file():
         raise UserError(f"{build_json}: no build record; run the build stage for this case first.")
     build = read_json(build_json)
-    _check(settings)
     impl = backends.load(build["backend"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.get("device_lock") or DEFAULT_LOCK) as span:
+    with devicelock.held(settings.device_lock) as span:
         before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
         after = hostcaps.load_snapshot()
@@ -42,23 +35,22 @@ def run(build_dir: Path, out_dir: Path, settings: dict) -> dict:
         logging.getLogger("neuronsweep").warning(f"warning: case {build['workload_id']} was captured under load: "
                                                   f"{load['under_load']}")
     record = stage_record("capture", started, workload_id=build["workload_id"], backend=build["backend"],
-                          spec=build["spec"], settings=settings, device_span=span, host_load=load, **result)
+                          spec=build["spec"], settings=settings.to_dict(), device_span=span, host_load=load, **result)
     write_json(out_dir / "capture.json", record)
     return record
 
 
-def run_neff(neff: Path, out_dir: Path, settings: dict) -> dict:
+def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> dict:
     """Capture a NEFF made anywhere (neuron only): no framework timing, since no workload spec is known."""
-    from .backends import neuron
+    from .backends import neuron_profiler
 
     started = time.time()
     if not neff.is_file():
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
-    _check(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.get("device_lock") or DEFAULT_LOCK) as span:
-        result = neuron.capture_neff(neff, out_dir, settings)
+    with devicelock.held(settings.device_lock) as span:
+        result = neuron_profiler.capture_neff(neff, out_dir, settings)
     record = stage_record("capture", started, workload_id=neff.stem, backend="neuron", spec=None,
-                          settings=settings, device_span=span, latency=None, threads=None, **result)
+                          settings=settings.to_dict(), device_span=span, latency=None, threads=None, **result)
     write_json(out_dir / "capture.json", record)
     return record

@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__, backends, config
+from .config import schema_default
 from .backends.common import DEFAULT_TIMEOUT_S, default_threads
 from .devicelock import DEFAULT_LOCK
 from .errors import ERROR_PREFIX, STAGES, UserError, clear_failure, record_failure
@@ -76,12 +77,12 @@ def cmd_build(args) -> None:
 
 def cmd_capture(args) -> None:
     from . import capture
+    from .settings import CaptureSettings
 
-    settings = {**_options(args.options), "warmup": args.warmup, "iterations": args.iterations,
-                "repeats": args.repeats,
-                "num_exec": args.num_exec, "nth_exec": args.nth_exec, "threads": args.threads,
-                "attempt": args.attempt, "single_io": args.single_io, "device_lock": args.device_lock,
-                "timeout_s": args.timeout}
+    settings = CaptureSettings(warmup=args.warmup, iterations=args.iterations, repeats=args.repeats,
+                               num_exec=args.num_exec, nth_exec=args.nth_exec, threads=args.threads,
+                               device_lock=args.device_lock, timeout_s=args.timeout, attempt=args.attempt,
+                               single_io=args.single_io, options=_options(args.options))
     if (args.build is None) == (args.neff is None):
         raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
     rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
@@ -192,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True, help="workload spec as JSON, or @FILE")
     p.add_argument("--backend", default="cpu", choices=backends.NAMES)
     p.add_argument("--out", required=True, help="build directory to write")
-    p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
+    p.add_argument("--cache-dir", default=schema_default("cache_dir"))
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="neuron: OS lock held while the build runs on the device")
     _timeout_arg(p, "build")
@@ -202,11 +203,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--build", help="build directory (holds build.json)")
     p.add_argument("--neff", help="or any NEFF file (neuron; no framework timing)")
     p.add_argument("--out", required=True, help="capture directory to write")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iterations", type=int, default=30)
-    p.add_argument("--repeats", type=int, default=1, help="rounds of --iterations timed executions")
-    p.add_argument("--num-exec", type=int, default=2)
-    p.add_argument("--nth-exec", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=schema_default("capture.warmup"))
+    p.add_argument("--iterations", type=int, default=schema_default("capture.iterations"))
+    p.add_argument("--repeats", type=int, default=schema_default("capture.repeats"),
+                   help="rounds of --iterations timed executions")
+    p.add_argument("--num-exec", type=int, default=schema_default("capture.num_exec"))
+    p.add_argument("--nth-exec", type=int, default=schema_default("capture.nth_exec"))
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
@@ -253,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
-    p.add_argument("--cache-dir", default="~/.cache/neuron-sweep")
+    p.add_argument("--cache-dir", default=schema_default("cache_dir"))
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock held while measuring (no capture beside it)")
     p.set_defaults(func=cmd_calibrate)
 

@@ -9,6 +9,7 @@ a raw jsonschema dump is a page long and names neither.
 from __future__ import annotations
 
 import copy
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,27 @@ def _coerce(instance, sub: dict, root: dict):
     return _scalar(instance, sub)
 
 
+@functools.cache
 def load_schema() -> dict:
     return yaml.safe_load(resources.files("neuronsweep").joinpath(SCHEMA).read_text())
+
+
+def schema_default(dotted: str):
+    """The schema's default of a key such as 'capture.iterations': the one place defaults live, for
+    the CLI's flags as much as for configs."""
+    root = sub = load_schema()
+    for part in dotted.split("."):
+        sub = _resolve(sub["properties"][part], root)
+    return copy.deepcopy(sub["default"])
+
+
+def check_profiled_exec(num_exec: int, nth_exec: int, names: tuple[str, str], source: str, kind: str = "key") -> None:
+    """The profiled execution must be one of those run: one check for the config and the CLI; names
+    are the keys or flags to quote."""
+    if nth_exec > num_exec:
+        short = [n.split(".")[-1] for n in names]
+        raise UserError(f"{source}: {kind} '{names[1]}' ({nth_exec}) must not exceed '{names[0]}' ({num_exec}); "
+                        f"raise {short[0]} or lower {short[1]}.")
 
 
 def _key(path) -> str:
@@ -138,11 +158,8 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise UserError(_sentence(errors[0], source))
-    cap = cfg["capture"]
-    if cap["nth_exec"] > cap["num_exec"]:
-        raise UserError(
-            f"{source}: key 'capture.nth_exec' ({cap['nth_exec']}) must not exceed 'capture.num_exec' "
-            f"({cap['num_exec']}); raise num_exec or lower nth_exec.")
+    check_profiled_exec(cfg["capture"]["num_exec"], cfg["capture"]["nth_exec"], ("capture.num_exec", "capture.nth_exec"),
+                        source)
     return cfg
 
 

@@ -8,7 +8,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-DEFAULT_LOCK = "/tmp/neuron-sweep-device.lock"  # also the config schema's default
+from .config import schema_default
+
+DEFAULT_LOCK = schema_default("capture.device_lock")
 
 
 @contextmanager

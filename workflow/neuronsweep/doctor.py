@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import platform
 import shutil
-import subprocess
 
 from . import backends, config, hostcaps
-from .backends import neuron
-from .backends.common import default_threads, package_versions
+from .backends import neuron, neuron_profiler
+from .backends.common import default_threads, package_versions, run_tool
 from .errors import UserError
 
 
 def _first_line(argv: list[str]) -> str:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=neuron.tool_env(), timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"failed to run ({exc.__class__.__name__})"
+        proc = run_tool(argv, 60, argv[0], env=neuron_profiler.tool_env())
+    except UserError as exc:
+        return f"failed to run ({exc})"
     lines = (proc.stdout or proc.stderr).strip().splitlines()
     return lines[0] if lines else f"no output (exit {proc.returncode})"
 

@@ -33,12 +33,12 @@ def run(capture_dir: Path, out_dir: Path, options: dict | None = None) -> dict:
 
 def run_ntff(neff: Path, ntff: Path, out_dir: Path, options: dict | None = None) -> dict:
     """View an NTFF captured anywhere against its NEFF (neuron only)."""
-    from .backends import neuron
+    from .backends import neuron_profiler
 
     started = time.time()
     for path, what in ((neff, "NEFF"), (ntff, "NTFF")):
         if not path.is_file():
             raise UserError(f"{path}: no such {what} file.")
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = neuron.view_profile(neff, ntff, out_dir, options or {})
+    result = neuron_profiler.view_profile(neff, ntff, out_dir, options or {})
     return _finish(out_dir, started, result, workload_id=neff.stem, backend="neuron")

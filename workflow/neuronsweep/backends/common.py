@@ -11,6 +11,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from ..config import schema_default
 from ..errors import UserError
 
 
@@ -32,7 +33,7 @@ def recompilation_flag(what: str) -> str:
             f"compile time (seed 002's {trap})")
 
 
-DEFAULT_TIMEOUT_S = {"build": 7200, "capture": 3600, "view": 3600}  # the schema's `timeouts` defaults
+DEFAULT_TIMEOUT_S = {stage: schema_default(f"timeouts.{stage}") for stage in ("build", "capture", "view")}
 
 
 def timeout(settings: dict, stage: str) -> float:

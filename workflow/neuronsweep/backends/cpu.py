@@ -19,6 +19,7 @@ from ..analysis.intervals import union_length
 from ..atomic import read_json, replacing, write_json
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
+from ..settings import CaptureSettings
 from ..stats import latency_stats
 from ..workloads import TORCH_DTYPES, kind_of, tensor_bytes, workload_id
 from . import BACKENDS
@@ -72,24 +73,24 @@ def _check_memory(spec: dict) -> int:
     return need
 
 
-def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:
+def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     spec = build_record["spec"]
     kind = kind_of(spec)
     tensor_bytes = _check_memory(spec)
-    torch.set_num_threads(settings["threads"])
+    torch.set_num_threads(settings.threads)
     module = torch.export.load(str(build_dir / ARTIFACT)).module()
     gen = torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), _torch_dtype(torch, spec["dtype"])
     inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
 
-    nth, prof = settings["nth_exec"], None
+    nth, prof = settings.nth_exec, None
     with torch.inference_mode():
-        for _ in range(settings["warmup"]):
+        for _ in range(settings.warmup):
             module(*inputs)
-        for i in range(1, settings["num_exec"] + 1):
+        for i in range(1, settings.num_exec + 1):
             if i != nth:
                 module(*inputs)
                 continue
@@ -97,7 +98,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
                 with record_function(f"{EXEC_MARK}{i}"):
                     module(*inputs)
         samples = []
-        for _ in range(settings.get("repeats", 1) * settings["iterations"]):
+        for _ in range(settings.repeats * settings.iterations):
             t0 = time.perf_counter_ns()
             module(*inputs)
             samples.append((time.perf_counter_ns() - t0) * 1e-9)
@@ -107,7 +108,7 @@ def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) 
         "profiler": f"torch.profiler (torch {torch.__version__})",
         "profiled_exec": nth,
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
-        "latency": latency_stats(samples, settings.get("repeats", 1)),
+        "latency": latency_stats(samples, settings.repeats),
         "threads": torch.get_num_threads(),
         "tensor_bytes": tensor_bytes,
         "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]},

@@ -20,13 +20,13 @@ import json
 import os
 import platform
 import shutil
-import time
 from pathlib import Path
 
 from .. import hostcaps, pftrace
 from ..analysis import hlo
 from ..analysis.intervals import union_length
 from ..cache import CompileCache
+from ..settings import CaptureSettings
 from . import BACKENDS, xla_program
 from .common import package_versions, profiled_span, recompilation_flag, timeout
 
@@ -84,22 +84,22 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
     }
 
 
-def capture(build_record: dict, build_dir: Path, settings: dict, out_dir: Path) -> dict:
+def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     spec = build_record["spec"]
     options = {"pjrt_device": build_record["pjrt_device"], "xla_debug": "XLA_HLO_DEBUG" in build_record["env"]}
     workdir = out_dir.resolve() / "xla"
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
     result = xla_program.run(spec, workdir / "capture_result.json", xla_env(options, dump), workdir,
-                             [str(dump / MODULE_GLOB)], timeout(settings, "capture"), warmup=settings["warmup"],
-                             iterations=settings["iterations"], repeats=settings.get("repeats", 1),
-                             num_exec=settings["num_exec"], nth_exec=settings["nth_exec"], trace_out=trace_out)
+                             [str(dump / MODULE_GLOB)], settings.timeout_s, warmup=settings.warmup,
+                             iterations=settings.iterations, repeats=settings.repeats,
+                             num_exec=settings.num_exec, nth_exec=settings.nth_exec, trace_out=trace_out)
     module, _ = xla_program.attribute(result, spec, "HLO module")
     build_module = (build_dir / ARTIFACT).resolve()
     matches = Path(module).read_bytes() == build_module.read_bytes()
     return {
         "profiler": f"wall clock + torch_xla.debug.metrics (torch-xla {package_versions(PACKAGES)['torch-xla']})",
-        "profiled_exec": settings["nth_exec"],
+        "profiled_exec": settings.nth_exec,
         "module": str(build_module),
         "module_matches_build": matches,
         "module_note": None if matches else f"this process compiled a different module ({module}) than the "

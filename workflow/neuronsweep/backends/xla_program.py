@@ -180,13 +180,19 @@ def main(argv=None) -> int:
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--artifact-glob", action="append", default=[])
-    ap.add_argument("--warmup", type=int, default=0)
-    ap.add_argument("--iterations", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--num-exec", type=int, default=0)
-    ap.add_argument("--nth-exec", type=int, default=1)
+    # The parent passes the capture settings it has (capture.* of the config, via CaptureSettings); a
+    # phase whose settings are absent does not run (a build passes none), so none has a default here.
+    ap.add_argument("--warmup", type=int, default=0, help="absent: no warm-up calls")
+    ap.add_argument("--iterations", type=int, help="absent: no timing")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--num-exec", type=int, help="with --trace-out: the executions recorded")
+    ap.add_argument("--nth-exec", type=int, help="with --trace-out: the profiled one")
     ap.add_argument("--trace-out")
     args = ap.parse_args(argv)
+    if args.trace_out and (args.num_exec is None or args.nth_exec is None):
+        ap.error("--trace-out needs --num-exec and --nth-exec")
+    if args.iterations and args.repeats is None:
+        ap.error("--iterations needs --repeats")
 
     import torch
     import torch_xla.core.xla_model as xm

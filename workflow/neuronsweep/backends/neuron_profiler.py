@@ -1,0 +1,186 @@
+"""The Neuron profiler's command line (neuron-explorer, or neuron-profile: the same capture flags),
+driven exactly as documented (../shared/reference/neuron-toolchain.md §1-2, SDK 2.27-2.32) and as
+the real tools behave: its environment, `capture` with the documented NTFF names and device
+out-of-memory detection, and `view` under a time limit in its output folder. The neuron backend's
+capture and view stages (neuron.py) and the by-hand `--neff` / `--ntff` commands use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from ..analysis import neuron_summary
+from ..errors import UserError
+from ..settings import CaptureSettings
+from . import BACKENDS, NEURON_TOOL_DIR, PROFILERS
+from .common import run_tool, timeout
+
+NTFF = BACKENDS["neuron"].artifacts["capture"]
+STDERR_TAIL = 4000
+# device out of memory, as real runs word it ("Failed to allocate ... on ND 0", NRT_RESOURCE, "Allocation Failure")
+OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|allocation failure|NRT_RESOURCE|RESOURCE_EXHAUSTED",
+                 re.IGNORECASE)
+OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
+VISIBLE_CORES = "0"  # the NeuronCore every device-executing step is pinned to (one device slot)
+
+
+def tool_env(on_device: bool = False) -> dict:
+    """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset. A
+    process that executes on the device is pinned to VISIBLE_CORES: a torch-xla process otherwise
+    claims every visible core ("Requested:2 Available:0" for the next one)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([env.get("PATH", ""), NEURON_TOOL_DIR])
+    env.setdefault("HOME", tempfile.gettempdir())
+    if on_device:
+        env["NEURON_RT_VISIBLE_CORES"] = VISIBLE_CORES
+    return env
+
+
+def resolve_profiler(name: str = "auto") -> str:
+    candidates = PROFILERS if name == "auto" else (name,)
+    for tool in candidates:
+        found = shutil.which(tool) or shutil.which(tool, path=NEURON_TOOL_DIR)
+        if found:
+            return found
+    raise UserError(f"config key 'neuron.profiler': {' or '.join(candidates)} not found on PATH or in "
+                    f"{NEURON_TOOL_DIR}; install aws-neuronx-tools or set the key to the tool's path.")
+
+
+def is_explorer(profiler: str) -> bool:
+    return "explorer" in Path(profiler).name
+
+
+def _tail(text: str) -> str:
+    return text[-STDERR_TAIL:]
+
+
+def expected_ntff(num_exec: int, nth: int, stem: str = "profile", rank: int | None = None) -> str:
+    """The NTFF the profiler writes for the profiled execution, for -s <stem>.ntff (AWS nki-library
+    profiler_utils._generate_expected_ntff_files): one execution, or nth 1, gives <stem>.ntff (nth 1 of
+    several also writes <stem>_exec_2..N); nth M of several gives <stem>_exec_M.ntff; collectives put
+    _rank_<r> after the stem."""
+    base = stem if rank is None else f"{stem}_rank_{rank}"
+    return f"{base}.ntff" if num_exec == 1 or nth == 1 else f"{base}_exec_{nth}.ntff"
+
+
+def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
+    expected = raw_dir / expected_ntff(num_exec, nth)
+    if expected.is_file():
+        return expected
+    found = sorted(raw_dir.glob("profile*.ntff"))
+    ranked = [p for p in found if p.name.endswith(f"_exec_{nth}.ntff")] or found
+    if len(ranked) == 1:
+        return ranked[0]
+    raise UserError(f"{raw_dir}: expected {expected.name} after capture, found "
+                    f"{[p.name for p in found] or 'no NTFF'}; check the capture log.")
+
+
+def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: list[tuple[str, str]] | None = None) -> dict:
+    """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff)."""
+    profiler = resolve_profiler(settings.options.get("profiler", "auto"))
+    raw = out_dir / "raw"
+    shutil.rmtree(raw, ignore_errors=True)
+    raw.mkdir(parents=True)
+    marker = out_dir / OOM_MARKER
+    single_io = settings.single_io or (settings.attempt > 1 and marker.exists())
+    argv = [profiler, "capture", "-n", str(neff.resolve()), "-s", str(raw.resolve() / "profile.ntff"),
+            "--num-exec", str(settings.num_exec), "--profile-nth-exec", str(settings.nth_exec)]
+    if settings.options.get("enable_dge_notifs"):
+        argv.append("--enable-dge-notifs")
+    if single_io:
+        argv.append("--single-io")
+    if inputs:
+        argv += [item for pair in inputs for item in pair]
+    else:
+        argv.append("--ignore-exec-errors")
+    started = time.time()
+    proc = run_tool(argv, settings.timeout_s, f"{neff}: capture", cwd=raw, env=tool_env(on_device=True))
+    wall = time.time() - started
+    (out_dir / "capture.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        text = proc.stdout + proc.stderr
+        if OOM.search(text) and not single_io:
+            marker.write_text(json.dumps({"argv": argv, "stderr_tail": _tail(text)}))
+            raise UserError(f"{neff}: device out of memory during capture; it is retried with --single-io "
+                            "(Snakemake retries: 1), whose timings stay representative but whose outputs are not valid.")
+        last = (text.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
+                        f"(full output: {out_dir / 'capture.log'}).")
+    ntff = find_ntff(raw, settings.num_exec, settings.nth_exec)
+    os.replace(ntff, out_dir / NTFF)
+    marker.unlink(missing_ok=True)
+    return {"profiler": profiler, "profiler_version": tool_version(profiler), "argv": argv,
+            "exit_status": proc.returncode, "stderr_tail": _tail(proc.stderr), "capture_wall_s": wall,
+            "ntff_written_as": ntff.name, "neff": str(neff), "neff_sha256": _sha256(neff),
+            "profiled_exec": settings.nth_exec, "single_io": single_io,
+            "outputs_valid": not single_io, "inputs": inputs or "zero-filled (--ignore-exec-errors)",
+            "artifacts": {"ntff": NTFF}}
+
+
+def tool_version(tool: str) -> str | None:
+    try:
+        proc = run_tool([tool, "--version"], 60, f"{tool} --version", env=tool_env())
+    except UserError:
+        return None
+    out = (proc.stdout or proc.stderr).strip().splitlines()
+    return out[0] if proc.returncode == 0 and out else None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# Where a tool version ignores --output-file, it writes its default name into the working directory.
+DEFAULT_OUTPUT = {"perfetto": "ntff.pftrace", "json": "ntff.json"}
+
+
+def view_profile(neff: Path, ntff: Path, out_dir: Path, options: dict) -> dict:
+    """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
+    runs in out_dir with a time limit; neuron-explorer gets --ingest-only for exports, since its view
+    otherwise keeps serving its UI and API after writing."""
+    profiler = resolve_profiler(options.get("profiler", "auto"))
+    out_dir = out_dir.resolve()
+    base = [profiler, "view", "-n", str(neff.resolve()), "-s", str(ntff.resolve())]
+    limit, name = timeout(options, "view"), Path(profiler).name
+    commands = {}
+
+    def run(fmt: str, extra: list[str]):
+        argv = base + ["--output-format", fmt] + extra
+        commands[fmt] = argv
+        proc = run_tool(argv, limit, f"{ntff}: {name} view --output-format {fmt}", cwd=out_dir, env=tool_env())
+        if proc.returncode != 0:
+            raise UserError(f"{ntff}: {name} view --output-format {fmt} exited {proc.returncode}: "
+                            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+        return proc
+
+    proc = run("summary-json", [])
+    (out_dir / "summary-json.txt").write_text(proc.stdout)
+    summary = neuron_summary.parse(proc.stdout, str(out_dir / "summary-json.txt"))
+
+    outputs = {}
+    wanted = []
+    if options.get("parquet", True) and is_explorer(profiler):
+        wanted.append(("parquet", out_dir / "parquet", []))
+    if options.get("json"):
+        wanted.append(("json", out_dir / "profile.json", []))
+    if options.get("pftrace", True):
+        wanted.append(("perfetto", out_dir / "trace.pftrace",
+                       ["--show-perfetto-flows"] if options.get("perfetto_flows") else []))
+    for fmt, target, extra in wanted:
+        run(fmt, ["--output-file", str(target), *extra, *(["--ingest-only"] if is_explorer(profiler) else [])])
+        fallback = out_dir / DEFAULT_OUTPUT.get(fmt, "")
+        if not target.exists() and fmt in DEFAULT_OUTPUT and fallback.is_file():
+            os.replace(fallback, target)  # this tool version ignored --output-file
+        if not target.exists():
+            raise UserError(f"{ntff}: {name} view --output-format {fmt} exited 0 without writing {target.name} "
+                            f"(nor {DEFAULT_OUTPUT.get(fmt, 'its default name')} in {out_dir}); check the tool version.")
+        outputs[fmt] = target.name
+    return {"summary": summary, "profiler": profiler, "commands": commands, "outputs": outputs,
+            **({"pftrace": outputs["perfetto"]} if "perfetto" in outputs else {})}
