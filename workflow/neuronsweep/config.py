@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,8 @@ def _sentence(error, source: str) -> str:
                 f"not {error.instance!r}; fix the value.")
     if v == "pattern":
         return f"{source}: key '{key}' = {error.instance!r} must match {val}; use letters, digits, '.', '_' or '-'."
+    if v == "maxLength":
+        return f"{source}: key '{key}' is longer than {val} characters; shorten it."
     if v in ("minItems", "minProperties"):
         return f"{source}: key '{key}' must not be empty; give at least {val} entry."
     if v == "uniqueItems":
@@ -158,20 +161,66 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise UserError(_sentence(errors[0], source))
-    check_profiled_exec(cfg["capture"]["num_exec"], cfg["capture"]["nth_exec"], ("capture.num_exec", "capture.nth_exec"),
-                        source)
+    _semantic_checks(cfg, source)
     return cfg
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file and validate it."""
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML silently keeps the last one, which
+    drops a whole `suites:` or `capture:` section without a word)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise UserError(f"key '{key}' appears twice in one mapping (lines {seen[key] + 1} and "
+                            f"{key_node.start_mark.line + 1}); keep one of them")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def read_yaml(path: str | Path):
+    """A YAML config file, duplicate keys refused; every problem is one sentence naming the file."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=_StrictLoader)
     except FileNotFoundError:
         raise UserError(f"{path}: no such config file; pass an existing file with --config.") from None
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         raise UserError(f"{path}: not valid YAML{line}; fix the syntax.") from None
-    return validate(raw or {}, source=str(path))
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file and validate it."""
+    return validate(read_yaml(path) or {}, source=str(path))
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_regexes(mapping: dict, key: str, source: str) -> None:
+    for name, pattern in mapping.items():
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UserError(f"{source}: key '{key}.{name}' = {pattern!r} is not a valid regex ({exc}); fix it.") from None
+
+
+def _semantic_checks(cfg: dict, source: str) -> None:
+    """What the schema cannot say: a plain run name (re.fullmatch: `$` in a schema pattern lets a
+    trailing newline through), valid regexes, and the profiled execution among those run."""
+    if not RUN_NAME.fullmatch(cfg["run"]):
+        raise UserError(f"{source}: key 'run' = {cfg['run'][:40]!r} must be a plain name of 1 to 100 letters, digits, "
+                        "'.', '_' or '-' (it names the folder results/<run>/); fix the value.")
+    check_regexes(cfg["track_patterns"], "track_patterns", source)
+    check_profiled_exec(cfg["capture"]["num_exec"], cfg["capture"]["nth_exec"], ("capture.num_exec", "capture.nth_exec"),
+                        source)

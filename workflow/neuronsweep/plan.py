@@ -85,6 +85,9 @@ def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
     if "heads" not in model or "kv_heads" not in model:
         raise UserError(f"config key 'suites.llm.models' ({model['name']}): projection qkv needs 'heads' and "
                         "'kv_heads'; add them or drop qkv from projections.")
+    if h % model["heads"] or model["kv_heads"] > model["heads"]:
+        raise UserError(f"config key 'suites.llm.models' ({model['name']}): hidden {h} must be a multiple of heads "
+                        f"{model['heads']} (the head size) and kv_heads {model['kv_heads']} at most heads; fix them.")
     return h, h + 2 * model["kv_heads"] * (h // model["heads"])
 
 
@@ -161,6 +164,9 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
                 skipped[sc.workload_id] = why
             else:
                 workloads[sc.workload_id] = spec
+    if not scenarios:
+        raise UserError("nothing to run: the suites of the config expand to no scenario (every tiling value "
+                        "boundary * multiple + offset is below 1?); widen a grid or add a shape.")
     ordered = sorted(scenarios.values(), key=lambda s: (s.suite, s.id))
     return Plan(run=config["run"], backend=backend, scenarios=ordered, workloads=dict(sorted(workloads.items())),
                 unsupported=dict(sorted(skipped.items())))

@@ -196,6 +196,16 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     ok = table[table["status"] == "ok"]
     noisy = ok[ok.get("noisy", pd.Series(dtype=object)) == True]  # noqa: E712
     ok = ok.drop(noisy.index)
+    recs = [] if ok.empty else _measured_recommendations(ok)  # nothing measured: no metric columns to read
+    for _, r in table[table["status"] == "failed"].iterrows():
+        recs.append(f"{r['scenario_id']} failed: {r['reason']}")
+    if len(noisy):
+        recs.append(f"Not used above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
+                    + ", ".join(noisy["scenario_id"]) + "; recapture them on a quiet machine.")
+    return recs
+
+
+def _measured_recommendations(ok: pd.DataFrame) -> list[str]:
     recs = []
     for _, r in ok[ok["roofline_bound"] == "memory"].iterrows():
         attainable = r["arithmetic_intensity_flops_per_byte"] / r["ridge_flops_per_byte"] * 100
@@ -225,11 +235,6 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     for _, r in ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"].iterrows():
         recs.append(f"{r['scenario_id']}: overhead-bound ({r['bound_evidence']}): launch, synchronization "
                     "and compiles dominate: batch more work per call.")
-    for _, r in table[table["status"] == "failed"].iterrows():
-        recs.append(f"{r['scenario_id']} failed: {r['reason']}")
-    if len(noisy):
-        recs.append(f"Not used above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
-                    + ", ".join(noisy["scenario_id"]) + "; recapture them on a quiet machine.")
     return recs
 
 
@@ -263,6 +268,7 @@ img{max-width:100%}li{margin:.3em 0}.muted{color:#777}.scroll{overflow-x:auto;ma
 def run(summary_csv: Path, plan_json: Path, out_html: Path, fig_dir: Path) -> list[Path]:
     table = pd.read_csv(summary_csv)
     plan = read_json(plan_json)
+    fig_dir.mkdir(parents=True, exist_ok=True)  # an output of the rule even when nothing was measured
     workloads_dir = plan_json.parent / plan["backend"] / "workloads"
     ok = table[table["status"] == "ok"]
     parts = [f"<h1>neuron-sweep report: run {html.escape(plan['run'])}</h1>",

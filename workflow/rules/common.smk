@@ -1,6 +1,7 @@
 # Validation, planning and path helpers shared by every rule file.
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -45,6 +46,8 @@ onstart:
 
 CONFIG_SOURCE = ", ".join(map(str, workflow.configfiles)) or "config"
 try:
+    for path in workflow.configfiles:  # Snakemake's YAML reader silently keeps the last of duplicate keys
+        ns_config.read_yaml(path)
     CONFIG = ns_config.validate(config, source=CONFIG_SOURCE)
     BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"])
     PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)

@@ -9,8 +9,8 @@ rule extract:
     output:
         f"{WORKLOAD}/metrics.json",
     params:
-        profile_json=lambda wildcards, input: f"--profile-json {input.profile_json}" if HAS_PROFILE_JSON else "",
-        calibration=lambda wildcards, input: f"--calibration {input.calibration}" if HAS_HOST_PEAKS else "",
+        profile_json=lambda wildcards, input: f"--profile-json {shlex.quote(input.profile_json)}" if HAS_PROFILE_JSON else "",
+        calibration=lambda wildcards, input: f"--calibration {shlex.quote(input.calibration)}" if HAS_HOST_PEAKS else "",
         track_patterns=json.dumps(CONFIG["track_patterns"]),
     log:
         f"{WORKLOAD}/logs/extract.log",

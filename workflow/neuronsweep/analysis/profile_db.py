@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ..config import check_regexes
 from ..errors import UserError
 from . import legacy_json, neuron_summary, pftrace_reader
 
@@ -45,11 +46,7 @@ def patterns_from(mapping: dict | None) -> list[tuple[str, str]]:
     """Config `track_patterns` ({class: regex}, in order) or the defaults; bad regexes fail clearly."""
     if not mapping:
         return DEFAULT_TRACK_PATTERNS
-    for cls, pattern in mapping.items():
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UserError(f"config key 'track_patterns.{cls}': {pattern!r} is not a valid regex ({exc}).") from None
+    check_regexes(mapping, "track_patterns", "--track-patterns")
     return list(mapping.items())
 
 

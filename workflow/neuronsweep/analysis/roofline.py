@@ -61,7 +61,8 @@ def target_family(instance_type: str | None) -> str | None:
 
 def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     """Peaks from the profile's own metadata (legacy json `metadata[0]`: pe_num_rows/cols, pe_clock_freq
-    in GHz, hbm_ddr_bandwidth; parquet Metadata: tensor_engine_num_rows/cols, tensor_engine_clock_freq):
+    in GHz, num_physical_cores, hbm_ddr_bandwidth; parquet Metadata: tensor_engine_num_rows/cols,
+    tensor_engine_clock_freq, num_physical_cores):
     what this very device reports, preferred over the TARGETS table. None when the fields are absent."""
     if not meta:
         return None
@@ -71,8 +72,9 @@ def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     hbm = meta.get("hbm_ddr_bandwidth")
     if not (rows and cols and clock and hbm):
         return None
-    return {"bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * lnc, "hbm_bytes_per_s": float(hbm),
-            "source": f"the profile's metadata: TensorE {rows}x{cols} at {clock} GHz x LNC {lnc}, "
+    cores = meta.get("num_physical_cores") or lnc  # the physical cores behind the profiled logical core
+    return {"bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * cores, "hbm_bytes_per_s": float(hbm),
+            "source": f"the profile's metadata: TensorE {rows}x{cols} at {clock} GHz x {cores} physical core(s), "
                       f"hbm_ddr_bandwidth {hbm:.4g} B/s"}
 
 
