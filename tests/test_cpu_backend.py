@@ -38,7 +38,7 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     rec = json.loads((cap / "capture.json").read_text())
     assert rec["latency"]["n"] == 5 and len(rec["latency"]["samples_s"]) == 5
     assert rec["latency"]["min_s"] <= rec["latency"]["median_s"] <= max(rec["latency"]["samples_s"])
-    assert rec["threads"] == 1 and rec["profiled_exec"] == 2
+    assert rec["threads"] == 1 and rec["settings"]["nth_exec"] == 2  # one name, from config to record
     assert rec["profiler_flops"] == 2 * 24 * 40 * 8  # torch.profiler's own count agrees with 2·M·K·N
     trace = json.loads((cap / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}

@@ -106,7 +106,6 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
         prof.export_chrome_trace(str(tmp))
     return {
         "profiler": f"torch.profiler (torch {torch.__version__})",
-        "profiled_exec": nth,
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
         "latency": latency_stats(samples, settings.repeats),
         "threads": torch.get_num_threads(),
@@ -118,7 +117,7 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
 
 def summarize_trace(trace: dict, capture_record: dict) -> dict:
     """The Neuron summary's fields that a CPU trace can honestly fill, in the same units (s, fractions)."""
-    events, span = profiled_span(trace, capture_record["profiled_exec"])
+    events, span = profiled_span(trace, capture_record["settings"]["nth_exec"])
     start, end = span["ts"], span["ts"] + span["dur"]
     ops = [e for e in events if e.get("cat") == "cpu_op" and start <= e["ts"] <= end]
     total_s = span["dur"] * 1e-6

@@ -119,7 +119,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
     return {"profiler": profiler, "profiler_version": tool_version(profiler), "argv": argv,
             "exit_status": proc.returncode, "stderr_tail": _tail(proc.stderr), "capture_wall_s": wall,
             "ntff_written_as": ntff.name, "neff": str(neff), "neff_sha256": _sha256(neff),
-            "profiled_exec": settings.nth_exec, "single_io": single_io,
+            "single_io": single_io,
             "outputs_valid": not single_io, "inputs": inputs or "zero-filled (--ignore-exec-errors)",
             "artifacts": {"ntff": NTFF}}
 

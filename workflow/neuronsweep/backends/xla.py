@@ -99,7 +99,6 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
     matches = Path(module).read_bytes() == build_module.read_bytes()
     return {
         "profiler": f"wall clock + torch_xla.debug.metrics (torch-xla {package_versions(PACKAGES)['torch-xla']})",
-        "profiled_exec": settings.nth_exec,
         "module": str(build_module),
         "module_matches_build": matches,
         "module_note": None if matches else f"this process compiled a different module ({module}) than the "
@@ -116,7 +115,7 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
 def summarize_trace(trace: dict, capture_record: dict) -> dict:
     """The Neuron summary's fields this trace can honestly fill, in the same units (s, fractions):
     total_time is the profiled execution's wall span, total_active_time the XLA execute time in it."""
-    events, span = profiled_span(trace, capture_record["profiled_exec"])
+    events, span = profiled_span(trace, capture_record["settings"]["nth_exec"])
     start, end = span["ts"], span["ts"] + span["dur"]
     inside = [e for e in events if e["ts"] < end and e["ts"] + e["dur"] > start and e is not span]  # overlaps
     executes = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in inside if e.get("cat") == "xla_execute"]
