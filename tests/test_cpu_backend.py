@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,35 @@ def test_unexpected_failure_still_ends_in_one_sentence_naming_the_case(tmp_path)
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("neuronsweep: error: case matmul-m24-k40-n8-bf16: capture failed with ")
     assert "Traceback" in proc.stderr  # the details stay in the log above the sentence
+
+
+def test_a_corrupt_cache_entry_is_reported_discarded_and_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    spec = json.dumps(SPEC)
+    ns("build", "--spec", spec, "--out", tmp_path / "a", "--cache-dir", cache)
+    first = json.loads((tmp_path / "a" / "build.json").read_text())
+    artifact = Path(first["cache"]["entry"]) / "model.pt2"
+    artifact.write_bytes(artifact.read_bytes()[:100])  # truncated, as by a crash or a full disk
+    proc = ns("build", "--spec", spec, "--out", tmp_path / "b", "--cache-dir", cache)
+    second = json.loads((tmp_path / "b" / "build.json").read_text())
+    assert second["cache"]["hit"] is False and "does not match the checksum" in second["cache"]["discarded"][0]
+    assert "discarded" in proc.stderr
+    meta = json.loads((Path(second["cache"]["entry"]) / "meta.json").read_text())
+    assert meta["sha256"] == hashlib.sha256(artifact.read_bytes()).hexdigest()  # a whole entry again
+    third = ns("build", "--spec", spec, "--out", tmp_path / "c", "--cache-dir", cache)
+    assert json.loads((tmp_path / "c" / "build.json").read_text())["cache"]["hit"] is True and not third.stderr
+
+
+def test_two_processes_storing_one_key_leave_one_good_entry(tmp_path):
+    cache = tmp_path / "cache"
+    spec = json.dumps({**SPEC, "m": 512, "k": 512, "n": 512})
+    procs = [subprocess.Popen([str(BIN / "neuronsweep"), "build", "--spec", spec, "--out", str(tmp_path / f"b{i}"),
+                               "--cache-dir", str(cache)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i in range(2)]
+    assert [p.wait() for p in procs] == [0, 0]
+    (entry,) = [p for p in (cache / "cpu").glob("*/*") if not p.name.startswith(".")]
+    assert not [p for p in (cache / "cpu").glob("*/.*")]  # no temporary folder left behind
+    meta = json.loads((entry / "meta.json").read_text())
+    assert hashlib.sha256((entry / "model.pt2").read_bytes()).hexdigest() == meta["sha256"]
+    for i in range(2):  # each build got the published artifact
+        assert (tmp_path / f"b{i}" / "model.pt2").read_bytes() == (entry / "model.pt2").read_bytes()

@@ -26,7 +26,7 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> dict:
     build = read_json(build_json)
     impl = backends.load(build["backend"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.device_lock) as span:
+    with devicelock.held(settings.device_lock, f"capture {build['workload_id']} -> {out_dir}") as span:
         before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
         after = hostcaps.load_snapshot()
@@ -48,7 +48,7 @@ def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> dict:
     if not neff.is_file():
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.device_lock) as span:
+    with devicelock.held(settings.device_lock, f"capture {neff} -> {out_dir}") as span:
         result = neuron_profiler.capture_neff(neff, out_dir, settings)
     record = stage_record("capture", started, workload_id=neff.stem, backend="neuron", spec=None,
                           settings=settings.to_dict(), device_span=span, latency=None, threads=None, **result)

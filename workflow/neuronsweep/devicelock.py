@@ -1,9 +1,18 @@
-"""An OS file lock around every capture: Snakemake's neuron_device resource only limits one
-Snakemake process, and two processes (a sweep plus a single-target rerun) must not share the device."""
+"""An OS file lock around every step that uses the device (captures, neuron builds, the cpu
+calibration): Snakemake's neuron_device resource only limits one Snakemake process, and two processes
+(a sweep plus a single-target rerun) must not share the device.
+
+The holder writes who it is into the lock file, so a waiting step says who holds the device and since
+when (every WAIT_REPORT_S), and `neuronsweep doctor` shows it. The lock is flock(2): the kernel drops it
+when its holder dies, so a lock left by a killed process is simply taken over.
+"""
 
 from __future__ import annotations
 
 import fcntl
+import json
+import logging
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,21 +20,69 @@ from pathlib import Path
 from .config import schema_default
 
 DEFAULT_LOCK = schema_default("capture.device_lock")
+WAIT_REPORT_S = 30.0
+log = logging.getLogger("neuronsweep")
+
+
+def _describe(info: dict | None) -> str:
+    if not info:
+        return "an unknown process"
+    since = time.strftime("%H:%M:%S", time.localtime(info["since_unix"]))
+    return f"pid {info['pid']} ({info['holder']}) since {since}, {time.time() - info['since_unix']:.0f} s ago"
+
+
+def _read(handle) -> dict | None:
+    handle.seek(0)
+    try:
+        return json.loads(handle.read() or "null")
+    except json.JSONDecodeError:
+        return None
+
+
+def holder(path: str | Path) -> str:
+    """'free', or who holds the lock and since when (for doctor)."""
+    path = Path(path)
+    if not path.exists():
+        return "free"
+    with open(path, "r+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f"held by {_describe(_read(handle))}"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return "free"
 
 
 @contextmanager
-def held(path: str | Path):
-    """Block until the lock is ours; yields a dict that gets the acquired/released times."""
+def held(path: str | Path, who: str = "a neuronsweep step"):
+    """Wait until the lock is ours (saying who holds it meanwhile); yields a dict that gets the
+    acquired/released times."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     span = {"lock": str(path), "waited_s": None, "acquired_unix": None, "released_unix": None}
     asked = time.time()
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with open(path, "a+") as handle:
+        said = None
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if said is None or time.time() - said >= WAIT_REPORT_S:
+                    log.warning(f"waiting for the device lock {path}: held by {_describe(_read(handle))}")
+                    said = time.time()
+                time.sleep(0.2)
         span["acquired_unix"] = time.time()
         span["waited_s"] = span["acquired_unix"] - asked
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "holder": who, "since_unix": span["acquired_unix"]}))
+        handle.flush()
         try:
             yield span
         finally:
             span["released_unix"] = time.time()
+            handle.seek(0)
+            handle.truncate()
+            handle.flush()
             fcntl.flock(handle, fcntl.LOCK_UN)

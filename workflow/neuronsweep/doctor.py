@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import shutil
 
-from . import backends, config, hostcaps
+from . import backends, config, devicelock, hostcaps
 from .backends import neuron, neuron_profiler
 from .backends.common import default_threads, package_versions, run_tool
 from .errors import UserError
@@ -36,6 +36,8 @@ def report(config_path: str) -> str:
         cfg = config.load(config_path)
         name, why = backends.resolve(cfg["backend"])
         lines.append(f"a run of {config_path} would use: {name} ({why})")
+        lock = cfg["capture"]["device_lock"]
+        lines.append(f"device lock {lock}: {devicelock.holder(lock)}")
         lines += _host_rates(cfg)
     except UserError as exc:
         lines.append(f"config: {exc}")

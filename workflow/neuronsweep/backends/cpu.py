@@ -175,7 +175,7 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     if not missing:
         return _calibration_view(cached, dtypes, cache_hit=True)
     torch.set_num_threads(threads)
-    with devicelock.held(device_lock), torch.inference_mode():
+    with devicelock.held(device_lock, f"cpu calibration ({', '.join(missing)})"), torch.inference_mode():
         gemm = {**(cached or {}).get("gemm", {}), **{d: _calibrate_gemm(torch, d) for d in missing}}
         copy = cached["copy"] if cached else _calibrate_copy(torch)
     record = {**fingerprint, "flags": hostcaps.cpu_flags(), "gemm": gemm, "copy": copy,

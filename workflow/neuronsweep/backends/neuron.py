@@ -128,7 +128,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
         # both routes execute the workload on a NeuronCore: hold the device like a capture
-        with devicelock.held(options.get("device_lock") or devicelock.DEFAULT_LOCK):
+        with devicelock.held(options.get("device_lock") or devicelock.DEFAULT_LOCK, f"neuron build {workload_id(spec)}"):
             made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, options, entry)
         return Path(made["neff_source"]), made
 
