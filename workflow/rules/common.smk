@@ -37,7 +37,16 @@ def apply_default_profile_keep_going():
         scheduler.keepgoing = True
 
 
+def apply_default_profile_rerun_incomplete():
+    """rerun-incomplete from the default profile: after a crash or a kill, the jobs that were running
+    are redone instead of the next run stopping with IncompleteFilesException."""
+    settings = getattr(workflow, "dag_settings", None)
+    if DEFAULT_PROFILE.get("rerun-incomplete") and settings is not None:
+        settings.force_incomplete = True
+
+
 apply_default_profile_resources()
+apply_default_profile_rerun_incomplete()
 
 
 onstart:
