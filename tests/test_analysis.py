@@ -222,7 +222,7 @@ def test_track_patterns_are_configurable(view_dir):
     classes = dict(db.sql("SELECT name, class FROM track_class").fetchall())
     assert classes["mystery"] == "mystery" and classes["qSyIO0"] is None  # dma no longer known: reported
     assert set(derived.unknown_tracks(db)["name"]) == {"Vector", "qSyIO0", "qSyIO1"}
-    with pytest.raises(UserError, match="config key 'track_patterns.bad'"):
+    with pytest.raises(UserError, match=r"key 'track_patterns.bad' = '\(' is not a valid regex"):
         patterns_from({"bad": "("})
 
 
