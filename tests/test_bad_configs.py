@@ -22,6 +22,8 @@ BAD = {
                          "key 'suites.matmul.shapes.0.m' must be at most 1048576"),
     "empty-plan": ({"suites": {"tiling": {"boundaries": [1], "multiples": [1], "offsets": [-1], "vary": ["m"]}}},
                    "nothing to run: the suites of the config expand to no scenario"),
+    "cache-dir-not-a-folder": ({"cache_dir": "/dev/null/cache"},
+                               "config key 'cache_dir' = '/dev/null/cache' is not a writable folder"),
     "heads-above-hidden": ({"suites": {"llm": {"models": [{"name": "m", "hidden": 8, "intermediate": 16, "heads": 16,
                                                            "kv_heads": 4}], "projections": ["qkv"]}}},
                            "hidden 8 must be a multiple of heads 16"),

@@ -120,7 +120,11 @@ def probe(cache_root: str | Path, threads: int) -> dict:
                         "(pip install torch==2.13.0, or PyTorch's CPU wheel).")
     record = {**fp, "flags": cpu_flags(), **json.loads(proc.stdout), "method": PROBE_FORMAT,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_json(entry, record)
+    try:
+        write_json(entry, record)
+    except OSError as exc:
+        raise UserError(f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
+                        f"at {exc.filename or entry}); point it at one.") from None
     return record
 
 
