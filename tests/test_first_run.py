@@ -148,3 +148,18 @@ def test_nested_config_override_from_the_command_line(tmp_path):
     assert cfg["suites"]["matmul"]["grid"]["m"] == [128]
     with pytest.raises(config.UserError, match="'capture.iterations' must be of type integer, not 3.5"):
         config.validate({"capture": {"iterations": 3.5}, "suites": {"matmul": {"shapes": [{"m": 1, "k": 1, "n": 1}]}}})
+
+
+def test_noise_keeps_a_case_out_of_comparisons_but_not_out_of_its_diagnosis():
+    base = {"status": "ok", "backend": "cpu", "suite": "matmul", "group": "g", "flops": 1.0, "roofline_bound": "compute",
+            "bound_class": "compute", "recompilation_detected": False, "latency_n": 10}
+    table = pd.DataFrame([
+        {**base, "scenario_id": "fast", "rank_in_group": 1, "x_of_best": 1.0, "significant": False, "noisy": False,
+         "time_s": 1e-3, "latency_spread_s": 1e-5},
+        {**base, "scenario_id": "slow-noisy", "rank_in_group": 2, "x_of_best": 3.0, "significant": True, "noisy": True,
+         "time_s": 3e-3, "latency_spread_s": 2e-3, "recompilation_detected": True, "recompiles_during_timing": 10},
+    ])
+    recs = report.recommendations(table)
+    assert not any("takes 3.00x" in r for r in recs)  # no comparison built on a noisy time
+    assert any(r.startswith("slow-noisy: recompilation detected (10 compiles in 10 timed calls)") for r in recs)
+    assert any("(noisy): slow-noisy" in r for r in recs)

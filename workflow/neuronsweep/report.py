@@ -192,20 +192,21 @@ def _host_only(row) -> str:
 
 
 def recommendations(table: pd.DataFrame) -> list[str]:
-    """Only from cases measured cleanly (not noisy); ratios measured on the host say they are host-only."""
+    """Timing comparisons only between cases measured cleanly (not noisy); what does not rest on a
+    timing ratio (memory bound, recompilation, overhead) stands for every case; ratios measured on the
+    host say they are host-only."""
     ok = table[table["status"] == "ok"]
     noisy = ok[ok.get("noisy", pd.Series(dtype=object)) == True]  # noqa: E712
-    ok = ok.drop(noisy.index)
-    recs = [] if ok.empty else _measured_recommendations(ok)  # nothing measured: no metric columns to read
+    recs = [] if ok.empty else _measured_recommendations(ok, ok.drop(noisy.index))  # nothing measured: no metrics
     for _, r in table[table["status"] == "failed"].iterrows():
         recs.append(f"{r['scenario_id']} failed: {r['reason']}")
     if len(noisy):
-        recs.append(f"Not used above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
+        recs.append(f"Not compared above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
                     + ", ".join(noisy["scenario_id"]) + "; recapture them on a quiet machine.")
     return recs
 
 
-def _measured_recommendations(ok: pd.DataFrame) -> list[str]:
+def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str]:
     recs = []
     for _, r in ok[ok["roofline_bound"] == "memory"].iterrows():
         attainable = r["arithmetic_intensity_flops_per_byte"] / r["ridge_flops_per_byte"] * 100
@@ -213,8 +214,8 @@ def _measured_recommendations(ok: pd.DataFrame) -> list[str]:
                     f"{r['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B is below the ridge "
                     f"{r['ridge_flops_per_byte']:.1f}, so at most {attainable:.0f}% of peak compute is reachable; "
                     "batch more rows (larger M) or fuse it with its neighbours" + _host_only(r) + ".")
-    for _, r in ok[(ok["significant"] == True) & (ok["x_of_best"] >= 1.2)].iterrows():  # noqa: E712
-        best = ok[(ok["group"] == r["group"]) & (ok["rank_in_group"] == 1)]
+    for _, r in clean[(clean["significant"] == True) & (clean["x_of_best"] >= 1.2)].iterrows():  # noqa: E712
+        best = clean[(clean["group"] == r["group"]) & (clean["rank_in_group"] == 1)]
         if best.empty:  # the fastest of its group is noisy: no clean comparison
             continue
         best = best.iloc[0]
