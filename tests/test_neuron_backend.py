@@ -138,6 +138,7 @@ def test_multi_case_sweep_on_neuron(tmp_path):
         assert m["tensor_engine_active_pct"] == pytest.approx(100 * summary["tensor_engine_active_time_percent"])
         assert m["tensor_engine_active_pct"] == pytest.approx(100 * m["tensor_engine_active_time_s"] / m["profile_total_time_s"])
         assert m["profile_flops_tool"] == m["flops"]  # the tool's FLOPs and 2·M·K·N agree
+        assert m["provenance"]["metadata_peaks"] is True  # the peaks came from the view's parquet Metadata
         # every Neuron metric is filled; the stand-in's eager "device" records no ExecuteTime
         assert m["latency_median_s"] > 0 and set(m["notes"]) - {"captured_under_load", "noisy"} == {"execute_median_s", "threads"}
 

@@ -268,16 +268,25 @@ def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict
     return out
 
 
-def write_tables(view_dir: Path, out_dir: Path, track_patterns: dict | None = None) -> dict:
-    """Per-workload tables from the view (derived.TABLES) as CSV; returns name -> rows written."""
-    from .analysis import derived
+def view_db(view_dir: Path, track_patterns: dict | None = None):
+    """The view's profile tables, read once for the metadata and every derived table (a legacy json is
+    a gigabyte-sized stream); None when the folder holds none."""
     from .analysis.profile_db import ProfileDB, patterns_from
 
     db = ProfileDB(patterns_from(track_patterns))
     db.load_view(view_dir, view_dir.parent.name)
     if not db.tables:
-        return {}
+        return None
     db.finish()
+    return db
+
+
+def write_tables(db, out_dir: Path) -> dict:
+    """Per-workload tables from the view (derived.TABLES) as CSV; returns name -> rows written."""
+    from .analysis import derived
+
+    if db is None:
+        return {}
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, fn in derived.TABLES.items():
@@ -289,26 +298,24 @@ def write_tables(view_dir: Path, out_dir: Path, track_patterns: dict | None = No
     return written
 
 
-def profile_metadata(view_dir: Path, *profiles: Path | None) -> dict | None:
-    """The device metadata (peaks, clocks, bandwidth) of a view: parquet Metadata, or `metadata[0]` of a
-    legacy full-profile JSON; None when the view has neither (summary-json alone carries none)."""
-    table = view_dir / "parquet" / "Metadata.parquet"
-    if table.is_file():
-        import pyarrow.parquet as pq
+def profile_metadata(db, summary_json: Path) -> dict | None:
+    """The device metadata (peaks, clocks, bandwidth): the view's parquet `Metadata` or legacy json
+    `metadata` table; else, when the summary file given is itself a legacy full profile, its
+    `metadata[0]`; None otherwise (summary-json carries none)."""
+    if db is not None and "metadata" in {t.lower() for t in db.tables}:
+        cursor = db.con.execute("SELECT * FROM metadata LIMIT 1")
+        names = [d[0] for d in cursor.description]
+        row = cursor.fetchone()
+        return {k: v for k, v in zip(names, row) if k != "workload_id"} if row else None
+    with open(summary_json, "rb") as handle:
+        if not handle.read(64).lstrip().startswith(b"{"):  # raw summary-json starts with log lines
+            return None
+    import ijson
 
-        rows = pq.read_table(table).to_pylist()
-        return rows[0] if rows else None
-    for path in profiles:
-        if path and path.is_file() and path.read_bytes()[:1] == b"{":  # raw summary-json starts with log lines
-            import ijson
-
-            try:
-                found = legacy_json.first_record(path, "metadata")
-            except ijson.JSONError:
-                continue
-            if found:
-                return found
-    return None
+    try:
+        return legacy_json.first_record(summary_json, "metadata")
+    except ijson.JSONError:
+        return None
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
@@ -316,15 +323,16 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
         track_patterns: dict | None = None) -> dict:
     started = time.time()
     summary = neuron_summary.load(summary_json)
-    if profile_json:  # fields summary-json lacks, from the full profile's own summary
+    if profile_json:  # fields summary-json lacks, from the full profile's own summary (early in the file)
         summary = {**(legacy_json.first_record(profile_json, "summary") or {}), **summary}
     capture = read_json(capture_json) if capture_json else None
     build = read_json(build_json) if build_json else None
     calibration = read_json(calibration_json) if calibration_json else None
-    metadata = profile_metadata(summary_json.parent, profile_json, summary_json)
+    db = view_db(summary_json.parent, track_patterns)
+    metadata = profile_metadata(db, summary_json)
     metrics = compute(summary, capture, build, calibration, metadata)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
-    tables = write_tables(summary_json.parent, out.parent / "tables", track_patterns)
+    tables = write_tables(db, out.parent / "tables")
     metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables,
                                          metadata_peaks=metadata is not None)
     write_json(out, metrics)
