@@ -31,6 +31,7 @@ PROBE_BUDGET_S = 0.05
 # emulated bf16 run at 0.5-3x fp32, reference paths at 1/50-1/250 (measured on our hosts).
 SLOW_FACTOR = 8.0
 DTYPES = ("fp32", "bf16", "fp16")
+CALIBRATION_BUDGET_S = 3.0  # per dtype (backends/cpu.py calibrate; plan.estimate counts it): never outweighs the sweep
 # flags that decide whether a dtype's GEMM has a fast path (x86 /proc/cpuinfo "flags", arm "Features")
 RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
                   "asimd", "asimdhp", "fphp", "sve", "sve2", "bf16", "i8mm")

@@ -190,12 +190,10 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
     return make_plan(config, backend, hostcaps.slow_dtypes(probe) if probe else None), probe
 
 
-CALIBRATION_BOUND_S = 3.0  # per dtype, plus the copy bandwidth: backends/cpu.py calibrate's time cap
-
-
 def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead)."""
+    from . import hostcaps
     from .workloads import kind_of
 
     if probe is None:
@@ -207,7 +205,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     n = len(plan.workloads)
     imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
     dtypes = {s["dtype"] for s in plan.workloads.values()}
-    calib_s = CALIBRATION_BOUND_S * (len(dtypes) + 1) if dtypes else 0.0
+    calib_s = hostcaps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
     total = compute_s + imports_s + calib_s
     return (f"estimate: at least {_duration(total)} for {n} workloads on this host "
             f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "

@@ -141,14 +141,13 @@ def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) 
 
 CALIBRATION_FORMAT = "gemm grown from 256^3 until one run takes 0.2 s, best within 3 s, per dtype; copy 256 MiB best-of-5, v2"
 CALIB_RUN_S = 0.2  # one GEMM this long is past caches and thread start-up on any host
-CALIB_BUDGET_S = 3.0  # per dtype (plan.CALIBRATION_BOUND_S): the calibration never outweighs the sweep
 CALIB_MAX_N = 4096
 
 
 def _calibrate_gemm(torch, dtype: str) -> dict:
     """Grow an n^3 GEMM until one run takes CALIB_RUN_S (or the budget would not allow the next
     size), then keep its best rate over the remaining budget."""
-    deadline = time.perf_counter() + CALIB_BUDGET_S
+    deadline = time.perf_counter() + hostcaps.CALIBRATION_BUDGET_S
     n = hostcaps.PROBE_N
     while True:
         rate, _ = hostcaps.measure_gemm(torch, dtype, n, 0.0)
