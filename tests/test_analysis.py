@@ -15,13 +15,14 @@ from neuronsweep.analysis import compare, derived, roofline
 from neuronsweep.analysis.profile_db import ProfileDB
 from neuronsweep.errors import UserError
 from neuronsweep.extract import compute
+from neuronsweep.records import BuildRecord
 
 SPEC = {"kind": "matmul", "m": 512, "k": 256, "n": 256, "dtype": "bf16"}
 
 
 def neuron_build(target="trn1"):
-    return {"workload_id": "w", "backend": "neuron", "spec": SPEC, "target": target, "compile_s": 1.0,
-            "cache": {"hit": False}}
+    return BuildRecord.from_json({"workload_id": "w", "backend": "neuron", "spec": SPEC, "target": target,
+                                  "compile_s": 1.0, "cache": {"hit": False}})
 
 
 def test_mfu_recomputed_from_raw_fields_agrees_with_the_tool_on_real_values():
@@ -29,7 +30,7 @@ def test_mfu_recomputed_from_raw_fields_agrees_with_the_tool_on_real_values():
     # ../shared/fixtures/neuron/inf2-show-session.txt equals total_time in ps)
     summary = {"total_time": 149710075e-12, "model_flops": 67108864, "mfu_estimated_percent": 0.0048856,
                "peak_flops_bandwidth_ratio": 223.78146}
-    m = compute(summary, {}, neuron_build("inf2"))
+    m = compute(summary, None, neuron_build("inf2"))
     assert m["mfu_tool_pct"] == pytest.approx(0.48856)
     assert m["mfu_recomputed_pct"] == pytest.approx(m["mfu_tool_pct"], rel=1e-4)
     t = roofline.TARGETS["inf2"]
@@ -45,7 +46,7 @@ def test_mfu_recomputed_from_raw_fields_agrees_with_the_tool_on_real_values():
 def test_bound_class_comes_from_busy_time_not_opcode_names(busy, active_pct, expected):
     summary = {"total_time": 10e-6, "total_active_time": active_pct * 10e-6, "total_active_time_percent": active_pct,
                **busy}
-    m = compute(summary, {}, neuron_build())
+    m = compute(summary, None, neuron_build())
     assert m["bound_class"] == expected
     assert m["bound_evidence"]
 

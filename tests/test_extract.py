@@ -10,6 +10,7 @@ from conftest import SHARED
 from neuronsweep.analysis import neuron_summary
 from neuronsweep.errors import UserError
 from neuronsweep.extract import compute
+from neuronsweep.records import BuildRecord, CaptureRecord
 
 FIXTURE = SHARED / "fixtures" / "neuron" / "trn1-summary-excerpt.json"
 
@@ -23,7 +24,7 @@ def trn1_summary():
 
 def neuron_records(spec):
     build = {"workload_id": "w", "backend": "neuron", "spec": spec, "compile_s": 12.5, "cache": {"hit": False}}
-    return build, {}
+    return BuildRecord.from_json(build), None
 
 
 def test_summary_json_with_log_lines_and_hash_wrapper(trn1_summary):
@@ -60,9 +61,9 @@ def test_fractions_become_percent_once_and_agree_with_raw_times(trn1_summary):
 def test_cpu_metrics_null_device_counters_with_reason():
     build = {"workload_id": "matmul-m4-k8-n2-fp32", "backend": "cpu", "compile_s": 1.0, "cache": {"hit": True},
              "spec": {"kind": "matmul", "m": 4, "k": 8, "n": 2, "dtype": "fp32"}}
-    capture = {"latency": {"median_s": 2e-6, "iqr_s": 1e-7, "min_s": 1.5e-6, "n": 9}, "threads": 2}
+    capture = {**build, "latency": {"median_s": 2e-6, "iqr_s": 1e-7, "min_s": 1.5e-6, "n": 9}, "threads": 2}
     summary = {"total_time": 4e-6, "total_active_time": 3e-6, "total_active_time_percent": 0.75, "model_flops": 128}
-    m = compute(summary, capture, build)
+    m = compute(summary, CaptureRecord.from_json(capture), BuildRecord.from_json(build))
     assert m["flops"] == 2 * 4 * 8 * 2 == 128
     assert m["achieved_flops_per_s"] == pytest.approx(128 / 2e-6)
     assert m["profile_flops_per_s"] == pytest.approx(128 / 4e-6)

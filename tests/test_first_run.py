@@ -12,6 +12,7 @@ import pytest
 from conftest import BIN, snakemake, tiny_config
 from neuronsweep import aggregate, config, extract, hostcaps, plan, report
 from neuronsweep.analysis import roofline
+from neuronsweep.records import BuildRecord, CaptureRecord
 
 # what a 2-core AVX2 laptop without native bf16 measured (issue: first run on an ordinary laptop)
 LAPTOP = {"gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9}, "flags": ["avx2", "fma"],
@@ -80,9 +81,10 @@ def test_calibration_measures_only_the_dtypes_asked_and_records_the_flags(tmp_pa
 
 def _cpu_metrics(latency: dict, calibration_flops: float) -> dict:
     spec = {"kind": "matmul", "m": 512, "k": 512, "n": 512, "dtype": "fp32"}
-    capture = {"backend": "cpu", "spec": spec, "latency": latency,
-               "host_load": {"start": {}, "end": {}, "under_load": None}}
-    build = {"backend": "cpu", "spec": spec, "workload_id": "matmul-m512-k512-n512-fp32", "cache": {"hit": False}}
+    build = BuildRecord.from_json({"backend": "cpu", "spec": spec, "workload_id": "matmul-m512-k512-n512-fp32",
+                                   "cache": {"hit": False}})
+    capture = CaptureRecord.from_json({"backend": "cpu", "spec": spec, "workload_id": build.workload_id,
+                                       "latency": latency, "host_load": {"start": {}, "end": {}, "under_load": None}})
     cal = {"peak_flops_per_s": {"fp32": calibration_flops}, "peak_bytes_per_s": 50e9, "method": "m",
            "measured_at": "t"}
     return extract.compute({"total_time": 1e-3}, capture, build, cal)

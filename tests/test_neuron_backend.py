@@ -15,14 +15,16 @@ from neuronsweep.analysis.pftrace_reader import read as read_pftrace
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
 from neuronsweep.errors import UserError
-from neuronsweep.settings import CaptureSettings
+from neuronsweep.config import section_defaults
+from neuronsweep.settings import CaptureSettings, ViewSettings
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
 
 
 def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
     return CaptureSettings(warmup=1, iterations=1, repeats=1, num_exec=num_exec, nth_exec=nth, threads=1,
-                           device_lock=str(tmp / "device.lock"), timeout_s=60, options={"profiler": profiler})
+                           device_lock=str(tmp / "device.lock"), timeout_s=60,
+                           options={"profiler": profiler}).for_backend("neuron")
 
 
 def wdir(root: Path, wid: str) -> Path:
@@ -68,11 +70,12 @@ def test_find_ntff_prefers_the_documented_name_and_fails_on_ambiguity(tmp_path):
 
 
 def test_cc_flags_from_config():
-    assert neuron.cc_flags({"target": "trn2", "optlevel": 3, "auto_cast": "matmult", "lnc": 2,
-                            "disable_dge": True, "extra_cc_flags": "--verbose"}) == \
+    section = {"target": "trn2", "optlevel": 3, "auto_cast": "matmult", "lnc": 2, "disable_dge": True,
+               "extra_cc_flags": "--verbose"}
+    assert neuron.cc_flags(section_defaults("neuron", section)) == \
         "--target trn2 -O3 --auto-cast matmult --logical-nc-config 2 --disable-dge --verbose"
     # --auto-cast is always explicit: the SDK's default changed (matmult -> none in 2.27)
-    assert neuron.cc_flags({"target": "inf2", "optlevel": 2}) == "--target inf2 -O2 --auto-cast none"
+    assert neuron.cc_flags(section_defaults("neuron", {"target": "inf2"})) == "--target inf2 -O2 --auto-cast none"
 
 
 def _result(phases, digests):
@@ -339,7 +342,8 @@ def test_explorer_view_would_serve_forever_so_exports_pass_ingest_only(tmp_path,
                          "--output-file", str(tmp_path / "x.pftrace")], 2, "view", env=neuron_profiler.tool_env())
     out = tmp_path / "view"
     out.mkdir()
-    rec = neuron_profiler.view_profile(neff, ntff, out, {"profiler": "neuron-explorer", "json": True, "timeout_s": 60})
+    rec = neuron_profiler.view_profile(neff, ntff, out,
+                                       ViewSettings.from_section({"profiler": "neuron-explorer", "json": True}, 60))
     assert all("--ingest-only" in argv for fmt, argv in rec["commands"].items() if fmt != "summary-json")
     assert (out / "trace.pftrace").is_file() and (out / "parquet" / "Metadata.parquet").is_file()
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"

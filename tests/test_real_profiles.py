@@ -3,6 +3,7 @@ full-profile JSON files from an inf2.xlarge, profiler 2.27.33, published by a th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -130,18 +131,20 @@ def test_ntff_files_are_named_as_a_first_execution_capture_writes_them():
 
 def test_trn2_peaks_are_per_logical_core_and_a_wrong_target_is_named():
     from neuronsweep.extract import compute
+    from neuronsweep.records import BuildRecord
 
     spec = {"kind": "matmul", "m": 4096, "k": 4096, "n": 4096, "dtype": "bf16"}
-    build = {"workload_id": "w", "backend": "neuron", "spec": spec, "target": "trn2", "cache": {"hit": False}}
+    build = BuildRecord.from_json({"workload_id": "w", "backend": "neuron", "spec": spec, "target": "trn2",
+                                   "cache": {"hit": False}})
     summary = {"total_time": 1e-3, "total_active_time": 1e-3, "model_flops": 2 * 4096**3, "hbm_read_bytes": 5e8,
                "hbm_write_bytes": 2.5e8, "instance_type": "trn2.48xlarge"}
-    m = compute(summary, {}, build)
+    m = compute(summary, None, build)
     assert m["lnc"] == 2 and m["peak_flops_per_s"] == pytest.approx(2 * 128 * 128 * 2 * 2.4e9)  # LNC 2 default
     assert m["mfu_recomputed_pct"] == pytest.approx(100 * 2 * 4096**3 / (2 * 78.6432e12 * 1e-3), rel=1e-4)
     assert m["mbu_recomputed_pct"] == pytest.approx(100 * 7.5e8 / 1e-3 / 725e9)  # one HBM stack
     assert "neuron_target" not in m["notes"]
-    one = compute(summary, {}, {**build, "lnc": 1})
+    one = compute(summary, None, dataclasses.replace(build, lnc=1))
     assert one["peak_flops_per_s"] == pytest.approx(m["peak_flops_per_s"] / 2)
-    wrong = compute({**summary, "instance_type": "inf2.xlarge"}, {}, build)
+    wrong = compute({**summary, "instance_type": "inf2.xlarge"}, None, build)
     assert wrong["notes"]["neuron_target"] == ("neuron.target is trn2 but the profile was captured on inf2.xlarge; "
                                                "set neuron.target: inf2")

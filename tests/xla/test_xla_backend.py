@@ -18,6 +18,7 @@ pytest.importorskip("torch_xla", reason="the xla backend's tests need torch-xla:
 
 from conftest import snakemake, tiny_config  # noqa: E402
 from neuronsweep import extract  # noqa: E402
+from neuronsweep.records import BuildRecord  # noqa: E402
 from neuronsweep.analysis.pftrace_reader import read as read_pftrace  # noqa: E402
 
 STATIC, INT, FLOAT = (f"matmul-m128-k128-n128-fp32{s}" for s in ("", "-varies-pythonint", "-varies-pythonfloat"))
@@ -95,7 +96,7 @@ def test_capture_view_extract_measure_the_run(xla_run):
         assert any(r["opcode"] == "dot" and r["instructions"] == "1" for r in csv.DictReader(f))
 
     m = json.loads((d / "metrics.json").read_text())
-    cpu_keys = extract.compute({}, None, {"backend": "cpu", "spec": m["spec"]}).keys()
+    cpu_keys = extract.compute({}, None, BuildRecord.from_json({"workload_id": "w", "backend": "cpu", "spec": m["spec"]})).keys()
     assert set(m) - {"provenance"} == set(cpu_keys)  # the same keys as every backend
     assert m["backend"] == "xla" and m["latency_n"] == TIMED
     assert m["profile_active_time_s"] == pytest.approx(summary["total_active_time"])

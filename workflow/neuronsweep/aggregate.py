@@ -14,7 +14,8 @@ import pandas as pd
 
 from .analysis import compare
 from .atomic import read_json, replacing
-from .errors import latest_failure
+from .errors import UserError, latest_failure
+from .records import MetricsRecord
 
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
 
@@ -37,9 +38,13 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
         if sc["workload_id"] in plan.get("unsupported", {}):
             row.update(status="unsupported", reason=plan["unsupported"][sc["workload_id"]])
         elif metrics_path.is_file():
-            metrics = read_json(metrics_path)
-            row.update(status="ok", reason="")
-            row.update({k: v for k, v in metrics.items() if not isinstance(v, (dict, list))})
+            try:
+                values = MetricsRecord.read(metrics_path).values
+            except UserError as exc:  # a damaged file costs its own row only
+                row.update(status="failed", reason=f"extract: {exc}")
+            else:
+                row.update(status="ok", reason="")
+                row.update({k: v for k, v in values.items() if not isinstance(v, (dict, list))})
         else:
             row["status"], row["reason"] = failure_reason(wdir)
         out.append(row)

@@ -6,18 +6,18 @@ import time
 from pathlib import Path
 
 from . import backends
-from .atomic import write_json
 from .cache import CompileCache
-from .records import stage_record
+from .records import BuildRecord
+from .settings import BuildSettings
 from .workloads import workload_id
 
 
-def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, options: dict | None = None) -> dict:
+def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, settings: BuildSettings) -> BuildRecord:
     started = time.time()
     impl = backends.load(backend)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = impl.build(spec, out_dir, CompileCache(cache_dir, backend), options or {})
-    record = stage_record("build", started, workload_id=workload_id(spec), backend=backend, spec=spec,
-                          artifact=backends.BACKENDS[backend].artifacts["build"], **result)
-    write_json(out_dir / "build.json", record)
+    result = impl.build(spec, out_dir, CompileCache(cache_dir, backend), settings.for_backend(backend))
+    record = BuildRecord.create(started, workload_id=workload_id(spec), backend=backend, spec=spec,
+                                artifact=backends.BACKENDS[backend].artifacts["build"], **result)
+    record.write(out_dir)
     return record

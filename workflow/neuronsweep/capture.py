@@ -11,46 +11,45 @@ import time
 from pathlib import Path
 
 from . import backends, devicelock, hostcaps
-from .atomic import read_json, write_json
 from .errors import UserError
-from .records import stage_record
+from .records import BuildRecord, CaptureRecord
 from .settings import CaptureSettings
 
 
-def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> dict:
+def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRecord:
     """Capture the workload built in build_dir (its build.json says which backend)."""
     started = time.time()
-    build_json = build_dir / "build.json"
-    if not build_json.is_file():
-        raise UserError(f"{build_json}: no build record; run the build stage for this case first.")
-    build = read_json(build_json)
-    impl = backends.load(build["backend"])
+    build = BuildRecord.read(build_dir)
+    impl = backends.load(build.backend)
+    settings = settings.for_backend(build.backend)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.device_lock, f"capture {build['workload_id']} -> {out_dir}") as span:
+    with devicelock.held(settings.device_lock, f"capture {build.workload_id} -> {out_dir}") as span:
         before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
         after = hostcaps.load_snapshot()
     load = {"start": before, "end": after, "under_load": hostcaps.under_load(before, after)}
     if load["under_load"]:
-        logging.getLogger("neuronsweep").warning(f"warning: case {build['workload_id']} was captured under load: "
+        logging.getLogger("neuronsweep").warning(f"warning: case {build.workload_id} was captured under load: "
                                                   f"{load['under_load']}")
-    record = stage_record("capture", started, workload_id=build["workload_id"], backend=build["backend"],
-                          spec=build["spec"], settings=settings.to_dict(), device_span=span, host_load=load, **result)
-    write_json(out_dir / "capture.json", record)
+    record = CaptureRecord.create(started, workload_id=build.workload_id, backend=build.backend, spec=build.spec,
+                                  settings=settings, device_span=span, host_load=load, **result)
+    record.write(out_dir)
     return record
 
 
-def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> dict:
+def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRecord:
     """Capture a NEFF made anywhere (neuron only): no framework timing, since no workload spec is known."""
     from .backends import neuron_profiler
 
     started = time.time()
     if not neff.is_file():
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
+    settings = settings.for_backend("neuron")
     out_dir.mkdir(parents=True, exist_ok=True)
     with devicelock.held(settings.device_lock, f"capture {neff} -> {out_dir}") as span:
         result = neuron_profiler.capture_neff(neff, out_dir, settings)
-    record = stage_record("capture", started, workload_id=neff.stem, backend="neuron", spec=None,
-                          settings=settings.to_dict(), device_span=span, latency=None, threads=None, **result)
-    write_json(out_dir / "capture.json", record)
+    record = CaptureRecord.create(started, workload_id=neff.stem, backend="neuron", spec=None, settings=settings,
+                                  device_span=span, latency_note="a NEFF captured on its own has no framework timing",
+                                  **result)
+    record.write(out_dir)
     return record

@@ -65,14 +65,15 @@ def _options(text: str) -> dict:
 
 def cmd_build(args) -> None:
     from . import build
+    from .settings import BuildSettings
 
-    options = {**_options(args.options), "device_lock": args.device_lock, "timeout_s": args.timeout}
-    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, options)
-    hit = "cache hit" if rec["cache"]["hit"] else "compiled"
-    took = f"{rec['compile_s']:.3f} s" if rec["compile_s"] is not None else "compile time unknown"
-    log.info(f"build {rec['workload_id']}: {hit}, {rec['compiler']}, {took} -> {args.out}")
-    if rec.get("recompilation_flag"):
-        log.warning(f"warning: {rec['recompilation_flag']}")
+    settings = BuildSettings(_options(args.options), device_lock=args.device_lock, timeout_s=args.timeout)
+    rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, settings)
+    hit = "cache hit" if rec.cache["hit"] else "compiled"
+    took = f"{rec.compile_s:.3f} s" if rec.compile_s is not None else "compile time unknown"
+    log.info(f"build {rec.workload_id}: {hit}, {rec.compiler}, {took} -> {args.out}")
+    if rec.recompilation_flag:
+        log.warning(f"warning: {rec.recompilation_flag}")
 
 
 def cmd_capture(args) -> None:
@@ -87,23 +88,24 @@ def cmd_capture(args) -> None:
         raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
     rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
         else capture.run_neff(Path(args.neff), Path(args.out), settings)
-    lat = rec.get("latency")
+    lat = rec.latency
     timing = (f"median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, n={lat['n']}"
               if lat else "no framework timing")
-    log.info(f"capture {rec['workload_id']}: {timing} -> {args.out}")
+    log.info(f"capture {rec.workload_id}: {timing} -> {args.out}")
 
 
 def cmd_view(args) -> None:
     from . import view
+    from .settings import ViewSettings
 
-    options = {**_options(args.options), "timeout_s": args.timeout}
+    settings = ViewSettings.from_section(_options(args.options), args.timeout)
     if args.capture:
-        rec = view.run(Path(args.capture), Path(args.out), options)
+        rec = view.run(Path(args.capture), Path(args.out), settings)
     elif args.neff and args.ntff:
-        rec = view.run_ntff(Path(args.neff), Path(args.ntff), Path(args.out), options)
+        rec = view.run_ntff(Path(args.neff), Path(args.ntff), Path(args.out), settings)
     else:
         raise UserError("view needs --capture DIR, or --neff FILE and --ntff FILE.")
-    log.info(f"view {rec['workload_id']}: summary.json, {rec.get('pftrace', 'no pftrace')} -> {args.out}")
+    log.info(f"view {rec.workload_id}: summary.json, {rec.pftrace or 'no pftrace'} -> {args.out}")
 
 
 def cmd_extract(args) -> None:
@@ -112,8 +114,8 @@ def cmd_extract(args) -> None:
     opt = lambda p: Path(p) if p else None  # noqa: E731
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
                     opt(args.profile_json), opt(args.calibration), track_patterns=_options(args.track_patterns))
-    log.info(f"extract {m['workload_id'] or args.summary_json}: {len(m['notes'])} notes on null or flagged metrics "
-          f"-> {args.out}")
+    log.info(f"extract {m.values['workload_id'] or args.summary_json}: {len(m.notes)} notes on null or flagged "
+             f"metrics -> {args.out}")
 
 
 def cmd_report(args) -> None:

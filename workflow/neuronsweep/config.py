@@ -224,3 +224,10 @@ def _semantic_checks(cfg: dict, source: str) -> None:
     check_regexes(cfg["track_patterns"], "track_patterns", source)
     check_profiled_exec(cfg["capture"]["num_exec"], cfg["capture"]["nth_exec"], ("capture.num_exec", "capture.nth_exec"),
                         source)
+
+
+def section_defaults(section: str, options: dict) -> dict:
+    """A backend's config section (`neuron`, `xla`) with the schema's defaults filled in, so a stage run
+    by hand with `--options '{}'` behaves like one run from a validated config; cpu has no section."""
+    props = load_schema()["properties"].get(section, {}).get("properties", {})
+    return {**{k: copy.deepcopy(v["default"]) for k, v in props.items() if "default" in v}, **options}

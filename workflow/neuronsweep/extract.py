@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from .analysis import legacy_json, neuron_summary, roofline
-from .atomic import read_json, replacing, write_json
+from .atomic import read_json, replacing
 from .backends import BACKENDS
-from .records import stage_record
+from .config import schema_default
+from .records import BuildRecord, CaptureRecord, MetricsRecord, provenance
 from .workloads import DTYPE_BYTES, kind_of
 
 SCHEMA_VERSION = 1
@@ -51,16 +52,16 @@ def _ratio(num, den):
     return num / den if num is not None and den else None
 
 
-def compute(summary: dict, capture: dict | None, build: dict | None, calibration: dict | None = None,
+def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | None, calibration: dict | None = None,
             metadata: dict | None = None) -> dict:
-    """metrics.json from a view summary plus, when known, the capture and build records, (cpu) the
-    host calibration and (neuron) the profile's metadata, whose device peaks beat any table."""
-    capture, build = capture or {}, build or {}
-    spec = build.get("spec") or capture.get("spec")
-    backend = build.get("backend") or capture.get("backend") or "neuron"
+    """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
+    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table."""
+    known = [r for r in (build, capture) if r is not None]
+    spec = next((r.spec for r in known if r.spec), None)
+    backend = known[0].backend if known else "neuron"  # a bare summary-json is a Neuron tool's output
     notes: dict[str, str] = {}
     m: dict = {"schema_version": SCHEMA_VERSION,
-               "workload_id": build.get("workload_id") or capture.get("workload_id"),
+               "workload_id": known[0].workload_id if known else None,
                "backend": backend, "kind": spec["kind"] if spec else None,
                "instance_type": summary.get("instance_type")}
     peaks = neuron_peaks(build, summary, metadata, notes) if backend == "neuron" else None
@@ -76,7 +77,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
                 why = BACKENDS[backend].device_counters_missing if device_only else None
                 notes[key] = why or f"the {backend} profile summary has no '{field}' field"
 
-    lat = capture.get("latency") or {}
+    lat = (capture.latency if capture else None) or {}
     for key in ("median", "iqr", "min", "spread"):
         m[f"latency_{key}_s"] = lat.get(f"{key}_s")
     m["latency_n"] = lat.get("n")
@@ -87,7 +88,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     elif m["noisy"]:
         notes["noisy"] = (f"spread {m['latency_spread_s'] * 1e6:.1f} us is {100 * m['latency_rel_spread']:.0f}% of the "
                           f"median: not used for recommendations; recapture on a quiet machine")
-    load = capture.get("host_load")
+    load = capture.host_load if capture else None
     m["captured_under_load"] = None if load is None else load["under_load"] is not None
     if load is None:
         notes["captured_under_load"] = "capture.json has no host load snapshot"
@@ -97,7 +98,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
     if m["execute_median_s"] is None:
         notes["execute_median_s"] = (f"the {backend} framework timing has no per-iteration ExecuteTime "
                                      "(torch_xla.debug.metrics, recorded by the torch-xla runtime)")
-    m["threads"] = capture.get("threads")
+    m["threads"] = capture.threads if capture else None
     if m["threads"] is None:
         notes["threads"] = f"the {backend} backend leaves threading to its runtime"
     device_s = {"neuron": m["profile_total_time_s"], "xla": m["execute_median_s"]}.get(backend)
@@ -108,7 +109,7 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
         notes["framework_overhead_s"] = ("framework median minus device time (neuron: profile total_time; xla: "
                                          "ExecuteTime median): needs both, and a device separate from the framework")
     if not lat:
-        notes["latency_median_s"] = capture.get("latency_note") or \
+        notes["latency_median_s"] = (capture.latency_note if capture else None) or \
             f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
     m["recompiles_during_timing"] = lat.get("recompiles_during_timing")
     if m["recompiles_during_timing"] is None:
@@ -135,23 +136,23 @@ def compute(summary: dict, capture: dict | None, build: dict | None, calibration
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
             notes[key] = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
-    m["compile_s"] = build.get("compile_s")
-    m["compile_count"] = build.get("compile_count")
-    m["cache_hit"] = build.get("cache", {}).get("hit")
+    m["compile_s"] = build.compile_s if build else None
+    m["compile_count"] = build.compile_count if build else None
+    m["cache_hit"] = build.cache.get("hit") if build else None
     if not build:
         notes["compile_s"] = notes["cache_hit"] = "no build.json given"
     elif m["compile_s"] is None:
-        notes["compile_s"] = build.get("compile_s_source") or "the build did not time its compile"
+        notes["compile_s"] = build.compile_s_source or "the build did not time its compile"
     if m["compile_count"] is None:
-        notes["compile_count"] = f"the {build.get('compiler', backend)} build does not count compiles"
-    signals = [s for s in (build.get("recompiled_on_second_call"),
+        notes["compile_count"] = f"the {build.compiler if build else backend} build does not count compiles"
+    signals = [s for s in (build.recompiled_on_second_call if build else None,
                            None if m["recompiles_during_timing"] is None else m["recompiles_during_timing"] > 0)
                if s is not None]
     m["recompilation_detected"] = any(signals) if signals else None
     if not signals:
         notes["recompilation_detected"] = f"the {backend} backend has no compile counter or repeated-call check"
     m.update(_utilization(m, backend, peaks, notes))
-    m["single_io"] = capture.get("single_io")
+    m["single_io"] = capture.single_io if capture else None
     if m["single_io"] is None:
         notes["single_io"] = "only neuron captures have a --single-io mode"
     m["spec"] = spec
@@ -166,13 +167,13 @@ ROOFLINE = ("peak_flops_per_s", "peak_bytes_per_s", "peak_source", "ideal_comput
             "ridge_flops_per_byte", "roofline_bound", "roofline_time_s", "roofline_efficiency_pct")
 
 
-def neuron_peaks(build: dict, summary: dict, metadata: dict | None, notes: dict) -> dict:
+def neuron_peaks(build: BuildRecord | None, summary: dict, metadata: dict | None, notes: dict) -> dict:
     """The peaks a neuron profile is measured against: the profile's own metadata where the view has
     it, else the configured target's table row, both per logical core (LNC). Says when the configured
     target is not the instance the profile was captured on."""
-    target = build.get("target", "trn1")
+    target = (build.target if build else None) or schema_default("neuron.target")
     row = roofline.TARGETS[target]
-    lnc = row.lnc(build.get("lnc"))
+    lnc = row.lnc(build.lnc if build else None)
     found = roofline.target_family(summary.get("instance_type"))
     if found and roofline.TARGETS[found].bf16_flops_per_core != row.bf16_flops_per_core:
         notes["neuron_target"] = (f"neuron.target is {target} but the profile was captured on "
@@ -187,7 +188,7 @@ def neuron_peaks(build: dict, summary: dict, metadata: dict | None, notes: dict)
             "lnc": lnc, "source": f"{row.source} (neuron.target {target}, LNC {lnc}; the view had no profile metadata)"}
 
 
-def _roofline(m: dict, spec: dict, backend: str, build: dict, peaks: dict | None, calibration: dict | None,
+def _roofline(m: dict, spec: dict, backend: str, build: BuildRecord | None, peaks: dict | None, calibration: dict | None,
               notes: dict) -> dict:
     """Peaks of the platform that ran it (the Neuron profile's metadata or target table, or the host's
     calibration) and where the measurement sits against them. Measured time: device busy time on neuron
@@ -197,9 +198,9 @@ def _roofline(m: dict, spec: dict, backend: str, build: dict, peaks: dict | None
         peak_f = peaks["bf16_flops_per_s"] / (4 if spec["dtype"] == "fp32" else 1)
         peak_b, source = peaks["hbm_bytes_per_s"], peaks["source"]
         measured, basis = m["profile_active_time_s"], "profile_active_time_s"
-    elif backend == "xla" and build.get("pjrt_device") != "CPU":
+    elif backend == "xla" and build and build.pjrt_device != "CPU":
         for key in ROOFLINE:
-            notes[key] = f"no peaks known for PJRT device {build.get('pjrt_device')} (the host calibration is the CPU's)"
+            notes[key] = f"no peaks known for PJRT device {build.pjrt_device} (the host calibration is the CPU's)"
         return dict.fromkeys(ROOFLINE)
     elif calibration and calibration["peak_flops_per_s"].get(spec["dtype"]):
         peak_f, peak_b = calibration["peak_flops_per_s"][spec["dtype"]], calibration["peak_bytes_per_s"]
@@ -320,20 +321,22 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
         profile_json: Path | None = None, calibration_json: Path | None = None,
-        track_patterns: dict | None = None) -> dict:
+        track_patterns: dict | None = None) -> MetricsRecord:
     started = time.time()
     summary = neuron_summary.load(summary_json)
     if profile_json:  # fields summary-json lacks, from the full profile's own summary (early in the file)
         summary = {**(legacy_json.first_record(profile_json, "summary") or {}), **summary}
-    capture = read_json(capture_json) if capture_json else None
-    build = read_json(build_json) if build_json else None
+    capture = CaptureRecord.read(capture_json) if capture_json else None
+    build = BuildRecord.read(build_json) if build_json else None
     calibration = read_json(calibration_json) if calibration_json else None
     db = view_db(summary_json.parent, track_patterns)
     metadata = profile_metadata(db, summary_json)
-    metrics = compute(summary, capture, build, calibration, metadata)
+    values = compute(summary, capture, build, calibration, metadata)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
-    metrics["provenance"] = stage_record("extract", started, sources=sources, tables=tables,
-                                         metadata_peaks=metadata is not None)
-    write_json(out, metrics)
-    return metrics
+    record = MetricsRecord(values={k: v for k, v in values.items() if k not in ("spec", "notes")},
+                           notes=values["notes"], spec=values["spec"],
+                           provenance={**provenance("extract", started), "sources": sources, "tables": tables,
+                                       "metadata_peaks": metadata is not None})
+    record.write(out)
+    return record

@@ -7,31 +7,29 @@ import time
 from pathlib import Path
 
 from . import backends
-from .atomic import read_json, write_json
+from .atomic import write_json
 from .errors import UserError
-from .records import stage_record
+from .records import CaptureRecord, ViewRecord
+from .settings import ViewSettings
 
 
-def _finish(out_dir: Path, started: float, result: dict, **fields) -> dict:
+def _finish(out_dir: Path, started: float, result: dict, **fields) -> ViewRecord:
     write_json(out_dir / "summary.json", result.pop("summary"))
-    record = stage_record("view", started, **fields, **result)
-    write_json(out_dir / "view.json", record)
+    record = ViewRecord.create(started, **fields, **result)
+    record.write(out_dir)
     return record
 
 
-def run(capture_dir: Path, out_dir: Path, options: dict | None = None) -> dict:
+def run(capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewRecord:
     started = time.time()
-    capture_json = capture_dir / "capture.json"
-    if not capture_json.is_file():
-        raise UserError(f"{capture_json}: no capture record; run the capture stage for this case first.")
-    cap = read_json(capture_json)
-    impl = backends.load(cap["backend"])
+    cap = CaptureRecord.read(capture_dir)
+    impl = backends.load(cap.backend)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = impl.view(cap, capture_dir, out_dir, options or {})
-    return _finish(out_dir, started, result, workload_id=cap["workload_id"], backend=cap["backend"])
+    result = impl.view(cap, capture_dir, out_dir, settings)
+    return _finish(out_dir, started, result, workload_id=cap.workload_id, backend=cap.backend, spec=cap.spec)
 
 
-def run_ntff(neff: Path, ntff: Path, out_dir: Path, options: dict | None = None) -> dict:
+def run_ntff(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) -> ViewRecord:
     """View an NTFF captured anywhere against its NEFF (neuron only)."""
     from .backends import neuron_profiler
 
@@ -40,5 +38,5 @@ def run_ntff(neff: Path, ntff: Path, out_dir: Path, options: dict | None = None)
         if not path.is_file():
             raise UserError(f"{path}: no such {what} file.")
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = neuron_profiler.view_profile(neff, ntff, out_dir, options or {})
-    return _finish(out_dir, started, result, workload_id=neff.stem, backend="neuron")
+    result = neuron_profiler.view_profile(neff, ntff, out_dir, settings)
+    return _finish(out_dir, started, result, workload_id=neff.stem, backend="neuron", spec=None)

@@ -1,10 +1,10 @@
 """Backends behind one small interface.
 
 A backend module provides
-  build(spec, out_dir, cache, options) -> dict
-  capture(build_record, build_dir, settings, out_dir) -> dict
-  view(capture_record, capture_dir, out_dir, options) -> dict
-where options is the backend's config section (`neuron:`, `xla:`; empty for cpu).
+  build(spec, out_dir, cache, BuildSettings) -> dict
+  capture(BuildRecord, build_dir, CaptureSettings, out_dir) -> dict
+  view(CaptureRecord, capture_dir, out_dir, ViewSettings) -> dict
+(settings.py, records.py); the dicts they return become the typed records' fields and details.
 BACKENDS below describes each one (its artifacts, stage options, what it cannot measure and why,
 how the report shows it), so the rules, extract and the report use them without importing the
 backend (and torch).
@@ -23,7 +23,9 @@ import shutil
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from ..config import section_defaults
 from ..errors import UserError
+from ..settings import ViewSettings
 
 NAMES = ("cpu", "neuron", "xla")
 NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
@@ -82,13 +84,13 @@ class Backend:
     def view_outputs(self, section: dict) -> list[str]:
         """The files its view writes beside summary.json and view.json, for its config section."""
         if self.name == "neuron":
-            return [f for f, on in (("trace.pftrace", section.get("pftrace", True)),
-                                    ("profile.json", section.get("json", False))) if on]
+            view = ViewSettings.from_section(section)
+            return [f for f, on in (("trace.pftrace", view.pftrace), ("profile.json", view.json)) if on]
         return ["trace.pftrace"] + (["parquet/Instruction.parquet"] if self.name == "xla" else [])
 
     def host_peaks(self, section: dict) -> bool:
         """Whether its roofline rests on the host calibration (it runs on the host CPU)."""
-        return self.name == "cpu" or (self.name == "xla" and section.get("pjrt_device", "CPU") == "CPU")
+        return self.name == "cpu" or (self.name == "xla" and section_defaults("xla", section)["pjrt_device"] == "CPU")
 
 
 BACKENDS = {

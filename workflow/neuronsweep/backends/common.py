@@ -36,11 +36,6 @@ def recompilation_flag(what: str) -> str:
 DEFAULT_TIMEOUT_S = {stage: schema_default(f"timeouts.{stage}") for stage in ("build", "capture", "view")}
 
 
-def timeout(settings: dict, stage: str) -> float:
-    """A stage's time limit for external programs: the CLI's --timeout, else the schema default."""
-    return settings.get("timeout_s") or DEFAULT_TIMEOUT_S[stage]
-
-
 def run_tool(argv: list[str], timeout_s: float, what: str, cwd: Path | None = None,
              env: dict | None = None) -> subprocess.CompletedProcess:
     """Run an external program in a process group of its own, so that on timeout the whole group

@@ -19,7 +19,8 @@ from ..analysis.intervals import union_length
 from ..atomic import read_json, replacing, write_json
 from ..cache import CompileCache, cache_key
 from ..errors import UserError
-from ..settings import CaptureSettings
+from ..records import BuildRecord, CaptureRecord
+from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from ..stats import latency_stats
 from ..workloads import TORCH_DTYPES, kind_of, tensor_bytes, workload_id
 from . import BACKENDS
@@ -35,7 +36,7 @@ def _torch_dtype(torch, name: str):
     return getattr(torch, TORCH_DTYPES[name])
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
+def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     import torch
 
     kind = kind_of(spec)
@@ -73,11 +74,11 @@ def _check_memory(spec: dict) -> int:
     return need
 
 
-def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    spec = build_record["spec"]
+    spec = build.spec
     kind = kind_of(spec)
     tensor_bytes = _check_memory(spec)
     torch.set_num_threads(settings.threads)
@@ -115,9 +116,9 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
     }
 
 
-def summarize_trace(trace: dict, capture_record: dict) -> dict:
+def summarize_trace(trace: dict, cap: CaptureRecord) -> dict:
     """The Neuron summary's fields that a CPU trace can honestly fill, in the same units (s, fractions)."""
-    events, span = profiled_span(trace, capture_record["settings"]["nth_exec"])
+    events, span = profiled_span(trace, cap.settings.nth_exec)
     start, end = span["ts"], span["ts"] + span["dur"]
     ops = [e for e in events if e.get("cat") == "cpu_op" and start <= e["ts"] <= end]
     total_s = span["dur"] * 1e-6
@@ -127,16 +128,16 @@ def summarize_trace(trace: dict, capture_record: dict) -> dict:
         "total_active_time": active_s,
         "total_active_time_percent": active_s / total_s if total_s > 0 else None,
         "event_count": len(ops),
-        "model_flops": capture_record.get("profiler_flops"),
-        "instance_type": capture_record["host"]["cpu"],
-        "profiler_version": capture_record["profiler"],
+        "model_flops": cap.details.get("profiler_flops"),
+        "instance_type": cap.details["host"]["cpu"],
+        "profiler_version": cap.profiler,
     }
 
 
-def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) -> dict:
+def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
     trace = json.loads((capture_dir / TRACE).read_text())
     counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
-    return {"summary": summarize_trace(trace, capture_record), "pftrace": "trace.pftrace", "pftrace_counts": counts}
+    return {"summary": summarize_trace(trace, cap), "pftrace": "trace.pftrace", "pftrace_counts": counts}
 
 
 CALIBRATION_FORMAT = "gemm grown from 256^3 until one run takes 0.2 s, best within 3 s, per dtype; copy 256 MiB best-of-5, v2"

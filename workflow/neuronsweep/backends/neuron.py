@@ -22,10 +22,11 @@ from pathlib import Path
 from .. import devicelock
 from ..cache import CompileCache
 from ..errors import UserError
-from ..settings import CaptureSettings
+from ..records import BuildRecord, CaptureRecord
+from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from ..workloads import workload_id
 from . import BACKENDS, xla_program
-from .common import package_versions, recompilation_flag, run_child, timeout
+from .common import package_versions, recompilation_flag, run_child
 from .neuron_profiler import NTFF, VISIBLE_CORES, capture_neff, tool_env, view_profile
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
@@ -33,29 +34,32 @@ ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
 NEURON_PACKAGES = ("neuronx-cc", "torch-neuronx", "torch-xla", "libneuronxla", "nki")
 
 
+# The functions below take the config's neuron section with the schema's defaults filled in
+# (settings.BuildSettings.for_backend), so no default is written twice.
+
 
 def auto_cast(options: dict) -> str:
     """--auto-cast is always passed: its default changed between SDKs (matmult, then none in 2.27), and
     an fp32 workload silently run as bf16 would be measured against the fp32 peak."""
-    return options.get("auto_cast") or "none"
+    return options["auto_cast"] or "none"
 
 
 def lnc(options: dict) -> int:
     """Logical NeuronCore size: the configured `lnc`, else the target's default (2 on trn2)."""
     from ..analysis.roofline import TARGETS
 
-    return TARGETS[options.get("target", "trn1")].lnc(options.get("lnc"))
+    return TARGETS[options["target"]].lnc(options["lnc"])
 
 
 def cc_flags(options: dict) -> str:
     """NEURON_CC_FLAGS from the config's neuron section (neuronx-cc compile options)."""
-    flags = [f"--target {options.get('target', 'trn1')}", f"-O{options.get('optlevel', 2)}",
+    flags = [f"--target {options['target']}", f"-O{options['optlevel']}",
              f"--auto-cast {auto_cast(options)}"]
-    if options.get("lnc"):
+    if options["lnc"]:
         flags.append(f"--logical-nc-config {options['lnc']}")
-    if options.get("disable_dge"):
+    if options["disable_dge"]:
         flags.append("--disable-dge")
-    if options.get("extra_cc_flags"):
+    if options["extra_cc_flags"]:
         flags.append(options["extra_cc_flags"])
     return " ".join(flags)
 
@@ -67,12 +71,12 @@ def compile_env(options: dict, compile_cache: Path) -> dict:
     env = tool_env(on_device=True)
     env.update({"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": cc_flags(options),
                 "NEURON_COMPILE_CACHE_URL": str(compile_cache)})
-    if options.get("xla_debug"):
+    if options["xla_debug"]:
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
 
 
-def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
+def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile."""
     compile_cache = entry / "neuron-compile-cache"
     shutil.rmtree(compile_cache, ignore_errors=True)
@@ -81,8 +85,8 @@ def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(options, compile_cache), workdir, globs,
-                             timeout(options, "build"))
+    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(settings.options, compile_cache), workdir,
+                             globs, settings.timeout_s)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
             "compile_count": result["compile"]["count"],
@@ -91,7 +95,7 @@ def _compile_xla(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
             "compile_s_source": "torch_xla.debug.metrics CompileTime", "capture_inputs": None}
 
 
-def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
+def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
     from ..kernels import for_spec
 
@@ -103,12 +107,12 @@ def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = workdir / "artifacts"
     artifacts.mkdir(parents=True)
-    env = tool_env(on_device=True)
-    env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options.get("target", "trn1"),
+    env, options = tool_env(on_device=True), settings.options
+    env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options["target"],
                 "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)), "NEURON_CC_FLAGS": cc_flags(options)})
     run_child("nki_program", ["--spec", json.dumps(spec), "--out", str(workdir / "nki_result.json"),
                               "--inputs-dir", str(entry / "inputs")], spec, workdir, env, "NKI kernel run",
-              timeout(options, "build"))
+              settings.timeout_s)
     result = json.loads((workdir / "nki_result.json").read_text())
     if len(result["neffs"]) != 1:
         raise UserError(f"case {workload_id(spec)}: expected one NEFF from the NKI kernel, found "
@@ -121,18 +125,19 @@ def _compile_nki(spec: dict, out_dir: Path, options: dict, entry: Path) -> dict:
             "benchmark_us": result.get("benchmark_us"), "capture_inputs": result["inputs"]}
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
+def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     versions = package_versions(NEURON_PACKAGES)
+    options = settings.options
     flags = cc_flags(options)
     nki_impl = spec.get("impl") == "nki"
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
         # both routes execute the workload on a NeuronCore: hold the device like a capture
-        with devicelock.held(options.get("device_lock") or devicelock.DEFAULT_LOCK, f"neuron build {workload_id(spec)}"):
-            made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, options, entry)
+        with devicelock.held(settings.device_lock, f"neuron build {workload_id(spec)}"):
+            made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, settings, entry)
         return Path(made["neff_source"]), made
 
-    material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options.get("xla_debug")),
+    material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options["xla_debug"]),
                 "versions": versions, "format": ARTIFACT_FORMAT}
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])
@@ -141,7 +146,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
          if k.startswith(("NEURON_FRAMEWORK_DEBUG", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "XLA_"))}
     return {
         "toolchain": versions, "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
-        "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options.get("target", "trn1"),
+        "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options["target"],
         "auto_cast": auto_cast(options), "lnc": lnc(options), "visible_cores": VISIBLE_CORES,
         "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
         **{k: v for k, v in meta.items() if k != "made_at"}, **fields,
@@ -153,14 +158,14 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
 # -------------------------------------------------------------------------------------- capture
 
 
-def framework_timing(build_record: dict, settings: CaptureSettings, workdir: Path) -> dict:
+def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
     """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
     compile here means the graph changed (recompilation), which is recorded, not hidden."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = tool_env(on_device=True)
-    env.update(build_record["env"])
-    cache = build_record["compile_cache"]
-    result = xla_program.run(build_record["spec"], workdir / "timing.json", env, workdir,
+    env.update(build.env)
+    cache = build.details["compile_cache"]
+    result = xla_program.run(build.spec, workdir / "timing.json", env, workdir,
                              [str(Path(cache) / "**" / "*.neff")], settings.timeout_s,
                              warmup=settings.warmup, iterations=settings.iterations,
                              repeats=settings.repeats)
@@ -169,13 +174,13 @@ def framework_timing(build_record: dict, settings: CaptureSettings, workdir: Pat
     return timing
 
 
-def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
-    record = capture_neff(build_dir / ARTIFACT, out_dir, settings, build_record.get("capture_inputs"))
-    if build_record["spec"].get("impl") == "nki":
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    record = capture_neff(build_dir / ARTIFACT, out_dir, settings, build.details.get("capture_inputs"))
+    if build.spec.get("impl") == "nki":
         record["latency"] = None
         record["latency_note"] = "NKI kernels run outside a framework here; their device time is in the profile"
     else:
-        record["latency"] = framework_timing(build_record, settings, out_dir / "framework")
+        record["latency"] = framework_timing(build, settings, out_dir / "framework")
     record["threads"] = None
     return record
 
@@ -183,5 +188,5 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
 # ----------------------------------------------------------------------------------------- view
 
 
-def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) -> dict:
-    return view_profile(Path(capture_record["neff"]), capture_dir / NTFF, out_dir, options)
+def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    return view_profile(Path(cap.details["neff"]), capture_dir / NTFF, out_dir, settings)

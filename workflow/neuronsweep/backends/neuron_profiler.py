@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ..analysis import neuron_summary
 from ..errors import UserError
-from ..settings import CaptureSettings
+from ..settings import CaptureSettings, ViewSettings
 from . import BACKENDS, NEURON_TOOL_DIR, PROFILERS
-from .common import run_tool, timeout
+from .common import run_tool
 
 NTFF = BACKENDS["neuron"].artifacts["capture"]
 STDERR_TAIL = 4000
@@ -84,7 +84,7 @@ def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
 
 def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: list[tuple[str, str]] | None = None) -> dict:
     """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff)."""
-    profiler = resolve_profiler(settings.options.get("profiler", "auto"))
+    profiler = resolve_profiler(settings.options["profiler"])
     raw = out_dir / "raw"
     shutil.rmtree(raw, ignore_errors=True)
     raw.mkdir(parents=True)
@@ -92,7 +92,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
     single_io = settings.single_io or (settings.attempt > 1 and marker.exists())
     argv = [profiler, "capture", "-n", str(neff.resolve()), "-s", str(raw.resolve() / "profile.ntff"),
             "--num-exec", str(settings.num_exec), "--profile-nth-exec", str(settings.nth_exec)]
-    if settings.options.get("enable_dge_notifs"):
+    if settings.options["enable_dge_notifs"]:
         argv.append("--enable-dge-notifs")
     if single_io:
         argv.append("--single-io")
@@ -141,14 +141,14 @@ def _sha256(path: Path) -> str:
 DEFAULT_OUTPUT = {"perfetto": "ntff.pftrace", "json": "ntff.json"}
 
 
-def view_profile(neff: Path, ntff: Path, out_dir: Path, options: dict) -> dict:
+def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) -> dict:
     """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
     runs in out_dir with a time limit; neuron-explorer gets --ingest-only for exports, since its view
     otherwise keeps serving its UI and API after writing."""
-    profiler = resolve_profiler(options.get("profiler", "auto"))
+    profiler = resolve_profiler(settings.profiler)
     out_dir = out_dir.resolve()
     base = [profiler, "view", "-n", str(neff.resolve()), "-s", str(ntff.resolve())]
-    limit, name = timeout(options, "view"), Path(profiler).name
+    limit, name = settings.timeout_s, Path(profiler).name
     commands = {}
 
     def run(fmt: str, extra: list[str]):
@@ -166,13 +166,13 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, options: dict) -> dict:
 
     outputs = {}
     wanted = []
-    if options.get("parquet", True) and is_explorer(profiler):
+    if settings.parquet and is_explorer(profiler):
         wanted.append(("parquet", out_dir / "parquet", []))
-    if options.get("json"):
+    if settings.json:
         wanted.append(("json", out_dir / "profile.json", []))
-    if options.get("pftrace", True):
+    if settings.pftrace:
         wanted.append(("perfetto", out_dir / "trace.pftrace",
-                       ["--show-perfetto-flows"] if options.get("perfetto_flows") else []))
+                       ["--show-perfetto-flows"] if settings.perfetto_flows else []))
     for fmt, target, extra in wanted:
         run(fmt, ["--output-file", str(target), *extra, *(["--ingest-only"] if is_explorer(profiler) else [])])
         fallback = out_dir / DEFAULT_OUTPUT.get(fmt, "")

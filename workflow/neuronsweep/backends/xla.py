@@ -26,9 +26,10 @@ from .. import hostcaps, pftrace
 from ..analysis import hlo
 from ..analysis.intervals import union_length
 from ..cache import CompileCache
-from ..settings import CaptureSettings
+from ..records import BuildRecord, CaptureRecord
+from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from . import BACKENDS, xla_program
-from .common import package_versions, profiled_span, recompilation_flag, timeout
+from .common import package_versions, profiled_span, recompilation_flag
 
 ARTIFACT = BACKENDS["xla"].artifacts["build"]
 TRACE = BACKENDS["xla"].artifacts["capture"]
@@ -41,7 +42,7 @@ PACKAGES = ("torch", "torch-xla")
 def xla_env(options: dict, dump_dir: Path) -> dict:
     """The child's environment: the PJRT device, the HLO dump, and the IR debug names when asked."""
     env = dict(os.environ)
-    env["PJRT_DEVICE"] = options.get("pjrt_device", "CPU")
+    env["PJRT_DEVICE"] = options["pjrt_device"]
     env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), f"--xla_dump_to={dump_dir}"]))
     if options.get("xla_debug"):
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
@@ -54,15 +55,16 @@ def _fresh(workdir: Path) -> Path:
     return workdir / "dump"
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict:
+def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     versions = package_versions(PACKAGES)
-    device = options.get("pjrt_device", "CPU")
+    options = settings.options
+    device = options["pjrt_device"]
 
     def compile_module(entry: Path) -> tuple[Path, dict]:
         workdir = out_dir.resolve() / "xla"
         dump = _fresh(workdir)
         result = xla_program.run(spec, workdir / "xla_result.json", xla_env(options, dump), workdir,
-                                 [str(dump / MODULE_GLOB)], timeout(options, "build"))
+                                 [str(dump / MODULE_GLOB)], settings.timeout_s)
         module, candidates = xla_program.attribute(result, spec, "HLO module")
         comp = result["compile"]
         return Path(module), {"module_source": module, "candidates": candidates, "compile_s": comp["seconds"],
@@ -70,7 +72,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
                               "compile_count": comp["count"], "second_call_compile_count": comp["second_call_count"],
                               "recompiled_on_second_call": comp["second_call_count"] > 0, "device": result["device"]}
 
-    material = {"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options.get("xla_debug")),
+    material = {"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options["xla_debug"]),
                 "versions": versions, "format": ARTIFACT_FORMAT}
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_module)
     env = {k: v for k, v in xla_env(options, Path("<build>/xla/dump")).items()
@@ -84,9 +86,9 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, options: dict) -> dict
     }
 
 
-def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
-    spec = build_record["spec"]
-    options = {"pjrt_device": build_record["pjrt_device"], "xla_debug": "XLA_HLO_DEBUG" in build_record["env"]}
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    spec = build.spec
+    options = {"pjrt_device": build.pjrt_device, "xla_debug": "XLA_HLO_DEBUG" in build.env}
     workdir = out_dir.resolve() / "xla"
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
@@ -112,10 +114,10 @@ def capture(build_record: dict, build_dir: Path, settings: CaptureSettings, out_
     }
 
 
-def summarize_trace(trace: dict, capture_record: dict) -> dict:
+def summarize_trace(trace: dict, cap: CaptureRecord) -> dict:
     """The Neuron summary's fields this trace can honestly fill, in the same units (s, fractions):
     total_time is the profiled execution's wall span, total_active_time the XLA execute time in it."""
-    events, span = profiled_span(trace, capture_record["settings"]["nth_exec"])
+    events, span = profiled_span(trace, cap.settings.nth_exec)
     start, end = span["ts"], span["ts"] + span["dur"]
     inside = [e for e in events if e["ts"] < end and e["ts"] + e["dur"] > start and e is not span]  # overlaps
     executes = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in inside if e.get("cat") == "xla_execute"]
@@ -127,15 +129,15 @@ def summarize_trace(trace: dict, capture_record: dict) -> dict:
         "total_active_time_percent": active_s / total_s if active_s is not None and total_s > 0 else None,
         "event_count": len(inside),
         "compile_in_profiled_exec": sum(1 for e in inside if e.get("cat") == "xla_compile"),
-        "instance_type": f"{capture_record['host']['cpu']} ({capture_record['device']})",
-        "profiler_version": capture_record["profiler"],
+        "instance_type": f"{cap.details['host']['cpu']} ({cap.details['device']})",
+        "profiler_version": cap.profiler,
     }
 
 
-def view(capture_record: dict, capture_dir: Path, out_dir: Path, options: dict) -> dict:
+def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
     trace = json.loads((capture_dir / TRACE).read_text())
     counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
-    rows = hlo.read(capture_record["module"])
+    rows = hlo.read(cap.details["module"])
     hlo.write_parquet(rows, out_dir / INSTRUCTION_TABLE)
-    return {"summary": summarize_trace(trace, capture_record), "pftrace": "trace.pftrace", "pftrace_counts": counts,
+    return {"summary": summarize_trace(trace, cap), "pftrace": "trace.pftrace", "pftrace_counts": counts,
             "outputs": {"instruction": INSTRUCTION_TABLE}, "hlo_instructions": len(rows)}
