@@ -1,52 +1,95 @@
 """Bad configs are refused before any job, with one sentence naming the key and the fix, by both
-`neuronsweep plan` and `snakemake -n` (the reliability issue's corpus starts here)."""
+`neuronsweep plan` and `snakemake -n`: the corpus in tests/bad_configs/, one file per mistake."""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import BIN, snakemake, tiny_config
+from conftest import BIN, private_cache, snakemake, tiny_config
+from neuronsweep import backends, cli
 
-MATMUL = {"matmul": {"shapes": [{"m": 8, "k": 8, "n": 8}]}}
-
-BAD = {
-    "run-trailing-newline": ({"run": "r1\n"}, "key 'run' = 'r1\\n' must be a plain name of 1 to 100 letters"),
-    "run-too-long": ({"run": "r" * 5000}, "key 'run' is longer than 100 characters; shorten it."),
-    "bad-regex": ({"track_patterns": {"tensor": "("}},
-                  "key 'track_patterns.tensor' = '(' is not a valid regex"),
-    "dim-beyond-int64": ({"suites": {"matmul": {"shapes": [{"m": 10**20, "k": 1, "n": 1}]}}},
-                         "key 'suites.matmul.shapes.0.m' must be at most 1048576"),
-    "empty-plan": ({"suites": {"tiling": {"boundaries": [1], "multiples": [1], "offsets": [-1], "vary": ["m"]}}},
-                   "nothing to run: the suites of the config expand to no scenario"),
-    "cache-dir-not-a-folder": ({"cache_dir": "/dev/null/cache"},
-                               "config key 'cache_dir' = '/dev/null/cache' is not a writable folder"),
-    "heads-above-hidden": ({"suites": {"llm": {"models": [{"name": "m", "hidden": 8, "intermediate": 16, "heads": 16,
-                                                           "kv_heads": 4}], "projections": ["qkv"]}}},
-                           "hidden 8 must be a multiple of heads 16"),
-}
+CORPUS = Path(__file__).parent / "bad_configs"
+CASES = sorted(p.stem for p in CORPUS.glob("*.yaml"))
 
 
-def write(tmp_path, overrides: dict):
-    cfg = tiny_config(tmp_path)
-    cfg.update({"suites": MATMUL})
-    cfg.update(overrides)
-    return cfg
+def expected(name: str, tmp_path: Path) -> tuple[str, str, str]:
+    """(config text, sentence of `neuronsweep plan`, sentence of `snakemake -n`) of one corpus file. Its
+    first line says `# expect: <sentence>`; a second `# snakemake: <sentence>` line gives Snakemake's
+    own words where Snakemake refuses the file before the workflow reads it (an empty file, a list).
+    @CACHE@ and @TMP@ stand for a private compile cache and the test's folder."""
+    lines = (CORPUS / f"{name}.yaml").read_text().split("\n")
+    assert lines[0].startswith("# expect: "), f"{name}.yaml: first line must be '# expect: <sentence>'"
+    plan = lines[0].removeprefix("# expect: ")
+    own = lines[1].startswith("# snakemake: ")
+    smk = lines[1].removeprefix("# snakemake: ") if own else plan
+    text = "\n".join(lines[2:] if own else lines[1:])
+    for mark, value in {"@CACHE@": str(private_cache(tmp_path)), "@TMP@": str(tmp_path)}.items():
+        text, plan, smk = text.replace(mark, value), plan.replace(mark, value), smk.replace(mark, value)
+    return text, plan, smk
 
 
-@pytest.mark.parametrize("name", sorted(BAD))
-def test_refused_before_any_job_by_plan_and_snakemake(tmp_path, name):
-    overrides, sentence = BAD[name]
-    cfg = write(tmp_path, overrides)
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True)
-    assert plan.returncode == 2 and sentence in plan.stderr and "Traceback" not in plan.stderr, plan.stderr
-    run = snakemake(tmp_path, "-n", check=False)
-    assert run.proc.returncode != 0 and sentence in run.output and not run.jobs, run.output[-2000:]
+def machine_skip(name: str) -> None:
+    if name == "backend-neuron-without-tools" and backends.find_profiler():
+        pytest.skip("this machine has the Neuron tools")
+    if name == "backend-xla-without-torch-xla" and importlib.util.find_spec("torch_xla"):
+        pytest.skip("this environment has torch-xla")
+
+
+def test_the_corpus_is_large_enough():
+    assert len(CASES) >= 60
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_refused_by_plan_in_one_sentence(tmp_path, name):
+    """`neuronsweep plan` (its main, in this process: a start-up per file would cost more than the test)."""
+    machine_skip(name)
+    text, sentence, _ = expected(name, tmp_path)
+    (tmp_path / "config.yaml").write_text(text)
+    seen, logger = Collect(), logging.getLogger("neuronsweep")
+    logger.addHandler(seen)
+    try:
+        code = cli.main(["plan", "--config", str(tmp_path / "config.yaml")])
+    finally:
+        logger.removeHandler(seen)
+    said = [r.getMessage() for r in seen.records]
+    assert code == 2 and len(said) == 1 and sentence in said[0], said
+
+
+def test_refused_by_snakemake_before_any_job(tmp_path):
+    """`snakemake -n` on every corpus file, two at a time (each is a Snakemake start-up, ~2 s)."""
+    names = [n for n in CASES if not (n == "backend-neuron-without-tools" and backends.find_profiler())
+             and not (n == "backend-xla-without-torch-xla" and importlib.util.find_spec("torch_xla"))]
+
+    def one(name: str) -> str | None:
+        work = tmp_path / name
+        work.mkdir()
+        text, _, sentence = expected(name, work)
+        (work / "config.yaml").write_text(text)
+        run = snakemake(work, "-n", check=False)
+        if run.proc.returncode == 0 or sentence not in run.output or run.jobs or (work / "results").exists():
+            return f"{name}: expected {sentence!r}, got {run.output[-600:]!r}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        problems = [p for p in pool.map(one, names) if p]
+    assert not problems, "\n".join(problems)
 
 
 def test_duplicate_yaml_keys_are_refused_not_merged(tmp_path):

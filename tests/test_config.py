@@ -31,7 +31,7 @@ def test_defaults_are_filled():
     ({"bakend": "cpu"}, "unknown key 'bakend'"),
     ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, xla, not 'gpu'"),
     ({"neuron": {"target": "trn3"}}, "key 'neuron.target' must be one of trn1, trn1n, trn2, inf2, not 'trn3'"),
-    ({"run": "a b"}, "key 'run' = 'a b' must match"),
+    ({"run": "a b"}, "key 'run' = 'a b' must be a plain name"),
     ({"capture": {"num_exec": 2, "nth_exec": 3}}, "'capture.nth_exec' (3) must not exceed 'capture.num_exec' (2)"),
     ({"suites": {"matmul": {"dtype": ["fp32"]}}}, "suite 'suites.matmul' needs a 'grid' or a 'shapes' list"),
     ({"suites": {"matmul": {"grid": {"m": [1], "k": [1]}}}}, "key 'suites.matmul.grid' is missing the required entry 'n'"),

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import BIN
 from neuronsweep.backends import cpu
+from neuronsweep.cache import file_sha256
 from neuronsweep.stats import latency_stats
 from neuronsweep.errors import UserError
 
@@ -85,7 +86,13 @@ def test_stage_errors_name_the_case_and_the_fix(tmp_path):
 def test_unexpected_failure_still_ends_in_one_sentence_naming_the_case(tmp_path):
     wdir = tmp_path / "matmul-m24-k40-n8-bf16"
     ns("build", "--spec", json.dumps(SPEC), "--out", wdir / "build", "--cache-dir", tmp_path / "cache")
-    (wdir / "build" / "model.pt2").write_bytes(b"not a zip archive")
+    artifact = wdir / "build" / "model.pt2"
+    artifact.write_bytes(b"not a zip archive")
+    proc = ns("capture", "--build", wdir / "build", "--out", wdir / "capture", "--iterations", 1, check=False)
+    assert proc.returncode == 2 and "is not the artifact its build recorded" in proc.stderr  # caught before loading
+    record = json.loads((wdir / "build" / "build.json").read_text())  # a build that recorded a broken artifact
+    record.update(artifact_sha256=file_sha256(artifact), artifact_bytes=artifact.stat().st_size)
+    (wdir / "build" / "build.json").write_text(json.dumps(record))
     proc = ns("capture", "--build", wdir / "build", "--out", wdir / "capture", "--iterations", 1, check=False)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from conftest import neuron_config, snakemake, standin_env, standin_runs
+from conftest import BIN, neuron_config, snakemake, standin_env, standin_runs
 from neuronsweep.analysis.pftrace_reader import read as read_pftrace
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
@@ -383,3 +385,18 @@ def test_neuron_builds_hold_the_device_and_pin_their_cores(tmp_path):
     # none failed with "Available:0", though builds and captures were scheduled on 2 cores at once
     text = "".join(p.read_text() for p in (tmp_path / "results").rglob("*.log"))
     assert "Available:0" not in text
+
+
+def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(tmp_path):
+    cfg = neuron_config(tmp_path)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, **standin_env(tmp_path)}
+    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+                          capture_output=True, text=True, env=env)
+    assert plan.returncode == 0 and "backend 'neuron' set in config: " in plan.stderr
+    assert "neuron-ls lists 1 device(s)" in plan.stderr  # no /dev/neuron* here: the driver tool's list
+    none = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+                          capture_output=True, text=True, env={**env, "STANDIN_NO_DEVICE": "1"})
+    assert none.returncode == 2 and none.stderr.strip().endswith(
+        "lists no device); run on a trn1, trn2 or inf2 instance or set backend: auto.")
+    assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr

@@ -37,6 +37,8 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
         metrics_path = wdir / "metrics.json"
         if sc["workload_id"] in plan.get("unsupported", {}):
             row.update(status="unsupported", reason=plan["unsupported"][sc["workload_id"]])
+        elif latest_failure(wdir):  # its last attempt failed: an older metrics.json is stale
+            row["status"], row["reason"] = failure_reason(wdir)
         elif metrics_path.is_file():
             try:
                 values = MetricsRecord.read(metrics_path).values

@@ -9,10 +9,13 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import UserError
+
 
 @contextmanager
 def replacing(path: str | Path):
-    """Yield a temp path beside `path`; on success rename it over `path`, on error remove it."""
+    """Yield a temp path beside `path`; on success rename it over `path`, on error remove it. A writer
+    that left the file empty failed without saying so (a 0-byte trace once passed unnoticed): refused."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # keep the real suffix last: some writers (torch.export.save) check it
@@ -20,6 +23,8 @@ def replacing(path: str | Path):
     os.close(fd)
     try:
         yield Path(tmp)
+        if os.path.getsize(tmp) == 0:
+            raise UserError(f"{path}: its writer left it empty; nothing was kept (see the stage's log).")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -107,4 +107,5 @@ class CompileCache:
             "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry made {meta['made_at']}",
             "cache": {"dir": str(self.root), "key": key, "hit": hit, "entry": str(entry),
                       "discarded": self.discarded or None},
+            "artifact_sha256": meta["sha256"], "artifact_bytes": meta["bytes"],
         }

@@ -20,6 +20,7 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
     """Capture the workload built in build_dir (its build.json says which backend)."""
     started = time.time()
     build = BuildRecord.read(build_dir)
+    build.verify_artifact(build_dir)
     impl = backends.load(build.backend)
     settings = settings.for_backend(build.backend)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -27,6 +28,10 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
         after = hostcaps.load_snapshot()
+    profile = out_dir / backends.BACKENDS[build.backend].artifacts["capture"]
+    if not profile.is_file() or profile.stat().st_size == 0:
+        raise UserError(f"case {build.workload_id}: the capture exited without writing {profile} (or left it "
+                        "empty); see its log.")
     load = {"start": before, "end": after, "under_load": hostcaps.under_load(before, after)}
     if load["under_load"]:
         logging.getLogger("neuronsweep").warning(f"warning: case {build.workload_id} was captured under load: "

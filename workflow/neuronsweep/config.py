@@ -117,6 +117,14 @@ def _key(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
+# schema patterns in words (a user should not have to read a regex)
+PATTERN_WORDS = {
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": "be a plain name: letters, digits, '.', '_' or '-', starting with a letter or digit",
+    "^[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*$": "be a lower-case name: letters, digits and '.', words joined by '-'",
+    "^[a-z][a-z0-9_]*$": "be a lower-case name: letters, digits and '_', starting with a letter",
+}
+
+
 def _sentence(error, source: str) -> str:
     """One sentence for one jsonschema error: what is wrong, which key, how to fix it."""
     key = _key(error.absolute_path)
@@ -129,19 +137,25 @@ def _sentence(error, source: str) -> str:
                 f"{', '.join(allowed)} (check the spelling or remove it).")
     if v == "required":
         missing = [k for k in val if k not in error.instance]
+        if not error.absolute_path:
+            return f"{source}: the config has no '{missing[0]}' section; add one (config/config.yaml shows every key)."
         return f"{source}: key '{key}' is missing the required entry '{missing[0]}'; add it."
     if v == "anyOf" and key.startswith("suites."):
         return f"{source}: suite '{key}' needs a 'grid' or a 'shapes' list; add one of them."
     if v == "type":
         return f"{source}: key '{key}' must be of type {val}, not {error.instance!r}; fix the value."
-    if v in ("minimum", "maximum"):
-        word = "at least" if v == "minimum" else "at most"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        word = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "more than",
+                "exclusiveMaximum": "less than"}[v]
         return f"{source}: key '{key}' must be {word} {val}, not {error.instance!r}; fix the value."
     if v == "enum":
         return (f"{source}: key '{key}' must be one of {', '.join(map(str, val))}, "
                 f"not {error.instance!r}; fix the value.")
     if v == "pattern":
-        return f"{source}: key '{key}' = {error.instance!r} must match {val}; use letters, digits, '.', '_' or '-'."
+        what = PATTERN_WORDS.get(val, f"match the pattern {val}")
+        return f"{source}: key '{key}' = {error.instance!r} must {what}; fix the value."
+    if v == "minLength":
+        return f"{source}: key '{key}' must not be empty; give a value or remove the key for its default."
     if v == "maxLength":
         return f"{source}: key '{key}' is longer than {val} characters; shorten it."
     if v in ("minItems", "minProperties"):
@@ -175,8 +189,9 @@ def _no_duplicates(loader, node, deep=False):
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise UserError(f"key '{key}' appears twice in one mapping (lines {seen[key] + 1} and "
-                            f"{key_node.start_mark.line + 1}); keep one of them")
+            lines = sorted({seen[key] + 1, key_node.start_mark.line + 1})
+            where = f"lines {lines[0]} and {lines[1]}" if len(lines) == 2 else f"line {lines[0]}"
+            raise UserError(f"key '{key}' appears twice in one mapping ({where}); keep one of them")
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 
@@ -201,7 +216,10 @@ def read_yaml(path: str | Path):
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file and validate it."""
-    return validate(read_yaml(path) or {}, source=str(path))
+    data = read_yaml(path)
+    if data is None:
+        raise UserError(f"{path}: the config file is empty; start from config/config.yaml.")
+    return validate(data, source=str(path))
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -18,10 +18,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .config import schema_default
+from .errors import UserError
 
 DEFAULT_LOCK = schema_default("capture.device_lock")
 WAIT_REPORT_S = 30.0
 log = logging.getLogger("neuronsweep")
+
+
+def check_usable(path: str, key: str = "capture.device_lock") -> None:
+    """Refuse, before any job, a lock path that would not keep two captures apart (a device file such
+    as /dev/null takes the lock but excludes nobody) or that cannot be created."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_file():
+        kind = "a folder" if p.is_dir() else "not a regular file"
+        raise UserError(f"config key '{key}' = {path!r} is {kind}, so a lock there would not keep captures apart; "
+                        f"point it at a file path such as {DEFAULT_LOCK}.")
+    try:
+        os.close(os.open(p, os.O_RDWR | os.O_CREAT, 0o666))
+    except OSError as exc:
+        raise UserError(f"config key '{key}' = {path!r} cannot be created or opened ({exc.strerror}); point it at "
+                        f"a writable place such as {DEFAULT_LOCK}.") from None
 
 
 def _describe(info: dict | None) -> str:

@@ -22,8 +22,8 @@ def _first_line(argv: list[str]) -> str:
 
 def report(config_path: str) -> str:
     lines = [f"host: {platform.node()} {platform.machine()}, python {platform.python_version()}"]
-    devices = backends.neuron_devices()
-    lines.append(f"neuron devices: {', '.join(devices) if devices else 'none (/dev/neuron* absent)'}")
+    count, found = backends.neuron_inventory()
+    lines.append(f"neuron devices: {count} ({found})")
     neuron_ls = shutil.which("neuron-ls") or shutil.which("neuron-ls", path=backends.NEURON_TOOL_DIR)
     lines.append(f"neuron-ls: {_first_line([neuron_ls]) if neuron_ls else 'not found'}")
     for tool in backends.PROFILERS:

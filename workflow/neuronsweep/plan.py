@@ -186,8 +186,54 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
     """The plan of a validated config on `backend`, and (cpu) the host probe it rests on."""
     from . import hostcaps
 
+    check_paths(config)
     probe = host_probe(config, backend)
-    return make_plan(config, backend, hostcaps.slow_dtypes(probe) if probe else None), probe
+    plan = make_plan(config, backend, hostcaps.slow_dtypes(probe) if probe else None)
+    if backend in ("cpu", "xla"):
+        import psutil
+
+        check_fits(plan, psutil.virtual_memory().total)
+    return plan, probe
+
+
+def check_paths(config: dict) -> None:
+    """The places every job writes, probed before any job: cache_dir a writable folder, the device lock
+    a file that can be created and locked."""
+    import tempfile
+    from pathlib import Path
+
+    from . import devicelock
+
+    cache = Path(config["cache_dir"]).expanduser()
+    if cache.exists() and not cache.is_dir():
+        raise UserError(f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder.")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache).close()
+    except OSError as exc:
+        raise UserError(f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
+                        "point it at one.") from None
+    devicelock.check_usable(config["capture"]["device_lock"])
+
+
+HOST_MEMORY_SHARE = 0.8  # of the machine's RAM one case's tensors may take (the capture checks what is free)
+
+
+def check_fits(plan: Plan, ram_bytes: int) -> None:
+    """A case whose tensors alone exceed the machine's RAM is refused before any job (on the host
+    backends), naming the suite it comes from; what is free at capture time is checked again there."""
+    from .workloads import tensor_bytes
+
+    limit = HOST_MEMORY_SHARE * ram_bytes
+    too_big = {wid: tensor_bytes(spec) for wid, spec in plan.workloads.items() if tensor_bytes(spec) > limit}
+    if not too_big:
+        return
+    wid = max(too_big, key=too_big.get)
+    suite = next(sc.suite for sc in plan.scenarios if sc.workload_id == wid)
+    more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
+    raise UserError(f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB for its "
+                    f"tensors alone, more than {HOST_MEMORY_SHARE:.0%} of this machine's {ram_bytes / 2**30:,.1f} GiB "
+                    "of RAM; shrink or drop that shape.")
 
 
 def estimate(plan: Plan, config: dict, probe: dict | None) -> str:

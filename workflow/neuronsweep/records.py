@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from . import __version__
 from .atomic import write_json
+from .cache import file_sha256
 from .errors import UserError
 from .settings import CaptureSettings
 
@@ -108,6 +109,8 @@ class BuildRecord(StageRecord):
     FILE: ClassVar[str] = "build.json"
 
     artifact: str = ""
+    artifact_sha256: str | None = None  # of the artifact as built or fetched, checked before each capture
+    artifact_bytes: int | None = None
     compiler: str = ""
     cache: dict = field(default_factory=dict)  # cache.CompileCache.through's record: key, hit, entry, sha256
     compile_s: float | None = None
@@ -119,6 +122,18 @@ class BuildRecord(StageRecord):
     lnc: int | None = None  # neuron: logical NeuronCore config
     pjrt_device: str | None = None  # xla
     env: dict = field(default_factory=dict)  # what the capture must set again (compile flags, caches)
+
+    def verify_artifact(self, build_dir: Path) -> Path:
+        """The artifact beside this record, refused when it is not the one built: Snakemake judges files
+        by time, so a damaged or replaced artifact would otherwise look up to date and be captured."""
+        path = Path(build_dir) / self.artifact
+        if not path.is_file():
+            raise UserError(f"case {self.workload_id}: {path} is missing; run snakemake again (it rebuilds it).")
+        if self.artifact_sha256 and (path.stat().st_size != self.artifact_bytes or file_sha256(path) != self.artifact_sha256):
+            raise UserError(f"case {self.workload_id}: {path} is not the artifact its build recorded (its sha256 "
+                            f"differs: changed or damaged since); delete it and run snakemake again, which rebuilds "
+                            f"only this case.")
+        return path
 
 
 @dataclass

@@ -110,10 +110,15 @@ def spec_json(wildcards):
 
 
 def aggregate_after_failure():
-    """With --keep-going, failed cases block the aggregate rule: still write summary.csv, failures listed."""
+    """With --keep-going, failed cases block the aggregate and report rules: still write summary.csv,
+    roofline_targets.csv and report.html for what finished, the failures listed (the next run redoes
+    them through their rules once the failed cases are fixed)."""
     plan_json = f"{RUN}/plan.json"
     if os.path.exists(plan_json):
-        table = aggregate_run(Path(plan_json), Path(SUMMARY))
+        from neuronsweep.report import run as report_run  # `report` is a Snakemake keyword
+
+        table = aggregate_run(Path(plan_json), Path(SUMMARY), Path(f"{RUN}/roofline_targets.csv"))
+        report_run(Path(SUMMARY), Path(plan_json), Path(f"{RUN}/report.html"), Path(f"{RUN}/report"))
         bad = table[table["status"] != "ok"]
         logger.error(f"neuron-sweep: {len(bad)} of {len(table)} scenarios did not finish; "
                      f"{SUMMARY} lists every scenario with its status:")

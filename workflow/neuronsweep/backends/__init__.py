@@ -19,7 +19,9 @@ from __future__ import annotations
 import glob
 import importlib
 import importlib.util
+import json
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -45,22 +47,49 @@ def neuron_devices() -> list[str]:
     return sorted(glob.glob("/dev/neuron[0-9]*"))
 
 
+def neuron_inventory() -> tuple[int, str]:
+    """How many Neuron devices this machine has, and how that was found: /dev/neuron*, else the
+    device list of `neuron-ls --json-output` (the driver's own tool); (0, why) when neither shows one."""
+    devices = neuron_devices()
+    if devices:
+        return len(devices), f"{devices[0]} ({len(devices)} device(s))"
+    tool = shutil.which("neuron-ls") or shutil.which("neuron-ls", path=NEURON_TOOL_DIR)
+    if not tool:
+        return 0, "no /dev/neuron* and no neuron-ls"
+    try:
+        proc = subprocess.run([tool, "--json-output"], capture_output=True, text=True, timeout=60)
+        listed = json.loads(proc.stdout)
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        return 0, f"no /dev/neuron*, and {tool} --json-output gave no device list"
+    count = len(listed) if isinstance(listed, list) else 0
+    return count, f"{tool} lists {count} device(s)" if count else f"no /dev/neuron*, and {tool} lists no device"
+
+
 def resolve(requested: str) -> tuple[str, str]:
-    """Pick the backend for a run; returns (name, one-line reason)."""
+    """Pick the backend for a run; returns (name, one-line reason). A backend that cannot run here is
+    refused now, before any job, rather than in every build."""
     if requested == "xla" and importlib.util.find_spec("torch_xla") is None:
         raise UserError("config key 'backend' is xla, but torch-xla is not installed in this environment; "
                         "install it with pip install -e \".[xla,workflow]\" (torch 2.9.0 + torch-xla 2.9.0) or set backend: cpu.")
-    if requested in NAMES:
-        name, why = requested, f"backend '{requested}' set in config"
-    else:
-        devices, tool = neuron_devices(), find_profiler()
-        if devices and tool:
-            name, why = "neuron", f"backend auto -> neuron: found {devices[0]} and {tool}"
-        else:
-            missing = "no Neuron device (/dev/neuron* absent)" if not devices else \
-                f"no neuron-explorer or neuron-profile on PATH or in {NEURON_TOOL_DIR}"
-            name, why = "cpu", f"backend auto -> cpu: {missing}"
-    return name, why
+    if requested in ("cpu", "xla"):
+        return requested, f"backend '{requested}' set in config"
+    tool = find_profiler()
+    count, found = neuron_inventory() if tool or requested == "neuron" else (0, "")
+    if requested == "neuron":
+        if not tool:
+            raise UserError(f"config key 'backend' is neuron, but neither {' nor '.join(PROFILERS)} is on PATH or in "
+                            f"{NEURON_TOOL_DIR}; install the Neuron tools (aws-neuronx-tools) or set backend: auto.")
+        if not count:
+            raise UserError(f"config key 'backend' is neuron, but this machine has no Neuron device ({found}); run on "
+                            "a trn1, trn2 or inf2 instance or set backend: auto.")
+        return "neuron", f"backend 'neuron' set in config: {found}, {tool}"
+    if tool and count:
+        return "neuron", f"backend auto -> neuron: found {found} and {tool}"
+    if tool:
+        return "cpu", f"backend auto -> cpu: no Neuron device ({found})"
+    if not neuron_devices():
+        return "cpu", "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
+    return "cpu", f"backend auto -> cpu: no neuron-explorer or neuron-profile on PATH or in {NEURON_TOOL_DIR}"
 
 
 def load(name: str) -> ModuleType:

@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..atomic import write_json
 from . import BACKENDS
 from .common import EXEC_MARK
 
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
         step()
     if args.trace_out:
         trace = _trace(step, met, args.num_exec, args.nth_exec, str(device))
-        Path(args.trace_out).write_text(json.dumps(trace))
+        write_json(args.trace_out, trace)  # whole or not at all, like every stage output
     if args.iterations:
         after_warmup = _metric(met, "CompileTime")[0]
         walls, executes = [], []
