@@ -1,42 +1,93 @@
-"""A sweep killed mid-capture (SIGKILL to Snakemake's whole process group) recovers with the README's
-command: `snakemake --unlock`, then the same run again; the result equals an uninterrupted run."""
+"""A sweep killed again and again (SIGKILL to Snakemake's whole process group: a crash, a power cut,
+`kill -9`) recovers with the README's command, `snakemake --unlock` then the same run again: after every
+kill nothing truncated is left, and the final result equals an uninterrupted run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
+import zipfile
+from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from conftest import BIN, REPO, snakemake, tiny_config
 
 
-def test_killed_during_a_capture_then_unlock_and_rerun(tmp_path, finished_run):
+def _start(workdir: Path) -> subprocess.Popen:
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
+    return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True,
+                            env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+
+
+def _kill_when(workdir: Path, seen, what: str, timeout: float = 180) -> None:
+    proc = _start(workdir)
+    deadline = time.time() + timeout
+    while not seen() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, f"the sweep ended before it reached {what}"
+    assert seen(), f"never reached {what} within {timeout} s"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _whole(root: Path) -> list[str]:
+    """Every stage output under root that is not whole (a JSON, CSV, Parquet, .pt2 that does not parse)."""
+    broken = []
+    for path in root.rglob("*"):
+        if not path.is_file() or ".snakemake" in path.parts or ".tmp" in path.name or path.suffix == ".lock":
+            continue
+        try:
+            if path.suffix == ".json":
+                json.loads(path.read_text())
+            elif path.suffix == ".csv":
+                pd.read_csv(path)
+            elif path.suffix == ".parquet":
+                pq.read_table(path)
+            elif path.suffix == ".pt2":
+                assert zipfile.is_zipfile(path)
+        except Exception as exc:  # noqa: BLE001 - any failure to parse is the finding
+            broken.append(f"{path}: {type(exc).__name__}")
+    return broken
+
+
+def test_killed_at_every_stage_then_unlock_and_rerun(tmp_path, finished_run):
     cfg = tiny_config(tmp_path)
     cfg["capture"]["iterations"] = 2000  # captures long enough to be killed inside one
     snakemake(tmp_path, "-n", config=cfg)  # writes config.yaml
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True,
-                            env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
-    deadline = time.time() + 120
-    while not list(tmp_path.glob("results/t/cpu/workloads/*/logs/capture.log")) and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (tmp_path / "results" / "t" / "summary.csv").exists()
-    snakemake(tmp_path, "--unlock")
-    # stage outputs appear atomically, so the killed capture simply has none and reruns (a kill between
-    # two outputs of one job is covered by the default profile's rerun-incomplete, which the workflow applies)
-    run = snakemake(tmp_path)
-    assert "capture" in run.rules
+    cache, work = Path(cfg["cache_dir"]), tmp_path / "results" / "t" / "cpu" / "workloads"
+
+    def running(stage: str):
+        return lambda: any((log.parent.parent / stage / f"{stage}.json").exists() is False
+                           for log in work.glob(f"*/logs/{stage}.log"))
+
+    kill_points = [
+        ("a build storing its cache entry", lambda: any(cache.glob("cpu/*/.*.tmp"))),
+        ("a capture", running("capture")),
+        ("a view", running("view")),
+        ("the aggregate", lambda: (tmp_path / "results" / "t" / "logs" / "aggregate.log").exists()),
+    ]
+    survived = []
+    for what, seen in kill_points:
+        _kill_when(tmp_path, seen, what)
+        snakemake(tmp_path, "--unlock")
+        assert not _whole(tmp_path / "results") and not _whole(cache), (what, _whole(tmp_path))
+        survived.append(what)
+    assert len(survived) == len(kill_points)
+
+    run = snakemake(tmp_path)  # the README's recovery: --unlock (above), then the same command
+    assert "aggregate" in run.rules
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
     reference = pd.read_csv(finished_run / "results" / "t" / "summary.csv")
     assert list(table["scenario_id"]) == list(reference["scenario_id"])
     assert set(table["status"]) == {"ok"} and list(table.columns) == list(reference.columns)
+    assert not _whole(tmp_path)
+    # a killed writer's temp files are removed by the next writer of the same file or cache key
     leftovers = [p for p in tmp_path.rglob("*") if ".tmp" in p.name and ".snakemake" not in p.parts]
-    assert not leftovers  # nothing half-written in results/ or the compile cache
+    assert not leftovers, leftovers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import yaml
@@ -112,21 +113,46 @@ def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
     assert not list(workload(tmp_path, bad).glob("logs/*.error.json"))
 
 
-def test_captures_never_overlap_even_with_spare_cores(tmp_path):
-    """The capture rule's neuron_device=1, limited to 1 by the default profile, serializes captures
-    even when threads would allow two at once."""
-    from conftest import tiny_config
+def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
+    """Two Snakemake processes in one folder, runs r1 and r2 of the same cases, each with cores to spare
+    (--set-threads capture=1): captures never overlap, within a process (neuron_device=1) or across
+    them (the device lock); each workload has one compile cache entry; both results are whole."""
+    import subprocess
+    import threading
 
-    cfg = tiny_config(tmp_path)
-    cfg["suites"]["matmul"]["grid"]["m"] = [16, 32, 48]
-    snakemake(tmp_path, "--cores", "4", "--set-threads", "capture=1", config=cfg)
-    spans = []
-    for cap in (tmp_path / "results" / "t" / "cpu" / "workloads").glob("*/capture/capture.json"):
-        rec = json.loads(cap.read_text())
-        spans.append((rec["started_unix"], rec["started_unix"] + rec["wall_s"]))
+    from conftest import BIN, REPO, tiny_config
+
+    procs = {}
+    for run in ("r1", "r2"):
+        cfg = tiny_config(tmp_path, run=run)
+        (tmp_path / f"{run}.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def go(run):
+        procs[run] = subprocess.run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                                     "--configfile", str(tmp_path / f"{run}.yaml"), "--cores", "4",
+                                     "--set-threads", "capture=1"], capture_output=True, text=True, env=env)
+
+    threads = [threading.Thread(target=go, args=(run,)) for run in ("r1", "r2")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(p.returncode == 0 for p in procs.values()), {r: p.stdout[-1500:] + p.stderr[-1500:] for r, p in procs.items()}
+    spans, entries = [], {}
+    for run in ("r1", "r2"):
+        assert set(pd.read_csv(tmp_path / "results" / run / "summary.csv")["status"]) == {"ok"}
+        for cap in (tmp_path / "results" / run / "cpu" / "workloads").glob("*/capture/capture.json"):
+            span = json.loads(cap.read_text())["device_span"]
+            spans.append((span["acquired_unix"], span["released_unix"], run))
+            build = json.loads((cap.parent.parent / "build" / "build.json").read_text())
+            entries.setdefault(build["workload_id"], set()).add(build["cache"]["entry"])
     spans.sort()
-    assert len(spans) == 3
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    assert len(spans) == 4 and {r for *_, r in spans} == {"r1", "r2"}
+    assert all(a_end <= b_start for (_, a_end, _), (b_start, _, _) in zip(spans, spans[1:])), spans
+    assert len(entries) == 2 and all(len(e) == 1 for e in entries.values()), entries
+    published = [p for p in (tmp_path / "cache" / "cpu").glob("*/*") if not p.name.startswith(".")]
+    assert len(published) == 2
 
 
 def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):

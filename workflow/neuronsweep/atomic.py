@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -12,14 +13,34 @@ from pathlib import Path
 from .errors import UserError
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(folder: Path, prefix: str) -> None:
+    """Remove temp files and folders `<prefix><pid>.*.tmp*` left in `folder` by writers that died (a
+    SIGKILL or a power cut skips every cleanup); a live writer's are left alone."""
+    for stale in folder.glob(f"{glob.escape(prefix)}*.tmp*"):
+        pid = stale.name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+
+
 @contextmanager
 def replacing(path: str | Path):
     """Yield a temp path beside `path`; on success rename it over `path`, on error remove it. A writer
     that left the file empty failed without saying so (a 0-byte trace once passed unnoticed): refused."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # keep the real suffix last: some writers (torch.export.save) check it
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    remove_stale(path.parent, f".{path.stem}.")
+    # the writer's pid in the name (for remove_stale); the real suffix last: some writers (torch.export.save) check it
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.{os.getpid()}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)

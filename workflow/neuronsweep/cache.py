@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .atomic import copy_file, read_json, write_json
+from .atomic import copy_file, read_json, remove_stale, write_json
 
 log = logging.getLogger("neuronsweep")
 
@@ -85,7 +85,8 @@ class CompileCache:
         hit = meta is not None
         if not hit:
             entry.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=entry.parent))
+            remove_stale(entry.parent, f".{key[:16]}.")  # a build killed mid-store leaves its folder
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.{os.getpid()}.", suffix=".tmp", dir=entry.parent))
             try:
                 made, meta = make(tmp)
                 copy_file(made, tmp / artifact_name)
