@@ -69,7 +69,7 @@ def test_latency_stats_on_known_samples():
 
 def test_capture_refuses_a_case_that_cannot_fit_in_memory(monkeypatch):
     monkeypatch.setattr(cpu, "_available_bytes", lambda: 10 * 2**30)
-    with pytest.raises(UserError, match=r"case matmul-m65536-k65536-n1-fp32: its tensors need 16\.0 GiB but only "
+    with pytest.raises(UserError, match=r"case matmul-m65536-k65536-n1-fp32: its tensors and intermediates need 16\.0 GiB but only "
                                         r"10\.0 GiB of RAM is available; shrink the shape"):
         cpu._check_memory({"kind": "matmul", "m": 65536, "k": 65536, "n": 1, "dtype": "fp32"})
 

@@ -400,3 +400,13 @@ def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(
     assert none.returncode == 2 and none.stderr.strip().endswith(
         "lists no device); run on a trn1, trn2 or inf2 instance or set backend: auto.")
     assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr
+
+
+def test_a_case_larger_than_a_neuroncores_hbm_is_refused_in_the_plan(tmp_path):
+    cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 65536, "k": 65536, "n": 8}]}})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+                          capture_output=True, text=True, env={**os.environ, **standin_env(tmp_path)})
+    assert plan.returncode == 2, plan.stderr
+    assert ("config key 'suites.matmul': case matmul-m65536-k65536-n8-fp32 needs 16.0 GiB at the least (its tensors "
+            "and intermediates), more than 80% of a trn1 logical NeuronCore's HBM (16.0 GiB)") in plan.stderr

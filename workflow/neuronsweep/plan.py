@@ -192,7 +192,13 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
     if backend in ("cpu", "xla"):
         import psutil
 
-        check_fits(plan, psutil.virtual_memory().total)
+        check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
+    elif backend == "neuron":
+        from .analysis.roofline import TARGETS
+
+        target = TARGETS[config["neuron"]["target"]]
+        check_fits(plan, target.hbm_bytes(config["neuron"]["lnc"]), f"of a {target.name} logical NeuronCore's HBM",
+                   " (or set neuron.lnc: 2 where the target allows it)")
     return plan, probe
 
 
@@ -216,24 +222,25 @@ def check_paths(config: dict) -> None:
     devicelock.check_usable(config["capture"]["device_lock"])
 
 
-HOST_MEMORY_SHARE = 0.8  # of the machine's RAM one case's tensors may take (the capture checks what is free)
+MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
 
 
-def check_fits(plan: Plan, ram_bytes: int) -> None:
-    """A case whose tensors alone exceed the machine's RAM is refused before any job (on the host
-    backends), naming the suite it comes from; what is free at capture time is checked again there."""
-    from .workloads import tensor_bytes
+def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
+    """A case whose working set (tensors and intermediates) exceeds the memory it runs in is refused
+    before any job, naming the suite it comes from."""
+    from .workloads import working_set_bytes
 
-    limit = HOST_MEMORY_SHARE * ram_bytes
-    too_big = {wid: tensor_bytes(spec) for wid, spec in plan.workloads.items() if tensor_bytes(spec) > limit}
+    limit = MEMORY_SHARE * memory_bytes
+    need = {wid: working_set_bytes(spec) for wid, spec in plan.workloads.items()}
+    too_big = {wid: n for wid, n in need.items() if n > limit}
     if not too_big:
         return
     wid = max(too_big, key=too_big.get)
     suite = next(sc.suite for sc in plan.scenarios if sc.workload_id == wid)
     more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
-    raise UserError(f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB for its "
-                    f"tensors alone, more than {HOST_MEMORY_SHARE:.0%} of this machine's {ram_bytes / 2**30:,.1f} GiB "
-                    "of RAM; shrink or drop that shape.")
+    raise UserError(f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB at the least "
+                    f"(its tensors and intermediates), more than {MEMORY_SHARE:.0%} {what} ({memory_bytes / 2**30:,.1f} GiB); shrink or "
+                    f"drop that shape{hint}.")
 
 
 def estimate(plan: Plan, config: dict, probe: dict | None) -> str:

@@ -22,6 +22,10 @@ class Target:
     hbm_stack_bytes_per_s: float  # the bandwidth the profiler's MBU divides by
     default_lnc: int
     source: str
+    hbm_bytes_per_core: float = 16 * 2**30  # device memory per physical NeuronCore (chip HBM / its cores)
+
+    def hbm_bytes(self, lnc: int | None = None) -> float:
+        return self.hbm_bytes_per_core * self.lnc(lnc)
 
     def lnc(self, lnc: int | None) -> int:
         return lnc or self.default_lnc
@@ -40,7 +44,8 @@ class Target:
 
 _V2 = ("NeuronCore-v2: TensorE 128x128 at 2.8 GHz = 91.7504 TFLOPS bf16/fp16 per core, the value the "
        "profiler's MFU uses; fp32 4x slower (trainium_inferentia2_arch.rst); 410e9 B/s, the bandwidth the "
-       "profiler's MBU divides by (real inf2 metadata hbm_ddr_bandwidth; neuron-toolchain.md section 3); LNC 1")
+       "profiler's MBU divides by (real inf2 metadata hbm_ddr_bandwidth; neuron-toolchain.md section 3); LNC 1; "
+       "32 GiB of HBM per chip of 2 NeuronCores")
 TARGETS = {
     "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
     "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
@@ -48,7 +53,8 @@ TARGETS = {
                    "NeuronCore-v3: TensorE 128x128 at 2.4 GHz = 78.6 TFLOPS bf16 per physical core (79 in "
                    "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), times the LNC (default 2 on trn2: neuronx-cc "
                    "docs), fp32 4x slower; MBU over one HBM stack: 2.9 TB/s per chip over its 4 stacks "
-                   "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)"),
+                   "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)",
+                   hbm_bytes_per_core=96 * 2**30 / 8),  # 96 GiB per chip, 8 NeuronCores
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
 

@@ -22,7 +22,7 @@ from ..errors import UserError
 from ..records import BuildRecord, CaptureRecord
 from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from ..stats import latency_stats
-from ..workloads import TORCH_DTYPES, kind_of, tensor_bytes, workload_id
+from ..workloads import TORCH_DTYPES, kind_of, workload_id, working_set_bytes
 from . import BACKENDS
 from .common import EXEC_MARK, profiled_span
 
@@ -65,11 +65,11 @@ def _available_bytes() -> int:
 
 
 def _check_memory(spec: dict) -> int:
-    need = tensor_bytes(spec)
+    need = working_set_bytes(spec)
     avail = _available_bytes()
     if need > MEMORY_HEADROOM * avail:
         raise UserError(
-            f"case {workload_id(spec)}: its tensors need {need / 2**30:.1f} GiB but only "
+            f"case {workload_id(spec)}: its tensors and intermediates need {need / 2**30:.1f} GiB but only "
             f"{avail / 2**30:.1f} GiB of RAM is available; shrink the shape or run it on a larger machine.")
     return need
 
@@ -80,7 +80,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 
     spec = build.spec
     kind = kind_of(spec)
-    tensor_bytes = _check_memory(spec)
+    working_set = _check_memory(spec)
     torch.set_num_threads(settings.threads)
     module = torch.export.load(str(build_dir / ARTIFACT)).module()
     gen = torch.Generator().manual_seed(0)
@@ -110,7 +110,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
         "latency": latency_stats(samples, settings.repeats),
         "threads": torch.get_num_threads(),
-        "tensor_bytes": tensor_bytes,
+        "working_set_bytes": working_set,
         "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]},
         "artifacts": {"trace": TRACE},
     }

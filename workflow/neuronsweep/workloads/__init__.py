@@ -45,6 +45,14 @@ def tensor_bytes(spec: dict) -> int:
     return sum(math.prod(shape) for shape in kind_of(spec).tensor_shapes(spec).values()) * DTYPE_BYTES[spec["dtype"]]
 
 
+def working_set_bytes(spec: dict) -> int:
+    """tensor_bytes plus the intermediates a run holds at once (a kind's `intermediate_shapes`, e.g. the
+    MLP's gate and up activations): the memory a case needs at the least."""
+    kind = kind_of(spec)
+    extra = kind.intermediate_shapes(spec).values() if hasattr(kind, "intermediate_shapes") else ()
+    return tensor_bytes(spec) + sum(math.prod(shape) for shape in extra) * DTYPE_BYTES[spec["dtype"]]
+
+
 def kind_of(spec: dict) -> ModuleType:
     return KINDS[spec["kind"]]
 

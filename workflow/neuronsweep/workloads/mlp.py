@@ -26,6 +26,12 @@ def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
     return {"x": (t, h), "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h), "out": (t, h)}
 
 
+def intermediate_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """Activations alive at once inside the block: gate and up projections, [b*s, i] each."""
+    t, i = s["b"] * s["s"], s["i"]
+    return {"gate": (t, i), "up": (t, i)}
+
+
 def input_names(s: dict) -> list[str]:
     return ["x", "w_gate", "w_up", "w_down"]
 
