@@ -90,9 +90,13 @@ def _coerce(instance, sub: dict, root: dict):
     return _scalar(instance, sub)
 
 
+# libyaml's parser where PyYAML was built with it: every Snakemake start reads the schema and the config
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @functools.cache
 def load_schema() -> dict:
-    return yaml.safe_load(resources.files("neuronsweep").joinpath(SCHEMA).read_text())
+    return yaml.load(resources.files("neuronsweep").joinpath(SCHEMA).read_text(), Loader=_LOADER)
 
 
 def schema_default(dotted: str):
@@ -179,7 +183,7 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     return cfg
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(_LOADER):
     """YAML that refuses a key given twice in one mapping (PyYAML silently keeps the last one, which
     drops a whole `suites:` or `capture:` section without a word)."""
 

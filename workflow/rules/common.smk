@@ -9,7 +9,6 @@ import yaml
 
 from neuronsweep import backends
 from neuronsweep import config as ns_config
-from neuronsweep.aggregate import run as aggregate_run
 from neuronsweep.errors import UserError
 from neuronsweep.plan import estimate, plan_for
 from neuronsweep.workloads import canonical
@@ -115,6 +114,7 @@ def aggregate_after_failure():
     them through their rules once the failed cases are fixed)."""
     plan_json = f"{RUN}/plan.json"
     if os.path.exists(plan_json):
+        from neuronsweep.aggregate import run as aggregate_run  # pandas: only when a sweep failed
         from neuronsweep.report import run as report_run  # `report` is a Snakemake keyword
 
         table = aggregate_run(Path(plan_json), Path(SUMMARY), Path(f"{RUN}/roofline_targets.csv"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 
 BATCH = 20_000
@@ -25,7 +26,14 @@ EXACT_FLOAT_INT = 2**53
 
 
 def _text(v) -> str:
-    return v if isinstance(v, str) else json.dumps(v)
+    """A value as text: strings as they are, anything else as compact JSON (orjson; json for ints
+    beyond 64 bits, which orjson refuses)."""
+    if isinstance(v, str):
+        return v
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:
+        return json.dumps(v, separators=(",", ":"))
 
 
 def column(values: list) -> pa.Array | None:
@@ -47,10 +55,28 @@ def column(values: list) -> pa.Array | None:
 
 
 def batch_table(records: list[dict]) -> pa.Table:
-    names: dict[str, None] = {}
-    for r in records:
-        names.update(dict.fromkeys(r))
-    arrays = {name: column([r.get(name) for r in records]) for name in names}
+    """One batch as an Arrow table. Arrow's own converter (C++) takes the batch where its inference
+    already gives the rules above (a column of one scalar JSON type: bool, int64, float64, text); the
+    columns it would type otherwise (lists, objects, floats that may hide exact ints) and any batch it
+    refuses (mixed types, ints beyond int64) go through `column`, value by value."""
+    try:
+        inferred = pa.Table.from_struct_array(pa.array(records))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        inferred = None
+    if inferred is not None:
+        names = inferred.column_names  # Arrow's inference already took the union of the keys
+    else:
+        names = list({k: None for r in records for k in r})
+    arrays = {}
+    for name in names:
+        typed = inferred.column(name).combine_chunks() if inferred is not None else None
+        if typed is not None and (pa.types.is_boolean(typed.type) or pa.types.is_int64(typed.type)
+                                  or pa.types.is_string(typed.type)):
+            arrays[name] = typed
+        elif typed is not None and pa.types.is_null(typed.type):
+            continue
+        else:
+            arrays[name] = column([r.get(name) for r in records])
     return pa.table({name: arr for name, arr in arrays.items() if arr is not None})
 
 

@@ -1,0 +1,233 @@
+"""The performance figures of the performance issue, each beside an anchor measured in the same run.
+
+    python bench/run.py [--quick] [--only NAME ...]
+
+Every figure is a whole process, timed from outside (os.wait4: the child's own user+system seconds and
+peak RSS), so start-up counts as a user meets it. One JSON line per result on stdout:
+  {"figure", "size", "project": {...}, "anchors": {name: {...}}, "goal", "met"}
+with wall_s, cpu_s, peak_rss_mb and the figure's rate (MB/s per CPU second, slices/s) for each command.
+--quick shrinks the inputs to CI size (CI runs it to prove the benches still work; its numbers are not
+the figures). The figures measured here, and the machine, are in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+BIN = Path(sys.executable).parent
+PY = sys.executable
+
+
+def measure(argv: list, cwd: Path | None = None) -> dict:
+    """Run argv to its end; wall, CPU (user+system of the child and what it waited for) and peak RSS."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    # the child is reaped by communicate(); its accounting arrives in RUSAGE_CHILDREN, so take deltas
+    return {"wall_s": round(wall, 3), "rc": proc.returncode, "out": out.decode(errors="replace")[-400:],
+            "err": err.decode(errors="replace")[-400:]}
+
+
+def timed(argv: list, cwd: Path | None = None) -> dict:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = measure(argv, cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result["cpu_s"] = round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3)
+    # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: run the biggest last or read it as a bound
+    result["peak_rss_mb"] = round(after.ru_maxrss / 1024, 1)
+    if result["rc"] != 0:
+        raise SystemExit(f"bench: {' '.join(map(str, argv))} exited {result['rc']}: {result['err']}")
+    del result["out"], result["err"], result["rc"]
+    return result
+
+
+def _isolated(argv: list, cwd: Path | None = None) -> dict:
+    """timed() in a fresh interpreter, so each command's peak RSS is its own (RUSAGE_CHILDREN keeps a max)."""
+    code = ("import json,sys; sys.path.insert(0, %r); import run; print(json.dumps(run.timed(%r, %r)))"
+            % (str(HERE), [str(a) for a in argv], str(cwd) if cwd else None))
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "bench: failed")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------- legacy json
+
+LEGACY_RECORD = {"timestamp": 0, "duration": 650, "evt_wait_time": 12, "label": "TensorMatrix", "opcode": "MATMUL",
+                 "hbm_read_bytes": 0, "hbm_write_bytes": 0, "sbuf_read_bytes": 65536, "sbuf_write_bytes": 0,
+                 "layer": "layer_0", "bir_debug_info_source_location": "kernel.py:42", "hlo_name": "dot.1",
+                 "operands": "[s0:p128, s1:p128]", "subgraph": "sg00", "nki_source_location": "kernel.py:42",
+                 "id": 7074752707989819081, "predecessors": [[12, 13]]}  # real files: ids above 2^53, nested lists
+
+
+def write_legacy_json(path: Path, size_mb: float) -> int:
+    """A legacy full profile in the real files' key order (summary, dma, metadata, then instruction)."""
+    n, target = 0, int(size_mb * 2**20)
+    with open(path, "w") as f:
+        f.write('{"summary": [{"total_time": 1.0}], "dma": [], '
+                '"metadata": [{"pe_num_rows": 128, "pe_num_cols": 128}], "instruction": [')
+        while f.tell() < target:
+            chunk = []
+            for _ in range(5_000):
+                chunk.append(json.dumps(dict(LEGACY_RECORD, timestamp=n * 700, id=LEGACY_RECORD["id"] + n,
+                                             opcode=("MATMUL", "ACTIVATE", "TENSOR_TENSOR")[n % 3])))
+                n += 1
+            f.write(("," if n > 5_000 else "") + ",".join(chunk))
+        f.write("]}")
+    return n
+
+
+def bench_legacy_json(tmp: Path, quick: bool) -> dict:
+    size_mb = 16 if quick else 1024
+    path = tmp / "profile.json"
+    n = write_legacy_json(path, size_mb)
+    mb = path.stat().st_size / 2**20
+    sql = "SELECT opcode, count(*) AS n, sum(duration) AS total FROM instruction GROUP BY 1 ORDER BY 1"
+    runs = {
+        "project": _isolated([BIN / "neuronsweep", "query", path, sql, "--csv"]),
+        "json.load": _isolated([PY, "-c", "import json,sys; json.load(open(sys.argv[1], 'rb'))", path]),
+        "ijson items": _isolated([PY, "-c", "import ijson,sys; sum(1 for _ in ijson.items(open(sys.argv[1], 'rb'), "
+                                            "'instruction.item', use_float=True))", path]),
+    }
+    for r in runs.values():
+        r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 1)
+    project = runs.pop("project")
+    return {"figure": "legacy_json_query", "size": f"{mb:.0f} MB, {n} instructions", "project": project,
+            "anchors": runs, "goal": ">= 100 MB/s per CPU second, <= 400 MB RSS",
+            "met": project["mb_per_cpu_s"] >= 100 and project["peak_rss_mb"] <= 400}
+
+
+# --------------------------------------------------------------------------------------- pftrace
+
+def write_chrome_trace(path: Path, slices: int) -> None:
+    events, per_track = [], max(1, slices // 8)
+    for i in range(slices):
+        track = i // per_track
+        events.append({"ph": "X", "name": f"op{i % 50}", "cat": "cpu_op", "pid": 1, "tid": track,
+                       "ts": (i % per_track) * 2.0, "dur": 1.5, "args": {"flops": i}})
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def bench_pftrace(tmp: Path, quick: bool) -> list[dict]:
+    slices = 20_000 if quick else 1_000_000
+    chrome, out = tmp / "trace.json", tmp / "trace.pftrace"
+    write_chrome_trace(chrome, slices)
+    write = _isolated([PY, "-c", "import json,sys; from neuronsweep import pftrace; "
+                                 "pftrace.chrome_to_pftrace(json.load(open(sys.argv[1])), sys.argv[2])", chrome, out])
+    parse_floor_chrome = _isolated([PY, "-c", "import json,sys; json.load(open(sys.argv[1]))", chrome])
+    read = _isolated([BIN / "neuronsweep", "query", out, "SELECT count(*), sum(dur) FROM slice", "--csv"])
+    floor = _isolated([PY, "-c", "import sys; from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace; "
+                                 "t = Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read()); len(t.packet)", out])
+    for r in (write, read, floor, parse_floor_chrome):
+        r["slices_per_cpu_s"] = round(slices / r["cpu_s"])
+    size = f"{slices} slices, {out.stat().st_size / 2**20:.0f} MB"
+    return [
+        {"figure": "pftrace_read", "size": size, "project": read, "anchors": {"protobuf parse": floor},
+         "goal": ">= 250k slices/s, <= 500 MB RSS per million slices",
+         "met": read["slices_per_cpu_s"] >= 250_000 and read["peak_rss_mb"] <= 500 * max(1, slices / 1e6)},
+        {"figure": "pftrace_write", "size": size, "project": write, "anchors": {"json.load of the input": parse_floor_chrome},
+         "goal": ">= 250k slices/s, RSS flat in trace size", "met": write["slices_per_cpu_s"] >= 250_000},
+    ]
+
+
+# ------------------------------------------------------------------------------------- calibrate
+
+def bench_calibrate(tmp: Path, quick: bool) -> dict:
+    dtypes = "fp32" if quick else "fp32,bf16,fp16"
+    run = _isolated([BIN / "neuronsweep", "calibrate", "--threads", "1", "--dtypes", dtypes, "--cache-dir",
+                     tmp / "cal-cache", "--device-lock", tmp / "cal.lock", "--out", tmp / "calibration.json"])
+    return {"figure": "calibrate_fresh_host", "size": f"--threads 1 --dtypes {dtypes}", "project": run, "anchors": {},
+            "goal": "<= 10 s of CPU", "met": run["cpu_s"] <= 10}
+
+
+# -------------------------------------------------------------------------------------- planning
+
+BARE = '''
+W = config["workloads"]
+rule all:
+    input: "results/summary.csv"
+rule build:
+    output: "results/w/{wid}/build/build.json"
+    shell: "touch {output}"
+rule capture:
+    input: rules.build.output
+    output: "results/w/{wid}/capture/capture.json"
+    resources: neuron_device=1
+    shell: "touch {output}"
+rule view:
+    input: rules.capture.output
+    output: "results/w/{wid}/view/summary.json"
+    shell: "touch {output}"
+rule extract:
+    input: rules.view.output
+    output: "results/w/{wid}/metrics.json"
+    shell: "touch {output}"
+rule aggregate:
+    input: expand("results/w/{wid}/metrics.json", wid=W)
+    output: "results/summary.csv"
+    shell: "touch {output}"
+'''
+
+
+def bench_planning(tmp: Path, quick: bool) -> dict:
+    """`snakemake -n` of the project against a bare Snakefile with the same DAG (4 jobs per workload)."""
+    import yaml
+
+    workloads = 25 if quick else 250
+    ms = list(range(16, 16 + 16 * workloads, 16))[:workloads]
+    cfg = {"run": "b", "backend": "cpu", "cache_dir": str(tmp / "plan-cache"),
+           "capture": {"device_lock": str(tmp / "plan.lock")},
+           "suites": {"matmul": {"shapes": [{"m": m, "k": 16, "n": 16} for m in ms]}}}
+    proj, bare = tmp / "proj", tmp / "bare"
+    for d in (proj, bare):
+        d.mkdir()
+    (proj / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (bare / "Snakefile").write_text(BARE)
+    (bare / "config.yaml").write_text(yaml.safe_dump({"workloads": [f"matmul-m{m}-k16-n16-fp32" for m in ms]}))
+    smk = BIN / "snakemake"
+    project_cmd = [smk, "-s", REPO / "Snakefile", "--directory", proj, "--configfile", proj / "config.yaml", "-n",
+                   "--cores", "1", "--quiet"]
+    bare_cmd = [smk, "-s", bare / "Snakefile", "--directory", bare, "--configfile", bare / "config.yaml", "-n",
+                "--cores", "1", "--quiet"]
+    _isolated(project_cmd)  # the host probe, once (cached in cache_dir, as for any user after the first run)
+    pairs = [(_isolated(project_cmd), _isolated(bare_cmd)) for _ in range(1 if quick else 3)]
+    ratios = sorted(p["wall_s"] / b["wall_s"] for p, b in pairs)
+    project, bare_run = pairs[len(pairs) // 2]
+    return {"figure": "plan_dry_run", "size": f"{workloads * 4} jobs", "project": project,
+            "anchors": {"bare Snakefile, same DAG": bare_run}, "ratio_median": round(ratios[len(ratios) // 2], 2),
+            "goal": "<= 1.1x bare Snakemake", "met": ratios[len(ratios) // 2] <= 1.1}
+
+
+FIGURES = {"legacy_json": bench_legacy_json, "pftrace": bench_pftrace, "calibrate": bench_calibrate,
+           "planning": bench_planning}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="CI-sized inputs: proves the benches run, not the figures")
+    ap.add_argument("--only", nargs="*", choices=sorted(FIGURES), help="run only these figures")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only or FIGURES:
+            work = Path(tmp) / name
+            work.mkdir()
+            results = FIGURES[name](work, args.quick)
+            for result in results if isinstance(results, list) else [results]:
+                print(json.dumps({**result, "quick": args.quick, "cores": os.cpu_count()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
