@@ -79,3 +79,16 @@ def test_reader_fails_loudly_on_unsupported_features(tmp_path):
     path.write_bytes(trace.SerializeToString())
     with pytest.raises(UserError, match="compressed packets are not supported"):
         read(path)
+
+
+def test_streamed_write_equals_one_trace_and_a_truncated_file_is_one_sentence(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 3}", "pid": 1, "tid": 2, "ts": float(i * 10), "dur": 5.0,
+               "args": {"i": i}} for i in range(200)]
+    out = tmp_path / "t.pftrace"
+    chrome_to_pftrace(chrome(events), out)
+    whole = Trace.FromString(out.read_bytes())  # the packets written one by one parse as one Trace
+    assert sum(p.HasField("track_event") for p in whole.packet) == 400
+    assert [s.args["debug.i"] for s in read(out).slices] == list(range(200))
+    (tmp_path / "cut.pftrace").write_bytes(out.read_bytes()[:-7])
+    with pytest.raises(UserError, match=r"cut.pftrace: not a readable Perfetto trace \(truncated or damaged near byte"):
+        read(tmp_path / "cut.pftrace")

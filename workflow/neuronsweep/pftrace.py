@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
-from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
 from .atomic import replacing
 
@@ -42,17 +41,41 @@ def _annotate(event, args: dict) -> None:
             ann.string_value = json.dumps(value)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 class _Writer:
-    def __init__(self):
-        self.builder = TraceProtoBuilder()
+    """Writes each TracePacket as it is made (a Trace is `repeated TracePacket packet = 1`, so the
+    file is the packets length-delimited one after another): no whole trace is held in memory."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.pending: TracePacket | None = None
         self.next_uuid = 1
         self.names: dict[str, int] = {}
         self.cats: dict[str, int] = {}
         self.first = True
 
+    def add_packet(self) -> TracePacket:
+        self.flush()
+        self.pending = TracePacket()
+        return self.pending
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            data = self.pending.SerializeToString()
+            self.handle.write(b"\x0a" + _varint(len(data)) + data)
+            self.pending = None
+
     def track(self, name: str, pid=None, tid=None, counter_unit: str | None = None, parent: int | None = None) -> int:
         uuid, self.next_uuid = self.next_uuid, self.next_uuid + 1
-        td = self.builder.add_packet().track_descriptor
+        td = self.add_packet().track_descriptor
         td.uuid = uuid
         if parent is not None:
             td.parent_uuid = parent
@@ -67,7 +90,7 @@ class _Writer:
         return uuid
 
     def _packet(self, ts: int) -> TracePacket:
-        p = self.builder.add_packet()
+        p = self.add_packet()
         p.timestamp = ts
         p.trusted_packet_sequence_id = SEQ_ID
         if self.first:
@@ -128,7 +151,15 @@ def chrome_to_pftrace(trace: dict, out: str | Path) -> dict:
         elif e.get("ph") == "M" and e.get("name") == "thread_name":
             thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
 
-    w = _Writer()
+    # the file appears whole or not at all (replacing), and packets stream into it as they are made
+    with replacing(out) as tmp, open(tmp, "wb", buffering=1 << 20) as handle:
+        w = _Writer(handle)
+        counts = _write_events(events, w, proc_names, thread_names)
+        w.flush()
+    return counts
+
+
+def _write_events(events: list[dict], w: _Writer, proc_names: dict, thread_names: dict) -> dict:
     process_tracks: dict = {}
     tracks: dict = {}
 
@@ -172,6 +203,4 @@ def chrome_to_pftrace(trace: dict, out: str | Path) -> dict:
             w.event(ts, kind, trk)
         else:
             w.event(ts, kind, trk, name=ev.get("name", ""), cat=ev.get("cat"), args=ev.get("args"))
-    with replacing(out) as tmp:
-        tmp.write_bytes(w.builder.serialize())
     return counts

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
+from google.protobuf.message import DecodeError
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
 from ..errors import UserError
 
@@ -52,71 +53,115 @@ class DecodedTrace:
     counters: list[Counter]
 
 
+def _varint(data, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def packets(data: bytes, path: str | Path = "trace"):
+    """The TracePackets of a trace file one at a time (a Trace is `repeated TracePacket packet = 1`:
+    length-delimited packets one after another), so memory holds one decoded packet, not the trace."""
+    view, pos, end = memoryview(data), 0, len(data)
+    try:
+        while pos < end:
+            key, pos = _varint(data, pos)
+            field, wire = key >> 3, key & 7
+            if wire == 2:
+                size, pos = _varint(data, pos)
+                if pos + size > end:
+                    raise IndexError(pos)
+                if field == 1:
+                    yield TracePacket.FromString(view[pos:pos + size])
+                pos += size
+            elif wire == 0:
+                _, pos = _varint(data, pos)
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
+                raise DecodeError(f"wire type {wire}")
+    except (IndexError, DecodeError) as exc:
+        raise UserError(f"{path}: not a readable Perfetto trace (truncated or damaged near byte {pos}: "
+                        f"{type(exc).__name__}); recreate it (rerun the view stage).") from None
+
+
 def _value(ann):
-    for kind in ("int_value", "uint_value", "double_value", "string_value", "bool_value"):
-        if ann.HasField(kind):
-            return getattr(ann, kind)
-    return None
+    kind = ann.WhichOneof("value")
+    return getattr(ann, kind) if kind in ("int_value", "uint_value", "double_value", "string_value", "bool_value") else None
 
 
 def read(path: str | Path) -> DecodedTrace:
-    trace = Trace.FromString(Path(path).read_bytes())
+    """One pass over the packets. The packet's `data` oneof and the event's oneofs are asked once each
+    (WhichOneof) instead of field by field: most of the cost is Python touching each packet."""
+    data = Path(path).read_bytes()
     tracks: dict[int, Track] = {}
     slices: list[Slice] = []
     counters: list[Counter] = []
     seq_state: dict[int, dict] = {}
     stacks: dict[int, list[int]] = {}
+    BEGIN, END, INSTANT, COUNTER = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT,
+                                    TrackEvent.TYPE_COUNTER)
+    CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 
-    for p in trace.packet:
-        if p.HasField("compressed_packets"):
+    for p in packets(data, path):
+        data = p.WhichOneof("data")
+        if data == "compressed_packets":
             raise UserError(f"{path}: compressed packets are not supported by this reader; "
                             "decompress the trace with trace_processor first.")
         if p.HasField("timestamp_clock_id"):
             raise UserError(f"{path}: packets with a non-default clock (timestamp_clock_id) are not supported.")
         seq = p.trusted_packet_sequence_id
-        if seq not in seq_state or p.sequence_flags & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
-            seq_state[seq] = {"names": {}, "cats": {}, "ann": {}, "default_track": None}
-        state = seq_state[seq]
+        state = seq_state.get(seq)
+        if state is None or p.sequence_flags & CLEARED:
+            state = seq_state[seq] = {"names": {}, "cats": {}, "ann": {}, "default_track": None}
         if p.HasField("interned_data"):
             state["names"].update({e.iid: e.name for e in p.interned_data.event_names})
             state["cats"].update({e.iid: e.name for e in p.interned_data.event_categories})
             state["ann"].update({e.iid: e.name for e in p.interned_data.debug_annotation_names})
-        if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("track_event_defaults"):
-            state["default_track"] = p.trace_packet_defaults.track_event_defaults.track_uuid
-        if p.HasField("track_descriptor"):
-            td = p.track_descriptor
-            name = td.name or td.static_name or td.thread.thread_name or td.process.process_name
-            tracks[td.uuid] = Track(
-                uuid=td.uuid, name=name, parent_uuid=td.parent_uuid if td.HasField("parent_uuid") else None,
-                is_counter=td.HasField("counter"),
-                pid=td.thread.pid if td.HasField("thread") else (td.process.pid if td.HasField("process") else None),
-                tid=td.thread.tid if td.HasField("thread") else None)
-        if not p.HasField("track_event"):
+        if data != "track_event":
+            if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("track_event_defaults"):
+                state["default_track"] = p.trace_packet_defaults.track_event_defaults.track_uuid
+            if data == "track_descriptor":
+                td = p.track_descriptor
+                name = td.name or td.static_name or td.thread.thread_name or td.process.process_name
+                tracks[td.uuid] = Track(
+                    uuid=td.uuid, name=name, parent_uuid=td.parent_uuid if td.HasField("parent_uuid") else None,
+                    is_counter=td.HasField("counter"),
+                    pid=td.thread.pid if td.HasField("thread") else (td.process.pid if td.HasField("process") else None),
+                    tid=td.thread.tid if td.HasField("thread") else None)
             continue
         ev = p.track_event
-        if ev.HasField("timestamp_delta_us") or ev.HasField("timestamp_absolute_us"):
+        if ev.WhichOneof("timestamp") is not None:
             raise UserError(f"{path}: legacy TrackEvent timestamps are not supported by this reader.")
         track = ev.track_uuid if ev.HasField("track_uuid") else state["default_track"]
         if track is None:
             raise UserError(f"{path}: a track event names no track and its sequence has no default track.")
-        stack = stacks.setdefault(track, [])
-        if ev.type in (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_INSTANT):
-            name = ev.name if ev.HasField("name") else state["names"].get(ev.name_iid, "")
+        stack = stacks.get(track)
+        if stack is None:
+            stack = stacks[track] = []
+        kind = ev.type
+        if kind == BEGIN or kind == INSTANT:
+            name = ev.name if ev.WhichOneof("name_field") == "name" else state["names"].get(ev.name_iid, "")
             cats = list(ev.categories) or [state["cats"].get(i, "") for i in ev.category_iids]
             args = {}
             for ann in ev.debug_annotations:
-                key = ann.name if ann.HasField("name") else state["ann"].get(ann.name_iid, "")
+                key = ann.name if ann.WhichOneof("name_field") == "name" else state["ann"].get(ann.name_iid, "")
                 args[f"debug.{key}"] = _value(ann)
-            slices.append(Slice(track, p.timestamp, -1 if ev.type == TrackEvent.TYPE_SLICE_BEGIN else 0, name,
+            slices.append(Slice(track, p.timestamp, -1 if kind == BEGIN else 0, name,
                                 ",".join(cats) or None, len(stack), stack[-1] if stack else None, args))
-            if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            if kind == BEGIN:
                 stack.append(len(slices) - 1)
-        elif ev.type == TrackEvent.TYPE_SLICE_END:
+        elif kind == END:
             if not stack:
                 raise UserError(f"{path}: a slice END at ts={p.timestamp} on track {track} has no open slice.")
             s = slices[stack.pop()]
             s.dur = p.timestamp - s.ts
-        elif ev.type == TrackEvent.TYPE_COUNTER:
+        elif kind == COUNTER:
             value = ev.double_counter_value if ev.HasField("double_counter_value") else ev.counter_value
             counters.append(Counter(track, p.timestamp, float(value)))
     return DecodedTrace(tracks=tracks, slices=slices, counters=counters)

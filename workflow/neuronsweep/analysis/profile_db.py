@@ -58,47 +58,55 @@ def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
 
 
 def _pftrace_tables(path: Path, patterns) -> dict[str, pa.Table]:
+    """Perfetto's table model (slice, track, args, counter) plus track_class, built column by column
+    (a row dict per slice cost as much as decoding the trace)."""
     trace = pftrace_reader.read(path)
     ids = {uuid: i for i, uuid in enumerate(sorted(trace.tracks))}
     tracks = [trace.tracks[u] for u in sorted(trace.tracks)]
-    args_rows, slice_rows = [], []
-    for i, s in enumerate(trace.slices):
-        arg_set = None
-        if s.args:
-            arg_set = i
-            for key, value in s.args.items():
-                kind = ("bool" if isinstance(value, bool) else "int" if isinstance(value, int)
-                        else "real" if isinstance(value, float) else "string")
-                args_rows.append({"arg_set_id": arg_set, "flat_key": key, "key": key,
-                                  "int_value": int(value) if kind in ("int", "bool") else None,
-                                  "string_value": value if kind == "string" else None,
-                                  "real_value": value if kind == "real" else None,
-                                  "value_type": kind, "display_value": str(value)})
-        slice_rows.append({"id": i, "slice_id": i, "ts": s.ts, "dur": s.dur, "track_id": ids[s.track_uuid],
-                           "category": s.category, "cat": s.category, "name": s.name, "depth": s.depth,
-                           "parent_id": s.parent, "arg_set_id": arg_set})
-    track_rows = [{"id": ids[t.uuid], "name": t.name, "parent_id": ids.get(t.parent_uuid),
-                   "type": "counter_track" if t.is_counter else "thread_track" if t.tid is not None else "track",
-                   "utid": t.tid, "upid": t.pid} for t in tracks]
-    class_rows = [{"track_id": ids[t.uuid], "name": t.name, "class": classify(t.name, patterns)}
-                  for t in tracks if not t.is_counter]
-    counters = [{"id": i, "ts": c.ts, "track_id": ids[c.track_uuid], "value": c.value}
-                for i, c in enumerate(trace.counters)]
-    schema = {
-        "slice": [("id", pa.int64()), ("slice_id", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64()),
-                  ("track_id", pa.int64()), ("category", pa.string()), ("cat", pa.string()), ("name", pa.string()),
-                  ("depth", pa.int64()), ("parent_id", pa.int64()), ("arg_set_id", pa.int64())],
-        "track": [("id", pa.int64()), ("name", pa.string()), ("parent_id", pa.int64()), ("type", pa.string()),
-                  ("utid", pa.int64()), ("upid", pa.int64())],
-        "args": [("arg_set_id", pa.int64()), ("flat_key", pa.string()), ("key", pa.string()),
-                 ("int_value", pa.int64()), ("string_value", pa.string()), ("real_value", pa.float64()),
-                 ("value_type", pa.string()), ("display_value", pa.string())],
-        "counter": [("id", pa.int64()), ("ts", pa.int64()), ("track_id", pa.int64()), ("value", pa.float64())],
-        "track_class": [("track_id", pa.int64()), ("name", pa.string()), ("class", pa.string())],
+    sl = trace.slices
+    n = len(sl)
+    cats = [s.category for s in sl]
+    arg_set = [i if s.args else None for i, s in enumerate(sl)]
+    args = {k: [] for k in ("arg_set_id", "key", "int_value", "string_value", "real_value", "value_type", "display")}
+    for i, s in enumerate(sl):
+        for key, value in s.args.items():
+            kind = ("bool" if isinstance(value, bool) else "int" if isinstance(value, int)
+                    else "real" if isinstance(value, float) else "string")
+            args["arg_set_id"].append(i)
+            args["key"].append(key)
+            args["int_value"].append(int(value) if kind in ("int", "bool") else None)
+            args["string_value"].append(value if kind == "string" else None)
+            args["real_value"].append(value if kind == "real" else None)
+            args["value_type"].append(kind)
+            args["display"].append(str(value))
+    i64, text, f64 = pa.int64(), pa.string(), pa.float64()
+    ids_col = pa.array(range(n), i64)
+    tables = {
+        "slice": pa.table({"id": ids_col, "slice_id": ids_col, "ts": pa.array([s.ts for s in sl], i64),
+                           "dur": pa.array([s.dur for s in sl], i64),
+                           "track_id": pa.array([ids[s.track_uuid] for s in sl], i64),
+                           "category": pa.array(cats, text), "cat": pa.array(cats, text),
+                           "name": pa.array([s.name for s in sl], text), "depth": pa.array([s.depth for s in sl], i64),
+                           "parent_id": pa.array([s.parent for s in sl], i64), "arg_set_id": pa.array(arg_set, i64)}),
+        "track": pa.table({"id": pa.array([ids[t.uuid] for t in tracks], i64), "name": pa.array([t.name for t in tracks], text),
+                           "parent_id": pa.array([ids.get(t.parent_uuid) for t in tracks], i64),
+                           "type": pa.array(["counter_track" if t.is_counter else "thread_track" if t.tid is not None
+                                             else "track" for t in tracks], text),
+                           "utid": pa.array([t.tid for t in tracks], i64), "upid": pa.array([t.pid for t in tracks], i64)}),
+        "args": pa.table({"arg_set_id": pa.array(args["arg_set_id"], i64), "flat_key": pa.array(args["key"], text),
+                          "key": pa.array(args["key"], text), "int_value": pa.array(args["int_value"], i64),
+                          "string_value": pa.array(args["string_value"], text),
+                          "real_value": pa.array(args["real_value"], f64),
+                          "value_type": pa.array(args["value_type"], text), "display_value": pa.array(args["display"], text)}),
+        "counter": pa.table({"id": pa.array(range(len(trace.counters)), i64),
+                             "ts": pa.array([c.ts for c in trace.counters], i64),
+                             "track_id": pa.array([ids[c.track_uuid] for c in trace.counters], i64),
+                             "value": pa.array([c.value for c in trace.counters], f64)}),
+        "track_class": pa.table({"track_id": pa.array([ids[t.uuid] for t in tracks if not t.is_counter], i64),
+                                 "name": pa.array([t.name for t in tracks if not t.is_counter], text),
+                                 "class": pa.array([classify(t.name, patterns) for t in tracks if not t.is_counter], text)}),
     }
-    rows = {"slice": slice_rows, "track": track_rows, "args": args_rows, "counter": counters,
-            "track_class": class_rows}
-    return {name: pa.Table.from_pylist(rows[name], schema=pa.schema(cols)) for name, cols in schema.items()}
+    return tables
 
 
 def sql_text(value) -> str:
