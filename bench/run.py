@@ -5,6 +5,7 @@
 Every figure is a whole process, timed from outside (os.wait4: the child's own user+system seconds and
 peak RSS), so start-up counts as a user meets it. One JSON line per result on stdout:
   {"figure", "size", "project": {...}, "anchors": {name: {...}}, "goal", "met"}
+(readers also give "project_again": the same query once the profile's tables are cached beside it)
 with wall_s, cpu_s, peak_rss_mb and the figure's rate (MB/s per CPU second, slices/s) for each command.
 --quick shrinks the inputs to CI size (CI runs it to prove the benches still work; its numbers are not
 the figures). The figures measured here, and the machine, are in bench/README.md.
@@ -101,11 +102,12 @@ def bench_legacy_json(tmp: Path, quick: bool) -> dict:
         "ijson items": _isolated([PY, "-c", "import ijson,sys; sum(1 for _ in ijson.items(open(sys.argv[1], 'rb'), "
                                             "'instruction.item', use_float=True))", path]),
     }
+    cached = _isolated([BIN / "neuronsweep", "query", path, sql, "--csv"])  # parsed once: its tables reused
     for r in runs.values():
         r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 1)
     project = runs.pop("project")
     return {"figure": "legacy_json_query", "size": f"{mb:.0f} MB, {n} instructions", "project": project,
-            "anchors": runs, "goal": ">= 100 MB/s per CPU second, <= 400 MB RSS",
+            "project_again": cached, "anchors": runs, "goal": ">= 100 MB/s per CPU second, <= 400 MB RSS",
             "met": project["mb_per_cpu_s"] >= 100 and project["peak_rss_mb"] <= 400}
 
 
@@ -128,13 +130,15 @@ def bench_pftrace(tmp: Path, quick: bool) -> list[dict]:
                                  "pftrace.chrome_to_pftrace(json.load(open(sys.argv[1])), sys.argv[2])", chrome, out])
     parse_floor_chrome = _isolated([PY, "-c", "import json,sys; json.load(open(sys.argv[1]))", chrome])
     read = _isolated([BIN / "neuronsweep", "query", out, "SELECT count(*), sum(dur) FROM slice", "--csv"])
+    read_again = _isolated([BIN / "neuronsweep", "query", out, "SELECT count(*), sum(dur) FROM slice", "--csv"])
     floor = _isolated([PY, "-c", "import sys; from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace; "
                                  "t = Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read()); len(t.packet)", out])
     for r in (write, read, floor, parse_floor_chrome):
         r["slices_per_cpu_s"] = round(slices / r["cpu_s"])
     size = f"{slices} slices, {out.stat().st_size / 2**20:.0f} MB"
     return [
-        {"figure": "pftrace_read", "size": size, "project": read, "anchors": {"protobuf parse": floor},
+        {"figure": "pftrace_read", "size": size, "project": read, "project_again": read_again,
+         "anchors": {"protobuf parse": floor},
          "goal": ">= 250k slices/s, <= 500 MB RSS per million slices",
          "met": read["slices_per_cpu_s"] >= 250_000 and read["peak_rss_mb"] <= 500 * max(1, slices / 1e6)},
         {"figure": "pftrace_write", "size": size, "project": write, "anchors": {"json.load of the input": parse_floor_chrome},

@@ -92,3 +92,25 @@ def test_streamed_write_equals_one_trace_and_a_truncated_file_is_one_sentence(tm
     (tmp_path / "cut.pftrace").write_bytes(out.read_bytes()[:-7])
     with pytest.raises(UserError, match=r"cut.pftrace: not a readable Perfetto trace \(truncated or damaged near byte"):
         read(tmp_path / "cut.pftrace")
+
+
+def test_a_profile_is_decoded_once_and_its_tables_reused_until_it_changes(tmp_path, monkeypatch):
+    from neuronsweep.analysis import pftrace_reader
+    from neuronsweep.analysis.profile_db import ProfileDB, patterns_from
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": float(i * 10), "dur": 5.0}
+              for i in range(30)]
+    out = tmp_path / "t.pftrace"
+    chrome_to_pftrace(chrome(events), out)
+
+    def count(path):
+        return ProfileDB(patterns_from({})).load(path).sql("SELECT count(*) FROM slice").fetchone()[0]
+
+    assert count(out) == 30 and (tmp_path / ".t.pftrace.tables" / "stamp.json").is_file()
+    decoded = []
+    monkeypatch.setattr(pftrace_reader, "read", lambda p: decoded.append(p))  # would break a second decode
+    assert count(out) == 30 and not decoded  # read back from the cached Parquet
+    monkeypatch.undo()
+    chrome_to_pftrace(chrome(events[:10]), out)  # the profile changed: its tables are made again
+    assert count(out) == 10
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -5,9 +5,10 @@ Sources, whichever a view folder holds:
                   counter_track, counter, args, plus track_class (our classification)
   parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
                   tables such as BirInstruction_0/_1 become one); on xla the HLO Instruction table
-  profile.json    legacy full profile: instruction and dma streamed into temporary Parquet a batch
-                  at a time (legacy_json: bounded memory, 64-bit ids kept), queried in place; its
-                  summary and metadata as one-row tables
+  profile.json    legacy full profile: instruction and dma streamed into Parquet a batch at a time
+                  (legacy_json: bounded memory, 64-bit ids kept), queried in place; its summary and
+                  metadata as one-row tables
+A .pftrace or legacy JSON is decoded once: its tables are cached as Parquet beside it (table_cache).
   summary.json    one-row summary
 A run folder (or several workloads) gives the same tables with a leading workload_id column.
 """
@@ -24,6 +25,7 @@ import pyarrow as pa
 from ..config import check_regexes
 from ..errors import UserError
 from . import legacy_json, neuron_summary, pftrace_reader
+from .table_cache import tables_for
 
 # Track name -> class; first match wins; names no pattern matches are reported as unknown.
 DEFAULT_TRACK_PATTERNS = [
@@ -57,9 +59,9 @@ def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
     return None
 
 
-def _pftrace_tables(path: Path, patterns) -> dict[str, pa.Table]:
-    """Perfetto's table model (slice, track, args, counter) plus track_class, built column by column
-    (a row dict per slice cost as much as decoding the trace)."""
+def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
+    """Perfetto's table model (slice, track, args, counter), built column by column (a row dict per
+    slice cost as much as decoding the trace)."""
     trace = pftrace_reader.read(path)
     ids = {uuid: i for i, uuid in enumerate(sorted(trace.tracks))}
     tracks = [trace.tracks[u] for u in sorted(trace.tracks)]
@@ -102,11 +104,17 @@ def _pftrace_tables(path: Path, patterns) -> dict[str, pa.Table]:
                              "ts": pa.array([c.ts for c in trace.counters], i64),
                              "track_id": pa.array([ids[c.track_uuid] for c in trace.counters], i64),
                              "value": pa.array([c.value for c in trace.counters], f64)}),
-        "track_class": pa.table({"track_id": pa.array([ids[t.uuid] for t in tracks if not t.is_counter], i64),
-                                 "name": pa.array([t.name for t in tracks if not t.is_counter], text),
-                                 "class": pa.array([classify(t.name, patterns) for t in tracks if not t.is_counter], text)}),
     }
     return tables
+
+
+def _track_class(track: pa.Table, patterns) -> pa.Table:
+    """Our class of every non-counter track (config track_patterns), from the track table: kept out of
+    the cached tables, since the patterns may change between queries."""
+    rows = [r for r in track.select(["id", "name", "type"]).to_pylist() if r["type"] != "counter_track"]
+    return pa.table({"track_id": pa.array([r["id"] for r in rows], pa.int64()),
+                     "name": pa.array([r["name"] for r in rows], pa.string()),
+                     "class": pa.array([classify(r["name"], patterns) for r in rows], pa.string())})
 
 
 def sql_text(value) -> str:
@@ -144,25 +152,44 @@ class ProfileDB:
         table = next((t for t in self.tables if t.lower() == table.lower()), table)  # Summary == summary
         self.tables.setdefault(table, []).append(part)
 
+    def _add_pftrace(self, path: Path, workload_id: str) -> None:
+        """A .pftrace's tables, decoded once and cached as Parquet beside it (table_cache)."""
+        import pyarrow.parquet as pq
+
+        def make(folder: Path) -> None:
+            for name, table in _pftrace_tables(path).items():
+                pq.write_table(table, folder / f"{name}.parquet")
+
+        folder = tables_for(path, make, Path(self._spill.name))
+        for name in ("slice", "track", "args", "counter"):
+            self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
+        self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
+
     def _add_json(self, path: Path, workload_id: str, with_summary: bool = True) -> None:
         """A legacy full-profile JSON: instruction and dma streamed into Parquet (legacy_json), and its
-        one-record summary and metadata."""
+        one-record summary and metadata; parsed once and cached beside it (table_cache)."""
+        import pyarrow.parquet as pq
+
+        def make(folder: Path) -> None:
+            for key in ("instruction", "dma"):
+                legacy_json.array_to_parquet(path, key, folder)
+            for key in ("summary", "metadata"):
+                record = legacy_json.first_record(path, key)
+                if record:
+                    pq.write_table(legacy_json.batch_table([record]), folder / f"{key}.parquet")
+
+        folder = tables_for(path, make, Path(self._spill.name))
         for key in ("instruction", "dma"):
-            out = Path(self._spill.name) / f"json-{sum(map(len, self.tables.values()))}"
-            out.mkdir()
-            files = legacy_json.array_to_parquet(path, key, out)
+            files = sorted(folder.glob(f"{key}-*.parquet"))
             if files:
-                self._add(key, workload_id, read_parquet(files),
-                          materialize=False)
+                self._add(key, workload_id, read_parquet(files), materialize=False)
         for key in ("summary", "metadata")[0 if with_summary else 1:]:
-            record = legacy_json.first_record(path, key)
-            if record:
-                self._add(key, workload_id, legacy_json.batch_table([record]))
+            if (folder / f"{key}.parquet").is_file():
+                self._add(key, workload_id, read_parquet([folder / f"{key}.parquet"]), materialize=False)
 
     def load_view(self, view_dir: Path, workload_id: str) -> None:
         if (view_dir / "trace.pftrace").is_file():
-            for name, table in _pftrace_tables(view_dir / "trace.pftrace", self.patterns).items():
-                self._add(name, workload_id, table)
+            self._add_pftrace(view_dir / "trace.pftrace", workload_id)
         parquet = view_dir / "parquet"
         if parquet.is_dir():
             groups: dict[str, list[str]] = {}
@@ -180,8 +207,7 @@ class ProfileDB:
         """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
         path = Path(path)
         if path.is_file() and path.suffix == ".pftrace":
-            for name, table in _pftrace_tables(path, self.patterns).items():
-                self._add(name, path.stem, table)
+            self._add_pftrace(path, path.stem)
         elif path.is_file() and path.suffix == ".parquet":
             self._add(re.sub(r"_\d+$", "", path.stem), path.stem, read_parquet([path]), materialize=False)
         elif path.is_file() and path.suffix == ".json":
