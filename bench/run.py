@@ -158,35 +158,49 @@ def bench_calibrate(tmp: Path, quick: bool) -> dict:
 
 # -------------------------------------------------------------------------------------- planning
 
+# The project's DAG without the project: the same rules, files, targets and resources, each job a touch.
 BARE = '''
 W = config["workloads"]
 rule all:
-    input: "results/summary.csv"
+    input: "results/summary.csv", "results/report.html", expand("results/w/{wid}/metrics.json", wid=W)
+rule plan:
+    output: "results/plan.json"
+    shell: "touch {output}"
+rule calibrate:
+    output: "results/calibration.json"
+    resources: neuron_device=1
+    shell: "touch {output}"
 rule build:
-    output: "results/w/{wid}/build/build.json"
+    output: "results/w/{wid}/build/build.json", "results/w/{wid}/build/model.pt2"
+    params: spec=lambda wc: wc.wid
     shell: "touch {output}"
 rule capture:
-    input: rules.build.output
-    output: "results/w/{wid}/capture/capture.json"
+    input: "results/w/{wid}/build/build.json", "results/w/{wid}/build/model.pt2"
+    output: "results/w/{wid}/capture/capture.json", "results/w/{wid}/capture/trace.json"
     resources: neuron_device=1
     shell: "touch {output}"
 rule view:
-    input: rules.capture.output
-    output: "results/w/{wid}/view/summary.json"
+    input: "results/w/{wid}/capture/capture.json", "results/w/{wid}/capture/trace.json"
+    output: "results/w/{wid}/view/summary.json", "results/w/{wid}/view/view.json", "results/w/{wid}/view/trace.pftrace"
     shell: "touch {output}"
 rule extract:
-    input: rules.view.output
+    input: "results/w/{wid}/view/summary.json", "results/w/{wid}/capture/capture.json", "results/w/{wid}/build/build.json", "results/calibration.json"
     output: "results/w/{wid}/metrics.json"
     shell: "touch {output}"
 rule aggregate:
-    input: expand("results/w/{wid}/metrics.json", wid=W)
-    output: "results/summary.csv"
+    input: "results/plan.json", expand("results/w/{wid}/metrics.json", wid=W)
+    output: "results/summary.csv", "results/roofline_targets.csv"
     shell: "touch {output}"
+rule report:
+    input: "results/summary.csv", "results/plan.json"
+    output: "results/report.html", directory("results/report")
+    shell: "touch {output[0]}; mkdir -p {output[1]}"
 '''
 
 
 def bench_planning(tmp: Path, quick: bool) -> dict:
-    """`snakemake -n` of the project against a bare Snakefile with the same DAG (4 jobs per workload)."""
+    """`snakemake -n` of the project against a bare Snakefile with the same DAG: the same rules, files,
+    targets (rule all asks for every metrics.json, as the project's does) and resources."""
     import yaml
 
     workloads = 25 if quick else 250
@@ -209,7 +223,7 @@ def bench_planning(tmp: Path, quick: bool) -> dict:
     pairs = [(_isolated(project_cmd), _isolated(bare_cmd)) for _ in range(1 if quick else 3)]
     ratios = sorted(p["wall_s"] / b["wall_s"] for p, b in pairs)
     project, bare_run = pairs[len(pairs) // 2]
-    return {"figure": "plan_dry_run", "size": f"{workloads * 4} jobs", "project": project,
+    return {"figure": "plan_dry_run", "size": f"{workloads * 4 + 5} jobs", "project": project,
             "anchors": {"bare Snakefile, same DAG": bare_run}, "ratio_median": round(ratios[len(ratios) // 2], 2),
             "goal": "<= 1.1x bare Snakemake", "met": ratios[len(ratios) // 2] <= 1.1}
 
