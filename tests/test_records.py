@@ -37,6 +37,9 @@ def test_missing_or_damaged_records_say_which_stage_to_run(tmp_path):
     (tmp_path / "view.json").write_text('{"stage": "view"}')
     with pytest.raises(UserError, match="a view record lacks backend, spec, workload_id; rerun the view stage"):
         ViewRecord.read(tmp_path)
+    (tmp_path / "capture.json").write_text('{"workload_id": "w", "backend": "cpu", "spec": null, "settings": {"nth": 2}}')
+    with pytest.raises(UserError, match=r"settings are not this version's \(nth\); rerun the capture stage"):
+        CaptureRecord.read(tmp_path)
     (tmp_path / "metrics.json").write_text("[]")
     with pytest.raises(UserError, match="not a metrics record"):
         MetricsRecord.read(tmp_path / "metrics.json")

@@ -153,7 +153,11 @@ class CaptureRecord(StageRecord):
     @classmethod
     def _typed(cls, typed: dict) -> dict:
         if isinstance(typed.get("settings"), dict):
-            typed = {**typed, "settings": CaptureSettings(**typed["settings"])}
+            try:
+                typed = {**typed, "settings": CaptureSettings(**typed["settings"])}
+            except TypeError:  # another neuronsweep version's settings
+                raise UserError("a capture record's settings are not this version's "
+                                f"({', '.join(sorted(typed['settings']))}); rerun the capture stage for this case.") from None
         return typed
 
 
