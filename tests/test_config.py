@@ -18,7 +18,7 @@ def test_defaults_are_filled():
     cfg = config.validate(MINIMAL)
     assert cfg["run"] == "default" and cfg["backend"] == "auto"
     assert cfg["capture"] == {"warmup": 5, "iterations": 30, "repeats": 3, "num_exec": 2, "nth_exec": 2,
-                              "device_lock": "/tmp/neuron-sweep-device.lock"}
+                              "device_lock": "/tmp/neuron-sweep-device.lock", "slots": "auto", "isolation": "chip"}
     assert cfg["neuron"]["profiler"] == "auto" and cfg["neuron"]["target"] == "trn1"
     assert cfg["suites"]["matmul"]["dtype"] == ["fp32"]
     assert "capture" not in MINIMAL  # the caller's dict is not modified
@@ -27,11 +27,13 @@ def test_defaults_are_filled():
 @pytest.mark.parametrize("patch, expected", [
     ({"capture": {"warmup": "five"}}, "key 'capture.warmup' must be of type integer, not 'five'"),
     ({"capture": {"iterations": 0}}, "key 'capture.iterations' must be at least 1, not 0"),
-    ({"capture": {"warmp": 3}}, "unknown key 'capture.warmp'; allowed keys here are device_lock, iterations, nth_exec, num_exec, repeats, warmup"),
+    ({"capture": {"warmp": 3}}, "unknown key 'capture.warmp'; allowed keys here are device_lock, isolation, iterations, nth_exec, num_exec, repeats, slots, warmup"),
     ({"bakend": "cpu"}, "unknown key 'bakend'"),
     ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, xla, not 'gpu'"),
     ({"neuron": {"target": "trn3"}}, "key 'neuron.target' must be one of trn1, trn1n, trn2, inf2, not 'trn3'"),
     ({"run": "a b"}, "key 'run' = 'a b' must be a plain name"),
+    ({"capture": {"slots": 0}}, "key 'capture.slots'"),
+    ({"capture": {"isolation": "rack"}}, "key 'capture.isolation' must be one of chip, core, not 'rack'"),
     ({"capture": {"num_exec": 2, "nth_exec": 3}}, "'capture.nth_exec' (3) must not exceed 'capture.num_exec' (2)"),
     ({"suites": {"matmul": {"dtype": ["fp32"]}}}, "suite 'suites.matmul' needs a 'grid' or a 'shapes' list"),
     ({"suites": {"matmul": {"grid": {"m": [1], "k": [1]}}}}, "key 'suites.matmul.grid' is missing the required entry 'n'"),
@@ -104,7 +106,7 @@ def test_cli_defaults_are_the_schema_defaults_and_the_exec_check_is_one_rule(tmp
 
     schema_cfg = config.validate(MINIMAL)
     args = cli.parser().parse_args(["capture", "--build", "b", "--out", "o"])
-    for key in ("warmup", "iterations", "repeats", "num_exec", "nth_exec", "device_lock"):
+    for key in ("warmup", "iterations", "repeats", "num_exec", "nth_exec", "device_lock", "slots", "isolation"):
         assert getattr(args, key) == schema_cfg["capture"][key], key
     assert args.timeout == schema_cfg["timeouts"]["capture"] == DEFAULT_TIMEOUT_S["capture"]
     assert DEFAULT_LOCK == schema_cfg["capture"]["device_lock"]

@@ -25,8 +25,8 @@ WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
 
 def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
     return CaptureSettings(warmup=1, iterations=1, repeats=1, num_exec=num_exec, nth_exec=nth, threads=1,
-                           device_lock=str(tmp / "device.lock"), timeout_s=60,
-                           options={"profiler": profiler}).for_backend("neuron")
+                           device_lock=str(tmp / "device.lock"), timeout_s=60, visible_cores="0",
+                           options={"profiler": profiler}).for_backend("neuron")  # as slots.held sets it
 
 
 def wdir(root: Path, wid: str) -> Path:
@@ -380,7 +380,9 @@ def test_neuron_builds_hold_the_device_and_pin_their_cores(tmp_path):
     snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="0.5"))
     for wid in WIDS:
         build = json.loads((wdir(tmp_path, wid) / "build" / "build.json").read_text())
-        assert build["visible_cores"] == "0" and build["lnc"] == 1
+        assert build["visible_cores"] == "0-1" and build["lnc"] == 1  # chip isolation: the one chip's cores
+        span = json.loads((wdir(tmp_path, wid) / "capture" / "capture.json").read_text())["device_span"]
+        assert span["slot"] == 0 and span["cores"] == "0-1" and span["acquired_unix"] < span["released_unix"]
     # every stand-in process that ran on the device (captures, torch-xla builds and timing) got its core:
     # none failed with "Available:0", though builds and captures were scheduled on 2 cores at once
     text = "".join(p.read_text() for p in (tmp_path / "results").rglob("*.log"))
@@ -394,11 +396,11 @@ def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(
     plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
                           capture_output=True, text=True, env=env)
     assert plan.returncode == 0 and "backend 'neuron' set in config: " in plan.stderr
-    assert "neuron-ls lists 1 device(s)" in plan.stderr  # no /dev/neuron* here: the driver tool's list
+    assert "neuron-ls --json-output: 1 device(s), 2 NeuronCore(s)" in plan.stderr  # the driver tool's list
     none = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
                           capture_output=True, text=True, env={**env, "STANDIN_NO_DEVICE": "1"})
     assert none.returncode == 2 and none.stderr.strip().endswith(
-        "lists no device); run on a trn1, trn2 or inf2 instance or set backend: auto.")
+        "listed by neuron-ls); run on a trn1, trn2 or inf2 instance or set backend: auto.")
     assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr
 
 

@@ -46,9 +46,10 @@ def test_cli_plan_json(tmp_path):
     out = json.loads(proc.stdout)
     assert out["counts"] == {"scenarios": 2, "workloads": 2, "unsupported": 0}
     assert out["backend"] == "cpu"  # no Neuron device on CI
-    reason, estimate = proc.stderr.strip().splitlines()
+    reason, estimate, captures = proc.stderr.strip().splitlines()
     assert reason == "backend auto -> cpu: no Neuron device (/dev/neuron* absent)"
     assert estimate.startswith("estimate: at least ")
+    assert captures == "captures: 1 device slot, the device lock (cpu: a capture takes every core of the host)"
     assert [s["id"] for s in out["scenarios"]] == ["matmul-m1-k3-n4-fp32", "matmul-m2-k3-n4-fp32"]
 
 

@@ -1,7 +1,8 @@
 """capture stage: run a built workload, record a profile of its nth execution plus framework timing.
 
-Every capture holds the device lock (devicelock.py) while it runs, on every backend: on cpu a
-second measurement beside it would disturb the numbers just as on a NeuronCore.
+Every capture holds a device slot (slots.py) while it runs, on every backend: on cpu the one slot,
+since a second measurement beside it would disturb the numbers just as on a NeuronCore; on neuron one
+chip or core of the pool, its cores the only ones the profiler and runtime see.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 import time
 from pathlib import Path
 
-from . import backends, devicelock, hostcaps
+from . import backends, hostcaps, slots
 from .errors import UserError
 from .records import BuildRecord, CaptureRecord
 from .settings import CaptureSettings
@@ -24,7 +25,8 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
     impl = backends.load(build.backend)
     settings = settings.for_backend(build.backend)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.device_lock, f"capture {build.workload_id} -> {out_dir}") as span:
+    with slots.held(settings, build.backend, f"capture {build.workload_id} -> {out_dir}",
+                    build.target, build.details.get("lnc")) as (settings, span):
         before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
         after = hostcaps.load_snapshot()
@@ -51,7 +53,7 @@ def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
     settings = settings.for_backend("neuron")
     out_dir.mkdir(parents=True, exist_ok=True)
-    with devicelock.held(settings.device_lock, f"capture {neff} -> {out_dir}") as span:
+    with slots.held(settings, "neuron", f"capture {neff} -> {out_dir}", settings.options.get("target")) as (settings, span):
         result = neuron_profiler.capture_neff(neff, out_dir, settings)
     record = CaptureRecord.create(started, workload_id=neff.stem, backend="neuron", spec=None, settings=settings,
                                   device_span=span, latency_note="a NEFF captured on its own has no framework timing",

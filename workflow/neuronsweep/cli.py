@@ -34,7 +34,7 @@ def _spec(text: str) -> dict:
 
 
 def cmd_plan(args) -> None:
-    from . import plan
+    from . import plan, slots
 
     cfg = config.load(args.config)
     name, why = backends.resolve(cfg["backend"])
@@ -42,6 +42,7 @@ def cmd_plan(args) -> None:
     p = {**the_plan.to_dict(), "backend_reason": why}
     log.warning(why)  # stderr: stdout is the plan itself (JSON with --json)
     log.warning(plan.estimate(the_plan, cfg, probe))
+    log.warning(f"captures: {slots.for_config(cfg, name).describe()}")
     if args.json:
         print(json.dumps(p, indent=2))
         return
@@ -51,6 +52,21 @@ def cmd_plan(args) -> None:
     for sc in p["scenarios"]:
         why = p["unsupported"].get(sc["workload_id"])
         print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))
+
+
+def _slots(text: str) -> str | int:
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"--slots is {text!r}; pass auto or a whole number of at least 1.")
+
+
+def _slot_args(p) -> None:
+    p.add_argument("--slots", type=_slots, default=schema_default("capture.slots"),
+                   help="neuron: device slots to choose from, auto (every one here) or N (the first N)")
+    p.add_argument("--isolation", choices=("chip", "core"), default=schema_default("capture.isolation"),
+                   help="neuron: a slot is a chip (never two captures on one chip's HBM) or a NeuronCore")
 
 
 def _options(text: str) -> dict:
@@ -67,7 +83,8 @@ def cmd_build(args) -> None:
     from . import build
     from .settings import BuildSettings
 
-    settings = BuildSettings(_options(args.options), device_lock=args.device_lock, timeout_s=args.timeout)
+    settings = BuildSettings(_options(args.options), device_lock=args.device_lock, timeout_s=args.timeout,
+                             slots=args.slots, isolation=args.isolation)
     rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, settings)
     hit = "cache hit" if rec.cache["hit"] else "compiled"
     took = f"{rec.compile_s:.3f} s" if rec.compile_s is not None else "compile time unknown"
@@ -83,7 +100,8 @@ def cmd_capture(args) -> None:
     settings = CaptureSettings(warmup=args.warmup, iterations=args.iterations, repeats=args.repeats,
                                num_exec=args.num_exec, nth_exec=args.nth_exec, threads=args.threads,
                                device_lock=args.device_lock, timeout_s=args.timeout, attempt=args.attempt,
-                               single_io=args.single_io, options=_options(args.options))
+                               single_io=args.single_io, options=_options(args.options), slots=args.slots,
+                               isolation=args.isolation)
     if (args.build is None) == (args.neff is None):
         raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
     rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
@@ -198,6 +216,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=schema_default("cache_dir"))
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="neuron: OS lock held while the build runs on the device")
+    _slot_args(p)
     _timeout_arg(p, "build")
     p.set_defaults(func=cmd_build)
 
@@ -215,6 +234,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
     p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock file held during the capture")
+    _slot_args(p)
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
     _timeout_arg(p, "capture")
     p.set_defaults(func=cmd_capture)

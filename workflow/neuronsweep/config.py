@@ -129,6 +129,14 @@ PATTERN_WORDS = {
 }
 
 
+def _alternative(alt: dict) -> str:
+    """'auto', 'an integer of at least 1': one branch of an anyOf, in words."""
+    if "const" in alt:
+        return str(alt["const"])
+    words = f"{'an' if alt['type'][0] in 'aeiou' else 'a'} {alt['type']}"
+    return words + (f" of at least {alt['minimum']}" if "minimum" in alt else "")
+
+
 def _sentence(error, source: str) -> str:
     """One sentence for one jsonschema error: what is wrong, which key, how to fix it."""
     key = _key(error.absolute_path)
@@ -146,6 +154,8 @@ def _sentence(error, source: str) -> str:
         return f"{source}: key '{key}' is missing the required entry '{missing[0]}'; add it."
     if v == "anyOf" and key.startswith("suites."):
         return f"{source}: suite '{key}' needs a 'grid' or a 'shapes' list; add one of them."
+    if v == "anyOf" and all("const" in alt or "type" in alt for alt in val):
+        return f"{source}: key '{key}' must be {' or '.join(map(_alternative, val))}, not {error.instance!r}; fix the value."
     if v == "type":
         return f"{source}: key '{key}' must be of type {val}, not {error.instance!r}; fix the value."
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):

@@ -1,6 +1,7 @@
-"""An OS file lock around every step that uses the device (captures, neuron builds, the cpu
+"""OS file locks around every step that uses the device (captures, neuron builds, the cpu
 calibration): Snakemake's neuron_device resource only limits one Snakemake process, and two processes
-(a sweep plus a single-target rerun) must not share the device.
+(a sweep plus a single-target rerun) must not share the device. One lock on cpu and xla; on neuron one
+lock per NeuronCore, taken a slot at a time (slots.py).
 
 The holder writes who it is into the lock file, so a waiting step says who holds the device and since
 when (every WAIT_REPORT_S), and `neuronsweep doctor` shows it. The lock is flock(2): the kernel drops it
@@ -22,6 +23,7 @@ from .errors import UserError
 
 DEFAULT_LOCK = schema_default("capture.device_lock")
 WAIT_REPORT_S = 30.0
+POLL_S = 0.1
 log = logging.getLogger("neuronsweep")
 
 
@@ -73,32 +75,66 @@ def holder(path: str | Path) -> str:
 def held(path: str | Path, who: str = "a neuronsweep step"):
     """Wait until the lock is ours (saying who holds it meanwhile); yields a dict that gets the
     acquired/released times."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    span = {"lock": str(path), "waited_s": None, "acquired_unix": None, "released_unix": None}
+    with held_any([[Path(path)]], who) as span:
+        yield span
+
+
+def _try_group(handles: list) -> bool:
+    """Take every lock of one group, or none: a group is one device slot (a lock per NeuronCore)."""
+    taken = []
+    for handle in handles:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            for other in taken:
+                fcntl.flock(other, fcntl.LOCK_UN)
+            return False
+        taken.append(handle)
+    return True
+
+
+@contextmanager
+def held_any(groups: list[list[Path]], who: str = "a neuronsweep step"):
+    """Wait until every lock of one of the groups is ours (the first free group, in order), saying who
+    holds them meanwhile; yields a dict with the group's index, its locks and the acquired/released
+    times. Polled every POLL_S: a slot freed is taken within that, which bench/parallel_capture.py
+    measures."""
+    for group in groups:
+        for path in group:
+            path.parent.mkdir(parents=True, exist_ok=True)
     asked = time.time()
-    with open(path, "a+") as handle:
-        said = None
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
+    handles = [[open(path, "a+") for path in group] for group in groups]
+    try:
+        said, chosen = None, None
+        while chosen is None:
+            chosen = next((i for i, group in enumerate(handles) if _try_group(group)), None)
+            if chosen is None:
                 if said is None or time.time() - said >= WAIT_REPORT_S:
-                    log.warning(f"waiting for the device lock {path}: held by {_describe(_read(handle))}")
+                    first = groups[0][0] if len(groups) == 1 else f"{len(groups)} device slots"
+                    holders = "; ".join(_describe(_read(group[0])) for group in handles[:3])
+                    log.warning(f"waiting for the device lock {first}: held by {holders}"
+                                + (" ..." if len(handles) > 3 else ""))
                     said = time.time()
-                time.sleep(0.2)
-        span["acquired_unix"] = time.time()
+                time.sleep(POLL_S)
+        mine = handles[chosen]
+        span = {"lock": str(groups[chosen][0]) if len(groups[chosen]) == 1 else [str(p) for p in groups[chosen]],
+                "group": chosen, "acquired_unix": time.time()}
         span["waited_s"] = span["acquired_unix"] - asked
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "holder": who, "since_unix": span["acquired_unix"]}))
-        handle.flush()
+        for handle in mine:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps({"pid": os.getpid(), "holder": who, "since_unix": span["acquired_unix"]}))
+            handle.flush()
         try:
             yield span
         finally:
             span["released_unix"] = time.time()
-            handle.seek(0)
-            handle.truncate()
-            handle.flush()
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            for handle in mine:
+                handle.seek(0)
+                handle.truncate()
+                handle.flush()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        for group in handles:
+            for handle in group:
+                handle.close()

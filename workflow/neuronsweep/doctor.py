@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import shutil
 
-from . import backends, config, devicelock, hostcaps
+from . import backends, config, devicelock, hostcaps, slots
 from .backends import neuron, neuron_profiler
 from .backends.common import default_threads, package_versions, run_tool
 from .errors import UserError
@@ -38,10 +38,22 @@ def report(config_path: str) -> str:
         lines.append(f"a run of {config_path} would use: {name} ({why})")
         lock = cfg["capture"]["device_lock"]
         lines.append(f"device lock {lock}: {devicelock.holder(lock)}")
+        lines.append(_slot_pool(cfg, name))
         lines += _host_rates(cfg)
     except UserError as exc:
         lines.append(f"config: {exc}")
     return "\n".join(lines)
+
+
+def _slot_pool(cfg: dict, backend: str) -> str:
+    """How many captures would run at once here, and which NeuronCores each would hold (slots.py)."""
+    try:
+        found = slots.for_config(cfg, backend)
+    except UserError as exc:
+        return f"capture slots: {exc}"
+    held = [f"slot {s.index} (cores {s.visible}): {devicelock.holder(s.locks(cfg['capture']['device_lock'])[0])}"
+            for s in found.slots if s.cores][:4]
+    return "\n".join([f"capture slots: {found.describe()}", *(f"  {line}" for line in held)])
 
 
 def _host_rates(cfg: dict) -> list[str]:

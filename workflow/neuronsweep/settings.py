@@ -14,6 +14,9 @@ class BuildSettings:
     options: dict  # the backend's config section, schema defaults filled in (neuron: target, cc flags)
     device_lock: str = field(default_factory=lambda: schema_default("capture.device_lock"))
     timeout_s: float = field(default_factory=lambda: schema_default("timeouts.build"))
+    slots: str | int = field(default_factory=lambda: schema_default("capture.slots"))  # a neuron build runs on a slot
+    isolation: str = field(default_factory=lambda: schema_default("capture.isolation"))
+    visible_cores: str | None = None  # the held slot's NeuronCores (slots.held sets it)
 
     def for_backend(self, backend: str) -> "BuildSettings":
         return replace(self, options=section_defaults(backend, self.options))
@@ -32,6 +35,9 @@ class CaptureSettings:
     attempt: int = 1  # Snakemake's attempt: after a device OOM the retry captures with --single-io
     single_io: bool = False
     options: dict = field(default_factory=dict)  # the backend's config section (neuron: profiler, enable_dge_notifs)
+    slots: str | int = field(default_factory=lambda: schema_default("capture.slots"))
+    isolation: str = field(default_factory=lambda: schema_default("capture.isolation"))
+    visible_cores: str | None = None  # the held slot's NeuronCores (slots.held sets it)
 
     def __post_init__(self):
         check_profiled_exec(self.num_exec, self.nth_exec, ("--num-exec", "--nth-exec"), "capture", kind="flag")

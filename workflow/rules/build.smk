@@ -17,5 +17,5 @@ rule build:
         "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep build --backend {params.backend} --spec {params.spec:q} --options {params.options:q} "
-        "--cache-dir {CACHE_DIR:q} --device-lock {DEVICE_LOCK:q} --timeout {TIMEOUTS[build]} --out {params.out:q} "
+        "--cache-dir {CACHE_DIR:q} --device-lock {DEVICE_LOCK:q} {SLOT_ARGS} --timeout {TIMEOUTS[build]} --out {params.out:q} "
         "> {log:q} 2>&1"

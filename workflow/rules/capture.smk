@@ -1,10 +1,11 @@
 rule capture:
     """Run the built workload: profile the nth of num_exec executions, then time `iterations` runs.
 
-    Holds the exclusive neuron_device resource (the default profile limits it to 1) and, inside the
-    job, an OS lock (capture.device_lock) so that captures of two Snakemake processes never overlap.
-    On cpu it takes every core, so a measurement never shares the CPU with builds. On neuron a
-    device out-of-memory fails attempt 1 and the retry captures with --single-io.
+    Takes one neuron_device resource (as many as the machine has device slots: slots.py) and, inside
+    the job, a free slot's OS locks (beside capture.device_lock), so that captures of two Snakemake
+    processes never share a NeuronCore. On cpu there is one slot and a capture takes every core, so a
+    measurement never shares the CPU with builds. On neuron a device out-of-memory fails attempt 1 and
+    the retry captures with --single-io.
     """
     input:
         record=rules.build.output.record,
@@ -21,7 +22,7 @@ rule capture:
         options=options("capture"),
         build=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
-    threads: workflow.cores
+    threads: CAPTURE_THREADS
     resources:
         neuron_device=1,
         attempt=lambda wildcards, attempt: attempt,
@@ -34,7 +35,7 @@ rule capture:
         "neuronsweep capture --build {params.build:q} --out {params.out:q} "
         "--warmup {params.warmup} --iterations {params.iterations} --repeats {params.repeats} "
         "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
-        "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} --options {params.options:q} "
+        "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} {SLOT_ARGS} --options {params.options:q} "
         "--timeout {TIMEOUTS[capture]} > {log:q} 2>&1"
 
 
@@ -46,7 +47,7 @@ rule calibrate:
         CALIBRATION,
     params:
         dtypes=CALIBRATION_DTYPES,
-    threads: workflow.cores
+    threads: host_threads()
     resources:
         neuron_device=1,
     log:

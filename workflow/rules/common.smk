@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from neuronsweep import backends
+from neuronsweep import backends, slots
 from neuronsweep import config as ns_config
 from neuronsweep.errors import UserError
 from neuronsweep.plan import estimate, plan_for
@@ -18,15 +18,6 @@ from neuronsweep.workloads import canonical
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 DEFAULT_PROFILE = yaml.safe_load((Path(workflow.basedir) / "workflow/profiles/default/config.yaml").read_text())
-
-
-def apply_default_profile_resources():
-    """Snakemake auto-loads a workflow profile only from profiles/default beside the Snakefile or the
-    working directory, never from workflow/profiles/default; so apply its resource limits here
-    unless the command line set them (one capture at a time is a correctness rule, not a taste)."""
-    for name, limit in DEFAULT_PROFILE.get("resources", {}).items():
-        if workflow.global_resources.get(name).value is None:
-            workflow.register_resource(name, limit)
 
 
 def apply_default_profile_keep_going():
@@ -44,7 +35,6 @@ def apply_default_profile_rerun_incomplete():
         settings.force_incomplete = True
 
 
-apply_default_profile_resources()
 apply_default_profile_rerun_incomplete()
 
 
@@ -52,17 +42,34 @@ onstart:
     apply_default_profile_keep_going()
 
 
+def on_cluster():
+    """True on the submitting host of a cluster run and inside its jobs (--mode remote): the devices
+    are on the nodes, and a job's threads must be what the head node asked Slurm for. Snakemake reads
+    this file before it picks the executor, so workflow.local_exec is still True on the head node;
+    there a cluster executor is the run where --jobs is a job count (`nodes`: locally --jobs is an
+    alias of --cores)."""
+    return (not workflow.local_exec or workflow.remote_exec
+            or (workflow.resource_settings.nodes is not None and workflow._cores is None))
+
+
+CLUSTER = on_cluster()
 CONFIG_SOURCE = ", ".join(map(str, workflow.configfiles)) or "config"
 try:
     for path in workflow.configfiles:  # Snakemake's YAML reader silently keeps the last of duplicate keys
         ns_config.read_yaml(path)
     CONFIG = ns_config.validate(config, source=CONFIG_SOURCE)
-    BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"])
+    # under a cluster executor the devices are on the nodes, not here: each job finds its own
+    BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"], local=not CLUSTER)
     PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)
+    SLOTS = None if CLUSTER else slots.for_config(CONFIG, BACKEND)
 except UserError as exc:
     raise WorkflowError(str(exc)) from None
 logger.info(BACKEND_REASON)
 logger.info(estimate(PLAN, CONFIG, HOST_PROBE))
+if SLOTS is not None:
+    logger.info(f"captures: {SLOTS.describe()}")
+    if workflow.global_resources.get("neuron_device").value is None:  # so Snakemake runs one job per slot
+        workflow.register_resource("neuron_device", len(SLOTS))
 
 PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON}, separators=(",", ":"))
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
@@ -85,6 +92,16 @@ HAS_PROFILE_JSON = "profile.json" in VIEW_OUTPUTS
 HAS_HOST_PEAKS = DESCRIPTION.host_peaks(SECTION)
 CALIBRATION_DTYPES = ",".join(sorted({spec["dtype"] for spec in PLAN.workloads.values()}))  # only what the sweep uses
 DEVICE_LOCK = CAPTURE["device_lock"]
+SLOT_ARGS = f"--slots {CAPTURE['slots']} --isolation {CAPTURE['isolation']}"  # not params: no rerun when they change
+
+
+def host_threads():
+    """A cpu measurement takes every core Snakemake has here. Under a cluster executor there is no
+    'here': 1, unless --set-threads capture=N (the slurm profile sets it to the node's cores)."""
+    return 1 if CLUSTER else workflow.cores
+
+
+CAPTURE_THREADS = 1 if ON_NEURON else host_threads()  # a neuron capture waits on its NeuronCores
 TIMEOUTS = CONFIG["timeouts"]
 
 RUN = f"results/{CONFIG['run']}"

@@ -1,7 +1,9 @@
 """Stand-in NeuronCores (a test double): a process that executes on the device claims its visible cores
-(NEURON_RT_VISIBLE_CORES, else every core of the one trn1 device) with non-blocking file locks held
-for its lifetime, and fails as the real runtime does when another process holds one: a torch-xla
-process claims every visible core by default ("Requested:2 Available:0", aws-neuron-sdk #1065)."""
+(NEURON_RT_VISIBLE_CORES, else every core of the machine) with non-blocking file locks held for its
+lifetime, and fails as the real runtime does when another process holds one: a torch-xla process
+claims every visible core by default ("Requested:2 Available:0", aws-neuron-sdk #1065). The machine
+is STANDIN_DEVICES chips (default 1, a trn1.2xlarge) of STANDIN_CORES_PER_DEVICE cores (default 2);
+neuron-ls lists the same."""
 
 import fcntl
 import os
@@ -9,7 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-CORES = 2
+DEVICES = int(os.environ.get("STANDIN_DEVICES", "1"))
+CORES_PER_DEVICE = int(os.environ.get("STANDIN_CORES_PER_DEVICE", "2"))
+CORES = DEVICES * CORES_PER_DEVICE
 _held = []
 
 
@@ -27,6 +31,10 @@ def claim() -> None:
     root = Path(os.environ.get("STANDIN_CORE_DIR") or Path(tempfile.gettempdir()) / "standin-neuron-cores")
     root.mkdir(parents=True, exist_ok=True)
     cores = visible()
+    if not cores or max(cores) >= CORES:
+        print(f"ERROR NRT:nrt_init Invalid NEURON_RT_VISIBLE_CORES={os.environ.get('NEURON_RT_VISIBLE_CORES')}: "
+              f"this instance has NeuronCores 0-{CORES - 1}", file=sys.stderr)
+        sys.exit(1)
     for core in cores:
         handle = open(root / f"core{core}.lock", "a")
         try:

@@ -23,6 +23,11 @@ class Target:
     default_lnc: int
     source: str
     hbm_bytes_per_core: float = 16 * 2**30  # device memory per physical NeuronCore (chip HBM / its cores)
+    cores_per_chip: int = 2  # physical NeuronCores per chip (device): 2 on trn1/inf2, 8 on trn2
+
+    def logical_cores_per_chip(self, lnc: int | None = None) -> int:
+        """What the runtime numbers (NEURON_RT_VISIBLE_CORES) on one chip: physical cores / LNC."""
+        return max(1, self.cores_per_chip // self.lnc(lnc))
 
     def hbm_bytes(self, lnc: int | None = None) -> float:
         return self.hbm_bytes_per_core * self.lnc(lnc)
@@ -54,7 +59,7 @@ TARGETS = {
                    "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), times the LNC (default 2 on trn2: neuronx-cc "
                    "docs), fp32 4x slower; MBU over one HBM stack: 2.9 TB/s per chip over its 4 stacks "
                    "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)",
-                   hbm_bytes_per_core=96 * 2**30 / 8),  # 96 GiB per chip, 8 NeuronCores
+                   hbm_bytes_per_core=96 * 2**30 / 8, cores_per_chip=8),  # 96 GiB per chip, 8 NeuronCores
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
 

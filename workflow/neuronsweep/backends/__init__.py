@@ -19,18 +19,16 @@ from __future__ import annotations
 import glob
 import importlib
 import importlib.util
-import json
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from types import ModuleType
 
 from ..config import section_defaults
 from ..errors import UserError
 from ..settings import ViewSettings
+from ..slots import NEURON_TOOL_DIR, chips
 
 NAMES = ("cpu", "neuron", "xla")
-NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
 PROFILERS = ("neuron-explorer", "neuron-profile")
 
 
@@ -48,31 +46,23 @@ def neuron_devices() -> list[str]:
 
 
 def neuron_inventory() -> tuple[int, str]:
-    """How many Neuron devices this machine has, and how that was found: /dev/neuron*, else the
-    device list of `neuron-ls --json-output` (the driver's own tool); (0, why) when neither shows one."""
-    devices = neuron_devices()
-    if devices:
-        return len(devices), f"{devices[0]} ({len(devices)} device(s))"
-    tool = shutil.which("neuron-ls") or shutil.which("neuron-ls", path=NEURON_TOOL_DIR)
-    if not tool:
-        return 0, "no /dev/neuron* and no neuron-ls"
-    try:
-        proc = subprocess.run([tool, "--json-output"], capture_output=True, text=True, timeout=60)
-        listed = json.loads(proc.stdout)
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
-        return 0, f"no /dev/neuron*, and {tool} --json-output gave no device list"
-    count = len(listed) if isinstance(listed, list) else 0
-    return count, f"{tool} lists {count} device(s)" if count else f"no /dev/neuron*, and {tool} lists no device"
+    """How many Neuron devices this machine has, and how that was found (slots.chips: the driver
+    tool's `neuron-ls --json-output`, else /dev/neuron*); (0, why) when neither shows one."""
+    found, how = chips(cores_per_chip=1)
+    return len(found), how
 
 
-def resolve(requested: str) -> tuple[str, str]:
+def resolve(requested: str, local: bool = True) -> tuple[str, str]:
     """Pick the backend for a run; returns (name, one-line reason). A backend that cannot run here is
-    refused now, before any job, rather than in every build."""
+    refused now, before any job, rather than in every build. Not local (a cluster executor): the
+    devices and tools are on the nodes, so backend neuron is taken as set and each job checks."""
     if requested == "xla" and importlib.util.find_spec("torch_xla") is None:
         raise UserError("config key 'backend' is xla, but torch-xla is not installed in this environment; "
                         "install it with pip install -e \".[xla,workflow]\" (torch 2.9.0 + torch-xla 2.9.0) or set backend: cpu.")
     if requested in ("cpu", "xla"):
         return requested, f"backend '{requested}' set in config"
+    if requested == "neuron" and not local:
+        return "neuron", "backend 'neuron' set in config; its devices and tools are checked on the cluster's nodes"
     tool = find_profiler()
     count, found = neuron_inventory() if tool or requested == "neuron" else (0, "")
     if requested == "neuron":

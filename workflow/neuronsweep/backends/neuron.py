@@ -19,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .. import devicelock
+from .. import slots
 from ..cache import CompileCache
 from ..errors import UserError
 from ..records import BuildRecord, CaptureRecord
@@ -27,7 +27,7 @@ from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from ..workloads import workload_id
 from . import BACKENDS, xla_program
 from .common import package_versions, recompilation_flag, run_child
-from .neuron_profiler import NTFF, VISIBLE_CORES, capture_neff, tool_env, view_profile
+from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
@@ -67,8 +67,8 @@ def cc_flags(options: dict) -> str:
 # ---------------------------------------------------------------------------------------- build
 
 
-def compile_env(options: dict, compile_cache: Path) -> dict:
-    env = tool_env(on_device=True)
+def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = None) -> dict:
+    env = tool_env(visible_cores)
     env.update({"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": cc_flags(options),
                 "NEURON_COMPILE_CACHE_URL": str(compile_cache)})
     if options["xla_debug"]:
@@ -85,7 +85,8 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(settings.options, compile_cache), workdir,
+    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(settings.options, compile_cache, settings.visible_cores),
+                             workdir,
                              globs, settings.timeout_s)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
@@ -107,7 +108,7 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = workdir / "artifacts"
     artifacts.mkdir(parents=True)
-    env, options = tool_env(on_device=True), settings.options
+    env, options = tool_env(settings.visible_cores), settings.options
     env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options["target"],
                 "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)), "NEURON_CC_FLAGS": cc_flags(options)})
     run_child("nki_program", ["--spec", json.dumps(spec), "--out", str(workdir / "nki_result.json"),
@@ -132,10 +133,11 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     nki_impl = spec.get("impl") == "nki"
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
-        # both routes execute the workload on a NeuronCore: hold the device like a capture
-        with devicelock.held(settings.device_lock, f"neuron build {workload_id(spec)}"):
-            made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, settings, entry)
-        return Path(made["neff_source"]), made
+        # both routes execute the workload on a NeuronCore: take a device slot like a capture
+        with slots.held(settings, "neuron", f"neuron build {workload_id(spec)}", options["target"],
+                        options["lnc"]) as (on_slot, span):
+            made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, on_slot, entry)
+        return Path(made["neff_source"]), {**made, "visible_cores": span["cores"], "device_span": span}
 
     material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options["xla_debug"]),
                 "versions": versions, "format": ARTIFACT_FORMAT}
@@ -147,7 +149,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     return {
         "toolchain": versions, "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
         "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options["target"],
-        "auto_cast": auto_cast(options), "lnc": lnc(options), "visible_cores": VISIBLE_CORES,
+        "auto_cast": auto_cast(options), "lnc": lnc(options),
         "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
         **{k: v for k, v in meta.items() if k != "made_at"}, **fields,
         "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
@@ -162,7 +164,7 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
     """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
     compile here means the graph changed (recompilation), which is recorded, not hidden."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = tool_env(on_device=True)
+    env = tool_env(settings.visible_cores)
     env.update(build.env)
     cache = build.details["compile_cache"]
     result = xla_program.run(build.spec, workdir / "timing.json", env, workdir,

@@ -28,18 +28,17 @@ STDERR_TAIL = 4000
 OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|allocation failure|NRT_RESOURCE|RESOURCE_EXHAUSTED",
                  re.IGNORECASE)
 OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
-VISIBLE_CORES = "0"  # the NeuronCore every device-executing step is pinned to (one device slot)
 
 
-def tool_env(on_device: bool = False) -> dict:
+def tool_env(visible_cores: str | None = None) -> dict:
     """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset. A
-    process that executes on the device is pinned to VISIBLE_CORES: a torch-xla process otherwise
-    claims every visible core ("Requested:2 Available:0" for the next one)."""
+    process that executes on the device is pinned to its slot's cores (slots.py): a torch-xla process
+    otherwise claims every visible core ("Requested:2 Available:0" for the next one)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([env.get("PATH", ""), NEURON_TOOL_DIR])
     env.setdefault("HOME", tempfile.gettempdir())
-    if on_device:
-        env["NEURON_RT_VISIBLE_CORES"] = VISIBLE_CORES
+    if visible_cores is not None:
+        env["NEURON_RT_VISIBLE_CORES"] = visible_cores
     return env
 
 
@@ -101,7 +100,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
     else:
         argv.append("--ignore-exec-errors")
     started = time.time()
-    proc = run_tool(argv, settings.timeout_s, f"{neff}: capture", cwd=raw, env=tool_env(on_device=True))
+    proc = run_tool(argv, settings.timeout_s, f"{neff}: capture", cwd=raw, env=tool_env(settings.visible_cores))
     wall = time.time() - started
     (out_dir / "capture.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
