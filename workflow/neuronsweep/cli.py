@@ -39,7 +39,7 @@ def cmd_plan(args) -> None:
     cfg = config.load(args.config)
     name, why = backends.resolve(cfg["backend"])
     the_plan, probe = plan.plan_for(cfg, name)
-    p = {**the_plan.to_dict(), "backend_reason": why}
+    p = {**the_plan.to_dict(), "backend_reason": why, "config": cfg}
     log.warning(why)  # stderr: stdout is the plan itself (JSON with --json)
     log.warning(plan.estimate(the_plan, cfg, probe))
     log.warning(f"captures: {slots.for_config(cfg, name).describe()}")
@@ -141,6 +141,25 @@ def cmd_report(args) -> None:
 
     figures = report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.figures))
     log.info(f"report: {args.out} ({len(figures)} figures, also as PNG in {args.figures})")
+
+
+def cmd_compare(args) -> int:
+    from . import compare_runs
+
+    out = Path(args.out) if args.out else Path(args.run_b) / f"compare-{Path(args.run_a).name}"
+    lines, code = compare_runs.run(Path(args.run_a), Path(args.run_b), out, args.fail_on_regression)
+    print("\n".join(lines))
+    return code
+
+
+def cmd_status(args) -> None:
+    from . import status
+
+    run_dir = Path(args.run)
+    if not (run_dir / "plan.json").is_file():
+        raise UserError(f"{run_dir}: no plan.json; pass a results/<run> folder of a sweep that has started.")
+    summary = status.summarize(run_dir)
+    print(json.dumps(summary, indent=2) if args.json else status.render(summary))
 
 
 def cmd_query(args) -> None:
@@ -265,6 +284,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", required=True, help="folder for the PNG figures")
     p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser("compare", help="two runs side by side: versions, config, and which workloads got faster or slower")
+    p.add_argument("run_a", help="results/<run> folder: the baseline")
+    p.add_argument("run_b", help="results/<run> folder: the candidate")
+    p.add_argument("--out", help="folder for compare.csv, compare_metrics.csv, compare.html (default: RUN_B/compare-<A>)")
+    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                   help="exit 1 when a workload is slower by more than PCT %% beyond both runs' noise")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("status", help="a sweep's progress per stage (done, running, failed, waiting) and the time left")
+    p.add_argument("run", help="results/<run> folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
     p = sub.add_parser("query", help="SQL (DuckDB) over a profile, view folder, workload or whole run")
     p.add_argument("path", help=".pftrace / .parquet / profile .json, a view or workload folder, or results/<run>")
     p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
@@ -325,8 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     # a case folder of the workflow (Snakemake made its logs/): failures are recorded there for aggregate
     case_dir = Path(args.out).parent if args.command in STAGES else None
     case_dir = case_dir if case_dir is not None and (case_dir / "logs").is_dir() else None
+    if case_dir is not None:  # `neuronsweep status` shows this stage as running while the process lives
+        from .status import mark_running
+
+        mark_running(case_dir, args.command)
     try:
-        args.func(args)
+        code = args.func(args) or 0
     except Exception as exc:  # noqa: BLE001 - every failure ends in one sentence, also as data
         if isinstance(exc, UserError):
             reason, code = str(exc), 2
@@ -338,9 +374,14 @@ def main(argv: list[str] | None = None) -> int:
         if case_dir is not None:
             record_failure(case_dir, args.command, _case(args), reason, type(exc).__name__)
         return code
+    finally:
+        if case_dir is not None:
+            from .status import clear_running
+
+            clear_running(case_dir, args.command)
     if case_dir is not None:
         clear_failure(case_dir, args.command)
-    return 0
+    return code
 
 
 if __name__ == "__main__":

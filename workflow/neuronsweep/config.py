@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import json
 import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonschema import Draft202012Validator, validators
 
 from .errors import UserError
 
@@ -37,6 +38,8 @@ def _default(sub: dict, root: dict):
 
 def _with_defaults(base, root: dict):
     """A validator class that also writes each property's schema default into the instance."""
+    from jsonschema import validators
+
     validate_properties = base.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -183,6 +186,8 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Return a validated deep copy of `config` with schema defaults filled in."""
     if not isinstance(config, dict):
         raise UserError(f"{source}: the config must be a mapping of keys to values, not {type(config).__name__}.")
+    from jsonschema import Draft202012Validator  # imported here: a cached validation never needs it
+
     schema = load_schema()
     cfg = _coerce(copy.deepcopy(config), schema, schema)
     validator = _with_defaults(Draft202012Validator, schema)(schema)
@@ -190,6 +195,44 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     if errors:
         raise UserError(_sentence(errors[0], source))
     _semantic_checks(cfg, source)
+    return cfg
+
+
+def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: Path | None = None) -> dict[str, Any]:
+    """validate() of a config Snakemake read from `files` (plus --config overrides), the files read again
+    strictly (duplicate keys). What it returns depends only on the config, the files' bytes, the schema
+    and this package, so with cache_dir it is kept there as JSON and reused while those stay the same:
+    every `snakemake` start (a dry run, a no-op rerun) then skips the strict read, jsonschema and the
+    checks (0.3 s; bench/README.md). Only a config that passed is kept."""
+    from . import __version__
+
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for name in files:
+        try:
+            digest.update(Path(name).read_bytes())
+        except OSError:
+            digest.update(b"unreadable")  # read_yaml below says why
+    digest.update((resources.files("neuronsweep") / SCHEMA).read_bytes() + __version__.encode())
+    key = digest.hexdigest()
+    slot = None
+    if cache_dir is not None:
+        slot = Path(cache_dir) / f"validated-{hashlib.sha256(source.encode()).hexdigest()[:16]}.json"
+        try:
+            kept = json.loads(slot.read_text())
+            if kept.get("key") == key:
+                return kept["config"]
+        except (OSError, ValueError, AttributeError):
+            pass
+    for name in files:
+        read_yaml(name)
+    cfg = validate(config, source=source)
+    if slot is not None:
+        from .atomic import write_json
+
+        try:
+            write_json(slot, {"key": key, "config": cfg})
+        except OSError:
+            pass  # a read-only working directory: no cache, same result
     return cfg
 
 

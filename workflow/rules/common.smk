@@ -55,9 +55,9 @@ def on_cluster():
 CLUSTER = on_cluster()
 CONFIG_SOURCE = ", ".join(map(str, workflow.configfiles)) or "config"
 try:
-    for path in workflow.configfiles:  # Snakemake's YAML reader silently keeps the last of duplicate keys
-        ns_config.read_yaml(path)
-    CONFIG = ns_config.validate(config, source=CONFIG_SOURCE)
+    # Snakemake's YAML reader silently keeps the last of duplicate keys: the files are read again strictly;
+    # the validated config is kept in .snakemake/ for the next start while nothing it depends on changes
+    CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
     # under a cluster executor the devices are on the nodes, not here: each job finds its own
     BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"], local=not CLUSTER)
     PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)
@@ -71,7 +71,8 @@ if SLOTS is not None:
     if workflow.global_resources.get("neuron_device").value is None:  # so Snakemake runs one job per slot
         workflow.register_resource("neuron_device", len(SLOTS))
 
-PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON}, separators=(",", ":"))
+# the config goes with the plan, so `neuronsweep compare` can say what differs between two runs
+PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON, "config": CONFIG}, separators=(",", ":"))
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs
