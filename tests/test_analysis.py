@@ -211,9 +211,14 @@ def test_report_of_a_real_cpu_run(finished_run):
     run = finished_run / "results" / "t"
     page = (run / "report.html").read_text()
     assert page.startswith("<!doctype html>")
-    assert not re.search(r'src="(?!data:)', page)  # self-contained: every image is embedded
-    assert page.count("<img") == len(list((run / "report").glob("*.png"))) >= 4
+    body = page.split("</head>", 1)[1]  # the head holds the embedded plotly.js
+    assert "<script src" not in page and not re.search(r'(src|href)="https?:', body)  # nothing fetched to view it
+    assert page.count("Plotly.newPlot(") == page.count('data-figure="') >= 4
+    assert page.count("* plotly.js v") == 1  # one embedded copy of the library
     assert "Recommendations" in page and "matmul-m16-k16-n16-fp32" in page
+    links = re.findall(r'href="([^"]+)"', body)  # every case's folder, metrics.json and .pftrace
+    assert any(h.endswith("/view/trace.pftrace") for h in links) and any(h.endswith("/metrics.json") for h in links)
+    assert all((run / h).exists() for h in links)
 
 
 def test_track_patterns_are_configurable(view_dir):

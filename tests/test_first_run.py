@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import BIN, snakemake, tiny_config
-from neuronsweep import aggregate, config, extract, hostcaps, plan, report
+from neuronsweep import aggregate, config, extract, hostcaps, plan, report, report_figures
+from neuronsweep.html_page import table
 from neuronsweep.analysis import roofline
 from neuronsweep.records import BuildRecord, CaptureRecord
 
@@ -125,18 +126,12 @@ def test_raised_roofs_never_exceed_100_percent():
 
 
 def test_whiskers_stop_at_the_fastest_sample_and_wide_axes_go_log():
-    import matplotlib.pyplot as plt
-
     rows = pd.DataFrame({"time_s": [1.0, 11.0], "latency_spread_s": [0.2, 30.0], "latency_min_s": [0.95, 2.9]})
-    lower, upper = report._whiskers(rows)
+    lower, upper = report_figures.whiskers(rows)
     assert lower.tolist() == pytest.approx([50.0, 8100.0]) and upper.tolist() == pytest.approx([100.0, 15000.0])
-    fig, ax = plt.subplots()
-    report._log_if_wide(ax, [0.1, 50.0], "x")
-    assert ax.get_xscale() == "log"
-    report._log_if_wide(ax, [1.0, 5.0], "y")
-    assert ax.get_yscale() == "linear"
-    html = report._table(pd.DataFrame({"a": [1], "tiles_total": [None]}))
-    assert 'class="scroll"' in html and "tiles_total" not in html
+    assert report_figures.axis_type([0.1, 50.0]) == "log" and report_figures.axis_type([1.0, 5.0]) == "linear"
+    html = table(pd.DataFrame({"a": [1], "tiles_total": [None]}))
+    assert 'class="scroll"' in html and "tiles_total" not in html and 'class="filter"' in html
 
 
 def test_nested_config_override_from_the_command_line(tmp_path):

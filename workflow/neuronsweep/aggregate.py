@@ -90,6 +90,8 @@ def targets_table(plan: dict) -> pd.DataFrame:
     rows = []
     for wid, spec in plan["workloads"].items():
         kind = kind_of(spec)
+        if not getattr(kind, "ROOFLINE", True):  # a collective: no FLOPs, no roofline
+            continue
         flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
         for name in ("trn1", "inf2", "trn2"):
             t = roofline.TARGETS[name]

@@ -18,6 +18,6 @@ def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, settings: Build
     out_dir.mkdir(parents=True, exist_ok=True)
     result = impl.build(spec, out_dir, CompileCache(cache_dir, backend), settings.for_backend(backend))
     record = BuildRecord.create(started, workload_id=workload_id(spec), backend=backend, spec=spec,
-                                artifact=backends.BACKENDS[backend].artifacts["build"], **result)
+                                artifact=backends.BACKENDS[backend].build_artifact(spec), **result)
     record.write(out_dir)
     return record

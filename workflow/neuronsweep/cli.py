@@ -15,6 +15,7 @@ from .config import schema_default
 from .backends.common import DEFAULT_TIMEOUT_S, default_threads
 from .devicelock import DEFAULT_LOCK
 from .errors import ERROR_PREFIX, STAGES, UserError, clear_failure, record_failure
+from .settings import host_setting
 from .workloads import workload_id
 
 log = logging.getLogger("neuronsweep")
@@ -63,9 +64,10 @@ def _slots(text: str) -> str | int:
 
 
 def _slot_args(p) -> None:
-    p.add_argument("--slots", type=_slots, default=schema_default("capture.slots"),
+    p.add_argument("--slots", type=_slots, default=host_setting("slots", schema_default("capture.slots")),
                    help="neuron: device slots to choose from, auto (every one here) or N (the first N)")
-    p.add_argument("--isolation", choices=("chip", "core"), default=schema_default("capture.isolation"),
+    p.add_argument("--isolation", choices=("chip", "core"),
+                   default=host_setting("isolation", schema_default("capture.isolation")),
                    help="neuron: a slot is a chip (never two captures on one chip's HBM) or a NeuronCore")
 
 
@@ -86,7 +88,7 @@ def cmd_build(args) -> None:
     settings = BuildSettings(_options(args.options), device_lock=args.device_lock, timeout_s=args.timeout,
                              slots=args.slots, isolation=args.isolation)
     rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, settings)
-    hit = "cache hit" if rec.cache["hit"] else "compiled"
+    hit = {True: "cache hit", False: "compiled", None: "nothing to compile"}[rec.cache.get("hit")]
     took = f"{rec.compile_s:.3f} s" if rec.compile_s is not None else "compile time unknown"
     log.info(f"build {rec.workload_id}: {hit}, {rec.compiler}, {took} -> {args.out}")
     if rec.recompilation_flag:
@@ -139,8 +141,8 @@ def cmd_extract(args) -> None:
 def cmd_report(args) -> None:
     from . import report
 
-    figures = report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.figures))
-    log.info(f"report: {args.out} ({len(figures)} figures, also as PNG in {args.figures})")
+    report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.targets) if args.targets else None)
+    log.info(f"report: {args.out}")
 
 
 def cmd_compare(args) -> int:
@@ -214,7 +216,7 @@ def cmd_aggregate(args) -> None:
 
 
 def _timeout_arg(p, stage: str) -> None:
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S[stage],
+    p.add_argument("--timeout", type=float, default=host_setting("timeouts", {}).get(stage, DEFAULT_TIMEOUT_S[stage]),
                    help="seconds an external program (profiler, compiler child) may run before it is killed")
 
 
@@ -232,9 +234,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True, help="workload spec as JSON, or @FILE")
     p.add_argument("--backend", default="cpu", choices=backends.NAMES)
     p.add_argument("--out", required=True, help="build directory to write")
-    p.add_argument("--cache-dir", default=schema_default("cache_dir"))
+    p.add_argument("--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")))
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
-    p.add_argument("--device-lock", default=DEFAULT_LOCK, help="neuron: OS lock held while the build runs on the device")
+    p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="neuron: OS lock held while the build runs on the device")
     _slot_args(p)
     _timeout_arg(p, "build")
     p.set_defaults(func=cmd_build)
@@ -252,7 +254,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
-    p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock file held during the capture")
+    p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture")
     _slot_args(p)
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
     _timeout_arg(p, "capture")
@@ -277,11 +279,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_extract)
 
-    p = sub.add_parser("report", help="report.html (self-contained) and its figures from summary.csv")
+    p = sub.add_parser("report", help="report.html (self-contained, interactive) from summary.csv")
     p.add_argument("--summary", required=True)
     p.add_argument("--plan", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--figures", required=True, help="folder for the PNG figures")
+    p.add_argument("--targets", help="roofline_targets.csv: the workloads modelled on trn1, inf2, trn2")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("compare", help="two runs side by side: versions, config, and which workloads got faster or slower")
@@ -309,8 +311,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
-    p.add_argument("--cache-dir", default=schema_default("cache_dir"))
-    p.add_argument("--device-lock", default=DEFAULT_LOCK, help="OS lock held while measuring (no capture beside it)")
+    p.add_argument("--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")))
+    p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock held while measuring (no capture beside it)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")

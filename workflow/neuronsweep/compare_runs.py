@@ -20,6 +20,8 @@ import pandas as pd
 
 from .atomic import read_json, replacing
 from .errors import UserError
+from .html_page import page
+from .html_page import table as html_table
 
 NOT_METRICS = {"latency_n", "schema_version", "threads", "rank_in_group", "x_of_best", "latency_spread_s",
                "latency_iqr_s", "latency_rel_spread", "time_s"}  # bookkeeping, or the comparison's own inputs
@@ -148,16 +150,10 @@ def header(a: Run, b: Run) -> list[str]:
 
 
 def _html(head: list[str], table: pd.DataFrame, changes: pd.DataFrame) -> str:
-    from .report import CSS
-
-    def frame(df: pd.DataFrame) -> str:
-        return f"<div class='scroll'>{df.to_html(index=False, na_rep='', float_format=lambda x: f'{x:.4g}')}</div>"
-
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>neuron-sweep compare</title>"
-            f"<style>{CSS}</style></head><body><h1>neuron-sweep: B against A</h1>"
-            f"<pre>{html.escape(chr(10).join(head))}</pre><h2>Workloads</h2>{frame(table)}"
-            f"<h2>Metrics that changed beyond the timing noise</h2>{frame(changes) if len(changes) else '<p>none</p>'}"
-            "</body></html>")
+    return page("neuron-sweep compare", [
+        "<h1>neuron-sweep: B against A</h1>", f"<pre>{html.escape(chr(10).join(head))}</pre>",
+        "<h2>Workloads</h2>", html_table(table),
+        "<h2>Metrics that changed beyond the timing noise</h2>", html_table(changes) if len(changes) else "<p>none</p>"])
 
 
 def run(folder_a: Path, folder_b: Path, out: Path, fail_on_regression: float | None = None) -> tuple[list[str], int]:

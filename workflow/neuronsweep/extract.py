@@ -115,7 +115,13 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     if m["recompiles_during_timing"] is None:
         notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
 
-    if spec:
+    m.update(_collective(spec, capture, m["latency_median_s"], notes))
+    if spec and not getattr(kind_of(spec), "ROOFLINE", True):
+        for key in ANALYTIC + ROOFLINE:
+            m[key] = None
+            notes[key] = (f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
+                          "see algbw_bytes_per_s and busbw_bytes_per_s")
+    elif spec:
         kind = kind_of(spec)
         flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
         m.update(flops=flops, achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),
@@ -158,6 +164,39 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     m["spec"] = spec
     m["notes"] = notes
     return m
+
+
+COLLECTIVE = ("coll_op", "coll_world", "coll_bytes", "algbw_bytes_per_s", "busbw_bytes_per_s", "busbw_factor",
+              "link_bytes_per_s", "rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio", "coll_oversubscribed")
+
+
+def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: float | None, notes: dict) -> dict:
+    """A collective's size, world, algbw and busbw (nccl-tests' definitions, workloads/collective.py) and
+    its ranks: the slowest and fastest rank's median and their ratio (the straggler figure)."""
+    if not spec or spec["kind"] != "collective":
+        return {}  # not applicable, like a suite's own labels: only a collective's metrics have these keys
+    from .workloads import collective
+
+    out = {"coll_op": spec["op"], "coll_world": spec["world"], "coll_bytes": spec["bytes"],
+           "busbw_factor": collective.BUSBW_FACTOR[spec["op"]](spec["world"]),
+           **collective.bandwidths(spec, median_s), "link_bytes_per_s": None}
+    notes["link_bytes_per_s"] = (f"ranks on one host exchange through {capture.details.get('process_group_backend', 'a')} "
+                                 "over loopback and shared memory: there is no link whose bandwidth bounds busbw"
+                                 if capture and capture.backend == "cpu" else "no link bandwidth is known for this platform")
+    if median_s is None:
+        notes["algbw_bytes_per_s"] = notes["busbw_bytes_per_s"] = "no latency was measured"
+    crowded = capture.details.get("oversubscribed") if capture else None
+    out["coll_oversubscribed"] = None if capture is None else bool(crowded)
+    if crowded:
+        notes["coll_oversubscribed"] = crowded
+    medians = [r["median_s"] for r in ((capture.details.get("ranks") if capture else None) or [])]
+    out["rank_time_max_s"] = max(medians) if medians else None
+    out["rank_time_min_s"] = min(medians) if medians else None
+    out["rank_straggler_ratio"] = _ratio(out["rank_time_max_s"], out["rank_time_min_s"])
+    if not medians:
+        for key in ("rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio"):
+            notes[key] = "capture.json has no per-rank times"
+    return out
 
 
 TILES = ("tiles_m", "tiles_k", "tiles_n", "tiles_total", "tile_utilization_pct")
@@ -319,6 +358,24 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
         return None
 
 
+RANK_COLUMNS = ("rank", "median_s", "iqr_s", "min_s", "spread_s", "n")
+
+
+def write_ranks(capture: CaptureRecord, path: Path) -> int:
+    """tables/ranks.csv: one row per rank of a collective, its own times (capture.json `ranks`)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=RANK_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(capture.details["ranks"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as tmp:
+        tmp.write_text(buf.getvalue())
+    return len(capture.details["ranks"])
+
+
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
         profile_json: Path | None = None, calibration_json: Path | None = None,
         track_patterns: dict | None = None) -> MetricsRecord:
@@ -334,6 +391,8 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     values = compute(summary, capture, build, calibration, metadata)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
+    if capture and capture.details.get("ranks"):
+        tables["ranks"] = write_ranks(capture, out.parent / "tables" / "ranks.csv")
     record = MetricsRecord(values={k: v for k, v in values.items() if k not in ("spec", "notes")},
                            notes=values["notes"], spec=values["spec"],
                            provenance={**provenance("extract", started), "sources": sources, "tables": tables,

@@ -10,7 +10,7 @@ import itertools
 from dataclasses import asdict, dataclass, field
 
 from .errors import UserError
-from .workloads import loops, matmul, mlp, unsupported, workload_id
+from .workloads import collective, loops, matmul, mlp, unsupported, workload_id
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,35 @@ def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
+def collective_sizes(sizes) -> list[int]:
+    """A list of byte sizes, or {from, to}: `from` doubled until past `to` (nccl-tests' -b/-e/-f 2)."""
+    if isinstance(sizes, list):
+        return sizes
+    if sizes["from"] > sizes["to"]:
+        raise UserError(f"config key 'suites.collectives.sizes': from {sizes['from']} is above to {sizes['to']}; "
+                        "swap them.")
+    out, size = [], sizes["from"]
+    while size <= sizes["to"]:
+        out.append(size)
+        size *= 2
+    return out
+
+
+def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    out = []
+    for op, world, size, dtype in itertools.product(suite["operations"], suite["world_sizes"],
+                                                    collective_sizes(suite["sizes"]), suite["dtype"]):
+        spec = collective.spec(op, size, world, dtype)
+        wid = workload_id(spec)
+        labels = {"op": op, "world": world, "size_asked": size, "bytes": spec["bytes"], "dtype": dtype}
+        out.append((Scenario(id=f"{wid}" if size == spec["bytes"] else f"{wid}-asked{size}b", suite="collectives",
+                             workload_id=wid, labels=labels), spec))
+    return out
+
+
 SUITES = {"matmul": _matmul_scenarios, "tiling": _tiling_scenarios, "llm": _llm_scenarios,
-          "mlp": _mlp_scenarios, "loops": _loops_scenarios, "recompile": _recompile_scenarios}
+          "mlp": _mlp_scenarios, "loops": _loops_scenarios, "recompile": _recompile_scenarios,
+          "collectives": _collectives_scenarios}
 
 
 
@@ -254,16 +281,20 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     cap = config["capture"]
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
     rates = probe["gemm_flops_per_s"]
-    compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values())
+    compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values()
+                    if kind_of(s).flops(s) is not None)
     n = len(plan.workloads)
     imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
+    ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
+    imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
     dtypes = {s["dtype"] for s in plan.workloads.values()}
     calib_s = hostcaps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
     total = compute_s + imports_s + calib_s
     return (f"estimate: at least {_duration(total)} for {n} workloads on this host "
             f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
             f"{_duration(imports_s)} of measured imports over {4 * n} jobs, calibration at most {calib_s:.0f} s; "
-            "Snakemake's own per-job overhead and the profiler's are not included)")
+            "Snakemake's own per-job overhead and the profiler's are not included"
+            + (", nor the collectives' transfers, which have no rate before they are measured)" if ranks else ")"))
 
 
 def _duration(seconds: float) -> str:

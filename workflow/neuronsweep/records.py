@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import sys
 import time
@@ -21,7 +22,13 @@ from . import __version__
 from .atomic import write_json
 from .cache import file_sha256
 from .errors import UserError
-from .settings import CaptureSettings
+from .settings import HOST_ENV, CaptureSettings
+
+
+def _command() -> str:
+    """The exact command, with the host settings the workflow passed through the environment."""
+    host = os.environ.get(HOST_ENV)
+    return (f"{HOST_ENV}={shlex.quote(host)} " if host else "") + shlex.join(["neuronsweep", *sys.argv[1:]])
 
 
 def provenance(stage: str, started: float) -> dict:
@@ -31,7 +38,7 @@ def provenance(stage: str, started: float) -> dict:
         "wall_s": time.time() - started,
         "started_unix": started,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "command": shlex.join(["neuronsweep", *sys.argv[1:]]),
+        "command": _command(),
         "neuronsweep_version": __version__,
     }
 

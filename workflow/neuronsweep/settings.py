@@ -4,9 +4,28 @@ nowhere else."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, field, replace
 
 from .config import check_profiled_exec, schema_default, section_defaults
+from .errors import UserError
+
+# Where and how long, not what is measured: the workflow hands cache_dir, the device lock, the slot
+# pool and the timeouts to every job in this variable (declared with `envvars:`), not as rule params,
+# so that changing them reruns nothing. A command-line flag still wins; records' `command` shows it.
+HOST_ENV = "NEURONSWEEP_HOST"
+
+
+def host_setting(key: str, fallback):
+    raw = os.environ.get(HOST_ENV)
+    if not raw:
+        return fallback
+    try:
+        return json.loads(raw).get(key, fallback)
+    except (json.JSONDecodeError, AttributeError):
+        raise UserError(f"{HOST_ENV} is not a JSON object ({raw[:80]!r}); unset it, or run through Snakemake, "
+                        "which sets it from the config.") from None
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@ rule plan:
     """The planned scenarios and workloads; rewritten only when the plan changes (a param)."""
     output:
         f"{RUN}/plan.json",
+    log:
+        f"{RUN}/logs/plan.log",
     params:
         plan=PLAN_JSON,
     run:
-        from neuronsweep.atomic import write_json
-
         write_json(output[0], json.loads(params.plan))
+        Path(log[0]).write_text(f"plan: {output[0]}\n")
 
 
 rule aggregate:

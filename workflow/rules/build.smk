@@ -4,18 +4,30 @@ rule build:
     output:
         record=f"{WORKLOAD}/build/build.json",
         artifact=f"{WORKLOAD}/build/{ARTIFACT['build']}",
+    log:
+        f"{WORKLOAD}/logs/build.log",
+    wildcard_constraints:
+        wid=f"(?!{COLLECTIVE_WID})[a-z0-9][a-z0-9.-]*",
+    conda:
+        "../../envs/neuronsweep.yaml"
+    resources:
+        neuron_device=1 if ON_NEURON else 0,  # a neuron build runs the workload on the device
     params:
         spec=spec_json,
         backend=BACKEND,
         options=options("build"),
         out=subpath(output.record, parent=True),
-    resources:
-        neuron_device=1 if ON_NEURON else 0,  # a neuron build runs the workload on the device
-    log:
-        f"{WORKLOAD}/logs/build.log",
-    conda:
-        "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep build --backend {params.backend} --spec {params.spec:q} --options {params.options:q} "
-        "--cache-dir {CACHE_DIR:q} --device-lock {DEVICE_LOCK:q} {SLOT_ARGS} --timeout {TIMEOUTS[build]} --out {params.out:q} "
+        "--out {params.out:q} "
         "> {log:q} 2>&1"
+
+
+use rule build as build_collective with:
+    output:
+        record=f"{WORKLOAD}/build/build.json",
+        artifact=f"{WORKLOAD}/build/{COLLECTIVE_PLAN}",
+    wildcard_constraints:
+        wid=COLLECTIVE_WID,
+    resources:
+        neuron_device=0,

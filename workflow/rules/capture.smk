@@ -9,10 +9,19 @@ rule capture:
     """
     input:
         record=rules.build.output.record,
-        artifact=rules.build.output.artifact,
+        artifact=lambda wildcards: build_artifact(wildcards.wid),
     output:
         record=f"{WORKLOAD}/capture/capture.json",
         profile=f"{WORKLOAD}/capture/{ARTIFACT['capture']}",
+    log:
+        f"{WORKLOAD}/logs/capture.log",
+    retries: 1 if ON_NEURON else 0
+    conda:
+        "../../envs/neuronsweep.yaml"
+    threads: CAPTURE_THREADS
+    resources:
+        neuron_device=1,
+        attempt=lambda wildcards, attempt: attempt,
     params:
         warmup=CAPTURE["warmup"],
         iterations=CAPTURE["iterations"],
@@ -22,21 +31,11 @@ rule capture:
         options=options("capture"),
         build=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
-    threads: CAPTURE_THREADS
-    resources:
-        neuron_device=1,
-        attempt=lambda wildcards, attempt: attempt,
-    retries: 1 if ON_NEURON else 0
-    log:
-        f"{WORKLOAD}/logs/capture.log",
-    conda:
-        "../../envs/neuronsweep.yaml"
     shell:
         "neuronsweep capture --build {params.build:q} --out {params.out:q} "
         "--warmup {params.warmup} --iterations {params.iterations} --repeats {params.repeats} "
         "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
-        "--attempt {resources.attempt} --device-lock {DEVICE_LOCK:q} {SLOT_ARGS} --options {params.options:q} "
-        "--timeout {TIMEOUTS[capture]} > {log:q} 2>&1"
+        "--attempt {resources.attempt} --options {params.options:q} > {log:q} 2>&1"
 
 
 rule calibrate:
@@ -45,15 +44,14 @@ rule calibrate:
     measured under the device lock, so no capture runs beside it."""
     output:
         CALIBRATION,
-    params:
-        dtypes=CALIBRATION_DTYPES,
-    threads: host_threads()
-    resources:
-        neuron_device=1,
     log:
         f"{RUN}/logs/calibrate.log",
     conda:
         "../../envs/neuronsweep.yaml"
+    threads: host_threads()
+    resources:
+        neuron_device=1,
+    params:
+        dtypes=CALIBRATION_DTYPES,
     shell:
-        "neuronsweep calibrate --threads {threads} --dtypes {params.dtypes} --cache-dir {CACHE_DIR:q} "
-        "--device-lock {DEVICE_LOCK:q} --out {output:q} > {log:q} 2>&1"
+        "neuronsweep calibrate --threads {threads} --dtypes {params.dtypes} --out {output:q} > {log:q} 2>&1"

@@ -9,8 +9,10 @@ import yaml
 
 from neuronsweep import backends, slots
 from neuronsweep import config as ns_config
+from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
 from neuronsweep.plan import estimate, plan_for
+from neuronsweep.settings import HOST_ENV
 from neuronsweep.workloads import canonical
 
 # Jobs call the `neuronsweep` CLI installed beside this Snakemake, even when its venv is not
@@ -48,8 +50,11 @@ def on_cluster():
     this file before it picks the executor, so workflow.local_exec is still True on the head node;
     there a cluster executor is the run where --jobs is a job count (`nodes`: locally --jobs is an
     alias of --cores)."""
-    return (not workflow.local_exec or workflow.remote_exec
-            or (workflow.resource_settings.nodes is not None and workflow._cores is None))
+    return (
+        not workflow.local_exec
+        or workflow.remote_exec
+        or (workflow.resource_settings.nodes is not None and workflow._cores is None)
+    )
 
 
 CLUSTER = on_cluster()
@@ -77,6 +82,7 @@ CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs
 ARTIFACT = DESCRIPTION.artifacts
+COLLECTIVE_WID, COLLECTIVE_PLAN = backends.COLLECTIVE_WID, backends.COLLECTIVE_PLAN
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
 ON_NEURON = BACKEND == "neuron"
@@ -92,8 +98,6 @@ VIEW_OUTPUTS = DESCRIPTION.view_outputs(SECTION)
 HAS_PROFILE_JSON = "profile.json" in VIEW_OUTPUTS
 HAS_HOST_PEAKS = DESCRIPTION.host_peaks(SECTION)
 CALIBRATION_DTYPES = ",".join(sorted({spec["dtype"] for spec in PLAN.workloads.values()}))  # only what the sweep uses
-DEVICE_LOCK = CAPTURE["device_lock"]
-SLOT_ARGS = f"--slots {CAPTURE['slots']} --isolation {CAPTURE['isolation']}"  # not params: no rerun when they change
 
 
 def host_threads():
@@ -103,7 +107,24 @@ def host_threads():
 
 
 CAPTURE_THREADS = 1 if ON_NEURON else host_threads()  # a neuron capture waits on its NeuronCores
-TIMEOUTS = CONFIG["timeouts"]
+# Where and how long, not what is measured: to every job through the environment (settings.HOST_ENV),
+# not as params, so that moving the cache or changing a timeout or the slot pool reruns nothing.
+os.environ[HOST_ENV] = json.dumps(
+    {
+        "cache_dir": CACHE_DIR,
+        "device_lock": CAPTURE["device_lock"],
+        "slots": CAPTURE["slots"],
+        "isolation": CAPTURE["isolation"],
+        "timeouts": CONFIG["timeouts"],
+    },
+    sort_keys=True,
+)
+
+
+envvars:
+    "PATH",
+    HOST_ENV,
+
 
 RUN = f"results/{CONFIG['run']}"
 SUMMARY = f"{RUN}/summary.csv"
@@ -113,6 +134,11 @@ WORKLOAD = f"{RUN}/{BACKEND}/workloads/{{wid}}"  # one folder per workload: buil
 
 wildcard_constraints:
     wid=r"[a-z0-9][a-z0-9.-]*",
+
+
+def build_artifact(wid):
+    """The file a workload's build writes: a collective's launch plan, else the backend's artifact."""
+    return f"{WORKLOAD.format(wid=wid)}/build/{DESCRIPTION.build_artifact(PLAN.workloads.get(wid))}"
 
 
 def spec_json(wildcards):
@@ -136,10 +162,12 @@ def aggregate_after_failure():
         from neuronsweep.report import run as report_run  # `report` is a Snakemake keyword
 
         table = aggregate_run(Path(plan_json), Path(SUMMARY), Path(f"{RUN}/roofline_targets.csv"))
-        report_run(Path(SUMMARY), Path(plan_json), Path(f"{RUN}/report.html"), Path(f"{RUN}/report"))
+        report_run(Path(SUMMARY), Path(plan_json), Path(f"{RUN}/report.html"), Path(f"{RUN}/roofline_targets.csv"))
         bad = table[table["status"] != "ok"]
-        logger.error(f"neuron-sweep: {len(bad)} of {len(table)} scenarios did not finish; "
-                     f"{SUMMARY} lists every scenario with its status:")
+        logger.error(
+            f"neuron-sweep: {len(bad)} of {len(table)} scenarios did not finish; "
+            f"{SUMMARY} lists every scenario with its status:"
+        )
         for _, row in bad.iterrows():
             logger.error(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
 

@@ -1,20 +1,15 @@
 rule report:
-    """results/<run>/report.html, self-contained, and its figures (also in `snakemake --report`)."""
+    """results/<run>/report.html: one self-contained interactive page (also in `snakemake --report`)."""
     input:
         summary=SUMMARY,
+        targets=rules.aggregate.output.targets,
         plan=rules.plan.output[0],
     output:
-        html=f"{RUN}/report.html",
-        figures=report(
-            directory(f"{RUN}/report"),
-            patterns=["{name}.png"],
-            caption="../report/figures.rst",
-            category="neuron-sweep",
-        ),
+        report(f"{RUN}/report.html", caption="../report/figures.rst", category="neuron-sweep"),
     log:
         f"{RUN}/logs/report.log",
     conda:
         "../../envs/neuronsweep.yaml"
     shell:
-        "neuronsweep report --summary {input.summary:q} --plan {input.plan:q} --out {output.html:q} "
-        "--figures {output.figures:q} > {log:q} 2>&1"
+        "neuronsweep report --summary {input.summary:q} --targets {input.targets:q} --plan {input.plan:q} "
+        "--out {output:q} > {log:q} 2>&1"

@@ -2,7 +2,8 @@
 much, and whether the difference exceeds the measurement spread (otherwise it is not called out).
 
 Equal work (same FLOPs: dtypes or impls of one shape, loop patterns of one size) compares time;
-different work (tiling offsets, LLM buckets) compares throughput (FLOP/s). Time is the framework
+different work (tiling offsets, LLM buckets) compares throughput (FLOP/s); collectives compare the
+dtypes of one operation, world and message size. Time is the framework
 median where measured, else the profiled device time; spread is max(IQR, range of round medians).
 """
 
@@ -16,6 +17,7 @@ GROUPS = {  # suite -> columns that define "comparable"
     "llm": ["model", "phase", "projection", "dtype"],
     "mlp": ["b", "s", "h", "i", "dtype"],
     "loops": ["size", "dtype"],
+    "collectives": ["op", "world", "bytes"],  # dtypes of one message size
 }
 
 
@@ -44,7 +46,7 @@ def compare(table: pd.DataFrame) -> pd.DataFrame:
             timed = [t for t in timed if t[1] is not None]
             if not timed:
                 continue
-            equal_work = grp["flops"].nunique() == 1
+            equal_work = grp["flops"].nunique(dropna=False) <= 1  # collectives: no FLOPs, equal bytes
             # cost per unit of work: time (equal work) or time per FLOP (different work)
             cost = {i: (t if equal_work else t / grp.loc[i, "flops"]) for i, t, _, _ in timed}
             rel_spread = {i: (s / t if s is not None else None) for i, t, _, s in timed}

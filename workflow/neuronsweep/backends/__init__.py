@@ -29,6 +29,8 @@ from ..settings import ViewSettings
 from ..slots import NEURON_TOOL_DIR, chips
 
 NAMES = ("cpu", "neuron", "xla")
+COLLECTIVE_PLAN = "collective.json"
+COLLECTIVE_WID = r"coll-[a-z0-9.-]+"  # workload ids of the collectives suite (workloads/collective.py)
 PROFILERS = ("neuron-explorer", "neuron-profile")
 
 
@@ -99,6 +101,11 @@ class Backend:
     device_counters_missing: str | None = None
     device_time: tuple[str, str] = ("profile_active_time_s", "profiled op-busy time (under torch.profiler)")
     call_steps: tuple[str, ...] = ()  # the Python-side steps of one call, as named in its trace
+
+    def build_artifact(self, spec: dict | None) -> str:
+        """The file its build writes for a workload: a collective's launch plan (nothing is compiled
+        for it), else the backend's artifact."""
+        return COLLECTIVE_PLAN if spec and spec.get("kind") == "collective" else self.artifacts["build"]
 
     def view_outputs(self, section: dict) -> list[str]:
         """The files its view writes beside summary.json and view.json, for its config section."""

@@ -37,6 +37,10 @@ def _torch_dtype(torch, name: str):
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+    if spec["kind"] == "collective":
+        from . import gloo
+
+        return gloo.build(spec, out_dir)
     import torch
 
     kind = kind_of(spec)
@@ -75,6 +79,10 @@ def _check_memory(spec: dict) -> int:
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    if build.spec["kind"] == "collective":
+        from . import gloo
+
+        return gloo.capture(build, build_dir, settings, out_dir)
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 

@@ -13,9 +13,9 @@ import json
 import math
 from types import ModuleType
 
-from . import loops, matmul, mlp
+from . import collective, loops, matmul, mlp
 
-KINDS: dict[str, ModuleType] = {"matmul": matmul, "mlp": mlp, "loops": loops}
+KINDS: dict[str, ModuleType] = {"matmul": matmul, "mlp": mlp, "loops": loops, "collective": collective}
 
 # bytes per element; torch attribute names are resolved lazily by the framework code
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -25,6 +25,8 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
     """Why `backend` cannot run this workload, or None. slow_dtypes (cpu): dtype -> why this host has
     no fast GEMM for it (hostcaps.slow_dtypes, from a measured probe)."""
+    if spec["kind"] == "collective":
+        return _collective_unsupported(spec, backend)
     if backend == "cpu" and spec["dtype"] in (slow_dtypes or {}):
         return slow_dtypes[spec["dtype"]]
     if backend == "cpu" and spec.get("varies"):
@@ -37,6 +39,17 @@ def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = N
 
         why = for_spec(spec).supported(spec)
         return f"the NKI {spec['kind']} kernel does not handle this shape: {why}" if why else None
+    return None
+
+
+def _collective_unsupported(spec: dict, backend: str) -> str | None:
+    if spec["bytes"] == 0:
+        return f"{spec['op']} among {spec['world']} ranks needs at least one {spec['dtype']} element per rank"
+    if backend == "neuron":
+        return ("collectives on the neuron backend need its multi-worker capture (--collectives-* of the "
+                "profiler), which this version does not have yet; run the suite on cpu")
+    if backend == "xla":
+        return "collectives on the xla backend (PJRT CPU with several devices) are not built in this version"
     return None
 
 

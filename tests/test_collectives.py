@@ -1,0 +1,79 @@
+"""The collectives suite: nccl-tests' sizes and bandwidths, the plan on every backend, and a real gloo
+sweep of 2 and 4 processes through Snakemake (busbw checked against its formula, one row per rank)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import snakemake, tiny_config
+from neuronsweep import plan
+from neuronsweep.report_figures import knee_bytes
+from neuronsweep.workloads import collective, unsupported
+
+
+def test_sizes_and_bus_bandwidth_follow_nccl_tests():
+    s = collective.spec("all_reduce", 1000, 4, "fp32")  # 250 floats, rounded down to 248: 62 per rank
+    assert s["bytes"] == 992 and collective.counts(s) == (248, 248)
+    g = collective.spec("all_gather", 4096, 4, "bf16")
+    assert collective.counts(g) == (512, 2048)  # the size is the gathered buffer
+    r = collective.spec("reduce_scatter", 4096, 4, "fp32")
+    assert collective.counts(r) == (1024, 256)  # the size is the input buffer
+    for spec, factor in ((s, 2 * 3 / 4), (g, 3 / 4), (r, 3 / 4), (collective.spec("all_to_all", 64, 2, "fp32"), 1 / 2)):
+        bw = collective.bandwidths(spec, 1e-3)
+        assert bw["algbw_bytes_per_s"] == pytest.approx(spec["bytes"] / 1e-3)
+        assert bw["busbw_bytes_per_s"] == pytest.approx(bw["algbw_bytes_per_s"] * factor)
+    assert collective.bandwidths(s, None)["busbw_bytes_per_s"] is None
+
+
+def test_plan_expands_power_of_two_ranges_and_says_what_cannot_run():
+    cfg = {"run": "t", "suites": {"collectives": {"operations": ["all_reduce"], "sizes": {"from": 8, "to": 100},
+                                                  "world_sizes": [2, 4], "dtype": ["fp32"]}}}
+    p = plan.make_plan(cfg, "cpu")
+    assert sorted({sc.labels["size_asked"] for sc in p.scenarios}) == [8, 16, 32, 64]
+    assert "coll-allreduce-w2-8b-fp32" in p.workloads
+    assert p.unsupported == {"coll-allreduce-w4-0b-fp32": "all_reduce among 4 ranks needs at least one fp32 "
+                                                          "element per rank"}
+    for backend in ("neuron", "xla"):
+        why = unsupported(collective.spec("all_reduce", 64, 2, "fp32"), backend)
+        assert why and backend in why
+
+
+def test_knee_is_where_busbw_reaches_half_its_best():
+    rows = pd.DataFrame({"coll_bytes": [8, 64, 512, 4096], "busbw_bytes_per_s": [1.0, 3.0, 7.0, 8.0]})
+    assert knee_bytes(rows) == 512
+    climbing = rows.assign(busbw_bytes_per_s=[1.0, 3.0, 5.0, 8.0])  # still rising at the largest size: no knee yet
+    assert knee_bytes(climbing) is None and knee_bytes(rows.assign(busbw_bytes_per_s=None)) is None
+
+
+def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
+    cfg = tiny_config(tmp_path, suites={"collectives": {"operations": ["all_reduce", "reduce_scatter"],
+                                                        "sizes": [4096], "world_sizes": [2, 4]}})
+    run = snakemake(tmp_path, config=cfg)
+    assert run.proc.returncode == 0, run.output[-3000:]
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("workload_id")
+    assert sorted(table.index) == ["coll-allreduce-w2-4096b-fp32", "coll-allreduce-w4-4096b-fp32",
+                                   "coll-reducescatter-w2-4096b-fp32", "coll-reducescatter-w4-4096b-fp32"]
+    assert (table["status"] == "ok").all()
+    workloads = tmp_path / "results" / "t" / "cpu" / "workloads"
+    for wid, row in table.iterrows():
+        n, op = int(row["coll_world"]), row["coll_op"]
+        factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+        assert row["algbw_bytes_per_s"] == pytest.approx(4096 / row["latency_median_s"])
+        assert row["busbw_bytes_per_s"] == pytest.approx(row["algbw_bytes_per_s"] * factor)
+        with open(workloads / wid / "tables" / "ranks.csv") as f:
+            ranks = list(csv.DictReader(f))
+        assert [int(r["rank"]) for r in ranks] == list(range(n))
+        medians = [float(r["median_s"]) for r in ranks]
+        assert row["rank_time_max_s"] == pytest.approx(max(medians))
+        assert row["rank_straggler_ratio"] == pytest.approx(max(medians) / min(medians))
+        # an execution takes as long as its slowest rank: the median of those is no faster than any rank's
+        assert row["latency_median_s"] >= max(medians) * (1 - 1e-9)
+        metrics = json.loads((workloads / wid / "metrics.json").read_text())
+        assert metrics["flops"] is None and "roofline" in metrics["notes"]["flops"]
+        assert (workloads / wid / "view" / "trace.pftrace").stat().st_size > 0
+    page = (tmp_path / "results" / "t" / "report.html").read_text()
+    assert 'data-figure="suite_collectives"' in page and "busbw" in page

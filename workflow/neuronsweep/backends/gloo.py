@@ -1,0 +1,161 @@
+"""The collectives suite on the cpu backend: torch.distributed with gloo, one process per rank on this
+host, measured for real.
+
+build   nothing to compile (gloo runs library calls): the launch plan, collective.json
+capture start `world` rank processes (`python -m neuronsweep.backends.gloo`), rendezvous through a
+        FileStore in the capture folder; each rank warms up, runs num_exec executions (rank 0 profiles
+        the nth under torch.profiler), then times `repeats x iterations` executions, each after a
+        barrier so that all ranks start together. An execution's time is the slowest rank's (the
+        collective is done when every rank is), and each rank's own times make tables/ranks.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import hostcaps
+from ..atomic import read_json, replacing, write_json
+from ..errors import UserError
+from ..records import BuildRecord
+from ..settings import CaptureSettings
+from ..stats import latency_stats
+from ..workloads import TORCH_DTYPES, collective
+from . import COLLECTIVE_PLAN
+from .common import EXEC_MARK
+
+TRACE = "trace.json"
+BACKEND = "gloo"
+
+
+def build(spec: dict, out_dir: Path) -> dict:
+    import torch
+
+    plan = {"spec": spec, "process_group_backend": BACKEND, "counts": dict(zip(("input", "output"),
+                                                                              collective.counts(spec)))}
+    write_json(out_dir / COLLECTIVE_PLAN, plan)
+    return {"toolchain": {"torch": torch.__version__}, "compiler": "none (gloo runs library calls)",
+            "artifact_format": "collective launch plan, v1", "compile_s": None,
+            "compile_s_source": "nothing is compiled for a gloo collective",
+            "cache": {"hit": None, "note": "nothing to cache: no compile"}}
+
+
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    import torch
+
+    spec = build.spec
+    world = spec["world"]
+    work = out_dir / "ranks"
+    work.mkdir(exist_ok=True)
+    store = (work / "store").resolve()  # a relative path in a file:// URL would read as a host name
+    for stale in [store, *work.glob("rank_*"), work / TRACE]:  # of an earlier attempt
+        stale.unlink(missing_ok=True)
+    args = json.dumps({"spec": spec, "warmup": settings.warmup, "num_exec": settings.num_exec,
+                       "nth_exec": settings.nth_exec, "samples": settings.repeats * settings.iterations,
+                       "threads": max(1, settings.threads // world), "store": str(store), "out": str(work)})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    logs = [work / f"rank_{rank}.log" for rank in range(world)]
+    procs = []
+    for rank in range(world):
+        with open(logs[rank], "w") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", __name__, str(rank), args], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT))
+    try:
+        _wait(procs, logs, time.monotonic() + settings.timeout_s, build.workload_id, settings.timeout_s)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    ranks = [read_json(work / f"rank_{r}.json") for r in range(world)]
+    per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
+    os.replace(work / TRACE, out_dir / TRACE)
+    store.unlink(missing_ok=True)
+    cores = os.cpu_count() or 1
+    return {
+        "profiler": f"torch.profiler (torch {torch.__version__}), rank 0",
+        "latency": latency_stats(per_exec, settings.repeats),
+        "latency_basis": "per execution, the slowest rank's time (each execution starts after a barrier)",
+        "ranks": [{"rank": r["rank"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks],
+        "threads": ranks[0]["threads"],
+        "process_group_backend": BACKEND,
+        "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]},
+        "oversubscribed": (f"{world} ranks on {cores} cores: ranks share cores, so the times include waiting for "
+                           "a core") if world > cores else None,
+        "artifacts": {"trace": TRACE},
+    }
+
+
+def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: float) -> None:
+    """Until every rank has exited; the first rank to fail stops the others (they would wait for it in
+    the next collective until the timeout), and so does the timeout."""
+    while any(proc.poll() is None for proc in procs):
+        failed = next((r for r, proc in enumerate(procs) if proc.poll()), None)
+        if failed is not None:
+            break
+        if time.monotonic() > deadline:
+            raise UserError(f"case {wid}: the {len(procs)} gloo ranks did not finish within the capture timeout "
+                            f"({timeout_s:.0f} s, config key timeouts.capture); raise it or shrink the message size.")
+        time.sleep(0.05)
+    failed = next((r for r, proc in enumerate(procs) if proc.poll()), None)
+    if failed is not None:
+        lines = logs[failed].read_text(errors="replace").strip().splitlines()
+        raise UserError(f"case {wid}: gloo rank {failed} of {len(procs)} failed (exit {procs[failed].returncode}): "
+                        f"{lines[-1] if lines else 'no output'} (whole output: {logs[failed]})")
+
+
+def _op(dist, torch, spec: dict):
+    """The collective as a no-argument call on preallocated buffers."""
+    dtype = getattr(torch, TORCH_DTYPES[spec["dtype"]])
+    n_in, n_out = collective.counts(spec)
+    inp, out = torch.ones(n_in, dtype=dtype), torch.empty(n_out, dtype=dtype)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return {"all_reduce": lambda: dist.all_reduce(inp), "all_gather": lambda: gather(out, inp),
+            "reduce_scatter": lambda: scatter(out, inp), "all_to_all": lambda: dist.all_to_all_single(out, inp)}[spec["op"]]
+
+
+def _rank(rank: int, args: dict) -> None:
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # renamed collectives across torch versions
+    spec = args["spec"]
+    torch.set_num_threads(args["threads"])
+    dist.init_process_group(BACKEND, init_method=f"file://{args['store']}", rank=rank, world_size=spec["world"])
+    op = _op(dist, torch, spec)
+    for _ in range(args["warmup"]):
+        op()
+    dist.barrier()
+    prof = None
+    for i in range(1, args["num_exec"] + 1):
+        if rank == 0 and i == args["nth_exec"]:
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                with record_function(f"{EXEC_MARK}{i}"):
+                    op()
+        else:
+            op()
+    samples = []
+    for _ in range(args["samples"]):
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        op()
+        samples.append((time.perf_counter_ns() - t0) * 1e-9)
+    dist.barrier()
+    dist.destroy_process_group()
+    out = Path(args["out"])
+    if prof is not None:
+        with replacing(out / TRACE) as tmp:
+            prof.export_chrome_trace(str(tmp))
+    write_json(out / f"rank_{rank}.json", {"rank": rank, "samples_s": samples, "threads": torch.get_num_threads()})
+
+
+if __name__ == "__main__":
+    _rank(int(sys.argv[1]), json.loads(sys.argv[2]))

@@ -1,0 +1,72 @@
+"""Collective workload: one collective operation of `bytes` among `world` ranks (the collectives suite).
+
+Sizes and bandwidths follow nccl-tests (doc/PERFORMANCE.md there), so numbers compare with theirs:
+  size   all_reduce, all_to_all: each rank's buffer; all_gather: the gathered (output) buffer;
+         reduce_scatter: the input buffer. Rounded down to a whole number of elements per rank.
+  algbw  size / time
+  busbw  algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, reduce_scatter, all_to_all): the
+         bandwidth each link must carry, comparable across world sizes and with the hardware's.
+A collective moves data; it does no work a roofline measures, so it has no FLOPs (extract says so).
+"""
+
+from __future__ import annotations
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+ROOFLINE = False  # extract: no FLOPs, no roofline; algbw and busbw instead
+
+
+def elements(nbytes: int, world: int, dtype_bytes: int) -> int:
+    """Elements of the size buffer: a whole number per rank (nccl-tests rounds the same way)."""
+    return nbytes // dtype_bytes // world * world
+
+
+def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
+    from . import DTYPE_BYTES
+
+    count = elements(nbytes, world, DTYPE_BYTES[dtype])
+    return {"kind": "collective", "op": op, "bytes": count * DTYPE_BYTES[dtype], "world": int(world), "dtype": dtype}
+
+
+def workload_id(s: dict) -> str:
+    return f"coll-{s['op'].replace('_', '')}-w{s['world']}-{s['bytes']}b-{s['dtype']}"
+
+
+def counts(s: dict) -> tuple[int, int]:
+    """(input, output) elements per rank."""
+    from . import DTYPE_BYTES
+
+    size, n = s["bytes"] // DTYPE_BYTES[s["dtype"]], s["world"]
+    return {"all_reduce": (size, size), "all_gather": (size // n, size), "reduce_scatter": (size, size // n),
+            "all_to_all": (size, size)}[s["op"]]
+
+
+def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """Every rank's input and output together: all ranks run on the machine that captures them."""
+    inp, out = counts(s)
+    return {"input": (s["world"] * inp,), "output": (s["world"] * out,)}
+
+
+def input_names(s: dict) -> list[str]:
+    return ["input"]
+
+
+def flops(s: dict) -> None:
+    return None
+
+
+def min_bytes(s: dict, dtype_bytes: int) -> int:
+    return s["bytes"]
+
+
+def gemms(s: dict) -> list:
+    return []
+
+
+def bandwidths(s: dict, time_s: float | None) -> dict:
+    """algbw and busbw (bytes/s) for one time, nccl-tests' definitions."""
+    if not time_s:
+        return {"algbw_bytes_per_s": None, "busbw_bytes_per_s": None}
+    algbw = s["bytes"] / time_s
+    return {"algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUSBW_FACTOR[s["op"]](s["world"])}
