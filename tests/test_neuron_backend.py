@@ -145,7 +145,47 @@ def test_multi_case_sweep_on_neuron(tmp_path):
         assert m["profile_flops_tool"] == m["flops"]  # the tool's FLOPs and 2·M·K·N agree
         assert m["provenance"]["metadata_peaks"] is True  # the peaks came from the view's parquet Metadata
         # every Neuron metric is filled; the stand-in's eager "device" records no ExecuteTime
-        assert m["latency_median_s"] > 0 and set(m["notes"]) - {"captured_under_load", "noisy"} == {"execute_median_s", "threads"}
+        # (the Memory Tracker's per-tensor view has no exported field)
+        assert m["latency_median_s"] > 0 and set(m["notes"]) - {"captured_under_load", "noisy"} == {
+            "execute_median_s", "threads", "largest_tensor_bytes"}
+        legacy = json.loads((d / "view" / "profile.json").read_text())  # device memory, from the legacy json
+        assert m["hbm_tensors_bytes"] == next(r["amount_bytes"] for r in legacy["nc_mem_usage"] if r["usage_type"] == "Tensors")
+        assert m["sbuf_peak_usage_pct"] == pytest.approx(100 * max(r["usage_avg"] for r in legacy["instruction_usage"]
+                                                                   if r["type"] == "sb"))
+
+
+def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
+    cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 16, "k": 16, "n": 16}]}})
+    cfg["neuron"]["memory_tracker"] = True
+    snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
+    d = wdir(tmp_path, WIDS[0])
+    build = json.loads((d / "build" / "build.json").read_text())
+    assert build["env"]["XLA_IR_DEBUG"] == "1" and build["env"]["XLA_HLO_DEBUG"] == "1"
+    runs = standin_runs(tmp_path)
+    assert all("--enable-dge-notifs" in r["argv"] for r in runs if r["argv"][0] == "capture")
+    views = [r["argv"] for r in runs if r["argv"][0] == "view"]
+    assert views and all("--enable-memory-tracker" in argv for argv in views)
+    m = json.loads((d / "metrics.json").read_text())
+    assert m["hbm_tensors_bytes"] > 0 and m["largest_tensor_bytes"] is None
+    assert "no exported field" in m["notes"]["largest_tensor_bytes"]
+
+    # a capture made without the DGE notifications: the stand-in's view refuses the tracker, as does ours
+    capture = json.loads((d / "capture" / "capture.json").read_text())
+    capture["argv"] = [a for a in capture["argv"] if a != "--enable-dge-notifs"]
+    (d / "capture" / "capture.json").write_text(json.dumps(capture))
+    proc = subprocess.run([str(BIN / "neuronsweep"), "view", "--capture", d / "capture", "--out", tmp_path / "v",
+                           "--options", json.dumps(cfg["neuron"])], capture_output=True, text=True,
+                          env={**os.environ, **standin_env(tmp_path)})
+    assert proc.returncode != 0 and "without --enable-dge-notifs" in proc.stderr
+    env = {**os.environ, **standin_env(tmp_path)}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    neff = d / "build" / "model.neff"
+    subprocess.run(["neuron-profile", "capture", "-n", neff, "-s", raw / "p.ntff"], env=env, check=True,
+                   capture_output=True, cwd=raw)
+    refused = subprocess.run(["neuron-profile", "view", "-n", neff, "-s", raw / "p.ntff", "--output-format",
+                              "summary-json", "--enable-memory-tracker"], env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "--enable-dge-notifs" in refused.stderr
 
 
 def test_oom_then_single_io_retry(tmp_path):

@@ -64,6 +64,32 @@ def test_extract_from_the_legacy_file_recomputes_the_tools_mfu_and_mbu(path, tmp
     assert m["provenance"]["metadata_peaks"] is True
 
 
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_device_memory_comes_from_the_fields_the_tool_writes(path, tmp_path):
+    data = raw(path)
+    ns("extract", "--summary-json", path, "--out", tmp_path / "m.json")
+    m = json.loads((tmp_path / "m.json").read_text())
+    by_type = {r["usage_type"]: r["amount_bytes"] for r in data["nc_mem_usage"]}
+    assert m["hbm_tensors_bytes"] == by_type["Tensors"] > 0
+    assert m["hbm_scratchpad_bytes"] == by_type["Scratchpad"] + by_type["Shared Scratchpad"]
+    assert m["hbm_dram_spill_bytes"] == by_type["DRAM Spill"]
+    sb = [r["usage_avg"] for r in data["instruction_usage"] if r["type"] == "sb"]
+    psum = [r["usage_avg"] for r in data["instruction_usage"] if r["type"] == "psum"]
+    assert m["sbuf_peak_usage_pct"] == pytest.approx(100 * max(sb)) and m["psum_peak_usage_pct"] == pytest.approx(100 * max(psum))
+    assert m["largest_tensor_bytes"] is None and "Memory Tracker" in m["notes"]["largest_tensor_bytes"]
+
+
+def test_a_small_array_far_from_both_ends_of_a_big_profile_is_streamed(tmp_path):
+    big = {"instruction": [{"id": i, "pad": "x" * 64} for i in range(30_000)],
+           "nc_mem_usage": [{"usage_type": "Tensors", "amount_bytes": 5}],
+           "dma": [{"id": i, "pad": "y" * 64} for i in range(30_000)]}
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(big))
+    assert path.stat().st_size > 2 * legacy_json.EDGE
+    assert legacy_json.small_array(path, "nc_mem_usage") == big["nc_mem_usage"]
+    assert legacy_json.small_array(path, "instruction_usage") is None
+
+
 def test_extract_through_a_view_folder_with_raw_summary_json_and_the_legacy_profile(tmp_path):
     path = FILES[0]
     data = raw(path)

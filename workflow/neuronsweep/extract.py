@@ -53,7 +53,7 @@ def _ratio(num, den):
 
 
 def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | None, calibration: dict | None = None,
-            metadata: dict | None = None) -> dict:
+            metadata: dict | None = None, usage: dict | None = None) -> dict:
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
     the host calibration and (neuron) the profile's metadata, whose device peaks beat any table."""
     known = [r for r in (build, capture) if r is not None]
@@ -115,6 +115,7 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     if m["recompiles_during_timing"] is None:
         notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
 
+    m.update(_memory(usage, backend, notes))
     m.update(_collective(spec, capture, m["latency_median_s"], notes))
     if spec and not getattr(kind_of(spec), "ROOFLINE", True):
         for key in ANALYTIC + ROOFLINE:
@@ -164,6 +165,43 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     m["spec"] = spec
     m["notes"] = notes
     return m
+
+
+MEMORY = ("hbm_tensors_bytes", "hbm_scratchpad_bytes", "hbm_dram_spill_bytes", "sbuf_peak_usage_pct",
+          "psum_peak_usage_pct", "largest_tensor_bytes")
+HBM_USAGE = {"hbm_tensors_bytes": ("Tensors",), "hbm_scratchpad_bytes": ("Scratchpad", "Shared Scratchpad"),
+             "hbm_dram_spill_bytes": ("DRAM Spill",)}
+
+
+def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
+    """Device memory from the fields the legacy profile writes: `nc_mem_usage` (bytes per usage type) and
+    `instruction_usage` (SBUF and PSUM use over time, as fractions). The Memory Tracker's per-tensor view
+    has no exported field, so largest_tensor_bytes is always null with that reason."""
+    out = dict.fromkeys(MEMORY)
+    notes["largest_tensor_bytes"] = ("the Memory Tracker (neuron.memory_tracker) draws its per-tensor breakdown in "
+                                     "the profiler's UI; no exported field holds it, so it is not read")
+    if backend != "neuron":
+        for key in MEMORY[:-1]:
+            notes[key] = BACKENDS[backend].device_counters_missing
+        return out
+    usage = usage or {}
+    rows = usage.get("nc_mem_usage")
+    for key, types in HBM_USAGE.items():
+        found = [r.get("amount_bytes") for r in rows or () if r.get("usage_type") in types]
+        out[key] = sum(found) if found else None
+        if not found:
+            notes[key] = (f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE)
+    series = usage.get("instruction_usage")
+    for key, kind in (("sbuf_peak_usage_pct", "sb"), ("psum_peak_usage_pct", "psum")):
+        values = [r["usage_avg"] for r in series or () if r.get("type") == kind and r.get("usage_avg") is not None]
+        out[key] = 100.0 * max(values) if values else None
+        if not values:
+            notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_USAGE
+    return out
+
+
+NO_USAGE = ("read from the legacy full profile (neuron.json: true; nc_mem_usage, instruction_usage); the parquet "
+            "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read")
 
 
 COLLECTIVE = ("coll_op", "coll_world", "coll_bytes", "algbw_bytes_per_s", "busbw_bytes_per_s", "busbw_factor",
@@ -388,7 +426,9 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     calibration = read_json(calibration_json) if calibration_json else None
     db = view_db(summary_json.parent, track_patterns)
     metadata = profile_metadata(db, summary_json)
-    values = compute(summary, capture, build, calibration, metadata)
+    legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
+    usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
+    values = compute(summary, capture, build, calibration, metadata, usage)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
     if capture and capture.details.get("ranks"):

@@ -77,10 +77,11 @@ class ViewSettings:
     pftrace: bool
     perfetto_flows: bool
     timeout_s: float
+    memory_tracker: bool = False
 
     @classmethod
     def from_section(cls, section: dict, timeout_s: float | None = None) -> "ViewSettings":
         full = section_defaults("neuron", section)
         return cls(profiler=full["profiler"], parquet=full["parquet"], json=full["json"], pftrace=full["pftrace"],
-                   perfetto_flows=full["perfetto_flows"],
+                   perfetto_flows=full["perfetto_flows"], memory_tracker=full["memory_tracker"],
                    timeout_s=timeout_s if timeout_s is not None else schema_default("timeouts.view"))

@@ -121,3 +121,36 @@ def first_record(path: Path, key: str) -> dict | None:
         for record in ijson.items(handle, f"{key}.item", use_float=True):
             return record
     return None
+
+
+EDGE = 1 << 20  # bytes at each end of a legacy profile searched for a small array before streaming it all
+
+
+def small_array(path: Path, key: str) -> list | None:
+    """The top-level array `key` of a legacy profile JSON when it is small (nc_mem_usage,
+    instruction_usage): found in the file's first or last MiB (where real files keep them) and decoded
+    there, else streamed from the whole file. None when the file has no such array."""
+    import ijson
+
+    size = Path(path).stat().st_size
+    needle = f'"{key}":'.encode()
+    with open(path, "rb") as handle:
+        for start in (0, max(0, size - EDGE)):
+            handle.seek(start)
+            chunk = handle.read(EDGE)
+            at = chunk.find(needle)
+            while at >= 0:  # unescaped `"key":` can only be a key; decode the value after it
+                text = chunk[at + len(needle):].decode("utf-8", errors="replace").lstrip()
+                if text.startswith("["):
+                    try:
+                        value, _ = json.JSONDecoder().raw_decode(text)
+                        return value
+                    except json.JSONDecodeError:  # runs past this window: stream it
+                        break
+                at = chunk.find(needle, at + 1)
+        handle.seek(0)
+        try:
+            items = list(ijson.items(handle, f"{key}.item", use_float=True))
+        except ijson.JSONError:  # not a JSON document (summary-json's output starts with log lines)
+            return None
+    return items or None

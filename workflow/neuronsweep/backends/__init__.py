@@ -124,9 +124,10 @@ BACKENDS = {
                    device_counters_missing="the cpu backend has no Neuron engines, DMA queues or HBM counters to read"),
     "neuron": Backend(
         "neuron", {"build": "model.neff", "capture": "profile.ntff"},
-        stage_options={"build": ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug"),
-                       "capture": ("profiler", "enable_dge_notifs"),
-                       "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows")},
+        stage_options={"build": ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug",
+                                 "memory_tracker"),
+                       "capture": ("profiler", "enable_dge_notifs", "memory_tracker"),
+                       "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows", "memory_tracker")},
         device_time=("profile_total_time_s", "device total_time")),
     "xla": Backend(
         "xla", {"build": "module.hlo.txt", "capture": "trace.json"},

@@ -67,11 +67,16 @@ def cc_flags(options: dict) -> str:
 # ---------------------------------------------------------------------------------------- build
 
 
+def xla_debug(options: dict) -> bool:
+    """HLO metadata naming the framework source: asked for, or needed by the Memory Tracker."""
+    return bool(options["xla_debug"] or options.get("memory_tracker"))
+
+
 def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = None) -> dict:
     env = tool_env(visible_cores)
     env.update({"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": cc_flags(options),
                 "NEURON_COMPILE_CACHE_URL": str(compile_cache)})
-    if options["xla_debug"]:
+    if xla_debug(options):
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
 
@@ -139,7 +144,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, on_slot, entry)
         return Path(made["neff_source"]), {**made, "visible_cores": span["cores"], "device_span": span}
 
-    material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": bool(options["xla_debug"]),
+    material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": xla_debug(options),
                 "versions": versions, "format": ARTIFACT_FORMAT}
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])
@@ -191,4 +196,8 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    if settings.memory_tracker and "--enable-dge-notifs" not in (cap.details.get("argv") or []):
+        raise UserError(f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without "
+                        "--enable-dge-notifs, which the Memory Tracker needs; capture it again "
+                        "(snakemake --forcerun capture, or neuronsweep capture with the option set).")
     return view_profile(Path(cap.details["neff"]), capture_dir / NTFF, out_dir, settings)

@@ -91,8 +91,8 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
     single_io = settings.single_io or (settings.attempt > 1 and marker.exists())
     argv = [profiler, "capture", "-n", str(neff.resolve()), "-s", str(raw.resolve() / "profile.ntff"),
             "--num-exec", str(settings.num_exec), "--profile-nth-exec", str(settings.nth_exec)]
-    if settings.options["enable_dge_notifs"]:
-        argv.append("--enable-dge-notifs")
+    if settings.options["enable_dge_notifs"] or settings.options.get("memory_tracker"):
+        argv.append("--enable-dge-notifs")  # the Memory Tracker's view needs the DGE notifications
     if single_io:
         argv.append("--single-io")
     if inputs:
@@ -150,8 +150,10 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
     limit, name = settings.timeout_s, Path(profiler).name
     commands = {}
 
+    tracker = ["--enable-memory-tracker"] if settings.memory_tracker else []
+
     def run(fmt: str, extra: list[str]):
-        argv = base + ["--output-format", fmt] + extra
+        argv = base + ["--output-format", fmt] + extra + tracker
         commands[fmt] = argv
         proc = run_tool(argv, limit, f"{ntff}: {name} view --output-format {fmt}", cwd=out_dir, env=tool_env())
         if proc.returncode != 0:
