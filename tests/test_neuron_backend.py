@@ -188,6 +188,50 @@ def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
     assert refused.returncode != 0 and "--enable-dge-notifs" in refused.stderr
 
 
+def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
+    """A collectives NEFF across 4 workers (guide: --collectives-workers-per-node): profile_rank_<r>_exec_2
+    files, a view per rank with where it ran (nc_idx, nd_idx), ranks.csv, the straggler figure, and the
+    CC-core track classified as collectives with its overlap with compute."""
+    env = {**os.environ, **standin_env(tmp_path, STANDIN_DEVICES="2")}
+    neff = tmp_path / "cc.neff"
+    neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "cc", "ops": [["mm", [[128, 128], [128, 128]]]]}).encode())
+
+    def ns(*args):
+        proc = subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    lock = ["--device-lock", tmp_path / "lock"]
+    ns("capture", "--neff", neff, "--out", tmp_path / "cap", "--num-exec", "2", "--nth-exec", "2",
+       "--collectives-workers-per-node", "4", "--options", '{"profiler": "neuron-profile"}', *lock)
+    cap = json.loads((tmp_path / "cap" / "capture.json").read_text())
+    assert cap["argv"][-3:-1] == ["--collectives-workers-per-node", "4"]
+    assert [r["written_as"] for r in cap["ranks"]] == [f"profile_rank_{r}_exec_2.ntff" for r in range(4)]
+    ns("view", "--capture", tmp_path / "cap", "--out", tmp_path / "view", "--options", '{"profiler": "neuron-profile"}')
+    view = json.loads((tmp_path / "view" / "view.json").read_text())
+    assert [(r["rank"], r["nc_idx"], r["nd_idx"]) for r in view["ranks"]] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    ns("extract", "--summary-json", tmp_path / "view" / "summary.json", "--capture-json",
+       tmp_path / "cap" / "capture.json", "--out", tmp_path / "m" / "metrics.json")
+    ranks = pd.read_csv(tmp_path / "m" / "tables" / "ranks.csv")
+    assert list(ranks["rank"]) == [0, 1, 2, 3] and (ranks["cc_op_time_s"] > 0).all()
+    m = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert m["ranks_profiled"] == 4 and m["rank_straggler_ratio"] == pytest.approx(
+        ranks["total_time_s"].max() / ranks["total_time_s"].min())
+    busy = pd.read_csv(tmp_path / "m" / "tables" / "engine_busy.csv").set_index("class")
+    assert busy.loc["collectives", "busy_ns"] == 440  # the CC-core track, classified
+    overlap = pd.read_csv(tmp_path / "m" / "tables" / "overlap.csv")
+    pair = overlap[(overlap["class_a"] == "collectives") & (overlap["class_b"] == "tensor")]
+    assert list(pair["overlap_ns"]) == [40]  # the collective overlaps the matmul for 40 ns
+
+    # one worker only: --collectives-profile-id
+    ns("capture", "--neff", neff, "--out", tmp_path / "one", "--collectives-workers-per-node", "4",
+       "--collectives-profile-id", "2", "--options", '{"profiler": "neuron-profile"}', *lock)
+    assert [r["rank"] for r in json.loads((tmp_path / "one" / "capture.json").read_text())["ranks"]] == [2]
+    bad = subprocess.run([str(BIN / "neuronsweep"), "capture", "--neff", neff, "--out", tmp_path / "bad",
+                          "--collectives-profile-id", "2"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "turn collectives on" in bad.stderr
+
+
 def test_oom_then_single_io_retry(tmp_path):
     oom = WIDS[1]
     snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_OOM_MATCH=oom))

@@ -103,7 +103,7 @@ def cmd_capture(args) -> None:
                                num_exec=args.num_exec, nth_exec=args.nth_exec, threads=args.threads,
                                device_lock=args.device_lock, timeout_s=args.timeout, attempt=args.attempt,
                                single_io=args.single_io, options=_options(args.options), slots=args.slots,
-                               isolation=args.isolation)
+                               isolation=args.isolation, collectives=_collectives(args))
     if (args.build is None) == (args.neff is None):
         raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
     rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
@@ -112,6 +112,21 @@ def cmd_capture(args) -> None:
     timing = (f"median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, n={lat['n']}"
               if lat else "no framework timing")
     log.info(f"capture {rec.workload_id}: {timing} -> {args.out}")
+
+
+def _collectives(args) -> dict | None:
+    """The --collectives-* options; a worker count or workers per node turns collectives mode on, as
+    in the profiler itself."""
+    given = {k: getattr(args, f"collectives_{k}") for k in ("workers_per_node", "worker_count", "worker_start_id",
+                                                              "profile_id")}
+    if given["workers_per_node"] is None and given["worker_count"] is None:
+        if given["worker_start_id"] is not None or given["profile_id"] is not None:
+            raise UserError("--collectives-worker-start-id and --collectives-profile-id need "
+                            "--collectives-workers-per-node or --collectives-worker-count, which turn collectives on.")
+        return None
+    if given["profile_id"] not in (None, "all") and not str(given["profile_id"]).isdigit():
+        raise UserError(f"--collectives-profile-id is {given['profile_id']!r}; pass all or a worker id (0, 1, ...).")
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def cmd_view(args) -> None:
@@ -257,6 +272,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture")
     _slot_args(p)
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
+    for flag, kind, what in (("workers-per-node", int, "workers on this node (turns collectives on)"),
+                             ("worker-count", int, "workers across all nodes (turns collectives on)"),
+                             ("worker-start-id", int, "global id of this node's first worker (default 0)"),
+                             ("profile-id", str, "the worker to profile, or all (default all)")):
+        p.add_argument(f"--collectives-{flag}", type=kind, help=f"neuron, a collectives NEFF: {what}")
     _timeout_arg(p, "capture")
     p.set_defaults(func=cmd_capture)
 

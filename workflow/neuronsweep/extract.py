@@ -53,7 +53,7 @@ def _ratio(num, den):
 
 
 def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | None, calibration: dict | None = None,
-            metadata: dict | None = None, usage: dict | None = None) -> dict:
+            metadata: dict | None = None, usage: dict | None = None, ranks: list[dict] | None = None) -> dict:
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
     the host calibration and (neuron) the profile's metadata, whose device peaks beat any table."""
     known = [r for r in (build, capture) if r is not None]
@@ -117,6 +117,9 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
 
     m.update(_memory(usage, backend, notes))
     m.update(_collective(spec, capture, m["latency_median_s"], notes))
+    if ranks:  # a multi-worker neuron capture: each rank's device time
+        m.update(_rank_spread([r["total_time_s"] for r in ranks if r["total_time_s"] is not None]),
+                 ranks_profiled=len(ranks))
     if spec and not getattr(kind_of(spec), "ROOFLINE", True):
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
@@ -228,13 +231,17 @@ def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: floa
     if crowded:
         notes["coll_oversubscribed"] = crowded
     medians = [r["median_s"] for r in ((capture.details.get("ranks") if capture else None) or [])]
-    out["rank_time_max_s"] = max(medians) if medians else None
-    out["rank_time_min_s"] = min(medians) if medians else None
-    out["rank_straggler_ratio"] = _ratio(out["rank_time_max_s"], out["rank_time_min_s"])
+    out.update(_rank_spread(medians))
     if not medians:
         for key in ("rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio"):
             notes[key] = "capture.json has no per-rank times"
     return out
+
+
+def _rank_spread(times: list[float]) -> dict:
+    """The slowest and fastest rank's time and their ratio: the straggler figure."""
+    top, bottom = (max(times), min(times)) if times else (None, None)
+    return {"rank_time_max_s": top, "rank_time_min_s": bottom, "rank_straggler_ratio": _ratio(top, bottom)}
 
 
 TILES = ("tiles_m", "tiles_k", "tiles_n", "tiles_total", "tile_utilization_pct")
@@ -396,22 +403,34 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
         return None
 
 
-RANK_COLUMNS = ("rank", "median_s", "iqr_s", "min_s", "spread_s", "n")
+def rank_rows(capture: CaptureRecord | None, view_dir: Path) -> list[dict]:
+    """One row per rank: a gloo collective's own times (capture.json `ranks`), or each worker of a
+    multi-worker neuron capture (the view's ranks/rank_<r>/summary.json: where it ran, its device time)."""
+    if capture and capture.backend == "cpu" and capture.details.get("ranks"):
+        keys = ("rank", "median_s", "iqr_s", "min_s", "spread_s", "n")
+        return [{k: r.get(k) for k in keys} for r in capture.details["ranks"]]
+    rows = []
+    for path in sorted((view_dir / "ranks").glob("rank_*/summary.json"), key=lambda p: int(p.parent.name[5:])):
+        s = neuron_summary.load(path)
+        rows.append({"rank": int(path.parent.name[5:]), "nc_idx": s.get("nc_idx"), "nd_idx": s.get("nd_idx"),
+                     "total_time_s": s.get("total_time"), "active_time_s": s.get("total_active_time"),
+                     "cc_op_time_s": s.get("cc_op_time"), "cc_op_count": s.get("cc_op_count")})
+    return rows
 
 
-def write_ranks(capture: CaptureRecord, path: Path) -> int:
-    """tables/ranks.csv: one row per rank of a collective, its own times (capture.json `ranks`)."""
+def write_ranks(rows: list[dict], path: Path) -> int:
+    """tables/ranks.csv, one row per rank."""
     import csv
     import io
 
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=RANK_COLUMNS, extrasaction="ignore")
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
-    writer.writerows(capture.details["ranks"])
+    writer.writerows(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as tmp:
         tmp.write_text(buf.getvalue())
-    return len(capture.details["ranks"])
+    return len(rows)
 
 
 def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
@@ -428,11 +447,13 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     metadata = profile_metadata(db, summary_json)
     legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
     usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
-    values = compute(summary, capture, build, calibration, metadata, usage)
+    ranks = rank_rows(capture, summary_json.parent)
+    values = compute(summary, capture, build, calibration, metadata, usage,
+                     ranks if ranks and "total_time_s" in ranks[0] else None)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
-    if capture and capture.details.get("ranks"):
-        tables["ranks"] = write_ranks(capture, out.parent / "tables" / "ranks.csv")
+    if ranks:
+        tables["ranks"] = write_ranks(ranks, out.parent / "tables" / "ranks.csv")
     record = MetricsRecord(values={k: v for k, v in values.items() if k not in ("spec", "notes")},
                            notes=values["notes"], spec=values["spec"],
                            provenance={**provenance("extract", started), "sources": sources, "tables": tables,

@@ -57,6 +57,9 @@ class CaptureSettings:
     slots: str | int = field(default_factory=lambda: schema_default("capture.slots"))
     isolation: str = field(default_factory=lambda: schema_default("capture.isolation"))
     visible_cores: str | None = None  # the held slot's NeuronCores (slots.held sets it)
+    # neuron, a collectives-enabled NEFF: the profiler's --collectives-* options (workers_per_node,
+    # worker_count, worker_start_id, profile_id), as the neuron-profile guide gives them
+    collectives: dict | None = None
 
     def __post_init__(self):
         check_profiled_exec(self.num_exec, self.nth_exec, ("--num-exec", "--nth-exec"), "capture", kind="flag")

@@ -27,7 +27,7 @@ from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from ..workloads import workload_id
 from . import BACKENDS, xla_program
 from .common import package_versions, recompilation_flag, run_child
-from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile
+from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
@@ -200,4 +200,8 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
         raise UserError(f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without "
                         "--enable-dge-notifs, which the Memory Tracker needs; capture it again "
                         "(snakemake --forcerun capture, or neuronsweep capture with the option set).")
-    return view_profile(Path(cap.details["neff"]), capture_dir / NTFF, out_dir, settings)
+    neff = Path(cap.details["neff"])
+    result = view_profile(neff, capture_dir / NTFF, out_dir, settings)
+    if cap.details.get("ranks"):
+        result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)
+    return result

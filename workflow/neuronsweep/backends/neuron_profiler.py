@@ -69,6 +69,28 @@ def expected_ntff(num_exec: int, nth: int, stem: str = "profile", rank: int | No
     return f"{base}.ntff" if num_exec == 1 or nth == 1 else f"{base}_exec_{nth}.ntff"
 
 
+COLLECTIVE_FLAGS = {"workers_per_node": "--collectives-workers-per-node", "worker_count": "--collectives-worker-count",
+                    "worker_start_id": "--collectives-worker-start-id", "profile_id": "--collectives-profile-id"}
+
+
+def collectives_argv(collectives: dict | None) -> list[str]:
+    """The documented --collectives-* flags; a worker count or workers per node turns collectives on."""
+    argv = []
+    for key, flag in COLLECTIVE_FLAGS.items():
+        if (collectives or {}).get(key) is not None:
+            argv += [flag, str(collectives[key])]
+    return argv
+
+
+def profiled_ranks(collectives: dict) -> list[int]:
+    """The ranks whose NTFF this node's capture writes: every worker launched here (global ids from
+    worker_start_id), or the one --collectives-profile-id names when it is launched here."""
+    start = int(collectives.get("worker_start_id") or 0)
+    here = range(start, start + int(collectives.get("workers_per_node") or collectives.get("worker_count") or 1))
+    wanted = str(collectives.get("profile_id", "all"))
+    return list(here) if wanted == "all" else [r for r in here if r == int(wanted)]
+
+
 def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
     expected = raw_dir / expected_ntff(num_exec, nth)
     if expected.is_file():
@@ -95,6 +117,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
         argv.append("--enable-dge-notifs")  # the Memory Tracker's view needs the DGE notifications
     if single_io:
         argv.append("--single-io")
+    argv += collectives_argv(settings.collectives)
     if inputs:
         argv += [item for pair in inputs for item in pair]
     else:
@@ -112,15 +135,57 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
         last = (text.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
                         f"(full output: {out_dir / 'capture.log'}).")
-    ntff = find_ntff(raw, settings.num_exec, settings.nth_exec)
-    os.replace(ntff, out_dir / NTFF)
+    ranks = _move_rank_ntffs(raw, out_dir, settings) if settings.collectives else None
+    if ranks:  # the lowest rank's profile is the capture's own, as for one worker
+        ntff = raw / ranks[0]["written_as"]
+        shutil.copyfile(ntff, out_dir / NTFF)
+    else:
+        ntff = find_ntff(raw, settings.num_exec, settings.nth_exec)
+        os.replace(ntff, out_dir / NTFF)
     marker.unlink(missing_ok=True)
     return {"profiler": profiler, "profiler_version": tool_version(profiler), "argv": argv,
             "exit_status": proc.returncode, "stderr_tail": _tail(proc.stderr), "capture_wall_s": wall,
             "ntff_written_as": ntff.name, "neff": str(neff), "neff_sha256": _sha256(neff),
+            **({"ranks": ranks, "collectives": settings.collectives} if ranks else {}),
             "single_io": single_io,
             "outputs_valid": not single_io, "inputs": inputs or "zero-filled (--ignore-exec-errors)",
             "artifacts": {"ntff": NTFF}}
+
+
+def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> list[dict]:
+    """Multi-worker capture: each profiled rank's NTFF (profile_rank_<r>[_exec_<n>].ntff) to
+    out_dir/profile_rank_<r>.ntff; the lowest rank's is also the capture's profile.ntff."""
+    ranks = []
+    for rank in profiled_ranks(settings.collectives):
+        name = expected_ntff(settings.num_exec, settings.nth_exec, rank=rank)
+        if not (raw / name).is_file():
+            found = sorted(p.name for p in raw.glob("*.ntff"))
+            raise UserError(f"{raw}: expected {name} (rank {rank}) after a multi-worker capture, found "
+                            f"{found or 'no NTFF'}; check --collectives-* and the capture log.")
+        ranks.append({"rank": rank, "ntff": f"profile_rank_{rank}.ntff", "written_as": name})
+    for r in ranks:
+        shutil.copyfile(raw / r["written_as"], out_dir / r["ntff"])
+    return ranks
+
+
+def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, settings: ViewSettings) -> list[dict]:
+    """A multi-worker capture viewed per rank: each rank's summary-json in out_dir/ranks/rank_<r>/, with
+    the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary)."""
+    import dataclasses
+
+    from ..atomic import write_json
+
+    only_summary = dataclasses.replace(settings, parquet=False, json=False, pftrace=False)
+    out = []
+    for r in ranks:
+        folder = out_dir / "ranks" / f"rank_{r['rank']}"
+        folder.mkdir(parents=True, exist_ok=True)
+        summary = view_profile(neff, capture_dir / r["ntff"], folder, only_summary)["summary"]
+        write_json(folder / "summary.json", summary)
+        out.append({"rank": r["rank"], "summary": str(folder.relative_to(out_dir) / "summary.json"),
+                    "nc_idx": summary.get("nc_idx"), "nd_idx": summary.get("nd_idx"),
+                    "total_time": summary.get("total_time")})
+    return out
 
 
 def tool_version(tool: str) -> str | None:
