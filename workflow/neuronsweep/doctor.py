@@ -29,6 +29,9 @@ def report(config_path: str) -> str:
     for tool in backends.PROFILERS:
         path = shutil.which(tool) or shutil.which(tool, path=backends.NEURON_TOOL_DIR)
         lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")
+    nccom = shutil.which("nccom-test") or shutil.which("nccom-test", path=backends.NEURON_TOOL_DIR)
+    lines.append(f"nccom-test: {nccom or 'not found'} (Neuron's own collectives benchmark; the collectives suite "
+                 "does not run on neuron yet, so nothing is compared with it)")
     for pkg, version in package_versions(neuron.NEURON_PACKAGES).items():
         lines.append(f"python package {pkg}: {version or 'not installed'}")
     lines.append(f"cpu: {hostcaps.cpu_model()}; relevant flags: {', '.join(hostcaps.cpu_flags()) or 'none'}")

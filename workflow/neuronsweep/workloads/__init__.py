@@ -49,7 +49,8 @@ def _collective_unsupported(spec: dict, backend: str) -> str | None:
         return ("collectives on the neuron backend need its multi-worker capture (--collectives-* of the "
                 "profiler), which this version does not have yet; run the suite on cpu")
     if backend == "xla":
-        return "collectives on the xla backend (PJRT CPU with several devices) are not built in this version"
+        return ("torch-xla 2.9 on PJRT CPU (CPU_NUM_DEVICES=2, xmp.spawn) stops at the first all-reduce: its "
+                "rendezvous times out with 1 of 2 participants (tried here); run the suite on cpu (gloo)")
     return None
 
 
