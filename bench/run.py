@@ -158,43 +158,60 @@ def bench_calibrate(tmp: Path, quick: bool) -> dict:
 
 # -------------------------------------------------------------------------------------- planning
 
-# The project's DAG without the project: the same rules, files, targets and resources, each job a touch.
+# The project's DAG without the project: the same rules, files, targets, resources, logs and conda
+# directives (Snakemake evaluates a conda env spec per job even without --sdm conda), each job a touch.
 BARE = '''
 W = config["workloads"]
 rule all:
     input: "results/summary.csv", "results/report.html", expand("results/w/{wid}/metrics.json", wid=W)
 rule plan:
     output: "results/plan.json"
-    shell: "touch {output}"
+    log: "results/logs/plan.log"
+    params: plan=lambda wc: "p"
+    shell: "touch {output} {log}"
 rule calibrate:
     output: "results/calibration.json"
+    log: "results/logs/calibrate.log"
     resources: neuron_device=1
-    shell: "touch {output}"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 rule build:
     output: "results/w/{wid}/build/build.json", "results/w/{wid}/build/model.pt2"
+    log: "results/w/{wid}/logs/build.log"
     params: spec=lambda wc: wc.wid
-    shell: "touch {output}"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 rule capture:
     input: "results/w/{wid}/build/build.json", "results/w/{wid}/build/model.pt2"
     output: "results/w/{wid}/capture/capture.json", "results/w/{wid}/capture/trace.json"
+    log: "results/w/{wid}/logs/capture.log"
     resources: neuron_device=1
-    shell: "touch {output}"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 rule view:
     input: "results/w/{wid}/capture/capture.json", "results/w/{wid}/capture/trace.json"
     output: "results/w/{wid}/view/summary.json", "results/w/{wid}/view/view.json", "results/w/{wid}/view/trace.pftrace"
-    shell: "touch {output}"
+    log: "results/w/{wid}/logs/view.log"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 rule extract:
     input: "results/w/{wid}/view/summary.json", "results/w/{wid}/capture/capture.json", "results/w/{wid}/build/build.json", "results/calibration.json"
     output: "results/w/{wid}/metrics.json"
-    shell: "touch {output}"
+    log: "results/w/{wid}/logs/extract.log"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 rule aggregate:
     input: "results/plan.json", expand("results/w/{wid}/metrics.json", wid=W)
     output: "results/summary.csv", "results/roofline_targets.csv"
-    shell: "touch {output}"
+    log: "results/logs/aggregate.log"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 rule report:
-    input: "results/summary.csv", "results/plan.json"
-    output: "results/report.html", directory("results/report")
-    shell: "touch {output[0]}; mkdir -p {output[1]}"
+    input: "results/summary.csv", "results/roofline_targets.csv", "results/plan.json"
+    output: "results/report.html"
+    log: "results/logs/report.log"
+    conda: "env.yaml"
+    shell: "touch {output} {log}"
 '''
 
 
@@ -214,6 +231,7 @@ def _same_dag(tmp: Path, quick: bool) -> tuple[list, list, int]:
         d.mkdir()
     (proj / "config.yaml").write_text(yaml.safe_dump(cfg))
     (bare / "Snakefile").write_text(BARE)
+    (bare / "env.yaml").write_text("channels: [conda-forge]\ndependencies: [python=3.11]\n")
     (bare / "config.yaml").write_text(yaml.safe_dump({"workloads": [f"matmul-m{m}-k16-n16-fp32" for m in ms]}))
     smk = BIN / "snakemake"
     project_cmd = [smk, "-s", REPO / "Snakefile", "--directory", proj, "--configfile", proj / "config.yaml",
@@ -249,10 +267,7 @@ def _all_outputs_present(cmd: list) -> None:
     for line in listed.stdout.splitlines()[1:]:
         path = workdir / line.split("\t")[0]
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.name == "report":  # the report rule's directory output
-            path.mkdir(exist_ok=True)
-        else:
-            path.touch()
+        path.touch()
     subprocess.run([str(a) for a in cmd] + ["--touch"], capture_output=True, check=True)
 
 
