@@ -26,10 +26,10 @@ from ..records import BuildRecord
 from ..settings import CaptureSettings
 from ..stats import latency_stats
 from ..workloads import TORCH_DTYPES, collective
-from . import COLLECTIVE_PLAN
+from . import BACKENDS, COLLECTIVE_PLAN
 from .common import EXEC_MARK
 
-TRACE = "trace.json"
+TRACE = BACKENDS["cpu"].artifacts["capture"]  # rank 0's chrome trace: the cpu view reads it as any other
 BACKEND = "gloo"
 
 
