@@ -52,3 +52,15 @@ def test_settings_take_their_defaults_from_the_schema_only():
     assert BuildSettings({}).for_backend("cpu").options == {}
     view = ViewSettings.from_section({})
     assert (view.profiler, view.parquet, view.json, view.pftrace, view.timeout_s) == ("auto", True, False, True, 3600)
+
+
+def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path):
+    """Results on a shared file system (FSx, EFS) are read by the team: mkstemp's private 0600 was kept
+    by the rename."""
+    import os
+    import stat
+
+    from neuronsweep.atomic import UMASK, write_json
+
+    write_json(tmp_path / "r.json", {"a": 1})
+    assert stat.S_IMODE(os.stat(tmp_path / "r.json").st_mode) == 0o666 & ~UMASK

@@ -32,6 +32,15 @@ def remove_stale(folder: Path, prefix: str) -> None:
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()  # read once: os.umask can only be read by setting it
+
+
 @contextmanager
 def replacing(path: str | Path):
     """Yield a temp path beside `path`; on success rename it over `path`, on error remove it. A writer
@@ -41,6 +50,7 @@ def replacing(path: str | Path):
     remove_stale(path.parent, f".{path.stem}.")
     # the writer's pid in the name (for remove_stale); the real suffix last: some writers (torch.export.save) check it
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.{os.getpid()}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes it 0600: results on a shared file system are for the team
     os.close(fd)
     try:
         yield Path(tmp)
