@@ -207,6 +207,7 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     cap = json.loads((tmp_path / "cap" / "capture.json").read_text())
     assert cap["argv"][-3:-1] == ["--collectives-workers-per-node", "4"]
     assert [r["written_as"] for r in cap["ranks"]] == [f"profile_rank_{r}_exec_2.ntff" for r in range(4)]
+    assert cap["device_span"]["cores"] == "0-3"  # two chip slots joined: one NeuronCore per worker
     ns("view", "--capture", tmp_path / "cap", "--out", tmp_path / "view", "--options", '{"profiler": "neuron-profile"}')
     view = json.loads((tmp_path / "view" / "view.json").read_text())
     assert [(r["rank"], r["nc_idx"], r["nd_idx"]) for r in view["ranks"]] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
@@ -230,6 +231,15 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     bad = subprocess.run([str(BIN / "neuronsweep"), "capture", "--neff", neff, "--out", tmp_path / "bad",
                           "--collectives-profile-id", "2"], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "turn collectives on" in bad.stderr
+    many = subprocess.run([str(BIN / "neuronsweep"), "capture", "--neff", neff, "--out", tmp_path / "many",
+                           "--collectives-workers-per-node", "8", "--device-lock", tmp_path / "lock"],
+                          capture_output=True, text=True, env=env)
+    assert many.returncode != 0 and "needs 8 NeuronCores" in many.stderr
+    # the stand-in, like the runtime, wants a NeuronCore per worker: 4 workers on one visible core fail
+    raw = subprocess.run(["neuron-profile", "capture", "-n", neff, "-s", tmp_path / "r.ntff",
+                          "--collectives-workers-per-node", "4"], capture_output=True, text=True,
+                         env={**env, "NEURON_RT_VISIBLE_CORES": "0"})
+    assert raw.returncode != 0 and "Requested:4 Available:1" in raw.stderr
 
 
 def test_oom_then_single_io_retry(tmp_path):

@@ -79,6 +79,20 @@ def test_changed_capture_setting_reruns_captures_not_builds(run_copy):
     assert run.rules.count("capture") == 2
 
 
+def test_host_settings_reach_the_jobs_and_rerun_no_case(run_copy):
+    """Timeouts, the cache folder and the device lock say where and how long, not what is measured: they
+    reach the jobs through NEURONSWEEP_HOST, and changing them redoes no build, capture, view or extract."""
+    cfg = yaml.safe_load((run_copy / "config.yaml").read_text())
+    cfg["timeouts"] = {"capture": 1234}
+    cfg["capture"]["device_lock"] = str(run_copy / "other.lock")
+    run = snakemake(run_copy, config=cfg)
+    assert run.rules == ["aggregate", "plan", "report"], run.output[-2000:]  # plan.json keeps the config
+    run = snakemake(run_copy, "--forcerun", "capture", f"results/t/cpu/workloads/{WIDS[0]}/metrics.json")
+    capture = json.loads((workload(run_copy, WIDS[0]) / "capture" / "capture.json").read_text())
+    assert capture["settings"]["timeout_s"] == 1234 and capture["settings"]["device_lock"].endswith("other.lock")
+    assert capture["command"].startswith("NEURONSWEEP_HOST=")
+
+
 def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
     """A damaged artifact (Snakemake judges files by time, so it looks up to date) fails its capture with
     one sentence; the other cases finish; summary.csv, roofline_targets.csv and report.html are written

@@ -85,13 +85,13 @@ def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
 def targets_table(plan: dict) -> pd.DataFrame:
     """Every planned workload on every Neuron target: tile model and ideal times (analytic)."""
     from .analysis import roofline
-    from .workloads import DTYPE_BYTES, kind_of
+    from .workloads import DTYPE_BYTES, has_roofline, kind_of
 
     rows = []
     for wid, spec in plan["workloads"].items():
-        kind = kind_of(spec)
-        if not getattr(kind, "ROOFLINE", True):  # a collective: no FLOPs, no roofline
+        if not has_roofline(spec):  # a collective: no FLOPs, no roofline
             continue
+        kind = kind_of(spec)
         flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
         for name in ("trn1", "inf2", "trn2"):
             t = roofline.TARGETS[name]

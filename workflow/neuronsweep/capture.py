@@ -53,7 +53,10 @@ def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
     settings = settings.for_backend("neuron")
     out_dir.mkdir(parents=True, exist_ok=True)
-    with slots.held(settings, "neuron", f"capture {neff} -> {out_dir}", settings.options.get("target")) as (settings, span):
+    workers = settings.collectives and (settings.collectives.get("workers_per_node")
+                                        or settings.collectives.get("worker_count"))
+    with slots.held(settings, "neuron", f"capture {neff} -> {out_dir}", settings.options.get("target"),
+                    cores=workers or 1) as (settings, span):
         result = neuron_profiler.capture_neff(neff, out_dir, settings)
     record = CaptureRecord.create(started, workload_id=neff.stem, backend="neuron", spec=None, settings=settings,
                                   device_span=span, latency_note="a NEFF captured on its own has no framework timing",

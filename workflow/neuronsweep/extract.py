@@ -14,7 +14,7 @@ from .atomic import read_json, replacing
 from .backends import BACKENDS
 from .config import schema_default
 from .records import BuildRecord, CaptureRecord, MetricsRecord, provenance
-from .workloads import DTYPE_BYTES, kind_of
+from .workloads import DTYPE_BYTES, has_roofline, kind_of
 
 SCHEMA_VERSION = 1
 FRACTION_TO_PCT = 100.0
@@ -120,7 +120,7 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     if ranks:  # a multi-worker neuron capture: each rank's device time
         m.update(_rank_spread([r["total_time_s"] for r in ranks if r["total_time_s"] is not None]),
                  ranks_profiled=len(ranks))
-    if spec and not getattr(kind_of(spec), "ROOFLINE", True):
+    if spec and not has_roofline(spec):
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
             notes[key] = (f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
@@ -207,10 +207,6 @@ NO_USAGE = ("read from the legacy full profile (neuron.json: true; nc_mem_usage,
             "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read")
 
 
-COLLECTIVE = ("coll_op", "coll_world", "coll_bytes", "algbw_bytes_per_s", "busbw_bytes_per_s", "busbw_factor",
-              "link_bytes_per_s", "rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio", "coll_oversubscribed")
-
-
 def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: float | None, notes: dict) -> dict:
     """A collective's size, world, algbw and busbw (nccl-tests' definitions, workloads/collective.py) and
     its ranks: the slowest and fastest rank's median and their ratio (the straggler figure)."""
@@ -221,9 +217,9 @@ def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: floa
     out = {"coll_op": spec["op"], "coll_world": spec["world"], "coll_bytes": spec["bytes"],
            "busbw_factor": collective.BUSBW_FACTOR[spec["op"]](spec["world"]),
            **collective.bandwidths(spec, median_s), "link_bytes_per_s": None}
-    notes["link_bytes_per_s"] = (f"ranks on one host exchange through {capture.details.get('process_group_backend', 'a')} "
-                                 "over loopback and shared memory: there is no link whose bandwidth bounds busbw"
-                                 if capture and capture.backend == "cpu" else "no link bandwidth is known for this platform")
+    notes["link_bytes_per_s"] = ("gloo ranks on one host exchange over loopback and shared memory: no link's "
+                                 "bandwidth bounds busbw" if capture and capture.backend == "cpu"
+                                 else "no link bandwidth is known for this platform")
     if median_s is None:
         notes["algbw_bytes_per_s"] = notes["busbw_bytes_per_s"] = "no latency was measured"
     crowded = capture.details.get("oversubscribed") if capture else None
@@ -403,12 +399,15 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
         return None
 
 
-def rank_rows(capture: CaptureRecord | None, view_dir: Path) -> list[dict]:
-    """One row per rank: a gloo collective's own times (capture.json `ranks`), or each worker of a
-    multi-worker neuron capture (the view's ranks/rank_<r>/summary.json: where it ran, its device time)."""
-    if capture and capture.backend == "cpu" and capture.details.get("ranks"):
-        keys = ("rank", "median_s", "iqr_s", "min_s", "spread_s", "n")
-        return [{k: r.get(k) for k in keys} for r in capture.details["ranks"]]
+def gloo_rank_rows(capture: CaptureRecord | None) -> list[dict]:
+    """One row per rank of a gloo collective: its own times (capture.json `ranks`)."""
+    keys = ("rank", "median_s", "iqr_s", "min_s", "spread_s", "n")
+    return [{k: r.get(k) for k in keys} for r in ((capture.details.get("ranks") if capture else None) or [])]
+
+
+def neuron_rank_rows(view_dir: Path) -> list[dict]:
+    """One row per worker of a multi-worker neuron capture (the view's ranks/rank_<r>/summary.json):
+    where it ran and its device time."""
     rows = []
     for path in sorted((view_dir / "ranks").glob("rank_*/summary.json"), key=lambda p: int(p.parent.name[5:])):
         s = neuron_summary.load(path)
@@ -445,11 +444,13 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     calibration = read_json(calibration_json) if calibration_json else None
     db = view_db(summary_json.parent, track_patterns)
     metadata = profile_metadata(db, summary_json)
-    legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
-    usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
-    ranks = rank_rows(capture, summary_json.parent)
-    values = compute(summary, capture, build, calibration, metadata, usage,
-                     ranks if ranks and "total_time_s" in ranks[0] else None)
+    usage = None
+    if capture is None or capture.backend == "neuron":  # only Neuron profiles have device memory
+        legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
+        usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
+    workers = neuron_rank_rows(summary_json.parent)
+    values = compute(summary, capture, build, calibration, metadata, usage, workers)
+    ranks = workers or gloo_rank_rows(capture)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
     if ranks:

@@ -37,6 +37,14 @@ RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_t
                   "asimd", "asimdhp", "fphp", "sve", "sve2", "bf16", "i8mm")
 
 
+def host_record() -> dict:
+    """What a capture record says of the host it measured on."""
+    import platform
+    import sys
+
+    return {"cpu": cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]}
+
+
 def cpu_model() -> str:
     for line in _cpuinfo_lines():
         if line.startswith("model name"):

@@ -166,7 +166,7 @@ def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
         spec = collective.spec(op, size, world, dtype)
         wid = workload_id(spec)
         labels = {"op": op, "world": world, "size_asked": size, "bytes": spec["bytes"], "dtype": dtype}
-        out.append((Scenario(id=f"{wid}" if size == spec["bytes"] else f"{wid}-asked{size}b", suite="collectives",
+        out.append((Scenario(id=wid if size == spec["bytes"] else f"{wid}-asked{size}b", suite="collectives",
                              workload_id=wid, labels=labels), spec))
     return out
 
@@ -274,7 +274,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead)."""
     from . import hostcaps
-    from .workloads import kind_of
+    from .workloads import has_roofline, kind_of
 
     if probe is None:
         return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
@@ -282,7 +282,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
     rates = probe["gemm_flops_per_s"]
     compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values()
-                    if kind_of(s).flops(s) is not None)
+                    if has_roofline(s))
     n = len(plan.workloads)
     imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
     ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")

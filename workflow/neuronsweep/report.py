@@ -195,11 +195,13 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
     if len(ok):
         targets = _targets(targets_csv)
         ok = ok.assign(files=_links(ok["workload_id"], run_dir, plan["backend"]))
-        per_workload = ok.drop_duplicates("workload_id")  # a workload shared by two suites is one bar
+        # a workload shared by two suites is one bar; collectives have their own figure
+        per_workload = ok[ok["suite"] != "collectives"].drop_duplicates("workload_id")
         for name, title, fig in [
                 ("roofline", "roofline", figs.roofline(ok, _platform(plan))),
                 ("targets", "roofline on the targets (model)", figs.target_rooflines(targets) if len(targets) else None),
-                ("breakdown", "where the time goes", figs.breakdown(per_workload, workloads_dir)),
+                ("breakdown", "where the time goes",
+                 figs.breakdown(per_workload, workloads_dir) if len(per_workload) else None),
                 ("framework_vs_device", "framework against device", figs.framework_device(per_workload))]:
             if fig is not None:
                 parts.append(f"<h2>{title}</h2>" + _figure(name, fig))

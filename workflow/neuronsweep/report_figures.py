@@ -19,10 +19,6 @@ COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#d
 NOISY = "#c44e52"
 
 
-def _short(wid: str) -> str:
-    return wid.replace("matmul-", "").replace("loops-", "").replace("mlp-", "")
-
-
 def _layout(fig: go.Figure, title: str, height: int = 460) -> go.Figure:
     fig.update_layout(title=title, height=height, template="plotly_white", hovermode="closest",
                       margin=dict(l=60, r=20, t=50, b=50), legend=dict(font=dict(size=10)))
@@ -98,7 +94,9 @@ def roofline(rows: pd.DataFrame, platform: str) -> go.Figure | None:
 
 def target_rooflines(targets: pd.DataFrame) -> go.Figure | None:
     """Modelled, not measured: every workload on trn1, inf2 and trn2 at the rate its roofline allows
-    (roofline_targets.csv: ideal compute and memory time from the targets' datasheet peaks)."""
+    (roofline_targets.csv: ideal compute and memory time), under the targets' peaks (roofline.TARGETS)."""
+    from .analysis.roofline import TARGETS
+
     targets = targets.dropna(subset=["ideal_compute_s", "ideal_memory_s"])
     targets = targets[(targets["ideal_compute_s"] > 0) & (targets["ideal_memory_s"] > 0)]
     if targets.empty:
@@ -108,16 +106,12 @@ def target_rooflines(targets: pd.DataFrame) -> go.Figure | None:
     ai_all = targets["flops"] / targets["min_bytes"]
     dtypes = list(dict.fromkeys(targets["dtype"]))
     for col, target in enumerate(names, start=1):
-        part_t = targets[targets["target"] == target]
-        peaks = part_t["flops"] / part_t["ideal_compute_s"]
-        bws = part_t["min_bytes"] / part_t["ideal_memory_s"]
-        xs = _roof_x(ai_all, peaks / bws)
+        part_t, t = targets[targets["target"] == target], TARGETS[target]
+        bw = t.hbm_bytes_per_s
+        xs = _roof_x(ai_all, pd.Series([t.peak_flops(d) / bw for d in dtypes]))
         for dtype, part in part_t.groupby("dtype", sort=False):
-            colour = COLOURS[dtypes.index(dtype) % len(COLOURS)]
-            peak = float((part["flops"] / part["ideal_compute_s"]).median())
-            bw = float((part["min_bytes"] / part["ideal_memory_s"]).median())
-            label = f"{dtype}"
-            _add_roof(fig, xs, peak, bw, label, colour, row=1, col=col)
+            colour, label = COLOURS[dtypes.index(dtype) % len(COLOURS)], dtype
+            _add_roof(fig, xs, t.peak_flops(dtype), bw, label, colour, row=1, col=col)
             fig.data[-2].showlegend = col == 1
             ideal = part[["ideal_compute_s", "ideal_memory_s"]].max(axis=1)
             fig.add_trace(go.Scatter(

@@ -13,7 +13,7 @@ from .errors import UserError
 
 # Where and how long, not what is measured: the workflow hands cache_dir, the device lock, the slot
 # pool and the timeouts to every job in this variable (declared with `envvars:`), not as rule params,
-# so that changing them reruns nothing. A command-line flag still wins; records' `command` shows it.
+# so that changing them reruns no case. A command-line flag still wins; records' `command` shows it.
 HOST_ENV = "NEURONSWEEP_HOST"
 
 

@@ -124,12 +124,28 @@ def for_config(config: dict, backend: str) -> Pool:
     return pool(backend, capture["slots"], capture["isolation"], section.get("target"), section.get("lnc"))
 
 
+def widened(found: Pool, cores: int) -> Pool:
+    """The pool's slots joined k consecutive at a time, so that each has at least `cores` NeuronCores (a
+    multi-worker capture runs one worker per core); refused when the whole pool has fewer."""
+    size = len(found.slots[0].cores)
+    k = -(-cores // size)
+    if k * size > sum(len(s.cores) for s in found.slots):
+        raise UserError(f"the capture needs {cores} NeuronCores (one per collectives worker), but the device slots "
+                        f"have {sum(len(s.cores) for s in found.slots)} ({found.describe()}); ask for fewer workers "
+                        "per node, or raise capture.slots.")
+    joined = [Slot(found.slots[i].index, tuple(c for s in found.slots[i:i + k] for c in s.cores))
+              for i in range(0, len(found.slots) - k + 1, k)]
+    return Pool(tuple(joined), found.isolation, found.found)
+
+
 @contextmanager
-def held(settings, backend: str, who: str, target: str | None = None, lnc: int | None = None):
+def held(settings, backend: str, who: str, target: str | None = None, lnc: int | None = None, cores: int = 1):
     """Take a free slot of this machine for one step, waiting while all are held. Yields the settings
     with `visible_cores` set to the slot's cores (None on cpu/xla) and the lock span (slot, cores, when
-    held) that the step's record keeps."""
+    held) that the step's record keeps. `cores` above a slot's joins consecutive slots (widened)."""
     found = pool(backend, settings.slots, settings.isolation, target, lnc)
+    if found.slots[0].cores and cores > len(found.slots[0].cores):
+        found = widened(found, cores)
     groups = [slot.locks(settings.device_lock) for slot in found.slots]
     with devicelock.held_any(groups, who) as span:
         slot = found.slots[span.pop("group")]

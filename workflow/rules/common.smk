@@ -108,7 +108,8 @@ def host_threads():
 
 CAPTURE_THREADS = 1 if ON_NEURON else host_threads()  # a neuron capture waits on its NeuronCores
 # Where and how long, not what is measured: to every job through the environment (settings.HOST_ENV),
-# not as params, so that moving the cache or changing a timeout or the slot pool reruns nothing.
+# not as params, so that moving the cache or changing a timeout or the slot pool reruns no case
+# (only plan.json, which keeps the config, and what follows it).
 os.environ[HOST_ENV] = json.dumps(
     {
         "cache_dir": CACHE_DIR,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "latency": latency_stats(samples, settings.repeats),
         "threads": torch.get_num_threads(),
         "working_set_bytes": working_set,
-        "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]},
+        "host": hostcaps.host_record(),
         "artifacts": {"trace": TRACE},
     }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -27,27 +26,28 @@ from ..settings import CaptureSettings
 from ..stats import latency_stats
 from ..workloads import TORCH_DTYPES, collective
 from . import BACKENDS, COLLECTIVE_PLAN
-from .common import EXEC_MARK
+from .common import EXEC_MARK, package_versions
 
 TRACE = BACKENDS["cpu"].artifacts["capture"]  # rank 0's chrome trace: the cpu view reads it as any other
 BACKEND = "gloo"
 
 
-def build(spec: dict, out_dir: Path) -> dict:
-    import torch
+def _torch_version() -> str | None:
+    """The ranks import torch; this process only records its version (importing it costs seconds)."""
+    return package_versions(["torch"])["torch"]
 
+
+def build(spec: dict, out_dir: Path) -> dict:
     plan = {"spec": spec, "process_group_backend": BACKEND, "counts": dict(zip(("input", "output"),
                                                                               collective.counts(spec)))}
     write_json(out_dir / COLLECTIVE_PLAN, plan)
-    return {"toolchain": {"torch": torch.__version__}, "compiler": "none (gloo runs library calls)",
+    return {"toolchain": {"torch": _torch_version()}, "compiler": "none (gloo runs library calls)",
             "artifact_format": "collective launch plan, v1", "compile_s": None,
             "compile_s_source": "nothing is compiled for a gloo collective",
             "cache": {"hit": None, "note": "nothing to cache: no compile"}}
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
-    import torch
-
     spec = build.spec
     world = spec["world"]
     work = out_dir / "ranks"
@@ -77,13 +77,13 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     store.unlink(missing_ok=True)
     cores = os.cpu_count() or 1
     return {
-        "profiler": f"torch.profiler (torch {torch.__version__}), rank 0",
+        "profiler": f"torch.profiler (torch {_torch_version()}), rank 0",
         "latency": latency_stats(per_exec, settings.repeats),
         "latency_basis": "per execution, the slowest rank's time (each execution starts after a barrier)",
         "ranks": [{"rank": r["rank"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks],
         "threads": ranks[0]["threads"],
         "process_group_backend": BACKEND,
-        "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]},
+        "host": hostcaps.host_record(),
         "oversubscribed": (f"{world} ranks on {cores} cores: ranks share cores, so the times include waiting for "
                            "a core") if world > cores else None,
         "artifacts": {"trace": TRACE},
@@ -93,15 +93,14 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: float) -> None:
     """Until every rank has exited; the first rank to fail stops the others (they would wait for it in
     the next collective until the timeout), and so does the timeout."""
-    while any(proc.poll() is None for proc in procs):
-        failed = next((r for r, proc in enumerate(procs) if proc.poll()), None)
-        if failed is not None:
+    while True:
+        failed = next((r for r, proc in enumerate(procs) if proc.poll()), None)  # exited, not with 0
+        if failed is not None or all(proc.poll() is not None for proc in procs):
             break
         if time.monotonic() > deadline:
             raise UserError(f"case {wid}: the {len(procs)} gloo ranks did not finish within the capture timeout "
                             f"({timeout_s:.0f} s, config key timeouts.capture); raise it or shrink the message size.")
         time.sleep(0.05)
-    failed = next((r for r, proc in enumerate(procs) if proc.poll()), None)
     if failed is not None:
         lines = logs[failed].read_text(errors="replace").strip().splitlines()
         raise UserError(f"case {wid}: gloo rank {failed} of {len(procs)} failed (exit {procs[failed].returncode}): "

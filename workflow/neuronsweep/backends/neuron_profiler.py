@@ -136,6 +136,9 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
         raise UserError(f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
                         f"(full output: {out_dir / 'capture.log'}).")
     ranks = _move_rank_ntffs(raw, out_dir, settings) if settings.collectives else None
+    if settings.collectives and not ranks:
+        raise UserError(f"{neff}: --collectives-profile-id {settings.collectives.get('profile_id')} is not one of the "
+                        "workers launched on this node (from --collectives-worker-start-id); no rank was profiled.")
     if ranks:  # the lowest rank's profile is the capture's own, as for one worker
         ntff = raw / ranks[0]["written_as"]
         shutil.copyfile(ntff, out_dir / NTFF)

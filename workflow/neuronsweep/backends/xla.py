@@ -109,7 +109,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "latency": result["timing"],
         "threads": None,
         "device": result["device"],
-        "host": {"cpu": hostcaps.cpu_model(), "machine": platform.machine()},
+        "host": hostcaps.host_record(),
         "artifacts": {"trace": TRACE},
     }
 

@@ -71,6 +71,11 @@ def kind_of(spec: dict) -> ModuleType:
     return KINDS[spec["kind"]]
 
 
+def has_roofline(spec: dict) -> bool:
+    """Whether the kind does work a roofline measures (FLOPs over bytes); a collective moves data."""
+    return getattr(kind_of(spec), "ROOFLINE", True)
+
+
 def workload_id(spec: dict) -> str:
     return kind_of(spec).workload_id(spec)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
                 "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
-ROOFLINE = False  # extract: no FLOPs, no roofline; algbw and busbw instead
+ROOFLINE = False  # no FLOPs, bytes or GEMMs to model (workloads.has_roofline): algbw and busbw instead
 
 
 def elements(nbytes: int, world: int, dtype_bytes: int) -> int:
@@ -46,22 +46,6 @@ def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
     """Every rank's input and output together: all ranks run on the machine that captures them."""
     inp, out = counts(s)
     return {"input": (s["world"] * inp,), "output": (s["world"] * out,)}
-
-
-def input_names(s: dict) -> list[str]:
-    return ["input"]
-
-
-def flops(s: dict) -> None:
-    return None
-
-
-def min_bytes(s: dict, dtype_bytes: int) -> int:
-    return s["bytes"]
-
-
-def gemms(s: dict) -> list:
-    return []
 
 
 def bandwidths(s: dict, time_s: float | None) -> dict:
