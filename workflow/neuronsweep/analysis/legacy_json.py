@@ -1,7 +1,10 @@
 """The legacy full-profile JSON (`view --output-format json`), streamed into Parquet.
 
-Such files reach gigabytes (about 1 GB per 250k instructions), so one array at a time is read with
-ijson and written a batch at a time. What the real files hold (../shared/fixtures/neuron/real/):
+Such files reach gigabytes (about 1 GB per 250k instructions). One pass finds the records of the
+wanted arrays in byte blocks (json_records) and a C++ parser (pyarrow.json) makes each block's
+records a table; a batch whose types that parser cannot give exactly (see below) is decoded with
+orjson instead, and an array json_records cannot split (items that are not objects) is streamed
+with ijson, value by value. Every path gives the same tables. What the real files hold (../shared/fixtures/neuron/real/):
 64-bit ids above 2^53 (`id`, `packet_aggregation_id`), numbers written as strings (`dma_queue`),
 nested lists (`source`), and columns whose JSON type may change between records. Each batch's
 columns get the narrowest Arrow type that holds every value exactly:
@@ -15,14 +18,20 @@ files with union_by_name, which widens int64 + float64 to DOUBLE and anything + 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
 
+from ..errors import UserError
+from . import json_records
+
 BATCH = 20_000
 INT64 = (-(2**63), 2**63 - 1)
 EXACT_FLOAT_INT = 2**53
+LONG_INT = re.compile(rb"[0-9]{20}")
+SCALAR_LEAVES = ("int64", "string", "bool", "null")  # list leaf types whose JSON text Arrow keeps exact
 
 
 def _text(v) -> str:
@@ -78,6 +87,121 @@ def batch_table(records: list[dict]) -> pa.Table:
         else:
             arrays[name] = column([r.get(name) for r in records])
     return pa.table({name: arr for name, arr in arrays.items() if arr is not None})
+
+
+def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
+    """One batch of newline-delimited records as the same table `batch_table` makes of them. pyarrow's
+    JSON reader parses it; a batch it cannot type exactly is decoded with orjson and typed by us:
+    a column changing type (Arrow refuses it), a double at or beyond 2^53 (Arrow reads an int beyond
+    int64 as a double, silently), text it took for a timestamp, objects, lists of floats."""
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(
+            use_threads=False, block_size=len(data) + 1))
+    except pa.ArrowInvalid:
+        table = None
+    exact = _exact(table, con) if table is not None else None
+    if exact is not None:
+        return exact
+    return batch_table(_loads(b"[" + data.replace(b"\n", b",") + b"]"))  # newlines only separate records
+
+
+def _loads(data: bytes):
+    """orjson, except where an int may pass 64 bits (20 digits or more): orjson makes those floats."""
+    return json.loads(data) if LONG_INT.search(data) else orjson.loads(data)
+
+
+def _exact(table: pa.Table, con=None) -> pa.Table | None:
+    """`table` typed as `batch_table` would type it, or None where pyarrow's types may not be exact."""
+    import pyarrow.compute as pc
+
+    keep, as_text = [], []
+    for name, col in zip(table.column_names, table.columns):
+        kind = col.type
+        if pa.types.is_null(kind):
+            continue
+        if pa.types.is_floating(kind):
+            top = pc.max(pc.abs(col)).as_py()
+            if top is not None and top >= EXACT_FLOAT_INT:
+                return None
+        elif pa.types.is_list(kind):
+            leaf = kind
+            while pa.types.is_list(leaf):
+                leaf = leaf.value_type
+            if str(leaf) not in SCALAR_LEAVES:
+                return None
+            as_text.append(name)
+        elif not (pa.types.is_boolean(kind) or pa.types.is_int64(kind) or pa.types.is_string(kind)):
+            return None
+        keep.append(name)
+    table = table.select(keep)
+    if as_text:  # compact JSON text, as _text writes it
+        import duckdb
+
+        con = con or duckdb.connect(config={"threads": 1})
+        con.register("batch", table)
+        cols = ", ".join(f'to_json("{n}")::VARCHAR AS "{n}"' for n in as_text)
+        rel = con.sql(f"SELECT * REPLACE ({cols}) FROM batch")
+        table = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()  # DuckDB 2 / 1
+        con.unregister("batch")
+    return table
+
+
+class _Files:
+    """Parquet files of one array: a new file whenever a batch's schema differs from the open one."""
+
+    def __init__(self, out_dir: Path, key: str):
+        self.out_dir, self.key, self.files, self.writer = out_dir, key, [], None
+
+    def write(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if self.writer is None or not self.writer.schema.equals(table.schema):
+            self.close()
+            self.files.append(self.out_dir / f"{self.key}-{len(self.files):04d}.parquet")
+            self.writer = pq.ParquetWriter(self.files[-1], table.schema)
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), firsts=("summary", "metadata")
+                 ) -> None:
+    """The profile's `arrays` as `<key>-NNNN.parquet` files and the first record of each of `firsts`
+    as `<key>.parquet`, in one pass over the file (see the module docstring)."""
+    import pyarrow.parquet as pq
+
+    import duckdb
+
+    files = {key: _Files(out_dir, key) for key in arrays}
+    found = json_records.Split()
+    try:
+        with duckdb.connect(config={"threads": 1}) as con:
+            for key, data, _ in json_records.split(path, set(arrays), set(firsts), found):
+                if key not in found.irregular:
+                    files[key].write(ndjson_table(data, con))
+    except ValueError as e:  # json_records' own finding, or a batch no parser can read
+        raise UserError(f"{path} is not a readable legacy profile ({e}); if a view was cut short "
+                        "(a full disk, a killed job), run the view again") from None
+    for key, out in files.items():
+        out.close()
+        if key in found.irregular:  # items that are not all objects: value by value instead
+            for f in out.files:
+                f.unlink()
+            array_to_parquet(path, key, out_dir)
+    for key in firsts:
+        if key in found.irregular:
+            record = first_record(path, key)
+        elif key in found.first:
+            record = _loads(found.first[key])
+        else:
+            record = None
+        if record:
+            pq.write_table(batch_table([record]), out_dir / f"{key}.parquet")
 
 
 def array_to_parquet(path: Path, key: str, out_dir: Path) -> list[Path]:

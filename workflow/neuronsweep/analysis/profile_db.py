@@ -168,17 +168,7 @@ class ProfileDB:
     def _add_json(self, path: Path, workload_id: str, with_summary: bool = True) -> None:
         """A legacy full-profile JSON: instruction and dma streamed into Parquet (legacy_json), and its
         one-record summary and metadata; parsed once and cached beside it (table_cache)."""
-        import pyarrow.parquet as pq
-
-        def make(folder: Path) -> None:
-            for key in ("instruction", "dma"):
-                legacy_json.array_to_parquet(path, key, folder)
-            for key in ("summary", "metadata"):
-                record = legacy_json.first_record(path, key)
-                if record:
-                    pq.write_table(legacy_json.batch_table([record]), folder / f"{key}.parquet")
-
-        folder = tables_for(path, make, Path(self._spill.name))
+        folder = tables_for(path, lambda out: legacy_json.write_tables(path, out), Path(self._spill.name))
         for key in ("instruction", "dma"):
             files = sorted(folder.glob(f"{key}-*.parquet"))
             if files:

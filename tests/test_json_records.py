@@ -1,0 +1,118 @@
+"""The legacy profile's fast path (json_records + pyarrow.json) against the value-by-value path it
+replaced (ijson + batch_table): the same tables for real files and for every quirk a JSON writer
+may produce, whatever the block size; arrays it cannot split, and truncated files, handled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import SHARED
+from neuronsweep.analysis import json_records, legacy_json
+from neuronsweep.errors import UserError
+
+REAL = sorted((SHARED / "fixtures" / "neuron" / "real").glob("profile_*.json"))
+KEYS = ("instruction", "dma", "summary", "metadata")
+
+
+def value_by_value(path: Path, out: Path) -> None:
+    out.mkdir()
+    for key in ("instruction", "dma"):
+        legacy_json.array_to_parquet(path, key, out)
+    for key in ("summary", "metadata"):
+        record = legacy_json.first_record(path, key)
+        if record:
+            pq.write_table(legacy_json.batch_table([record]), out / f"{key}.parquet")
+
+
+def fast(path: Path, out: Path) -> None:
+    out.mkdir()
+    legacy_json.write_tables(path, out)
+
+
+def tables(out: Path) -> dict:
+    """Every table's rows with their DuckDB types (as the union of its files reads)."""
+    found = {}
+    for key in KEYS:
+        files = sorted(out.glob(f"{key}-*.parquet")) or sorted(out.glob(f"{key}.parquet"))
+        if files:
+            rel = duckdb.sql(f"SELECT * FROM read_parquet({[str(f) for f in files]}, union_by_name = true)")
+            found[key] = (dict(zip(rel.columns, map(str, rel.types))), rel.fetchall())
+    return found
+
+
+def record(i: int) -> dict:
+    """A record with the quirks: 64-bit ids, escapes and brackets in strings, a number written as
+    text now and then, ints among floats, nested lists, and one-off odd columns."""
+    r = {"id": 2**62 + i, "timestamp": i * 10, "opcode": ["MATMUL", 'q"{[}]\\', "é\n\t"][i % 3],
+         "duration": 7 + i % 3, "dma_queue": str(i) if i % 7 == 0 else i, "f": 1.5 if i % 11 == 0 else i}
+    if i % 5 == 0:
+        r["source"] = [["WEIGHT"], ['x"y']]
+    extra = {60: ("ts", "2020-01-01T00:00:00Z"), 70: ("obj", {"a": 1}), 80: ("fl", [1.5, 2]),
+             90: ("big", 2**60 * 7.0)}
+    if i in extra:
+        r[extra[i][0]] = extra[i][1]
+    return r
+
+
+DOCS = {
+    "compact": ({"summary": [{"total_time": 1.0}], "metadata": {"v": 1},
+                 "instruction": [record(i) for i in range(400)], "dma": []}, {"separators": (",", ":"),
+                                                                              "ensure_ascii": False}),
+    "pretty": ({"instruction": [record(i) for i in range(150)], "dma": [record(i) for i in range(5)],
+                "summary": [{"a": "}"}]}, {"indent": 2}),
+    "flat": ({"summary": [{"total_time": 1.0, "x": None}],
+              "instruction": [{"a": i, "b": "s", "c": [[i]]} for i in range(900)]}, {}),
+    "not_records": ({"instruction": [record(0), 5, record(1)], "dma": [[1, 2], record(2)], "summary": []}, {}),
+}
+
+
+@pytest.mark.parametrize("block", [5, 97, 4096, json_records.BLOCK])
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_the_fast_path_gives_the_same_tables_as_value_by_value(name, block, tmp_path, monkeypatch):
+    doc, style = DOCS[name]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc, **style))
+    value_by_value(path, tmp_path / "slow")
+    monkeypatch.setattr(json_records, "BLOCK", block)
+    fast(path, tmp_path / "fast")
+    expected, got = tables(tmp_path / "slow"), tables(tmp_path / "fast")
+    assert got == expected and got["instruction"][1]
+    found = json_records.Split()
+    list(json_records.split(path, {"instruction", "dma"}, {"summary", "metadata"}, found))
+    assert found.irregular == ({"instruction", "dma"} if name == "not_records" else set())
+    if name != "not_records":
+        assert found.records["instruction"] == len(doc["instruction"])
+
+
+@pytest.mark.skipif(not REAL, reason="the real Neuron fixtures are absent")
+@pytest.mark.parametrize("block", [7, 64, json_records.BLOCK])
+def test_real_profiles_give_the_same_tables_either_way(block, tmp_path, monkeypatch):
+    monkeypatch.setattr(json_records, "BLOCK", block)
+    for path in REAL:
+        slow, quick = tmp_path / f"{path.stem}.slow", tmp_path / f"{path.stem}.fast"
+        value_by_value(path, slow)
+        fast(path, quick)
+        got = tables(quick)
+        assert got == tables(slow) and got["instruction"][0]["id"] == "BIGINT"
+
+
+def test_ints_beyond_64_bits_stay_exact_as_text(tmp_path):
+    path = tmp_path / "profile.json"  # ijson (yajl) refuses these: the fast path must not lose them
+    path.write_text(json.dumps({"instruction": [{"id": 1}, {"id": 2**64 + 5}, {"id": 2**63}]}))
+    fast(path, tmp_path / "out")
+    assert duckdb.sql(f"SELECT id FROM '{tmp_path}/out/instruction-*.parquet'").fetchall() == \
+        [("1",), (str(2**64 + 5),), (str(2**63),)]
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.999])
+def test_a_profile_cut_short_is_refused_in_one_sentence(cut, tmp_path):
+    whole = json.dumps({"summary": [{"t": 1}], "instruction": [record(i) for i in range(200)]}).encode()
+    path = tmp_path / "profile.json"
+    path.write_bytes(whole[:int(len(whole) * cut)])
+    with pytest.raises(UserError, match=r"profile.json is not a readable legacy profile \(.*cut short.*run the view"):
+        fast(path, tmp_path / "out")

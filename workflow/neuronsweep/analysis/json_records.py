@@ -1,0 +1,205 @@
+"""The records of a JSON document's top-level arrays, found in byte blocks without decoding them.
+
+A legacy profile is one object of arrays of flat records, gigabytes of them. Decoding it value by
+value in Python (ijson) costs about 1 us per value; this module only finds where each record
+starts and ends, with numpy over 16 MiB blocks: structural bytes ({ } [ ]) outside strings (a
+quote is a string's edge unless escaped) and their nesting depth. Records of one array come out as
+newline-delimited JSON batches, a block's worth at a time, for a C++ parser (pyarrow.json).
+
+It assumes what a JSON writer makes of an array of objects: items are objects, separated by one
+comma and optional whitespace. Where an array holds anything else (a scalar or a list as an item,
+a key too long to find) it says so (`Split.irregular`) and the caller reads that array another way;
+nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+BLOCK = 16 << 20
+KEY_WINDOW = 4096  # bytes before an array's `[` searched for its key
+KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*$')
+WHITESPACE = b" \t\r\n"
+NEWLINES_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
+LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b"{}[]\"\\,\n"
+
+
+@dataclass
+class Split:
+    """What a pass found: per key, how many records; the keys whose arrays were not plain records."""
+    records: dict[str, int] = field(default_factory=dict)
+    irregular: set[str] = field(default_factory=set)
+    first: dict[str, bytes] = field(default_factory=dict)  # the first record's bytes of each `first_of` key
+
+
+def _escaped(backslashes: np.ndarray, escape_first: bool, size: int) -> tuple[np.ndarray, bool]:
+    """The positions a backslash escapes (JSON has backslashes only inside strings, and profiles
+    have few), and whether the block's last byte escapes the next block's first."""
+    out, last = ([0], 0) if escape_first else ([], -1)
+    for p in backslashes.tolist():
+        if p != last:  # this backslash is not itself escaped: it escapes the next byte
+            last = p + 1
+            out.append(last)
+    return np.asarray(out, np.int64), bool(out) and out[-1] == size
+
+
+class _Structure:
+    """The structural bytes ({ } [ ]) of a document outside its strings, a block at a time, with the
+    nesting depth after each; what a block leaves open (a string, an escape, the depth) carries over.
+    Scratch arrays are reused: a fresh 16 MiB array per step costs more in page faults than the step."""
+
+    def __init__(self):
+        self.depth, self.in_string, self.escape_next = 0, 0, False
+        self.scratch = [np.empty(BLOCK, np.uint8) for _ in range(3)]
+
+    def block(self, buf: bytes):
+        n = len(buf)
+        if n > BLOCK:
+            self.scratch = [np.empty(n, np.uint8) for _ in range(3)]
+        a = np.frombuffer(buf, np.uint8)
+        quote, folded, hit = (x[:n] for x in self.scratch)
+        np.equal(a, QUOTE, out=quote.view(bool))
+        if self.escape_next or buf.find(b"\\") >= 0:
+            escaped, self.escape_next = _escaped(np.flatnonzero(a == BACKSLASH), self.escape_next, n)
+            quote[escaped[escaped < n]] = 0
+        # `{`|0x20 and `[`|0x20 are both `{`; `}` and `]` both `}`
+        np.bitwise_or(a, 0x20, out=folded)
+        np.equal(folded, LBRACE, out=hit.view(bool))
+        pos = np.flatnonzero(np.logical_or(hit.view(bool), np.equal(folded, RBRACE), out=hit.view(bool)))
+        np.bitwise_xor.accumulate(quote, out=quote)  # 1 inside a string (from its opening quote)
+        pos = pos[(quote[pos] ^ self.in_string) == 0]
+        if n:
+            self.in_string ^= int(quote[-1])
+        chars = a[pos]
+        opens = (chars == LBRACE) | (chars == LBRACKET)
+        after = self.depth + np.cumsum(np.where(opens, 1, -1))  # the depth after each structural byte
+        if after.size:
+            if after.min() < 0:
+                raise ValueError("not JSON (a bracket closes what was never opened)")
+            self.depth = int(after[-1])
+        return pos, chars, opens, after
+
+
+class _Array:
+    """One wanted top-level array being split: the bytes of a record cut by the block's end, and the
+    bytes after the last record (which must be a comma and whitespace)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.pending = b""  # an unfinished record's first bytes
+        self.gap = b""  # bytes since the last record's end (or the array's `[`)
+        self.records = 0
+        self.first = b""  # the first record's bytes
+
+
+def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iterator[tuple[str, bytes, int]]:
+    """Yield (key, ndjson bytes, record count) batches of the top-level arrays named in `keys`, and
+    fill `result` as it goes (a key is in result.irregular before a batch of its that may hold
+    anything but records is yielded). Of the `first_of` arrays only the first record is kept."""
+    scan = _Structure()
+    current: _Array | None = None  # the wanted array being read
+    first: _Array | None = None  # a first_of array whose first record is still being read
+    head = b""  # the previous block's last bytes, to find a key cut by the block's edge
+    with open(path, "rb") as handle:
+        while buf := handle.read(BLOCK):
+            try:
+                pos, chars, opens, after = scan.block(buf)
+            except ValueError as e:
+                raise ValueError(f"{path}: {e}") from None
+            # where a top-level value opens (depth 1 -> 2) or closes (2 -> 1)
+            edges = np.flatnonzero((opens & (after == 2)) | (~opens & (after == 1))).tolist()
+            start = 0
+            for e in [*edges, None]:
+                stop = len(buf) if e is None else int(pos[e])
+                lo, hi = np.searchsorted(pos, [start, stop])
+                if current is not None:
+                    batch = _records(current, buf, start, stop, pos[lo:hi], chars[lo:hi], after[lo:hi], result)
+                    if batch:
+                        yield current.key, *batch
+                if first is not None and _records(first, buf, start, stop, pos[lo:hi], chars[lo:hi],
+                                                  after[lo:hi], result):
+                    result.first[first.key] = first.first
+                    first = None
+                if e is None:
+                    break
+                if opens[e]:  # a top-level value starts: which key?
+                    window = buf[max(0, stop - KEY_WINDOW):stop]
+                    found = KEY.search(head + window if stop < KEY_WINDOW else window)
+                    key = found.group(1).decode("utf-8", "replace") if found else None
+                    if chars[e] == LBRACKET and key in keys:
+                        current = _Array(key)
+                    elif chars[e] == LBRACKET and key in first_of and key not in result.first:
+                        first = _Array(key)
+                    elif chars[e] == LBRACKET and found is None:  # cannot tell which array this is
+                        result.irregular.update((keys | first_of) - set(result.records) - set(result.first))
+                else:  # a top-level value ends: after its last record, only whitespace
+                    for arr in (current, first):
+                        if arr is not None and arr.gap.strip(WHITESPACE):
+                            result.irregular.add(arr.key)
+                    if current is not None:
+                        result.records[current.key] = result.records.get(current.key, 0) + current.records
+                    current = first = None
+                start = stop + 1
+            head = buf[-KEY_WINDOW:] if len(buf) >= KEY_WINDOW else (head + buf)[-KEY_WINDOW:]
+    if scan.depth or scan.in_string:
+        raise ValueError(f"{path}: the JSON ends inside {'a string' if scan.in_string else 'an object or array'} "
+                         "(cut short)")
+
+
+def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, result: Split):
+    """The records of `arr` that end within buf[start:stop], as (ndjson bytes, count), or None; keeps
+    what is left (an unfinished record, or the bytes after the last one) for the next region."""
+    if ((chars == LBRACKET) & (after == 3)).any():  # a list as an item
+        result.irregular.add(arr.key)
+    begins = pos[(chars == LBRACE) & (after == 3)]
+    ends = pos[(chars == RBRACE) & (after == 2)]
+    pending = bool(arr.pending)
+    if not pending and begins.size:  # the gap before this region's first record
+        _check_gap(arr, arr.gap + buf[start:int(begins[0])], result)
+    if not ends.size:
+        if pending:
+            arr.pending += buf[start:stop]
+        elif begins.size:
+            arr.pending, arr.gap = buf[int(begins[0]):stop], b""
+        else:
+            arr.gap += buf[start:stop]
+            if len(arr.gap) > KEY_WINDOW and arr.gap.strip(WHITESPACE):  # values, not records
+                result.irregular.add(arr.key)
+                arr.gap = b""  # read another way: no need to hold them
+        return None
+    # record i ends at ends[i]; the next begins at begins[i] (after a pending record) or begins[i + 1]
+    nxt = begins if pending else begins[1:]
+    prev = ends[:nxt.size]
+    for i in np.flatnonzero(nxt - prev != 2).tolist():  # anything but `},{`: a comma and whitespace?
+        if buf[int(prev[i]) + 1:int(nxt[i])].strip(WHITESPACE) != b",":
+            result.irregular.add(arr.key)
+    cut = int(ends[-1]) + 1
+    body_from = start if pending else int(begins[0])
+    batch = bytearray(arr.pending)
+    batch += memoryview(buf)[body_from:cut]
+    if b"\n" in batch or b"\r" in batch:  # a pretty-printed file: outside strings, newlines are spaces
+        batch = bytearray(batch.translate(NEWLINES_TO_SPACES))
+    view = np.frombuffer(batch, np.uint8)
+    seps = ends[:-1] + 1 + (len(arr.pending) - body_from)
+    commas = view[seps] == COMMA
+    view[seps[commas]] = NEWLINE
+    for s in seps[~commas].tolist():  # whitespace before the comma
+        view[batch.index(b",", s)] = NEWLINE
+    if arr.records == 0:
+        arr.first = bytes(batch[:batch.find(b"\n")] if ends.size > 1 else batch)
+    arr.records += int(ends.size)
+    tail = begins[begins > ends[-1]]  # a record this region leaves unfinished
+    arr.pending = buf[int(tail[0]):stop] if tail.size else b""
+    arr.gap = b"" if arr.pending else buf[cut:stop]
+    return batch, int(ends.size)
+
+
+def _check_gap(arr: _Array, gap: bytes, result: Split) -> None:
+    """Before an array's first record only whitespace; before any other, one comma."""
+    if gap.strip(WHITESPACE) != (b"," if arr.records else b""):
+        result.irregular.add(arr.key)
