@@ -47,7 +47,7 @@ def test_nested_slices_args_instants_counters_round_trip(tmp_path):
     mm = next(s for s in by_name["aten::mm"] if s.track_uuid == exec_.track_uuid)
     assert (exec_.ts, exec_.dur, exec_.depth) == (100_000, 50_000, 0)
     assert (matmul.depth, mm.depth) == (1, 2)
-    assert decoded.slices[mm.parent] is matmul and decoded.slices[matmul.parent] is exec_
+    assert decoded.slices[mm.parent] == matmul and decoded.slices[matmul.parent] == exec_
     assert mm.ts + mm.dur <= matmul.ts + matmul.dur  # 111+29.0004 µs rounds past its parent: clamped
     assert matmul.args == {"debug.Input Dims": json.dumps([[2, 3], [3, 4]]), "debug.Sequence number": 0}
     assert mm.args == {"debug.ratio": 0.5, "debug.flag": True}
@@ -114,3 +114,76 @@ def test_a_profile_is_decoded_once_and_its_tables_reused_until_it_changes(tmp_pa
     chrome_to_pftrace(chrome(events[:10]), out)  # the profile changed: its tables are made again
     assert count(out) == 10
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("chunk", [1, 100, 4 << 20])  # bytes per decoded chunk: 1 is a packet at a time
+def test_packets_written_otherwise_decode_the_same(chunk, tmp_path, monkeypatch):
+    """What other writers do and ours does not: inline names and categories, several categories,
+    packed category ids, a default track instead of track_uuid, a second sequence, a cleared state
+    that reuses iids, a counter as an int, annotations of every scalar type, uint64 track uuids."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+    trace = Trace()
+    big = 2**64 - 3
+
+    def packet(seq, ts=None, flags=0):
+        p = trace.packet.add()
+        p.trusted_packet_sequence_id = seq
+        if ts is not None:
+            p.timestamp = ts
+        if flags:
+            p.sequence_flags = flags
+        return p
+
+    for uuid, name in ((big, "big track"), (5, "five"), (6, "counter")):
+        p = trace.packet.add()
+        p.track_descriptor.uuid, p.track_descriptor.name = uuid, name
+        if uuid == 6:
+            p.track_descriptor.counter.unit_name = ""
+    p = packet(1, 10, TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
+    p.interned_data.event_names.add(iid=1, name="first")
+    p.interned_data.event_categories.add(iid=1, name="c1")
+    p.interned_data.event_categories.add(iid=2, name="c2")
+    p.interned_data.debug_annotation_names.add(iid=1, name="k")
+    p.trace_packet_defaults.track_event_defaults.track_uuid = 5
+    ev = p.track_event
+    ev.type, ev.name_iid = TrackEvent.TYPE_SLICE_BEGIN, 1
+    ev.category_iids.extend([1, 2])  # several categories (proto2: not packed)
+    a = ev.debug_annotations.add(name_iid=1)
+    a.uint_value = 2**63 + 1
+    for value in (dict(int_value=-4), dict(double_value=0.25), dict(bool_value=False), dict(string_value="s")):
+        ev.debug_annotations.add(name="inline", **value)
+    p = packet(1, 20)
+    p.track_event.type, p.track_event.track_uuid, p.track_event.name = TrackEvent.TYPE_INSTANT, big, "inline name"
+    p.track_event.categories.extend(["x", "y"])
+    p = packet(2, 25)  # another sequence: its own state, no default track needed (uuid given)
+    p.track_event.type, p.track_event.track_uuid, p.track_event.name = TrackEvent.TYPE_SLICE_BEGIN, 6, "on 6"
+    p = packet(2, 26)
+    p.track_event.type, p.track_event.track_uuid = TrackEvent.TYPE_SLICE_END, 6
+    p = packet(3, 27)
+    p.track_event.type, p.track_event.track_uuid, p.track_event.counter_value = TrackEvent.TYPE_COUNTER, 6, -7
+    p = packet(1, 30)
+    p.track_event.type = TrackEvent.TYPE_SLICE_END  # on the default track
+    p = packet(1, 40, TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
+    p.interned_data.event_names.add(iid=1, name="second")  # iid 1 again, new meaning
+    p.interned_data.event_categories.add(iid=3, name="c3")
+    p.interned_data.event_categories.add(iid=4, name="c4")
+    p.track_event.type, p.track_event.track_uuid, p.track_event.name_iid = TrackEvent.TYPE_INSTANT, 5, 1
+    # packed category ids (field 3 as one LEN of varints), which the classes would re-encode unpacked
+    event = TrackEvent(type=TrackEvent.TYPE_INSTANT, track_uuid=5, name="packed").SerializeToString()
+    event += bytes([3 << 3 | 2, 2, 3, 4])
+    raw = TracePacket(timestamp=50, trusted_packet_sequence_id=1).SerializeToString()
+    raw += bytes([11 << 3 | 2, len(event)]) + event
+    path = tmp_path / "other.pftrace"
+    path.write_bytes(trace.SerializeToString() + bytes([1 << 3 | 2, len(raw)]) + raw)
+    from neuronsweep.analysis import pftrace_reader
+    monkeypatch.setattr(pftrace_reader, "CHUNK", chunk)
+
+    decoded = read(path)
+    rows = [(s.track_uuid, s.ts, s.dur, s.name, s.category, s.depth) for s in decoded.slices]
+    assert rows == [(5, 10, 20, "first", "c1,c2", 0), (big, 20, 0, "inline name", "x,y", 0),
+                    (6, 25, 1, "on 6", None, 0), (5, 40, 0, "second", None, 0), (5, 50, 0, "packed", "c3,c4", 0)]
+    assert decoded.slices.arg_key == ["debug.k"] + ["debug.inline"] * 4
+    assert decoded.slices.arg_value == [2**63 + 1, -4, 0.25, False, "s"] and list(decoded.slices.arg_slice) == [0] * 5
+    assert [(c.track_uuid, c.ts, c.value) for c in decoded.counters] == [(6, 27, -7.0)]
+    assert decoded.tracks[big].name == "big track"

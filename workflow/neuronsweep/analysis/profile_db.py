@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ..config import check_regexes
@@ -60,52 +61,81 @@ def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
 
 
 def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
-    """Perfetto's table model (slice, track, args, counter), built column by column (a row dict per
-    slice cost as much as decoding the trace)."""
+    """Perfetto's table model (slice, track, args, counter), from the decoder's columns."""
+    import pyarrow.compute as pc
+
     trace = pftrace_reader.read(path)
     ids = {uuid: i for i, uuid in enumerate(sorted(trace.tracks))}
     tracks = [trace.tracks[u] for u in sorted(trace.tracks)]
     sl = trace.slices
     n = len(sl)
-    cats = [s.category for s in sl]
-    arg_set = [i if s.args else None for i, s in enumerate(sl)]
-    args = {k: [] for k in ("arg_set_id", "key", "int_value", "string_value", "real_value", "value_type", "display")}
-    for i, s in enumerate(sl):
-        for key, value in s.args.items():
-            kind = ("bool" if isinstance(value, bool) else "int" if isinstance(value, int)
-                    else "real" if isinstance(value, float) else "string")
-            args["arg_set_id"].append(i)
-            args["key"].append(key)
-            args["int_value"].append(int(value) if kind in ("int", "bool") else None)
-            args["string_value"].append(value if kind == "string" else None)
-            args["real_value"].append(value if kind == "real" else None)
-            args["value_type"].append(kind)
-            args["display"].append(str(value))
     i64, text, f64 = pa.int64(), pa.string(), pa.float64()
-    ids_col = pa.array(range(n), i64)
+    ids_col = pa.array(np.arange(n), i64)
+    cats = pa.array(sl.category, text)
+    parent = np.frombuffer(sl.parent, np.int64) if n else np.zeros(0, np.int64)
+    arg_slice = np.frombuffer(sl.arg_slice, np.int64) if len(sl.arg_slice) else np.zeros(0, np.int64)
+    has_args = np.zeros(n, bool)
+    has_args[arg_slice] = True
+    # Perfetto's tables hold the slice's track as the track's id: its rank among the sorted uuids
+    uuids = np.frombuffer(sl.track_uuid, np.uint64) if n else np.zeros(0, np.uint64)
+    track_of = pc.index_in(pa.array(uuids), value_set=pa.array(sorted(trace.tracks), pa.uint64()))
+    keys = pa.array(sl.arg_key, text)
+
+    def ints(col):
+        return pa.array(np.frombuffer(col, np.int64) if len(col) else np.zeros(0, np.int64), i64)
+
     tables = {
-        "slice": pa.table({"id": ids_col, "slice_id": ids_col, "ts": pa.array([s.ts for s in sl], i64),
-                           "dur": pa.array([s.dur for s in sl], i64),
-                           "track_id": pa.array([ids[s.track_uuid] for s in sl], i64),
-                           "category": pa.array(cats, text), "cat": pa.array(cats, text),
-                           "name": pa.array([s.name for s in sl], text), "depth": pa.array([s.depth for s in sl], i64),
-                           "parent_id": pa.array([s.parent for s in sl], i64), "arg_set_id": pa.array(arg_set, i64)}),
+        "slice": pa.table({"id": ids_col, "slice_id": ids_col, "ts": ints(sl.ts), "dur": ints(sl.dur),
+                           "track_id": track_of.cast(i64), "category": cats, "cat": cats, "name": pa.array(sl.name, text),
+                           "depth": ints(sl.depth), "parent_id": pa.array(parent, i64, mask=parent < 0),
+                           "arg_set_id": pa.array(np.arange(n), i64, mask=~has_args)}),
         "track": pa.table({"id": pa.array([ids[t.uuid] for t in tracks], i64), "name": pa.array([t.name for t in tracks], text),
                            "parent_id": pa.array([ids.get(t.parent_uuid) for t in tracks], i64),
                            "type": pa.array(["counter_track" if t.is_counter else "thread_track" if t.tid is not None
                                              else "track" for t in tracks], text),
                            "utid": pa.array([t.tid for t in tracks], i64), "upid": pa.array([t.pid for t in tracks], i64)}),
-        "args": pa.table({"arg_set_id": pa.array(args["arg_set_id"], i64), "flat_key": pa.array(args["key"], text),
-                          "key": pa.array(args["key"], text), "int_value": pa.array(args["int_value"], i64),
-                          "string_value": pa.array(args["string_value"], text),
-                          "real_value": pa.array(args["real_value"], f64),
-                          "value_type": pa.array(args["value_type"], text), "display_value": pa.array(args["display"], text)}),
+        "args": pa.table({"arg_set_id": pa.array(arg_slice, i64), "flat_key": keys, "key": keys,
+                          **_arg_values(sl.arg_value)}),
         "counter": pa.table({"id": pa.array(range(len(trace.counters)), i64),
                              "ts": pa.array([c.ts for c in trace.counters], i64),
                              "track_id": pa.array([ids[c.track_uuid] for c in trace.counters], i64),
                              "value": pa.array([c.value for c in trace.counters], f64)}),
     }
     return tables
+
+
+def _arg_values(values: list) -> dict[str, pa.Array]:
+    """Perfetto's typed value columns of the args: a column at a time where every value has one type
+    (the usual case), value by value otherwise."""
+    import pyarrow.compute as pc
+
+    i64, text, f64 = pa.int64(), pa.string(), pa.float64()
+    kinds = {bool: "bool", int: "int", float: "real", str: "string"}
+    try:
+        arr = pa.array(values)
+        kind = {pa.bool_(): "bool", i64: "int", f64: "real", text: "string"}.get(arr.type) if not arr.null_count else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        kind = None
+    n = len(values)
+    if kind is not None or not n:
+        kind = kind or "int"
+        none = pa.nulls(n)
+        return {"int_value": arr.cast(i64) if kind in ("int", "bool") else none.cast(i64),
+                "string_value": arr if kind == "string" else none.cast(text),
+                "real_value": arr if kind == "real" else none.cast(f64),
+                "value_type": pa.array([kind] * n, text),
+                "display_value": pc.if_else(arr, "True", "False") if kind == "bool" else arr.cast(text)}
+    cols = {k: [] for k in ("int_value", "string_value", "real_value", "value_type", "display_value")}
+    for value in values:
+        kind = kinds.get(type(value), "string")
+        cols["int_value"].append(int(value) if kind in ("int", "bool") else None)
+        cols["string_value"].append(value if kind == "string" else None)
+        cols["real_value"].append(value if kind == "real" else None)
+        cols["value_type"].append(kind)
+        cols["display_value"].append(str(value))
+    return {"int_value": pa.array(cols["int_value"], i64), "string_value": pa.array(cols["string_value"], text),
+            "real_value": pa.array(cols["real_value"], f64), "value_type": pa.array(cols["value_type"], text),
+            "display_value": pa.array(cols["display_value"], text)}
 
 
 def _track_class(track: pa.Table, patterns) -> pa.Table:
