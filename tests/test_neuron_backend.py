@@ -211,6 +211,18 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     ns("view", "--capture", tmp_path / "cap", "--out", tmp_path / "view", "--options", '{"profiler": "neuron-profile"}')
     view = json.loads((tmp_path / "view" / "view.json").read_text())
     assert [(r["rank"], r["nc_idx"], r["nd_idx"]) for r in view["ranks"]] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    # the combined view (guide: `view -n file.neff -d output`) over the folder the capture wrote
+    session = view["session"]
+    assert session["argv"][3:6] == [str(neff.resolve()), "-d", str((tmp_path / "cap" / "raw").resolve())]
+    assert session["system_pftrace"] == "session/system_profile.pftrace"
+    [device] = session["device_pftraces"]
+    assert device.startswith("session/device_profile_model_") and device.endswith(".pftrace")
+    combined = ns("query", tmp_path / "view" / device, "SELECT p.name AS rank, count(*) AS n FROM slice s JOIN track t "
+                  "ON s.track_id = t.id JOIN track p ON t.parent_id = p.id WHERE s.name = 'AllReduce' GROUP BY 1 "
+                  "ORDER BY 1", "--csv").stdout.splitlines()
+    assert combined == ["rank,n"] + [f"Rank {r},1" for r in range(4)]  # every rank on one timeline
+    assert (tmp_path / "cap" / "profile_rank_3.ntff").stat().st_ino == \
+        (tmp_path / "cap" / "raw" / "profile_rank_3_exec_2.ntff").stat().st_ino  # one copy on disk
     ns("extract", "--summary-json", tmp_path / "view" / "summary.json", "--capture-json",
        tmp_path / "cap" / "capture.json", "--out", tmp_path / "m" / "metrics.json")
     ranks = pd.read_csv(tmp_path / "m" / "tables" / "ranks.csv")

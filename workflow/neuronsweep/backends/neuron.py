@@ -27,7 +27,7 @@ from ..settings import BuildSettings, CaptureSettings, ViewSettings
 from ..workloads import workload_id
 from . import BACKENDS, xla_program
 from .common import package_versions, recompilation_flag, run_child
-from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks
+from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks, view_session
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
@@ -204,4 +204,6 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
     result = view_profile(neff, capture_dir / NTFF, out_dir, settings)
     if cap.details.get("ranks"):
         result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)
+        if settings.pftrace:  # the guide's combined view, over the folder the capture wrote the ranks to
+            result["session"] = view_session(neff, capture_dir / "raw", out_dir, settings)
     return result

@@ -156,7 +156,7 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
 
 
 def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> list[dict]:
-    """Multi-worker capture: each profiled rank's NTFF (profile_rank_<r>[_exec_<n>].ntff) to
+    """Multi-worker capture: each profiled rank's NTFF (profile_rank_<r>[_exec_<n>].ntff) also as
     out_dir/profile_rank_<r>.ntff; the lowest rank's is also the capture's profile.ntff."""
     ranks = []
     for rank in profiled_ranks(settings.collectives):
@@ -166,8 +166,13 @@ def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> lis
             raise UserError(f"{raw}: expected {name} (rank {rank}) after a multi-worker capture, found "
                             f"{found or 'no NTFF'}; check --collectives-* and the capture log.")
         ranks.append({"rank": rank, "ntff": f"profile_rank_{rank}.ntff", "written_as": name})
-    for r in ranks:
-        shutil.copyfile(raw / r["written_as"], out_dir / r["ntff"])
+    for r in ranks:  # raw/ stays as the tool wrote it: the session directory of the combined view
+        target = out_dir / r["ntff"]
+        target.unlink(missing_ok=True)
+        try:
+            os.link(raw / r["written_as"], target)  # NTFFs are large: one copy on disk
+        except OSError:
+            shutil.copyfile(raw / r["written_as"], target)
     return ranks
 
 
@@ -189,6 +194,33 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
                     "nc_idx": summary.get("nc_idx"), "nd_idx": summary.get("nd_idx"),
                     "total_time": summary.get("total_time")})
     return out
+
+
+SESSION_OUTPUTS = ("system_profile.pftrace", "device_profile_model_*.pftrace")  # `view -d` with perfetto
+
+
+def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    """The combined collectives view of a multi-worker capture: `view -n NEFF -d <session dir>` with
+    perfetto output, which writes system_profile.pftrace and one device_profile_model_<id>.pftrace
+    into its working directory (the guide's names), here out_dir/session/: every rank on one timeline
+    in ui.perfetto.dev, and queryable like any view."""
+    profiler = resolve_profiler(settings.profiler)
+    folder = (out_dir / "session").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [profiler, "view", "-n", str(neff.resolve()), "-d", str(session_dir.resolve()), "--output-format",
+            "perfetto", *(["--ingest-only"] if is_explorer(profiler) else []),
+            *(["--enable-memory-tracker"] if settings.memory_tracker else [])]
+    name = Path(profiler).name
+    proc = run_tool(argv, settings.timeout_s, f"{session_dir}: {name} view -d", cwd=folder, env=tool_env())
+    if proc.returncode != 0:
+        raise UserError(f"{session_dir}: {name} view -d (the combined view of every rank) exited {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+    system, devices = folder / SESSION_OUTPUTS[0], sorted(folder.glob(SESSION_OUTPUTS[1]))
+    if not system.is_file() or not devices:
+        raise UserError(f"{session_dir}: {name} view -d exited 0 without writing {' and '.join(SESSION_OUTPUTS)} "
+                        f"in {folder}; check the tool version.")
+    return {"argv": argv, "system_pftrace": str(system.relative_to(out_dir.resolve())),
+            "device_pftraces": [str(d.relative_to(out_dir.resolve())) for d in devices]}
 
 
 def tool_version(tool: str) -> str | None:
