@@ -187,3 +187,23 @@ def test_packets_written_otherwise_decode_the_same(chunk, tmp_path, monkeypatch)
     assert decoded.slices.arg_value == [2**63 + 1, -4, 0.25, False, "s"] and list(decoded.slices.arg_slice) == [0] * 5
     assert [(c.track_uuid, c.ts, c.value) for c in decoded.counters] == [(6, 27, -7.0)]
     assert decoded.tracks[big].name == "big track"
+
+
+def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
+    """The writer encodes track events itself: parsing its file and serializing it again with the
+    protobuf classes (fields in number order, canonical varints) must give the same bytes."""
+    events = [{"ph": "X", "cat": ["cpu_op", "python"][i % 2], "name": f"op{i % 7}", "pid": 7, "tid": 8 + i % 3,
+               "ts": 1e6 + i * 3.0005, "dur": [2.0, 40.0, -1][i % 3],
+               "args": {"i": i, "neg": -i, "big": 2**63 + i, "f": i / 3, "b": i % 2 == 0, "s": "é" * (i % 3),
+                        "l": [i, [i]], "huge": 10**30}} for i in range(300)]
+    events += [{"ph": "i", "name": "mark", "pid": 7, "tid": 8, "ts": 1e6 + 5},
+               {"ph": "C", "name": "mem", "pid": 7, "ts": 1e6 + 7, "args": {"bytes": 4096, "frac": 0.5}}]
+    out = tmp_path / "t.pftrace"
+    assert chrome_to_pftrace(chrome(events), out) == {"slices": 300, "instants": 1, "counters": 2, "skipped": 0}
+    data = out.read_bytes()
+    assert Trace.FromString(data).SerializeToString() == data
+    decoded = read(out)
+    assert len(decoded.slices) == 301 and sorted(set(decoded.slices.name)) == ["mark"] + [f"op{k}" for k in range(7)]
+    first = next(s for s in decoded.slices if s.name == "op1" and s.args["debug.i"] == 1)
+    assert first.args["debug.neg"] == -1 and first.args["debug.big"] == str(2**63 + 1)  # beyond int64: text
+    assert first.args["debug.s"] == "é" and first.args["debug.l"] == "[1, [1]]" and first.args["debug.b"] is False
