@@ -216,16 +216,17 @@ rule report:
 
 
 def _same_dag(tmp: Path, quick: bool) -> tuple[list, list, int]:
-    """The project on a sweep of 250 workloads (1,005 jobs) and a bare Snakefile with the same DAG: the
-    same rules, files, targets (rule all asks for every metrics.json, as the project's does) and
-    resources, each job a touch. Returns both commands (without their mode flags) and the job count."""
+    """The project on a sweep of 250 workloads (1,005 jobs: a matmul grid of 250 M values) and a bare
+    Snakefile with the same DAG: the same rules, files, targets (rule all asks for every metrics.json,
+    as the project's does) and resources, each job a touch. Returns both commands (without their mode
+    flags) and the job count."""
     import yaml
 
     workloads = 25 if quick else 250
     ms = list(range(16, 16 + 16 * workloads, 16))[:workloads]
     cfg = {"run": "b", "backend": "cpu", "cache_dir": str(tmp / "plan-cache"),
            "capture": {"device_lock": str(tmp / "plan.lock")},
-           "suites": {"matmul": {"shapes": [{"m": m, "k": 16, "n": 16} for m in ms]}}}
+           "suites": {"matmul": {"grid": {"m": ms, "k": [16], "n": [16]}}}}  # as a sweep is written
     proj, bare = tmp / "proj", tmp / "bare"
     for d in (proj, bare):
         d.mkdir()
