@@ -107,10 +107,7 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
     head = b""  # the previous block's last bytes, to find a key cut by the block's edge
     with open(path, "rb") as handle:
         while buf := handle.read(BLOCK):
-            try:
-                pos, chars, opens, after = scan.block(buf)
-            except ValueError as e:
-                raise ValueError(f"{path}: {e}") from None
+            pos, chars, opens, after = scan.block(buf)
             # where a top-level value opens (depth 1 -> 2) or closes (2 -> 1)
             edges = np.flatnonzero((opens & (after == 2)) | (~opens & (after == 1))).tolist()
             start = 0
@@ -147,8 +144,7 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
                 start = stop + 1
             head = buf[-KEY_WINDOW:] if len(buf) >= KEY_WINDOW else (head + buf)[-KEY_WINDOW:]
     if scan.depth or scan.in_string:
-        raise ValueError(f"{path}: the JSON ends inside {'a string' if scan.in_string else 'an object or array'} "
-                         "(cut short)")
+        raise ValueError(f"the JSON ends inside {'a string' if scan.in_string else 'an object or array'}: cut short")
 
 
 def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, result: Split):
