@@ -207,3 +207,27 @@ def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
     first = next(s for s in decoded.slices if s.name == "op1" and s.args["debug.i"] == 1)
     assert first.args["debug.neg"] == -1 and first.args["debug.big"] == str(2**63 + 1)  # beyond int64: text
     assert first.args["debug.s"] == "é" and first.args["debug.l"] == "[1, [1]]" and first.args["debug.b"] is False
+    from neuronsweep.analysis.profile_db import ProfileDB
+
+    shown = ProfileDB().load(out).sql("SELECT DISTINCT display_value FROM args WHERE key = 'debug.f' "
+                                      "AND real_value IN (0, 1)").fetchall()
+    assert sorted(shown) == [("0.0",), ("1.0",)]  # as Python writes them, like every other value
+
+
+def test_protoscan_reads_every_field_and_a_repeated_scalar_keeps_its_last_value():
+    import numpy as np
+
+    from neuronsweep.analysis import protoscan
+
+    # two messages: {9: 1, 9: 300, 23: "ab", 44: 0.5 (fixed64)} and {} (empty)
+    first = bytes([9 << 3, 1, 9 << 3, 0xAC, 0x02, 0xBA, 0x01, 2]) + b"ab" + bytes([0xE1, 0x02]) + \
+        np.float64(0.5).tobytes()
+    buf = protoscan.padded(first)
+    fields = protoscan.scan(buf, np.array([0, len(first)]), np.array([len(first), len(first)]))
+    value, present = fields.last(9, 2)
+    assert value.tolist() == [300, 0] and present.tolist() == [True, False]
+    assert fields.last(44, 2)[0].view(np.float64)[0] == 0.5
+    name = fields.where(23, protoscan.LEN)
+    assert protoscan.text(first, fields.at[name], fields.value[name]) == ["ab"]
+    with pytest.raises(protoscan.DecodeError):
+        protoscan.scan(buf, np.array([0]), np.array([len(first) - 3]))  # a field past its message's end

@@ -29,6 +29,10 @@ NEWLINES_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
 LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b"{}[]\"\\,\n"
 
 
+class NotJSON(ValueError):
+    """The bytes are not (all of) a JSON document."""
+
+
 @dataclass
 class Split:
     """What a pass found: per key, how many records; the keys whose arrays were not plain records."""
@@ -80,7 +84,7 @@ class _Structure:
         after = self.depth + np.cumsum(np.where(opens, 1, -1))  # the depth after each structural byte
         if after.size:
             if after.min() < 0:
-                raise ValueError("not JSON (a bracket closes what was never opened)")
+                raise NotJSON("not JSON (a bracket closes what was never opened)")
             self.depth = int(after[-1])
         return pos, chars, opens, after
 
@@ -144,7 +148,7 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
                 start = stop + 1
             head = buf[-KEY_WINDOW:] if len(buf) >= KEY_WINDOW else (head + buf)[-KEY_WINDOW:]
     if scan.depth or scan.in_string:
-        raise ValueError(f"the JSON ends inside {'a string' if scan.in_string else 'an object or array'}: cut short")
+        raise NotJSON(f"the JSON ends inside {'a string' if scan.in_string else 'an object or array'}: cut short")
 
 
 def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, result: Split):

@@ -4,7 +4,8 @@ Such files reach gigabytes (about 1 GB per 250k instructions). One pass finds th
 wanted arrays in byte blocks (json_records) and a C++ parser (pyarrow.json) makes each block's
 records a table; a batch whose types that parser cannot give exactly (see below) is decoded with
 orjson instead, and an array json_records cannot split (items that are not objects) is streamed
-with ijson, value by value. Every path gives the same tables. What the real files hold (../shared/fixtures/neuron/real/):
+with ijson, value by value. Every path gives the same tables.
+What the real files hold (../shared/fixtures/neuron/real/):
 64-bit ids above 2^53 (`id`, `packet_aggregation_id`), numbers written as strings (`dma_queue`),
 nested lists (`source`), and columns whose JSON type may change between records. Each batch's
 columns get the narrowest Arrow type that holds every value exactly:
@@ -173,9 +174,8 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
                  ) -> None:
     """The profile's `arrays` as `<key>-NNNN.parquet` files and the first record of each of `firsts`
     as `<key>.parquet`, in one pass over the file (see the module docstring)."""
-    import pyarrow.parquet as pq
-
     import duckdb
+    import pyarrow.parquet as pq
 
     files = {key: _Files(out_dir, key) for key in arrays}
     found = json_records.Split()
@@ -184,7 +184,7 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
             for key, data, _ in json_records.split(path, set(arrays), set(firsts), found):
                 if key not in found.irregular:
                     files[key].write(ndjson_table(data, con))
-    except ValueError as e:  # json_records' own finding, or a batch no parser can read
+    except (json_records.NotJSON, json.JSONDecodeError, orjson.JSONDecodeError) as e:  # or a batch no parser reads
         raise UserError(f"{path} is not a readable legacy profile ({e}); if a view was cut short "
                         "(a full disk, a killed job), run the view again") from None
     for key, out in files.items():

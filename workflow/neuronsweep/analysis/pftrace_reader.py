@@ -242,16 +242,18 @@ class _Reader:
         kind = ef.last(E_TYPE, n, dtype=np.int64)[0]
         track, has_track = ef.last(E_TRACK, n)
         ev_ts, ev_gen = ts[packet], gen[packet]
-        tracks = track.tolist()
-        for j in np.flatnonzero(~has_track).tolist():  # the sequence's default track at that packet
-            defaults = [t for number, t in self.gens[ev_gen[j]].default_track
-                        if number <= self.packets_seen + packet[j]]
-            if not defaults:
+        missing = np.flatnonzero(~has_track)
+        for g in np.unique(ev_gen[missing]).tolist():  # the generation's default track at that packet
+            sel = missing[ev_gen[missing] == g]
+            defaults = self.gens[g].default_track
+            at = np.searchsorted([number for number, _ in defaults], self.packets_seen + packet[sel], "right") - 1
+            if not defaults or (at < 0).any():
                 self.fail("a track event names no track and its sequence has no default track.")
-            tracks[j] = defaults[-1]
+            track[sel] = np.array([t for _, t in defaults], np.uint64)[at]
+        tracks = track.tolist()
         opens = (kind == BEGIN) | (kind == INSTANT)
-        names = self._names(buf, raw, ef, n, ev_gen, opens)
-        cats = self._categories(buf, raw, ef, n, ev_gen, opens)
+        names = self._names(raw, ef, n, ev_gen, opens)
+        cats = self._categories(raw, ef, n, ev_gen, opens)
         counter_int = ef.last(E_COUNTER, n)[0].view(np.int64)
         counter_double, is_double = ef.last(E_DOUBLE_COUNTER, n)
         counter_value = np.where(is_double, counter_double.view(np.float64), counter_int.astype(np.float64))
@@ -291,9 +293,9 @@ class _Reader:
                             object)
         keys, inverse = np.unique((gens.astype(np.uint64) << np.uint64(40)) | iids, return_inverse=True)
         names = [getattr(self.gens[k >> 40], table).get(k & ((1 << 40) - 1), "") for k in keys.tolist()]
-        return np.array(names + [""], object)[inverse] if keys.size else np.zeros(0, object)
+        return np.array(names, object)[inverse] if keys.size else np.zeros(0, object)
 
-    def _names(self, buf, raw, ef, n, ev_gen, opens) -> list[str]:
+    def _names(self, raw, ef, n, ev_gen, opens) -> list[str]:
         """The names of the events that open slices: interned (name_iid) or inline (name)."""
         iid, _ = ef.last(E_NAME_IID, n)
         names = self._interned("names", ev_gen, iid)
@@ -302,7 +304,7 @@ class _Reader:
         names[ef.msg[inline]] = protoscan.text(raw, ef.at[inline], ef.value[inline])
         return names[opens].tolist()
 
-    def _categories(self, buf, raw, ef, n, ev_gen, opens) -> list[str | None]:
+    def _categories(self, raw, ef, n, ev_gen, opens) -> list[str | None]:
         """Categories joined by commas: the inline strings, else the interned ids' names. An event
         with one interned id (the usual case) is looked up per distinct id; any other, one by one."""
         inline = ef.where(E_CATS, protoscan.LEN)
@@ -326,8 +328,8 @@ class _Reader:
                 for a, m in zip(at[packed[lo:hi]].tolist(), value[packed[lo:hi]].tolist()):
                     pos = a
                     while pos < a + m:
-                        value, pos = _varint(raw, pos)
-                        ids.append(value)
+                        iid, pos = _varint(raw, pos)
+                        ids.append(iid)
                 cats = [self.gens[ev_gen[j]].cats.get(i, "") for i in ids]
             out[j] = ",".join(cats) or None
         return out[opens].tolist()

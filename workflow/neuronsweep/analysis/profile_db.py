@@ -124,7 +124,9 @@ def _arg_values(values: list) -> dict[str, pa.Array]:
                 "string_value": arr if kind == "string" else none.cast(text),
                 "real_value": arr if kind == "real" else none.cast(f64),
                 "value_type": pa.array([kind] * n, text),
-                "display_value": pc.if_else(arr, "True", "False") if kind == "bool" else arr.cast(text)}
+                "display_value": pc.if_else(arr, "True", "False") if kind == "bool"
+                else pa.array([str(v) for v in values], text) if kind == "real"  # Arrow writes 1.0 as "1"
+                else arr.cast(text)}
     cols = {k: [] for k in ("int_value", "string_value", "real_value", "value_type", "display_value")}
     for value in values:
         kind = kinds.get(type(value), "string")

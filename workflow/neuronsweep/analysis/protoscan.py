@@ -41,9 +41,12 @@ class Fields:
         whether it was present."""
         out = np.full(n, default, dtype)
         present = np.zeros(n, bool)
-        mask = self.num == num
-        out[self.msg[mask]] = self.value[mask].astype(dtype, copy=False)
-        present[self.msg[mask]] = True
+        idx = np.flatnonzero(self.num == num)
+        msg = self.msg[idx]
+        if idx.size:  # numpy does not define which of a repeated index's assignments wins
+            idx = idx[np.append(msg[1:] != msg[:-1], True)]
+        out[self.msg[idx]] = self.value[idx].astype(dtype, copy=False)
+        present[self.msg[idx]] = True
         return out, present
 
 
