@@ -231,3 +231,100 @@ def test_protoscan_reads_every_field_and_a_repeated_scalar_keeps_its_last_value(
     assert protoscan.text(first, fields.at[name], fields.value[name]) == ["ab"]
     with pytest.raises(protoscan.DecodeError):
         protoscan.scan(buf, np.array([0]), np.array([len(first) - 3]))  # a field past its message's end
+
+
+def _stack_reference(events):
+    """Per track, the (ts ns, type, name) sequence a nesting stack emits for complete events, as
+    written by hand: sorted by start, longer first; a child outliving its parent is clamped."""
+    from neuronsweep.chrome_trace import _ns
+
+    by_track = {}
+    for i, e in enumerate(events):
+        if e.get("ph") == "X":
+            by_track.setdefault((e["pid"], e["tid"]), []).append((int(_ns([e["ts"]])[0]), max(int(_ns([e["dur"]])[0]), 0), i))
+    out = {}
+    for key, slices in by_track.items():
+        seq, stack = [], []
+        for start, dur, i in sorted(slices, key=lambda s: (s[0], -(s[0] + s[1]), s[2])):
+            while stack and stack[-1] <= start:
+                seq.append((stack.pop(), "END", None))
+            finish = min(start + dur, stack[-1]) if stack else start + dur
+            seq.append((start, "BEGIN", events[i]["name"]))
+            stack.append(finish)
+        seq += [(t, "END", None) for t in reversed(stack)]
+        out[key] = seq
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slices_nest_as_a_stack_emits_them(seed, tmp_path):
+    """Ends and begins at one time, zero-length slices, equal starts and a child outliving its parent,
+    on several tracks: each track's packets in the order a stack emits them, the file in time order."""
+    import random
+
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+    rng = random.Random(seed)
+    events = [{"ph": "X", "name": f"s{i}", "pid": 7, "tid": rng.choice([8, 9]), "ts": float(rng.randrange(12)),
+               "dur": rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 1.0004])} for i in range(rng.randrange(5, 80))]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(chrome(events)))
+    out = tmp_path / "t.pftrace"
+    chrome_to_pftrace(path, out)
+    packets = Trace.FromString(out.read_bytes()).packet
+    uuid = {p.track_descriptor.uuid: p.track_descriptor.thread.tid for p in packets if p.HasField("track_descriptor")}
+    names, got, stamps = {}, {}, []
+    for p in packets:
+        if not p.HasField("track_event"):
+            continue
+        names.update({n.iid: n.name for n in p.interned_data.event_names})
+        ev = p.track_event
+        kind = "BEGIN" if ev.type == TrackEvent.TYPE_SLICE_BEGIN else "END"
+        got.setdefault((7, uuid[ev.track_uuid]), []).append((p.timestamp, kind, names[ev.name_iid] if kind == "BEGIN" else None))
+        stamps.append(p.timestamp)
+    assert got == _stack_reference(events)
+    assert stamps == sorted(stamps)
+
+
+def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_path, monkeypatch):
+    """Batches Arrow types exactly (ints, bools, strings) and batches only the loop reads exactly (a
+    null, a counter, a pid that is text, a list, a float or an int past 64 bits in the args) make the
+    same file as reading the whole trace as dicts."""
+    from neuronsweep import chrome_trace
+    from neuronsweep.analysis import json_records
+
+    quirks = [{"n": None}, {"l": [1, 2]}, {"f": 0.5}, {"big": 2**64}, {}]
+    events = []
+    for i in range(400):
+        e = {"ph": "X", "cat": "cpu_op", "name": f"op{i % 5}", "pid": 1, "tid": i % 3, "ts": i * 1.5,
+             "dur": [1.0, 5.0004, 0][i % 3], "args": {"i": -i, "s": "é\"}{", "b": i % 2 == 0}}
+        if i % 50 == 49:
+            e["args"].update(quirks[i // 50 % len(quirks)])
+        if i % 97 == 0:
+            e["pid"] = "Spans"
+        events.append(e)
+        if i % 61 == 0:
+            events.append({"ph": "C", "name": "mem", "pid": 1, "ts": i * 1.5, "args": {"bytes": i, "frac": i / 7}})
+        if i % 43 == 0:
+            events.append({"ph": "i", "s": "g" if i % 2 else "t", "name": "mark", "pid": 1, "tid": 2, "ts": i * 1.5})
+    events.append({"ph": "f", "name": "flow", "pid": 1, "tid": 1, "ts": 3.0, "id": 1})
+    trace = chrome(events)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+
+    used = []
+    fast = chrome_trace.Events.add_table
+    monkeypatch.setattr(chrome_trace.Events, "add_table", lambda self, *a: used.append(fast(self, *a)) or used[-1])
+    monkeypatch.setattr(json_records, "BLOCK", 2048)  # about ten events a batch
+    counts = chrome_to_pftrace(path, tmp_path / "file.pftrace")
+    assert True in used and False in used
+    assert counts == chrome_to_pftrace(trace, tmp_path / "dicts.pftrace")
+    assert counts == {"slices": 400, "instants": 10, "counters": 14, "skipped": 1}
+    assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
+
+
+def test_a_chrome_trace_that_is_not_json_is_one_sentence(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "ts": 1')
+    with pytest.raises(UserError, match=r"trace.json is not a readable Chrome trace \(.*cut short\)"):
+        chrome_to_pftrace(path, tmp_path / "t.pftrace")

@@ -3,35 +3,51 @@
 Why not hand the JSON to the Perfetto UI? The Neuron tools emit .pftrace, and one format downstream
 means one reader (analysis/pftrace_reader.py) and one set of SQL. Complete events ('X') become
 BEGIN/END slices on one track per (pid, tid), nested strictly (a child that outlives its parent
-after µs→ns rounding is clamped); instants ('i') become instant events; counters ('C') become
-counter tracks; args become debug annotations. Names and categories are interned. Track events
-are encoded here byte by byte (the protobuf classes cost about 3 us a packet, most of the time on
-a million slices); tests hold the bytes to the classes' own.
+after us->ns rounding is clamped); instants ('i') become instant events; counters ('C') become
+counter tracks; args become debug annotations. Names and categories are interned.
+
+A million-slice trace is normal, so nothing here is done per event in Python where it can be
+avoided: the events arrive as columns (chrome_trace.py), the packets' order is one numpy sort, and
+track events are encoded from the columns with numpy (varints) and pyarrow's element-wise binary
+joins, a chunk of packets at a time, straight into the file. The bytes are those the protobuf
+classes would write (tests serialize the parsed file again and compare); the classes themselves
+cost about 3 us a packet and write only the few track descriptors.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from array import array
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
+from . import chrome_trace
 from .atomic import replacing
 
 BEGIN, END, INSTANT, COUNTER = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT,
                                 TrackEvent.TYPE_COUNTER)
 SEQ_ID = 0x5EEB  # trusted_packet_sequence_id: one sequence for the whole file
+CHUNK = 1 << 18  # packets encoded at a time
+
+# Field tags of the messages written (perfetto_trace.proto), in field-number order, which is the
+# order the protobuf classes serialize them in.
+PACKET, TIMESTAMP, SEQUENCE, TRACK_EVENT, INTERNED, FLAGS = b"\x0a", b"\x40", b"\x50", b"\x5a", b"\x62", b"\x68"
+CATEGORY_IID, ANNOTATION, TYPE, NAME_IID, TRACK_UUID, DOUBLE_COUNTER = b"\x18", b"\x22", b"\x48", b"\x50", b"\x58", b"\xe1\x02"
+INTERNED_CATEGORY, INTERNED_NAME, IID, NAME = b"\x0a", b"\x12", b"\x08", b"\x12"
+ANN_BOOL, ANN_INT, ANN_DOUBLE, ANN_STRING, ANN_NAME = b"\x10", b"\x20", b"\x29", b"\x32", b"\x52"
+NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE, after the first packet
+CLEARED = bytes([TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE])
+EMPTY = pa.scalar(b"", pa.large_binary())
 _INT64 = (-(2**63), 2**63 - 1)
 
 
-def _ns(us: float) -> int:
-    return int(round(float(us) * 1000.0))
+# ----------------------------------------------------------------------------- encoding, one value
 
-
-def _slow_varint(n: int) -> bytes:
+def _varint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -40,49 +56,118 @@ def _slow_varint(n: int) -> bytes:
     return bytes(out)
 
 
-_SMALL = [_slow_varint(n) for n in range(1 << 14)]  # the varints of lengths, iids and small values
-
-
-def _varint(n: int) -> bytes:
-    return _SMALL[n] if n < 16384 else _slow_varint(n)
-
-
-def _signed(n: int) -> bytes:
-    return _varint(n & 0xFFFFFFFFFFFFFFFF)  # int64 on the wire: two's complement in 10 bytes
-
-
 def _field(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 
 
-# Field tags of the messages written (perfetto_trace.proto), in field-number order, which is the
-# order the protobuf classes serialize them in: the bytes are those TracePacket.SerializeToString gives.
-PACKET, TIMESTAMP, SEQUENCE, TRACK_EVENT, INTERNED, FLAGS = b"\x0a", b"\x40", b"\x50", b"\x5a", b"\x62", b"\x68"
-CATEGORY_IID, ANNOTATION, TYPE, NAME_IID, TRACK_UUID, DOUBLE_COUNTER = b"\x18", b"\x22", b"\x48", b"\x50", b"\x58", b"\xe1\x02"
-INTERNED_CATEGORY, INTERNED_NAME, IID, NAME = b"\x0a", b"\x12", b"\x08", b"\x12"
-ANN_BOOL, ANN_INT, ANN_DOUBLE, ANN_STRING, ANN_NAME = b"\x10", b"\x20", b"\x29", b"\x32", b"\x52"
-NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE, after the first packet
+def _annotation(key, value) -> bytes:
+    """One debug annotation as the loop reads it from a dict: ints, bools, floats as themselves,
+    anything else as its JSON text."""
+    if isinstance(value, bool):
+        body = ANN_BOOL + (b"\x01" if value else b"\x00")
+    elif isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
+        body = ANN_INT + _varint(value & 0xFFFFFFFFFFFFFFFF)  # int64 on the wire: two's complement
+    elif isinstance(value, float):
+        body = ANN_DOUBLE + struct.pack("<d", value)
+    else:
+        body = _field(ANN_STRING, (value if isinstance(value, str) else json.dumps(value)).encode())
+    return _field(ANNOTATION, body + _field(ANN_NAME, str(key).encode()))
 
 
-class _Writer:
-    """Writes each TracePacket as it is made (a Trace is `repeated TracePacket packet = 1`, so the
-    file is the packets length-delimited one after another): no whole trace is held in memory.
-    Track descriptors (a few) are built with the protobuf classes; track events (millions) are
-    encoded here directly, byte for byte what the classes would write, at a fraction of the cost."""
+# ------------------------------------------------------------------------- encoding, columns
+
+def _ragged(lengths: np.ndarray, data) -> pa.Array:
+    """A binary column from each row's length and all rows' bytes one after another."""
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_binary(), lengths.size, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _rows(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary column of each row's first `lengths` bytes of `matrix`."""
+    return _ragged(lengths, matrix[np.arange(matrix.shape[1]) < lengths[:, None]])
+
+
+def _varints(values, tag: bytes = b"", mask=None) -> pa.Array:
+    """Each row `tag` + the varint of its value (negative int64 as two's complement), empty where
+    `mask` is False."""
+    v = np.asarray(values).astype(np.uint64)
+    t = len(tag)
+    out = np.zeros((v.size, t + 10), np.uint8)
+    out[:, :t] = np.frombuffer(tag, np.uint8)
+    lengths = np.full(v.size, t + 1, np.int64)
+    for k in range(10):
+        rest = v >> np.uint64(7)
+        more = rest > 0
+        out[:, t + k] = (v & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
+        lengths += more
+        v = rest
+        if not more.any():
+            break
+    if mask is not None:
+        lengths[~mask] = 0
+    return _rows(out, lengths)
+
+
+def _fixed(tag: bytes, payload: np.ndarray, mask: np.ndarray) -> pa.Array:
+    """Each row `tag` + its fixed-size payload (an (n, k) uint8 array), empty where `mask` is False."""
+    out = np.concatenate([np.broadcast_to(np.frombuffer(tag, np.uint8), (payload.shape[0], len(tag))), payload], 1)
+    return _rows(out, np.where(mask, out.shape[1], 0))
+
+
+def _join(*parts) -> pa.Array:
+    return pc.binary_join_element_wise(*(pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p
+                                         for p in parts), EMPTY)
+
+
+def _length_prefixed(tag: bytes, payload: pa.Array, mask=None) -> pa.Array:
+    """Each row a length-delimited field: `tag`, the payload's length, the payload."""
+    lengths = pc.binary_length(payload).to_numpy()
+    head = _varints(lengths, tag)
+    whole = _join(head, payload)
+    return whole if mask is None else pc.if_else(pa.array(mask), whole, EMPTY)
+
+
+def _struct_annotations(args: pa.StructArray) -> pa.Array:
+    """Each row's debug annotations from an Arrow struct of int64, bool or string children (the
+    fast path's args; chrome_trace.FAST_ARGS): the bytes `_annotation` makes of the same values."""
+    out = _ragged(np.zeros(len(args), np.int64), b"")
+    parent = args.is_valid().to_numpy(zero_copy_only=False)
+    for i, f in enumerate(args.type):
+        child = pc.struct_field(args, [i])
+        valid = parent & child.is_valid().to_numpy(zero_copy_only=False)
+        if not valid.any():
+            continue
+        if pa.types.is_int64(f.type):
+            value = _varints(child.fill_null(0).to_numpy(zero_copy_only=False), ANN_INT, valid)
+        elif pa.types.is_boolean(f.type):
+            flag = child.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)[:, None]
+            value = _fixed(ANN_BOOL, flag, valid)
+        else:  # string
+            text = pc.fill_null(child, "").cast(pa.large_binary())
+            value = _length_prefixed(ANN_STRING, text, valid)
+        body = _join(value, _field(ANN_NAME, f.name.encode()))
+        out = _join(out, _length_prefixed(ANNOTATION, body, valid))
+    return out
+
+
+def _dict_annotations(args: list) -> pa.Array:
+    encoded = [b"".join([_annotation(k, v) for k, v in a.items()]) for a in args]
+    return _ragged(np.fromiter(map(len, encoded), np.int64, len(encoded)), b"".join(encoded))
+
+
+# ------------------------------------------------------------------------------------ the trace
+
+class _Tracks:
+    """Track descriptors, written as they are made (a few, with the protobuf classes)."""
 
     def __init__(self, handle):
-        self.handle = handle
-        self.next_uuid = 1
-        self.names: dict[str, int] = {}
-        self.cats: dict[str, int] = {}
-        self.keys: dict[str, bytes] = {}  # annotation name -> its encoded name field
-        self.sequence = SEQUENCE + _varint(SEQ_ID)
-        self.flags = FLAGS + _varint(TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+        self.handle, self.next_uuid = handle, 1
 
     def write(self, body: bytes) -> None:
         self.handle.write(PACKET + _varint(len(body)) + body)
 
-    def track(self, name: str, pid=None, tid=None, counter_unit: str | None = None, parent: int | None = None) -> int:
+    def add(self, name: str, pid=None, tid=None, counter_unit: str | None = None, parent: int | None = None) -> int:
         uuid, self.next_uuid = self.next_uuid, self.next_uuid + 1
         p = TracePacket()
         td = p.track_descriptor
@@ -100,232 +185,174 @@ class _Writer:
         self.write(p.SerializeToString())
         return uuid
 
-    def _annotation(self, key, value) -> bytes:
-        name = self.keys.get(key)
-        if name is None:
-            name = self.keys[key] = _field(ANN_NAME, str(key).encode())
-        kind = type(value)
-        if kind is int and 0 <= value < 16384:
-            body = ANN_INT + _SMALL[value]
-        elif kind is bool:
-            body = ANN_BOOL + (b"\x01" if value else b"\x00")
-        elif isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
-            body = ANN_INT + _signed(value)
-        elif isinstance(value, float):
-            body = ANN_DOUBLE + struct.pack("<d", value)
-        else:
-            body = _field(ANN_STRING, (value if isinstance(value, str) else json.dumps(value)).encode())
-        return _field(ANNOTATION, body + name)
-
-    def _intern(self, table: dict, name: str, field_tag: bytes) -> tuple[int, bytes]:
-        """The iid of `name`, and the interned entry to send with it on first use ("" after)."""
-        iid = table.get(name)
-        if iid is not None:
-            return iid, b""
-        iid = table[name] = len(table) + 1  # iid 0 is invalid
-        return iid, _field(field_tag, IID + _varint(iid) + _field(NAME, name.encode()))
-
-    def events(self, packets: "_Packets") -> None:
-        """Every track event, in time order, encoded here: the bytes the protobuf classes would write
-        (fields in number order), at a fraction of their cost (about 3 us a packet)."""
-        order = packets.order()
-        ts = np.frombuffer(packets.ts, np.int64)
-        seq = self.sequence
-        kinds = {k: TYPE + _varint(k) for k in (BEGIN, END, INSTANT, COUNTER)}
-        end_suffix: dict[int, bytes] = {}  # track -> what follows an END packet's timestamp (always the same)
-        tracks: dict[int, bytes] = {}
-        p_kind, p_track, p_event = packets.kind, packets.track, packets.event
-        annotation, intern, cat_table, name_table = self._annotation, self._intern, self.cats, self.names
-        out = []
-        for stamp, i in self._stamped(ts, order):
-            kind, track = p_kind[i], p_track[i]
-            if kind == END:
-                suffix = end_suffix.get(track)
-                if suffix is None:
-                    suffix = end_suffix[track] = (seq + _field(TRACK_EVENT, kinds[END] + TRACK_UUID + _varint(track))
-                                                  + NEEDS_STATE)
-                out.append(b"".join((PACKET, _SMALL[1 + len(stamp) + len(suffix)], TIMESTAMP, stamp, suffix)))
+    def of_keys(self, events: chrome_trace.Events) -> np.ndarray:
+        """A uuid per track key, described in the keys' order: a thread's process first."""
+        processes: dict = {}
+        uuids = []
+        for key in events.keys:
+            if key[0] == "counter":
+                _, _, name, series = key
+                uuids.append(self.add(f"{name}.{series}", counter_unit=""))
                 continue
-            tb = tracks.get(track)
-            if tb is None:
-                tb = tracks[track] = TRACK_UUID + _varint(track)
-            ev = p_event[i]
-            interned = b""
-            if kind == COUNTER:
-                body = kinds[COUNTER] + tb + DOUBLE_COUNTER + struct.pack("<d", float(ev))
-            else:
-                cat, args = ev.get("cat"), ev.get("args")
-                body = cats = b""
-                if cat:
-                    iid, cats = intern(cat_table, cat, INTERNED_CATEGORY)
-                    body = CATEGORY_IID + _varint(iid)
-                if args:
-                    body += b"".join([annotation(k, v) for k, v in args.items()])
-                iid, names = intern(name_table, ev.get("name", ""), INTERNED_NAME)
-                body += kinds[kind] + NAME_IID + _varint(iid) + tb
-                if cats or names:
-                    interned = _field(INTERNED, cats + names)
-            packet = b"".join((TIMESTAMP, stamp, seq, _field(TRACK_EVENT, body), interned, NEEDS_STATE))
-            out.append(PACKET + _varint(len(packet)) + packet)
-            if len(out) >= 65536:
-                self._flush(out)
-                out = []
-        self._flush(out)
-
-    @staticmethod
-    def _stamped(ts: np.ndarray, order: np.ndarray, chunk: int = 1 << 16):
-        """(encoded timestamp, packet index) in order, the varints made a chunk at a time."""
-        for lo in range(0, order.size, chunk):
-            idx = order[lo:lo + chunk]
-            yield from zip(_varints(ts[idx]), idx.tolist())
-
-    def _flush(self, out: list[bytes]) -> None:
-        if out and self.flags:  # the sequence's first packet clears its state: same length, other value
-            out[0] = out[0][:-len(NEEDS_STATE)] + self.flags
-            self.flags = b""
-        self.handle.write(b"".join(out))
+            pid, tid = key
+            if isinstance(pid, int) and pid not in processes:
+                processes[pid] = self.add(events.proc_names.get(pid) or f"process {pid}", pid=pid)
+            name = events.thread_names.get(key) or f"{pid}/{tid}"
+            uuids.append(self.add(name, pid=pid, tid=tid if isinstance(pid, int) else None,
+                                  parent=processes.get(pid)) if isinstance(tid, int) else self.add(name))
+        return np.array(uuids, np.uint64)
 
 
-def _varints(values) -> list[bytes]:
-    """Many unsigned varints at once (numpy), each as its bytes."""
-    v = np.asarray(values, np.uint64)
-    out = np.zeros((v.size, 10), np.uint8)
-    length = np.ones(v.size, np.int64)
-    for k in range(10):
-        rest = v >> np.uint64(7)
-        more = rest > 0
-        out[:, k] = (v & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
-        length += more
-        v = rest
-        if not more.any():
-            break
-    flat = out.tobytes()
-    return [flat[10 * i:10 * i + m] for i, m in enumerate(length.tolist())]
-
-
-def _ns_array(values) -> np.ndarray:
-    """Microseconds to integer nanoseconds, rounded as _ns rounds (half to even)."""
-    return np.rint(np.asarray(values, np.float64) * 1000.0).astype(np.int64)
-
-
-def _slice_stream(events: list[dict], track: int, out: "_Packets") -> None:
-    """One track's complete events as BEGIN/END packets, strictly nested (a child that outlives its
-    parent is clamped): sorted by start, longer first, then by input order."""
-    start = _ns_array([e["ts"] for e in events])
-    end = start + np.maximum(_ns_array([e.get("dur", 0) for e in events]), 0)
-    order = np.lexsort((np.arange(len(events)), -end, start)).tolist()
-    starts, ends = start.tolist(), end.tolist()
+def _clamped_ends(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
+    """Slices sorted by (track, start, longer first): each end clamped to its parent's, so they nest
+    strictly. A track whose slices never overlap needs nothing; otherwise a stack, per slice."""
+    same = track[1:] == track[:-1]
+    if not (same & (end[:-1] > start[1:])).any():
+        return end
+    out = end.tolist()
+    starts, tracks = start.tolist(), track.tolist()
     stack: list[int] = []
-    stream = out.new_stream()
-    ts, kind, event = [], [], []  # this track's packets, in order
-    for i in order:
-        begin, finish = starts[i], ends[i]
-        while stack and stack[-1] <= begin:
-            ts.append(stack.pop())
-            kind.append(END)
-            event.append(None)
-        if stack and stack[-1] < finish:
-            finish = stack[-1]
-        ts.append(begin)
-        kind.append(BEGIN)
-        event.append(events[i])
-        stack.append(finish)
-    while stack:
-        ts.append(stack.pop())
-        kind.append(END)
-        event.append(None)
-    out.extend(ts, kind, track, event, stream)
+    current = None
+    for i, (b, f, trk) in enumerate(zip(starts, out, tracks)):
+        if trk != current:
+            stack, current = [], trk
+        while stack and stack[-1] <= b:
+            stack.pop()
+        if stack and stack[-1] < f:
+            f = out[i] = stack[-1]
+        stack.append(f)
+    return np.array(out, np.int64)
 
 
 class _Packets:
-    """Every track event to write, as columns (8-byte arrays: millions of them), then written in
-    time order (ties: the stream that began first, then the stream's own order)."""
+    """Every track event as columns, in the order they are written: by time; ties by stream (each
+    instant or counter its own, then one per slice track, in input order), then within a track
+    slice by slice as a nesting stack emits them (`_clamped_ends`)."""
 
-    def __init__(self):
-        self.ts, self.kind, self.track, self.stream = array("q"), array("q"), array("Q"), array("q")
-        self.event: list = []
-        self.streams = 0
+    def __init__(self, events: chrome_trace.Events, uuids: np.ndarray):
+        parts, events.parts = events.parts, []  # concatenated here: each part's columns freed as it goes
+        # each part's args, annotated: rows in order of its slices and instants
+        self.annotations = pa.chunked_array([_struct_annotations(p.args) if isinstance(p.args, pa.StructArray)
+                                             else _dict_annotations(p.args) for p in parts], pa.large_binary())
 
-    def new_stream(self) -> int:
-        self.streams += 1
-        return self.streams - 1
+        def column(name: str, dtype) -> np.ndarray:
+            out = np.concatenate([getattr(p, name) for p in parts]).astype(dtype, copy=False) if parts \
+                else np.zeros(0, dtype)
+            for p in parts:
+                setattr(p, name, None)
+            return out
 
-    def add(self, ts, kind, track, event, stream) -> None:
-        self.extend([ts], [kind], track, [event], stream)
+        kind, key, ts, dur = column("kind", np.int8), column("key", np.int32), column("ts", np.int64), column("dur", np.int64)
+        self.name_of, self.cat_of, self.value = column("name", np.int32), column("cat", np.int32), column("value", np.float64)
+        self.uuids = uuids
+        named = np.flatnonzero(kind != chrome_trace.COUNTER)
+        self.annotation_row = np.full(kind.size, -1, np.int64)
+        self.annotation_row[named] = np.arange(named.size)
 
-    def extend(self, ts: list, kind: list, track: int, event: list, stream: int) -> None:
-        self.ts.extend(ts)
-        self.kind.extend(kind)
-        self.track.extend([track] * len(ts))
-        self.event += event
-        self.stream.extend([stream] * len(ts))
+        others = np.flatnonzero(kind != chrome_trace.SLICE)
+        x = np.flatnonzero(kind == chrome_trace.SLICE)
+        x_tracks, first_x = np.unique(key[x], return_index=True)
+        stream_of_track = np.zeros(max(len(events.keys), 1), np.int64)
+        stream_of_track[x_tracks[np.argsort(first_x)]] = others.size + np.arange(x_tracks.size)
+        start = ts[x]
+        end = start + np.maximum(dur[x], 0)
+        del dur
+        o = np.lexsort((x, -end, start, key[x]))
+        x, start, end = x[o], start[o], end[o]
+        x_key = key[x]
+        ce = _clamped_ends(start, end, x_key)
+        del end, o
+        # the stack's order as one sort key after the time: the stream, then at one time ends before
+        # begins and inner ends first; a zero-length slice ends right after it begins
+        n = x.size
+        zero = ce == start
+        rank = np.arange(n, dtype=np.int64)
+        track_stream = 2 * stream_of_track[x_key] * (3 * n + 2) + n  # (stream * 2 + cls) * span + sub + n
+        tie = np.concatenate([2 * np.arange(others.size, dtype=np.int64) * (3 * n + 2) + n,
+                              track_stream + (3 * n + 2) + 2 * rank,
+                              track_stream + np.where(zero, (3 * n + 2) + 2 * rank + 1, -rank)])
+        del rank, zero, track_stream
+        self.ts = np.concatenate([ts[others], start, ce])
+        del ts, start, ce
+        self.order = np.lexsort((tie, self.ts))
+        del tie
+        kinds = np.where(kind[others] == chrome_trace.INSTANT, INSTANT, COUNTER)
+        self.kind = np.concatenate([kinds, np.full(n, BEGIN), np.full(n, END)]).astype(np.int8)
+        self.event = np.concatenate([others, x, np.full(n, -1)]).astype(np.int32)
+        self.key = np.concatenate([key[others], x_key, x_key])
+        self._intern(events)
 
-    def order(self) -> np.ndarray:
-        ts, stream = np.frombuffer(self.ts, np.int64), np.frombuffer(self.stream, np.int64)
-        return np.lexsort((np.arange(ts.size), stream, ts))
+    def _intern(self, events: chrome_trace.Events) -> None:
+        """Name and category iids numbered by first use in the written order, and each entry sent
+        with the packet that uses it first (as a writer interning on the fly does)."""
+        order = self.order
+        named_pos = np.flatnonzero(np.isin(self.kind[order], (BEGIN, INSTANT)))
+        ev = self.event[order[named_pos]]
+        self.name_iid = np.zeros(len(events.names), np.int64)
+        self.cat_iid = np.zeros(len(events.cats) + 1, np.int64)  # index -1: none, iid 0
+        entries: dict[int, list[bytes]] = {}
+        for table, of, iids, tag in ((events.cats, self.cat_of, self.cat_iid, INTERNED_CATEGORY),
+                                     (events.names, self.name_of, self.name_iid, INTERNED_NAME)):
+            text = list(table)
+            ids = of[ev]
+            used = ids >= 0
+            distinct, first = np.unique(ids[used], return_index=True)
+            by_use = np.argsort(first)
+            iids[distinct[by_use]] = np.arange(1, distinct.size + 1)
+            for n, (i, f) in enumerate(zip(distinct[by_use].tolist(), named_pos[used][first[by_use]].tolist())):
+                entries.setdefault(f, []).append(_field(tag, IID + _varint(n + 1) + _field(NAME, text[i].encode())))
+        self.interned_at = np.array(sorted(entries), np.int64)  # positions in the written order
+        self.interned = [_field(INTERNED, b"".join(entries[p])) for p in self.interned_at.tolist()]
+
+    def encode(self, lo: int, hi: int) -> pa.Array:
+        """Packets lo..hi of the written order, each length-delimited as a Trace's `packet` field."""
+        idx = self.order[lo:hi]
+        kind, ev = self.kind[idx].astype(np.int64), self.event[idx]
+        named = (kind == BEGIN) | (kind == INSTANT)
+        counter = kind == COUNTER
+        name = np.where(named, self.name_iid[self.name_of[ev]], 0)
+        cat = np.where(named, self.cat_iid[self.cat_of[ev]], 0)
+        rows = np.where(named, self.annotation_row[ev], -1)
+        annotations = pc.take(self.annotations, pa.array(rows, mask=~named)).combine_chunks()
+        annotations = pc.fill_null(annotations, EMPTY)
+        value = np.where(counter, self.value[ev], 0.0).astype("<f8").view(np.uint8).reshape(-1, 8)
+        body = _join(_varints(cat, CATEGORY_IID, cat > 0), annotations, _varints(kind, TYPE),
+                     _varints(name, NAME_IID, named), _varints(self.uuids[self.key[idx]], TRACK_UUID),
+                     _fixed(DOUBLE_COUNTER, value, counter))
+        a, b = np.searchsorted(self.interned_at, [lo, hi])
+        lengths = np.zeros(hi - lo, np.int64)
+        lengths[self.interned_at[a:b] - lo] = [len(e) for e in self.interned[a:b]]
+        interned = _ragged(lengths, b"".join(self.interned[a:b]))
+        payload = _join(_varints(self.ts[idx], TIMESTAMP), SEQUENCE + _varint(SEQ_ID),
+                        _length_prefixed(TRACK_EVENT, body), interned, NEEDS_STATE)
+        return _length_prefixed(PACKET, payload)
 
 
-def chrome_to_pftrace(trace: dict, out: str | Path) -> dict:
-    """Convert a Chrome trace dict to `out` (.pftrace); returns counts of what was written."""
-    events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
-    proc_names, thread_names = {}, {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            proc_names[e.get("pid")] = e.get("args", {}).get("name", "")
-        elif e.get("ph") == "M" and e.get("name") == "thread_name":
-            thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
+def _write_column(handle, packets: pa.Array, first: bool) -> None:
+    """The column's bytes as they lie in its buffer; the sequence's first packet clears its state
+    (the same flag byte, another value: its last)."""
+    offsets = np.frombuffer(packets.buffers()[1], np.int64)[packets.offset:packets.offset + len(packets) + 1]
+    data = memoryview(packets.buffers()[2])[int(offsets[0]):int(offsets[-1])]
+    if first and len(packets):
+        cut = int(offsets[1] - offsets[0]) - 1
+        handle.write(data[:cut])
+        handle.write(CLEARED)
+        data = data[cut + 1:]
+    handle.write(data)
 
+
+def write(events: chrome_trace.Events, out: str | Path) -> dict:
+    """Write `events` (chrome_trace.read) to `out` (.pftrace), consuming them; returns counts of
+    what was written."""
     # the file appears whole or not at all (replacing), and packets stream into it as they are made
     with replacing(out) as tmp, open(tmp, "wb", buffering=1 << 20) as handle:
-        w = _Writer(handle)
-        counts = _write_events(events, w, proc_names, thread_names)
-    return counts
+        uuids = _Tracks(handle).of_keys(events)
+        packets = _Packets(events, uuids)
+        for lo in range(0, packets.order.size, CHUNK):
+            _write_column(handle, packets.encode(lo, min(lo + CHUNK, packets.order.size)), lo == 0)
+    return events.counts
 
 
-def _write_events(events: list[dict], w: _Writer, proc_names: dict, thread_names: dict) -> dict:
-    process_tracks: dict = {}
-    tracks: dict = {}
-
-    def thread_track(pid, tid) -> int:
-        if (pid, tid) not in tracks:
-            name = thread_names.get((pid, tid)) or f"{pid}/{tid}"
-            if isinstance(pid, int) and pid not in process_tracks:
-                process_tracks[pid] = w.track(proc_names.get(pid) or f"process {pid}", pid=pid)
-            tracks[(pid, tid)] = w.track(name, pid=pid, tid=tid if isinstance(pid, int) else None,
-                                         parent=process_tracks.get(pid)) if isinstance(tid, int) \
-                else w.track(name)
-        return tracks[(pid, tid)]
-
-    by_track: dict[int, list] = {}
-    packets = _Packets()
-    counts = {"slices": 0, "instants": 0, "counters": 0, "skipped": 0}
-    for e in events:
-        ph = e.get("ph")
-        if ph == "X":
-            key = (e.get("pid"), e.get("tid"))
-            trk = tracks.get(key)
-            if trk is None:
-                trk = thread_track(*key)
-            evs = by_track.get(trk)
-            if evs is None:
-                evs = by_track[trk] = []
-            evs.append(e)
-        elif ph == "i" or ph == "I":
-            tid = None if e.get("s") == "g" else e.get("tid")
-            trk = thread_track(e.get("pid"), tid if tid is not None else "instants")
-            packets.add(_ns(e["ts"]), INSTANT, trk, e, packets.new_stream())
-            counts["instants"] += 1
-        elif ph == "C":
-            for series, value in sorted(e.get("args", {}).items()):
-                key = ("counter", e.get("pid"), e.get("name"), series)
-                if key not in tracks:
-                    tracks[key] = w.track(f"{e.get('name')}.{series}", counter_unit="")
-                packets.add(_ns(e["ts"]), COUNTER, tracks[key], value, packets.new_stream())
-                counts["counters"] += 1
-        elif ph != "M":
-            counts["skipped"] += 1
-    for trk, evs in by_track.items():
-        counts["slices"] += len(evs)
-        _slice_stream(evs, trk, packets)
-    w.events(packets)
-    return counts
+def chrome_to_pftrace(trace, out: str | Path) -> dict:
+    """Convert a Chrome trace (a dict, or a JSON file's path) to `out` (.pftrace)."""
+    return write(chrome_trace.read(trace), out)

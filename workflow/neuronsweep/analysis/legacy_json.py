@@ -19,7 +19,6 @@ files with union_by_name, which widens int64 + float64 to DOUBLE and anything + 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import orjson
@@ -31,7 +30,6 @@ from . import json_records
 BATCH = 20_000
 INT64 = (-(2**63), 2**63 - 1)
 EXACT_FLOAT_INT = 2**53
-LONG_INT = re.compile(rb"[0-9]{20}")
 SCALAR_LEAVES = ("int64", "string", "bool", "null")  # list leaf types whose JSON text Arrow keeps exact
 
 
@@ -105,12 +103,7 @@ def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
     exact = _exact(table, con) if table is not None else None
     if exact is not None:
         return exact
-    return batch_table(_loads(b"[" + data.replace(b"\n", b",") + b"]"))  # newlines only separate records
-
-
-def _loads(data: bytes):
-    """orjson, except where an int may pass 64 bits (20 digits or more): orjson makes those floats."""
-    return json.loads(data) if LONG_INT.search(data) else orjson.loads(data)
+    return batch_table(json_records.batch_records(data))
 
 
 def _exact(table: pa.Table, con=None) -> pa.Table | None:
@@ -197,7 +190,7 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
         if key in found.irregular:
             record = first_record(path, key)
         elif key in found.first:
-            record = _loads(found.first[key])
+            record = json_records.loads(found.first[key])
         else:
             record = None
         if record:

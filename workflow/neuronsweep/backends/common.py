@@ -11,6 +11,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from ..config import schema_default
 from ..errors import UserError
 
@@ -76,15 +78,16 @@ def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, wh
 EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces
 
 
-def profiled_span(trace: dict, nth: int) -> tuple[list[dict], dict]:
-    """The complete ('X') events of a Chrome trace and the span of its nth execution; a trace
-    without one cannot be summarized, so that fails with what to do."""
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+def profiled_span(events, nth: int) -> tuple[dict, int]:
+    """The complete ('X') events of a Chrome trace (chrome_trace.Events.complete: columns, times
+    in ns) and the row of its nth execution's span; a trace without one cannot be summarized, so
+    that fails with what to do."""
+    complete = events.complete()
     mark = f"{EXEC_MARK}{nth}"
-    span = next((e for e in events if e.get("name") == mark), None)
-    if span is None:
+    rows = np.flatnonzero(complete["name"] == events.names.get(mark, -2))
+    if not rows.size:
         raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
-    return events, span
+    return complete, int(rows[0])
 
 
 def default_threads() -> int:

@@ -8,12 +8,11 @@ view    Chrome trace -> .pftrace, and a summary with the Neuron summary's field 
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from pathlib import Path
 
-from .. import devicelock, hostcaps, pftrace
+from .. import chrome_trace, devicelock, hostcaps, pftrace
 from ..analysis.intervals import union_length
 from ..atomic import read_json, replacing, write_json
 from ..cache import CompileCache, cache_key
@@ -123,18 +122,19 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     }
 
 
-def summarize_trace(trace: dict, cap: CaptureRecord) -> dict:
+def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     """The Neuron summary's fields that a CPU trace can honestly fill, in the same units (s, fractions)."""
-    events, span = profiled_span(trace, cap.settings.nth_exec)
-    start, end = span["ts"], span["ts"] + span["dur"]
-    ops = [e for e in events if e.get("cat") == "cpu_op" and start <= e["ts"] <= end]
-    total_s = span["dur"] * 1e-6
-    active_s = union_length((e["ts"], e["ts"] + e["dur"]) for e in ops) * 1e-6
+    x, span = profiled_span(events, cap.settings.nth_exec)
+    ts, dur = x["ts"], x["dur"]
+    start, end = ts[span], ts[span] + dur[span]
+    ops = (x["cat"] == events.cats.get("cpu_op", -2)) & (start <= ts) & (ts <= end)
+    total_s = dur[span] * 1e-9
+    active_s = union_length(ts[ops], ts[ops] + dur[ops]) * 1e-9
     return {
         "total_time": total_s,
         "total_active_time": active_s,
         "total_active_time_percent": active_s / total_s if total_s > 0 else None,
-        "event_count": len(ops),
+        "event_count": int(ops.sum()),
         "model_flops": cap.details.get("profiler_flops"),
         "instance_type": cap.details["host"]["cpu"],
         "profiler_version": cap.profiler,
@@ -142,9 +142,10 @@ def summarize_trace(trace: dict, cap: CaptureRecord) -> dict:
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
-    trace = json.loads((capture_dir / TRACE).read_text())
-    counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
-    return {"summary": summarize_trace(trace, cap), "pftrace": "trace.pftrace", "pftrace_counts": counts}
+    events = chrome_trace.read(capture_dir / TRACE)
+    summary = summarize_trace(events, cap)
+    counts = pftrace.write(events, out_dir / "trace.pftrace")
+    return {"summary": summary, "pftrace": "trace.pftrace", "pftrace_counts": counts}
 
 
 CALIBRATION_FORMAT = "gemm grown from 256^3 until one run takes 0.2 s, best within 3 s, per dtype; copy 256 MiB best-of-5, v2"

@@ -16,13 +16,14 @@ view    trace.json -> trace.pftrace, a summary with the Neuron summary's fields,
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
 from pathlib import Path
 
-from .. import hostcaps, pftrace
+import numpy as np
+
+from .. import chrome_trace, hostcaps, pftrace
 from ..analysis import hlo
 from ..analysis.intervals import union_length
 from ..cache import CompileCache
@@ -114,30 +115,34 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     }
 
 
-def summarize_trace(trace: dict, cap: CaptureRecord) -> dict:
+def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     """The Neuron summary's fields this trace can honestly fill, in the same units (s, fractions):
     total_time is the profiled execution's wall span, total_active_time the XLA execute time in it."""
-    events, span = profiled_span(trace, cap.settings.nth_exec)
-    start, end = span["ts"], span["ts"] + span["dur"]
-    inside = [e for e in events if e["ts"] < end and e["ts"] + e["dur"] > start and e is not span]  # overlaps
-    executes = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in inside if e.get("cat") == "xla_execute"]
-    total_s = span["dur"] * 1e-6
-    active_s = union_length(executes) * 1e-6 if executes else None
+    x, span = profiled_span(events, cap.settings.nth_exec)
+    ts, dur = x["ts"], x["dur"]
+    start, end = ts[span], ts[span] + dur[span]
+    inside = (ts < end) & (ts + dur > start)  # overlaps
+    inside[span] = False
+    executes = inside & (x["cat"] == events.cats.get("xla_execute", -2))
+    total_s = dur[span] * 1e-9
+    active_s = union_length(np.maximum(ts[executes], start), np.minimum(ts[executes] + dur[executes], end)) * 1e-9 \
+        if executes.any() else None
     return {
         "total_time": total_s,
         "total_active_time": active_s,
         "total_active_time_percent": active_s / total_s if active_s is not None and total_s > 0 else None,
-        "event_count": len(inside),
-        "compile_in_profiled_exec": sum(1 for e in inside if e.get("cat") == "xla_compile"),
+        "event_count": int(inside.sum()),
+        "compile_in_profiled_exec": int((inside & (x["cat"] == events.cats.get("xla_compile", -2))).sum()),
         "instance_type": f"{cap.details['host']['cpu']} ({cap.details['device']})",
         "profiler_version": cap.profiler,
     }
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
-    trace = json.loads((capture_dir / TRACE).read_text())
-    counts = pftrace.chrome_to_pftrace(trace, out_dir / "trace.pftrace")
+    events = chrome_trace.read(capture_dir / TRACE)
+    summary = summarize_trace(events, cap)
+    counts = pftrace.write(events, out_dir / "trace.pftrace")
     rows = hlo.read(cap.details["module"])
     hlo.write_parquet(rows, out_dir / INSTRUCTION_TABLE)
-    return {"summary": summarize_trace(trace, cap), "pftrace": "trace.pftrace", "pftrace_counts": counts,
+    return {"summary": summary, "pftrace": "trace.pftrace", "pftrace_counts": counts,
             "outputs": {"instruction": INSTRUCTION_TABLE}, "hlo_instructions": len(rows)}
