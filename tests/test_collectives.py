@@ -37,9 +37,9 @@ def test_plan_expands_power_of_two_ranges_and_says_what_cannot_run():
     assert "coll-allreduce-w2-8b-fp32" in p.workloads
     assert p.unsupported == {"coll-allreduce-w4-0b-fp32": "all_reduce among 4 ranks needs at least one fp32 "
                                                           "element per rank"}
-    for backend in ("neuron", "xla"):
-        why = unsupported(collective.spec("all_reduce", 64, 2, "fp32"), backend)
-        assert why and backend in why
+    why = unsupported(collective.spec("all_reduce", 64, 2, "fp32"), "xla")
+    assert why and "xla" in why
+    assert unsupported(collective.spec("all_reduce", 64, 2, "fp32"), "neuron") is None
 
 
 def test_knee_is_where_busbw_reaches_half_its_best():
@@ -77,3 +77,15 @@ def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
         assert (workloads / wid / "view" / "trace.pftrace").stat().st_size > 0
     page = (tmp_path / "results" / "t" / "report.html").read_text()
     assert 'data-figure="suite_collectives"' in page and "busbw" in page
+
+
+def test_the_link_a_neuron_rank_is_compared_with_comes_from_a_sourced_figure_or_is_null():
+    from neuronsweep.extract import _link_per_rank
+
+    across = [{"nd_idx": 0}, {"nd_idx": 0}, {"nd_idx": 1}, {"nd_idx": 1}]
+    notes = {}
+    assert _link_per_rank("trn2", across, notes) == 1024e9 / 2  # the chip's NeuronLink-v3 shared by its 2 ranks
+    assert "trn2-arch.rst" in notes["link_bytes_per_s"]
+    assert _link_per_rank("trn1", across, notes) is None and "NeuronLink-v2 no bandwidth" in notes["link_bytes_per_s"]
+    assert _link_per_rank("trn2", across[:2], notes) is None and "on the chip" in notes["link_bytes_per_s"]
+    assert _link_per_rank("trn2", [], notes) is None and "nd_idx" in notes["link_bytes_per_s"]

@@ -518,3 +518,79 @@ def test_a_case_larger_than_a_neuroncores_hbm_is_refused_in_the_plan(tmp_path):
     assert plan.returncode == 2, plan.stderr
     assert ("config key 'suites.matmul': case matmul-m65536-k65536-n8-fp32 needs 16.0 GiB at the least (its tensors "
             "and intermediates), more than 80% of a trn1 logical NeuronCore's HBM (16.0 GiB)") in plan.stderr
+
+
+# ---------------------------------------------------------------------------- collectives suite
+
+
+def test_nccom_test_table_is_read_as_documented(tmp_path, monkeypatch):
+    """The guide's own example output (aws-neuron-sdk nccom-test.rst): time in us, bandwidths in GiB/s."""
+    from neuronsweep.backends import nccom_test
+
+    text = ("     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)\n"
+            "    33554432        33554432    uint8         768          40.69          40.69\n"
+            "Avg bus bandwidth:      40.6901GB/s\n")
+    row = nccom_test.parse(text, 33554432)
+    assert row["time_s"] == pytest.approx(768e-6) and row["busbw_bytes_per_s"] == pytest.approx(40.69 * 2**30)
+    assert row["count"] == 33554432 and row["type"] == "uint8" and nccom_test.parse(text, 8) is None
+    spec = {"op": "all_to_all", "world": 4, "bytes": 4096, "dtype": "bf16"}
+    assert nccom_test.argv("nccom-test", spec, 20, 5) == ["nccom-test", "-r", "4", "alltoall", "-b", "4096", "-e", "4096",
+                                                         "-d", "bf16", "-n", "20", "-w", "5"]
+    monkeypatch.setattr(nccom_test, "find", lambda: None)
+    missing = nccom_test.measure(spec, {}, 20, 5, 60, tmp_path / "log")
+    assert missing["result"] is None and "not installed" in missing["why"]
+
+
+def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_nccom_test(tmp_path):
+    """torch-xla collectives under torchrun, a NeuronCore per rank: the NEFF of the collective attributed
+    as any workload's, a multi-worker capture, each rank's times (an execution is the slowest rank's),
+    busbw by nccl-tests' factors, and nccom-test's figures for the same case beside them. Eight ranks on
+    a machine of four NeuronCores fail in one sentence; the other cases are kept."""
+    cfg = neuron_config(tmp_path, suites={"collectives": {"operations": ["all_reduce", "reduce_scatter"],
+                                                          "sizes": [4096], "world_sizes": [2, 4, 8]}})
+    run = snakemake(tmp_path, "--keep-going", config=cfg, env=standin_env(tmp_path, STANDIN_DEVICES="2"), check=False)
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("workload_id")
+    assert run.proc.returncode != 0
+    ok = [w for w in table.index if "-w8-" not in w]
+    assert (table.loc[ok, "status"] == "ok").all(), table[["status", "reason"]]
+    for wid in [w for w in table.index if "-w8-" in w]:
+        assert table.loc[wid, "status"] == "failed" and "needs 8 NeuronCores" in table.loc[wid, "reason"]
+    for wid in ok:
+        d = wdir(tmp_path, wid)
+        world = int(table.loc[wid, "world"])
+        op = table.loc[wid, "op"]
+        build = json.loads((d / "build" / "build.json").read_text())
+        neff = json.loads((d / "build" / "model.neff").read_bytes()[5:])  # the stand-in's NEFF names its ops
+        assert [o for o, _ in neff["ops"] if o.startswith("xla_collective.")] == [f"xla_collective.{op}"]
+        assert build["candidates"][0]["phase"] == "inputs" and len(build["device_span"]["cores"].split("-")) == 2
+        cap = json.loads((d / "capture" / "capture.json").read_text())
+        assert cap["argv"][cap["argv"].index("--collectives-workers-per-node") + 1] == str(world)
+        assert [r["written_as"] for r in cap["ranks"]] == [f"profile_rank_{r}_exec_2.ntff" for r in range(world)]
+        timed = cap["rank_latency"]
+        assert sorted(int(r["core"]) for r in timed) == list(range(world))  # one NeuronCore each
+        slowest = [max(r["samples_s"][i] for r in timed) for i in range(3)]
+        assert cap["latency"]["median_s"] == pytest.approx(sorted(slowest)[1])
+        m = json.loads((d / "metrics.json").read_text())
+        factor = 2 * (world - 1) / world if op == "all_reduce" else (world - 1) / world
+        assert m["busbw_bytes_per_s"] == pytest.approx(4096 / m["latency_median_s"] * factor)
+        nccom = cap["nccom_test"]
+        assert nccom["argv"][1:] == ["-r", str(world), op, "-b", "4096", "-e", "4096", "-d", "fp32", "-n", "3", "-w", "1"]
+        printed = next(line.split() for line in (d / "capture" / "framework" / "nccom-test.log").read_text().splitlines()
+                       if line.split()[:1] == ["4096"])
+        assert m["nccom_test_time_s"] == pytest.approx(float(printed[3]) * 1e-6)
+        assert m["nccom_test_busbw_bytes_per_s"] == pytest.approx(float(printed[5]) * 2**30)
+        assert m["busbw_vs_nccom_test"] == pytest.approx(m["busbw_bytes_per_s"] / m["nccom_test_busbw_bytes_per_s"])
+        ranks = pd.read_csv(d / "tables" / "ranks.csv")
+        assert list(ranks["rank"]) == list(range(world)) and (ranks["median_s"] > 0).all()
+
+
+def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
+    from neuronsweep.backends import xla_collective
+
+    env = {**os.environ, **standin_env(tmp_path), "NEURON_CC_FLAGS": "--target trn1", "NEURON_RT_VISIBLE_CORES": "0-1"}
+    env.pop("NEURON_COMPILE_CACHE_URL", None)  # the stand-in refuses to compile into the shared cache
+    spec = {"kind": "collective", "op": "all_gather", "bytes": 64, "world": 2, "dtype": "fp32"}
+    with pytest.raises(UserError, match=r"case coll-allgather-w2-64b-fp32: the torch-xla collective's 2 ranks exited 1: "
+                                        r"\[rank\d\]: RuntimeError: stand-in: NEURON_COMPILE_CACHE_URL unset.*"
+                                        r"\(full log: .*torchrun.log\)"):
+        xla_collective.run(spec, tmp_path / "run", env, [], 120)

@@ -26,7 +26,7 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
     settings = settings.for_backend(build.backend)
     out_dir.mkdir(parents=True, exist_ok=True)
     with slots.held(settings, build.backend, f"capture {build.workload_id} -> {out_dir}",
-                    build.target, build.details.get("lnc")) as (settings, span):
+                    build.target, build.details.get("lnc"), cores=build.spec.get("world", 1)) as (settings, span):
         before = hostcaps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
         after = hostcaps.load_snapshot()

@@ -6,7 +6,7 @@ import platform
 import shutil
 
 from . import backends, config, devicelock, hostcaps, slots
-from .backends import neuron, neuron_profiler
+from .backends import nccom_test, neuron, neuron_profiler
 from .backends.common import default_threads, package_versions, run_tool
 from .errors import UserError
 
@@ -29,9 +29,9 @@ def report(config_path: str) -> str:
     for tool in backends.PROFILERS:
         path = shutil.which(tool) or shutil.which(tool, path=backends.NEURON_TOOL_DIR)
         lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")
-    nccom = shutil.which("nccom-test") or shutil.which("nccom-test", path=backends.NEURON_TOOL_DIR)
-    lines.append(f"nccom-test: {nccom or 'not found'} (Neuron's own collectives benchmark; the collectives suite "
-                 "does not run on neuron yet, so nothing is compared with it)")
+    nccom = nccom_test.find()
+    lines.append(f"nccom-test: {nccom or 'not found'} (Neuron's own collectives benchmark: the neuron collectives "
+                 f"suite {'runs it beside every case' if nccom else 'has no anchor to compare with'})")
     for pkg, version in package_versions(neuron.NEURON_PACKAGES).items():
         lines.append(f"python package {pkg}: {version or 'not installed'}")
     lines.append(f"cpu: {hostcaps.cpu_model()}; relevant flags: {', '.join(hostcaps.cpu_flags()) or 'none'}")

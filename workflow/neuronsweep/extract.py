@@ -120,6 +120,8 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     if ranks:  # a multi-worker neuron capture: each rank's device time
         m.update(_rank_spread([r["total_time_s"] for r in ranks if r["total_time_s"] is not None]),
                  ranks_profiled=len(ranks))
+    if spec and spec["kind"] == "collective" and backend == "neuron":
+        m["link_bytes_per_s"] = _link_per_rank(m["neuron_target"], ranks, notes)
     if spec and not has_roofline(spec):
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
@@ -226,12 +228,63 @@ def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: floa
     out["coll_oversubscribed"] = None if capture is None else bool(crowded)
     if crowded:
         notes["coll_oversubscribed"] = crowded
-    medians = [r["median_s"] for r in ((capture.details.get("ranks") if capture else None) or [])]
+    medians = [r["median_s"] for r in rank_latency(capture)]
     out.update(_rank_spread(medians))
+    out.update(_nccom_test(spec, capture, out["busbw_bytes_per_s"], notes))
     if not medians:
         for key in ("rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio"):
             notes[key] = "capture.json has no per-rank times"
     return out
+
+
+def _link_per_rank(target: str | None, ranks: list[dict] | None, notes: dict) -> float | None:
+    """What NeuronLink allows each rank (busbw is a rank's figure, as in nccom-test): the chip's link
+    bandwidth shared by the ranks on the busiest chip; null where the ranks never leave one chip (the
+    profiles' nd_idx), or the target has no sourced figure."""
+    from collections import Counter
+
+    from .analysis.roofline import TARGETS
+
+    chips = Counter(r["nd_idx"] for r in ranks or [] if r.get("nd_idx") is not None)
+    known = TARGETS.get(target or "")
+    if not chips:
+        notes["link_bytes_per_s"] = "no rank's profile says which chip it ran on (nd_idx)"
+    elif len(chips) == 1:
+        notes["link_bytes_per_s"] = (f"every rank ran on chip {next(iter(chips))}: they exchange on the chip, and "
+                                     "no sourced figure bounds that")
+    elif known is None or known.chip_link_bytes_per_s is None:
+        notes["link_bytes_per_s"] = known.chip_link_source if known else f"the target {target!r} is not known"
+    else:
+        share = max(chips.values())
+        notes["link_bytes_per_s"] = f"{known.chip_link_source}, shared by the {share} rank(s) on the busiest chip"
+        return known.chip_link_bytes_per_s / share
+    return None
+
+
+def rank_latency(capture: CaptureRecord | None) -> list[dict]:
+    """Each rank's own framework times: gloo's `ranks`, neuron's `rank_latency` (its `ranks` are the
+    profiled workers' files)."""
+    details = capture.details if capture else {}
+    return [r for r in (details.get("rank_latency") or details.get("ranks") or []) if "median_s" in r]
+
+
+NCCOM_KEYS = ("nccom_test_time_s", "nccom_test_algbw_bytes_per_s", "nccom_test_busbw_bytes_per_s", "busbw_vs_nccom_test")
+
+
+def _nccom_test(spec: dict, capture: CaptureRecord | None, busbw: float | None, notes: dict) -> dict:
+    """Neuron's own benchmark of the same collective (nccom-test, run by the neuron capture) beside ours."""
+    anchor = capture.details.get("nccom_test") if capture else None
+    row = (anchor or {}).get("result")
+    if not row:
+        why = (anchor or {}).get("why") or ("nccom-test is Neuron's collectives benchmark: it runs beside the neuron "
+                                            "backend's collectives only")
+        notes.update({k: why for k in NCCOM_KEYS})
+        return dict.fromkeys(NCCOM_KEYS)
+    if busbw is None:
+        notes["busbw_vs_nccom_test"] = "no latency was measured"
+    return {"nccom_test_time_s": row["time_s"], "nccom_test_algbw_bytes_per_s": row["algbw_bytes_per_s"],
+            "nccom_test_busbw_bytes_per_s": row["busbw_bytes_per_s"],
+            "busbw_vs_nccom_test": _ratio(busbw, row["busbw_bytes_per_s"])}
 
 
 def _rank_spread(times: list[float]) -> dict:
@@ -399,10 +452,12 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
         return None
 
 
+RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
+
+
 def gloo_rank_rows(capture: CaptureRecord | None) -> list[dict]:
     """One row per rank of a gloo collective: its own times (capture.json `ranks`)."""
-    keys = ("rank", "median_s", "iqr_s", "min_s", "spread_s", "n")
-    return [{k: r.get(k) for k in keys} for r in ((capture.details.get("ranks") if capture else None) or [])]
+    return [{k: r.get(k) for k in ("rank", *RANK_TIMES)} for r in rank_latency(capture)]
 
 
 def neuron_rank_rows(view_dir: Path) -> list[dict]:
@@ -450,6 +505,9 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     workers = neuron_rank_rows(summary_json.parent)
     values = compute(summary, capture, build, calibration, metadata, usage, workers)
+    timed = {r["rank"]: r for r in rank_latency(capture)}
+    if workers and timed:  # a neuron collective: each worker's profile and its framework times
+        workers = [{**row, **{k: timed.get(row["rank"], {}).get(k) for k in RANK_TIMES}} for row in workers]
     ranks = workers or gloo_rank_rows(capture)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")

@@ -190,7 +190,7 @@ class _Tracks:
         processes: dict = {}
         uuids = []
         for key in events.keys:
-            if key[0] == "counter":
+            if len(key) == 4:  # ("counter", pid, name, series)
                 _, _, name, series = key
                 uuids.append(self.add(f"{name}.{series}", counter_unit=""))
                 continue

@@ -172,7 +172,8 @@ SUITE_COLUMNS = ["scenario_id", "workload_id", "time_s", "latency_spread_s", "no
 
 COLLECTIVE_COLUMNS = ["scenario_id", "coll_op", "coll_world", "coll_bytes", "dtype", "time_s", "latency_spread_s",
                       "noisy", "captured_under_load", "algbw_bytes_per_s", "busbw_bytes_per_s", "busbw_factor",
-                      "rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio", "coll_oversubscribed", "x_of_best",
+                      "rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio", "coll_oversubscribed",
+                      "nccom_test_time_s", "nccom_test_busbw_bytes_per_s", "busbw_vs_nccom_test", "x_of_best",
                       "significant"]
 
 

@@ -252,6 +252,15 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
                       row=1, col=1)
         fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["time_s"] * 1e6, name=label, showlegend=False, **common,
                                  hovertemplate="<b>%{text}</b><br>%{x:,} B: %{y:,.1f} us<extra></extra>"), row=1, col=2)
+        if part.get("nccom_test_busbw_bytes_per_s", pd.Series(dtype=float)).notna().any():  # the anchor, dashed
+            anchor = dict(text=part["workload_id"], legendgroup=label, mode="lines+markers", showlegend=False,
+                          line=dict(color=colour, dash="dash"), marker=dict(symbol="x"))
+            fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["nccom_test_busbw_bytes_per_s"] / 1e9, **anchor,
+                                     hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test busbw %{y:.3g} GB/s"
+                                                   "<extra></extra>"), row=1, col=1)
+            fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["nccom_test_time_s"] * 1e6, **anchor,
+                                     hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test %{y:,.1f} us"
+                                                   "<extra></extra>"), row=1, col=2)
         knee = knee_bytes(part)
         if knee is not None:
             at = part[part["coll_bytes"] == knee].iloc[0]
@@ -263,4 +272,4 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title="GB/s", row=1, col=1)
     fig.update_yaxes(type="log", title="us (the slowest rank's, median)", row=1, col=2)
     return _layout(fig, "collectives: busbw and latency against message size (stars: the knee, where busbw "
-                        "reaches half its best once the curve flattens)", 480)
+                        "reaches half its best once the curve flattens; dashed: nccom-test, where it ran)", 480)

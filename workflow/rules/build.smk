@@ -26,8 +26,8 @@ rule build:
 use rule build as build_collective with:
     output:
         record=f"{WORKLOAD}/build/build.json",
-        artifact=f"{WORKLOAD}/build/{COLLECTIVE_PLAN}",
+        artifact=f"{WORKLOAD}/build/{COLLECTIVE_ARTIFACT}",
     wildcard_constraints:
         wid=COLLECTIVE_WID,
     resources:
-        neuron_device=0,
+        neuron_device=1 if DESCRIPTION.compiles_collectives else 0,  # neuron runs it on `world` cores

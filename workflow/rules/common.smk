@@ -82,7 +82,8 @@ CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs
 ARTIFACT = DESCRIPTION.artifacts
-COLLECTIVE_WID, COLLECTIVE_PLAN = backends.COLLECTIVE_WID, backends.COLLECTIVE_PLAN
+COLLECTIVE_WID = backends.COLLECTIVE_WID
+COLLECTIVE_ARTIFACT = DESCRIPTION.build_artifact({"kind": "collective"})  # a launch plan, or a NEFF on neuron
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
 ON_NEURON = BACKEND == "neuron"

@@ -24,6 +24,9 @@ class Target:
     source: str
     hbm_bytes_per_core: float = 16 * 2**30  # device memory per physical NeuronCore (chip HBM / its cores)
     cores_per_chip: int = 2  # physical NeuronCores per chip (device): 2 on trn1/inf2, 8 on trn2
+    chip_link_bytes_per_s: float | None = None  # NeuronLink between chips, per chip: what bounds a collective's busbw
+    chip_link_source: str = ("the Neuron docs give NeuronLink-v2 no bandwidth figure (trn1-arch.rst, trainium.rst, "
+                             "inferentia2.rst)")
 
     def logical_cores_per_chip(self, lnc: int | None = None) -> int:
         """What the runtime numbers (NEURON_RT_VISIBLE_CORES) on one chip: physical cores / LNC."""
@@ -59,7 +62,9 @@ TARGETS = {
                    "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), times the LNC (default 2 on trn2: neuronx-cc "
                    "docs), fp32 4x slower; MBU over one HBM stack: 2.9 TB/s per chip over its 4 stacks "
                    "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)",
-                   hbm_bytes_per_core=96 * 2**30 / 8, cores_per_chip=8),  # 96 GiB per chip, 8 NeuronCores
+                   hbm_bytes_per_core=96 * 2**30 / 8, cores_per_chip=8,  # 96 GiB per chip, 8 NeuronCores
+                   chip_link_bytes_per_s=1024e9,
+                   chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)"),
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
 

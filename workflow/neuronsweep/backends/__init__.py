@@ -102,10 +102,13 @@ class Backend:
     device_time: tuple[str, str] = ("profile_active_time_s", "profiled op-busy time (under torch.profiler)")
     call_steps: tuple[str, ...] = ()  # the Python-side steps of one call, as named in its trace
 
+    compiles_collectives: bool = False  # a collective is a compiled program (neuron), not library calls (gloo)
+
     def build_artifact(self, spec: dict | None) -> str:
-        """The file its build writes for a workload: a collective's launch plan (nothing is compiled
-        for it), else the backend's artifact."""
-        return COLLECTIVE_PLAN if spec and spec.get("kind") == "collective" else self.artifacts["build"]
+        """The file its build writes for a workload: a collective's launch plan where nothing is
+        compiled for it, else the backend's artifact."""
+        collective = spec and spec.get("kind") == "collective" and not self.compiles_collectives
+        return COLLECTIVE_PLAN if collective else self.artifacts["build"]
 
     def view_outputs(self, section: dict) -> list[str]:
         """The files its view writes beside summary.json and view.json, for its config section."""
@@ -128,7 +131,7 @@ BACKENDS = {
                                  "memory_tracker"),
                        "capture": ("profiler", "enable_dge_notifs", "memory_tracker"),
                        "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows", "memory_tracker")},
-        device_time=("profile_total_time_s", "device total_time")),
+        device_time=("profile_total_time_s", "device total_time"), compiles_collectives=True),
     "xla": Backend(
         "xla", {"build": "module.hlo.txt", "capture": "trace.json"},
         stage_options={"build": ("pjrt_device", "xla_debug")},  # its capture reads them from build.json

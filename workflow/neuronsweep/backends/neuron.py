@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from .. import slots
@@ -24,8 +25,9 @@ from ..cache import CompileCache
 from ..errors import UserError
 from ..records import BuildRecord, CaptureRecord
 from ..settings import BuildSettings, CaptureSettings, ViewSettings
+from ..stats import latency_stats
 from ..workloads import workload_id
-from . import BACKENDS, xla_program
+from . import BACKENDS, nccom_test, xla_collective, xla_program
 from .common import package_versions, recompilation_flag, run_child
 from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks, view_session
 
@@ -101,6 +103,26 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
             "compile_s_source": "torch_xla.debug.metrics CompileTime", "capture_inputs": None}
 
 
+def _compile_collective(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
+    """A collective: its torch-xla program on `world` NeuronCores, one rank each (xla_collective.py);
+    the NEFF attributed from rank 0's phases as for any torch-xla workload."""
+    compile_cache = entry / "neuron-compile-cache"
+    shutil.rmtree(compile_cache, ignore_errors=True)
+    compile_cache.mkdir(parents=True)
+    workdir = out_dir.resolve() / "xla"
+    shutil.rmtree(workdir, ignore_errors=True)
+    globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "rank_0" / "MODULE_*.neff")]
+    result = xla_collective.run(spec, workdir, compile_env(settings.options, compile_cache, settings.visible_cores),
+                                globs, settings.timeout_s)
+    neff, candidates = xla_program.attribute(result, spec, "NEFF")
+    return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
+            "compile_count": result["compile"]["count"],
+            "second_call_compile_count": result["compile"]["second_call_count"],
+            "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
+            "compile_s_source": "torch_xla.debug.metrics CompileTime (rank 0)", "capture_inputs": None,
+            "ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"}
+
+
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
     from ..kernels import for_spec
@@ -136,12 +158,13 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     options = settings.options
     flags = cc_flags(options)
     nki_impl = spec.get("impl") == "nki"
+    route = _compile_nki if nki_impl else _compile_collective if spec["kind"] == "collective" else _compile_xla
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
-        # both routes execute the workload on a NeuronCore: take a device slot like a capture
+        # every route executes the workload on NeuronCores: take a device slot like a capture
         with slots.held(settings, "neuron", f"neuron build {workload_id(spec)}", options["target"],
-                        options["lnc"]) as (on_slot, span):
-            made = (_compile_nki if nki_impl else _compile_xla)(spec, out_dir, on_slot, entry)
+                        options["lnc"], cores=spec.get("world", 1)) as (on_slot, span):
+            made = route(spec, out_dir, on_slot, entry)
         return Path(made["neff_source"]), {**made, "visible_cores": span["cores"], "device_span": span}
 
     material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": xla_debug(options),
@@ -181,9 +204,33 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
     return timing
 
 
+def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
+    """Every rank's times on its NeuronCore (xla_collective.py), through the build's compile cache; an
+    execution's time is the slowest rank's, as for the gloo ranks; nccom-test's figures beside them."""
+    spec = build.spec
+    env = tool_env(settings.visible_cores)
+    env.update(build.env)
+    cache = build.details["compile_cache"]
+    result = xla_collective.run(spec, workdir, env, [str(Path(cache) / "**" / "*.neff")], settings.timeout_s,
+                                warmup=settings.warmup, iterations=settings.iterations, repeats=settings.repeats)
+    ranks = result["ranks"]
+    per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
+    return {"latency": {**latency_stats(per_exec, settings.repeats), "compiles_in_first_run": result["compile"]["count"],
+                        "sync": "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks"},
+            "latency_basis": "per execution, the slowest rank's time (each execution starts after a rendezvous)",
+            "rank_latency": [{"rank": r["rank"], "core": r["core"], **latency_stats(r["samples_s"], settings.repeats)}
+                             for r in ranks],
+            "nccom_test": nccom_test.measure(spec, tool_env(settings.visible_cores), settings.iterations * settings.repeats,
+                                             settings.warmup, settings.timeout_s, workdir / "nccom-test.log")}
+
+
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    if build.spec["kind"] == "collective" and not settings.collectives:  # a worker per rank, as the build ran
+        settings = replace(settings, collectives={"workers_per_node": build.spec["world"]})
     record = capture_neff(build_dir / ARTIFACT, out_dir, settings, build.details.get("capture_inputs"))
-    if build.spec.get("impl") == "nki":
+    if build.spec["kind"] == "collective":
+        record.update(collective_timing(build, settings, out_dir / "framework"))
+    elif build.spec.get("impl") == "nki":
         record["latency"] = None
         record["latency_note"] = "NKI kernels run outside a framework here; their device time is in the profile"
     else:

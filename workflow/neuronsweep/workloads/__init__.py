@@ -45,10 +45,6 @@ def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = N
 def _collective_unsupported(spec: dict, backend: str) -> str | None:
     if spec["bytes"] == 0:
         return f"{spec['op']} among {spec['world']} ranks needs at least one {spec['dtype']} element per rank"
-    if backend == "neuron":
-        return ("the sweep does not build collective workloads on neuron yet (a torch-xla program per rank); "
-                "profile a collectives NEFF by hand with `neuronsweep capture --collectives-workers-per-node N` "
-                "(README), or run the suite on cpu")
     if backend == "xla":
         return ("torch-xla 2.9 on PJRT CPU (CPU_NUM_DEVICES=2, xmp.spawn) stops at the first all-reduce: its "
                 "rendezvous times out with 1 of 2 participants (tried here); run the suite on cpu (gloo)")

@@ -1,5 +1,6 @@
 """xla_model double: mark_step() turns the recorded ops into one "compiled graph" (a NEFF file)."""
 
+import fcntl
 import hashlib
 import json
 import os
@@ -43,16 +44,81 @@ def mark_step():
     flags_hash = hashlib.md5(flags.encode()).hexdigest()[:8]
     entry = Path(cache_url) / "neuronxcc-0.0.0.0+standin" / f"MODULE_{graph_hash}+{flags_hash}"
     neff = entry / "model.neff"
-    if neff.is_file():
-        print(f"Using a cached neff at {neff}")
-        return
+    entry.mkdir(parents=True, exist_ok=True)
+    with open(entry / "compile.lock", "a") as lock:  # ranks compiling one graph: the first compiles, the rest wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if neff.is_file():
+            print(f"Using a cached neff at {neff}")
+            return
+        _compile(ops, flags, neff, graph_hash)
+
+
+def _compile(ops, flags, neff, graph_hash):
     started = time.perf_counter_ns()
     graph_id = _graph_ids["next"]
     _graph_ids["next"] += 1
     content = b"NEFF\0" + json.dumps({"graph": f"SyncTensorsGraph.{graph_id}", "ops": ops,
                                       "cc_flags": flags}).encode()
-    entry.mkdir(parents=True, exist_ok=True)
     neff.write_bytes(content)
     if os.environ.get("NEURON_FRAMEWORK_DEBUG") == "1":
         Path(f"MODULE_{graph_id}_SyncTensorsGraph.{graph_id}_{graph_hash}.neff").write_bytes(content)
     metrics.record("CompileTime", time.perf_counter_ns() - started)
+
+
+# Collectives (torch_xla.core.xla_model's signatures), over the "xla" process group that
+# torch_xla.distributed.xla_backend registers: gloo between the rank processes. Each is recorded as
+# an op of the graph, so the "compiled" NEFF of a collective names it.
+REDUCE_SUM = "sum"
+
+
+def _record(name, tensor):
+    torch_xla._recorded.append([f"xla_collective.{name}", [list(tensor.shape)]])
+
+
+def all_reduce(reduce_type, inputs, scale=1.0, groups=None, pin_layout=True):
+    import torch.distributed as dist
+
+    assert reduce_type == REDUCE_SUM, reduce_type
+    out = inputs.clone()
+    dist.all_reduce(out)
+    _record("all_reduce", inputs)
+    return out * scale if scale != 1.0 else out
+
+
+def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
+    import torch
+    import torch.distributed as dist
+
+    out = torch.empty((value.shape[0] * dist.get_world_size(), *value.shape[1:]), dtype=value.dtype)
+    dist.all_gather_into_tensor(out, value.contiguous())
+    _record("all_gather", value)
+    return out
+
+
+def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, pin_layout=True):
+    import torch
+    import torch.distributed as dist
+
+    assert reduce_type == REDUCE_SUM and scatter_dim == 0 and shard_count == dist.get_world_size()
+    out = torch.empty((input.shape[0] // shard_count, *input.shape[1:]), dtype=input.dtype)
+    dist.reduce_scatter_tensor(out, input.contiguous())
+    _record("reduce_scatter", input)
+    return out * scale if scale != 1.0 else out
+
+
+def all_to_all(value, split_dimension, concat_dimension, split_count, groups=None, pin_layout=True):
+    import torch
+    import torch.distributed as dist
+
+    assert split_dimension == concat_dimension == 0 and split_count == dist.get_world_size()
+    out = torch.empty_like(value)
+    dist.all_to_all_single(out, value.contiguous())
+    _record("all_to_all", value)
+    return out
+
+
+def rendezvous(tag, payload=b"", replicas=[]):
+    import torch.distributed as dist
+
+    dist.barrier()
+    return [payload] * dist.get_world_size()

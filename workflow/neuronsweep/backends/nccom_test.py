@@ -1,0 +1,67 @@
+"""Neuron's own collectives benchmark, nccom-test, as the anchor of the neuron collectives suite: run
+on the same cores, size, world and dtype as the sweep's case, so its time and bandwidths sit beside
+the torch-xla ones in metrics.json.
+
+Contract (aws-neuron-sdk, tools/neuron-sys-tools/nccom-test.rst):
+    nccom-test -r <workers> <all_reduce|all_gather|reduce_scatter|alltoall> -b <bytes> -e <bytes>
+               -d <fp32|bf16|fp16|...> -n <iters> -w <warmup_iters>
+prints a table `size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s) [algorithm]`, one row
+per size, then `Avg bus bandwidth: ...GB/s`. time(us) is the mean of the measured operations; GB
+there means GiB (1,073,741,824 bytes), so bandwidths are converted to bytes/s here. Its size and
+bus-bandwidth factors are nccl-tests', as ours (workloads/collective.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from ..errors import UserError
+from ..slots import NEURON_TOOL_DIR
+from .common import run_tool
+
+OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+       "all_to_all": "alltoall"}
+GIB = 1 << 30
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+(\S+))?\s*$")
+
+
+def find() -> str | None:
+    return shutil.which("nccom-test") or shutil.which("nccom-test", path=NEURON_TOOL_DIR)
+
+
+def argv(tool: str, spec: dict, iterations: int, warmup: int) -> list[str]:
+    return [tool, "-r", str(spec["world"]), OPS[spec["op"]], "-b", str(spec["bytes"]), "-e", str(spec["bytes"]),
+            "-d", spec["dtype"], "-n", str(iterations), "-w", str(warmup)]
+
+
+def parse(text: str, nbytes: int) -> dict | None:
+    """The table row of `nbytes`, in seconds and bytes/s; None when the output has none."""
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if m and int(m.group(1)) == nbytes:
+            return {"size_bytes": nbytes, "count": int(m.group(2)), "type": m.group(3),
+                    "time_s": float(m.group(4)) * 1e-6, "algbw_bytes_per_s": float(m.group(5)) * GIB,
+                    "busbw_bytes_per_s": float(m.group(6)) * GIB, "algorithm": m.group(7)}
+    return None
+
+
+def measure(spec: dict, env: dict, iterations: int, warmup: int, timeout_s: float, log: Path) -> dict:
+    """nccom-test's figures for this case, or why there are none (not installed, failed, no row):
+    an anchor that is missing never fails the case."""
+    tool = find()
+    if tool is None:
+        return {"result": None, "why": f"nccom-test is not installed (PATH, {NEURON_TOOL_DIR})"}
+    cmd = argv(tool, spec, iterations, warmup)
+    try:
+        proc = run_tool(cmd, timeout_s, "nccom-test", env=env)
+    except UserError as e:  # its time limit
+        return {"argv": cmd, "result": None, "why": str(e)}
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+        return {"argv": cmd, "result": None, "why": f"nccom-test exited {proc.returncode}: {last} (log: {log})"}
+    row = parse(proc.stdout, spec["bytes"])
+    return {"argv": cmd, "result": row,
+            "why": None if row else f"nccom-test printed no row of {spec['bytes']} bytes (log: {log})"}

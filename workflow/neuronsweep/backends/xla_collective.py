@@ -1,0 +1,172 @@
+"""A collective on NeuronCores through torch-xla: one process per rank under torchrun, each on one
+NeuronCore, as distributed training runs (the neuron backend's collectives suite).
+
+Every rank narrows NEURON_RT_VISIBLE_CORES to its own core of the slot the parent holds (its
+LOCAL_RANK-th), joins the "xla" process group (torch_xla.distributed.xla_backend, init xla://), and
+runs the collective with torch_xla.core.xla_model (all_reduce, all_gather, reduce_scatter,
+all_to_all) in the phases of xla_program.py, so the NEFF of the collective is attributed the same
+way: inputs (moved to the device) / workload / second, with a rendezvous between phases so that no
+rank's compile lands in another rank's earlier phase. Each rank works in a folder of its own
+(rank_<r>/), so the graphs NEURON_FRAMEWORK_DEBUG dumps there stay apart; rank 0's are attributed. With --iterations each rank then times
+warmup + repeats x iterations executions, each after a rendezvous (all ranks start together), as
+the gloo ranks do; the parent takes an execution's time as the slowest rank's.
+
+Rank 0 writes the phases and compile counts (result.json); every rank its times (rank_<r>.json).
+The parent side (`run`) does not import torch.
+    torchrun --standalone --nproc_per_node W -m neuronsweep.backends.xla_collective --spec JSON --out DIR ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from ..atomic import write_json
+from .xla_program import PHASES, _metric, artifacts
+
+RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
+
+
+def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings) -> dict:
+    """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
+    0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
+    from ..workloads import workload_id
+    from .common import run_tool
+    from ..errors import UserError
+
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("rank_*.json"):
+        stale.unlink()
+    args = ["--spec", json.dumps(spec), "--out", str(out_dir)]
+    for key, value in settings.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}", str(value)]
+    for pattern in globs:
+        args += ["--artifact-glob", pattern]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world']}",
+            "-m", __name__, *args]
+    proc = run_tool(argv, timeout_s, f"case {workload_id(spec)}: the torch-xla collective ({spec['world']} ranks)",
+                    cwd=out_dir, env=env)
+    log = out_dir / "torchrun.log"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        text = (proc.stderr + proc.stdout).strip().splitlines()
+        errors = [ln for ln in text if RANK_ERROR.match(ln)]  # a rank's exception, as torchrun prefixes it
+        raise UserError(f"case {workload_id(spec)}: the torch-xla collective's {spec['world']} ranks exited "
+                        f"{proc.returncode}: {(errors or text or ['no output'])[0].strip()} (full log: {log}).")
+    result = json.loads((out_dir / "result.json").read_text())
+    if settings.get("iterations"):
+        result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(spec["world"])]
+    return result
+
+
+def _own_core() -> None:
+    """This rank's NeuronCore: the LOCAL_RANK-th of the cores the parent made visible (a list or
+    ranges, as NEURON_RT_VISIBLE_CORES is written). Before torch_xla is imported: the runtime reads it then."""
+    spec = os.environ.get("NEURON_RT_VISIBLE_CORES")
+    if not spec:
+        return
+    cores = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cores += range(int(lo), int(hi or lo) + 1)
+    os.environ["NEURON_RT_VISIBLE_CORES"] = str(cores[int(os.environ["LOCAL_RANK"])])
+
+
+def _collective(xm, spec: dict, tensor):
+    """The collective as a call on the rank's input; its result is a lazy tensor until the sync."""
+    n = spec["world"]
+    return {"all_reduce": lambda: xm.all_reduce(xm.REDUCE_SUM, tensor),
+            "all_gather": lambda: xm.all_gather(tensor, dim=0),
+            "reduce_scatter": lambda: xm.reduce_scatter(xm.REDUCE_SUM, tensor, scale=1.0, scatter_dim=0,
+                                                        shard_count=n),
+            "all_to_all": lambda: xm.all_to_all(tensor, split_dimension=0, concat_dimension=0, split_count=n),
+            }[spec["op"]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--artifact-glob", action="append", default=[])
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--iterations", type=int, help="absent: no timing")
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args(argv)
+    _own_core()
+    own = Path(args.out) / f"rank_{os.environ['LOCAL_RANK']}"  # the rank's working directory: its debug dumps
+    own.mkdir(exist_ok=True)
+    os.chdir(own)
+
+    import torch
+    import torch.distributed as dist
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" process group)
+
+    from ..workloads import TORCH_DTYPES, collective
+
+    spec = json.loads(args.spec)
+    dist.init_process_group("xla", init_method="xla://")
+    rank = dist.get_rank()
+    device = xm.xla_device()
+    out = Path(args.out)
+
+    def sync():
+        xm.mark_step()
+        xm.wait_device_ops()
+
+    def listed(phase: str) -> dict:
+        xm.rendezvous(f"{phase} done")  # every rank's graph of this phase is compiled
+        found = artifacts(args.artifact_glob) if rank == 0 else {}
+        xm.rendezvous(f"{phase} listed")
+        return found
+
+    phases = {"start": listed("start")}
+    tensor = torch.ones(collective.counts(spec)[0], dtype=getattr(torch, TORCH_DTYPES[spec["dtype"]])).to(device)
+    sync()
+    phases["inputs"] = listed("inputs")
+    compiles = {"inputs": _metric(met, "CompileTime")}
+    call = _collective(xm, spec, tensor)
+    for phase in PHASES[2:]:
+        result = call()
+        sync()
+        del result
+        phases[phase] = listed(phase)
+        compiles[phase] = _metric(met, "CompileTime")
+    for _ in range(args.warmup):
+        result = call()
+        sync()
+        del result
+    samples = []
+    for _ in range(args.repeats * (args.iterations or 0)):
+        xm.rendezvous("timed execution")
+        t0 = time.perf_counter_ns()
+        result = call()
+        sync()
+        samples.append((time.perf_counter_ns() - t0) * 1e-9)
+        del result
+    if args.iterations:
+        write_json(out / f"rank_{rank}.json", {"rank": rank, "samples_s": samples,
+                                               "core": os.environ.get("NEURON_RT_VISIBLE_CORES")})
+    if rank == 0:
+        write_json(out / "result.json", {
+            "phases": {name: sorted(files) for name, files in phases.items()},
+            "digests": {path: digest for files in phases.values() for path, digest in files.items()},
+            "compile": {"count": compiles["workload"][0] - compiles["inputs"][0],
+                        "seconds": compiles["workload"][1] - compiles["inputs"][1],
+                        "second_call_count": compiles["second"][0] - compiles["workload"][0]},
+            "torch": torch.__version__, "device": str(device), "world": dist.get_world_size()})
+    xm.rendezvous("written")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
