@@ -328,3 +328,50 @@ def test_a_chrome_trace_that_is_not_json_is_one_sentence(tmp_path):
     path.write_text('{"traceEvents": [{"ph": "X", "ts": 1')
     with pytest.raises(UserError, match=r"trace.json is not a readable Chrome trace \(.*cut short\)"):
         chrome_to_pftrace(path, tmp_path / "t.pftrace")
+
+
+@pytest.mark.parametrize("chunk", [1, 64, 4 << 20])
+def test_begin_and_end_pair_as_a_stack_pairs_them_across_chunks(chunk, tmp_path, monkeypatch):
+    """Random nesting on three tracks, instants and counters between, read a packet, a few packets or
+    the whole file at a time (open slices carried over): each slice's duration, depth and parent are
+    those a stack per track gives; an END with nothing open is one sentence."""
+    import random
+
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+    from neuronsweep.analysis import pftrace_reader
+
+    rng = random.Random(7)
+    trace, expected, stacks, t = Trace(), [], {1: [], 2: [], 3: []}, 0
+    for _ in range(600):
+        track, t = rng.choice([1, 2, 3]), t + rng.randrange(3)
+        kind = rng.choice([TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END,
+                           TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER])
+        if kind == TrackEvent.TYPE_SLICE_END and not stacks[track]:
+            continue
+        p = trace.packet.add(timestamp=t, trusted_packet_sequence_id=1)
+        p.track_event.type, p.track_event.track_uuid = kind, track
+        if kind == TrackEvent.TYPE_COUNTER:
+            p.track_event.double_counter_value = 1.0
+        elif kind == TrackEvent.TYPE_SLICE_END:
+            expected[stacks[track].pop()][2] = t
+        else:
+            p.track_event.name = f"s{len(expected)}"
+            stack = stacks[track]
+            expected.append([track, t, t if kind == TrackEvent.TYPE_INSTANT else None, len(stack),
+                             stack[-1] if stack else -1])
+            if kind == TrackEvent.TYPE_SLICE_BEGIN:
+                stack.append(len(expected) - 1)
+    path = tmp_path / "nested.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    monkeypatch.setattr(pftrace_reader, "CHUNK", chunk)
+    s = read(path).slices
+    got = [[s.track_uuid[i], s.ts[i], s.ts[i] + s.dur[i] if s.dur[i] >= 0 else None, s.depth[i], s.parent[i]]
+           for i in range(len(s))]
+    assert got == expected and any(e[2] is None for e in expected) and max(e[3] for e in expected) >= 3
+
+    p = trace.packet.add(timestamp=t + 1, trusted_packet_sequence_id=1)
+    p.track_event.type, p.track_event.track_uuid = TrackEvent.TYPE_SLICE_END, 9
+    path.write_bytes(trace.SerializeToString())
+    with pytest.raises(UserError, match=f"a slice END at ts={t + 1} on track 9 has no open slice"):
+        read(path)

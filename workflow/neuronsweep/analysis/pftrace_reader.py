@@ -250,7 +250,6 @@ class _Reader:
             if not defaults or (at < 0).any():
                 self.fail("a track event names no track and its sequence has no default track.")
             track[sel] = np.array([t for _, t in defaults], np.uint64)[at]
-        tracks = track.tolist()
         opens = (kind == BEGIN) | (kind == INSTANT)
         names = self._names(raw, ef, n, ev_gen, opens)
         cats = self._categories(raw, ef, n, ev_gen, opens)
@@ -258,41 +257,98 @@ class _Reader:
         counter_double, is_double = ef.last(E_DOUBLE_COUNTER, n)
         counter_value = np.where(is_double, counter_double.view(np.float64), counter_int.astype(np.float64))
 
-        sl, stacks = self.slices, self.stacks
-        s_track, s_ts, s_dur, s_depth, s_parent = sl.track_uuid, sl.ts, sl.dur, sl.depth, sl.parent
-        slice_of = np.full(n, -1, np.int64)
-        for j, (k, trk, t) in enumerate(zip(kind.tolist(), tracks, ev_ts.tolist())):
-            stack = stacks.get(trk)
-            if stack is None:
-                stack = stacks[trk] = []
-            if k == END:
-                if not stack:
-                    self.fail(f"a slice END at ts={t} on track {trk} has no open slice.")
-                i = stack.pop()
-                s_dur[i] = t - s_ts[i]
-            elif k == BEGIN or k == INSTANT:
-                i = slice_of[j] = len(s_ts)
-                s_track.append(trk)
-                s_ts.append(t)
-                s_dur.append(-1 if k == BEGIN else 0)
-                s_depth.append(len(stack))
-                s_parent.append(stack[-1] if stack else -1)
-                if k == BEGIN:
-                    stack.append(i)
-            elif k == COUNTER:
-                self.counters.append(Counter(trk, t, float(counter_value[j])))
+        slice_of = self._pair(kind, track, ev_ts)
+        sl = self.slices
+        for j in np.flatnonzero(kind == COUNTER).tolist():
+            self.counters.append(Counter(int(track[j]), int(ev_ts[j]), float(counter_value[j])))
         sl.name += names
         sl.category += cats
         self._args(buf, raw, ef, slice_of, ev_gen)
 
-    def _interned(self, table: str, gens: np.ndarray, iids: np.ndarray) -> np.ndarray:
-        """Interned names of (generation, iid) pairs, looked up once per distinct pair ("" if unknown)."""
+    def _pair(self, kind: np.ndarray, track: np.ndarray, ev_ts: np.ndarray) -> np.ndarray:
+        """BEGIN/END paired into slices per track with numpy, the open slices carried between chunks
+        (self.stacks); returns each event's slice index (-1: none). Depth after each event is a
+        per-track cumulative sum; a slice's BEGIN and END sit at one level (the BEGIN's depth after,
+        the END's before), so sorted by (track, level, position) each END follows its BEGIN, and a
+        slice's parent is the latest entry one level up (or the slice carried open there)."""
+        n = kind.size
+        is_b, is_e = kind == BEGIN, kind == END
+        opens = is_b | (kind == INSTANT)
+        sl = self.slices
+        base = len(sl.ts)
+        slice_of = np.full(n, -1, np.int64)
+        slice_of[opens] = base + np.arange(int(opens.sum()))
+        if not n:
+            return slice_of
+        tracks, tk = np.unique(track, return_inverse=True)
+        tk = tk.reshape(-1)
+        carried = [self.stacks.get(t, []) for t in tracks.tolist()]
+        stack = np.full((tracks.size, max(map(len, carried)) + 1), -1, np.int64)  # [track, level - 1]
+        for t, s in enumerate(carried):
+            stack[t, :len(s)] = s
+        delta = is_b.astype(np.int64) - is_e
+        order = np.argsort(tk, kind="stable")
+        cs = np.cumsum(delta[order])
+        group = np.flatnonzero(np.r_[True, tk[order][1:] != tk[order][:-1]])
+        depth = np.empty(n, np.int64)  # after each event
+        depth[order] = np.array(list(map(len, carried)), np.int64)[tk[order]] + cs - np.repeat(
+            (cs - delta[order])[group], np.diff(np.r_[group, n]))
+        bad = np.flatnonzero(is_e & (depth < 0))
+        if bad.size:
+            j = int(bad[0])
+            self.fail(f"a slice END at ts={int(ev_ts[j])} on track {int(track[j])} has no open slice.")
+
+        be = np.flatnonzero(is_b | is_e)
+        level = np.where(is_b, depth, depth + 1)
+        be = be[np.lexsort((be, level[be], tk[be]))]  # by track, level, position
+        e_tk, e_level = tk[be], level[be]
+        follows = np.r_[False, (e_tk[1:] == e_tk[:-1]) & (e_level[1:] == e_level[:-1])]
+        closes = is_e[be]
+        dur = np.where(is_b, -1, 0)[opens]
+        paired = np.flatnonzero(closes & follows)
+        begins, ends = be[paired - 1], be[paired]
+        dur[slice_of[begins] - base] = ev_ts[ends] - ev_ts[begins]
+        for i in np.flatnonzero(closes & ~follows).tolist():  # ends a slice opened in an earlier chunk
+            s = int(stack[e_tk[i], e_level[i] - 1])
+            sl.dur[s] = int(ev_ts[be[i]]) - sl.ts[s]
+
+        d = np.where(is_b, depth - 1, depth)[opens]  # each new slice's depth: its parent is at level d
+        o = np.flatnonzero(opens)
+        span = int(max(e_level.max(initial=0), d.max(initial=0))) + 1
+        keys = (e_tk * span + e_level) * n + be
+        query = (tk[o] * span + d) * n + o
+        at = np.maximum(np.searchsorted(keys, query) - 1, 0)
+        here = (keys[at] // n == query // n) & (keys[at] < query) if be.size else np.zeros(o.size, bool)
+        inner = slice_of[be[at]] if be.size else -1  # the latest entry one level up: an open BEGIN
+        outer = stack[tk[o], np.clip(d - 1, 0, stack.shape[1] - 1)]  # the slice carried open at level d
+        parent = np.where(d < 1, -1, np.where(here, inner, outer))
+
+        last = np.flatnonzero(np.r_[(e_tk[1:] != e_tk[:-1]) | (e_level[1:] != e_level[:-1]), True][:be.size])
+        final = np.empty(tracks.size, np.int64)
+        final[tk[order][np.r_[group[1:] - 1, n - 1]]] = depth[order][np.r_[group[1:] - 1, n - 1]]
+        still = [list(c[:f]) + [-1] * (f - len(c)) for c, f in zip(carried, final.tolist())]
+        for t, lv, pos in zip(e_tk[last].tolist(), e_level[last].tolist(), be[last].tolist()):
+            if lv <= final[t]:
+                still[t][lv - 1] = int(slice_of[pos])  # the latest entry of an open level is its BEGIN
+        for t, s in zip(tracks.tolist(), still):
+            self.stacks[t] = s
+
+        sl.track_uuid.frombytes(track[opens].astype(np.uint64).tobytes())
+        sl.ts.frombytes(ev_ts[opens].astype(np.int64).tobytes())
+        sl.dur.frombytes(dur.astype(np.int64).tobytes())
+        sl.depth.frombytes(d.astype(np.int64).tobytes())
+        sl.parent.frombytes(parent.astype(np.int64).tobytes())
+        return slice_of
+
+    def _interned(self, table: str, gens: np.ndarray, iids: np.ndarray, convert=lambda name: name) -> np.ndarray:
+        """Interned names of (generation, iid) pairs ("" if unknown), looked up and converted once per
+        distinct pair."""
         iids = iids.astype(np.uint64)
         if iids.size and (int(iids.max()) >= 1 << 40 or int(gens.max()) >= 1 << 23):  # no room for one key
-            return np.array([getattr(self.gens[g], table).get(i, "") for g, i in zip(gens.tolist(), iids.tolist())],
-                            object)
+            return np.array([convert(getattr(self.gens[g], table).get(i, "")) for g, i in zip(gens.tolist(),
+                                                                                            iids.tolist())], object)
         keys, inverse = np.unique((gens.astype(np.uint64) << np.uint64(40)) | iids, return_inverse=True)
-        names = [getattr(self.gens[k >> 40], table).get(k & ((1 << 40) - 1), "") for k in keys.tolist()]
+        names = [convert(getattr(self.gens[k >> 40], table).get(k & ((1 << 40) - 1), "")) for k in keys.tolist()]
         return np.array(names, object)[inverse] if keys.size else np.zeros(0, object)
 
     def _names(self, raw, ef, n, ev_gen, opens) -> list[str]:
@@ -354,9 +410,10 @@ class _Reader:
         iid, _ = af.last(A_NAME_IID, m)
         inline = af.where(A_NAME, protoscan.LEN)
         inline_names = dict(zip(af.msg[inline].tolist(), protoscan.text(raw, af.at[inline], af.value[inline])))
-        gens = ev_gen[event].tolist()
-        keys = [self._key(self.gens[g].ann.get(i, "") if i else inline_names.get(k, ""))
-                for k, (i, g) in enumerate(zip(iid.tolist(), gens))]
+        keys = np.empty(m, object)
+        named = iid != 0
+        keys[named] = self._interned("ann", ev_gen[event][named], iid[named], self._key)
+        keys[~named] = [self._key(inline_names.get(k, "")) for k in np.flatnonzero(~named).tolist()]
         values = np.full(m, None, object)
         for num, convert in ((A_INT, lambda v: v.view(np.int64)), (A_UINT, lambda v: v),
                              (A_DOUBLE, lambda v: v.view(np.float64)), (A_BOOL, lambda v: v != 0)):
@@ -365,7 +422,7 @@ class _Reader:
         strings = af.where(A_STRING, protoscan.LEN)
         values[af.msg[strings]] = protoscan.text(raw, af.at[strings], af.value[strings])
         self.slices.arg_slice.extend(slice_of[event].tolist())
-        self.slices.arg_key += keys
+        self.slices.arg_key += keys.tolist()
         self.slices.arg_value += values.tolist()
 
 
