@@ -271,5 +271,5 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(type="log", title="message size (bytes)")
     fig.update_yaxes(title="GB/s", row=1, col=1)
     fig.update_yaxes(type="log", title="us (the slowest rank's, median)", row=1, col=2)
-    return _layout(fig, "collectives: busbw and latency against message size (stars: the knee, where busbw "
-                        "reaches half its best once the curve flattens; dashed: nccom-test, where it ran)", 480)
+    return _layout(fig, "collectives against message size (star: the knee, where busbw reaches half its best; "
+                        "dashed: nccom-test)", 480)
