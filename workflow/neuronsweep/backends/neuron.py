@@ -84,43 +84,30 @@ def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = 
 
 
 def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
-    """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile."""
+    """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile.
+    A collective runs its program on `world` NeuronCores, one rank each (xla_collective.py), and its
+    NEFF is attributed from rank 0's phases as any workload's."""
     compile_cache = entry / "neuron-compile-cache"
     shutil.rmtree(compile_cache, ignore_errors=True)
     compile_cache.mkdir(parents=True)
     workdir = out_dir.resolve() / "xla"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "MODULE_*.neff")]
-    result = xla_program.run(spec, workdir / "xla_result.json", compile_env(settings.options, compile_cache, settings.visible_cores),
-                             workdir,
-                             globs, settings.timeout_s)
+    env = compile_env(settings.options, compile_cache, settings.visible_cores)
+    collective = spec["kind"] == "collective"
+    globs = [str(compile_cache / "**" / "*.neff"), str(workdir / ("rank_0" if collective else "") / "MODULE_*.neff")]
+    if collective:
+        result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s)
+    else:
+        result = xla_program.run(spec, workdir / "xla_result.json", env, workdir, globs, settings.timeout_s)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
             "compile_count": result["compile"]["count"],
             "second_call_compile_count": result["compile"]["second_call_count"],
             "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
-            "compile_s_source": "torch_xla.debug.metrics CompileTime", "capture_inputs": None}
-
-
-def _compile_collective(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
-    """A collective: its torch-xla program on `world` NeuronCores, one rank each (xla_collective.py);
-    the NEFF attributed from rank 0's phases as for any torch-xla workload."""
-    compile_cache = entry / "neuron-compile-cache"
-    shutil.rmtree(compile_cache, ignore_errors=True)
-    compile_cache.mkdir(parents=True)
-    workdir = out_dir.resolve() / "xla"
-    shutil.rmtree(workdir, ignore_errors=True)
-    globs = [str(compile_cache / "**" / "*.neff"), str(workdir / "rank_0" / "MODULE_*.neff")]
-    result = xla_collective.run(spec, workdir, compile_env(settings.options, compile_cache, settings.visible_cores),
-                                globs, settings.timeout_s)
-    neff, candidates = xla_program.attribute(result, spec, "NEFF")
-    return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
-            "compile_count": result["compile"]["count"],
-            "second_call_compile_count": result["compile"]["second_call_count"],
-            "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
-            "compile_s_source": "torch_xla.debug.metrics CompileTime (rank 0)", "capture_inputs": None,
-            "ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"}
+            "compile_s_source": "torch_xla.debug.metrics CompileTime" + (" (rank 0)" if collective else ""),
+            "capture_inputs": None,
+            **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {})}
 
 
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
@@ -158,7 +145,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     options = settings.options
     flags = cc_flags(options)
     nki_impl = spec.get("impl") == "nki"
-    route = _compile_nki if nki_impl else _compile_collective if spec["kind"] == "collective" else _compile_xla
+    route = _compile_nki if nki_impl else _compile_xla
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
         # every route executes the workload on NeuronCores: take a device slot like a capture

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ..atomic import write_json
-from .xla_program import PHASES, _metric, artifacts
+from .xla_program import PHASES, artifacts, child_args, metric
 
 RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
 
@@ -43,14 +43,8 @@ def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("rank_*.json"):
         stale.unlink()
-    args = ["--spec", json.dumps(spec), "--out", str(out_dir)]
-    for key, value in settings.items():
-        if value is not None:
-            args += [f"--{key.replace('_', '-')}", str(value)]
-    for pattern in globs:
-        args += ["--artifact-glob", pattern]
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world']}",
-            "-m", __name__, *args]
+            "-m", __name__, *child_args(spec, out_dir, globs, settings)]
     proc = run_tool(argv, timeout_s, f"case {workload_id(spec)}: the torch-xla collective ({spec['world']} ranks)",
                     cwd=out_dir, env=env)
     log = out_dir / "torchrun.log"
@@ -132,14 +126,14 @@ def main(argv=None) -> int:
     tensor = torch.ones(collective.counts(spec)[0], dtype=getattr(torch, TORCH_DTYPES[spec["dtype"]])).to(device)
     sync()
     phases["inputs"] = listed("inputs")
-    compiles = {"inputs": _metric(met, "CompileTime")}
+    compiles = {"inputs": metric(met, "CompileTime")}
     call = _collective(xm, spec, tensor)
     for phase in PHASES[2:]:
         result = call()
         sync()
         del result
         phases[phase] = listed(phase)
-        compiles[phase] = _metric(met, "CompileTime")
+        compiles[phase] = metric(met, "CompileTime")
     for _ in range(args.warmup):
         result = call()
         sync()

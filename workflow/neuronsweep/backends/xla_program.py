@@ -52,14 +52,19 @@ def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], time
     from .common import run_child
 
     cwd, out_json = cwd.resolve(), out_json.resolve()
-    args = ["--spec", json.dumps(spec), "--out", str(out_json)]
+    run_child("xla_program", child_args(spec, out_json, globs, settings), spec, cwd, env, "torch-xla run", timeout_s)
+    return json.loads(out_json.read_text())
+
+
+def child_args(spec: dict, out: Path, globs: list[str], settings: dict) -> list[str]:
+    """The child's command line: the spec, where to write, the artifact globs, and the settings given."""
+    args = ["--spec", json.dumps(spec), "--out", str(out)]
     for key, value in settings.items():
         if value is not None:
             args += [f"--{key.replace('_', '-')}", str(value)]
     for pattern in globs:
         args += ["--artifact-glob", pattern]
-    run_child("xla_program", args, spec, cwd, env, "torch-xla run", timeout_s)
-    return json.loads(out_json.read_text())
+    return args
 
 
 def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
@@ -106,7 +111,7 @@ def artifacts(patterns: list[str]) -> dict[str, str]:
     return found
 
 
-def _metric(met, name: str) -> tuple[int, float]:
+def metric(met, name: str) -> tuple[int, float]:
     """(count, total seconds) of a torch_xla metric; (0, 0.0) when it was never recorded."""
     data = met.metric_data(name)
     if not data:
@@ -214,15 +219,15 @@ def main(argv=None) -> int:
     xm.mark_step()
     xm.wait_device_ops()
     phases["inputs"] = artifacts(args.artifact_glob)
-    compiles = {"inputs": _metric(met, "CompileTime")}
+    compiles = {"inputs": metric(met, "CompileTime")}
     step = _Step(module, inputs, xm)
 
     t0, *_, t3 = step()
     phases["workload"] = artifacts(args.artifact_glob)
-    compiles["workload"] = _metric(met, "CompileTime")
+    compiles["workload"] = metric(met, "CompileTime")
     step()
     phases["second"] = artifacts(args.artifact_glob)
-    compiles["second"] = _metric(met, "CompileTime")
+    compiles["second"] = metric(met, "CompileTime")
 
     result = {
         "phases": {name: sorted(files) for name, files in phases.items()},
@@ -242,16 +247,16 @@ def main(argv=None) -> int:
         trace = _trace(step, met, args.num_exec, args.nth_exec, str(device))
         write_json(args.trace_out, trace)  # whole or not at all, like every stage output
     if args.iterations:
-        after_warmup = _metric(met, "CompileTime")[0]
+        after_warmup = metric(met, "CompileTime")[0]
         walls, executes = [], []
         for _ in range(args.repeats * args.iterations):
-            before = _metric(met, "ExecuteTime")
+            before = metric(met, "ExecuteTime")
             t0, *_, t3 = step()
-            after = _metric(met, "ExecuteTime")
+            after = metric(met, "ExecuteTime")
             walls.append((t3 - t0) * 1e-9)
             executes.append(after[1] - before[1] if after[0] > before[0] else None)
         result["timing"] = {**latency_stats(walls, args.repeats),
-                            "recompiles_during_timing": _metric(met, "CompileTime")[0] - after_warmup,
+                            "recompiles_during_timing": metric(met, "CompileTime")[0] - after_warmup,
                             "sync": "xm.mark_step() + xm.wait_device_ops() per iteration",
                             "execute": latency_stats(executes, args.repeats) if None not in executes else None,
                             "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration"}
