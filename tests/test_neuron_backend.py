@@ -582,6 +582,9 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
         assert m["busbw_vs_nccom_test"] == pytest.approx(m["busbw_bytes_per_s"] / m["nccom_test_busbw_bytes_per_s"])
         ranks = pd.read_csv(d / "tables" / "ranks.csv")
         assert list(ranks["rank"]) == list(range(world)) and (ranks["median_s"] > 0).all()
+    page = (tmp_path / "results" / "t" / "report.html").read_text()
+    assert "nccom-test busbw" in page and "nccom_test_busbw_bytes_per_s" in page  # dashed beside ours, and in the table
+    assert "fewer, larger messages" in page  # a small collective's overhead, in its own words
 
 
 def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):

@@ -74,8 +74,10 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
                     "keep shapes and baked-in Python values fixed between calls, or cache the kernel.")
     recs += _collective_recommendations(ok)
     for _, r in ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"].iterrows():
-        recs.append(f"{r['scenario_id']}: overhead-bound ({r['bound_evidence']}): launch, synchronization "
-                    "and compiles dominate: batch more work per call.")
+        advice = ("the collective's fixed cost dominates at this size: fewer, larger messages (bucketed) amortize "
+                  "it (see the knee)" if r.get("suite") == "collectives" else
+                  "launch, synchronization and compiles dominate: batch more work per call")
+        recs.append(f"{r['scenario_id']}: overhead-bound ({r['bound_evidence']}): {advice}.")
     return recs
 
 
