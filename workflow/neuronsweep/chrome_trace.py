@@ -67,7 +67,8 @@ class Events:
                 else np.zeros(0, np.int64) for c in ("name", "cat", "ts", "dur")}
         return cols
 
-    def _name(self, table: dict, value) -> int:
+    def _ordinal(self, table: dict, value) -> int:
+        """`value`'s number in `table`, the next one when it is new."""
         found = table.get(value)
         if found is None:
             found = table[value] = len(table)
@@ -94,7 +95,7 @@ class Events:
             if ph == "C":
                 for series, v in sorted((e.get("args") or {}).items()):
                     kind.append(COUNTER)
-                    key.append(self._name(self.keys, ("counter", e.get("pid"), e.get("name"), series)))
+                    key.append(self._ordinal(self.keys, ("counter", e.get("pid"), e.get("name"), series)))
                     ts.append(e["ts"])
                     dur.append(0)
                     name.append(-1)
@@ -104,18 +105,18 @@ class Events:
                 continue
             if ph == "X":
                 kind.append(SLICE)
-                key.append(self._name(self.keys, (e.get("pid"), e.get("tid"))))
+                key.append(self._ordinal(self.keys, (e.get("pid"), e.get("tid"))))
                 dur.append(e.get("dur") or 0)
                 counts["slices"] += 1
             else:
                 tid = None if e.get("s") == "g" else e.get("tid")
                 kind.append(INSTANT)
-                key.append(self._name(self.keys, (e.get("pid"), "instants" if tid is None else tid)))
+                key.append(self._ordinal(self.keys, (e.get("pid"), "instants" if tid is None else tid)))
                 dur.append(0)
                 counts["instants"] += 1
             ts.append(e["ts"])
-            name.append(self._name(self.names, e.get("name") or ""))
-            cat.append(self._name(self.cats, e["cat"]) if e.get("cat") else -1)
+            name.append(self._ordinal(self.names, e.get("name") or ""))
+            cat.append(self._ordinal(self.cats, e["cat"]) if e.get("cat") else -1)
             value.append(0.0)
             args.append(e.get("args") or {})
         if kind:
@@ -166,7 +167,7 @@ class Events:
 
     def _ordinals(self, table: dict, values: pa.Array) -> np.ndarray:
         encoded = values.dictionary_encode()
-        ids = np.array([self._name(table, v) for v in encoded.dictionary.to_pylist()], np.int64)
+        ids = np.array([self._ordinal(table, v) for v in encoded.dictionary.to_pylist()], np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)]
 
     def _keys(self, col: dict, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -190,7 +191,7 @@ class Events:
                          for p, t, s in zip(pid[instants].tolist(), tids, scope)]
             found += list(zip(instants, inst_keys))
         for _, k in sorted(found, key=lambda f: f[0]):
-            self._name(self.keys, k)
+            self._ordinal(self.keys, k)
         if xs.size:
             key[xs] = np.array([self.keys[k] for k in pair_keys], np.int64)[inverse.reshape(-1)]
         if instants:
