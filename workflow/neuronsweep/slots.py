@@ -130,9 +130,9 @@ def widened(found: Pool, cores: int) -> Pool:
     size = len(found.slots[0].cores)
     k = -(-cores // size)
     if k * size > sum(len(s.cores) for s in found.slots):
-        raise UserError(f"the capture needs {cores} NeuronCores (one per collectives worker), but the device slots "
-                        f"have {sum(len(s.cores) for s in found.slots)} ({found.describe()}); ask for fewer workers "
-                        "per node, or raise capture.slots.")
+        raise UserError(f"this step needs {cores} NeuronCores (one per collectives worker or rank), but the device "
+                        f"slots have {sum(len(s.cores) for s in found.slots)} ({found.describe()}); use a smaller world "
+                        "size or fewer workers per node, or raise capture.slots.")
     joined = [Slot(found.slots[i].index, tuple(c for s in found.slots[i:i + k] for c in s.cores))
               for i in range(0, len(found.slots) - k + 1, k)]
     return Pool(tuple(joined), found.isolation, found.found)
