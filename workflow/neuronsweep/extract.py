@@ -116,12 +116,10 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
         notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
 
     m.update(_memory(usage, backend, notes))
-    m.update(_collective(spec, capture, m["latency_median_s"], notes))
+    m.update(_collective(spec, capture, m["latency_median_s"], notes, m["neuron_target"], ranks))
     if ranks:  # a multi-worker neuron capture: each rank's device time
         m.update(_rank_spread([r["total_time_s"] for r in ranks if r["total_time_s"] is not None]),
                  ranks_profiled=len(ranks))
-    if spec and spec["kind"] == "collective" and backend == "neuron":
-        m["link_bytes_per_s"] = _link_per_rank(m["neuron_target"], ranks, notes)
     if spec and not has_roofline(spec):
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
@@ -209,9 +207,12 @@ NO_USAGE = ("read from the legacy full profile (neuron.json: true; nc_mem_usage,
             "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read")
 
 
-def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: float | None, notes: dict) -> dict:
-    """A collective's size, world, algbw and busbw (nccl-tests' definitions, workloads/collective.py) and
-    its ranks: the slowest and fastest rank's median and their ratio (the straggler figure)."""
+def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: float | None, notes: dict,
+                target: str | None = None, workers: list[dict] | None = None) -> dict:
+    """A collective's size, world, algbw and busbw (nccl-tests' definitions, workloads/collective.py),
+    the link each rank is allowed (neuron: `target`'s, where the profiled `workers` span chips), its
+    ranks' spread (the slowest and fastest rank's median and their ratio: the straggler figure) and
+    nccom-test's figures beside ours."""
     if not spec or spec["kind"] != "collective":
         return {}  # not applicable, like a suite's own labels: only a collective's metrics have these keys
     from .workloads import collective
@@ -219,9 +220,12 @@ def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: floa
     out = {"coll_op": spec["op"], "coll_world": spec["world"], "coll_bytes": spec["bytes"],
            "busbw_factor": collective.BUSBW_FACTOR[spec["op"]](spec["world"]),
            **collective.bandwidths(spec, median_s), "link_bytes_per_s": None}
-    notes["link_bytes_per_s"] = ("gloo ranks on one host exchange over loopback and shared memory: no link's "
-                                 "bandwidth bounds busbw" if capture and capture.backend == "cpu"
-                                 else "no link bandwidth is known for this platform")
+    if capture and capture.backend == "neuron":
+        out["link_bytes_per_s"] = _link_per_rank(target, workers, notes)
+    else:
+        notes["link_bytes_per_s"] = ("gloo ranks on one host exchange over loopback and shared memory: no link's "
+                                     "bandwidth bounds busbw" if capture and capture.backend == "cpu"
+                                     else "no link bandwidth is known for this platform")
     if median_s is None:
         notes["algbw_bytes_per_s"] = notes["busbw_bytes_per_s"] = "no latency was measured"
     crowded = capture.details.get("oversubscribed") if capture else None
