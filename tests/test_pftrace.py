@@ -257,13 +257,18 @@ def _stack_reference(events):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_slices_nest_as_a_stack_emits_them(seed, tmp_path):
+@pytest.mark.parametrize("chunk", [3, 1 << 18])  # rows streamed out of a sort at a time
+def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
     """Ends and begins at one time, zero-length slices, equal starts and a child outliving its parent,
-    on several tracks: each track's packets in the order a stack emits them, the file in time order."""
+    on several tracks: each track's packets in the order a stack emits them, the file in time order,
+    whether the sorts stream out a few rows at a time or all at once."""
     import random
 
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
+    from neuronsweep import pftrace
+
+    monkeypatch.setattr(pftrace, "CHUNK", chunk)
     rng = random.Random(seed)
     events = [{"ph": "X", "name": f"s{i}", "pid": 7, "tid": rng.choice([8, 9]), "ts": float(rng.randrange(12)),
                "dur": rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 1.0004])} for i in range(rng.randrange(5, 80))]
@@ -375,3 +380,89 @@ def test_begin_and_end_pair_as_a_stack_pairs_them_across_chunks(chunk, tmp_path,
     path.write_bytes(trace.SerializeToString())
     with pytest.raises(UserError, match=f"a slice END at ts={t + 1} on track 9 has no open slice"):
         read(path)
+
+
+def test_the_nesting_stack_carried_from_chunk_to_chunk_clamps_as_one_stack(monkeypatch):
+    """Slices cut into chunks anywhere: the ends equal one stack's over all of them, both where the
+    slices already nest (found with numpy) and where some child outlives its parent (the loop)."""
+    import random
+
+    import numpy as np
+
+    from neuronsweep import pftrace
+
+    paths = []
+    nested = pftrace._nested
+    monkeypatch.setattr(pftrace, "_nested", lambda *a: paths.append(nested(*a)) or paths[-1])
+    for seed in range(400):
+        rng = random.Random(seed)
+        if seed % 2:  # dyadic intervals never partly overlap: they nest
+            rows = [(rng.randrange(2), s, s + rng.choice([size, 0])) for size in (2 ** rng.randrange(5) for _ in range(40))
+                    for s in [rng.randrange(0, 64, size)]]
+        else:
+            rows = [(rng.randrange(3), s, s + rng.choice([0, 1, 2, 5, 10])) for s in (rng.randrange(30) for _ in range(40))]
+        rows.sort(key=lambda r: (r[0], r[1], -r[2]))
+        track, start, end = (np.array(c, np.int64) for c in zip(*rows))
+        want, stack, current = [], [], None
+        for t, b, f in rows:
+            if t != current:
+                stack, current = [], t
+            while stack and stack[-1] <= b:
+                stack.pop()
+            f = min(f, stack[-1]) if stack else f
+            want.append(f)
+            stack.append(f)
+        clamp, got, lo = pftrace._Clamp(), [], 0
+        while lo < len(rows):
+            hi = min(len(rows), lo + rng.randrange(1, 12))
+            got += clamp(start[lo:hi], end[lo:hi], track[lo:hi]).tolist()
+            lo = hi
+        assert got == want, rows
+    assert True in paths and False in paths
+
+
+def test_a_trace_too_large_for_the_memory_share_is_sorted_again_with_more(tmp_path, monkeypatch, capsys):
+    """DuckDB's sort needs more memory the more events there are: where its share is too small the
+    file is written again with twice the share (the same bytes); at half the host's memory it is one
+    sentence, and no temporary folder is left either way."""
+    from neuronsweep import chrome_trace
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": i % 4, "ts": float(i // 3), "dur": 2.5,
+               "args": {"i": i, "s": "x" * (i % 5)}} for i in range(30_000)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(chrome(events)))
+    assert chrome_to_pftrace(path, tmp_path / "roomy.pftrace")["slices"] == 30_000
+    monkeypatch.setattr(chrome_trace, "MEMORY_MB", 1)
+    chrome_to_pftrace(path, tmp_path / "tight.pftrace")
+    said = capsys.readouterr().err
+    assert "trace.json: storing" in said and "needs more than 1 MB; again with 2 MB" in said
+    assert "tight.pftrace: sorting 30000 trace events needs more than" in said
+    assert (tmp_path / "tight.pftrace").read_bytes() == (tmp_path / "roomy.pftrace").read_bytes()
+
+    monkeypatch.setattr(chrome_trace, "_cap_mb", lambda: 1)
+    with pytest.raises(UserError, match=r"trace.json: storing \d+ trace events needs more than 1 MB of memory, "
+                                        r"half of this host's; convert the trace on a host with more memory"):
+        chrome_to_pftrace(path, tmp_path / "fail.pftrace")
+    assert not (tmp_path / "fail.pftrace").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(chrome_trace.SPILL_PREFIX)]
+
+
+def test_a_killed_writers_event_table_is_removed_by_the_next_writer(tmp_path):
+    """The events wait in a folder beside the output; a SIGKILL skips its removal, so the next
+    writer in that folder removes it (a live writer's is left alone), and its own goes when it ends."""
+    import os
+
+    from neuronsweep import chrome_trace
+
+    dead = tmp_path / f"{chrome_trace.SPILL_PREFIX}999999999.abc.tmp"
+    live = tmp_path / f"{chrome_trace.SPILL_PREFIX}{os.getppid()}.abc.tmp"
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / "spill.block").write_bytes(b"x" * 100)
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}]
+    chrome_to_pftrace(chrome(events), tmp_path / "t.pftrace")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".trace")) == [live.name]
+    (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X"')
+    with pytest.raises(UserError):
+        chrome_to_pftrace(tmp_path / "bad.json", tmp_path / "bad.pftrace")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".trace")) == [live.name]

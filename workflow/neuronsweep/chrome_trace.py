@@ -1,4 +1,5 @@
-"""The events of a Chrome trace (torch.profiler's export) as columns, for pftrace.py to encode.
+"""The events of a Chrome trace (torch.profiler's export) as columns in a table on disk, for
+pftrace.py to sort and encode and for the cpu and xla views to summarize.
 
 A million-op trace is about 100 MB of JSON; `json.load` alone costs 2.5 us an event and a dict per
 event. Here the `traceEvents` array is cut into record batches without decoding it
@@ -8,26 +9,56 @@ instead: counters ('C'), pid/tid that are not integers, a `null`, args holding l
 floats (Arrow makes 1 and 1.5 both doubles; the loop keeps 1 an int). Both paths fill the same
 columns, so what is written does not depend on which one read a batch.
 
-Slices ('X') and instants ('i'/'I') keep their args for pftrace.py: an Arrow struct column (fast
-path) or the dicts (loop). Counters become one value per series. Other phases are only counted.
+Each batch goes straight into a DuckDB table (`ev`, below) in a temporary folder beside the output,
+under a memory limit: a Chrome trace interleaves tracks, so nesting and time order need a sort over
+the whole trace, and DuckDB's sort spills to disk where a numpy sort would hold every event.
+Slices ('X') and instants ('i'/'I') keep their args, already encoded as the packet's debug
+annotations (protowire.py). Counters become one value per series. Other phases are only counted.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import protowire
 from .analysis import json_records
+from .atomic import remove_stale
 from .errors import UserError
 
 SLICE, INSTANT, COUNTER = 0, 1, 2
 FAST_ARGS = (pa.types.is_int64, pa.types.is_boolean, pa.types.is_string, pa.types.is_null)
+MEMORY_MB = 64  # DuckDB's share at first; it spills the rest of a trace to the temporary folder
+SPILL_PREFIX = ".trace-events."
+DICTS_AT_ONCE = 1 << 16  # events of a trace given as a list, per batch
+# seq: the event's position among those kept, in input order; kind: SLICE, INSTANT, COUNTER; key:
+# the track's ordinal in Events.keys; ts, dur in ns; name, cat: ordinals in Events.names and
+# Events.cats (-1: none, and every counter); value: a counter's; ann: a slice's or instant's
+# TrackEvent.debug_annotations as bytes (NULL for counters)
+TABLE = ("CREATE TABLE ev (seq BIGINT, kind TINYINT, key INTEGER, ts BIGINT, dur BIGINT, name INTEGER, "
+         "cat INTEGER, value DOUBLE, ann BLOB)")
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether DuckDB ran out of its memory share (as itself, or through an Arrow stream of a result)."""
+    return isinstance(error, duckdb.OutOfMemoryException) or (
+        isinstance(error, (OSError, pa.ArrowException)) and str(error).startswith("Out of Memory Error"))
+
+
+def _cap_mb() -> int:
+    """Half the host's memory, in MB: the most DuckDB's share grows to."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 >> 20
 
 
 def _ns(values) -> np.ndarray:
@@ -48,24 +79,102 @@ class Part:
     args: pa.StructArray | list  # per slice and instant (not counters), in order
 
 
-@dataclass
 class Events:
-    """Every event to write: columns per batch, and the names and track keys they refer to, each
-    numbered in order of first appearance (the order tracks are described in)."""
-    parts: list[Part] = field(default_factory=list)
-    keys: dict = field(default_factory=dict)  # (pid, tid) or ("counter", pid, name, series) -> ordinal
-    names: dict = field(default_factory=dict)
-    cats: dict = field(default_factory=dict)
-    proc_names: dict = field(default_factory=dict)
-    thread_names: dict = field(default_factory=dict)
-    counts: dict = field(default_factory=lambda: {"slices": 0, "instants": 0, "counters": 0, "skipped": 0})
+    """Every event to write: the table `ev` (TABLE) in `db`, and the names and track keys its rows
+    refer to, each numbered in order of first appearance (the order tracks are described in). A
+    context manager: leaving it removes the table's folder."""
 
-    def complete(self) -> dict[str, np.ndarray]:
-        """The complete ('X') events' name and category ordinals (-1: none), start and duration in
-        ns, in input order: what a summary of the trace needs, without a dict per event."""
-        cols = {c: np.concatenate([getattr(p, c)[p.kind == SLICE] for p in self.parts]) if self.parts
-                else np.zeros(0, np.int64) for c in ("name", "cat", "ts", "dur")}
-        return cols
+    def __init__(self, spill_dir: str | Path | None = None, source: str = "a Chrome trace"):
+        self.source = source  # for messages
+        folder = Path(spill_dir or tempfile.gettempdir())
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_stale(folder, SPILL_PREFIX)  # a killed writer's table
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}.", suffix=".tmp", dir=folder))
+        # in memory up to the limit, the rest in the folder: nothing is kept, so nothing is checkpointed
+        self.memory_mb = MEMORY_MB
+        self.db = duckdb.connect(":memory:", config={"memory_limit": f"{self.memory_mb}MB", "threads": 1,
+                                                     "temp_directory": str(self.folder), "preserve_insertion_order": False})
+        self.db.execute(TABLE)
+        self.clear()
+
+    def clear(self) -> None:
+        self.db.execute("DELETE FROM ev")
+        self.rows = 0
+        self.keys: dict = {}  # (pid, tid) or ("counter", pid, name, series) -> ordinal
+        self.names: dict = {}
+        self.cats: dict = {}
+        self.proc_names: dict = {}
+        self.thread_names: dict = {}
+        self.counts = {"slices": 0, "instants": 0, "counters": 0, "skipped": 0}
+
+    def __enter__(self) -> Events:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def sort_memory(self) -> None:
+        """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
+        block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
+        measured here, 16 bytes a row is (16 M slices sorted under 256 MB)."""
+        self._memory(max(self.memory_mb, 16 * self.rows >> 20))
+
+    def grow(self, what: str) -> None:
+        """After DuckDB ran out of its share doing `what`: twice the share (said on stderr), up to
+        half the host's memory; there, one sentence."""
+        tried = self.memory_mb
+        if tried >= _cap_mb():
+            raise UserError(f"{what} needs more than {tried} MB of memory, half of this host's; convert the "
+                            "trace on a host with more memory.")
+        self._memory(min(2 * tried, _cap_mb()))
+        print(f"{what} needs more than {tried} MB; again with {self.memory_mb} MB", file=sys.stderr)
+
+    def _memory(self, mb: int) -> None:
+        self.memory_mb = mb
+        self.db.execute(f"SET memory_limit = '{mb}MB'")
+
+    def _add(self, part: Part) -> None:
+        """One batch's rows into `ev`, its args encoded."""
+        n = part.kind.size
+        annotated = protowire.annotations(part.args)
+        named = part.kind != COUNTER
+        if not named.all():  # the loop's batches: counters have no args, the others' rows in order
+            rows = np.cumsum(named) - 1
+            annotated = pc.take(annotated, pa.array(rows, mask=~named))
+        batch = pa.table({"seq": np.arange(self.rows, self.rows + n), "kind": part.kind, "key": part.key.astype(np.int32),
+                          "ts": part.ts, "dur": part.dur, "name": part.name.astype(np.int32),
+                          "cat": part.cat.astype(np.int32), "value": part.value, "ann": annotated})
+        self.db.register("batch", batch)
+        while True:
+            try:
+                self.db.execute("INSERT INTO ev SELECT * FROM batch")  # all or nothing
+                break
+            except duckdb.Error as e:
+                if not out_of_memory(e):
+                    raise
+                self.grow(f"{self.source}: storing {self.rows + n} trace events")
+        self.db.unregister("batch")
+        self.rows += n
+
+    def slices_around(self, name: str) -> tuple[dict[str, np.ndarray], int] | None:
+        """The complete ('X') events that overlap or touch the first one called `name` (columns
+        name, cat, ts, dur in ns; input order) and that one's row; None when there is none. What a
+        summary of one execution needs, without reading the rest of the trace."""
+        found = self.names.get(name)
+        if found is None:
+            return None
+        x = self.db.execute(f"""
+            WITH span AS (SELECT seq, ts, dur FROM ev WHERE kind = {SLICE} AND name = ? ORDER BY seq LIMIT 1)
+            SELECT ev.seq = span.seq AS is_span, ev.name, ev.cat, ev.ts, ev.dur FROM ev, span
+            WHERE ev.kind = {SLICE} AND ev.ts <= span.ts + span.dur
+              AND (ev.ts + ev.dur >= span.ts OR ev.ts >= span.ts)
+            ORDER BY ev.seq""", [found]).fetchnumpy()
+        rows = np.flatnonzero(x.pop("is_span"))
+        return ({c: np.asarray(v) for c, v in x.items()}, int(rows[0])) if rows.size else None
 
     def _ordinal(self, table: dict, value) -> int:
         """`value`'s number in `table`, the next one when it is new."""
@@ -120,8 +229,8 @@ class Events:
             value.append(0.0)
             args.append(e.get("args") or {})
         if kind:
-            self.parts.append(Part(np.array(kind, np.int8), np.array(key, np.int64), _ns(ts), _ns(dur),
-                                   np.array(name, np.int64), np.array(cat, np.int64), np.array(value, np.float64), args))
+            self._add(Part(np.array(kind, np.int8), np.array(key, np.int64), _ns(ts), _ns(dur),
+                           np.array(name, np.int64), np.array(cat, np.int64), np.array(value, np.float64), args))
 
     def add_table(self, t: pa.Table, raw: bytes) -> bool:
         """The fast path: False (and nothing added) where the batch's columns are not exactly its JSON."""
@@ -160,9 +269,8 @@ class Events:
         dur = np.where(x, np.nan_to_num(np.asarray(dur, np.float64)), 0.0)
         args = pc.take(col["args"], take) if "args" in col and pa.types.is_struct(col["args"].type) \
             else pa.array([{}] * rows.size, pa.struct([]))
-        self.parts.append(Part(np.where(x, SLICE, INSTANT).astype(np.int8), key,
-                               _ns(ts.to_numpy(zero_copy_only=False)), _ns(dur), name, cat,
-                               np.zeros(rows.size), args))
+        self._add(Part(np.where(x, SLICE, INSTANT).astype(np.int8), key,
+                       _ns(ts.to_numpy(zero_copy_only=False)), _ns(dur), name, cat, np.zeros(rows.size), args))
         return True
 
     def _ordinals(self, table: dict, values: pa.Array) -> np.ndarray:
@@ -228,12 +336,24 @@ def _parse(raw: bytes) -> pa.Table | None:
         return None
 
 
-def read(source) -> Events:
-    """A trace's events as columns: `source` is a Chrome trace dict or list, or a JSON file's path."""
-    events = Events()
+def read(source, spill_dir: str | Path | None = None) -> Events:
+    """A trace's events (close them, or use them as a context manager): `source` is a Chrome trace
+    dict or list, or a JSON file's path; their table lives in a temporary folder in `spill_dir`."""
+    events = Events(spill_dir, str(source) if isinstance(source, (str, Path)) else "a Chrome trace")
+    try:
+        _fill(events, source)
+    except BaseException:
+        events.close()
+        raise
+    return events
+
+
+def _fill(events: Events, source) -> None:
     if not isinstance(source, (str, Path)):
-        events.add_dicts(source.get("traceEvents", []) if isinstance(source, dict) else source)
-        return events
+        listed = source.get("traceEvents", []) if isinstance(source, dict) else source
+        for lo in range(0, len(listed), DICTS_AT_ONCE):
+            events.add_dicts(listed[lo:lo + DICTS_AT_ONCE])
+        return
     found = json_records.Split()
     try:
         for _, raw, _ in json_records.split(Path(source), {"traceEvents"}, set(), found):
@@ -245,5 +365,5 @@ def read(source) -> Events:
     except (json_records.NotJSON, json.JSONDecodeError, orjson.JSONDecodeError) as e:
         raise UserError(f"{source} is not a readable Chrome trace ({e}); capture this case again") from None
     if "traceEvents" in found.irregular or "traceEvents" not in found.records:
-        return read(json.loads(Path(source).read_bytes()))  # not an object of event records: read it whole
-    return events
+        events.clear()  # what was read so far goes: the whole file is read again as one
+        _fill(events, json.loads(Path(source).read_bytes()))  # not an object of event records: read it whole

@@ -11,7 +11,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
 
 from ..config import schema_default
 from ..errors import UserError
@@ -79,15 +78,14 @@ EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu an
 
 
 def profiled_span(events, nth: int) -> tuple[dict, int]:
-    """The complete ('X') events of a Chrome trace (chrome_trace.Events.complete: columns, times
-    in ns) and the row of its nth execution's span; a trace without one cannot be summarized, so
-    that fails with what to do."""
-    complete = events.complete()
+    """The complete ('X') events of a Chrome trace around its nth execution's span
+    (chrome_trace.Events.slices_around: columns, times in ns) and that span's row; a trace without
+    one cannot be summarized, so that fails with what to do."""
     mark = f"{EXEC_MARK}{nth}"
-    rows = np.flatnonzero(complete["name"] == events.names.get(mark, -2))
-    if not rows.size:
+    found = events.slices_around(mark)
+    if found is None:
         raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
-    return complete, int(rows[0])
+    return found
 
 
 def default_threads() -> int:

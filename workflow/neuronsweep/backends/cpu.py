@@ -142,9 +142,9 @@ def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
-    events = chrome_trace.read(capture_dir / TRACE)
-    summary = summarize_trace(events, cap)
-    counts = pftrace.write(events, out_dir / "trace.pftrace")
+    with chrome_trace.read(capture_dir / TRACE, spill_dir=out_dir) as events:
+        summary = summarize_trace(events, cap)
+        counts = pftrace.write(events, out_dir / "trace.pftrace")
     return {"summary": summary, "pftrace": "trace.pftrace", "pftrace_counts": counts}
 
 

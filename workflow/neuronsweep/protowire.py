@@ -1,0 +1,136 @@
+"""Protobuf wire encoding of whole columns: a row's bytes per value, made with numpy and pyarrow.
+
+A million-slice trace is normal; the protobuf classes cost about 3 us a message, so the .pftrace
+writer (pftrace.py) and the Chrome trace reader that spills each event's args already encoded
+(chrome_trace.py) build fields a column at a time here. Each function gives the bytes the
+protobuf classes would write for the same values (tests re-serialize the files and compare).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+EMPTY = pa.scalar(b"", pa.large_binary())
+# DebugAnnotation (perfetto_trace.proto): its value fields and name, and TrackEvent.debug_annotations
+ANN_BOOL, ANN_INT, ANN_DOUBLE, ANN_STRING, ANN_NAME = b"\x10", b"\x20", b"\x29", b"\x32", b"\x52"
+ANNOTATION = b"\x22"
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+# ----------------------------------------------------------------------------------- one value
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(tag: bytes, payload: bytes) -> bytes:
+    return tag + varint(len(payload)) + payload
+
+
+def _annotation(key, value) -> bytes:
+    """One debug annotation as the loop reads it from a dict: ints, bools, floats as themselves,
+    anything else as its JSON text."""
+    if isinstance(value, bool):
+        body = ANN_BOOL + (b"\x01" if value else b"\x00")
+    elif isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
+        body = ANN_INT + varint(value & 0xFFFFFFFFFFFFFFFF)  # int64 on the wire: two's complement
+    elif isinstance(value, float):
+        body = ANN_DOUBLE + struct.pack("<d", value)
+    else:
+        body = field(ANN_STRING, (value if isinstance(value, str) else json.dumps(value)).encode())
+    return field(ANNOTATION, body + field(ANN_NAME, str(key).encode()))
+
+
+# ------------------------------------------------------------------------------------- columns
+
+def ragged(lengths: np.ndarray, data) -> pa.Array:
+    """A binary column from each row's length and all rows' bytes one after another."""
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_binary(), lengths.size, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _rows(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary column of each row's first `lengths` bytes of `matrix`."""
+    return ragged(lengths, matrix[np.arange(matrix.shape[1]) < lengths[:, None]])
+
+
+def varints(values, tag: bytes = b"", mask=None) -> pa.Array:
+    """Each row `tag` + the varint of its value (negative int64 as two's complement), empty where
+    `mask` is False."""
+    v = np.asarray(values).astype(np.uint64)
+    t = len(tag)
+    out = np.zeros((v.size, t + 10), np.uint8)
+    out[:, :t] = np.frombuffer(tag, np.uint8)
+    lengths = np.full(v.size, t + 1, np.int64)
+    for k in range(10):
+        rest = v >> np.uint64(7)
+        more = rest > 0
+        out[:, t + k] = (v & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
+        lengths += more
+        v = rest
+        if not more.any():
+            break
+    if mask is not None:
+        lengths[~mask] = 0
+    return _rows(out, lengths)
+
+
+def fixed(tag: bytes, payload: np.ndarray, mask: np.ndarray) -> pa.Array:
+    """Each row `tag` + its fixed-size payload (an (n, k) uint8 array), empty where `mask` is False."""
+    out = np.concatenate([np.broadcast_to(np.frombuffer(tag, np.uint8), (payload.shape[0], len(tag))), payload], 1)
+    return _rows(out, np.where(mask, out.shape[1], 0))
+
+
+def join(*parts) -> pa.Array:
+    """Each row the concatenation of the parts' rows (bytes: the same in every row)."""
+    return pc.binary_join_element_wise(*(pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p
+                                         for p in parts), EMPTY)
+
+
+def length_prefixed(tag: bytes, payload: pa.Array, mask=None) -> pa.Array:
+    """Each row a length-delimited field: `tag`, the payload's length, the payload."""
+    lengths = pc.binary_length(payload).to_numpy()
+    whole = join(varints(lengths, tag), payload)
+    return whole if mask is None else pc.if_else(pa.array(mask), whole, EMPTY)
+
+
+def _struct_annotations(args: pa.StructArray) -> pa.Array:
+    """From an Arrow struct of int64, bool or string children (the Chrome trace reader's fast
+    path): the bytes `_annotation` makes of the same values."""
+    out = ragged(np.zeros(len(args), np.int64), b"")
+    parent = args.is_valid().to_numpy(zero_copy_only=False)
+    for i, f in enumerate(args.type):
+        child = pc.struct_field(args, [i])
+        valid = parent & child.is_valid().to_numpy(zero_copy_only=False)
+        if not valid.any():
+            continue
+        if pa.types.is_int64(f.type):
+            value = varints(child.fill_null(0).to_numpy(zero_copy_only=False), ANN_INT, valid)
+        elif pa.types.is_boolean(f.type):
+            flag = child.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)[:, None]
+            value = fixed(ANN_BOOL, flag, valid)
+        else:  # string
+            text = pc.fill_null(child, "").cast(pa.large_binary())
+            value = length_prefixed(ANN_STRING, text, valid)
+        body = join(value, field(ANN_NAME, f.name.encode()))
+        out = join(out, length_prefixed(ANNOTATION, body, valid))
+    return out
+
+
+def annotations(args: pa.StructArray | list) -> pa.Array:
+    """Each row's TrackEvent.debug_annotations, from an Arrow struct column or a list of dicts."""
+    if isinstance(args, pa.StructArray):
+        return _struct_annotations(args)
+    encoded = [b"".join([_annotation(k, v) for k, v in a.items()]) for a in args]
+    return ragged(np.fromiter(map(len, encoded), np.int64, len(encoded)), b"".join(encoded))
