@@ -34,7 +34,7 @@ CHUNK = 1 << 18  # rows streamed out of a sort and encoded at a time
 
 # Field tags of the messages written (perfetto_trace.proto), in field-number order, which is the
 # order the protobuf classes serialize them in.
-PACKET, TIMESTAMP, SEQUENCE, TRACK_EVENT, INTERNED, FLAGS = b"\x0a", b"\x40", b"\x50", b"\x5a", b"\x62", b"\x68"
+PACKET, TIMESTAMP, SEQUENCE, TRACK_EVENT, INTERNED = b"\x0a", b"\x40", b"\x50", b"\x5a", b"\x62"
 CATEGORY_IID, TYPE, NAME_IID, TRACK_UUID, DOUBLE_COUNTER = b"\x18", b"\x48", b"\x50", b"\x58", b"\xe1\x02"
 INTERNED_CATEGORY, INTERNED_NAME, IID, NAME = b"\x0a", b"\x12", b"\x08", b"\x12"
 NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE, after the first packet
