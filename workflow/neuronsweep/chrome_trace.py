@@ -121,7 +121,7 @@ class Events:
         """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
         block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
         measured here, 16 bytes a row is (16 M slices sorted under 256 MB)."""
-        self._memory(max(self.memory_mb, 16 * self.rows >> 20))
+        self._memory(min(max(self.memory_mb, 16 * self.rows >> 20), max(self.memory_mb, _cap_mb())))
 
     def grow(self, what: str) -> None:
         """After DuckDB ran out of its share doing `what`: twice the share (said on stderr), up to
