@@ -25,7 +25,7 @@ HOST_CACHE: dict[str, Path] = {}  # set once per session by host_measurements
 def host_measurements(tmp_path_factory):
     """The host probe and calibration, measured once per test session: every test gets a fresh compile
     cache, and without this each would pay a cold calibration."""
-    from neuronsweep import hostcaps
+    from neuronsweep.host import probe as hostcaps
     from neuronsweep.backends.common import default_threads
     from neuronsweep.backends import cpu
 

@@ -11,11 +11,11 @@ import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
-from neuronsweep.analysis import compare, derived, roofline
-from neuronsweep.analysis.profile_db import ProfileDB
+from neuronsweep.analysis import ranking as compare, derived, roofline
+from neuronsweep.formats.profile_db import ProfileDB
 from neuronsweep.errors import UserError
-from neuronsweep.extract import compute
-from neuronsweep.records import BuildRecord
+from neuronsweep.stages.extract import compute
+from neuronsweep.store.records import BuildRecord
 
 SPEC = {"kind": "matmul", "m": 512, "k": 256, "n": 256, "dtype": "bf16"}
 
@@ -33,7 +33,7 @@ def test_mfu_recomputed_from_raw_fields_agrees_with_the_tool_on_real_values():
     m = compute(summary, None, neuron_build("inf2"))
     assert m["mfu_tool_pct"] == pytest.approx(0.48856)
     assert m["mfu_recomputed_pct"] == pytest.approx(m["mfu_tool_pct"], rel=1e-4)
-    t = roofline.TARGETS["inf2"]
+    t = TARGETS["inf2"]
     assert t.bf16_flops() / t.hbm_bytes_per_s == pytest.approx(summary["peak_flops_bandwidth_ratio"], rel=1e-6)
 
 
@@ -222,7 +222,7 @@ def test_report_of_a_real_cpu_run(finished_run):
 
 
 def test_track_patterns_are_configurable(view_dir):
-    from neuronsweep.analysis.profile_db import patterns_from
+    from neuronsweep.formats.profile_db import patterns_from
 
     db = ProfileDB(patterns_from({"tensor": "^TensorMatrix$", "mystery": "^myst"})).load(view_dir)
     classes = dict(db.sql("SELECT name, class FROM track_class").fetchall())
@@ -261,9 +261,9 @@ ENTRY %SyncTensorsGraph.8 (p0.1: f32[], p1.2: f32[256,256], p2.3: f32[256,256]) 
 
 
 def test_hlo_dump_becomes_an_instruction_table_with_its_op_mix(tmp_path):
-    from neuronsweep.analysis import hlo
+    from neuronsweep.formats import hlo
     from neuronsweep.analysis.derived import op_mix
-    from neuronsweep.analysis.profile_db import ProfileDB
+    from neuronsweep.formats.profile_db import ProfileDB
 
     rows = hlo.parse(HLO_DUMP)
     by_name = {(r["computation"], r["hlo_name"]): r for r in rows}

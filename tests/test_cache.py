@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neuronsweep.cache import CompileCache, file_sha256
+from neuronsweep.store.cache import CompileCache, file_sha256
 
 MATERIAL = {"spec": {"kind": "matmul", "m": 4, "k": 4, "n": 4, "dtype": "fp32"}, "backend": "cpu"}
 
@@ -59,7 +59,7 @@ def test_damaged_entry_is_detected_discarded_and_rebuilt(tmp_path, damage):
 
 def test_a_killed_store_leaves_no_folder_behind_once_the_key_is_built_again(tmp_path):
     cache = CompileCache(tmp_path / "cache", "cpu")
-    from neuronsweep.cache import cache_key
+    from neuronsweep.store.cache import cache_key
 
     key = cache_key(MATERIAL)
     parent = cache.entry(key).parent

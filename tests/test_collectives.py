@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import snakemake, tiny_config
-from neuronsweep import plan
-from neuronsweep.report_figures import knee_bytes
+from neuronsweep.stages import plan
+from neuronsweep.report.figures import knee_bytes
 from neuronsweep.workloads import collective, unsupported
 
 
@@ -80,7 +80,7 @@ def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
 
 
 def test_the_link_a_neuron_rank_is_compared_with_comes_from_a_sourced_figure_or_is_null():
-    from neuronsweep.extract import _link_per_rank
+    from neuronsweep.stages.extract import _link_per_rank
 
     across = [{"nd_idx": 0}, {"nd_idx": 0}, {"nd_idx": 1}, {"nd_idx": 1}]
     notes = {}

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO
-from neuronsweep import config
+from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
 
 MINIMAL = {"suites": {"matmul": {"shapes": [{"m": 1, "k": 2, "n": 3}]}}}
@@ -102,7 +102,7 @@ def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
 def test_cli_defaults_are_the_schema_defaults_and_the_exec_check_is_one_rule(tmp_path):
     from neuronsweep import cli
     from neuronsweep.backends.common import DEFAULT_TIMEOUT_S
-    from neuronsweep.devicelock import DEFAULT_LOCK
+    from neuronsweep.host.devicelock import DEFAULT_LOCK
 
     schema_cfg = config.validate(MINIMAL)
     args = cli.parser().parse_args(["capture", "--build", "b", "--out", "o"])

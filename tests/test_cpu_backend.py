@@ -11,8 +11,8 @@ import pytest
 
 from conftest import BIN
 from neuronsweep.backends import cpu
-from neuronsweep.cache import file_sha256
-from neuronsweep.stats import latency_stats
+from neuronsweep.store.cache import file_sha256
+from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.errors import UserError
 
 SPEC = {"kind": "matmul", "m": 24, "k": 40, "n": 8, "dtype": "bf16"}

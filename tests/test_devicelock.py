@@ -15,7 +15,7 @@ import time
 import yaml
 
 from conftest import BIN, tiny_config
-from neuronsweep import devicelock
+from neuronsweep.host import devicelock
 
 HOLD = "from neuronsweep import devicelock; import time, sys\n" \
        "with devicelock.held(sys.argv[1], 'capture matmul-x -> results/r/cpu/workloads/matmul-x/capture'):\n" \

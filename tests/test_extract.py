@@ -7,10 +7,10 @@ import json
 import pytest
 
 from conftest import SHARED
-from neuronsweep.analysis import neuron_summary
+from neuronsweep.formats import neuron_summary
 from neuronsweep.errors import UserError
-from neuronsweep.extract import compute
-from neuronsweep.records import BuildRecord, CaptureRecord
+from neuronsweep.stages.extract import compute
+from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 FIXTURE = SHARED / "fixtures" / "neuron" / "trn1-summary-excerpt.json"
 

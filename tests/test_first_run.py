@@ -10,10 +10,13 @@ import pandas as pd
 import pytest
 
 from conftest import BIN, snakemake, tiny_config
-from neuronsweep import aggregate, config, extract, hostcaps, plan, report, report_figures
-from neuronsweep.html_page import table
+from neuronsweep.stages import aggregate, extract, plan, report
+from neuronsweep.config import schema as config
+from neuronsweep.host import probe as hostcaps
+from neuronsweep.report import figures as report_figures
+from neuronsweep.report.page import table
 from neuronsweep.analysis import roofline
-from neuronsweep.records import BuildRecord, CaptureRecord
+from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 # what a 2-core AVX2 laptop without native bf16 measured (issue: first run on an ordinary laptop)
 LAPTOP = {"gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9}, "flags": ["avx2", "fma"],

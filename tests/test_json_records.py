@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import SHARED
-from neuronsweep.analysis import json_records, legacy_json
+from neuronsweep.formats import json_records, legacy_json
 from neuronsweep.errors import UserError
 
 REAL = sorted((SHARED / "fixtures" / "neuron" / "real").glob("profile_*.json"))

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from conftest import BIN, neuron_config, snakemake, standin_env, standin_runs
-from neuronsweep.analysis.pftrace_reader import read as read_pftrace
+from neuronsweep.formats.pftrace_reader import read as read_pftrace
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
 from neuronsweep.errors import UserError
-from neuronsweep.config import section_defaults
-from neuronsweep.settings import CaptureSettings, ViewSettings
+from neuronsweep.config.schema import section_defaults
+from neuronsweep.config.settings import CaptureSettings, ViewSettings
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket
 
-from neuronsweep.analysis.pftrace_reader import read
+from neuronsweep.formats.pftrace_reader import read
 from neuronsweep.errors import UserError
-from neuronsweep.pftrace import chrome_to_pftrace
+from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
 
 
 def chrome(events):
@@ -95,8 +95,8 @@ def test_streamed_write_equals_one_trace_and_a_truncated_file_is_one_sentence(tm
 
 
 def test_a_profile_is_decoded_once_and_its_tables_reused_until_it_changes(tmp_path, monkeypatch):
-    from neuronsweep.analysis import pftrace_reader
-    from neuronsweep.analysis.profile_db import ProfileDB, patterns_from
+    from neuronsweep.formats import pftrace_reader
+    from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": float(i * 10), "dur": 5.0}
               for i in range(30)]
@@ -176,7 +176,7 @@ def test_packets_written_otherwise_decode_the_same(chunk, tmp_path, monkeypatch)
     raw += bytes([11 << 3 | 2, len(event)]) + event
     path = tmp_path / "other.pftrace"
     path.write_bytes(trace.SerializeToString() + bytes([1 << 3 | 2, len(raw)]) + raw)
-    from neuronsweep.analysis import pftrace_reader
+    from neuronsweep.formats import pftrace_reader
     monkeypatch.setattr(pftrace_reader, "CHUNK", chunk)
 
     decoded = read(path)
@@ -207,7 +207,7 @@ def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
     first = next(s for s in decoded.slices if s.name == "op1" and s.args["debug.i"] == 1)
     assert first.args["debug.neg"] == -1 and first.args["debug.big"] == str(2**63 + 1)  # beyond int64: text
     assert first.args["debug.s"] == "é" and first.args["debug.l"] == "[1, [1]]" and first.args["debug.b"] is False
-    from neuronsweep.analysis.profile_db import ProfileDB
+    from neuronsweep.formats.profile_db import ProfileDB
 
     shown = ProfileDB().load(out).sql("SELECT DISTINCT display_value FROM args WHERE key = 'debug.f' "
                                       "AND real_value IN (0, 1)").fetchall()
@@ -217,7 +217,7 @@ def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
 def test_protoscan_reads_every_field_and_a_repeated_scalar_keeps_its_last_value():
     import numpy as np
 
-    from neuronsweep.analysis import protoscan
+    from neuronsweep.formats import protoscan
 
     # two messages: {9: 1, 9: 300, 23: "ab", 44: 0.5 (fixed64)} and {} (empty)
     first = bytes([9 << 3, 1, 9 << 3, 0xAC, 0x02, 0xBA, 0x01, 2]) + b"ab" + bytes([0xE1, 0x02]) + \
@@ -236,7 +236,7 @@ def test_protoscan_reads_every_field_and_a_repeated_scalar_keeps_its_last_value(
 def _stack_reference(events):
     """Per track, the (ts ns, type, name) sequence a nesting stack emits for complete events, as
     written by hand: sorted by start, longer first; a child outliving its parent is clamped."""
-    from neuronsweep.chrome_trace import _ns
+    from neuronsweep.formats.chrome_trace import _ns
 
     by_track = {}
     for i, e in enumerate(events):
@@ -266,7 +266,7 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
 
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
-    from neuronsweep import pftrace
+    from neuronsweep.formats import pftrace_writer as pftrace
 
     monkeypatch.setattr(pftrace, "CHUNK", chunk)
     rng = random.Random(seed)
@@ -295,8 +295,8 @@ def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_p
     """Batches Arrow types exactly (ints, bools, strings) and batches only the loop reads exactly (a
     null, a counter, a pid that is text, a list, a float or an int past 64 bits in the args) make the
     same file as reading the whole trace as dicts."""
-    from neuronsweep import chrome_trace
-    from neuronsweep.analysis import json_records
+    from neuronsweep.formats import chrome_trace
+    from neuronsweep.formats import json_records
 
     quirks = [{"n": None}, {"l": [1, 2]}, {"f": 0.5}, {"big": 2**64}, {}]
     events = []
@@ -344,7 +344,7 @@ def test_begin_and_end_pair_as_a_stack_pairs_them_across_chunks(chunk, tmp_path,
 
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
-    from neuronsweep.analysis import pftrace_reader
+    from neuronsweep.formats import pftrace_reader
 
     rng = random.Random(7)
     trace, expected, stacks, t = Trace(), [], {1: [], 2: [], 3: []}, 0
@@ -389,7 +389,7 @@ def test_the_nesting_stack_carried_from_chunk_to_chunk_clamps_as_one_stack(monke
 
     import numpy as np
 
-    from neuronsweep import pftrace
+    from neuronsweep.formats import pftrace_writer as pftrace
 
     paths = []
     nested = pftrace._nested
@@ -425,7 +425,7 @@ def test_a_trace_too_large_for_the_memory_share_is_sorted_again_with_more(tmp_pa
     """DuckDB's sort needs more memory the more events there are: where its share is too small the
     file is written again with twice the share (the same bytes); at half the host's memory it is one
     sentence, and no temporary folder is left either way."""
-    from neuronsweep import chrome_trace
+    from neuronsweep.formats import chrome_trace
 
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": i % 4, "ts": float(i // 3), "dur": 2.5,
                "args": {"i": i, "s": "x" * (i % 5)}} for i in range(30_000)]
@@ -452,7 +452,7 @@ def test_a_killed_writers_event_table_is_removed_by_the_next_writer(tmp_path):
     writer in that folder removes it (a live writer's is left alone), and its own goes when it ends."""
     import os
 
-    from neuronsweep import chrome_trace
+    from neuronsweep.formats import chrome_trace
 
     dead = tmp_path / f"{chrome_trace.SPILL_PREFIX}999999999.abc.tmp"
     live = tmp_path / f"{chrome_trace.SPILL_PREFIX}{os.getppid()}.abc.tmp"

@@ -8,8 +8,8 @@ import subprocess
 import yaml
 
 from conftest import BIN, private_cache
-from neuronsweep import config
-from neuronsweep.plan import make_plan
+from neuronsweep.config import schema as config
+from neuronsweep.stages.plan import make_plan
 
 
 def plan_of(suites):

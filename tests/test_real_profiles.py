@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from conftest import BIN, SHARED
-from neuronsweep.analysis import derived, legacy_json
-from neuronsweep.analysis.profile_db import ProfileDB
+from neuronsweep.analysis import derived
+from neuronsweep.formats import legacy_json
+from neuronsweep.formats.profile_db import ProfileDB
 
 REAL = SHARED / "fixtures" / "neuron" / "real"
 FILES = sorted(REAL.glob("profile_*.json"))
@@ -156,8 +157,8 @@ def test_ntff_files_are_named_as_a_first_execution_capture_writes_them():
 
 
 def test_trn2_peaks_are_per_logical_core_and_a_wrong_target_is_named():
-    from neuronsweep.extract import compute
-    from neuronsweep.records import BuildRecord
+    from neuronsweep.stages.extract import compute
+    from neuronsweep.store.records import BuildRecord
 
     spec = {"kind": "matmul", "m": 4096, "k": 4096, "n": 4096, "dtype": "bf16"}
     build = BuildRecord.from_json({"workload_id": "w", "backend": "neuron", "spec": spec, "target": "trn2",

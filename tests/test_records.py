@@ -8,8 +8,8 @@ import time
 import pytest
 
 from neuronsweep.errors import UserError
-from neuronsweep.records import BuildRecord, CaptureRecord, MetricsRecord, ViewRecord
-from neuronsweep.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, ViewRecord
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 
 SPEC = {"kind": "matmul", "m": 4, "k": 8, "n": 2, "dtype": "fp32"}
 

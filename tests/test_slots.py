@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO, neuron_config, snakemake, standin_env
-from neuronsweep import slots
+from neuronsweep.host import slots
 from neuronsweep.errors import UserError
 
 

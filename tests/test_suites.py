@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from conftest import neuron_config, snakemake, standin_env, tiny_config
-from neuronsweep import config
+from neuronsweep.config import schema as config
 from neuronsweep.analysis import roofline
 from neuronsweep.errors import UserError
-from neuronsweep.plan import make_plan
+from neuronsweep.stages.plan import make_plan
 
 
 def plan_of(suites, backend="cpu", slow_dtypes=None):
@@ -84,11 +84,11 @@ def test_tile_counts_at_and_around_boundaries(mkn, counts, util):
 def test_multi_gemm_tiles_and_roofline_bound():
     t = roofline.tiles([(128, 1024, 512), (128, 512, 1024)])
     assert t["tiles_m"] is None and t["tiles_total"] == 8 + 8 and t["tile_utilization_pct"] == 100.0
-    trn1 = roofline.TARGETS["trn1"]
+    trn1 = TARGETS["trn1"]
     assert trn1.peak_flops("bf16") == pytest.approx(91.7504e12) and trn1.peak_flops("fp32") == pytest.approx(22.9376e12)
     # a decode GEMM (M=8) is memory bound, a big square one compute bound, on every target
     for target in ("trn1", "inf2", "trn2"):
-        t = roofline.TARGETS[target]
+        t = TARGETS[target]
         dec = roofline.roofline(2 * 8 * 4096 * 14336, 2 * (8 * 4096 + 4096 * 14336 + 8 * 14336),
                                 t.peak_flops("bf16"), t.hbm_bytes_per_s, None)
         big = roofline.roofline(2 * 4096**3, 2 * 3 * 4096**2, t.peak_flops("bf16"), t.hbm_bytes_per_s, 1.0)
@@ -136,7 +136,7 @@ def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
     assert set(table["status"]) == {"ok"}, table[["scenario_id", "status", "reason"]]
     m = table.set_index("scenario_id").loc["tiling-m128-fp32"]
-    assert m["peak_flops_per_s"] == pytest.approx(roofline.TARGETS["trn1"].peak_flops("fp32"))
+    assert m["peak_flops_per_s"] == pytest.approx(TARGETS["trn1"].peak_flops("fp32"))
 
 
 def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):

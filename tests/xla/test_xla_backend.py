@@ -17,9 +17,9 @@ pytest.importorskip("torch_xla", reason="the xla backend's tests need torch-xla:
                                         "in a venv of their own (.ci/run does it)")
 
 from conftest import snakemake, tiny_config  # noqa: E402
-from neuronsweep import extract  # noqa: E402
-from neuronsweep.records import BuildRecord  # noqa: E402
-from neuronsweep.analysis.pftrace_reader import read as read_pftrace  # noqa: E402
+from neuronsweep.stages import extract
+from neuronsweep.store.records import BuildRecord
+from neuronsweep.formats.pftrace_reader import read as read_pftrace
 
 STATIC, INT, FLOAT = (f"matmul-m128-k128-n128-fp32{s}" for s in ("", "-varies-pythonint", "-varies-pythonfloat"))
 MLP = "mlp-b1-s32-h64-i128-fp32"

@@ -10,7 +10,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import UserError
+from neuronsweep.errors import UserError
 
 
 def pid_alive(pid: int) -> bool:

@@ -10,13 +10,15 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import __version__, backends, config
-from .config import schema_default
-from .backends.common import DEFAULT_TIMEOUT_S, default_threads
-from .devicelock import DEFAULT_LOCK
-from .errors import ERROR_PREFIX, STAGES, UserError, clear_failure, record_failure
-from .settings import host_setting
-from .workloads import workload_id
+from neuronsweep import __version__, backends
+from neuronsweep.config import schema as config
+from neuronsweep.config.schema import schema_default
+from neuronsweep.backends.common import DEFAULT_TIMEOUT_S, default_threads
+from neuronsweep.host.devicelock import DEFAULT_LOCK
+from neuronsweep.errors import ERROR_PREFIX, UserError
+from neuronsweep.store.failures import STAGES, clear_failure, record_failure
+from neuronsweep.config.settings import host_setting
+from neuronsweep.workloads import workload_id
 
 log = logging.getLogger("neuronsweep")
 
@@ -35,7 +37,8 @@ def _spec(text: str) -> dict:
 
 
 def cmd_plan(args) -> None:
-    from . import plan, slots
+    from neuronsweep.stages import plan
+    from neuronsweep.host import slots
 
     cfg = config.load(args.config)
     name, why = backends.resolve(cfg["backend"])
@@ -82,8 +85,8 @@ def _options(text: str) -> dict:
 
 
 def cmd_build(args) -> None:
-    from . import build
-    from .settings import BuildSettings
+    from neuronsweep.stages import build
+    from neuronsweep.config.settings import BuildSettings
 
     settings = BuildSettings(_options(args.options), device_lock=args.device_lock, timeout_s=args.timeout,
                              slots=args.slots, isolation=args.isolation)
@@ -96,8 +99,8 @@ def cmd_build(args) -> None:
 
 
 def cmd_capture(args) -> None:
-    from . import capture
-    from .settings import CaptureSettings
+    from neuronsweep.stages import capture
+    from neuronsweep.config.settings import CaptureSettings
 
     settings = CaptureSettings(warmup=args.warmup, iterations=args.iterations, repeats=args.repeats,
                                num_exec=args.num_exec, nth_exec=args.nth_exec, threads=args.threads,
@@ -130,8 +133,8 @@ def _collectives(args) -> dict | None:
 
 
 def cmd_view(args) -> None:
-    from . import view
-    from .settings import ViewSettings
+    from neuronsweep.stages import view
+    from neuronsweep.config.settings import ViewSettings
 
     settings = ViewSettings.from_section(_options(args.options), args.timeout)
     if args.capture:
@@ -144,7 +147,7 @@ def cmd_view(args) -> None:
 
 
 def cmd_extract(args) -> None:
-    from . import extract
+    from neuronsweep.stages import extract
 
     opt = lambda p: Path(p) if p else None  # noqa: E731
     m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
@@ -154,14 +157,14 @@ def cmd_extract(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from . import report
+    from neuronsweep.stages import report
 
     report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.targets) if args.targets else None)
     log.info(f"report: {args.out}")
 
 
 def cmd_compare(args) -> int:
-    from . import compare_runs
+    from neuronsweep.runs import compare as compare_runs
 
     out = Path(args.out) if args.out else Path(args.run_b) / f"compare-{Path(args.run_a).name}"
     lines, code = compare_runs.run(Path(args.run_a), Path(args.run_b), out, args.fail_on_regression)
@@ -170,7 +173,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_status(args) -> None:
-    from . import status
+    from neuronsweep.runs import status
 
     run_dir = Path(args.run)
     if not (run_dir / "plan.json").is_file():
@@ -180,7 +183,7 @@ def cmd_status(args) -> None:
 
 
 def cmd_query(args) -> None:
-    from .analysis.profile_db import ProfileDB, patterns_from
+    from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 
     db = ProfileDB(patterns_from(_options(args.track_patterns))).load(args.path)
     if not args.sql:
@@ -199,9 +202,9 @@ def cmd_query(args) -> None:
 
 
 def cmd_calibrate(args) -> None:
-    from . import hostcaps
-    from .atomic import write_json
-    from .backends import cpu
+    from neuronsweep.host import probe as hostcaps
+    from neuronsweep.atomic import write_json
+    from neuronsweep.backends import cpu
 
     dtypes = [d for d in args.dtypes.split(",") if d]
     unknown = sorted(set(dtypes) - set(hostcaps.DTYPES))
@@ -215,13 +218,13 @@ def cmd_calibrate(args) -> None:
 
 
 def cmd_doctor(args) -> None:
-    from . import doctor
+    from neuronsweep import doctor
 
     print(doctor.report(args.config))
 
 
 def cmd_aggregate(args) -> None:
-    from . import aggregate
+    from neuronsweep.stages import aggregate
 
     table = aggregate.run(Path(args.plan), Path(args.out), Path(args.targets_out) if args.targets_out else None)
     counts = table["status"].value_counts().to_dict()
@@ -380,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     case_dir = Path(args.out).parent if args.command in STAGES else None
     case_dir = case_dir if case_dir is not None and (case_dir / "logs").is_dir() else None
     if case_dir is not None:  # `neuronsweep status` shows this stage as running while the process lives
-        from .status import mark_running
+        from neuronsweep.runs.status import mark_running
 
         mark_running(case_dir, args.command)
     try:
@@ -398,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:
         if case_dir is not None:
-            from .status import clear_running
+            from neuronsweep.runs.status import clear_running
 
             clear_running(case_dir, args.command)
     if case_dir is not None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import platform
 import shutil
 
-from . import backends, config, devicelock, hostcaps, slots
-from .backends import nccom_test, neuron, neuron_profiler
-from .backends.common import default_threads, package_versions, run_tool
-from .errors import UserError
+from neuronsweep import backends
+from neuronsweep.config import schema as config
+from neuronsweep.host import devicelock, probe as hostcaps, slots
+from neuronsweep.backends import nccom_test, neuron, neuron_profiler
+from neuronsweep.backends.common import default_threads, package_versions, run_tool
+from neuronsweep.errors import UserError
 
 
 def _first_line(argv: list[str]) -> str:

@@ -1,14 +1,7 @@
-"""The one exception type a user can cause, and failures as data: a stage that fails writes
-<case>/logs/<stage>.error.json (stage, case, one-sentence reason, exception type), which aggregate
-reads; the CLI also prints the sentence and exits 2 (a user's error) or 1 (anything else)."""
+"""The one exception type a user can cause. The CLI prints its sentence and exits 2 (a user's error) or 1
+(anything else); a failed stage also keeps it as a record (store/failures.py)."""
 
 from __future__ import annotations
-
-import json
-import time
-from pathlib import Path
-
-STAGES = ("build", "capture", "view", "extract")
 
 
 class UserError(Exception):
@@ -16,31 +9,3 @@ class UserError(Exception):
 
 
 ERROR_PREFIX = "neuronsweep: error: "  # what the CLI prints before the sentence
-
-
-def failure_path(case_dir: Path, stage: str) -> Path:
-    return Path(case_dir) / "logs" / f"{stage}.error.json"
-
-
-def record_failure(case_dir: Path, stage: str, case: str, reason: str, exception: str) -> None:
-    from .atomic import write_json
-
-    write_json(failure_path(case_dir, stage), {"stage": stage, "case": case, "reason": reason,
-                                                "exception": exception, "unix": time.time()})
-
-
-def clear_failure(case_dir: Path, stage: str) -> None:
-    failure_path(case_dir, stage).unlink(missing_ok=True)
-
-
-def latest_failure(case_dir: Path) -> dict | None:
-    """The most recent stage failure recorded for a case, or None."""
-    found = []
-    for stage in STAGES:
-        path = failure_path(case_dir, stage)
-        if path.is_file():
-            try:
-                found.append(json.loads(path.read_text()))
-            except (OSError, json.JSONDecodeError):
-                continue
-    return max(found, key=lambda f: f.get("unix", 0), default=None)

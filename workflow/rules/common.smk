@@ -7,12 +7,13 @@ from pathlib import Path
 
 import yaml
 
-from neuronsweep import backends, slots
-from neuronsweep import config as ns_config
+from neuronsweep import backends
+from neuronsweep.config import schema as ns_config
+from neuronsweep.host import slots
 from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
-from neuronsweep.plan import estimate, plan_for
-from neuronsweep.settings import HOST_ENV
+from neuronsweep.stages.plan import estimate, plan_for
+from neuronsweep.config.settings import HOST_ENV
 from neuronsweep.workloads import canonical
 
 # Jobs call the `neuronsweep` CLI installed beside this Snakemake, even when its venv is not
@@ -160,8 +161,8 @@ def aggregate_after_failure():
     them through their rules once the failed cases are fixed)."""
     plan_json = f"{RUN}/plan.json"
     if os.path.exists(plan_json):
-        from neuronsweep.aggregate import run as aggregate_run  # pandas: only when a sweep failed
-        from neuronsweep.report import run as report_run  # `report` is a Snakemake keyword
+        from neuronsweep.stages.aggregate import run as aggregate_run  # pandas: only when a sweep failed
+        from neuronsweep.stages.report import run as report_run  # `report` is a Snakemake keyword
 
         table = aggregate_run(Path(plan_json), Path(SUMMARY), Path(f"{RUN}/roofline_targets.csv"))
         report_run(Path(SUMMARY), Path(plan_json), Path(f"{RUN}/report.html"), Path(f"{RUN}/roofline_targets.csv"))

@@ -23,10 +23,10 @@ import shutil
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from ..config import section_defaults
-from ..errors import UserError
-from ..settings import ViewSettings
-from ..slots import NEURON_TOOL_DIR, chips
+from neuronsweep.config.schema import section_defaults
+from neuronsweep.errors import UserError
+from neuronsweep.config.settings import ViewSettings
+from neuronsweep.host.slots import NEURON_TOOL_DIR, chips
 
 NAMES = ("cpu", "neuron", "xla")
 COLLECTIVE_PLAN = "collective.json"

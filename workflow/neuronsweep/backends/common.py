@@ -12,8 +12,9 @@ from importlib import metadata
 from pathlib import Path
 
 
-from ..config import schema_default
-from ..errors import UserError
+from neuronsweep.config.schema import schema_default
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import workload_id
 
 
 def package_versions(packages) -> dict[str, str | None]:
@@ -63,7 +64,6 @@ def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, wh
     """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The
     output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
-    from ..workloads import workload_id
 
     proc = run_tool([sys.executable, "-m", f"{__package__}.{module}", *args], timeout_s,
                     f"case {workload_id(spec)}: the {what}", cwd=cwd, env=env)

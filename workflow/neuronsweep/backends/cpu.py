@@ -12,17 +12,19 @@ import platform
 import time
 from pathlib import Path
 
-from .. import chrome_trace, devicelock, hostcaps, pftrace
-from ..analysis.intervals import union_length
-from ..atomic import read_json, replacing, write_json
-from ..cache import CompileCache, cache_key
-from ..errors import UserError
-from ..records import BuildRecord, CaptureRecord
-from ..settings import BuildSettings, CaptureSettings, ViewSettings
-from ..stats import latency_stats
-from ..workloads import TORCH_DTYPES, kind_of, workload_id, working_set_bytes
-from . import BACKENDS
-from .common import EXEC_MARK, profiled_span
+from neuronsweep.formats import chrome_trace, pftrace_writer as pftrace
+from neuronsweep.host import devicelock, probe as hostcaps
+from neuronsweep.analysis.intervals import union_length
+from neuronsweep.atomic import read_json, replacing, write_json
+from neuronsweep.store.cache import CompileCache, cache_key
+from neuronsweep.errors import UserError
+from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.workloads import TORCH_DTYPES, kind_of, workload_id, working_set_bytes
+from neuronsweep.backends import BACKENDS
+from neuronsweep.backends.common import EXEC_MARK, profiled_span
+from neuronsweep.backends import gloo
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
@@ -36,7 +38,6 @@ def _torch_dtype(torch, name: str):
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     if spec["kind"] == "collective":
-        from . import gloo
 
         return gloo.build(spec, out_dir)
     import torch
@@ -78,7 +79,6 @@ def _check_memory(spec: dict) -> int:
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     if build.spec["kind"] == "collective":
-        from . import gloo
 
         return gloo.capture(build, build_dir, settings, out_dir)
     import torch

@@ -18,15 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-from .. import hostcaps
-from ..atomic import read_json, replacing, write_json
-from ..errors import UserError
-from ..records import BuildRecord
-from ..settings import CaptureSettings
-from ..stats import latency_stats
-from ..workloads import TORCH_DTYPES, collective
-from . import BACKENDS, COLLECTIVE_PLAN
-from .common import EXEC_MARK, package_versions
+from neuronsweep.host import probe as hostcaps
+from neuronsweep.atomic import read_json, replacing, write_json
+from neuronsweep.errors import UserError
+from neuronsweep.store.records import BuildRecord
+from neuronsweep.config.settings import CaptureSettings
+from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.workloads import TORCH_DTYPES, collective
+from neuronsweep.backends import BACKENDS, COLLECTIVE_PLAN
+from neuronsweep.backends.common import EXEC_MARK, package_versions
 
 TRACE = BACKENDS["cpu"].artifacts["capture"]  # rank 0's chrome trace: the cpu view reads it as any other
 BACKEND = "gloo"

@@ -17,9 +17,9 @@ import re
 import shutil
 from pathlib import Path
 
-from ..errors import UserError
-from ..slots import NEURON_TOOL_DIR
-from .common import run_tool
+from neuronsweep.errors import UserError
+from neuronsweep.host.slots import NEURON_TOOL_DIR
+from neuronsweep.backends.common import run_tool
 
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
        "all_to_all": "alltoall"}

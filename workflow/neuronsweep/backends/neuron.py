@@ -20,16 +20,18 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from .. import slots
-from ..cache import CompileCache
-from ..errors import UserError
-from ..records import BuildRecord, CaptureRecord
-from ..settings import BuildSettings, CaptureSettings, ViewSettings
-from ..stats import latency_stats
-from ..workloads import workload_id
-from . import BACKENDS, nccom_test, xla_collective, xla_program
-from .common import package_versions, recompilation_flag, run_child
-from .neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks, view_session
+from neuronsweep.host import slots
+from neuronsweep.store.cache import CompileCache
+from neuronsweep.errors import UserError
+from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.workloads import workload_id
+from neuronsweep.backends import BACKENDS, nccom_test, xla_collective, xla_program
+from neuronsweep.backends.common import package_versions, recompilation_flag, run_child
+from neuronsweep.backends.neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks, view_session
+from neuronsweep.host.targets import TARGETS
+from neuronsweep.kernels import for_spec
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
@@ -48,7 +50,6 @@ def auto_cast(options: dict) -> str:
 
 def lnc(options: dict) -> int:
     """Logical NeuronCore size: the configured `lnc`, else the target's default (2 on trn2)."""
-    from ..analysis.roofline import TARGETS
 
     return TARGETS[options["target"]].lnc(options["lnc"])
 
@@ -112,7 +113,6 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
 
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
-    from ..kernels import for_spec
 
     why = for_spec(spec).supported(spec)
     if why:

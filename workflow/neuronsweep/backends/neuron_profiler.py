@@ -16,11 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..analysis import neuron_summary
-from ..errors import UserError
-from ..settings import CaptureSettings, ViewSettings
-from . import BACKENDS, NEURON_TOOL_DIR, PROFILERS
-from .common import run_tool
+from neuronsweep.formats import neuron_summary
+from neuronsweep.errors import UserError
+from neuronsweep.config.settings import CaptureSettings, ViewSettings
+from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
+from neuronsweep.backends.common import run_tool
+from neuronsweep.atomic import write_json
 
 NTFF = BACKENDS["neuron"].artifacts["capture"]
 STDERR_TAIL = 4000
@@ -181,7 +182,6 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
     the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary)."""
     import dataclasses
 
-    from ..atomic import write_json
 
     only_summary = dataclasses.replace(settings, parquet=False, json=False, pftrace=False)
     out = []

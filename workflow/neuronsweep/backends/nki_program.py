@@ -20,6 +20,8 @@ import json
 import os
 import time
 from pathlib import Path
+from neuronsweep.kernels import for_spec
+from neuronsweep.kernels.nki_matmul import load_nki
 
 
 def _inputs(spec: dict, kernel, inputs_dir: Path):
@@ -60,8 +62,6 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from ..kernels import for_spec
-    from ..kernels.nki_matmul import load_nki
 
     nki, _, _, api = load_nki()
     kernel_module = for_spec(spec)

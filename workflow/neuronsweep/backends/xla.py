@@ -23,14 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import chrome_trace, hostcaps, pftrace
-from ..analysis import hlo
-from ..analysis.intervals import union_length
-from ..cache import CompileCache
-from ..records import BuildRecord, CaptureRecord
-from ..settings import BuildSettings, CaptureSettings, ViewSettings
-from . import BACKENDS, xla_program
-from .common import package_versions, profiled_span, recompilation_flag
+from neuronsweep.formats import chrome_trace, pftrace_writer as pftrace
+from neuronsweep.host import probe as hostcaps
+from neuronsweep.formats import hlo
+from neuronsweep.analysis.intervals import union_length
+from neuronsweep.store.cache import CompileCache
+from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.backends import BACKENDS, xla_program
+from neuronsweep.backends.common import package_versions, profiled_span, recompilation_flag
 
 ARTIFACT = BACKENDS["xla"].artifacts["build"]
 TRACE = BACKENDS["xla"].artifacts["capture"]

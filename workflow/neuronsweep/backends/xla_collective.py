@@ -26,8 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..atomic import write_json
-from .xla_program import PHASES, artifacts, child_args, metric
+from neuronsweep.atomic import write_json
+from neuronsweep.backends.xla_program import PHASES, artifacts, child_args, metric
+from neuronsweep.workloads import workload_id
+from neuronsweep.backends.common import run_tool
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import TORCH_DTYPES, collective
 
 RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
 
@@ -35,9 +39,6 @@ RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
 def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
-    from ..workloads import workload_id
-    from .common import run_tool
-    from ..errors import UserError
 
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,6 @@ def main(argv=None) -> int:
     import torch_xla.debug.metrics as met
     import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" process group)
 
-    from ..workloads import TORCH_DTYPES, collective
 
     spec = json.loads(args.spec)
     dist.init_process_group("xla", init_method="xla://")

@@ -34,9 +34,14 @@ import threading
 import time
 from pathlib import Path
 
-from ..atomic import write_json
-from . import BACKENDS
-from .common import EXEC_MARK
+from neuronsweep.atomic import write_json
+from neuronsweep.backends import BACKENDS
+from neuronsweep.backends.common import EXEC_MARK
+from neuronsweep.backends.common import run_child
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import workload_id
+from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.workloads import TORCH_DTYPES, kind_of
 
 PHASES = ("start", "inputs", "workload", "second")
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
@@ -49,7 +54,6 @@ STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of t
 def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out."""
-    from .common import run_child
 
     cwd, out_json = cwd.resolve(), out_json.resolve()
     run_child("xla_program", child_args(spec, out_json, globs, settings), spec, cwd, env, "torch-xla run", timeout_s)
@@ -71,8 +75,6 @@ def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
     """The workload's compiled artifact (a NEFF, an HLO module): what appeared in the workload phase
     and not before. Every candidate seen is returned for build.json, with the phase it appeared in;
     zero or several distinct workload artifacts fail clearly."""
-    from ..errors import UserError
-    from ..workloads import workload_id
 
     phases, digests = result["phases"], result["digests"]
     seen: set[str] = set()
@@ -204,8 +206,6 @@ def main(argv=None) -> int:
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
 
-    from ..stats import latency_stats
-    from ..workloads import TORCH_DTYPES, kind_of
 
     spec = json.loads(args.spec)
     kind = kind_of(spec)

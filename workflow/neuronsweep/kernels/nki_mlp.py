@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nki_matmul import load_nki
+from neuronsweep.kernels.nki_matmul import load_nki
+from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
 ARG_NAMES = ("xT", "w_gate", "w_up", "w_down")
 P, TN_MAX = 128, 512
@@ -85,7 +86,6 @@ def make_kernel(decorate=None):
 
 
 def supported(spec: dict) -> str | None:
-    from ..workloads import DTYPE_BYTES
 
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]

@@ -3,7 +3,7 @@
 A workload is a canonical spec dict with a `kind`; its module (one per kind) says how to name it
 (spec, workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms
 for the tile model), and build it (torch_module); `unsupported` below says what a backend cannot
-run. Analytic numbers (FLOPs, bytes) live here, beside the shapes they come from, so extract never
+run (an NKI kernel's own shape limits: kernels.unsupported). Analytic numbers (FLOPs, bytes) live here, beside the shapes they come from, so extract never
 needs torch.
 """
 
@@ -13,13 +13,11 @@ import json
 import math
 from types import ModuleType
 
-from . import collective, loops, matmul, mlp
+from neuronsweep.workloads import collective, loops, matmul, mlp
+from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
 KINDS: dict[str, ModuleType] = {"matmul": matmul, "mlp": mlp, "loops": loops, "collective": collective}
 
-# bytes per element; torch attribute names are resolved lazily by the framework code
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
@@ -32,13 +30,8 @@ def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     if backend == "cpu" and spec.get("varies"):
         return ("the cpu backend runs one torch.export graph, which freezes Python values at export time; "
                 "recompile traps need a lazy-tensor backend (xla or neuron)")
-    if spec.get("impl") == "nki":
-        if backend != "neuron":
-            return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
-        from ..kernels import for_spec
-
-        why = for_spec(spec).supported(spec)
-        return f"the NKI {spec['kind']} kernel does not handle this shape: {why}" if why else None
+    if spec.get("impl") == "nki" and backend != "neuron":
+        return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
     return None
 
 

@@ -1,0 +1,1 @@
+"""Every reader and writer of a profile or trace (Chrome trace, pftrace, Neuron summaries, legacy json, parquet) and the SQL layer over them."""

@@ -1,0 +1,439 @@
+"""Read a .pftrace without trace_processor: decode TrackEvent packets into tracks, slices and counters.
+
+The trace_processor binary cannot be installed here (the `perfetto` package downloads it at run
+time), so this rebuilds the parts of Perfetto's table model we query. The many small messages
+(packets, track events, debug annotations) are decoded a chunk of packets at a time with numpy
+(protoscan: Python's cost per field position, not per message); the few that carry state
+(interned names, track descriptors, packet defaults) with the `perfetto` package's classes.
+Features this decoder does not implement fail loudly instead of producing silently wrong numbers.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
+
+from neuronsweep.errors import UserError
+from neuronsweep.formats import protoscan
+
+
+@dataclass
+class Track:
+    uuid: int
+    name: str
+    parent_uuid: int | None = None
+    is_counter: bool = False
+    pid: int | None = None
+    tid: int | None = None
+
+
+@dataclass
+class Slice:
+    """One slice, for readers that want rows (tests, small traces); the decoder keeps columns."""
+    track_uuid: int
+    ts: int
+    dur: int  # -1 for a BEGIN never closed
+    name: str
+    category: str | None
+    depth: int
+    parent: int | None  # index into the slices
+    args: dict = field(default_factory=dict)
+
+
+def _ints(kind: str = "q"):
+    return field(default_factory=lambda: array(kind))
+
+
+@dataclass
+class Slices:
+    """The slices as columns (a Python object per slice cost as much as decoding the trace; ints are
+    kept in 8-byte arrays, strings shared), and the args as (slice index, key, value) columns.
+    `parent` is -1 for a slice at depth 0."""
+    track_uuid: array = _ints("Q")
+    ts: array = _ints()
+    dur: array = _ints()
+    name: list = field(default_factory=list)
+    category: list = field(default_factory=list)
+    depth: array = _ints()
+    parent: array = _ints()
+    arg_slice: array = _ints()
+    arg_key: list = field(default_factory=list)
+    arg_value: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __getitem__(self, i: int) -> Slice:
+        args = {k: v for s, k, v in zip(self.arg_slice, self.arg_key, self.arg_value) if s == i}
+        return Slice(self.track_uuid[i], self.ts[i], self.dur[i], self.name[i], self.category[i], self.depth[i],
+                     None if self.parent[i] < 0 else self.parent[i], args)
+
+    def __iter__(self):
+        args: dict[int, dict] = {}
+        for s, k, v in zip(self.arg_slice, self.arg_key, self.arg_value):
+            args.setdefault(s, {})[k] = v
+        for i in range(len(self.ts)):
+            yield Slice(self.track_uuid[i], self.ts[i], self.dur[i], self.name[i], self.category[i],
+                        self.depth[i], None if self.parent[i] < 0 else self.parent[i], args.get(i, {}))
+
+
+@dataclass
+class Counter:
+    track_uuid: int
+    ts: int
+    value: float
+
+
+@dataclass
+class DecodedTrace:
+    tracks: dict[int, Track]
+    slices: Slices
+    counters: list[Counter]
+
+
+def _varint(data, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+CHUNK = 4 << 20  # bytes of packets decoded together
+
+
+def _chunks(data: bytes, path: str | Path):
+    """The trace file in chunks of whole packets (a Trace is `repeated TracePacket packet = 1`:
+    length-delimited packets one after another) with each packet's payload bounds in the chunk, so
+    memory holds one chunk's fields, not the trace's."""
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            start, limit = pos, min(end, pos + CHUNK)
+            starts, ends = [], []
+            while pos < limit:
+                if data[pos] == 0x0A and data[pos + 1] < 0x80:  # field 1 (packet), a length under 128
+                    starts.append(pos + 2 - start)
+                    pos += 2 + data[pos + 1]
+                    ends.append(pos - start)
+                    continue
+                key, pos = _varint(data, pos)
+                wire = key & 7
+                if wire == 2:
+                    size, pos = _varint(data, pos)
+                    if key >> 3 == 1:
+                        starts.append(pos - start)
+                        ends.append(pos + size - start)
+                    pos += size
+                elif wire == 0:
+                    _, pos = _varint(data, pos)
+                elif wire in (1, 5):
+                    pos += 8 if wire == 1 else 4
+                else:
+                    raise DecodeError(f"wire type {wire}")
+            if pos > end:
+                raise IndexError(pos)
+            yield start, data[start:pos], np.array(starts, np.int64), np.array(ends, np.int64)
+    except (IndexError, DecodeError) as exc:
+        raise UserError(f"{path}: not a readable Perfetto trace (truncated or damaged near byte {pos}: "
+                        f"{type(exc).__name__}); recreate it (rerun the view stage).") from None
+
+
+BEGIN, END, INSTANT, COUNTER = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT,
+                                TrackEvent.TYPE_COUNTER)
+CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+# field numbers (perfetto_trace.proto)
+P_TIMESTAMP, P_SEQ, P_EVENT, P_INTERNED, P_FLAGS, P_COMPRESSED, P_CLOCK, P_DEFAULTS, P_TRACK = 8, 10, 11, 12, 13, 50, 58, 59, 60
+E_CAT_IIDS, E_ANNOTATIONS, E_TYPE, E_NAME_IID, E_TRACK, E_CATS, E_NAME, E_COUNTER, E_DOUBLE_COUNTER = (
+    3, 4, 9, 10, 11, 22, 23, 30, 44)
+E_LEGACY_TIMESTAMPS = (1, 16)
+A_NAME_IID, A_BOOL, A_UINT, A_INT, A_DOUBLE, A_STRING, A_NAME = 1, 2, 3, 4, 5, 6, 10
+
+
+@dataclass
+class _Generation:
+    """A sequence's incremental state between two clears: interned names and the default track
+    (a list of (packet number, track uuid), in order)."""
+    names: dict = field(default_factory=dict)
+    cats: dict = field(default_factory=dict)
+    ann: dict = field(default_factory=dict)
+    default_track: list = field(default_factory=list)
+
+
+class _Reader:
+    def __init__(self, path):
+        self.path = path
+        self.tracks: dict[int, Track] = {}
+        self.slices = Slices()
+        self.counters: list[Counter] = []
+        self.gens: list[_Generation] = []
+        self.gen_of_seq: dict[int, int] = {}
+        self.stacks: dict[int, list[int]] = {}
+        self.packets_seen = 0
+        self.keys: dict[str, str] = {}
+
+    def fail(self, what: str):
+        raise UserError(f"{self.path}: {what}")
+
+    def chunk(self, raw: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+        buf = protoscan.padded(raw)
+        n = starts.size
+        pf = protoscan.scan(buf, starts, ends)
+        if pf.where(P_COMPRESSED).any():
+            self.fail("compressed packets are not supported by this reader; "
+                      "decompress the trace with trace_processor first.")
+        clock, _ = pf.last(P_CLOCK, n)
+        if clock.any():
+            self.fail("packets with a non-default clock (timestamp_clock_id) are not supported.")
+        ts = pf.last(P_TIMESTAMP, n, dtype=np.int64)[0]
+        gen = self._generations(pf.last(P_SEQ, n)[0], pf.last(P_FLAGS, n)[0])
+        for i in np.unique(pf.msg[np.isin(pf.num, (P_INTERNED, P_DEFAULTS, P_TRACK))]).tolist():
+            self._stateful(TracePacket.FromString(raw[starts[i]:ends[i]]), self.gens[gen[i]], self.packets_seen + i)
+        ev = pf.where(P_EVENT, protoscan.LEN)
+        self._events(buf, raw, pf.msg[ev], pf.at[ev], pf.value[ev].astype(np.int64), ts, gen)
+        self.packets_seen += n
+
+    def _generations(self, seq: np.ndarray, flags: np.ndarray) -> np.ndarray:
+        """Each packet's generation: its sequence's state, new at each SEQ_INCREMENTAL_STATE_CLEARED."""
+        gen = np.zeros(seq.size, np.int64)
+        cleared = (flags & np.uint64(CLEARED)) != 0
+        for s in np.unique(seq).tolist():
+            idx = np.flatnonzero(seq == s)
+            local = np.cumsum(cleared[idx])  # 0: the generation this sequence already has open
+            ids = [self.gen_of_seq.get(s)] + [None] * int(local[-1])
+            for k, known in enumerate(ids):
+                if known is None:
+                    ids[k] = len(self.gens)
+                    self.gens.append(_Generation())
+            gen[idx] = np.array(ids)[local]
+            self.gen_of_seq[s] = ids[-1]
+        return gen
+
+    def _stateful(self, p: TracePacket, g: _Generation, number: int) -> None:
+        """The rare packets decoded whole: interned names, packet defaults, track descriptors."""
+        if p.HasField("interned_data"):
+            g.names.update({e.iid: e.name for e in p.interned_data.event_names})
+            g.cats.update({e.iid: e.name for e in p.interned_data.event_categories})
+            g.ann.update({e.iid: e.name for e in p.interned_data.debug_annotation_names})
+        if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("track_event_defaults"):
+            g.default_track.append((number, p.trace_packet_defaults.track_event_defaults.track_uuid))
+        if p.HasField("track_descriptor"):
+            td = p.track_descriptor
+            name = td.name or td.static_name or td.thread.thread_name or td.process.process_name
+            self.tracks[td.uuid] = Track(
+                uuid=td.uuid, name=name, parent_uuid=td.parent_uuid if td.HasField("parent_uuid") else None,
+                is_counter=td.HasField("counter"),
+                pid=td.thread.pid if td.HasField("thread") else (td.process.pid if td.HasField("process") else None),
+                tid=td.thread.tid if td.HasField("thread") else None)
+
+    def _events(self, buf, raw, packet, at, length, ts, gen) -> None:
+        n = packet.size
+        ef = protoscan.scan(buf, at, at + length)
+        if np.isin(ef.num, E_LEGACY_TIMESTAMPS).any():
+            self.fail("legacy TrackEvent timestamps are not supported by this reader.")
+        kind = ef.last(E_TYPE, n, dtype=np.int64)[0]
+        track, has_track = ef.last(E_TRACK, n)
+        ev_ts, ev_gen = ts[packet], gen[packet]
+        missing = np.flatnonzero(~has_track)
+        for g in np.unique(ev_gen[missing]).tolist():  # the generation's default track at that packet
+            sel = missing[ev_gen[missing] == g]
+            defaults = self.gens[g].default_track
+            at = np.searchsorted([number for number, _ in defaults], self.packets_seen + packet[sel], "right") - 1
+            if not defaults or (at < 0).any():
+                self.fail("a track event names no track and its sequence has no default track.")
+            track[sel] = np.array([t for _, t in defaults], np.uint64)[at]
+        opens = (kind == BEGIN) | (kind == INSTANT)
+        names = self._names(raw, ef, n, ev_gen, opens)
+        cats = self._categories(raw, ef, n, ev_gen, opens)
+        counter_int = ef.last(E_COUNTER, n)[0].view(np.int64)
+        counter_double, is_double = ef.last(E_DOUBLE_COUNTER, n)
+        counter_value = np.where(is_double, counter_double.view(np.float64), counter_int.astype(np.float64))
+
+        slice_of = self._pair(kind, track, ev_ts)
+        sl = self.slices
+        for j in np.flatnonzero(kind == COUNTER).tolist():
+            self.counters.append(Counter(int(track[j]), int(ev_ts[j]), float(counter_value[j])))
+        sl.name += names
+        sl.category += cats
+        self._args(buf, raw, ef, slice_of, ev_gen)
+
+    def _pair(self, kind: np.ndarray, track: np.ndarray, ev_ts: np.ndarray) -> np.ndarray:
+        """BEGIN/END paired into slices per track with numpy, the open slices carried between chunks
+        (self.stacks); returns each event's slice index (-1: none). Depth after each event is a
+        per-track cumulative sum; a slice's BEGIN and END sit at one level (the BEGIN's depth after,
+        the END's before), so sorted by (track, level, position) each END follows its BEGIN, and a
+        slice's parent is the latest entry one level up (or the slice carried open there)."""
+        n = kind.size
+        is_b, is_e = kind == BEGIN, kind == END
+        opens = is_b | (kind == INSTANT)
+        sl = self.slices
+        base = len(sl.ts)
+        slice_of = np.full(n, -1, np.int64)
+        slice_of[opens] = base + np.arange(int(opens.sum()))
+        if not n:
+            return slice_of
+        tracks, tk = np.unique(track, return_inverse=True)
+        tk = tk.reshape(-1)
+        carried = [self.stacks.get(t, []) for t in tracks.tolist()]
+        stack = np.full((tracks.size, max(map(len, carried)) + 1), -1, np.int64)  # [track, level - 1]
+        for t, s in enumerate(carried):
+            stack[t, :len(s)] = s
+        delta = is_b.astype(np.int64) - is_e
+        order = np.argsort(tk, kind="stable")
+        cs = np.cumsum(delta[order])
+        group = np.flatnonzero(np.r_[True, tk[order][1:] != tk[order][:-1]])
+        depth = np.empty(n, np.int64)  # after each event
+        depth[order] = np.array(list(map(len, carried)), np.int64)[tk[order]] + cs - np.repeat(
+            (cs - delta[order])[group], np.diff(np.r_[group, n]))
+        bad = np.flatnonzero(is_e & (depth < 0))
+        if bad.size:
+            j = int(bad[0])
+            self.fail(f"a slice END at ts={int(ev_ts[j])} on track {int(track[j])} has no open slice.")
+
+        be = np.flatnonzero(is_b | is_e)
+        level = np.where(is_b, depth, depth + 1)
+        be = be[np.lexsort((be, level[be], tk[be]))]  # by track, level, position
+        e_tk, e_level = tk[be], level[be]
+        follows = np.r_[False, (e_tk[1:] == e_tk[:-1]) & (e_level[1:] == e_level[:-1])]
+        closes = is_e[be]
+        dur = np.where(is_b, -1, 0)[opens]
+        paired = np.flatnonzero(closes & follows)
+        begins, ends = be[paired - 1], be[paired]
+        dur[slice_of[begins] - base] = ev_ts[ends] - ev_ts[begins]
+        for i in np.flatnonzero(closes & ~follows).tolist():  # ends a slice opened in an earlier chunk
+            s = int(stack[e_tk[i], e_level[i] - 1])
+            sl.dur[s] = int(ev_ts[be[i]]) - sl.ts[s]
+
+        d = np.where(is_b, depth - 1, depth)[opens]  # each new slice's depth: its parent is at level d
+        o = np.flatnonzero(opens)
+        span = int(max(e_level.max(initial=0), d.max(initial=0))) + 1
+        keys = (e_tk * span + e_level) * n + be
+        query = (tk[o] * span + d) * n + o
+        at = np.maximum(np.searchsorted(keys, query) - 1, 0)
+        here = (keys[at] // n == query // n) & (keys[at] < query) if be.size else np.zeros(o.size, bool)
+        inner = slice_of[be[at]] if be.size else -1  # the latest entry one level up: an open BEGIN
+        outer = stack[tk[o], np.clip(d - 1, 0, stack.shape[1] - 1)]  # the slice carried open at level d
+        parent = np.where(d < 1, -1, np.where(here, inner, outer))
+
+        last = np.flatnonzero(np.r_[(e_tk[1:] != e_tk[:-1]) | (e_level[1:] != e_level[:-1]), True][:be.size])
+        final = np.empty(tracks.size, np.int64)
+        final[tk[order][np.r_[group[1:] - 1, n - 1]]] = depth[order][np.r_[group[1:] - 1, n - 1]]
+        still = [list(c[:f]) + [-1] * (f - len(c)) for c, f in zip(carried, final.tolist())]
+        for t, lv, pos in zip(e_tk[last].tolist(), e_level[last].tolist(), be[last].tolist()):
+            if lv <= final[t]:
+                still[t][lv - 1] = int(slice_of[pos])  # the latest entry of an open level is its BEGIN
+        for t, s in zip(tracks.tolist(), still):
+            self.stacks[t] = s
+
+        sl.track_uuid.frombytes(track[opens].astype(np.uint64).tobytes())
+        sl.ts.frombytes(ev_ts[opens].astype(np.int64).tobytes())
+        sl.dur.frombytes(dur.astype(np.int64).tobytes())
+        sl.depth.frombytes(d.astype(np.int64).tobytes())
+        sl.parent.frombytes(parent.astype(np.int64).tobytes())
+        return slice_of
+
+    def _interned(self, table: str, gens: np.ndarray, iids: np.ndarray, convert=lambda name: name) -> np.ndarray:
+        """Interned names of (generation, iid) pairs ("" if unknown), looked up and converted once per
+        distinct pair."""
+        iids = iids.astype(np.uint64)
+        if iids.size and (int(iids.max()) >= 1 << 40 or int(gens.max()) >= 1 << 23):  # no room for one key
+            return np.array([convert(getattr(self.gens[g], table).get(i, "")) for g, i in zip(gens.tolist(),
+                                                                                            iids.tolist())], object)
+        keys, inverse = np.unique((gens.astype(np.uint64) << np.uint64(40)) | iids, return_inverse=True)
+        names = [convert(getattr(self.gens[k >> 40], table).get(k & ((1 << 40) - 1), "")) for k in keys.tolist()]
+        return np.array(names, object)[inverse] if keys.size else np.zeros(0, object)
+
+    def _names(self, raw, ef, n, ev_gen, opens) -> list[str]:
+        """The names of the events that open slices: interned (name_iid) or inline (name)."""
+        iid, _ = ef.last(E_NAME_IID, n)
+        names = self._interned("names", ev_gen, iid)
+        inline = ef.where(E_NAME, protoscan.LEN)
+        inline = inline & (iid[ef.msg] == 0)
+        names[ef.msg[inline]] = protoscan.text(raw, ef.at[inline], ef.value[inline])
+        return names[opens].tolist()
+
+    def _categories(self, raw, ef, n, ev_gen, opens) -> list[str | None]:
+        """Categories joined by commas: the inline strings, else the interned ids' names. An event
+        with one interned id (the usual case) is looked up per distinct id; any other, one by one."""
+        inline = ef.where(E_CATS, protoscan.LEN)
+        unpacked = ef.where(E_CAT_IIDS, protoscan.VARINT)
+        packed = ef.where(E_CAT_IIDS, protoscan.LEN)
+        ids_per_event = np.bincount(ef.msg[unpacked], minlength=n)
+        other = np.zeros(n, bool)
+        other[ef.msg[inline | packed]] = True
+        single = (ids_per_event == 1) & ~other
+        out = np.full(n, None, object)
+        iid, _ = ef.last(E_CAT_IIDS, n)
+        found = self._interned("cats", ev_gen[single], iid[single])
+        out[single] = [c or None for c in found.tolist()]
+        rest = np.flatnonzero(opens & ~single & ((ids_per_event > 0) | other))
+        for j, lo, hi in zip(rest.tolist(), np.searchsorted(ef.msg, rest).tolist(),
+                             np.searchsorted(ef.msg, rest, "right").tolist()):
+            at, value = ef.at[lo:hi], ef.value[lo:hi]
+            cats = protoscan.text(raw, at[inline[lo:hi]], value[inline[lo:hi]])
+            if not cats:
+                ids = value[unpacked[lo:hi]].tolist()
+                for a, m in zip(at[packed[lo:hi]].tolist(), value[packed[lo:hi]].tolist()):
+                    pos = a
+                    while pos < a + m:
+                        iid, pos = _varint(raw, pos)
+                        ids.append(iid)
+                cats = [self.gens[ev_gen[j]].cats.get(i, "") for i in ids]
+            out[j] = ",".join(cats) or None
+        return out[opens].tolist()
+
+    def _key(self, name: str) -> str:
+        """`debug.<name>`, one string object per distinct name (a million copies would cost 60 MB)."""
+        key = self.keys.get(name)
+        if key is None:
+            key = self.keys[name] = f"debug.{name}"
+        return key
+
+    def _args(self, buf, raw, ef, slice_of, ev_gen) -> None:
+        """The debug annotations of the events that opened slices, as `debug.<name>` args."""
+        ann = ef.where(E_ANNOTATIONS, protoscan.LEN)
+        event = ef.msg[ann]
+        keep = slice_of[event] >= 0
+        event, at, length = event[keep], ef.at[ann][keep], ef.value[ann][keep].astype(np.int64)
+        if not event.size:
+            return
+        m = event.size
+        af = protoscan.scan(buf, at, at + length)
+        iid, _ = af.last(A_NAME_IID, m)
+        inline = af.where(A_NAME, protoscan.LEN)
+        inline_names = dict(zip(af.msg[inline].tolist(), protoscan.text(raw, af.at[inline], af.value[inline])))
+        keys = np.empty(m, object)
+        named = iid != 0
+        keys[named] = self._interned("ann", ev_gen[event][named], iid[named], self._key)
+        keys[~named] = [self._key(inline_names.get(k, "")) for k in np.flatnonzero(~named).tolist()]
+        values = np.full(m, None, object)
+        for num, convert in ((A_INT, lambda v: v.view(np.int64)), (A_UINT, lambda v: v),
+                             (A_DOUBLE, lambda v: v.view(np.float64)), (A_BOOL, lambda v: v != 0)):
+            mask = af.where(num)
+            values[af.msg[mask]] = convert(af.value[mask]).tolist()
+        strings = af.where(A_STRING, protoscan.LEN)
+        values[af.msg[strings]] = protoscan.text(raw, af.at[strings], af.value[strings])
+        self.slices.arg_slice.extend(slice_of[event].tolist())
+        self.slices.arg_key += keys.tolist()
+        self.slices.arg_value += values.tolist()
+
+
+def read(path: str | Path) -> DecodedTrace:
+    """The trace's tracks, slices (as columns) and counters."""
+    data = Path(path).read_bytes()
+    reader = _Reader(path)
+    for start, raw, starts, ends in _chunks(data, path):
+        try:
+            reader.chunk(raw, starts, ends)
+        except (protoscan.DecodeError, DecodeError):
+            raise UserError(f"{path}: not a readable Perfetto trace (damaged after byte {start}); "
+                            "recreate it (rerun the view stage).") from None
+    return DecodedTrace(tracks=reader.tracks, slices=reader.slices, counters=reader.counters)

@@ -1,0 +1,274 @@
+"""Any profile, view folder or whole run as DuckDB tables, with Perfetto's table and column names.
+
+Sources, whichever a view folder holds:
+  trace.pftrace   decoded without trace_processor (pftrace_reader): slice, track, thread_track,
+                  counter_track, counter, args, plus track_class (our classification)
+  parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
+                  tables such as BirInstruction_0/_1 become one); on xla the HLO Instruction table
+  profile.json    legacy full profile: instruction and dma streamed into Parquet a batch at a time
+                  (legacy_json: bounded memory, 64-bit ids kept), queried in place; its summary and
+                  metadata as one-row tables
+A .pftrace or legacy JSON is decoded once: its tables are cached as Parquet beside it (table_cache).
+  summary.json    one-row summary
+A run folder (or several workloads) gives the same tables with a leading workload_id column.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from neuronsweep.config.schema import check_regexes
+from neuronsweep.errors import UserError
+from neuronsweep.formats import legacy_json, neuron_summary, pftrace_reader
+from neuronsweep.formats.table_cache import tables_for
+
+# Track name -> class; first match wins; names no pattern matches are reported as unknown.
+DEFAULT_TRACK_PATTERNS = [
+    ("dma", r"(?i)^q[A-Z]|dma"),
+    ("collectives", r"(?i)cc-core"),
+    ("tensor", r"(?i)tensor|^pe\b"),
+    ("vector", r"(?i)vector"),
+    ("scalar", r"(?i)scalar|^act\b"),
+    ("gpsimd", r"(?i)gpsimd|^pool\b"),
+    ("sync", r"(?i)^sync"),
+    ("xla_execute", r"(?i)^xla execute"),
+    ("xla_compile", r"(?i)^xla compile"),
+    ("cpu_thread", r"(?i)^thread \d+|python"),
+]
+VIEW_FILES = ("trace.pftrace", "parquet", "profile.json", "summary.json")
+REGEXP = re.compile(r"([\w.]+)\s+REGEXP\s+('(?:[^']|'')*')", re.IGNORECASE)
+
+
+def patterns_from(mapping: dict | None) -> list[tuple[str, str]]:
+    """Config `track_patterns` ({class: regex}, in order) or the defaults; bad regexes fail clearly."""
+    if not mapping:
+        return DEFAULT_TRACK_PATTERNS
+    check_regexes(mapping, "track_patterns", "--track-patterns")
+    return list(mapping.items())
+
+
+def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
+    for cls, pattern in patterns:
+        if re.search(pattern, name or ""):
+            return cls
+    return None
+
+
+def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
+    """Perfetto's table model (slice, track, args, counter), from the decoder's columns."""
+    import pyarrow.compute as pc
+
+    trace = pftrace_reader.read(path)
+    ids = {uuid: i for i, uuid in enumerate(sorted(trace.tracks))}
+    tracks = [trace.tracks[u] for u in sorted(trace.tracks)]
+    sl = trace.slices
+    n = len(sl)
+    i64, text, f64 = pa.int64(), pa.string(), pa.float64()
+    ids_col = pa.array(np.arange(n), i64)
+    cats = pa.array(sl.category, text)
+    parent = np.frombuffer(sl.parent, np.int64) if n else np.zeros(0, np.int64)
+    arg_slice = np.frombuffer(sl.arg_slice, np.int64) if len(sl.arg_slice) else np.zeros(0, np.int64)
+    has_args = np.zeros(n, bool)
+    has_args[arg_slice] = True
+    # Perfetto's tables hold the slice's track as the track's id: its rank among the sorted uuids
+    uuids = np.frombuffer(sl.track_uuid, np.uint64) if n else np.zeros(0, np.uint64)
+    track_of = pc.index_in(pa.array(uuids), value_set=pa.array(sorted(trace.tracks), pa.uint64()))
+    keys = pa.array(sl.arg_key, text)
+
+    def ints(col):
+        return pa.array(np.frombuffer(col, np.int64) if len(col) else np.zeros(0, np.int64), i64)
+
+    tables = {
+        "slice": pa.table({"id": ids_col, "slice_id": ids_col, "ts": ints(sl.ts), "dur": ints(sl.dur),
+                           "track_id": track_of.cast(i64), "category": cats, "cat": cats, "name": pa.array(sl.name, text),
+                           "depth": ints(sl.depth), "parent_id": pa.array(parent, i64, mask=parent < 0),
+                           "arg_set_id": pa.array(np.arange(n), i64, mask=~has_args)}),
+        "track": pa.table({"id": pa.array([ids[t.uuid] for t in tracks], i64), "name": pa.array([t.name for t in tracks], text),
+                           "parent_id": pa.array([ids.get(t.parent_uuid) for t in tracks], i64),
+                           "type": pa.array(["counter_track" if t.is_counter else "thread_track" if t.tid is not None
+                                             else "track" for t in tracks], text),
+                           "utid": pa.array([t.tid for t in tracks], i64), "upid": pa.array([t.pid for t in tracks], i64)}),
+        "args": pa.table({"arg_set_id": pa.array(arg_slice, i64), "flat_key": keys, "key": keys,
+                          **_arg_values(sl.arg_value)}),
+        "counter": pa.table({"id": pa.array(range(len(trace.counters)), i64),
+                             "ts": pa.array([c.ts for c in trace.counters], i64),
+                             "track_id": pa.array([ids[c.track_uuid] for c in trace.counters], i64),
+                             "value": pa.array([c.value for c in trace.counters], f64)}),
+    }
+    return tables
+
+
+def _arg_values(values: list) -> dict[str, pa.Array]:
+    """Perfetto's typed value columns of the args: a column at a time where every value has one type
+    (the usual case), value by value otherwise."""
+    import pyarrow.compute as pc
+
+    i64, text, f64 = pa.int64(), pa.string(), pa.float64()
+    kinds = {bool: "bool", int: "int", float: "real", str: "string"}
+    try:
+        arr = pa.array(values)
+        kind = {pa.bool_(): "bool", i64: "int", f64: "real", text: "string"}.get(arr.type) if not arr.null_count else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        kind = None
+    n = len(values)
+    if kind is not None or not n:
+        kind = kind or "int"
+        none = pa.nulls(n)
+        return {"int_value": arr.cast(i64) if kind in ("int", "bool") else none.cast(i64),
+                "string_value": arr if kind == "string" else none.cast(text),
+                "real_value": arr if kind == "real" else none.cast(f64),
+                "value_type": pa.array([kind] * n, text),
+                "display_value": pc.if_else(arr, "True", "False") if kind == "bool"
+                else pa.array([str(v) for v in values], text) if kind == "real"  # Arrow writes 1.0 as "1"
+                else arr.cast(text)}
+    cols = {k: [] for k in ("int_value", "string_value", "real_value", "value_type", "display_value")}
+    for value in values:
+        kind = kinds.get(type(value), "string")
+        cols["int_value"].append(int(value) if kind in ("int", "bool") else None)
+        cols["string_value"].append(value if kind == "string" else None)
+        cols["real_value"].append(value if kind == "real" else None)
+        cols["value_type"].append(kind)
+        cols["display_value"].append(str(value))
+    return {"int_value": pa.array(cols["int_value"], i64), "string_value": pa.array(cols["string_value"], text),
+            "real_value": pa.array(cols["real_value"], f64), "value_type": pa.array(cols["value_type"], text),
+            "display_value": pa.array(cols["display_value"], text)}
+
+
+def _track_class(track: pa.Table, patterns) -> pa.Table:
+    """Our class of every non-counter track (config track_patterns), from the track table: kept out of
+    the cached tables, since the patterns may change between queries."""
+    rows = [r for r in track.select(["id", "name", "type"]).to_pylist() if r["type"] != "counter_track"]
+    return pa.table({"track_id": pa.array([r["id"] for r in rows], pa.int64()),
+                     "name": pa.array([r["name"] for r in rows], pa.string()),
+                     "class": pa.array([classify(r["name"], patterns) for r in rows], pa.string())})
+
+
+def sql_text(value) -> str:
+    """A SQL string literal: file and folder names with quotes must simply work, never run as SQL."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def read_parquet(files) -> str:
+    return f"read_parquet([{', '.join(sql_text(f) for f in files)}], union_by_name=true)"
+
+
+class ProfileDB:
+    """A DuckDB connection holding the tables of one or more view folders."""
+
+    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS, memory_limit: str = "256MB"):
+        self.con = duckdb.connect()
+        # bounded memory: past the limit DuckDB spills to its temp directory instead of growing
+        self._spill = tempfile.TemporaryDirectory(prefix="neuronsweep-duckdb-")
+        self.con.execute(f"SET memory_limit = '{memory_limit}'")
+        self.con.execute(f"SET temp_directory = '{self._spill.name}'")
+        self.patterns = patterns
+        self.tables: dict[str, list[str]] = {}  # table -> the per-source relations behind it
+
+    def _add(self, table: str, workload_id: str, data, materialize: bool = True) -> None:
+        """Store `data` (an Arrow table, or a SQL relation text) for one workload under `table`; a
+        relation on files (parquet) stays a view unless materialize is asked."""
+        part = f"part_{sum(map(len, self.tables.values()))}"  # DuckDB names are case-insensitive
+        if isinstance(data, str):
+            kind = "TABLE" if materialize else "VIEW"
+            self.con.execute(f"CREATE TEMP {kind} \"{part}\" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM {data}")
+        else:
+            self.con.register("_incoming", data)
+            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM _incoming")
+            self.con.unregister("_incoming")
+        table = next((t for t in self.tables if t.lower() == table.lower()), table)  # Summary == summary
+        self.tables.setdefault(table, []).append(part)
+
+    def _add_pftrace(self, path: Path, workload_id: str) -> None:
+        """A .pftrace's tables, decoded once and cached as Parquet beside it (table_cache)."""
+        import pyarrow.parquet as pq
+
+        def make(folder: Path) -> None:
+            for name, table in _pftrace_tables(path).items():
+                pq.write_table(table, folder / f"{name}.parquet")
+
+        folder = tables_for(path, make, Path(self._spill.name))
+        for name in ("slice", "track", "args", "counter"):
+            self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
+        self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
+
+    def _add_json(self, path: Path, workload_id: str, with_summary: bool = True) -> None:
+        """A legacy full-profile JSON: instruction and dma streamed into Parquet (legacy_json), and its
+        one-record summary and metadata; parsed once and cached beside it (table_cache)."""
+        folder = tables_for(path, lambda out: legacy_json.write_tables(path, out), Path(self._spill.name))
+        for key in ("instruction", "dma"):
+            files = sorted(folder.glob(f"{key}-*.parquet"))
+            if files:
+                self._add(key, workload_id, read_parquet(files), materialize=False)
+        for key in ("summary", "metadata")[0 if with_summary else 1:]:
+            if (folder / f"{key}.parquet").is_file():
+                self._add(key, workload_id, read_parquet([folder / f"{key}.parquet"]), materialize=False)
+
+    def load_view(self, view_dir: Path, workload_id: str) -> None:
+        if (view_dir / "trace.pftrace").is_file():
+            self._add_pftrace(view_dir / "trace.pftrace", workload_id)
+        parquet = view_dir / "parquet"
+        if parquet.is_dir():
+            groups: dict[str, list[str]] = {}
+            for f in sorted(parquet.rglob("*.parquet")):
+                groups.setdefault(re.sub(r"_\d+$", "", f.stem), []).append(str(f))
+            for name, files in groups.items():
+                self._add(name, workload_id, read_parquet(files), materialize=False)
+        summary = view_dir / "summary.json"
+        if (view_dir / "profile.json").is_file() and not parquet.is_dir():  # parquet is the same data, official
+            self._add_json(view_dir / "profile.json", workload_id, with_summary=not summary.is_file())
+        if summary.is_file() and not (parquet / "Summary.parquet").is_file():
+            self._add("summary", workload_id, legacy_json.batch_table([neuron_summary.load(summary)]))
+
+    def load(self, path: str | Path) -> "ProfileDB":
+        """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
+        path = Path(path)
+        if path.is_file() and path.suffix == ".pftrace":
+            self._add_pftrace(path, path.stem)
+        elif path.is_file() and path.suffix == ".parquet":
+            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, read_parquet([path]), materialize=False)
+        elif path.is_file() and path.suffix == ".json":
+            self._add_json(path, path.stem)
+        elif path.is_dir() and any((path / name).exists() for name in VIEW_FILES):  # a view folder
+            self.load_view(path, path.parent.name)
+        elif path.is_dir():  # a workload folder, a backend folder, or a run folder
+            views = sorted(path.glob("view")) or sorted(path.glob("workloads/*/view")) \
+                or sorted(path.glob("*/workloads/*/view"))
+            for view in views:
+                self.load_view(view, view.parent.name)
+        else:
+            raise UserError(f"{path}: not a profile (.pftrace, .parquet, .json), a view or workload folder, or a "
+                            "run folder; point `query` at one of those.")
+        if not self.tables:
+            raise UserError(f"{path}: no profile tables found (no trace.pftrace, parquet/, profile.json or summary.json).")
+        self.finish()
+        return self
+
+    def finish(self) -> None:
+        """Create the unified views (call once after loading)."""
+        for table, parts in self.tables.items():
+            union = " UNION ALL BY NAME ".join(f'SELECT * FROM "{p}"' for p in parts)
+            self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {union}')
+        if "slice" in self.tables:
+            self.con.execute("CREATE OR REPLACE TEMP VIEW thread_track AS SELECT * FROM track WHERE type = 'thread_track'")
+            self.con.execute("CREATE OR REPLACE TEMP VIEW counter_track AS "
+                             "SELECT id, name, parent_id, type, NULL AS unit, workload_id FROM track "
+                             "WHERE type = 'counter_track'")
+            self.con.execute("CREATE OR REPLACE TEMP VIEW instant AS "
+                             "SELECT ts, track_id, name, arg_set_id, workload_id FROM slice WHERE dur = 0")
+            self.con.execute("CREATE OR REPLACE MACRO EXTRACT_ARG(set_id, k) AS (SELECT coalesce(string_value, "
+                             "CAST(int_value AS VARCHAR), CAST(real_value AS VARCHAR)) FROM args "
+                             "WHERE arg_set_id = set_id AND key = k LIMIT 1)")
+
+    def sql(self, text: str):
+        """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""
+        try:
+            return self.con.execute(REGEXP.sub(r"regexp_matches(\1, \2)", text))
+        except duckdb.Error as exc:
+            raise UserError(f"query failed: {str(exc).splitlines()[0]}; tables here: "
+                            f"{', '.join(sorted(self.tables))}.") from None

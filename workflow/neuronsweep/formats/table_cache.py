@@ -1,0 +1,53 @@
+"""Parse once: a profile's tables as Parquet beside it, reused by every later query, extract and report.
+
+A gigabyte legacy JSON or a million-slice .pftrace takes tens of seconds to decode; its tables take
+a fraction of a second to read back. The tables of `<dir>/<file>` live in `<dir>/.<file>.tables/`,
+published with one rename (never seen half-made) and reused while the file's size and modification
+time match the folder's stamp. Where the folder beside the file cannot be written (a read-only
+fixture, someone else's results), the tables are made in the caller's scratch folder for this use only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from neuronsweep.atomic import remove_stale
+
+FORMAT = 1  # bump when a table's columns or types change: older folders are then made again
+
+
+def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Path:
+    """The folder holding the Parquet tables `make(folder)` writes for `source`, made at most once."""
+    folder = source.parent / f".{source.name}.tables"
+    st = source.stat()
+    stamp = {"format": FORMAT, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    try:
+        if json.loads((folder / "stamp.json").read_text()) == stamp:
+            return folder
+    except (OSError, ValueError):
+        pass
+    prefix = f".{source.name}.tables."
+    try:
+        remove_stale(source.parent, prefix)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", suffix=".tmp", dir=source.parent))
+    except OSError:  # not writable beside the source: this use only
+        out = Path(tempfile.mkdtemp(dir=scratch))
+        make(out)
+        return out
+    try:
+        make(tmp)
+        (tmp / "stamp.json").write_text(json.dumps(stamp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)  # a stale one (the source changed since)
+    try:
+        os.rename(tmp, folder)
+    except OSError:  # another process published it first: read ours, removed once this process is gone
+        return tmp
+    return folder

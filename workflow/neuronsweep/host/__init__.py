@@ -1,0 +1,1 @@
+"""The machine: host capabilities, Neuron devices and their slots, device locks, the target table."""

@@ -1,0 +1,220 @@
+"""What the host CPU can do, for the cpu backend: its relevant flags, a 50 ms GEMM probe per dtype,
+and the load on the machine around a measurement.
+
+PyTorch's bf16 and fp16 GEMMs are fast only where the CPU (or oneDNN's emulation) has a path for
+them; elsewhere they fall back to a reference loop hundreds of times slower than fp32 (0.34 GFLOP/s
+bf16 against 74 fp32 on a 2-core AVX2 laptop). Flags alone cannot tell (AVX-512 hosts without
+avx512_bf16 still emulate bf16 well), so the plan rests on a measured probe: a 256^3 GEMM per dtype,
+timed for about 50 ms, in a child process (torch stays out of Snakemake's own process), cached per
+host and torch version beside the compile cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from neuronsweep.atomic import read_json, write_json
+from neuronsweep.store.cache import cache_key
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import TORCH_DTYPES
+
+PROBE_FORMAT = "gemm 256^3 per dtype for ~50 ms, v2"
+PROBE_N = 256  # below this, fast paths may not kick in; above it, a slow path takes seconds
+PROBE_BUDGET_S = 0.05
+# A dtype whose probe rate is below fp32's / SLOW_FACTOR has no fast path: natively supported and
+# emulated bf16 run at 0.5-3x fp32, reference paths at 1/50-1/250 (measured on our hosts).
+SLOW_FACTOR = 8.0
+DTYPES = ("fp32", "bf16", "fp16")
+CALIBRATION_BUDGET_S = 3.0  # per dtype (backends/cpu.py calibrate; plan.estimate counts it): never outweighs the sweep
+# flags that decide whether a dtype's GEMM has a fast path (x86 /proc/cpuinfo "flags", arm "Features")
+RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
+                  "asimd", "asimdhp", "fphp", "sve", "sve2", "bf16", "i8mm")
+
+
+def host_record() -> dict:
+    """What a capture record says of the host it measured on."""
+    import platform
+    import sys
+
+    return {"cpu": cpu_model(), "machine": platform.machine(), "python": sys.version.split()[0]}
+
+
+def cpu_model() -> str:
+    for line in _cpuinfo_lines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _cpuinfo_lines() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def cpu_flags() -> list[str]:
+    """The relevant CPU flags present on this host (empty where /proc/cpuinfo is not available)."""
+    for line in _cpuinfo_lines():
+        if line.startswith(("flags", "Features")):
+            present = set(line.split(":", 1)[1].split())
+            return [f for f in RELEVANT_FLAGS if f in present]
+    return []
+
+
+def fingerprint(threads: int) -> dict:
+    """What a probe or calibration result depends on; read without importing torch."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {"cpu": cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(), "threads": threads,
+            "torch": torch_version}
+
+
+def measure_gemm(torch, dtype_name: str, n: int, budget_s: float) -> tuple[float, int]:
+    """Best FLOP/s of n^3 GEMMs repeated for about budget_s (at least one timed run after one warm-up)."""
+
+    a = torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype_name]))
+    with torch.inference_mode():
+        a @ a
+        best, runs, t_end = float("inf"), 0, time.perf_counter() + budget_s
+        while runs == 0 or time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            a @ a
+            best = min(best, time.perf_counter() - t0)
+            runs += 1
+    return 2 * n**3 / best, runs
+
+
+def _probe_here(threads: int) -> dict:
+    """Run in the child: time the imports every job pays (torch for build and capture; the table stack
+    for view, extract and aggregate), then each dtype's GEMM."""
+    t0 = time.perf_counter()
+    import duckdb  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
+
+    t1 = time.perf_counter()
+    import torch
+
+    t2 = time.perf_counter()
+    torch.set_num_threads(threads)
+    rates = {d: measure_gemm(torch, d, PROBE_N, PROBE_BUDGET_S)[0] for d in DTYPES}
+    return {"stack_import_s": t1 - t0, "torch_import_s": t2 - t1, "gemm_flops_per_s": rates}
+
+
+def probe(cache_root: str | Path, threads: int) -> dict:
+    """The host's probe record (cached): flags, torch import time, GEMM FLOP/s per dtype."""
+    fp = {**fingerprint(threads), "format": PROBE_FORMAT}
+    entry = Path(cache_root).expanduser() / "host" / f"probe-{cache_key(fp)[:16]}.json"
+    if entry.is_file():
+        return read_json(entry)
+    cmd = [sys.executable, "-m", __name__, "--threads", str(threads)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise UserError("the host probe (a 256^3 GEMM per dtype) did not finish in 300 s; the machine is "
+                        "overloaded or torch is broken: check `python -c 'import torch'`.") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"the host probe failed ({last}); the cpu backend needs a working PyTorch "
+                        "(pip install torch==2.13.0, or PyTorch's CPU wheel).")
+    record = {**fp, "flags": cpu_flags(), **json.loads(proc.stdout), "method": PROBE_FORMAT,
+              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        write_json(entry, record)
+    except OSError as exc:
+        raise UserError(f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
+                        f"at {exc.filename or entry}); point it at one.") from None
+    return record
+
+
+def slow_dtypes(probe_record: dict) -> dict[str, str]:
+    """dtype -> why the cpu backend will not run it on this host (its GEMM has no fast path here)."""
+    rates = probe_record["gemm_flops_per_s"]
+    flags = ", ".join(probe_record.get("flags") or []) or "none of " + ", ".join(RELEVANT_FLAGS[:8])
+    out = {}
+    for dtype, rate in rates.items():
+        if dtype != "fp32" and rate * SLOW_FACTOR < rates["fp32"]:
+            out[dtype] = (f"this host has no fast {dtype} GEMM: a {PROBE_N}^3 {dtype} matmul ran at "
+                          f"{rate / 1e9:.2f} GFLOP/s against {rates['fp32'] / 1e9:.1f} for fp32 "
+                          f"({rates['fp32'] / rate:.0f}x slower; CPU flags: {flags}); on cpu use fp32, "
+                          "or a host with native support (avx512_bf16/amx for bf16, avx512_fp16/amx_fp16 for fp16)")
+    return out
+
+
+# ----------------------------------------------------------------------------------- machine load
+
+
+def load_snapshot(sample_s: float = 0.25) -> dict:
+    """Load average, frequency governor and the busiest other processes, sampled over sample_s:
+    recorded at the start and end of every cpu capture, so a number taken under load says so."""
+    import psutil
+
+    me = psutil.Process()
+    own = {me.pid} | {p.pid for p in me.parents()}  # the job, its shell, Snakemake
+    procs = []
+    for p in psutil.process_iter(["pid", "name"]):
+        try:
+            p.cpu_percent(None)
+            procs.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    time.sleep(sample_s)
+    busy = []
+    for p in procs:
+        if p.pid in own:
+            continue
+        try:
+            pct = p.cpu_percent(None)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if pct >= 5.0:
+            busy.append({"pid": p.pid, "name": p.info["name"], "cpu_pct": round(pct, 1)})
+    busy.sort(key=lambda b: -b["cpu_pct"])
+    governors = set()
+    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        try:
+            governors.add(path.read_text().strip())
+        except OSError:
+            pass
+    freq = psutil.cpu_freq()
+    return {"unix": time.time(), "loadavg_1m": os.getloadavg()[0], "cores": os.cpu_count(),
+            "governor": ", ".join(sorted(governors)) or None,
+            "cpu_mhz": round(freq.current) if freq else None,
+            "other_processes_cpu_pct": round(sum(b["cpu_pct"] for b in busy), 1), "busiest_others": busy[:5]}
+
+
+LOADED_CPU_PCT = 50.0  # other processes using half a core or more
+
+
+def under_load(start: dict, end: dict) -> str | None:
+    """Why a capture counts as taken under load, or None."""
+    worst = max((start, end), key=lambda s: s["other_processes_cpu_pct"])
+    if worst["other_processes_cpu_pct"] < LOADED_CPU_PCT:
+        return None
+    names = ", ".join(f"{b['name']} ({b['cpu_pct']:.0f}%)" for b in worst["busiest_others"][:3])
+    return (f"other processes used {worst['other_processes_cpu_pct']:.0f}% of a core beside the capture "
+            f"({names}); load average {worst['loadavg_1m']:.2f} on {worst['cores']} cores")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="time one GEMM per dtype (the host probe); prints JSON")
+    ap.add_argument("--threads", type=int, required=True)
+    args = ap.parse_args(argv)
+    print(json.dumps(_probe_here(args.threads)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

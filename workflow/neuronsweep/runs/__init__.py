@@ -1,0 +1,1 @@
+"""What works across a run or runs: progress (status) and comparing two runs."""

@@ -1,0 +1,124 @@
+"""aggregate stage: join scenarios to workload metrics into summary.csv, one row per scenario.
+
+A scenario whose workload has no metrics.json is kept as a row with status `failed` and the
+reason its stage recorded (logs/<stage>.error.json), or status `missing` when no stage has
+run yet, so one failed case never hides the others; one the backend cannot run is `unsupported`,
+with the reason from the plan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from neuronsweep.analysis import ranking as compare
+from neuronsweep.atomic import read_json, replacing
+from neuronsweep.errors import UserError
+from neuronsweep.store.failures import latest_failure
+from neuronsweep.store.records import MetricsRecord
+from neuronsweep.host.targets import TARGETS
+from neuronsweep.analysis import roofline
+from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
+
+LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
+
+
+def failure_reason(workload_dir: Path) -> tuple[str, str]:
+    """(status, reason) for a workload without metrics, from the failure its stages recorded."""
+    failure = latest_failure(workload_dir)
+    if failure:
+        return "failed", f"{failure['stage']}: {failure['reason']}"
+    return "missing", "not run yet, or a stage was interrupted (no metrics.json and no failure recorded)"
+
+
+def rows(plan: dict, workloads_dir: Path) -> list[dict]:
+    out = []
+    for sc in plan["scenarios"]:
+        wdir = workloads_dir / sc["workload_id"]
+        row = {"scenario_id": sc["id"], "suite": sc["suite"], "workload_id": sc["workload_id"],
+               "backend": plan["backend"], **sc["labels"]}
+        metrics_path = wdir / "metrics.json"
+        if sc["workload_id"] in plan.get("unsupported", {}):
+            row.update(status="unsupported", reason=plan["unsupported"][sc["workload_id"]])
+        elif latest_failure(wdir):  # its last attempt failed: an older metrics.json is stale
+            row["status"], row["reason"] = failure_reason(wdir)
+        elif metrics_path.is_file():
+            try:
+                values = MetricsRecord.read(metrics_path).values
+            except UserError as exc:  # a damaged file costs its own row only
+                row.update(status="failed", reason=f"extract: {exc}")
+            else:
+                row.update(status="ok", reason="")
+                row.update({k: v for k, v in values.items() if not isinstance(v, (dict, list))})
+        else:
+            row["status"], row["reason"] = failure_reason(wdir)
+        out.append(row)
+    return out
+
+
+HOST_BACKENDS = ("cpu", "xla")  # their peaks are measured on the host (neuronsweep calibrate), not a datasheet
+ROOFLINE_COLUMNS = ("ideal_compute_s", "ideal_memory_s", "ridge_flops_per_byte", "roofline_bound",
+                    "roofline_efficiency_pct")
+
+
+def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
+    """A measured host peak is a floor, not a ceiling: per backend and dtype the FLOP/s peak becomes the
+    best of the calibration and every workload of the sweep (extract already raised each row to its
+    own rate), and the rows below it are placed against that peak again."""
+
+    if "peak_flops_per_s" not in table:
+        return table
+    rows = table[(table["status"] == "ok") & table["backend"].isin(HOST_BACKENDS)
+                 & table["peak_flops_per_s"].notna() & table["roofline_time_s"].notna()]
+    dtype = rows["workload_id"].map(lambda w: plan["workloads"][w]["dtype"])
+    for _, grp in rows.groupby([rows["backend"], dtype]):
+        best_i = grp["peak_flops_per_s"].astype(float).idxmax()
+        best = float(grp.loc[best_i, "peak_flops_per_s"])
+        for i, r in grp[grp["peak_flops_per_s"] < best].iterrows():
+            new = roofline.roofline(r["flops"], r["min_bytes"], best, r["peak_bytes_per_s"], r["roofline_time_s"])
+            for col in ROOFLINE_COLUMNS:
+                table.loc[i, col] = new[col]
+            table.loc[i, "peak_flops_per_s"] = best
+            table.loc[i, "peak_source"] = (f"the best rate of this sweep in its dtype ({grp.loc[best_i, 'workload_id']} "
+                                           f"at {best / 1e9:,.1f} GFLOP/s), above the host calibration")
+    return table
+
+
+def targets_table(plan: dict) -> pd.DataFrame:
+    """Every planned workload on every Neuron target: tile model and ideal times (analytic)."""
+
+    rows = []
+    for wid, spec in plan["workloads"].items():
+        if not has_roofline(spec):  # a collective: no FLOPs, no roofline
+            continue
+        kind = kind_of(spec)
+        flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+        for name in ("trn1", "inf2", "trn2"):
+            t = TARGETS[name]
+            rows.append({"workload_id": wid, "target": name, "dtype": spec["dtype"], "flops": flops,
+                         "min_bytes": nbytes, **roofline.tiles(kind.gemms(spec)),
+                         **roofline.roofline(flops, nbytes, t.peak_flops(spec["dtype"]), t.hbm_bytes_per_s, None)})
+    table = pd.DataFrame(rows)
+    return table.drop(columns=["roofline_efficiency_pct"]) if len(table) else table
+
+
+def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataFrame:
+    """Aggregate the run described by plan.json; metrics are read from <plan dir>/<backend>/workloads/."""
+    plan = read_json(plan_json)
+    workloads_dir = plan_json.parent / plan["backend"] / "workloads"
+    table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows
+    cols = LEAD_COLUMNS + [c for c in table.columns if c not in LEAD_COLUMNS]
+    table = compare.compare(best_host_peaks(table[cols].copy(), plan))
+    with replacing(out) as tmp:
+        table.to_csv(tmp, index=False)
+    for suite, part in table.groupby("suite"):  # per-suite views of the same rows, without empty columns
+        with replacing(out.parent / "suites" / f"{suite}.csv") as tmp:
+            part.dropna(axis=1, how="all").to_csv(tmp, index=False)
+    if (table["suite"] == "loops").any():
+        with replacing(out.parent / "suites" / "loops_comparison.csv") as tmp:
+            compare.loops_table(table).to_csv(tmp, index=False)
+    if targets_out:
+        with replacing(targets_out) as tmp:
+            targets_table(plan).to_csv(tmp, index=False)
+    return table

@@ -1,0 +1,306 @@
+"""Expand the config's suites into scenarios (rows the user asked for) and unique workloads.
+
+Two scenarios that reduce to the same workload share one build and one capture; the plan keeps
+both rows and points them at the same workload id.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field
+
+from neuronsweep import kernels
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import collective, loops, matmul, mlp, unsupported, workload_id
+from neuronsweep.host import probe as hostcaps
+from neuronsweep.backends.common import default_threads
+from neuronsweep.host.targets import TARGETS
+from neuronsweep.host import devicelock
+from neuronsweep.workloads import working_set_bytes
+from neuronsweep.workloads import has_roofline, kind_of
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    suite: str
+    workload_id: str
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass
+class Plan:
+    run: str
+    backend: str
+    scenarios: list[Scenario]
+    workloads: dict[str, dict]  # workload id -> spec, sorted by id: what gets built and captured
+    unsupported: dict[str, str]  # workload id -> why this backend cannot run it (no jobs, a CSV row)
+
+    def to_dict(self) -> dict:
+        return {
+            "run": self.run,
+            "backend": self.backend,
+            "counts": {"scenarios": len(self.scenarios), "workloads": len(self.workloads),
+                       "unsupported": len(self.unsupported)},
+            "scenarios": [asdict(s) for s in self.scenarios],
+            "workloads": self.workloads,
+            "unsupported": self.unsupported,
+        }
+
+
+def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    shapes = []
+    if "grid" in suite:
+        g = suite["grid"]
+        shapes += [dict(m=m, k=k, n=n) for m, k, n in itertools.product(g["m"], g["k"], g["n"])]
+    shapes += [dict(s) for s in suite.get("shapes", [])]
+    out = []
+    for shape, dtype, impl in itertools.product(shapes, suite["dtype"], suite["impl"]):
+        spec = matmul.spec(dtype=dtype, impl=impl, **shape)
+        wid = workload_id(spec)
+        labels = {**shape, "dtype": dtype, "impl": impl}
+        out.append((Scenario(id=wid, suite="matmul", workload_id=wid, labels=labels), spec))
+    return out
+
+
+def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    """Each dim in `vary` set to boundary*multiple+offset, the others at `base` (seed 001's tiling mode)."""
+    out = []
+    for dim, boundary, multiple, offset, dtype in itertools.product(
+            suite["vary"], suite["boundaries"], suite["multiples"], suite["offsets"], suite["dtype"]):
+        value = boundary * multiple + offset
+        if value < 1:
+            continue
+        shape = {**suite["base"], dim: value}
+        spec = matmul.spec(dtype=dtype, **shape)
+        labels = {**shape, "dtype": dtype, "dim": dim, "value": value, "boundary": boundary,
+                  "multiple": multiple, "offset": offset}
+        out.append((Scenario(id=f"tiling-{dim}{value}-{dtype}", suite="tiling", workload_id=workload_id(spec),
+                             labels=labels), spec))
+    return out
+
+
+def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
+    """(K, N) of one projection: the GEMM is [M, K] @ [K, N]."""
+    h, i = model["hidden"], model["intermediate"]
+    if projection in ("ffn_up", "ffn_gate"):
+        return h, i
+    if projection == "ffn_down":
+        return i, h
+    if projection == "o":
+        return h, h
+    if "heads" not in model or "kv_heads" not in model:
+        raise UserError(f"config key 'suites.llm.models' ({model['name']}): projection qkv needs 'heads' and "
+                        "'kv_heads'; add them or drop qkv from projections.")
+    if h % model["heads"] or model["kv_heads"] > model["heads"]:
+        raise UserError(f"config key 'suites.llm.models' ({model['name']}): hidden {h} must be a multiple of heads "
+                        f"{model['heads']} (the head size) and kv_heads {model['kv_heads']} at most heads; fix them.")
+    return h, h + 2 * model["kv_heads"] * (h // model["heads"])
+
+
+def _llm_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    """Prefill M = batch*seq for every bucket; decode M = batch (one new token per sequence)."""
+    out = []
+    for model, phase, proj, dtype in itertools.product(suite["models"], suite["phases"], suite["projections"],
+                                                       suite["dtype"]):
+        k, n = llm_gemm(model, proj)
+        buckets = [(b, s) for b in suite["batch"] for s in suite["seq"]] if phase == "prefill" \
+            else [(b, None) for b in suite["batch"]]
+        for b, s in buckets:
+            m = b * s if phase == "prefill" else b
+            spec = matmul.spec(m=m, k=k, n=n, dtype=dtype)
+            bucket = f"b{b}-s{s}" if s else f"b{b}"
+            labels = {"model": model["name"], "phase": phase, "batch": b, "seq": s, "projection": proj,
+                      "m": m, "k": k, "n": n, "dtype": dtype}
+            out.append((Scenario(id=f"llm-{model['name']}-{phase}-{bucket}-{proj}-{dtype}", suite="llm",
+                                 workload_id=workload_id(spec), labels=labels), spec))
+    return out
+
+
+def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    out = []
+    for cfg, dtype, impl in itertools.product(suite["configs"], suite["dtype"], suite["impl"]):
+        spec = mlp.spec(dtype=dtype, impl=impl, **cfg)
+        wid = workload_id(spec)
+        out.append((Scenario(id=wid, suite="mlp", workload_id=wid, labels={**cfg, "dtype": dtype, "impl": impl}),
+                    spec))
+    return out
+
+
+def _loops_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    out = []
+    for (size, factor), pattern, dtype in itertools.product(suite["sizes"].items(), suite["patterns"],
+                                                           suite["dtype"]):
+        steps = suite["steps"] * factor
+        spec = loops.spec(pattern, steps, suite["batch"], suite["features"], dtype)
+        labels = {"size": size, "pattern": pattern, "steps": steps, "batch": suite["batch"],
+                  "features": suite["features"], "dtype": dtype}
+        out.append((Scenario(id=f"loops-{size}-{pattern}-{dtype}", suite="loops", workload_id=workload_id(spec),
+                             labels=labels), spec))
+    return out
+
+
+def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    """Seed 002's trap for real: matmuls whose graph does (python_int) or does not (static,
+    python_float) change between calls; lazy-tensor backends count the compiles."""
+    out = []
+    for shape, varies, dtype in itertools.product(suite["shapes"], suite["varies"], suite["dtype"]):
+        spec = matmul.spec(dtype=dtype, varies=varies, **shape)
+        labels = {**shape, "dtype": dtype, "varies": varies}
+        sid = f"recompile-{varies.replace('_', '')}-m{shape['m']}-k{shape['k']}-n{shape['n']}-{dtype}"
+        out.append((Scenario(id=sid, suite="recompile", workload_id=workload_id(spec), labels=labels), spec))
+    return out
+
+
+def collective_sizes(sizes) -> list[int]:
+    """A list of byte sizes, or {from, to}: `from` doubled until past `to` (nccl-tests' -b/-e/-f 2)."""
+    if isinstance(sizes, list):
+        return sizes
+    if sizes["from"] > sizes["to"]:
+        raise UserError(f"config key 'suites.collectives.sizes': from {sizes['from']} is above to {sizes['to']}; "
+                        "swap them.")
+    out, size = [], sizes["from"]
+    while size <= sizes["to"]:
+        out.append(size)
+        size *= 2
+    return out
+
+
+def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+    out = []
+    for op, world, size, dtype in itertools.product(suite["operations"], suite["world_sizes"],
+                                                    collective_sizes(suite["sizes"]), suite["dtype"]):
+        spec = collective.spec(op, size, world, dtype)
+        wid = workload_id(spec)
+        labels = {"op": op, "world": world, "size_asked": size, "bytes": spec["bytes"], "dtype": dtype}
+        out.append((Scenario(id=wid if size == spec["bytes"] else f"{wid}-asked{size}b", suite="collectives",
+                             workload_id=wid, labels=labels), spec))
+    return out
+
+
+SUITES = {"matmul": _matmul_scenarios, "tiling": _tiling_scenarios, "llm": _llm_scenarios,
+          "mlp": _mlp_scenarios, "loops": _loops_scenarios, "recompile": _recompile_scenarios,
+          "collectives": _collectives_scenarios}
+
+
+
+def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> Plan:
+    """Plan a validated config (see config.validate) for the backend that will run it; on cpu,
+    slow_dtypes (hostcaps.slow_dtypes) marks the dtypes this host has no fast GEMM for."""
+    scenarios: dict[str, Scenario] = {}
+    workloads: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for suite_name, suite in config["suites"].items():
+        for sc, spec in SUITES[suite_name](suite):
+            scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
+            why = unsupported(spec, backend, slow_dtypes)
+            if not why and spec.get("impl") == "nki":
+                why = kernels.unsupported(spec)
+            if why:
+                skipped[sc.workload_id] = why
+            else:
+                workloads[sc.workload_id] = spec
+    if not scenarios:
+        raise UserError("nothing to run: the suites of the config expand to no scenario (every tiling value "
+                        "boundary * multiple + offset is below 1?); widen a grid or add a shape.")
+    ordered = sorted(scenarios.values(), key=lambda s: (s.suite, s.id))
+    return Plan(run=config["run"], backend=backend, scenarios=ordered, workloads=dict(sorted(workloads.items())),
+                unsupported=dict(sorted(skipped.items())))
+
+
+def host_probe(config: dict, backend: str) -> dict | None:
+    """cpu: the host's probe (hostcaps.probe, cached beside the compile cache); other backends: None."""
+    if backend != "cpu":
+        return None
+
+    return hostcaps.probe(config["cache_dir"], default_threads())
+
+
+def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
+    """The plan of a validated config on `backend`, and (cpu) the host probe it rests on."""
+
+    check_paths(config)
+    probe = host_probe(config, backend)
+    plan = make_plan(config, backend, hostcaps.slow_dtypes(probe) if probe else None)
+    if backend in ("cpu", "xla"):
+        import psutil
+
+        check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
+    elif backend == "neuron":
+
+        target = TARGETS[config["neuron"]["target"]]
+        check_fits(plan, target.hbm_bytes(config["neuron"]["lnc"]), f"of a {target.name} logical NeuronCore's HBM",
+                   " (or set neuron.lnc: 2 where the target allows it)")
+    return plan, probe
+
+
+def check_paths(config: dict) -> None:
+    """The places every job writes, probed before any job: cache_dir a writable folder, the device lock
+    a file that can be created and locked."""
+    import tempfile
+    from pathlib import Path
+
+
+    cache = Path(config["cache_dir"]).expanduser()
+    if cache.exists() and not cache.is_dir():
+        raise UserError(f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder.")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache).close()
+    except OSError as exc:
+        raise UserError(f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
+                        "point it at one.") from None
+    devicelock.check_usable(config["capture"]["device_lock"])
+
+
+MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
+
+
+def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
+    """A case whose working set (tensors and intermediates) exceeds the memory it runs in is refused
+    before any job, naming the suite it comes from."""
+
+    limit = MEMORY_SHARE * memory_bytes
+    need = {wid: working_set_bytes(spec) for wid, spec in plan.workloads.items()}
+    too_big = {wid: n for wid, n in need.items() if n > limit}
+    if not too_big:
+        return
+    wid = max(too_big, key=too_big.get)
+    suite = next(sc.suite for sc in plan.scenarios if sc.workload_id == wid)
+    more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
+    raise UserError(f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB at the least "
+                    f"(its tensors and intermediates), more than {MEMORY_SHARE:.0%} {what} ({memory_bytes / 2**30:,.1f} GiB); shrink or "
+                    f"drop that shape{hint}.")
+
+
+def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
+    """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
+    uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead)."""
+
+    if probe is None:
+        return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
+    cap = config["capture"]
+    executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
+    rates = probe["gemm_flops_per_s"]
+    compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values()
+                    if has_roofline(s))
+    n = len(plan.workloads)
+    imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
+    ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
+    imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
+    dtypes = {s["dtype"] for s in plan.workloads.values()}
+    calib_s = hostcaps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
+    total = compute_s + imports_s + calib_s
+    return (f"estimate: at least {_duration(total)} for {n} workloads on this host "
+            f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
+            f"{_duration(imports_s)} of measured imports over {4 * n} jobs, calibration at most {calib_s:.0f} s; "
+            "Snakemake's own per-job overhead and the profiler's are not included"
+            + (", nor the collectives' transfers, which have no rate before they are measured)" if ranks else ")"))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,203 @@
+"""The stage records (build.json, capture.json, view.json, metrics.json): one typed class each, with one
+writer (`write`) and one reader (`read`).
+
+A record's fields that a later stage or the report reads are typed attributes; what a backend records
+only for itself or for the user (argv, toolchain versions, its environment) stays in `details`. On disk
+each record is the same flat JSON object as before, so a user's `jq .compile_s build.json` keeps working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from neuronsweep import __version__
+from neuronsweep.atomic import write_json
+from neuronsweep.store.cache import file_sha256
+from neuronsweep.errors import UserError
+from neuronsweep.config.settings import HOST_ENV, CaptureSettings
+
+
+def _command() -> str:
+    """The exact command, with the host settings the workflow passed through the environment."""
+    host = os.environ.get(HOST_ENV)
+    return (f"{HOST_ENV}={shlex.quote(host)} " if host else "") + shlex.join(["neuronsweep", *sys.argv[1:]])
+
+
+def provenance(stage: str, started: float) -> dict:
+    """When, how long and with which exact command a stage ran (every record carries it)."""
+    return {
+        "stage": stage,
+        "wall_s": time.time() - started,
+        "started_unix": started,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "command": _command(),
+        "neuronsweep_version": __version__,
+    }
+
+
+def _load(path: Path, what: str, stage: str) -> dict:
+    if not path.is_file():
+        raise UserError(f"{path}: no {what}; run the {stage} stage for this case first.")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not a readable {what} ({exc}); rerun the {stage} stage for this case "
+                        f"(snakemake --forcerun {stage} ...).") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a {what} (a JSON object was expected); rerun the {stage} stage for this case.")
+    return data
+
+
+@dataclass
+class StageRecord:
+    STAGE: ClassVar[str]
+    FILE: ClassVar[str]
+
+    workload_id: str
+    backend: str
+    spec: dict | None
+    details: dict = field(default_factory=dict)  # the backend's own fields, flat in the JSON
+    provenance: dict = field(default_factory=dict)  # see provenance(); flat in the JSON too
+
+    @classmethod
+    def create(cls, started: float, **fields):
+        """A record of a stage that began at `started` (time.time()): typed fields by name, the rest details."""
+        return cls.from_json({**fields, **provenance(cls.STAGE, started)})
+
+    @classmethod
+    def from_json(cls, data: dict):
+        """The record from its flat JSON object: typed fields by name, provenance, the rest details."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"details", "provenance"}
+        typed = {k: v for k, v in data.items() if k in names}
+        prov_keys = ("stage", "wall_s", "started_unix", "started_at", "command", "neuronsweep_version")
+        prov = {k: data[k] for k in prov_keys if k in data}
+        details = {k: v for k, v in data.items() if k not in names and k not in prov_keys}
+        missing = sorted(names - typed.keys() - {f.name for f in dataclasses.fields(cls)
+                                                  if f.default is not dataclasses.MISSING
+                                                  or f.default_factory is not dataclasses.MISSING})
+        if missing:
+            raise UserError(f"a {cls.STAGE} record lacks {', '.join(missing)}; rerun the {cls.STAGE} stage for this case.")
+        return cls(**cls._typed(typed), details=details, provenance=prov)
+
+    @classmethod
+    def _typed(cls, typed: dict) -> dict:
+        return typed
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("details", "provenance")}
+        out = {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in out.items()}
+        return {"stage": self.STAGE, **out, **self.details,
+                **{k: v for k, v in self.provenance.items() if k != "stage"}}
+
+    def write(self, out_dir: Path) -> Path:
+        path = Path(out_dir) / self.FILE
+        write_json(path, self.to_json())
+        return path
+
+    @classmethod
+    def read(cls, where: Path):
+        """The record in `where` (its stage directory) or at `where` (the file)."""
+        where = Path(where)
+        path = where if where.suffix == ".json" else where / cls.FILE
+        return cls.from_json(_load(path, f"{cls.STAGE} record", cls.STAGE))
+
+
+@dataclass
+class BuildRecord(StageRecord):
+    STAGE: ClassVar[str] = "build"
+    FILE: ClassVar[str] = "build.json"
+
+    artifact: str = ""
+    artifact_sha256: str | None = None  # of the artifact as built or fetched, checked before each capture
+    artifact_bytes: int | None = None
+    compiler: str = ""
+    cache: dict = field(default_factory=dict)  # cache.CompileCache.through's record: key, hit, entry, sha256
+    compile_s: float | None = None
+    compile_s_source: str | None = None  # where compile_s comes from, or why there is none
+    compile_count: int | None = None
+    recompiled_on_second_call: bool | None = None
+    recompilation_flag: str | None = None  # the warning sentence when it did
+    target: str | None = None  # neuron: the configured NeuronCore target
+    lnc: int | None = None  # neuron: logical NeuronCore config
+    pjrt_device: str | None = None  # xla
+    env: dict = field(default_factory=dict)  # what the capture must set again (compile flags, caches)
+
+    def verify_artifact(self, build_dir: Path) -> Path:
+        """The artifact beside this record, refused when it is not the one built: Snakemake judges files
+        by time, so a damaged or replaced artifact would otherwise look up to date and be captured."""
+        path = Path(build_dir) / self.artifact
+        if not path.is_file():
+            raise UserError(f"case {self.workload_id}: {path} is missing; run snakemake again (it rebuilds it).")
+        if self.artifact_sha256 and (path.stat().st_size != self.artifact_bytes or file_sha256(path) != self.artifact_sha256):
+            raise UserError(f"case {self.workload_id}: {path} is not the artifact its build recorded (its sha256 "
+                            f"differs: changed or damaged since); delete it and run snakemake again, which rebuilds "
+                            f"only this case.")
+        return path
+
+
+@dataclass
+class CaptureRecord(StageRecord):
+    STAGE: ClassVar[str] = "capture"
+    FILE: ClassVar[str] = "capture.json"
+
+    settings: CaptureSettings | None = None
+    profiler: str | None = None
+    latency: dict | None = None  # stats.latency_stats over the timed runs
+    latency_note: str | None = None  # why there is no latency
+    threads: int | None = None
+    single_io: bool | None = None  # neuron: captured with --single-io after a device OOM
+    device_span: dict | None = None  # devicelock.held: when the device was held, by whom
+    host_load: dict | None = None  # hostcaps.load_snapshot at start and end, and the verdict
+
+    @classmethod
+    def _typed(cls, typed: dict) -> dict:
+        if isinstance(typed.get("settings"), dict):
+            try:
+                typed = {**typed, "settings": CaptureSettings(**typed["settings"])}
+            except TypeError:  # another neuronsweep version's settings
+                raise UserError("a capture record's settings are not this version's "
+                                f"({', '.join(sorted(typed['settings']))}); rerun the capture stage for this case.") from None
+        return typed
+
+
+@dataclass
+class ViewRecord(StageRecord):
+    STAGE: ClassVar[str] = "view"
+    FILE: ClassVar[str] = "view.json"
+
+    profiler: str | None = None
+    outputs: dict = field(default_factory=dict)  # format -> file written beside summary.json
+    pftrace: str | None = None
+
+
+@dataclass
+class MetricsRecord:
+    """metrics.json: the normalized metrics of one workload (docs/metrics.md). Scalars are `values`; a
+    null value has its reason in `notes`."""
+    FILE: ClassVar[str] = "metrics.json"
+
+    values: dict
+    notes: dict
+    spec: dict | None
+    provenance: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {**self.values, "spec": self.spec, "notes": self.notes, "provenance": self.provenance}
+
+    def write(self, path: Path) -> Path:
+        write_json(path, self.to_json())
+        return Path(path)
+
+    @classmethod
+    def read(cls, path: Path) -> "MetricsRecord":
+        data = _load(Path(path), "metrics record", "extract")
+        return cls(values={k: v for k, v in data.items() if k not in ("spec", "notes", "provenance")},
+                   notes=data.get("notes") or {}, spec=data.get("spec"), provenance=data.get("provenance") or {})
