@@ -35,7 +35,7 @@ rule all:
 
 # Everything made so far (Snakemake's modules, ours, the rules) lives as long as the run: moved out
 # of the collector's way, so the cyclic GC's passes while Snakemake builds the DAG walk only the
-# new objects. Planning 1,005 jobs: 1.68 s -> 1.23 s (bench/README.md).
+# new objects. Planning 1,005 jobs: 1.68 s -> 1.23 s (docs/benchmarks.md).
 import gc
 
 gc.freeze()

@@ -24,17 +24,32 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=300.0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"),
-               "--directory", tmp, "--configfile", str(REPO / "config" / "config.yaml"),
-               "--config", f"cache_dir={tmp}/cache", "--cores", str(args.cores)]
+        cmd = [
+            str(Path(sys.executable).parent / "snakemake"),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            tmp,
+            "--configfile",
+            str(REPO / "config" / "config.yaml"),
+            "--config",
+            f"cache_dir={tmp}/cache",
+            "--cores",
+            str(args.cores),
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
-        rows = (Path(tmp) / "results" / "default" / "summary.csv").read_text().count("\n") - 1 \
-            if proc.returncode == 0 else 0
+        rows = (
+            (Path(tmp) / "results" / "default" / "summary.csv").read_text().count("\n") - 1
+            if proc.returncode == 0
+            else 0
+        )
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"default sweep, cold cache, --cores {args.cores}: {wall:.1f} s wall, {rows} scenarios, "
-          f"peak RSS of one process {peak_mb:.0f} MB (budget {args.budget_s:.0f} s)")
+    print(
+        f"default sweep, cold cache, --cores {args.cores}: {wall:.1f} s wall, {rows} scenarios, "
+        f"peak RSS of one process {peak_mb:.0f} MB (budget {args.budget_s:.0f} s)"
+    )
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
         return 1

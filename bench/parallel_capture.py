@@ -37,11 +37,22 @@ CASES = {"m": [16, 32, 48, 64], "k": [16, 32], "n": [16, 32]}  # 16 cases
 
 
 def config(work: Path, slots: int) -> dict:
-    return {"run": "bench", "backend": "neuron", "cache_dir": str(work / "cache"),
-            "neuron": {"profiler": "neuron-explorer"},
-            "capture": {"warmup": 0, "iterations": 1, "repeats": 1, "num_exec": 2, "nth_exec": 2,
-                        "device_lock": str(work / "device.lock"), "slots": slots},
-            "suites": {"matmul": {"grid": CASES, "dtype": ["fp32"]}}}
+    return {
+        "run": "bench",
+        "backend": "neuron",
+        "cache_dir": str(work / "cache"),
+        "neuron": {"profiler": "neuron-explorer"},
+        "capture": {
+            "warmup": 0,
+            "iterations": 1,
+            "repeats": 1,
+            "num_exec": 2,
+            "nth_exec": 2,
+            "device_lock": str(work / "device.lock"),
+            "slots": slots,
+        },
+        "suites": {"matmul": {"grid": CASES, "dtype": ["fp32"]}},
+    }
 
 
 def snakemake(work: Path, env: dict, slots: int, *args: str) -> tuple[float, float]:
@@ -52,9 +63,24 @@ def snakemake(work: Path, env: dict, slots: int, *args: str) -> tuple[float, flo
 
     (work / "config.yaml").write_text(yaml.safe_dump(config(work, slots)))
     t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(work),
-                           "--configfile", str(work / "config.yaml"), "--cores", str(max(slots, 2)), *args],
-                          cwd=work, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "snakemake"),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(work),
+            "--configfile",
+            str(work / "config.yaml"),
+            "--cores",
+            str(max(slots, 2)),
+            *args,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"bench: snakemake exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -62,8 +88,10 @@ def snakemake(work: Path, env: dict, slots: int, *args: str) -> tuple[float, flo
 
 
 def spans(work: Path) -> list[dict]:
-    return [json.loads(p.read_text())["device_span"]
-            for p in work.glob("results/bench/neuron/workloads/*/capture/capture.json")]
+    return [
+        json.loads(p.read_text())["device_span"]
+        for p in work.glob("results/bench/neuron/workloads/*/capture/capture.json")
+    ]
 
 
 def handoffs(records: list[dict]) -> list[float]:
@@ -75,8 +103,9 @@ def handoffs(records: list[dict]) -> list[float]:
         by_slot.setdefault(r["slot"], []).append(r)
     for group in by_slot.values():
         group.sort(key=lambda r: r["acquired_unix"])
-        gaps += [b["acquired_unix"] - a["released_unix"] for a, b in zip(group, group[1:])
-                 if a["released_unix"] < last_start]
+        gaps += [
+            b["acquired_unix"] - a["released_unix"] for a, b in zip(group, group[1:]) if a["released_unix"] < last_start
+        ]
     return gaps
 
 
@@ -89,9 +118,14 @@ def main() -> None:
     counts = sorted({1, *(args.slots or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16]))})  # 1: the baseline
     exec_s = args.exec_seconds or (1.0 if args.quick else 10.0)
     work = Path(tempfile.mkdtemp(prefix="bench-slots-"))
-    env = {**os.environ, "PATH": os.pathsep.join([str(STANDIN / "bin"), str(BIN), os.environ["PATH"]]),
-           "PYTHONPATH": str(STANDIN / "python"), "STANDIN_CORE_DIR": str(work / "cores"),
-           "STANDIN_DEVICES": "16", "STANDIN_EXEC_SECONDS": str(exec_s)}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(STANDIN / "bin"), str(BIN), os.environ["PATH"]]),
+        "PYTHONPATH": str(STANDIN / "python"),
+        "STANDIN_CORE_DIR": str(work / "cores"),
+        "STANDIN_DEVICES": "16",
+        "STANDIN_EXEC_SECONDS": str(exec_s),
+    }
     try:
         snakemake(work, env, max(counts), "--until", "build")
         base = None
@@ -104,16 +138,29 @@ def main() -> None:
             ideal = min(k, len(records))
             gaps = handoffs(records) or [0.0]
             speedup = base / phase
-            print(json.dumps({
-                "figure": "capture phase, 16 captures", "slots": k, "exec_s_per_execution": exec_s,
-                "project": {"phase_s": round(phase, 2), "snakemake_wall_s": round(wall, 2),
-                            "speedup": round(speedup, 2), "ideal": ideal,
+            print(
+                json.dumps(
+                    {
+                        "figure": "capture phase, 16 captures",
+                        "slots": k,
+                        "exec_s_per_execution": exec_s,
+                        "project": {
+                            "phase_s": round(phase, 2),
+                            "snakemake_wall_s": round(wall, 2),
+                            "speedup": round(speedup, 2),
+                            "ideal": ideal,
                             "median_hold_s": round(statistics.median(held), 2),
                             "handoff_median_s": round(statistics.median(gaps), 3),
                             "handoff_max_s": round(max(gaps), 3),
-                            "cpu_per_capture_s": round(cpu / len(records), 2)},
-                "anchors": {"device_time_per_capture_s": round(2 * exec_s + 0.3, 2)},
-                "goal": "speed-up >= 0.85 x linear", "met": speedup >= 0.85 * ideal}), flush=True)
+                            "cpu_per_capture_s": round(cpu / len(records), 2),
+                        },
+                        "anchors": {"device_time_per_capture_s": round(2 * exec_s + 0.3, 2)},
+                        "goal": "speed-up >= 0.85 x linear",
+                        "met": speedup >= 0.85 * ideal,
+                    }
+                ),
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

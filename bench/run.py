@@ -8,7 +8,7 @@ peak RSS), so start-up counts as a user meets it. One JSON line per result on st
 (readers also give "project_again": the same query once the profile's tables are cached beside it)
 with wall_s, cpu_s, peak_rss_mb and the figure's rate (MB/s per CPU second, slices/s) for each command.
 --quick shrinks the inputs to CI size (CI runs it to prove the benches still work; its numbers are not
-the figures). The figures measured here, and the machine, are in bench/README.md.
+the figures). The figures measured here, and the machine, are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ def measure(argv: list, cwd: Path | None = None) -> dict:
     out, err = proc.communicate()
     wall = time.perf_counter() - t0
     # the child is reaped by communicate(); its accounting arrives in RUSAGE_CHILDREN, so take deltas
-    return {"wall_s": round(wall, 3), "rc": proc.returncode, "out": out.decode(errors="replace")[-400:],
-            "err": err.decode(errors="replace")[-400:]}
+    return {
+        "wall_s": round(wall, 3),
+        "rc": proc.returncode,
+        "out": out.decode(errors="replace")[-400:],
+        "err": err.decode(errors="replace")[-400:],
+    }
 
 
 def timed(argv: list, cwd: Path | None = None) -> dict:
@@ -56,8 +60,8 @@ def timed(argv: list, cwd: Path | None = None) -> dict:
 
 def _isolated(argv: list, cwd: Path | None = None) -> dict:
     """timed() in a fresh interpreter, so each command's peak RSS is its own (RUSAGE_CHILDREN keeps a max)."""
-    code = ("import json,sys; sys.path.insert(0, %r); import run; print(json.dumps(run.timed(%r, %r)))"
-            % (str(HERE), [str(a) for a in argv], str(cwd) if cwd else None))
+    args = [str(a) for a in argv], str(cwd) if cwd else None
+    code = f"import json,sys; sys.path.insert(0, {str(HERE)!r}); import run; print(json.dumps(run.timed{args!r}))"
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "bench: failed")
@@ -66,24 +70,48 @@ def _isolated(argv: list, cwd: Path | None = None) -> dict:
 
 # ---------------------------------------------------------------------------------- legacy json
 
-LEGACY_RECORD = {"timestamp": 0, "duration": 650, "evt_wait_time": 12, "label": "TensorMatrix", "opcode": "MATMUL",
-                 "hbm_read_bytes": 0, "hbm_write_bytes": 0, "sbuf_read_bytes": 65536, "sbuf_write_bytes": 0,
-                 "layer": "layer_0", "bir_debug_info_source_location": "kernel.py:42", "hlo_name": "dot.1",
-                 "operands": "[s0:p128, s1:p128]", "subgraph": "sg00", "nki_source_location": "kernel.py:42",
-                 "id": 7074752707989819081, "predecessors": [[12, 13]]}  # real files: ids above 2^53, nested lists
+LEGACY_RECORD = {
+    "timestamp": 0,
+    "duration": 650,
+    "evt_wait_time": 12,
+    "label": "TensorMatrix",
+    "opcode": "MATMUL",
+    "hbm_read_bytes": 0,
+    "hbm_write_bytes": 0,
+    "sbuf_read_bytes": 65536,
+    "sbuf_write_bytes": 0,
+    "layer": "layer_0",
+    "bir_debug_info_source_location": "kernel.py:42",
+    "hlo_name": "dot.1",
+    "operands": "[s0:p128, s1:p128]",
+    "subgraph": "sg00",
+    "nki_source_location": "kernel.py:42",
+    "id": 7074752707989819081,
+    "predecessors": [[12, 13]],
+}  # real files: ids above 2^53, nested lists
 
 
 def write_legacy_json(path: Path, size_mb: float) -> int:
     """A legacy full profile in the real files' key order (summary, dma, metadata, then instruction)."""
     n, target = 0, int(size_mb * 2**20)
     with open(path, "w") as f:
-        f.write('{"summary": [{"total_time": 1.0}], "dma": [], '
-                '"metadata": [{"pe_num_rows": 128, "pe_num_cols": 128}], "instruction": [')
+        f.write(
+            '{"summary": [{"total_time": 1.0}], "dma": [], '
+            '"metadata": [{"pe_num_rows": 128, "pe_num_cols": 128}], "instruction": ['
+        )
         while f.tell() < target:
             chunk = []
             for _ in range(5_000):
-                chunk.append(json.dumps(dict(LEGACY_RECORD, timestamp=n * 700, id=LEGACY_RECORD["id"] + n,
-                                             opcode=("MATMUL", "ACTIVATE", "TENSOR_TENSOR")[n % 3])))
+                chunk.append(
+                    json.dumps(
+                        dict(
+                            LEGACY_RECORD,
+                            timestamp=n * 700,
+                            id=LEGACY_RECORD["id"] + n,
+                            opcode=("MATMUL", "ACTIVATE", "TENSOR_TENSOR")[n % 3],
+                        )
+                    )
+                )
                 n += 1
             f.write(("," if n > 5_000 else "") + ",".join(chunk))
         f.write("]}")
@@ -99,19 +127,33 @@ def bench_legacy_json(tmp: Path, quick: bool) -> dict:
     runs = {
         "project": _isolated([BIN / "neuronsweep", "query", path, sql, "--csv"]),
         "json.load": _isolated([PY, "-c", "import json,sys; json.load(open(sys.argv[1], 'rb'))", path]),
-        "ijson items": _isolated([PY, "-c", "import ijson,sys; sum(1 for _ in ijson.items(open(sys.argv[1], 'rb'), "
-                                            "'instruction.item', use_float=True))", path]),
+        "ijson items": _isolated(
+            [
+                PY,
+                "-c",
+                "import ijson,sys; sum(1 for _ in ijson.items(open(sys.argv[1], 'rb'), "
+                "'instruction.item', use_float=True))",
+                path,
+            ]
+        ),
     }
     cached = _isolated([BIN / "neuronsweep", "query", path, sql, "--csv"])  # parsed once: its tables reused
     for r in runs.values():
         r["mb_per_cpu_s"] = round(mb / r["cpu_s"], 1)
     project = runs.pop("project")
-    return {"figure": "legacy_json_query", "size": f"{mb:.0f} MB, {n} instructions", "project": project,
-            "project_again": cached, "anchors": runs, "goal": ">= 100 MB/s per CPU second, <= 400 MB RSS",
-            "met": project["mb_per_cpu_s"] >= 100 and project["peak_rss_mb"] <= 400}
+    return {
+        "figure": "legacy_json_query",
+        "size": f"{mb:.0f} MB, {n} instructions",
+        "project": project,
+        "project_again": cached,
+        "anchors": runs,
+        "goal": ">= 100 MB/s per CPU second, <= 400 MB RSS",
+        "met": project["mb_per_cpu_s"] >= 100 and project["peak_rss_mb"] <= 400,
+    }
 
 
 # --------------------------------------------------------------------------------------- pftrace
+
 
 def write_chrome_trace(path: Path, slices: int) -> None:
     """torch.profiler's shape: 8 threads, each op a parent with three children (so the writer nests)."""
@@ -122,8 +164,21 @@ def write_chrome_trace(path: Path, slices: int) -> None:
             track, j = divmod(i, per_track)
             group, r = divmod(j, 4)
             ts, dur = (group * 8.0, 7.5) if r == 0 else (group * 8.0 + 0.5 + 2.0 * (r - 1), 1.5)
-            f.write(("," if i else "") + json.dumps({"ph": "X", "name": f"op{i % 50}", "cat": "cpu_op", "pid": 1,
-                                                     "tid": track, "ts": ts, "dur": dur, "args": {"flops": i}}))
+            f.write(
+                ("," if i else "")
+                + json.dumps(
+                    {
+                        "ph": "X",
+                        "name": f"op{i % 50}",
+                        "cat": "cpu_op",
+                        "pid": 1,
+                        "tid": track,
+                        "ts": ts,
+                        "dur": dur,
+                        "args": {"flops": i},
+                    }
+                )
+            )
         f.write("]}")
 
 
@@ -131,8 +186,12 @@ def bench_pftrace(tmp: Path, quick: bool) -> list[dict]:
     slices = 20_000 if quick else 1_000_000
     chrome, out = tmp / "trace.json", tmp / "trace.pftrace"
     write_chrome_trace(chrome, slices)
-    convert = [PY, "-c", "import sys; from pathlib import Path; from neuronsweep import pftrace; "
-                         "pftrace.chrome_to_pftrace(Path(sys.argv[1]), sys.argv[2])"]
+    convert = [
+        PY,
+        "-c",
+        "import sys; from pathlib import Path; from neuronsweep import pftrace; "
+        "pftrace.chrome_to_pftrace(Path(sys.argv[1]), sys.argv[2])",
+    ]
     write = _isolated([*convert, chrome, out])
     larger = tmp / "larger.json"  # memory must not grow with the trace: the same at four times the slices
     write_chrome_trace(larger, 4 * slices)
@@ -143,38 +202,77 @@ def bench_pftrace(tmp: Path, quick: bool) -> list[dict]:
     parse_floor_chrome = _isolated([PY, "-c", "import json,sys; json.load(open(sys.argv[1]))", chrome])
     read = _isolated([BIN / "neuronsweep", "query", out, "SELECT count(*), sum(dur) FROM slice", "--csv"])
     read_again = _isolated([BIN / "neuronsweep", "query", out, "SELECT count(*), sum(dur) FROM slice", "--csv"])
-    floor = _isolated([PY, "-c", "import sys; from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace; "
-                                 "t = Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read()); len(t.packet)", out])
+    floor = _isolated(
+        [
+            PY,
+            "-c",
+            "import sys; from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace; "
+            "t = Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read()); len(t.packet)",
+            out,
+        ]
+    )
     for r in (write, read, floor, parse_floor_chrome):
         r["slices_per_cpu_s"] = round(slices / r["cpu_s"])
     size = f"{slices} slices, {out.stat().st_size / 2**20:.0f} MB"
     return [
-        {"figure": "pftrace_read", "size": size, "project": read, "project_again": read_again,
-         "anchors": {"protobuf parse": floor},
-         "goal": ">= 250k slices/s, <= 500 MB RSS per million slices",
-         "met": read["slices_per_cpu_s"] >= 250_000 and read["peak_rss_mb"] <= 500 * max(1, slices / 1e6)},
-        {"figure": "pftrace_write", "size": size, "project": write, "project_4x_slices": write_larger,
-         "rss_mb_per_million_slices": growth and round(growth, 1), "anchors": {"json.load of the input": parse_floor_chrome},
-         "goal": ">= 250k slices/s, RSS flat in trace size (<= 10 MB more per million slices)",
-         "met": write["slices_per_cpu_s"] >= 250_000 and growth is not None and growth <= 10},
+        {
+            "figure": "pftrace_read",
+            "size": size,
+            "project": read,
+            "project_again": read_again,
+            "anchors": {"protobuf parse": floor},
+            "goal": ">= 250k slices/s, <= 500 MB RSS per million slices",
+            "met": read["slices_per_cpu_s"] >= 250_000 and read["peak_rss_mb"] <= 500 * max(1, slices / 1e6),
+        },
+        {
+            "figure": "pftrace_write",
+            "size": size,
+            "project": write,
+            "project_4x_slices": write_larger,
+            "rss_mb_per_million_slices": growth and round(growth, 1),
+            "anchors": {"json.load of the input": parse_floor_chrome},
+            "goal": ">= 250k slices/s, RSS flat in trace size (<= 10 MB more per million slices)",
+            "met": write["slices_per_cpu_s"] >= 250_000 and growth is not None and growth <= 10,
+        },
     ]
 
 
 # ------------------------------------------------------------------------------------- calibrate
 
+
 def bench_calibrate(tmp: Path, quick: bool) -> dict:
     dtypes = "fp32" if quick else "fp32,bf16,fp16"
-    run = _isolated([BIN / "neuronsweep", "calibrate", "--threads", "1", "--dtypes", dtypes, "--cache-dir",
-                     tmp / "cal-cache", "--device-lock", tmp / "cal.lock", "--out", tmp / "calibration.json"])
-    return {"figure": "calibrate_fresh_host", "size": f"--threads 1 --dtypes {dtypes}", "project": run, "anchors": {},
-            "goal": "<= 10 s of CPU", "met": run["cpu_s"] <= 10}
+    run = _isolated(
+        [
+            BIN / "neuronsweep",
+            "calibrate",
+            "--threads",
+            "1",
+            "--dtypes",
+            dtypes,
+            "--cache-dir",
+            tmp / "cal-cache",
+            "--device-lock",
+            tmp / "cal.lock",
+            "--out",
+            tmp / "calibration.json",
+        ]
+    )
+    return {
+        "figure": "calibrate_fresh_host",
+        "size": f"--threads 1 --dtypes {dtypes}",
+        "project": run,
+        "anchors": {},
+        "goal": "<= 10 s of CPU",
+        "met": run["cpu_s"] <= 10,
+    }
 
 
 # -------------------------------------------------------------------------------------- planning
 
 # The project's DAG without the project: the same rules, files, targets, resources, logs and conda
 # directives (Snakemake evaluates a conda env spec per job even without --sdm conda), each job a touch.
-BARE = '''
+BARE = """
 W = config["workloads"]
 rule all:
     input: "results/summary.csv", "results/report.html", expand("results/w/{wid}/metrics.json", wid=W)
@@ -209,7 +307,9 @@ rule view:
     conda: "env.yaml"
     shell: "touch {output} {log}"
 rule extract:
-    input: "results/w/{wid}/view/summary.json", "results/w/{wid}/capture/capture.json", "results/w/{wid}/build/build.json", "results/calibration.json"
+    input:
+        "results/w/{wid}/view/summary.json", "results/w/{wid}/capture/capture.json",
+        "results/w/{wid}/build/build.json", "results/calibration.json"
     output: "results/w/{wid}/metrics.json"
     log: "results/w/{wid}/logs/extract.log"
     conda: "env.yaml"
@@ -226,7 +326,7 @@ rule report:
     log: "results/logs/report.log"
     conda: "env.yaml"
     shell: "touch {output} {log}"
-'''
+"""
 
 
 def _same_dag(tmp: Path, quick: bool) -> tuple[list, list, int]:
@@ -238,9 +338,13 @@ def _same_dag(tmp: Path, quick: bool) -> tuple[list, list, int]:
 
     workloads = 25 if quick else 250
     ms = list(range(16, 16 + 16 * workloads, 16))[:workloads]
-    cfg = {"run": "b", "backend": "cpu", "cache_dir": str(tmp / "plan-cache"),
-           "capture": {"device_lock": str(tmp / "plan.lock")},
-           "suites": {"matmul": {"grid": {"m": ms, "k": [16], "n": [16]}}}}  # as a sweep is written
+    cfg = {
+        "run": "b",
+        "backend": "cpu",
+        "cache_dir": str(tmp / "plan-cache"),
+        "capture": {"device_lock": str(tmp / "plan.lock")},
+        "suites": {"matmul": {"grid": {"m": ms, "k": [16], "n": [16]}}},
+    }  # as a sweep is written
     proj, bare = tmp / "proj", tmp / "bare"
     for d in (proj, bare):
         d.mkdir()
@@ -249,10 +353,30 @@ def _same_dag(tmp: Path, quick: bool) -> tuple[list, list, int]:
     (bare / "env.yaml").write_text("channels: [conda-forge]\ndependencies: [python=3.11]\n")
     (bare / "config.yaml").write_text(yaml.safe_dump({"workloads": [f"matmul-m{m}-k16-n16-fp32" for m in ms]}))
     smk = BIN / "snakemake"
-    project_cmd = [smk, "-s", REPO / "Snakefile", "--directory", proj, "--configfile", proj / "config.yaml",
-                   "--cores", "1", "--quiet"]
-    bare_cmd = [smk, "-s", bare / "Snakefile", "--directory", bare, "--configfile", bare / "config.yaml",
-                "--cores", "1", "--quiet"]
+    project_cmd = [
+        smk,
+        "-s",
+        REPO / "Snakefile",
+        "--directory",
+        proj,
+        "--configfile",
+        proj / "config.yaml",
+        "--cores",
+        "1",
+        "--quiet",
+    ]
+    bare_cmd = [
+        smk,
+        "-s",
+        bare / "Snakefile",
+        "--directory",
+        bare,
+        "--configfile",
+        bare / "config.yaml",
+        "--cores",
+        "1",
+        "--quiet",
+    ]
     return project_cmd, bare_cmd, workloads * 4 + 5
 
 
@@ -276,10 +400,14 @@ def _frozen(bare_cmd: list) -> list:
 def _ratios(project_cmd: list, bare_cmd: list, quick: bool) -> dict:
     project, bare_run, ratio = _pairs(project_cmd, bare_cmd, quick)
     _, frozen_run, frozen_ratio = _pairs(project_cmd, _frozen(bare_cmd), quick)
-    return {"project": project, "anchors": {"bare Snakefile, same DAG": bare_run,
-                                            "the same with gc.freeze()": frozen_run},
-            "ratio_median": ratio, "ratio_median_vs_frozen": frozen_ratio,
-            "goal": "<= 1.1x bare Snakemake", "met": ratio <= 1.1}
+    return {
+        "project": project,
+        "anchors": {"bare Snakefile, same DAG": bare_run, "the same with gc.freeze()": frozen_run},
+        "ratio_median": ratio,
+        "ratio_median_vs_frozen": frozen_ratio,
+        "goal": "<= 1.1x bare Snakemake",
+        "met": ratio <= 1.1,
+    }
 
 
 def bench_planning(tmp: Path, quick: bool) -> dict:
@@ -310,8 +438,13 @@ def bench_noop_rerun(tmp: Path, quick: bool) -> dict:
     return {"figure": "noop_rerun", "size": f"{jobs} jobs", **_ratios(project_cmd, bare_cmd, quick)}
 
 
-FIGURES = {"legacy_json": bench_legacy_json, "pftrace": bench_pftrace, "calibrate": bench_calibrate,
-           "planning": bench_planning, "noop_rerun": bench_noop_rerun}
+FIGURES = {
+    "legacy_json": bench_legacy_json,
+    "pftrace": bench_pftrace,
+    "calibrate": bench_calibrate,
+    "planning": bench_planning,
+    "noop_rerun": bench_noop_rerun,
+}
 
 
 def main() -> int:

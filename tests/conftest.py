@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -14,34 +15,40 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"  # real tool output and small inputs (tests/data/README.md says where each is from)
 BIN = Path(sys.executable).parent
 
 
-HOST_CACHE: dict[str, Path] = {}  # set once per session by host_measurements
+HOST_CACHE: dict[str, Path] = {}  # the session's host measurements, made by the first test that needs them
 
 
 @pytest.fixture(scope="session", autouse=True)
-def host_measurements(tmp_path_factory):
-    """The host probe and calibration, measured once per test session: every test gets a fresh compile
-    cache, and without this each would pay a cold calibration."""
-    from neuronsweep.host import probe as hostcaps
-    from neuronsweep.backends.common import default_threads
-    from neuronsweep.backends import cpu
+def host_cache_root(tmp_path_factory):
+    """Where the session's host measurements go; measured only when a test first asks (private_cache)."""
+    HOST_CACHE["root"] = tmp_path_factory.mktemp("host-cache")
 
-    root = tmp_path_factory.mktemp("host-cache")
-    probe = hostcaps.probe(root, default_threads())
-    fast = [d for d in hostcaps.DTYPES if d not in hostcaps.slow_dtypes(probe)]
-    cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
-    HOST_CACHE["root"] = root
+
+def host_measurements() -> Path:
+    """The host probe and calibration, measured once per test session: every workflow test gets a fresh
+    compile cache, and without this each would pay a cold calibration."""
+    root = HOST_CACHE["root"]
+    if not (root / "calibration").exists():
+        from neuronsweep.backends import cpu
+        from neuronsweep.backends.common import default_threads
+        from neuronsweep.host import caps
+
+        probe = caps.probe(root, default_threads())
+        fast = [d for d in caps.DTYPES if d not in caps.slow_dtypes(probe)]
+        cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
+    return root
 
 
 def private_cache(tmp: Path) -> Path:
     """A fresh compile cache holding the session's host measurements."""
-    cache = tmp / "cache"
+    cache, root = tmp / "cache", host_measurements()
     for sub in ("host", "calibration"):
-        if not (cache / sub).exists() and "root" in HOST_CACHE:
-            shutil.copytree(HOST_CACHE["root"] / sub, cache / sub)
+        if not (cache / sub).exists():
+            shutil.copytree(root / sub, cache / sub)
     return cache
 
 
@@ -52,8 +59,14 @@ def tiny_config(tmp: Path, **overrides) -> dict:
         "run": "t",
         "backend": "cpu",
         "cache_dir": str(private_cache(tmp)),
-        "capture": {"warmup": 1, "iterations": 3, "repeats": 1, "num_exec": 2, "nth_exec": 2,
-                    "device_lock": str(tmp / "device.lock")},
+        "capture": {
+            "warmup": 1,
+            "iterations": 3,
+            "repeats": 1,
+            "num_exec": 2,
+            "nth_exec": 2,
+            "device_lock": str(tmp / "device.lock"),
+        },
         "suites": {"matmul": {"grid": {"m": [16, 32], "k": [16], "n": [16]}, "dtype": ["fp32"]}},
     }
     cfg.update(overrides)
@@ -91,15 +104,30 @@ STANDIN = Path(__file__).resolve().parent / "standin"
 
 def standin_env(tmp: Path, **knobs: str) -> dict:
     """Environment that puts the stand-in Neuron toolchain first (tests/standin/README.md)."""
-    return {"PATH": os.pathsep.join([str(STANDIN / "bin"), str(BIN), os.environ.get("PATH", "")]),
-            "PYTHONPATH": str(STANDIN / "python"), "STANDIN_LOG": str(tmp / "standin.log"),
-            "STANDIN_CORE_DIR": str(tmp / "neuron-cores"), **knobs}
+    return {
+        "PATH": os.pathsep.join([str(STANDIN / "bin"), str(BIN), os.environ.get("PATH", "")]),
+        "PYTHONPATH": str(STANDIN / "python"),
+        "STANDIN_LOG": str(tmp / "standin.log"),
+        "STANDIN_CORE_DIR": str(tmp / "neuron-cores"),
+        **knobs,
+    }
 
 
 def neuron_config(tmp: Path, **overrides) -> dict:
-    return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True},
-                       capture={"warmup": 1, "iterations": 3, "repeats": 1, "num_exec": 2, "nth_exec": 2,
-                                "device_lock": str(tmp / "device.lock")}, **overrides)
+    return tiny_config(
+        tmp,
+        backend="neuron",
+        neuron={"profiler": "neuron-explorer", "json": True},
+        capture={
+            "warmup": 1,
+            "iterations": 3,
+            "repeats": 1,
+            "num_exec": 2,
+            "nth_exec": 2,
+            "device_lock": str(tmp / "device.lock"),
+        },
+        **overrides,
+    )
 
 
 def standin_runs(tmp: Path) -> list[dict]:
@@ -107,13 +135,24 @@ def standin_runs(tmp: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool = True,
-              env: dict | None = None) -> Run:
+def snakemake(
+    workdir: Path, *args: str, config: dict | None = None, check: bool = True, env: dict | None = None
+) -> Run:
     """Run the real workflow on `workdir` (config written to workdir/config.yaml when given)."""
     if config is not None:
         (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir, timeout=900)
     run = Run(proc)
@@ -135,3 +174,21 @@ def run_copy(finished_run, tmp_path) -> Path:
     dest = tmp_path / "run"
     shutil.copytree(finished_run, dest, symlinks=True)
     return dest
+
+
+def _runs_snakemake(func) -> bool:
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    return "snakemake(" in source or '"snakemake"' in source
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `workflow` every test that runs the real workflow, itself or through a fixture, so the inner
+    loop (`pytest -m "not workflow"`) is everything else."""
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        funcs = [getattr(item, "function", None)] + [d.func for ds in defs.values() for d in ds]
+        if any(_runs_snakemake(f) for f in funcs if f is not None):
+            item.add_marker(pytest.mark.workflow)

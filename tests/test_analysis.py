@@ -8,12 +8,15 @@ import re
 
 import pandas as pd
 import pytest
+from conftest import DATA
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
-from neuronsweep.analysis import ranking as compare, derived, roofline
-from neuronsweep.formats.profile_db import ProfileDB
+from neuronsweep.analysis import derived
+from neuronsweep.analysis import ranking as compare
 from neuronsweep.errors import UserError
+from neuronsweep.formats.profile_db import ProfileDB
+from neuronsweep.host.targets import TARGETS
 from neuronsweep.stages.extract import compute
 from neuronsweep.store.records import BuildRecord
 
@@ -21,15 +24,27 @@ SPEC = {"kind": "matmul", "m": 512, "k": 256, "n": 256, "dtype": "bf16"}
 
 
 def neuron_build(target="trn1"):
-    return BuildRecord.from_json({"workload_id": "w", "backend": "neuron", "spec": SPEC, "target": target,
-                                  "compile_s": 1.0, "cache": {"hit": False}})
+    return BuildRecord.from_json(
+        {
+            "workload_id": "w",
+            "backend": "neuron",
+            "spec": SPEC,
+            "target": target,
+            "compile_s": 1.0,
+            "cache": {"hit": False},
+        }
+    )
 
 
 def test_mfu_recomputed_from_raw_fields_agrees_with_the_tool_on_real_values():
-    # a real inf2 capture (reference/neuron-toolchain.md section 3; CycleCount 149710075 in
-    # ../shared/fixtures/neuron/inf2-show-session.txt equals total_time in ps)
-    summary = {"total_time": 149710075e-12, "model_flops": 67108864, "mfu_estimated_percent": 0.0048856,
-               "peak_flops_bandwidth_ratio": 223.78146}
+    # a real inf2 capture (CycleCount 149710075 in
+    # a real inf2 `neuron-profile show-session` table (tools 2.28) shows it equals total_time in ps)
+    summary = {
+        "total_time": 149710075e-12,
+        "model_flops": 67108864,
+        "mfu_estimated_percent": 0.0048856,
+        "peak_flops_bandwidth_ratio": 223.78146,
+    }
     m = compute(summary, None, neuron_build("inf2"))
     assert m["mfu_tool_pct"] == pytest.approx(0.48856)
     assert m["mfu_recomputed_pct"] == pytest.approx(m["mfu_tool_pct"], rel=1e-4)
@@ -37,15 +52,26 @@ def test_mfu_recomputed_from_raw_fields_agrees_with_the_tool_on_real_values():
     assert t.bf16_flops() / t.hbm_bytes_per_s == pytest.approx(summary["peak_flops_bandwidth_ratio"], rel=1e-6)
 
 
-@pytest.mark.parametrize("busy, active_pct, expected", [
-    ({"tensor_engine_active_time": 8e-6, "dma_active_time": 3e-6}, 0.9, "compute"),
-    ({"tensor_engine_active_time": 2e-6, "dma_active_time": 9e-6}, 0.95, "memory"),
-    ({"vector_engine_active_time": 9e-6, "tensor_engine_active_time": 1e-6, "dma_active_time": 2e-6}, 0.9, "vector"),
-    ({"tensor_engine_active_time": 1e-6, "dma_active_time": 1e-6}, 0.2, "overhead"),
-])
+@pytest.mark.parametrize(
+    "busy, active_pct, expected",
+    [
+        ({"tensor_engine_active_time": 8e-6, "dma_active_time": 3e-6}, 0.9, "compute"),
+        ({"tensor_engine_active_time": 2e-6, "dma_active_time": 9e-6}, 0.95, "memory"),
+        (
+            {"vector_engine_active_time": 9e-6, "tensor_engine_active_time": 1e-6, "dma_active_time": 2e-6},
+            0.9,
+            "vector",
+        ),
+        ({"tensor_engine_active_time": 1e-6, "dma_active_time": 1e-6}, 0.2, "overhead"),
+    ],
+)
 def test_bound_class_comes_from_busy_time_not_opcode_names(busy, active_pct, expected):
-    summary = {"total_time": 10e-6, "total_active_time": active_pct * 10e-6, "total_active_time_percent": active_pct,
-               **busy}
+    summary = {
+        "total_time": 10e-6,
+        "total_active_time": active_pct * 10e-6,
+        "total_active_time_percent": active_pct,
+        **busy,
+    }
     m = compute(summary, None, neuron_build())
     assert m["bound_class"] == expected
     assert m["bound_evidence"]
@@ -68,7 +94,8 @@ def synth_pftrace(path):
         p = b.add_packet()
         p.timestamp, p.trusted_packet_sequence_id = ts, 1
         p.sequence_flags = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE | (
-            TracePacket.SEQ_INCREMENTAL_STATE_CLEARED if first[0] else 0)
+            TracePacket.SEQ_INCREMENTAL_STATE_CLEARED if first[0] else 0
+        )
         first[0] = False
         p.track_event.type, p.track_event.track_uuid = typ, trk
         if name:
@@ -85,12 +112,22 @@ def synth_pftrace(path):
 
     B, E, C = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_COUNTER
     # TensorMatrix: [0,100) MATMUL with a nested [10,20) LDWEIGHTS, and [150,200) MATMUL
-    for ts, typ, trk, name in [(0, B, 1, "MATMUL"), (10, B, 1, "LDWEIGHTS"), (20, E, 1, None), (100, E, 1, None),
-                               (150, B, 1, "MATMUL"), (200, E, 1, None),
-                               (50, B, 2, "TENSOR_TENSOR"), (120, E, 2, None),
-                               (80, B, 3, "DMA_DIRECT2D"), (160, E, 3, None),
-                               (140, B, 4, "DMA_DIRECT2D"), (180, E, 4, None),
-                               (5, B, 5, "WHO"), (6, E, 5, None)]:
+    for ts, typ, trk, name in [
+        (0, B, 1, "MATMUL"),
+        (10, B, 1, "LDWEIGHTS"),
+        (20, E, 1, None),
+        (100, E, 1, None),
+        (150, B, 1, "MATMUL"),
+        (200, E, 1, None),
+        (50, B, 2, "TENSOR_TENSOR"),
+        (120, E, 2, None),
+        (80, B, 3, "DMA_DIRECT2D"),
+        (160, E, 3, None),
+        (140, B, 4, "DMA_DIRECT2D"),
+        (180, E, 4, None),
+        (5, B, 5, "WHO"),
+        (6, E, 5, None),
+    ]:
         if name == "MATMUL" and ts == 0:
             ev(ts, typ, trk, name, nki_source_location="kernel.py:42")
         else:
@@ -126,20 +163,30 @@ def test_engine_busy_by_interval_union_and_overlap_matrix(view_dir):
 
 def test_perfetto_names_extract_arg_and_seed_000_sql(view_dir):
     db = ProfileDB().load(view_dir)
-    q = db.sql("SELECT name, COUNT(*) AS count, AVG(dur)/1e6 AS avg_ms FROM slice "
-               "WHERE name REGEXP 'TENSOR_TENSOR|TENSOR_REDUCE|MATMUL' GROUP BY name ORDER BY count DESC").df()
+    q = db.sql(
+        "SELECT name, COUNT(*) AS count, AVG(dur)/1e6 AS avg_ms FROM slice "
+        "WHERE name REGEXP 'TENSOR_TENSOR|TENSOR_REDUCE|MATMUL' GROUP BY name ORDER BY count DESC"
+    ).df()
     assert dict(zip(q["name"], q["count"])) == {"MATMUL": 2, "TENSOR_TENSOR": 1}
-    q = db.sql("SELECT (SELECT SUM(dur) FROM slice WHERE name LIKE '%DMA%') AS dma_time, "
-               "(SELECT SUM(dur) FROM slice WHERE name REGEXP 'TENSOR|VECTOR') AS compute_time").df()
+    q = db.sql(
+        "SELECT (SELECT SUM(dur) FROM slice WHERE name LIKE '%DMA%') AS dma_time, "
+        "(SELECT SUM(dur) FROM slice WHERE name REGEXP 'TENSOR|VECTOR') AS compute_time"
+    ).df()
     assert (q["dma_time"][0], q["compute_time"][0]) == (120, 70)
-    q = db.sql("SELECT s1.name AS a, s2.name AS b, COUNT(*) AS n FROM slice s1, slice s2 "
-               "WHERE s1.ts < s2.ts + s2.dur AND s2.ts < s1.ts + s1.dur AND s1.id != s2.id "
-               "AND s1.name REGEXP 'TENSOR|MATMUL' AND s2.name REGEXP 'TENSOR|MATMUL' GROUP BY s1.name, s2.name").df()
+    q = db.sql(
+        "SELECT s1.name AS a, s2.name AS b, COUNT(*) AS n FROM slice s1, slice s2 "
+        "WHERE s1.ts < s2.ts + s2.dur AND s2.ts < s1.ts + s1.dur AND s1.id != s2.id "
+        "AND s1.name REGEXP 'TENSOR|MATMUL' AND s2.name REGEXP 'TENSOR|MATMUL' GROUP BY s1.name, s2.name"
+    ).df()
     assert set(zip(q["a"], q["b"])) == {("MATMUL", "TENSOR_TENSOR"), ("TENSOR_TENSOR", "MATMUL")}
-    q = db.sql("SELECT EXTRACT_ARG(arg_set_id, 'debug.nki_source_location') AS src, depth, "
-               "(SELECT name FROM slice p WHERE p.id = slice.parent_id) AS parent FROM slice WHERE name = 'LDWEIGHTS' "
-               "OR (name = 'MATMUL' AND ts = 0) ORDER BY ts").df()
-    assert q["src"].tolist()[0] == "kernel.py:42" and q["depth"].tolist() == [0, 1] and q["parent"].tolist()[1] == "MATMUL"
+    q = db.sql(
+        "SELECT EXTRACT_ARG(arg_set_id, 'debug.nki_source_location') AS src, depth, "
+        "(SELECT name FROM slice p WHERE p.id = slice.parent_id) AS parent FROM slice WHERE name = 'LDWEIGHTS' "
+        "OR (name = 'MATMUL' AND ts = 0) ORDER BY ts"
+    ).df()
+    assert (
+        q["src"].tolist()[0] == "kernel.py:42" and q["depth"].tolist() == [0, 1] and q["parent"].tolist()[1] == "MATMUL"
+    )
     assert db.sql("SELECT value FROM counter").fetchall() == [(12.5,)]
     assert db.sql("SELECT name FROM counter_track").fetchall() == [("DMA Throughput",)]
     with pytest.raises(UserError, match="query failed: .* tables here: args, counter, slice, summary, track"):
@@ -152,13 +199,27 @@ def test_legacy_json_is_streamed_into_tables(tmp_path):
     n = 120_000  # more than two stream batches
     with open(view / "profile.json", "w") as f:
         f.write('{"metadata": {"v": 1}, "summary": [{"total_time": 0.5}], "instruction": [')
-        f.write(",".join(json.dumps({"timestamp": i * 10, "duration": 7 + i % 3, "opcode": ["MATMUL", "ACT"][i % 2],
-                                     "nki_source_location": f"k.py:{i % 5}", "hlo_name": "dot.1"}) for i in range(n)))
+        f.write(
+            ",".join(
+                json.dumps(
+                    {
+                        "timestamp": i * 10,
+                        "duration": 7 + i % 3,
+                        "opcode": ["MATMUL", "ACT"][i % 2],
+                        "nki_source_location": f"k.py:{i % 5}",
+                        "hlo_name": "dot.1",
+                    }
+                )
+                for i in range(n)
+            )
+        )
         f.write('], "dma": [{"timestamp": 1, "duration": 4, "transfer_size": 65536, "semaphore_id": "-1"}]}')
     db = ProfileDB().load(view)
     assert db.sql("SELECT count(*), sum(duration) FROM instruction").fetchone() == (n, sum(7 + i % 3 for i in range(n)))
-    assert db.sql("SELECT opcode, count(*) FROM instruction GROUP BY 1 ORDER BY 1").fetchall() == \
-        [("ACT", n // 2), ("MATMUL", n // 2)]
+    assert db.sql("SELECT opcode, count(*) FROM instruction GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("ACT", n // 2),
+        ("MATMUL", n // 2),
+    ]
     top = derived.top_sources(db)
     assert set(top["source_kind"]) == {"nki_source_location", "hlo_name"}
     assert top.iloc[0]["source"] == "dot.1" and top.iloc[0]["instructions"] == n
@@ -171,8 +232,10 @@ def test_parquet_tables_are_read_directly(tmp_path):
     parquet = tmp_path / "w" / "view" / "parquet"
     parquet.mkdir(parents=True)
     for part in (0, 1):  # split tables become one
-        pq.write_table(pa.table({"opcode": ["MATMUL", "ACT"], "duration_ns": [10 + part, 5]}),
-                       parquet / f"Instruction_{part}.parquet")
+        pq.write_table(
+            pa.table({"opcode": ["MATMUL", "ACT"], "duration_ns": [10 + part, 5]}),
+            parquet / f"Instruction_{part}.parquet",
+        )
     pq.write_table(pa.table({"total_time": [1e-3]}), parquet / "Summary.parquet")
     db = ProfileDB().load(tmp_path / "w")
     assert db.sql('SELECT sum(duration_ns) FROM "Instruction"').fetchone() == (31,)
@@ -187,19 +250,30 @@ def test_query_rejects_what_is_not_a_profile(tmp_path):
 def rows(**groups):
     out = []
     for scenario, (suite, flops, t, spread, extra) in groups.items():
-        out.append({"scenario_id": scenario, "suite": suite, "status": "ok", "flops": flops, "latency_median_s": t,
-                    "latency_spread_s": spread, **extra})
+        out.append(
+            {
+                "scenario_id": scenario,
+                "suite": suite,
+                "status": "ok",
+                "flops": flops,
+                "latency_median_s": t,
+                "latency_spread_s": spread,
+                **extra,
+            }
+        )
     return pd.DataFrame(out)
 
 
 def test_comparisons_rank_and_call_out_only_beyond_the_spread():
-    t = compare.compare(rows(
-        vmap=("loops", 100, 1.0e-3, 0.1e-3, {"size": "small", "dtype": "fp32"}),
-        scan=("loops", 100, 1.05e-3, 0.1e-3, {"size": "small", "dtype": "fp32"}),  # 5% slower, within spread
-        loop=("loops", 100, 3.0e-3, 0.2e-3, {"size": "small", "dtype": "fp32"}),
-        k512=("tiling", 2000, 1.0e-3, 0.01e-3, {"dim": "k", "boundary": 512, "multiple": 1, "dtype": "bf16"}),
-        k513=("tiling", 2004, 2.0e-3, 0.01e-3, {"dim": "k", "boundary": 512, "multiple": 1, "dtype": "bf16"}),
-    )).set_index("scenario_id")
+    t = compare.compare(
+        rows(
+            vmap=("loops", 100, 1.0e-3, 0.1e-3, {"size": "small", "dtype": "fp32"}),
+            scan=("loops", 100, 1.05e-3, 0.1e-3, {"size": "small", "dtype": "fp32"}),  # 5% slower, within spread
+            loop=("loops", 100, 3.0e-3, 0.2e-3, {"size": "small", "dtype": "fp32"}),
+            k512=("tiling", 2000, 1.0e-3, 0.01e-3, {"dim": "k", "boundary": 512, "multiple": 1, "dtype": "bf16"}),
+            k513=("tiling", 2004, 2.0e-3, 0.01e-3, {"dim": "k", "boundary": 512, "multiple": 1, "dtype": "bf16"}),
+        )
+    ).set_index("scenario_id")
     assert t.loc["vmap", "rank_in_group"] == 1 and t.loc["loop", "x_of_best"] == pytest.approx(3.0)
     assert t.loc["scan", "significant"] is False or t.loc["scan", "significant"] == False  # noqa: E712
     assert t.loc["loop", "significant"] == True  # noqa: E712
@@ -234,46 +308,32 @@ def test_track_patterns_are_configurable(view_dir):
 
 # A real dump: torch-xla 2.9 on PJRT CPU, (a @ b) * python_float, --xla_dump_to; the dot carries the
 # metadata XLA_HLO_DEBUG=1 adds, in the form it writes (checked on a 64^3 dump)
-HLO_DUMP = """HloModule SyncTensorsGraph.8, is_scheduled=true, entry_computation_layout={(f32[], f32[256,256]{1,0}, f32[256,256]{1,0})->(f32[256,256]{1,0})}
-
-%fused_computation.clone (param_0.1: f32[256,256], param_1.2: f32[]) -> f32[256,256] {
-  %param_0.1 = f32[256,256]{1,0} parameter(0)
-  %param_1.2 = f32[] parameter(1)
-  %broadcast.1 = f32[256,256]{1,0} broadcast(%param_1.2), dimensions={}
-  ROOT %multiply.1 = f32[256,256]{1,0} multiply(%param_0.1, %broadcast.1)
-}
-
-%parallel_broadcast_multiply_fusion (p: f32[256,256], p.1: f32[]) -> f32[256,256] {
-  %p = f32[256,256]{1,0} parameter(0)
-  %p.1 = f32[] parameter(1)
-  ROOT %broadcast_multiply_fusion.clone = f32[256,256]{1,0} fusion(%p, %p.1), kind=kLoop, calls=%fused_computation.clone, backend_config={"outer_dimension_partitions":["2"]}
-}
-
-ENTRY %SyncTensorsGraph.8 (p0.1: f32[], p1.2: f32[256,256], p2.3: f32[256,256]) -> (f32[256,256]) {
-  %p0.1 = f32[] parameter(0)
-  %p1.2 = f32[256,256]{1,0} parameter(1)
-  %p2.3 = f32[256,256]{1,0} parameter(2)
-  %dot.4 = f32[256,256]{1,0} dot(%p2.3, %p1.2), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_type="aten__mm" op_name="aten__mm" source_file="matmul.py" source_line=68}
-  %call = f32[256,256]{1,0} call(%dot.4, %p0.1), to_apply=%parallel_broadcast_multiply_fusion
-  ROOT %tuple.7 = (f32[256,256]{1,0}) tuple(%call)
-}
-"""
+HLO_DUMP = (DATA / "xla" / "hlo-dump-matmul-scale.txt").read_text()
 
 
 def test_hlo_dump_becomes_an_instruction_table_with_its_op_mix(tmp_path):
-    from neuronsweep.formats import hlo
     from neuronsweep.analysis.derived import op_mix
+    from neuronsweep.formats import hlo
     from neuronsweep.formats.profile_db import ProfileDB
 
     rows = hlo.parse(HLO_DUMP)
     by_name = {(r["computation"], r["hlo_name"]): r for r in rows}
     assert len(rows) == 13
     dot = by_name[("SyncTensorsGraph.8", "dot.4")]
-    assert (dot["opcode"], dot["computation_kind"], dot["dtype"], dot["shape"], dot["elements"]) == \
-        ("dot", "entry", "f32", "f32[256,256]", 65536)
+    assert (dot["opcode"], dot["computation_kind"], dot["dtype"], dot["shape"], dot["elements"]) == (
+        "dot",
+        "entry",
+        "f32",
+        "f32[256,256]",
+        65536,
+    )
     assert dot["op_type"] == "aten__mm" and dot["source_location"] == "matmul.py:68"
     fusion = by_name[("parallel_broadcast_multiply_fusion", "broadcast_multiply_fusion.clone")]
-    assert (fusion["fusion_kind"], fusion["calls"], fusion["computation_kind"]) == ("kLoop", "fused_computation.clone", "called")
+    assert (fusion["fusion_kind"], fusion["calls"], fusion["computation_kind"]) == (
+        "kLoop",
+        "fused_computation.clone",
+        "called",
+    )
     assert by_name[("fused_computation.clone", "multiply.1")]["computation_kind"] == "fused"
     assert by_name[("fused_computation.clone", "multiply.1")]["is_root"] is True
     assert by_name[("SyncTensorsGraph.8", "tuple.7")]["elements"] == 65536  # a tuple counts its arrays

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import BIN, private_cache, snakemake, tiny_config
+
 from neuronsweep import backends, cli
 
 CORPUS = Path(__file__).parent / "bad_configs"
@@ -74,8 +74,12 @@ def test_refused_by_plan_in_one_sentence(tmp_path, name):
 
 def test_refused_by_snakemake_before_any_job(tmp_path):
     """`snakemake -n` on every corpus file, two at a time (each is a Snakemake start-up, ~2 s)."""
-    names = [n for n in CASES if not (n == "backend-neuron-without-tools" and backends.find_profiler())
-             and not (n == "backend-xla-without-torch-xla" and importlib.util.find_spec("torch_xla"))]
+    names = [
+        n
+        for n in CASES
+        if not (n == "backend-neuron-without-tools" and backends.find_profiler())
+        and not (n == "backend-xla-without-torch-xla" and importlib.util.find_spec("torch_xla"))
+    ]
 
     def one(name: str) -> str | None:
         work = tmp_path / name
@@ -97,8 +101,9 @@ def test_duplicate_yaml_keys_are_refused_not_merged(tmp_path):
     (tmp_path / "config.yaml").write_text(text)
     line = text.splitlines().index("suites:") + 1
     sentence = f"key 'suites' appears twice in one mapping (lines {line} and {len(text.splitlines()) - 1}); keep one"
-    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True)
+    plan = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")], capture_output=True, text=True
+    )
     assert plan.returncode == 2 and sentence in plan.stderr, plan.stderr
     run = snakemake(tmp_path, "-n", check=False)
     assert run.proc.returncode != 0 and sentence in run.output

@@ -18,6 +18,7 @@ def _make(payload: bytes):
     def make(folder: Path):
         (folder / "made.bin").write_bytes(payload)
         return folder / "made.bin", {"compile_s": 0.5, "compile_s_source": "test"}
+
     return make
 
 
@@ -52,8 +53,9 @@ def test_damaged_entry_is_detected_discarded_and_rebuilt(tmp_path, damage):
     assert str(entry) in fields["cache"]["discarded"][0]
     assert (tmp_path / "b.pt2").read_bytes() == payload  # the damaged bytes were never handed out
     assert file_sha256(entry / "model.pt2") == json.loads((entry / "meta.json").read_text())["sha256"]
-    _, fields = CompileCache(tmp_path / "cache", "cpu").through(MATERIAL, "model.pt2", tmp_path / "c.pt2",
-                                                               _make(b"never called"))
+    _, fields = CompileCache(tmp_path / "cache", "cpu").through(
+        MATERIAL, "model.pt2", tmp_path / "c.pt2", _make(b"never called")
+    )
     assert fields["cache"]["hit"] is True and (tmp_path / "c.pt2").read_bytes() == payload
 
 

@@ -8,10 +8,10 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import snakemake, tiny_config
-from neuronsweep.stages import plan
+
 from neuronsweep.report.figures import knee_bytes
+from neuronsweep.stages import plan
 from neuronsweep.workloads import collective, unsupported
 
 
@@ -30,13 +30,23 @@ def test_sizes_and_bus_bandwidth_follow_nccl_tests():
 
 
 def test_plan_expands_power_of_two_ranges_and_says_what_cannot_run():
-    cfg = {"run": "t", "suites": {"collectives": {"operations": ["all_reduce"], "sizes": {"from": 8, "to": 100},
-                                                  "world_sizes": [2, 4], "dtype": ["fp32"]}}}
+    cfg = {
+        "run": "t",
+        "suites": {
+            "collectives": {
+                "operations": ["all_reduce"],
+                "sizes": {"from": 8, "to": 100},
+                "world_sizes": [2, 4],
+                "dtype": ["fp32"],
+            }
+        },
+    }
     p = plan.make_plan(cfg, "cpu")
     assert sorted({sc.labels["size_asked"] for sc in p.scenarios}) == [8, 16, 32, 64]
     assert "coll-allreduce-w2-8b-fp32" in p.workloads
-    assert p.unsupported == {"coll-allreduce-w4-0b-fp32": "all_reduce among 4 ranks needs at least one fp32 "
-                                                          "element per rank"}
+    assert p.unsupported == {
+        "coll-allreduce-w4-0b-fp32": "all_reduce among 4 ranks needs at least one fp32 element per rank"
+    }
     why = unsupported(collective.spec("all_reduce", 64, 2, "fp32"), "xla")
     assert why and "xla" in why
     assert unsupported(collective.spec("all_reduce", 64, 2, "fp32"), "neuron") is None
@@ -50,13 +60,21 @@ def test_knee_is_where_busbw_reaches_half_its_best():
 
 
 def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
-    cfg = tiny_config(tmp_path, suites={"collectives": {"operations": ["all_reduce", "reduce_scatter"],
-                                                        "sizes": [4096], "world_sizes": [2, 4]}})
+    cfg = tiny_config(
+        tmp_path,
+        suites={
+            "collectives": {"operations": ["all_reduce", "reduce_scatter"], "sizes": [4096], "world_sizes": [2, 4]}
+        },
+    )
     run = snakemake(tmp_path, config=cfg)
     assert run.proc.returncode == 0, run.output[-3000:]
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("workload_id")
-    assert sorted(table.index) == ["coll-allreduce-w2-4096b-fp32", "coll-allreduce-w4-4096b-fp32",
-                                   "coll-reducescatter-w2-4096b-fp32", "coll-reducescatter-w4-4096b-fp32"]
+    assert sorted(table.index) == [
+        "coll-allreduce-w2-4096b-fp32",
+        "coll-allreduce-w4-4096b-fp32",
+        "coll-reducescatter-w2-4096b-fp32",
+        "coll-reducescatter-w4-4096b-fp32",
+    ]
     assert (table["status"] == "ok").all()
     workloads = tmp_path / "results" / "t" / "cpu" / "workloads"
     for wid, row in table.iterrows():

@@ -8,15 +8,13 @@ import shutil
 import subprocess
 
 import pandas as pd
-
 from conftest import BIN
 
 RUN = "results/t"
 
 
 def _compare(a, b, *args):
-    return subprocess.run([str(BIN / "neuronsweep"), "compare", str(a), str(b), *args],
-                          capture_output=True, text=True)
+    return subprocess.run([str(BIN / "neuronsweep"), "compare", str(a), str(b), *args], capture_output=True, text=True)
 
 
 def _variant(finished_run, tmp_path, name, slower=None, factor=1.0, iterations=None, backend=None):
@@ -85,8 +83,9 @@ def test_runs_of_different_backends_are_not_compared_on_time(finished_run, tmp_p
 def test_a_folder_that_is_not_a_run_is_one_sentence(tmp_path):
     proc = _compare(tmp_path, tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().endswith("not a finished run (needs summary.csv and plan.json); pass a "
-                                        "results/<run> folder that snakemake has written.")
+    assert proc.stderr.strip().endswith(
+        "not a finished run (needs summary.csv and plan.json); pass a results/<run> folder that snakemake has written."
+    )
 
 
 def pytest_approx(x):

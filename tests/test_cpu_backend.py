@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import BIN
-from neuronsweep.backends import cpu
-from neuronsweep.store.cache import file_sha256
+
 from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.backends import cpu
 from neuronsweep.errors import UserError
+from neuronsweep.store.cache import file_sha256
 
 SPEC = {"kind": "matmul", "m": 24, "k": 40, "n": 8, "dtype": "bf16"}
 
@@ -36,8 +36,25 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     assert first["command"].startswith("neuronsweep build --spec ")
 
     cap = tmp_path / "runB" / "capture"
-    ns("capture", "--build", b, "--out", cap, "--warmup", 1, "--iterations", 5, "--repeats", 1, "--num-exec", 3, "--nth-exec", 2,
-       "--threads", 1)
+    ns(
+        "capture",
+        "--build",
+        b,
+        "--out",
+        cap,
+        "--warmup",
+        1,
+        "--iterations",
+        5,
+        "--repeats",
+        1,
+        "--num-exec",
+        3,
+        "--nth-exec",
+        2,
+        "--threads",
+        1,
+    )
     rec = json.loads((cap / "capture.json").read_text())
     assert rec["latency"]["n"] == 5 and len(rec["latency"]["samples_s"]) == 5
     assert rec["latency"]["min_s"] <= rec["latency"]["median_s"] <= max(rec["latency"]["samples_s"])
@@ -55,8 +72,17 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     assert (view / "trace.pftrace").stat().st_size > 0
 
     out = tmp_path / "runB" / "metrics.json"
-    ns("extract", "--summary-json", view / "summary.json", "--capture-json", cap / "capture.json",
-       "--build-json", b / "build.json", "--out", out)
+    ns(
+        "extract",
+        "--summary-json",
+        view / "summary.json",
+        "--capture-json",
+        cap / "capture.json",
+        "--build-json",
+        b / "build.json",
+        "--out",
+        out,
+    )
     metrics = json.loads(out.read_text())
     assert metrics["latency_median_s"] == rec["latency"]["median_s"]
     assert metrics["profile_flops_tool"] == metrics["flops"]
@@ -69,16 +95,21 @@ def test_latency_stats_on_known_samples():
 
 def test_capture_refuses_a_case_that_cannot_fit_in_memory(monkeypatch):
     monkeypatch.setattr(cpu, "_available_bytes", lambda: 10 * 2**30)
-    with pytest.raises(UserError, match=r"case matmul-m65536-k65536-n1-fp32: its tensors and intermediates need 16\.0 GiB but only "
-                                        r"10\.0 GiB of RAM is available; shrink the shape"):
+    with pytest.raises(
+        UserError,
+        match=r"case matmul-m65536-k65536-n1-fp32: its tensors and intermediates need 16\.0 GiB but only "
+        r"10\.0 GiB of RAM is available; shrink the shape",
+    ):
         cpu._check_memory({"kind": "matmul", "m": 65536, "k": 65536, "n": 1, "dtype": "fp32"})
 
 
 def test_stage_errors_name_the_case_and_the_fix(tmp_path):
     proc = ns("capture", "--build", tmp_path / "matmul-m1-k1-n1-fp32" / "build", "--out", tmp_path / "c", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"neuronsweep: error: {tmp_path / 'matmul-m1-k1-n1-fp32' / 'build' / 'build.json'}: "
-                                   "no build record; run the build stage for this case first.")
+    assert proc.stderr.strip() == (
+        f"neuronsweep: error: {tmp_path / 'matmul-m1-k1-n1-fp32' / 'build' / 'build.json'}: "
+        "no build record; run the build stage for this case first."
+    )
     proc = ns("build", "--spec", "{nope", "--out", tmp_path / "b", check=False)
     assert proc.returncode == 2 and "--spec is not valid JSON" in proc.stderr
 
@@ -120,9 +151,23 @@ def test_a_corrupt_cache_entry_is_reported_discarded_and_rebuilt(tmp_path):
 def test_two_processes_storing_one_key_leave_one_good_entry(tmp_path):
     cache = tmp_path / "cache"
     spec = json.dumps({**SPEC, "m": 512, "k": 512, "n": 512})
-    procs = [subprocess.Popen([str(BIN / "neuronsweep"), "build", "--spec", spec, "--out", str(tmp_path / f"b{i}"),
-                               "--cache-dir", str(cache)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                str(BIN / "neuronsweep"),
+                "build",
+                "--spec",
+                spec,
+                "--out",
+                str(tmp_path / f"b{i}"),
+                "--cache-dir",
+                str(cache),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
     assert [p.wait() for p in procs] == [0, 0]
     (entry,) = [p for p in (cache / "cpu").glob("*/*") if not p.name.startswith(".")]
     assert not [p for p in (cache / "cpu").glob("*/.*")]  # no temporary folder left behind

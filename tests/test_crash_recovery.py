@@ -14,16 +14,29 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-
 from conftest import BIN, REPO, snakemake, tiny_config
 
 
 def _start(workdir: Path) -> subprocess.Popen:
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
-    return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True,
-                            env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+    cmd = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
 
 
 def _kill_when(workdir: Path, seen, what: str, timeout: float = 180) -> None:
@@ -64,8 +77,9 @@ def test_killed_at_every_stage_then_unlock_and_rerun(tmp_path, finished_run):
     cache, work = Path(cfg["cache_dir"]), tmp_path / "results" / "t" / "cpu" / "workloads"
 
     def running(stage: str):
-        return lambda: any((log.parent.parent / stage / f"{stage}.json").exists() is False
-                           for log in work.glob(f"*/logs/{stage}.log"))
+        return lambda: any(
+            (log.parent.parent / stage / f"{stage}.json").exists() is False for log in work.glob(f"*/logs/{stage}.log")
+        )
 
     kill_points = [
         ("a build storing its cache entry", lambda: any(cache.glob("cpu/*/.*.tmp"))),

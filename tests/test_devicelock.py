@@ -13,13 +13,15 @@ import threading
 import time
 
 import yaml
-
 from conftest import BIN, tiny_config
+
 from neuronsweep.host import devicelock
 
-HOLD = "from neuronsweep import devicelock; import time, sys\n" \
-       "with devicelock.held(sys.argv[1], 'capture matmul-x -> results/r/cpu/workloads/matmul-x/capture'):\n" \
-       "    print('held', flush=True); time.sleep(60)\n"
+HOLD = (
+    "from neuronsweep import devicelock; import time, sys\n"
+    "with devicelock.held(sys.argv[1], 'capture matmul-x -> results/r/cpu/workloads/matmul-x/capture'):\n"
+    "    print('held', flush=True); time.sleep(60)\n"
+)
 
 
 def test_a_waiting_step_names_the_holder_and_takes_over_when_it_dies(tmp_path, caplog, monkeypatch):
@@ -30,8 +32,12 @@ def test_a_waiting_step_names_the_holder_and_takes_over_when_it_dies(tmp_path, c
         assert devicelock.holder(lock).startswith(f"held by pid {holder.pid} (capture matmul-x -> results/r/")
         cfg = tiny_config(tmp_path, capture={**tiny_config(tmp_path)["capture"], "device_lock": str(lock)})
         (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-        doctor = subprocess.run([str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "c.yaml")],
-                                capture_output=True, text=True, check=True).stdout
+        doctor = subprocess.run(
+            [str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "c.yaml")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert f"device lock {lock}: held by pid {holder.pid} (capture matmul-x" in doctor
         monkeypatch.setattr(devicelock, "WAIT_REPORT_S", 0.3)
         t0 = time.time()

@@ -1,24 +1,22 @@
-"""Summary parsing and metrics on the real Neuron values in ../shared/fixtures/neuron/."""
+"""Summary parsing and metrics on real Neuron values (tests/data/neuron/, sources in tests/data/README.md)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from conftest import DATA
 
-from conftest import SHARED
-from neuronsweep.formats import neuron_summary
 from neuronsweep.errors import UserError
+from neuronsweep.formats import neuron_summary
 from neuronsweep.stages.extract import compute
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 
-FIXTURE = SHARED / "fixtures" / "neuron" / "trn1-summary-excerpt.json"
+FIXTURE = DATA / "neuron" / "trn1-summary-excerpt.json"
 
 
 @pytest.fixture
 def trn1_summary():
-    if not FIXTURE.is_file():
-        pytest.skip(f"{FIXTURE} not present (../shared is checked out beside the repo in CI)")
     return json.loads(FIXTURE.read_text())
 
 
@@ -28,8 +26,9 @@ def neuron_records(spec):
 
 
 def test_summary_json_with_log_lines_and_hash_wrapper(trn1_summary):
-    text = ("2026-09-10 12:00:01 INFO loading ntff\n[klog] parsed 5063 events\n"
-            + json.dumps({"n_7cf2c3ef0a": trn1_summary}))
+    text = "2026-09-10 12:00:01 INFO loading ntff\n[klog] parsed 5063 events\n" + json.dumps(
+        {"n_7cf2c3ef0a": trn1_summary}
+    )
     assert neuron_summary.parse(text) == trn1_summary
     assert neuron_summary.unwrap({"Summary": [trn1_summary]}) == trn1_summary
     assert neuron_summary.unwrap(trn1_summary) == trn1_summary
@@ -59,8 +58,13 @@ def test_fractions_become_percent_once_and_agree_with_raw_times(trn1_summary):
 
 
 def test_cpu_metrics_null_device_counters_with_reason():
-    build = {"workload_id": "matmul-m4-k8-n2-fp32", "backend": "cpu", "compile_s": 1.0, "cache": {"hit": True},
-             "spec": {"kind": "matmul", "m": 4, "k": 8, "n": 2, "dtype": "fp32"}}
+    build = {
+        "workload_id": "matmul-m4-k8-n2-fp32",
+        "backend": "cpu",
+        "compile_s": 1.0,
+        "cache": {"hit": True},
+        "spec": {"kind": "matmul", "m": 4, "k": 8, "n": 2, "dtype": "fp32"},
+    }
     capture = {**build, "latency": {"median_s": 2e-6, "iqr_s": 1e-7, "min_s": 1.5e-6, "n": 9}, "threads": 2}
     summary = {"total_time": 4e-6, "total_active_time": 3e-6, "total_active_time_percent": 0.75, "model_flops": 128}
     m = compute(summary, CaptureRecord.from_json(capture), BuildRecord.from_json(build))

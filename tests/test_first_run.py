@@ -8,60 +8,81 @@ import subprocess
 
 import pandas as pd
 import pytest
-
 from conftest import BIN, snakemake, tiny_config
-from neuronsweep.stages import aggregate, extract, plan, report
+
+from neuronsweep.analysis import roofline
 from neuronsweep.config import schema as config
-from neuronsweep.host import probe as hostcaps
+from neuronsweep.host import caps
 from neuronsweep.report import figures as report_figures
 from neuronsweep.report.page import table
-from neuronsweep.analysis import roofline
+from neuronsweep.stages import aggregate, extract, plan, report
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 # what a 2-core AVX2 laptop without native bf16 measured (issue: first run on an ordinary laptop)
-LAPTOP = {"gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9}, "flags": ["avx2", "fma"],
-          "torch_import_s": 1.5, "stack_import_s": 0.5}
-NATIVE = {"gemm_flops_per_s": {"fp32": 180e9, "bf16": 370e9, "fp16": 3e9}, "flags": ["avx512f", "avx512_bf16"],
-          "torch_import_s": 1.5, "stack_import_s": 0.5}
+LAPTOP = {
+    "gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9},
+    "flags": ["avx2", "fma"],
+    "torch_import_s": 1.5,
+    "stack_import_s": 0.5,
+}
+NATIVE = {
+    "gemm_flops_per_s": {"fp32": 180e9, "bf16": 370e9, "fp16": 3e9},
+    "flags": ["avx512f", "avx512_bf16"],
+    "torch_import_s": 1.5,
+    "stack_import_s": 0.5,
+}
 
 
 def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
-    cfg = config.validate({"suites": {"matmul": {"shapes": [{"m": 512, "k": 8192, "n": 2048}],
-                                                 "dtype": ["fp32", "bf16", "fp16"]}}})
-    laptop = plan.make_plan(cfg, "cpu", hostcaps.slow_dtypes(LAPTOP))
+    cfg = config.validate(
+        {"suites": {"matmul": {"shapes": [{"m": 512, "k": 8192, "n": 2048}], "dtype": ["fp32", "bf16", "fp16"]}}}
+    )
+    laptop = plan.make_plan(cfg, "cpu", caps.slow_dtypes(LAPTOP))
     assert list(laptop.workloads) == ["matmul-m512-k8192-n2048-fp32"]
     why = laptop.unsupported["matmul-m512-k8192-n2048-bf16"]
     assert "no fast bf16 GEMM" in why and "0.34 GFLOP/s against 74.0 for fp32" in why and "avx2, fma" in why
-    native = plan.make_plan(cfg, "cpu", hostcaps.slow_dtypes(NATIVE))
+    native = plan.make_plan(cfg, "cpu", caps.slow_dtypes(NATIVE))
     assert sorted(native.workloads) == ["matmul-m512-k8192-n2048-bf16", "matmul-m512-k8192-n2048-fp32"]
     assert "no fast fp16 GEMM" in native.unsupported["matmul-m512-k8192-n2048-fp16"]
     # only the cpu backend runs on the host's GEMMs
-    assert len(plan.make_plan(cfg, "neuron", hostcaps.slow_dtypes(LAPTOP)).workloads) == 3
+    assert len(plan.make_plan(cfg, "neuron", caps.slow_dtypes(LAPTOP)).workloads) == 3
 
 
 def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
-    first = hostcaps.probe(tmp_path, 1)
-    assert set(first["gemm_flops_per_s"]) == set(hostcaps.DTYPES) and min(first["gemm_flops_per_s"].values()) > 0
+    first = caps.probe(tmp_path, 1)
+    assert set(first["gemm_flops_per_s"]) == set(caps.DTYPES) and min(first["gemm_flops_per_s"].values()) > 0
     assert first["torch_import_s"] > 0 and first["stack_import_s"] > 0 and first["cores"] and first["torch"]
     (entry,) = (tmp_path / "host").glob("probe-*.json")
-    assert hostcaps.probe(tmp_path, 1) == first  # read back, not measured again
-    assert set(hostcaps.cpu_flags()) <= set(hostcaps.RELEVANT_FLAGS)
+    assert caps.probe(tmp_path, 1) == first  # read back, not measured again
+    assert set(caps.cpu_flags()) <= set(caps.RELEVANT_FLAGS)
 
 
 def test_plan_prints_an_estimate_and_doctor_the_rates(tmp_path):
     cfg = tiny_config(tmp_path)
     (tmp_path / "c.yaml").write_text(json.dumps(cfg))
-    out = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml")],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "estimate: at least " in out.stderr and "for 2 workloads on this host" in out.stderr
-    doc = subprocess.run([str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "c.yaml")],
-                         capture_output=True, text=True, check=True).stdout
+    doc = subprocess.run(
+        [str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "c.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "relevant flags:" in doc and "fp32: " in doc and "GFLOP/s (runs on cpu)" in doc
 
 
 def test_estimate_rests_on_the_probe():
-    cfg = config.validate({"capture": {"warmup": 1, "iterations": 10, "repeats": 1, "num_exec": 2},
-                           "suites": {"matmul": {"shapes": [{"m": 1000, "k": 1000, "n": 1000}]}}})
+    cfg = config.validate(
+        {
+            "capture": {"warmup": 1, "iterations": 10, "repeats": 1, "num_exec": 2},
+            "suites": {"matmul": {"shapes": [{"m": 1000, "k": 1000, "n": 1000}]}},
+        }
+    )
     p = plan.make_plan(cfg, "cpu")
     line = plan.estimate(p, cfg, {**LAPTOP, "gemm_flops_per_s": {"fp32": 2e9}})
     # 2e9 FLOP x 13 executions at 2 GFLOP/s = 13 s; 2 x (1.5 + 0.5) s of imports; calibration bound 2 x 3 s
@@ -71,26 +92,49 @@ def test_estimate_rests_on_the_probe():
 
 def test_calibration_measures_only_the_dtypes_asked_and_records_the_flags(tmp_path):
     out = tmp_path / "calibration.json"
-    subprocess.run([str(BIN / "neuronsweep"), "calibrate", "--threads", "1", "--dtypes", "fp32",
-                    "--cache-dir", tmp_path / "cache", "--device-lock", tmp_path / "lock", "--out", out],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(BIN / "neuronsweep"),
+            "calibrate",
+            "--threads",
+            "1",
+            "--dtypes",
+            "fp32",
+            "--cache-dir",
+            tmp_path / "cache",
+            "--device-lock",
+            tmp_path / "lock",
+            "--out",
+            out,
+        ],
+        check=True,
+        capture_output=True,
+    )
     cal = json.loads(out.read_text())
-    assert list(cal["peak_flops_per_s"]) == ["fp32"] and cal["gemm"]["fp32"]["n"] >= hostcaps.PROBE_N
+    assert list(cal["peak_flops_per_s"]) == ["fp32"] and cal["gemm"]["fp32"]["n"] >= caps.PROBE_N
     assert cal["gemm"]["fp32"]["runs"] >= 1 and cal["peak_bytes_per_s"] > 0 and cal["cache_hit"] is False
-    assert cal["flags"] == hostcaps.cpu_flags() and "not derived" in cal["theoretical_peak_note"]
-    bad = subprocess.run([str(BIN / "neuronsweep"), "calibrate", "--dtypes", "int8", "--out", out],
-                         capture_output=True, text=True)
+    assert cal["flags"] == caps.cpu_flags() and "not derived" in cal["theoretical_peak_note"]
+    bad = subprocess.run(
+        [str(BIN / "neuronsweep"), "calibrate", "--dtypes", "int8", "--out", out], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "--dtypes 'int8': give a comma-separated list of fp32, bf16, fp16" in bad.stderr
 
 
 def _cpu_metrics(latency: dict, calibration_flops: float) -> dict:
     spec = {"kind": "matmul", "m": 512, "k": 512, "n": 512, "dtype": "fp32"}
-    build = BuildRecord.from_json({"backend": "cpu", "spec": spec, "workload_id": "matmul-m512-k512-n512-fp32",
-                                   "cache": {"hit": False}})
-    capture = CaptureRecord.from_json({"backend": "cpu", "spec": spec, "workload_id": build.workload_id,
-                                       "latency": latency, "host_load": {"start": {}, "end": {}, "under_load": None}})
-    cal = {"peak_flops_per_s": {"fp32": calibration_flops}, "peak_bytes_per_s": 50e9, "method": "m",
-           "measured_at": "t"}
+    build = BuildRecord.from_json(
+        {"backend": "cpu", "spec": spec, "workload_id": "matmul-m512-k512-n512-fp32", "cache": {"hit": False}}
+    )
+    capture = CaptureRecord.from_json(
+        {
+            "backend": "cpu",
+            "spec": spec,
+            "workload_id": build.workload_id,
+            "latency": latency,
+            "host_load": {"start": {}, "end": {}, "under_load": None},
+        }
+    )
+    cal = {"peak_flops_per_s": {"fp32": calibration_flops}, "peak_bytes_per_s": 50e9, "method": "m", "measured_at": "t"}
     return extract.compute({"total_time": 1e-3}, capture, build, cal)
 
 
@@ -98,7 +142,9 @@ def test_a_workload_above_the_measured_peak_raises_it_and_noise_is_marked():
     flops = 2 * 512**3
     fast = _cpu_metrics({"median_s": flops / 200e9, "spread_s": 0.1 * flops / 200e9, "n": 10}, 100e9)
     assert fast["roofline_efficiency_pct"] == pytest.approx(100.0)
-    assert fast["peak_flops_per_s"] == pytest.approx(200e9) and "raised to this workload's own rate" in fast["peak_source"]
+    assert (
+        fast["peak_flops_per_s"] == pytest.approx(200e9) and "raised to this workload's own rate" in fast["peak_source"]
+    )
     assert fast["noisy"] is False and fast["captured_under_load"] is False
     noisy = _cpu_metrics({"median_s": 11.0, "spread_s": 6.3, "n": 10}, 100e9)
     assert noisy["noisy"] is True and "57% of the median" in noisy["notes"]["noisy"]
@@ -108,14 +154,34 @@ def test_a_workload_above_the_measured_peak_raises_it_and_noise_is_marked():
 
 def test_aggregate_puts_every_host_row_against_the_sweeps_best_rate():
     plan_ = {"workloads": {w: {"dtype": "fp32"} for w in ("a", "b")}}
-    table = pd.DataFrame([
-        {"workload_id": "a", "status": "ok", "backend": "cpu", "flops": 2e9, "min_bytes": 1e6,
-         "roofline_time_s": 0.01, "peak_flops_per_s": 200e9, "peak_bytes_per_s": 50e9, "peak_source": "raised",
-         "roofline_efficiency_pct": 100.0},
-        {"workload_id": "b", "status": "ok", "backend": "cpu", "flops": 2e9, "min_bytes": 1e6,
-         "roofline_time_s": 0.02, "peak_flops_per_s": 100e9, "peak_bytes_per_s": 50e9, "peak_source": "calibration",
-         "roofline_efficiency_pct": 100.0},
-    ])
+    table = pd.DataFrame(
+        [
+            {
+                "workload_id": "a",
+                "status": "ok",
+                "backend": "cpu",
+                "flops": 2e9,
+                "min_bytes": 1e6,
+                "roofline_time_s": 0.01,
+                "peak_flops_per_s": 200e9,
+                "peak_bytes_per_s": 50e9,
+                "peak_source": "raised",
+                "roofline_efficiency_pct": 100.0,
+            },
+            {
+                "workload_id": "b",
+                "status": "ok",
+                "backend": "cpu",
+                "flops": 2e9,
+                "min_bytes": 1e6,
+                "roofline_time_s": 0.02,
+                "peak_flops_per_s": 100e9,
+                "peak_bytes_per_s": 50e9,
+                "peak_source": "calibration",
+                "roofline_efficiency_pct": 100.0,
+            },
+        ]
+    )
     out = aggregate.best_host_peaks(table, plan_)
     assert out["peak_flops_per_s"].tolist() == [200e9, 200e9]
     assert out["roofline_efficiency_pct"].tolist() == pytest.approx([100.0, 50.0])
@@ -139,11 +205,17 @@ def test_whiskers_stop_at_the_fastest_sample_and_wide_axes_go_log():
 
 def test_nested_config_override_from_the_command_line(tmp_path):
     """Snakemake hands nested --config values over as strings; they are coerced once, by the schema."""
-    run = snakemake(tmp_path, "-n", "--config", "capture={iterations: 4, repeats: 2}", "-p",
-                    config=tiny_config(tmp_path))
+    run = snakemake(
+        tmp_path, "-n", "--config", "capture={iterations: 4, repeats: 2}", "-p", config=tiny_config(tmp_path)
+    )
     assert "--iterations 4 --repeats 2" in run.output
-    cfg = config.validate({"capture": {"iterations": "3", "warmup": 2.0}, "neuron": {"lnc": "2"},
-                           "suites": {"matmul": {"grid": {"m": ["128"], "k": [1], "n": [1]}}}})
+    cfg = config.validate(
+        {
+            "capture": {"iterations": "3", "warmup": 2.0},
+            "neuron": {"lnc": "2"},
+            "suites": {"matmul": {"grid": {"m": ["128"], "k": [1], "n": [1]}}},
+        }
+    )
     assert (cfg["capture"]["iterations"], cfg["capture"]["warmup"], cfg["neuron"]["lnc"]) == (3, 2, 2)
     assert cfg["suites"]["matmul"]["grid"]["m"] == [128]
     with pytest.raises(config.UserError, match="'capture.iterations' must be of type integer, not 3.5"):
@@ -151,14 +223,43 @@ def test_nested_config_override_from_the_command_line(tmp_path):
 
 
 def test_noise_keeps_a_case_out_of_comparisons_but_not_out_of_its_diagnosis():
-    base = {"status": "ok", "backend": "cpu", "suite": "matmul", "group": "g", "flops": 1.0, "roofline_bound": "compute",
-            "bound_class": "compute", "recompilation_detected": False, "latency_n": 10}
-    table = pd.DataFrame([
-        {**base, "scenario_id": "fast", "rank_in_group": 1, "x_of_best": 1.0, "significant": False, "noisy": False,
-         "time_s": 1e-3, "latency_spread_s": 1e-5},
-        {**base, "scenario_id": "slow-noisy", "rank_in_group": 2, "x_of_best": 3.0, "significant": True, "noisy": True,
-         "time_s": 3e-3, "latency_spread_s": 2e-3, "recompilation_detected": True, "recompiles_during_timing": 10},
-    ])
+    base = {
+        "status": "ok",
+        "backend": "cpu",
+        "suite": "matmul",
+        "group": "g",
+        "flops": 1.0,
+        "roofline_bound": "compute",
+        "bound_class": "compute",
+        "recompilation_detected": False,
+        "latency_n": 10,
+    }
+    table = pd.DataFrame(
+        [
+            {
+                **base,
+                "scenario_id": "fast",
+                "rank_in_group": 1,
+                "x_of_best": 1.0,
+                "significant": False,
+                "noisy": False,
+                "time_s": 1e-3,
+                "latency_spread_s": 1e-5,
+            },
+            {
+                **base,
+                "scenario_id": "slow-noisy",
+                "rank_in_group": 2,
+                "x_of_best": 3.0,
+                "significant": True,
+                "noisy": True,
+                "time_s": 3e-3,
+                "latency_spread_s": 2e-3,
+                "recompilation_detected": True,
+                "recompiles_during_timing": 10,
+            },
+        ]
+    )
     recs = report.recommendations(table)
     assert not any("takes 3.00x" in r for r in recs)  # no comparison built on a noisy time
     assert any(r.startswith("slow-noisy: recompilation detected (10 compiles in 10 timed calls)") for r in recs)

@@ -10,12 +10,12 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from conftest import DATA
 
-from conftest import SHARED
-from neuronsweep.formats import json_records, legacy_json
 from neuronsweep.errors import UserError
+from neuronsweep.formats import json_records, legacy_json
 
-REAL = sorted((SHARED / "fixtures" / "neuron" / "real").glob("profile_*.json"))
+REAL = sorted((DATA / "neuron" / "inf2-profiles").glob("profile_*.json"))
 KEYS = ("instruction", "dma", "summary", "metadata")
 
 
@@ -48,25 +48,43 @@ def tables(out: Path) -> dict:
 def record(i: int) -> dict:
     """A record with the quirks: 64-bit ids, escapes and brackets in strings, a number written as
     text now and then, ints among floats, nested lists, and one-off odd columns."""
-    r = {"id": 2**62 + i, "timestamp": i * 10, "opcode": ["MATMUL", 'q"{[}]\\', "é\n\t"][i % 3],
-         "duration": 7 + i % 3, "dma_queue": str(i) if i % 7 == 0 else i, "f": 1.5 if i % 11 == 0 else i}
+    r = {
+        "id": 2**62 + i,
+        "timestamp": i * 10,
+        "opcode": ["MATMUL", 'q"{[}]\\', "é\n\t"][i % 3],
+        "duration": 7 + i % 3,
+        "dma_queue": str(i) if i % 7 == 0 else i,
+        "f": 1.5 if i % 11 == 0 else i,
+    }
     if i % 5 == 0:
         r["source"] = [["WEIGHT"], ['x"y']]
-    extra = {60: ("ts", "2020-01-01T00:00:00Z"), 70: ("obj", {"a": 1}), 80: ("fl", [1.5, 2]),
-             90: ("big", 2**60 * 7.0)}
+    extra = {60: ("ts", "2020-01-01T00:00:00Z"), 70: ("obj", {"a": 1}), 80: ("fl", [1.5, 2]), 90: ("big", 2**60 * 7.0)}
     if i in extra:
         r[extra[i][0]] = extra[i][1]
     return r
 
 
 DOCS = {
-    "compact": ({"summary": [{"total_time": 1.0}], "metadata": {"v": 1},
-                 "instruction": [record(i) for i in range(400)], "dma": []}, {"separators": (",", ":"),
-                                                                              "ensure_ascii": False}),
-    "pretty": ({"instruction": [record(i) for i in range(150)], "dma": [record(i) for i in range(5)],
-                "summary": [{"a": "}"}]}, {"indent": 2}),
-    "flat": ({"summary": [{"total_time": 1.0, "x": None}],
-              "instruction": [{"a": i, "b": "s", "c": [[i]]} for i in range(900)]}, {}),
+    "compact": (
+        {
+            "summary": [{"total_time": 1.0}],
+            "metadata": {"v": 1},
+            "instruction": [record(i) for i in range(400)],
+            "dma": [],
+        },
+        {"separators": (",", ":"), "ensure_ascii": False},
+    ),
+    "pretty": (
+        {"instruction": [record(i) for i in range(150)], "dma": [record(i) for i in range(5)], "summary": [{"a": "}"}]},
+        {"indent": 2},
+    ),
+    "flat": (
+        {
+            "summary": [{"total_time": 1.0, "x": None}],
+            "instruction": [{"a": i, "b": "s", "c": [[i]]} for i in range(900)],
+        },
+        {},
+    ),
     "not_records": ({"instruction": [record(0), 5, record(1)], "dma": [[1, 2], record(2)], "summary": []}, {}),
 }
 
@@ -89,7 +107,6 @@ def test_the_fast_path_gives_the_same_tables_as_value_by_value(name, block, tmp_
         assert found.records["instruction"] == len(doc["instruction"])
 
 
-@pytest.mark.skipif(not REAL, reason="the real Neuron fixtures are absent")
 @pytest.mark.parametrize("block", [7, 64, json_records.BLOCK])
 def test_real_profiles_give_the_same_tables_either_way(block, tmp_path, monkeypatch):
     monkeypatch.setattr(json_records, "BLOCK", block)
@@ -105,14 +122,17 @@ def test_ints_beyond_64_bits_stay_exact_as_text(tmp_path):
     path = tmp_path / "profile.json"  # ijson (yajl) refuses these: the fast path must not lose them
     path.write_text(json.dumps({"instruction": [{"id": 1}, {"id": 2**64 + 5}, {"id": 2**63}]}))
     fast(path, tmp_path / "out")
-    assert duckdb.sql(f"SELECT id FROM '{tmp_path}/out/instruction-*.parquet'").fetchall() == \
-        [("1",), (str(2**64 + 5),), (str(2**63),)]
+    assert duckdb.sql(f"SELECT id FROM '{tmp_path}/out/instruction-*.parquet'").fetchall() == [
+        ("1",),
+        (str(2**64 + 5),),
+        (str(2**63),),
+    ]
 
 
 @pytest.mark.parametrize("cut", [0.5, 0.999])
 def test_a_profile_cut_short_is_refused_in_one_sentence(cut, tmp_path):
     whole = json.dumps({"summary": [{"t": 1}], "instruction": [record(i) for i in range(200)]}).encode()
     path = tmp_path / "profile.json"
-    path.write_bytes(whole[:int(len(whole) * cut)])
+    path.write_bytes(whole[: int(len(whole) * cut)])
     with pytest.raises(UserError, match=r"profile.json is not a readable legacy profile \(.*cut short.*run the view"):
         fast(path, tmp_path / "out")

@@ -1,24 +1,80 @@
-"""The workflow lints clean: `snakemake --lint` has no notes and `snakefmt --check` would change nothing
-(pyproject.toml [tool.snakefmt]: the project's 120 columns). Linted on config/examples/smoke.yaml, the
-integration config (tests/test_slurm.py runs it end to end, locally and through Slurm)."""
+"""The code lints clean: `snakemake --lint` has no notes, snakefmt and ruff would change nothing (120
+columns, pyproject.toml), and the package's import layers hold. The workflow is linted on
+config/examples/smoke.yaml, the integration config (tests/test_slurm.py runs it end to end)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 
 from conftest import BIN, REPO
 
 
 def test_snakemake_lint_has_no_notes(tmp_path):
-    proc = subprocess.run([str(BIN / "snakemake"), "--lint", "--directory", str(tmp_path), "-s", str(REPO / "Snakefile"),
-                           "--configfile", str(REPO / "config/examples/smoke.yaml"),
-                           "--config", f"cache_dir={tmp_path / 'cache'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(BIN / "snakemake"),
+            "--lint",
+            "--directory",
+            str(tmp_path),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--configfile",
+            str(REPO / "config/examples/smoke.yaml"),
+            "--config",
+            f"cache_dir={tmp_path / 'cache'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Congratulations, your workflow is in a good condition" in out, out[-3000:]
 
 
 def test_snakefmt_check_passes():
-    proc = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow/rules"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(BIN / "snakefmt"), "--check", "Snakefile", "workflow/rules"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_format_and_check_pass():
+    """pyproject.toml [tool.ruff]: 120 columns, rules E, W, F, I, B, UP."""
+    for args in (["format", "--check", "."], ["check", "."]):
+        proc = subprocess.run([str(BIN / "ruff"), *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"ruff {' '.join(args)}:\n{proc.stdout}{proc.stderr}"
+
+
+def test_the_package_layers_hold():
+    """import-linter (pyproject.toml [tool.importlinter]): nothing imports a layer above its own, and no
+    sibling modules or packages import each other in a cycle."""
+    proc = subprocess.run([str(BIN / "lint-imports")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "0 broken" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_only_the_cli_imports_the_package_inside_functions():
+    """A function-level import hides a dependency from the reader (and used to hide two cycles); only the
+    CLI defers its imports, so `neuronsweep --help` does not load every stage."""
+    lazy = []
+    for path in sorted((REPO / "workflow" / "neuronsweep").rglob("*.py")):
+        if path.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for inner in ast.walk(node):
+                    names = (
+                        [inner.module or ""]
+                        if isinstance(inner, ast.ImportFrom)
+                        else [a.name for a in inner.names]
+                        if isinstance(inner, ast.Import)
+                        else []
+                    )
+                    if any(n.split(".")[0] == "neuronsweep" for n in names) or getattr(inner, "level", 0):
+                        lazy.append(f"{path.relative_to(REPO)}:{inner.lineno}")
+    assert not lazy, f"imports of the package inside functions: {lazy}"

@@ -11,22 +11,31 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import BIN, neuron_config, snakemake, standin_env, standin_runs
-from neuronsweep.formats.pftrace_reader import read as read_pftrace
+
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
-from neuronsweep.errors import UserError
 from neuronsweep.config.schema import section_defaults
 from neuronsweep.config.settings import CaptureSettings, ViewSettings
+from neuronsweep.errors import UserError
+from neuronsweep.formats.pftrace_reader import read as read_pftrace
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
 
 
 def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
-    return CaptureSettings(warmup=1, iterations=1, repeats=1, num_exec=num_exec, nth_exec=nth, threads=1,
-                           device_lock=str(tmp / "device.lock"), timeout_s=60, visible_cores="0",
-                           options={"profiler": profiler}).for_backend("neuron")  # as slots.held sets it
+    return CaptureSettings(
+        warmup=1,
+        iterations=1,
+        repeats=1,
+        num_exec=num_exec,
+        nth_exec=nth,
+        threads=1,
+        device_lock=str(tmp / "device.lock"),
+        timeout_s=60,
+        visible_cores="0",
+        options={"profiler": profiler},
+    ).for_backend("neuron")  # as slots.held sets it
 
 
 def wdir(root: Path, wid: str) -> Path:
@@ -37,10 +46,18 @@ def wdir(root: Path, wid: str) -> Path:
 
 
 # AWS nki-library test/utils/profiler_utils.py _generate_expected_ntff_files, and an NxDI helper for ranks
-@pytest.mark.parametrize("num_exec, nth, rank, name", [
-    (1, 1, None, "profile.ntff"), (3, 1, None, "profile.ntff"), (2, 2, None, "profile_exec_2.ntff"),
-    (5, 3, None, "profile_exec_3.ntff"), (1, 1, 3, "profile_rank_3.ntff"), (2, 2, 0, "profile_rank_0_exec_2.ntff"),
-    (4, 1, 1, "profile_rank_1.ntff")])
+@pytest.mark.parametrize(
+    "num_exec, nth, rank, name",
+    [
+        (1, 1, None, "profile.ntff"),
+        (3, 1, None, "profile.ntff"),
+        (2, 2, None, "profile_exec_2.ntff"),
+        (5, 3, None, "profile_exec_3.ntff"),
+        (1, 1, 3, "profile_rank_3.ntff"),
+        (2, 2, 0, "profile_rank_0_exec_2.ntff"),
+        (4, 1, 1, "profile_rank_1.ntff"),
+    ],
+)
 def test_expected_ntff_follows_the_documented_naming(num_exec, nth, rank, name):
     assert neuron_profiler.expected_ntff(num_exec, nth, rank=rank) == name
 
@@ -72,10 +89,18 @@ def test_find_ntff_prefers_the_documented_name_and_fails_on_ambiguity(tmp_path):
 
 
 def test_cc_flags_from_config():
-    section = {"target": "trn2", "optlevel": 3, "auto_cast": "matmult", "lnc": 2, "disable_dge": True,
-               "extra_cc_flags": "--verbose"}
-    assert neuron.cc_flags(section_defaults("neuron", section)) == \
-        "--target trn2 -O3 --auto-cast matmult --logical-nc-config 2 --disable-dge --verbose"
+    section = {
+        "target": "trn2",
+        "optlevel": 3,
+        "auto_cast": "matmult",
+        "lnc": 2,
+        "disable_dge": True,
+        "extra_cc_flags": "--verbose",
+    }
+    assert (
+        neuron.cc_flags(section_defaults("neuron", section))
+        == "--target trn2 -O3 --auto-cast matmult --logical-nc-config 2 --disable-dge --verbose"
+    )
     # --auto-cast is always explicit: the SDK's default changed (matmult -> none in 2.27)
     assert neuron.cc_flags(section_defaults("neuron", {"target": "inf2"})) == "--target inf2 -O2 --auto-cast none"
 
@@ -86,25 +111,36 @@ def _result(phases, digests):
 
 def test_attribution_keeps_input_graphs_apart_and_fails_when_ambiguous():
     spec = {"kind": "matmul", "m": 1, "k": 1, "n": 1, "dtype": "fp32"}
-    ok = _result({"start": [], "inputs": ["/c/in.neff"], "workload": ["/c/in.neff", "/c/wl.neff", "/d/MODULE_2.neff"]},
-                 {"/c/in.neff": "a", "/c/wl.neff": "b", "/d/MODULE_2.neff": "b"})
+    ok = _result(
+        {"start": [], "inputs": ["/c/in.neff"], "workload": ["/c/in.neff", "/c/wl.neff", "/d/MODULE_2.neff"]},
+        {"/c/in.neff": "a", "/c/wl.neff": "b", "/d/MODULE_2.neff": "b"},
+    )
     neff, candidates = xla_program.attribute(ok, spec, "NEFF")
     assert neff == "/c/wl.neff"
-    assert [(c["path"], c["phase"]) for c in candidates] == [("/c/in.neff", "inputs"), ("/c/wl.neff", "workload"),
-                                                            ("/d/MODULE_2.neff", "workload")]
-    split = _result({"start": [], "inputs": [], "workload": ["/c/a.neff", "/c/b.neff"]},
-                    {"/c/a.neff": "a", "/c/b.neff": "b"})
+    assert [(c["path"], c["phase"]) for c in candidates] == [
+        ("/c/in.neff", "inputs"),
+        ("/c/wl.neff", "workload"),
+        ("/d/MODULE_2.neff", "workload"),
+    ]
+    split = _result(
+        {"start": [], "inputs": [], "workload": ["/c/a.neff", "/c/b.neff"]}, {"/c/a.neff": "a", "/c/b.neff": "b"}
+    )
     with pytest.raises(UserError, match="compiled 2 different NEFFs"):
         xla_program.attribute(split, spec, "NEFF")
     with pytest.raises(UserError, match="no NEFF was compiled for the workload graph"):
-        xla_program.attribute(_result({"start": [], "inputs": ["/c/a.neff"], "workload": ["/c/a.neff"]},
-                                      {"/c/a.neff": "a"}), spec, "NEFF")
+        xla_program.attribute(
+            _result({"start": [], "inputs": ["/c/a.neff"], "workload": ["/c/a.neff"]}, {"/c/a.neff": "a"}), spec, "NEFF"
+        )
 
 
 def test_the_standin_rejects_what_the_real_tool_rejects(tmp_path):
     env = {**standin_env(tmp_path)}
-    run = lambda *a, **kw: subprocess.run(["neuron-profile", *a], capture_output=True, text=True,  # noqa: E731
-                                         env={**__import__("os").environ, **env, **kw}, cwd=tmp_path)
+
+    def run(*a, **kw):
+        return subprocess.run(
+            ["neuron-profile", *a], capture_output=True, text=True, env={**os.environ, **env, **kw}, cwd=tmp_path
+        )
+
     assert run("capture", "-n", "x.neff", "--profile-nth", "2").returncode == 2  # no abbreviations
     assert "does not exist" in run("capture", "-n", "missing.neff").stderr
     assert run("view", "-n", "a", "-s", "b", "--output-format", "pdf").returncode == 2
@@ -125,12 +161,24 @@ def test_multi_case_sweep_on_neuron(tmp_path):
         d = wdir(tmp_path, wid)
         build = json.loads((d / "build" / "build.json").read_text())
         assert build["cc_flags"] == "--target trn1 -O2 --auto-cast none" and build["auto_cast"] == "none"
-        assert build["env"]["NEURON_FRAMEWORK_DEBUG"] == "1" and "neuron-compile-cache" in build["env"]["NEURON_COMPILE_CACHE_URL"]
+        assert (
+            build["env"]["NEURON_FRAMEWORK_DEBUG"] == "1"
+            and "neuron-compile-cache" in build["env"]["NEURON_COMPILE_CACHE_URL"]
+        )
         assert {c["phase"] for c in build["candidates"]} == {"inputs", "workload"}
         cap = json.loads((d / "capture" / "capture.json").read_text())
-        assert cap["argv"][1:] == ["capture", "-n", str(d / "build" / "model.neff"), "-s",
-                                   str(d / "capture" / "raw" / "profile.ntff"),
-                                   "--num-exec", "2", "--profile-nth-exec", "2", "--ignore-exec-errors"]
+        assert cap["argv"][1:] == [
+            "capture",
+            "-n",
+            str(d / "build" / "model.neff"),
+            "-s",
+            str(d / "capture" / "raw" / "profile.ntff"),
+            "--num-exec",
+            "2",
+            "--profile-nth-exec",
+            "2",
+            "--ignore-exec-errors",
+        ]
         assert cap["ntff_written_as"] == "profile_exec_2.ntff" and (d / "capture" / "profile.ntff").is_file()
         assert cap["single_io"] is False and cap["outputs_valid"] is True
         assert cap["latency"]["n"] == 3 and cap["latency"]["recompiles_during_timing"] == 0
@@ -141,17 +189,25 @@ def test_multi_case_sweep_on_neuron(tmp_path):
         summary = json.loads((d / "view" / "summary.json").read_text())
         m = json.loads((d / "metrics.json").read_text())
         assert m["tensor_engine_active_pct"] == pytest.approx(100 * summary["tensor_engine_active_time_percent"])
-        assert m["tensor_engine_active_pct"] == pytest.approx(100 * m["tensor_engine_active_time_s"] / m["profile_total_time_s"])
+        assert m["tensor_engine_active_pct"] == pytest.approx(
+            100 * m["tensor_engine_active_time_s"] / m["profile_total_time_s"]
+        )
         assert m["profile_flops_tool"] == m["flops"]  # the tool's FLOPs and 2·M·K·N agree
         assert m["provenance"]["metadata_peaks"] is True  # the peaks came from the view's parquet Metadata
         # every Neuron metric is filled; the stand-in's eager "device" records no ExecuteTime
         # (the Memory Tracker's per-tensor view has no exported field)
         assert m["latency_median_s"] > 0 and set(m["notes"]) - {"captured_under_load", "noisy"} == {
-            "execute_median_s", "threads", "largest_tensor_bytes"}
+            "execute_median_s",
+            "threads",
+            "largest_tensor_bytes",
+        }
         legacy = json.loads((d / "view" / "profile.json").read_text())  # device memory, from the legacy json
-        assert m["hbm_tensors_bytes"] == next(r["amount_bytes"] for r in legacy["nc_mem_usage"] if r["usage_type"] == "Tensors")
-        assert m["sbuf_peak_usage_pct"] == pytest.approx(100 * max(r["usage_avg"] for r in legacy["instruction_usage"]
-                                                                   if r["type"] == "sb"))
+        assert m["hbm_tensors_bytes"] == next(
+            r["amount_bytes"] for r in legacy["nc_mem_usage"] if r["usage_type"] == "Tensors"
+        )
+        assert m["sbuf_peak_usage_pct"] == pytest.approx(
+            100 * max(r["usage_avg"] for r in legacy["instruction_usage"] if r["type"] == "sb")
+        )
 
 
 def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
@@ -173,18 +229,49 @@ def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
     capture = json.loads((d / "capture" / "capture.json").read_text())
     capture["argv"] = [a for a in capture["argv"] if a != "--enable-dge-notifs"]
     (d / "capture" / "capture.json").write_text(json.dumps(capture))
-    proc = subprocess.run([str(BIN / "neuronsweep"), "view", "--capture", d / "capture", "--out", tmp_path / "v",
-                           "--options", json.dumps(cfg["neuron"])], capture_output=True, text=True,
-                          env={**os.environ, **standin_env(tmp_path)})
+    proc = subprocess.run(
+        [
+            str(BIN / "neuronsweep"),
+            "view",
+            "--capture",
+            d / "capture",
+            "--out",
+            tmp_path / "v",
+            "--options",
+            json.dumps(cfg["neuron"]),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **standin_env(tmp_path)},
+    )
     assert proc.returncode != 0 and "without --enable-dge-notifs" in proc.stderr
     env = {**os.environ, **standin_env(tmp_path)}
     raw = tmp_path / "raw"
     raw.mkdir()
     neff = d / "build" / "model.neff"
-    subprocess.run(["neuron-profile", "capture", "-n", neff, "-s", raw / "p.ntff"], env=env, check=True,
-                   capture_output=True, cwd=raw)
-    refused = subprocess.run(["neuron-profile", "view", "-n", neff, "-s", raw / "p.ntff", "--output-format",
-                              "summary-json", "--enable-memory-tracker"], env=env, capture_output=True, text=True)
+    subprocess.run(
+        ["neuron-profile", "capture", "-n", neff, "-s", raw / "p.ntff"],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=raw,
+    )
+    refused = subprocess.run(
+        [
+            "neuron-profile",
+            "view",
+            "-n",
+            neff,
+            "-s",
+            raw / "p.ntff",
+            "--output-format",
+            "summary-json",
+            "--enable-memory-tracker",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert refused.returncode != 0 and "--enable-dge-notifs" in refused.stderr
 
 
@@ -202,34 +289,67 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
         return proc
 
     lock = ["--device-lock", tmp_path / "lock"]
-    ns("capture", "--neff", neff, "--out", tmp_path / "cap", "--num-exec", "2", "--nth-exec", "2",
-       "--collectives-workers-per-node", "4", "--options", '{"profiler": "neuron-profile"}', *lock)
+    ns(
+        "capture",
+        "--neff",
+        neff,
+        "--out",
+        tmp_path / "cap",
+        "--num-exec",
+        "2",
+        "--nth-exec",
+        "2",
+        "--collectives-workers-per-node",
+        "4",
+        "--options",
+        '{"profiler": "neuron-profile"}',
+        *lock,
+    )
     cap = json.loads((tmp_path / "cap" / "capture.json").read_text())
     assert cap["argv"][-3:-1] == ["--collectives-workers-per-node", "4"]
     assert [r["written_as"] for r in cap["ranks"]] == [f"profile_rank_{r}_exec_2.ntff" for r in range(4)]
     assert cap["device_span"]["cores"] == "0-3"  # two chip slots joined: one NeuronCore per worker
     ns("view", "--capture", tmp_path / "cap", "--out", tmp_path / "view", "--options", '{"profiler": "neuron-profile"}')
     view = json.loads((tmp_path / "view" / "view.json").read_text())
-    assert [(r["rank"], r["nc_idx"], r["nd_idx"]) for r in view["ranks"]] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert [(r["rank"], r["nc_idx"], r["nd_idx"]) for r in view["ranks"]] == [
+        (0, 0, 0),
+        (1, 1, 0),
+        (2, 0, 1),
+        (3, 1, 1),
+    ]
     # the combined view (guide: `view -n file.neff -d output`) over the folder the capture wrote
     session = view["session"]
     assert session["argv"][3:6] == [str(neff.resolve()), "-d", str((tmp_path / "cap" / "raw").resolve())]
     assert session["system_pftrace"] == "session/system_profile.pftrace"
     [device] = session["device_pftraces"]
     assert device.startswith("session/device_profile_model_") and device.endswith(".pftrace")
-    combined = ns("query", tmp_path / "view" / device, "SELECT p.name AS rank, count(*) AS n FROM slice s JOIN track t "
-                  "ON s.track_id = t.id JOIN track p ON t.parent_id = p.id WHERE s.name = 'AllReduce' GROUP BY 1 "
-                  "ORDER BY 1", "--csv").stdout.splitlines()
+    combined = ns(
+        "query",
+        tmp_path / "view" / device,
+        "SELECT p.name AS rank, count(*) AS n FROM slice s JOIN track t "
+        "ON s.track_id = t.id JOIN track p ON t.parent_id = p.id WHERE s.name = 'AllReduce' GROUP BY 1 "
+        "ORDER BY 1",
+        "--csv",
+    ).stdout.splitlines()
     assert combined == ["rank,n"] + [f"Rank {r},1" for r in range(4)]  # every rank on one timeline
-    assert (tmp_path / "cap" / "profile_rank_3.ntff").stat().st_ino == \
-        (tmp_path / "cap" / "raw" / "profile_rank_3_exec_2.ntff").stat().st_ino  # one copy on disk
-    ns("extract", "--summary-json", tmp_path / "view" / "summary.json", "--capture-json",
-       tmp_path / "cap" / "capture.json", "--out", tmp_path / "m" / "metrics.json")
+    assert (tmp_path / "cap" / "profile_rank_3.ntff").stat().st_ino == (
+        tmp_path / "cap" / "raw" / "profile_rank_3_exec_2.ntff"
+    ).stat().st_ino  # one copy on disk
+    ns(
+        "extract",
+        "--summary-json",
+        tmp_path / "view" / "summary.json",
+        "--capture-json",
+        tmp_path / "cap" / "capture.json",
+        "--out",
+        tmp_path / "m" / "metrics.json",
+    )
     ranks = pd.read_csv(tmp_path / "m" / "tables" / "ranks.csv")
     assert list(ranks["rank"]) == [0, 1, 2, 3] and (ranks["cc_op_time_s"] > 0).all()
     m = json.loads((tmp_path / "m" / "metrics.json").read_text())
     assert m["ranks_profiled"] == 4 and m["rank_straggler_ratio"] == pytest.approx(
-        ranks["total_time_s"].max() / ranks["total_time_s"].min())
+        ranks["total_time_s"].max() / ranks["total_time_s"].min()
+    )
     busy = pd.read_csv(tmp_path / "m" / "tables" / "engine_busy.csv").set_index("class")
     assert busy.loc["collectives", "busy_ns"] == 440  # the CC-core track, classified
     overlap = pd.read_csv(tmp_path / "m" / "tables" / "overlap.csv")
@@ -237,20 +357,62 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     assert list(pair["overlap_ns"]) == [40]  # the collective overlaps the matmul for 40 ns
 
     # one worker only: --collectives-profile-id
-    ns("capture", "--neff", neff, "--out", tmp_path / "one", "--collectives-workers-per-node", "4",
-       "--collectives-profile-id", "2", "--options", '{"profiler": "neuron-profile"}', *lock)
+    ns(
+        "capture",
+        "--neff",
+        neff,
+        "--out",
+        tmp_path / "one",
+        "--collectives-workers-per-node",
+        "4",
+        "--collectives-profile-id",
+        "2",
+        "--options",
+        '{"profiler": "neuron-profile"}',
+        *lock,
+    )
     assert [r["rank"] for r in json.loads((tmp_path / "one" / "capture.json").read_text())["ranks"]] == [2]
-    bad = subprocess.run([str(BIN / "neuronsweep"), "capture", "--neff", neff, "--out", tmp_path / "bad",
-                          "--collectives-profile-id", "2"], capture_output=True, text=True, env=env)
+    bad = subprocess.run(
+        [
+            str(BIN / "neuronsweep"),
+            "capture",
+            "--neff",
+            neff,
+            "--out",
+            tmp_path / "bad",
+            "--collectives-profile-id",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bad.returncode != 0 and "turn collectives on" in bad.stderr
-    many = subprocess.run([str(BIN / "neuronsweep"), "capture", "--neff", neff, "--out", tmp_path / "many",
-                           "--collectives-workers-per-node", "8", "--device-lock", tmp_path / "lock"],
-                          capture_output=True, text=True, env=env)
+    many = subprocess.run(
+        [
+            str(BIN / "neuronsweep"),
+            "capture",
+            "--neff",
+            neff,
+            "--out",
+            tmp_path / "many",
+            "--collectives-workers-per-node",
+            "8",
+            "--device-lock",
+            tmp_path / "lock",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert many.returncode != 0 and "needs 8 NeuronCores" in many.stderr
     # the stand-in, like the runtime, wants a NeuronCore per worker: 4 workers on one visible core fail
-    raw = subprocess.run(["neuron-profile", "capture", "-n", neff, "-s", tmp_path / "r.ntff",
-                          "--collectives-workers-per-node", "4"], capture_output=True, text=True,
-                         env={**env, "NEURON_RT_VISIBLE_CORES": "0"})
+    raw = subprocess.run(
+        ["neuron-profile", "capture", "-n", neff, "-s", tmp_path / "r.ntff", "--collectives-workers-per-node", "4"],
+        capture_output=True,
+        text=True,
+        env={**env, "NEURON_RT_VISIBLE_CORES": "0"},
+    )
     assert raw.returncode != 0 and "Requested:4 Available:1" in raw.stderr
 
 
@@ -267,8 +429,9 @@ def test_oom_then_single_io_retry(tmp_path):
 
 def test_one_case_failing_for_good_keeps_the_rest(tmp_path):
     bad = WIDS[0]
-    run = snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_FAIL_MATCH=bad),
-                    check=False)
+    run = snakemake(
+        tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_FAIL_MATCH=bad), check=False
+    )
     assert run.proc.returncode != 0
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
     assert table.loc[WIDS[1], "status"] == "ok"
@@ -404,8 +567,9 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
     errors = json.loads(proc.stdout)
     assert len(errors) == 3 and max(errors.values()) < 1e-3, errors
     # today's language has no return-style load/store: the legacy kernel spelling would not trace there
-    bad = subprocess.run([sys.executable, "-c", "import nki.language as nl; nl.load"], capture_output=True,
-                         text=True, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-c", "import nki.language as nl; nl.load"], capture_output=True, text=True, env=env
+    )
     assert bad.returncode != 0 and "has no attribute 'load'" in bad.stderr
 
 
@@ -417,8 +581,10 @@ def test_a_failing_torch_xla_child_is_one_sentence_with_its_log(tmp_path):
     spec = {"kind": "matmul", "m": 1, "k": 1, "n": 1, "dtype": "fp32"}
     with pytest.raises(UserError) as err:
         xla_program.run(spec, tmp_path / "out.json", dict(__import__("os").environ), tmp_path, [], 300)
-    assert str(err.value) == (f"case matmul-m1-k1-n1-fp32: the torch-xla run exited 1: ModuleNotFoundError: No module "
-                              f"named 'torch_xla' (full log: {tmp_path / 'xla_program.log'}).")
+    assert str(err.value) == (
+        f"case matmul-m1-k1-n1-fp32: the torch-xla run exited 1: ModuleNotFoundError: No module "
+        f"named 'torch_xla' (full log: {tmp_path / 'xla_program.log'})."
+    )
     assert "Traceback" in (tmp_path / "xla_program.log").read_text()
 
 
@@ -432,8 +598,12 @@ def _neff(tmp_path: Path) -> Path:
 
 
 def test_real_oom_texts_trigger_the_single_io_retry():
-    for text in ("ERROR NRT: Failed to allocate 268435456 bytes on ND 0 for tensor 'input0'",
-                 "nrt_load status=NRT_RESOURCE", "Allocation Failure: hbm", "out of memory"):
+    for text in (
+        "ERROR NRT: Failed to allocate 268435456 bytes on ND 0 for tensor 'input0'",
+        "nrt_load status=NRT_RESOURCE",
+        "Allocation Failure: hbm",
+        "out of memory",
+    ):
         assert neuron_profiler.OOM.search(text), text
     assert not neuron_profiler.OOM.search("NRT: nrt_load failed: NEFF load error")
 
@@ -446,12 +616,28 @@ def test_explorer_view_would_serve_forever_so_exports_pass_ingest_only(tmp_path,
     ntff = tmp_path / "cap" / "profile.ntff"
     # the stand-in, like the real Explorer, keeps serving after an export unless told not to
     with pytest.raises(UserError, match=r"did not finish within 2 s and was stopped \(its whole process group\)"):
-        run_tool(["neuron-explorer", "view", "-n", str(neff), "-s", str(ntff), "--output-format", "perfetto",
-                         "--output-file", str(tmp_path / "x.pftrace")], 2, "view", env=neuron_profiler.tool_env())
+        run_tool(
+            [
+                "neuron-explorer",
+                "view",
+                "-n",
+                str(neff),
+                "-s",
+                str(ntff),
+                "--output-format",
+                "perfetto",
+                "--output-file",
+                str(tmp_path / "x.pftrace"),
+            ],
+            2,
+            "view",
+            env=neuron_profiler.tool_env(),
+        )
     out = tmp_path / "view"
     out.mkdir()
-    rec = neuron_profiler.view_profile(neff, ntff, out,
-                                       ViewSettings.from_section({"profiler": "neuron-explorer", "json": True}, 60))
+    rec = neuron_profiler.view_profile(
+        neff, ntff, out, ViewSettings.from_section({"profiler": "neuron-explorer", "json": True}, 60)
+    )
     assert all("--ingest-only" in argv for fmt, argv in rec["commands"].items() if fmt != "summary-json")
     assert (out / "trace.pftrace").is_file() and (out / "parquet" / "Metadata.parquet").is_file()
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"
@@ -471,9 +657,16 @@ def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeyp
     env = standin_env(tmp_path)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    holder = subprocess.Popen([sys.executable, "-c", "import standin_cores, time; standin_cores.claim(); "
-                               "print('held', flush=True); time.sleep(60)"],
-                              env={**__import__("os").environ, **env}, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import standin_cores, time; standin_cores.claim(); print('held', flush=True); time.sleep(60)",
+        ],
+        env={**__import__("os").environ, **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UserError, match="Requested:1 Available:0"):
@@ -499,25 +692,40 @@ def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(
     cfg = neuron_config(tmp_path)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, **standin_env(tmp_path)}
-    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True, env=env)
+    plan = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert plan.returncode == 0 and "backend 'neuron' set in config: " in plan.stderr
     assert "neuron-ls --json-output: 1 device(s), 2 NeuronCore(s)" in plan.stderr  # the driver tool's list
-    none = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True, env={**env, "STANDIN_NO_DEVICE": "1"})
+    none = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+        capture_output=True,
+        text=True,
+        env={**env, "STANDIN_NO_DEVICE": "1"},
+    )
     assert none.returncode == 2 and none.stderr.strip().endswith(
-        "listed by neuron-ls); run on a trn1, trn2 or inf2 instance or set backend: auto.")
+        "listed by neuron-ls); run on a trn1, trn2 or inf2 instance or set backend: auto."
+    )
     assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr
 
 
 def test_a_case_larger_than_a_neuroncores_hbm_is_refused_in_the_plan(tmp_path):
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 65536, "k": 65536, "n": 8}]}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True, env={**os.environ, **standin_env(tmp_path)})
+    plan = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **standin_env(tmp_path)},
+    )
     assert plan.returncode == 2, plan.stderr
-    assert ("config key 'suites.matmul': case matmul-m65536-k65536-n8-fp32 needs 16.0 GiB at the least (its tensors "
-            "and intermediates), more than 80% of a trn1 logical NeuronCore's HBM (16.0 GiB)") in plan.stderr
+    assert (
+        "config key 'suites.matmul': case matmul-m65536-k65536-n8-fp32 needs 16.0 GiB at the least (its tensors "
+        "and intermediates), more than 80% of a trn1 logical NeuronCore's HBM (16.0 GiB)"
+    ) in plan.stderr
 
 
 # ---------------------------------------------------------------------------- collectives suite
@@ -527,15 +735,31 @@ def test_nccom_test_table_is_read_as_documented(tmp_path, monkeypatch):
     """The guide's own example output (aws-neuron-sdk nccom-test.rst): time in us, bandwidths in GiB/s."""
     from neuronsweep.backends import nccom_test
 
-    text = ("     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)\n"
-            "    33554432        33554432    uint8         768          40.69          40.69\n"
-            "Avg bus bandwidth:      40.6901GB/s\n")
+    text = (
+        "     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)\n"
+        "    33554432        33554432    uint8         768          40.69          40.69\n"
+        "Avg bus bandwidth:      40.6901GB/s\n"
+    )
     row = nccom_test.parse(text, 33554432)
     assert row["time_s"] == pytest.approx(768e-6) and row["busbw_bytes_per_s"] == pytest.approx(40.69 * 2**30)
     assert row["count"] == 33554432 and row["type"] == "uint8" and nccom_test.parse(text, 8) is None
     spec = {"op": "all_to_all", "world": 4, "bytes": 4096, "dtype": "bf16"}
-    assert nccom_test.argv("nccom-test", spec, 20, 5) == ["nccom-test", "-r", "4", "alltoall", "-b", "4096", "-e", "4096",
-                                                         "-d", "bf16", "-n", "20", "-w", "5"]
+    assert nccom_test.argv("nccom-test", spec, 20, 5) == [
+        "nccom-test",
+        "-r",
+        "4",
+        "alltoall",
+        "-b",
+        "4096",
+        "-e",
+        "4096",
+        "-d",
+        "bf16",
+        "-n",
+        "20",
+        "-w",
+        "5",
+    ]
     monkeypatch.setattr(nccom_test, "find", lambda: None)
     missing = nccom_test.measure(spec, {}, 20, 5, 60, tmp_path / "log")
     assert missing["result"] is None and "not installed" in missing["why"]
@@ -546,8 +770,12 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
     as any workload's, a multi-worker capture, each rank's times (an execution is the slowest rank's),
     busbw by nccl-tests' factors, and nccom-test's figures for the same case beside them. Eight ranks on
     a machine of four NeuronCores fail in one sentence; the other cases are kept."""
-    cfg = neuron_config(tmp_path, suites={"collectives": {"operations": ["all_reduce", "reduce_scatter"],
-                                                          "sizes": [4096], "world_sizes": [2, 4, 8]}})
+    cfg = neuron_config(
+        tmp_path,
+        suites={
+            "collectives": {"operations": ["all_reduce", "reduce_scatter"], "sizes": [4096], "world_sizes": [2, 4, 8]}
+        },
+    )
     run = snakemake(tmp_path, "--keep-going", config=cfg, env=standin_env(tmp_path, STANDIN_DEVICES="2"), check=False)
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("workload_id")
     assert run.proc.returncode != 0
@@ -574,14 +802,34 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
         factor = 2 * (world - 1) / world if op == "all_reduce" else (world - 1) / world
         assert m["busbw_bytes_per_s"] == pytest.approx(4096 / m["latency_median_s"] * factor)
         nccom = cap["nccom_test"]
-        assert nccom["argv"][1:] == ["-r", str(world), op, "-b", "4096", "-e", "4096", "-d", "fp32", "-n", "3", "-w", "1"]
-        printed = next(line.split() for line in (d / "capture" / "framework" / "nccom-test.log").read_text().splitlines()
-                       if line.split()[:1] == ["4096"])
+        assert nccom["argv"][1:] == [
+            "-r",
+            str(world),
+            op,
+            "-b",
+            "4096",
+            "-e",
+            "4096",
+            "-d",
+            "fp32",
+            "-n",
+            "3",
+            "-w",
+            "1",
+        ]
+        printed = next(
+            line.split()
+            for line in (d / "capture" / "framework" / "nccom-test.log").read_text().splitlines()
+            if line.split()[:1] == ["4096"]
+        )
         assert m["nccom_test_time_s"] == pytest.approx(float(printed[3]) * 1e-6)
         assert m["nccom_test_busbw_bytes_per_s"] == pytest.approx(float(printed[5]) * 2**30)
         assert m["busbw_vs_nccom_test"] == pytest.approx(m["busbw_bytes_per_s"] / m["nccom_test_busbw_bytes_per_s"])
         # trn1 (the stand-in's target) has no sourced NeuronLink figure; 2 ranks stay on one chip of 2 cores
-        assert m["link_bytes_per_s"] is None and ("on the chip" if world == 2 else "NeuronLink-v2") in m["notes"]["link_bytes_per_s"]
+        assert (
+            m["link_bytes_per_s"] is None
+            and ("on the chip" if world == 2 else "NeuronLink-v2") in m["notes"]["link_bytes_per_s"]
+        )
         ranks = pd.read_csv(d / "tables" / "ranks.csv")
         assert list(ranks["rank"]) == list(range(world)) and (ranks["median_s"] > 0).all()
     page = (tmp_path / "results" / "t" / "report.html").read_text()
@@ -595,7 +843,10 @@ def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
     env = {**os.environ, **standin_env(tmp_path), "NEURON_CC_FLAGS": "--target trn1", "NEURON_RT_VISIBLE_CORES": "0-1"}
     env.pop("NEURON_COMPILE_CACHE_URL", None)  # the stand-in refuses to compile into the shared cache
     spec = {"kind": "collective", "op": "all_gather", "bytes": 64, "world": 2, "dtype": "fp32"}
-    with pytest.raises(UserError, match=r"case coll-allgather-w2-64b-fp32: the torch-xla collective's 2 ranks exited 1: "
-                                        r"\[rank\d\]: RuntimeError: stand-in: NEURON_COMPILE_CACHE_URL unset.*"
-                                        r"\(full log: .*torchrun.log\)"):
+    with pytest.raises(
+        UserError,
+        match=r"case coll-allgather-w2-64b-fp32: the torch-xla collective's 2 ranks exited 1: "
+        r"\[rank\d\]: RuntimeError: stand-in: NEURON_COMPILE_CACHE_URL unset.*"
+        r"\(full log: .*torchrun.log\)",
+    ):
         xla_collective.run(spec, tmp_path / "run", env, [], 120)

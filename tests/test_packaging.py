@@ -47,28 +47,55 @@ def test_every_import_of_the_package_is_a_declared_dependency():
 
 def test_a_built_wheel_plans_a_config_outside_the_source_tree(tmp_path):
     src = tmp_path / "src"  # build from a copy: setuptools leaves build/ in the tree it builds
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv*", "results", ".snakemake", "build",
-                                                             "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(src)],
-                   check=True, capture_output=True, text=True)
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(".git", ".venv*", "results", ".snakemake", "build", "*.egg-info", "__pycache__"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(src)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     (wheel,) = (tmp_path / "dist").glob("neuron_sweep-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     # the dependencies come from this environment (no download); the package only from the wheel
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(site, "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(json.dumps({"cache_dir": str(private_cache(tmp_path)), "backend": "cpu",
-                               "suites": {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}}}}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "cache_dir": str(private_cache(tmp_path)),
+                "backend": "cpu",
+                "suites": {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}}},
+            }
+        )
+    )
     work = tmp_path / "elsewhere"
     work.mkdir()
-    where = subprocess.run([str(py), "-c", "import neuronsweep; print(neuronsweep.__file__)"], cwd=work,
-                           check=True, capture_output=True, text=True).stdout
+    where = subprocess.run(
+        [str(py), "-c", "import neuronsweep; print(neuronsweep.__file__)"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert where.startswith(str(venv))  # the wheel's copy, not the source tree
-    plan = subprocess.run([str(venv / "bin" / "neuronsweep"), "plan", "--config", str(cfg), "--json"], cwd=work,
-                          capture_output=True, text=True)
+    plan = subprocess.run(
+        [str(venv / "bin" / "neuronsweep"), "plan", "--config", str(cfg), "--json"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["counts"] == {"scenarios": 1, "workloads": 1, "unsupported": 0}

@@ -7,31 +7,66 @@ import json
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket
 
-from neuronsweep.formats.pftrace_reader import read
 from neuronsweep.errors import UserError
+from neuronsweep.formats.pftrace_reader import read
 from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
 
 
 def chrome(events):
-    meta = [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
-            {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}}]
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}},
+    ]
     return {"traceEvents": meta + events}
 
 
 def test_nested_slices_args_instants_counters_round_trip(tmp_path):
-    trace = chrome([
-        {"ph": "X", "cat": "user_annotation", "name": "exec_2", "pid": 7, "tid": 8, "ts": 100.0, "dur": 50.0,
-         "args": {"External id": 1}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::matmul", "pid": 7, "tid": 8, "ts": 110.0, "dur": 30.0,
-         "args": {"Input Dims": [[2, 3], [3, 4]], "Sequence number": 0}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 8, "ts": 111.0, "dur": 29.0004,
-         "args": {"ratio": 0.5, "flag": True}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 9, "ts": 105.0, "dur": 10.0},
-        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
-         "ts": 90.0, "dur": 100.0},
-        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 191.0},
-        {"ph": "C", "name": "mem", "pid": 7, "ts": 120.0, "args": {"bytes": 4096}},
-    ])
+    trace = chrome(
+        [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "exec_2",
+                "pid": 7,
+                "tid": 8,
+                "ts": 100.0,
+                "dur": 50.0,
+                "args": {"External id": 1},
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::matmul",
+                "pid": 7,
+                "tid": 8,
+                "ts": 110.0,
+                "dur": 30.0,
+                "args": {"Input Dims": [[2, 3], [3, 4]], "Sequence number": 0},
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 7,
+                "tid": 8,
+                "ts": 111.0,
+                "dur": 29.0004,
+                "args": {"ratio": 0.5, "flag": True},
+            },
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 9, "ts": 105.0, "dur": 10.0},
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "name": "PyTorch Profiler (0)",
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "ts": 90.0,
+                "dur": 100.0,
+            },
+            {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 191.0},
+            {"ph": "C", "name": "mem", "pid": 7, "ts": 120.0, "args": {"bytes": 4096}},
+        ]
+    )
     out = tmp_path / "t.pftrace"
     counts = chrome_to_pftrace(trace, out)
     assert counts == {"slices": 5, "instants": 1, "counters": 1, "skipped": 0}
@@ -59,8 +94,10 @@ def test_nested_slices_args_instants_counters_round_trip(tmp_path):
 
 
 def test_names_are_interned_once(tmp_path):
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 8, "ts": float(i * 10), "dur": 5.0}
-              for i in range(20)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 8, "ts": float(i * 10), "dur": 5.0}
+        for i in range(20)
+    ]
     out = tmp_path / "t.pftrace"
     chrome_to_pftrace(chrome(events), out)
     packets = Trace.FromString(out.read_bytes()).packet
@@ -82,8 +119,19 @@ def test_reader_fails_loudly_on_unsupported_features(tmp_path):
 
 
 def test_streamed_write_equals_one_trace_and_a_truncated_file_is_one_sentence(tmp_path):
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 3}", "pid": 1, "tid": 2, "ts": float(i * 10), "dur": 5.0,
-               "args": {"i": i}} for i in range(200)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i % 3}",
+            "pid": 1,
+            "tid": 2,
+            "ts": float(i * 10),
+            "dur": 5.0,
+            "args": {"i": i},
+        }
+        for i in range(200)
+    ]
     out = tmp_path / "t.pftrace"
     chrome_to_pftrace(chrome(events), out)
     whole = Trace.FromString(out.read_bytes())  # the packets written one by one parse as one Trace
@@ -98,8 +146,10 @@ def test_a_profile_is_decoded_once_and_its_tables_reused_until_it_changes(tmp_pa
     from neuronsweep.formats import pftrace_reader
     from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": float(i * 10), "dur": 5.0}
-              for i in range(30)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": float(i * 10), "dur": 5.0}
+        for i in range(30)
+    ]
     out = tmp_path / "t.pftrace"
     chrome_to_pftrace(chrome(events), out)
 
@@ -177,12 +227,18 @@ def test_packets_written_otherwise_decode_the_same(chunk, tmp_path, monkeypatch)
     path = tmp_path / "other.pftrace"
     path.write_bytes(trace.SerializeToString() + bytes([1 << 3 | 2, len(raw)]) + raw)
     from neuronsweep.formats import pftrace_reader
+
     monkeypatch.setattr(pftrace_reader, "CHUNK", chunk)
 
     decoded = read(path)
     rows = [(s.track_uuid, s.ts, s.dur, s.name, s.category, s.depth) for s in decoded.slices]
-    assert rows == [(5, 10, 20, "first", "c1,c2", 0), (big, 20, 0, "inline name", "x,y", 0),
-                    (6, 25, 1, "on 6", None, 0), (5, 40, 0, "second", None, 0), (5, 50, 0, "packed", "c3,c4", 0)]
+    assert rows == [
+        (5, 10, 20, "first", "c1,c2", 0),
+        (big, 20, 0, "inline name", "x,y", 0),
+        (6, 25, 1, "on 6", None, 0),
+        (5, 40, 0, "second", None, 0),
+        (5, 50, 0, "packed", "c3,c4", 0),
+    ]
     assert decoded.slices.arg_key == ["debug.k"] + ["debug.inline"] * 4
     assert decoded.slices.arg_value == [2**63 + 1, -4, 0.25, False, "s"] and list(decoded.slices.arg_slice) == [0] * 5
     assert [(c.track_uuid, c.ts, c.value) for c in decoded.counters] == [(6, 27, -7.0)]
@@ -192,12 +248,32 @@ def test_packets_written_otherwise_decode_the_same(chunk, tmp_path, monkeypatch)
 def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
     """The writer encodes track events itself: parsing its file and serializing it again with the
     protobuf classes (fields in number order, canonical varints) must give the same bytes."""
-    events = [{"ph": "X", "cat": ["cpu_op", "python"][i % 2], "name": f"op{i % 7}", "pid": 7, "tid": 8 + i % 3,
-               "ts": 1e6 + i * 3.0005, "dur": [2.0, 40.0, -1][i % 3],
-               "args": {"i": i, "neg": -i, "big": 2**63 + i, "f": i / 3, "b": i % 2 == 0, "s": "é" * (i % 3),
-                        "l": [i, [i]], "huge": 10**30}} for i in range(300)]
-    events += [{"ph": "i", "name": "mark", "pid": 7, "tid": 8, "ts": 1e6 + 5},
-               {"ph": "C", "name": "mem", "pid": 7, "ts": 1e6 + 7, "args": {"bytes": 4096, "frac": 0.5}}]
+    events = [
+        {
+            "ph": "X",
+            "cat": ["cpu_op", "python"][i % 2],
+            "name": f"op{i % 7}",
+            "pid": 7,
+            "tid": 8 + i % 3,
+            "ts": 1e6 + i * 3.0005,
+            "dur": [2.0, 40.0, -1][i % 3],
+            "args": {
+                "i": i,
+                "neg": -i,
+                "big": 2**63 + i,
+                "f": i / 3,
+                "b": i % 2 == 0,
+                "s": "é" * (i % 3),
+                "l": [i, [i]],
+                "huge": 10**30,
+            },
+        }
+        for i in range(300)
+    ]
+    events += [
+        {"ph": "i", "name": "mark", "pid": 7, "tid": 8, "ts": 1e6 + 5},
+        {"ph": "C", "name": "mem", "pid": 7, "ts": 1e6 + 7, "args": {"bytes": 4096, "frac": 0.5}},
+    ]
     out = tmp_path / "t.pftrace"
     assert chrome_to_pftrace(chrome(events), out) == {"slices": 300, "instants": 1, "counters": 2, "skipped": 0}
     data = out.read_bytes()
@@ -209,8 +285,12 @@ def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
     assert first.args["debug.s"] == "é" and first.args["debug.l"] == "[1, [1]]" and first.args["debug.b"] is False
     from neuronsweep.formats.profile_db import ProfileDB
 
-    shown = ProfileDB().load(out).sql("SELECT DISTINCT display_value FROM args WHERE key = 'debug.f' "
-                                      "AND real_value IN (0, 1)").fetchall()
+    shown = (
+        ProfileDB()
+        .load(out)
+        .sql("SELECT DISTINCT display_value FROM args WHERE key = 'debug.f' AND real_value IN (0, 1)")
+        .fetchall()
+    )
     assert sorted(shown) == [("0.0",), ("1.0",)]  # as Python writes them, like every other value
 
 
@@ -220,8 +300,9 @@ def test_protoscan_reads_every_field_and_a_repeated_scalar_keeps_its_last_value(
     from neuronsweep.formats import protoscan
 
     # two messages: {9: 1, 9: 300, 23: "ab", 44: 0.5 (fixed64)} and {} (empty)
-    first = bytes([9 << 3, 1, 9 << 3, 0xAC, 0x02, 0xBA, 0x01, 2]) + b"ab" + bytes([0xE1, 0x02]) + \
-        np.float64(0.5).tobytes()
+    first = (
+        bytes([9 << 3, 1, 9 << 3, 0xAC, 0x02, 0xBA, 0x01, 2]) + b"ab" + bytes([0xE1, 0x02]) + np.float64(0.5).tobytes()
+    )
     buf = protoscan.padded(first)
     fields = protoscan.scan(buf, np.array([0, len(first)]), np.array([len(first), len(first)]))
     value, present = fields.last(9, 2)
@@ -241,7 +322,9 @@ def _stack_reference(events):
     by_track = {}
     for i, e in enumerate(events):
         if e.get("ph") == "X":
-            by_track.setdefault((e["pid"], e["tid"]), []).append((int(_ns([e["ts"]])[0]), max(int(_ns([e["dur"]])[0]), 0), i))
+            by_track.setdefault((e["pid"], e["tid"]), []).append(
+                (int(_ns([e["ts"]])[0]), max(int(_ns([e["dur"]])[0]), 0), i)
+            )
     out = {}
     for key, slices in by_track.items():
         seq, stack = [], []
@@ -270,8 +353,17 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pftrace, "CHUNK", chunk)
     rng = random.Random(seed)
-    events = [{"ph": "X", "name": f"s{i}", "pid": 7, "tid": rng.choice([8, 9]), "ts": float(rng.randrange(12)),
-               "dur": rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 1.0004])} for i in range(rng.randrange(5, 80))]
+    events = [
+        {
+            "ph": "X",
+            "name": f"s{i}",
+            "pid": 7,
+            "tid": rng.choice([8, 9]),
+            "ts": float(rng.randrange(12)),
+            "dur": rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 1.0004]),
+        }
+        for i in range(rng.randrange(5, 80))
+    ]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(chrome(events)))
     out = tmp_path / "t.pftrace"
@@ -285,7 +377,9 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
         names.update({n.iid: n.name for n in p.interned_data.event_names})
         ev = p.track_event
         kind = "BEGIN" if ev.type == TrackEvent.TYPE_SLICE_BEGIN else "END"
-        got.setdefault((7, uuid[ev.track_uuid]), []).append((p.timestamp, kind, names[ev.name_iid] if kind == "BEGIN" else None))
+        got.setdefault((7, uuid[ev.track_uuid]), []).append(
+            (p.timestamp, kind, names[ev.name_iid] if kind == "BEGIN" else None)
+        )
         stamps.append(p.timestamp)
     assert got == _stack_reference(events)
     assert stamps == sorted(stamps)
@@ -295,14 +389,21 @@ def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_p
     """Batches Arrow types exactly (ints, bools, strings) and batches only the loop reads exactly (a
     null, a counter, a pid that is text, a list, a float or an int past 64 bits in the args) make the
     same file as reading the whole trace as dicts."""
-    from neuronsweep.formats import chrome_trace
-    from neuronsweep.formats import json_records
+    from neuronsweep.formats import chrome_trace, json_records
 
     quirks = [{"n": None}, {"l": [1, 2]}, {"f": 0.5}, {"big": 2**64}, {}]
     events = []
     for i in range(400):
-        e = {"ph": "X", "cat": "cpu_op", "name": f"op{i % 5}", "pid": 1, "tid": i % 3, "ts": i * 1.5,
-             "dur": [1.0, 5.0004, 0][i % 3], "args": {"i": -i, "s": "é\"}{", "b": i % 2 == 0}}
+        e = {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i % 5}",
+            "pid": 1,
+            "tid": i % 3,
+            "ts": i * 1.5,
+            "dur": [1.0, 5.0004, 0][i % 3],
+            "args": {"i": -i, "s": 'é"}{', "b": i % 2 == 0},
+        }
         if i % 50 == 49:
             e["args"].update(quirks[i // 50 % len(quirks)])
         if i % 97 == 0:
@@ -350,8 +451,16 @@ def test_begin_and_end_pair_as_a_stack_pairs_them_across_chunks(chunk, tmp_path,
     trace, expected, stacks, t = Trace(), [], {1: [], 2: [], 3: []}, 0
     for _ in range(600):
         track, t = rng.choice([1, 2, 3]), t + rng.randrange(3)
-        kind = rng.choice([TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END,
-                           TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER])
+        kind = rng.choice(
+            [
+                TrackEvent.TYPE_SLICE_BEGIN,
+                TrackEvent.TYPE_SLICE_BEGIN,
+                TrackEvent.TYPE_SLICE_END,
+                TrackEvent.TYPE_SLICE_END,
+                TrackEvent.TYPE_INSTANT,
+                TrackEvent.TYPE_COUNTER,
+            ]
+        )
         if kind == TrackEvent.TYPE_SLICE_END and not stacks[track]:
             continue
         p = trace.packet.add(timestamp=t, trusted_packet_sequence_id=1)
@@ -363,16 +472,19 @@ def test_begin_and_end_pair_as_a_stack_pairs_them_across_chunks(chunk, tmp_path,
         else:
             p.track_event.name = f"s{len(expected)}"
             stack = stacks[track]
-            expected.append([track, t, t if kind == TrackEvent.TYPE_INSTANT else None, len(stack),
-                             stack[-1] if stack else -1])
+            expected.append(
+                [track, t, t if kind == TrackEvent.TYPE_INSTANT else None, len(stack), stack[-1] if stack else -1]
+            )
             if kind == TrackEvent.TYPE_SLICE_BEGIN:
                 stack.append(len(expected) - 1)
     path = tmp_path / "nested.pftrace"
     path.write_bytes(trace.SerializeToString())
     monkeypatch.setattr(pftrace_reader, "CHUNK", chunk)
     s = read(path).slices
-    got = [[s.track_uuid[i], s.ts[i], s.ts[i] + s.dur[i] if s.dur[i] >= 0 else None, s.depth[i], s.parent[i]]
-           for i in range(len(s))]
+    got = [
+        [s.track_uuid[i], s.ts[i], s.ts[i] + s.dur[i] if s.dur[i] >= 0 else None, s.depth[i], s.parent[i]]
+        for i in range(len(s))
+    ]
     assert got == expected and any(e[2] is None for e in expected) and max(e[3] for e in expected) >= 3
 
     p = trace.packet.add(timestamp=t + 1, trusted_packet_sequence_id=1)
@@ -397,10 +509,15 @@ def test_the_nesting_stack_carried_from_chunk_to_chunk_clamps_as_one_stack(monke
     for seed in range(400):
         rng = random.Random(seed)
         if seed % 2:  # dyadic intervals never partly overlap: they nest
-            rows = [(rng.randrange(2), s, s + rng.choice([size, 0])) for size in (2 ** rng.randrange(5) for _ in range(40))
-                    for s in [rng.randrange(0, 64, size)]]
+            rows = [
+                (rng.randrange(2), s, s + rng.choice([size, 0]))
+                for size in (2 ** rng.randrange(5) for _ in range(40))
+                for s in [rng.randrange(0, 64, size)]
+            ]
         else:
-            rows = [(rng.randrange(3), s, s + rng.choice([0, 1, 2, 5, 10])) for s in (rng.randrange(30) for _ in range(40))]
+            rows = [
+                (rng.randrange(3), s, s + rng.choice([0, 1, 2, 5, 10])) for s in (rng.randrange(30) for _ in range(40))
+            ]
         rows.sort(key=lambda r: (r[0], r[1], -r[2]))
         track, start, end = (np.array(c, np.int64) for c in zip(*rows))
         want, stack, current = [], [], None
@@ -427,8 +544,19 @@ def test_a_trace_too_large_for_the_memory_share_is_sorted_again_with_more(tmp_pa
     sentence, and no temporary folder is left either way."""
     from neuronsweep.formats import chrome_trace
 
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": i % 4, "ts": float(i // 3), "dur": 2.5,
-               "args": {"i": i, "s": "x" * (i % 5)}} for i in range(30_000)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i % 7}",
+            "pid": 1,
+            "tid": i % 4,
+            "ts": float(i // 3),
+            "dur": 2.5,
+            "args": {"i": i, "s": "x" * (i % 5)},
+        }
+        for i in range(30_000)
+    ]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(chrome(events)))
     assert chrome_to_pftrace(path, tmp_path / "roomy.pftrace")["slices"] == 30_000
@@ -440,8 +568,11 @@ def test_a_trace_too_large_for_the_memory_share_is_sorted_again_with_more(tmp_pa
     assert (tmp_path / "tight.pftrace").read_bytes() == (tmp_path / "roomy.pftrace").read_bytes()
 
     monkeypatch.setattr(chrome_trace, "_cap_mb", lambda: 1)
-    with pytest.raises(UserError, match=r"trace.json: storing \d+ trace events needs more than 1 MB of memory, "
-                                        r"half of this host's; convert the trace on a host with more memory"):
+    with pytest.raises(
+        UserError,
+        match=r"trace.json: storing \d+ trace events needs more than 1 MB of memory, "
+        r"half of this host's; convert the trace on a host with more memory",
+    ):
         chrome_to_pftrace(path, tmp_path / "fail.pftrace")
     assert not (tmp_path / "fail.pftrace").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(chrome_trace.SPILL_PREFIX)]

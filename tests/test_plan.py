@@ -6,8 +6,8 @@ import json
 import subprocess
 
 import yaml
-
 from conftest import BIN, private_cache
+
 from neuronsweep.config import schema as config
 from neuronsweep.stages.plan import make_plan
 
@@ -17,13 +17,25 @@ def plan_of(suites):
 
 
 def test_grid_times_dtypes_plus_shapes():
-    p = plan_of({"matmul": {"grid": {"m": [128, 512], "k": [1024], "n": [256, 2048]},
-                            "shapes": [{"m": 8, "k": 4096, "n": 14336}], "dtype": ["fp32", "bf16"]}})
+    p = plan_of(
+        {
+            "matmul": {
+                "grid": {"m": [128, 512], "k": [1024], "n": [256, 2048]},
+                "shapes": [{"m": 8, "k": 4096, "n": 14336}],
+                "dtype": ["fp32", "bf16"],
+            }
+        }
+    )
     assert len(p.scenarios) == (2 * 1 * 2 + 1) * 2 == 10
     assert len(p.workloads) == 10
     assert "matmul-m512-k1024-n2048-fp32" in p.workloads
-    assert p.workloads["matmul-m8-k4096-n14336-bf16"] == {"kind": "matmul", "m": 8, "k": 4096, "n": 14336,
-                                                          "dtype": "bf16"}
+    assert p.workloads["matmul-m8-k4096-n14336-bf16"] == {
+        "kind": "matmul",
+        "m": 8,
+        "k": 4096,
+        "n": 14336,
+        "dtype": "bf16",
+    }
 
 
 def test_a_shape_in_grid_and_shapes_is_one_scenario():
@@ -38,11 +50,21 @@ def test_plan_is_stable_across_orderings():
 
 
 def test_cli_plan_json(tmp_path):
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(
-        {"backend": "auto", "cache_dir": str(private_cache(tmp_path)),
-         "suites": {"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}}}))
-    proc = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml"), "--json"],
-                          capture_output=True, text=True, check=True)
+    (tmp_path / "c.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "backend": "auto",
+                "cache_dir": str(private_cache(tmp_path)),
+                "suites": {"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = json.loads(proc.stdout)
     assert out["counts"] == {"scenarios": 2, "workloads": 2, "unsupported": 0}
     assert out["backend"] == "cpu"  # no Neuron device on CI
@@ -54,15 +76,23 @@ def test_cli_plan_json(tmp_path):
 
 
 def test_recompile_suite_runs_on_lazy_tensor_backends_only():
-    suites = {"recompile": {"shapes": [{"m": 64, "k": 64, "n": 64}]}, "matmul": {"shapes": [{"m": 64, "k": 64, "n": 64}]}}
+    suites = {
+        "recompile": {"shapes": [{"m": 64, "k": 64, "n": 64}]},
+        "matmul": {"shapes": [{"m": 64, "k": 64, "n": 64}]},
+    }
     on_cpu = plan_of(suites)
-    assert [s.id for s in on_cpu.scenarios] == ["matmul-m64-k64-n64-fp32", "recompile-pythonfloat-m64-k64-n64-fp32",
-                                                "recompile-pythonint-m64-k64-n64-fp32",
-                                                "recompile-static-m64-k64-n64-fp32"]
+    assert [s.id for s in on_cpu.scenarios] == [
+        "matmul-m64-k64-n64-fp32",
+        "recompile-pythonfloat-m64-k64-n64-fp32",
+        "recompile-pythonint-m64-k64-n64-fp32",
+        "recompile-static-m64-k64-n64-fp32",
+    ]
     # static is the plain matmul: one workload; the two traps are unsupported on cpu, with the reason
     assert list(on_cpu.workloads) == ["matmul-m64-k64-n64-fp32"]
-    assert set(on_cpu.unsupported) == {"matmul-m64-k64-n64-fp32-varies-pythonfloat",
-                                       "matmul-m64-k64-n64-fp32-varies-pythonint"}
+    assert set(on_cpu.unsupported) == {
+        "matmul-m64-k64-n64-fp32-varies-pythonfloat",
+        "matmul-m64-k64-n64-fp32-varies-pythonint",
+    }
     assert all("freezes Python values" in why for why in on_cpu.unsupported.values())
     on_xla = make_plan(config.validate({"suites": suites}), "xla")
     assert len(on_xla.workloads) == 3 and not on_xla.unsupported

@@ -1,4 +1,4 @@
-"""Regression tests on real neuron-profile output (../shared/fixtures/neuron/real/: three legacy
+"""Regression tests on real neuron-profile output (tests/data/neuron/inf2-profiles/: three legacy
 full-profile JSON files from an inf2.xlarge, profiler 2.27.33, published by a third party)."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import subprocess
 
 import pandas as pd
 import pytest
+from conftest import BIN, DATA
 
-from conftest import BIN, SHARED
 from neuronsweep.analysis import derived
 from neuronsweep.formats import legacy_json
 from neuronsweep.formats.profile_db import ProfileDB
 
-REAL = SHARED / "fixtures" / "neuron" / "real"
+REAL = DATA / "neuron" / "inf2-profiles"
 FILES = sorted(REAL.glob("profile_*.json"))
-pytestmark = pytest.mark.skipif(not FILES, reason=f"the real Neuron fixtures are not at {REAL}")
+assert FILES, f"the real Neuron profiles are missing from {REAL}"
 
 
 def ns(*args, check=True):
@@ -32,8 +32,9 @@ def raw(path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_query_keeps_64_bit_ids_exact(path):
     data = raw(path)
-    out = ns("query", path, "SELECT count(*) AS n, max(id) AS top, typeof(any_value(id)) AS t FROM instruction",
-             "--csv").stdout
+    out = ns(
+        "query", path, "SELECT count(*) AS n, max(id) AS top, typeof(any_value(id)) AS t FROM instruction", "--csv"
+    ).stdout
     row = pd.read_csv(pd.io.common.StringIO(out), dtype=str).iloc[0]
     assert int(row["n"]) == len(data["instruction"]) and row["t"] == "BIGINT"
     assert int(row["top"]) == max(r["id"] for r in data["instruction"])  # above 2^53: exact, not a float
@@ -76,14 +77,18 @@ def test_device_memory_comes_from_the_fields_the_tool_writes(path, tmp_path):
     assert m["hbm_dram_spill_bytes"] == by_type["DRAM Spill"]
     sb = [r["usage_avg"] for r in data["instruction_usage"] if r["type"] == "sb"]
     psum = [r["usage_avg"] for r in data["instruction_usage"] if r["type"] == "psum"]
-    assert m["sbuf_peak_usage_pct"] == pytest.approx(100 * max(sb)) and m["psum_peak_usage_pct"] == pytest.approx(100 * max(psum))
+    assert m["sbuf_peak_usage_pct"] == pytest.approx(100 * max(sb)) and m["psum_peak_usage_pct"] == pytest.approx(
+        100 * max(psum)
+    )
     assert m["largest_tensor_bytes"] is None and "Memory Tracker" in m["notes"]["largest_tensor_bytes"]
 
 
 def test_a_small_array_far_from_both_ends_of_a_big_profile_is_streamed(tmp_path):
-    big = {"instruction": [{"id": i, "pad": "x" * 64} for i in range(30_000)],
-           "nc_mem_usage": [{"usage_type": "Tensors", "amount_bytes": 5}],
-           "dma": [{"id": i, "pad": "y" * 64} for i in range(30_000)]}
+    big = {
+        "instruction": [{"id": i, "pad": "x" * 64} for i in range(30_000)],
+        "nc_mem_usage": [{"usage_type": "Tensors", "amount_bytes": 5}],
+        "dma": [{"id": i, "pad": "y" * 64} for i in range(30_000)],
+    }
     path = tmp_path / "big.json"
     path.write_text(json.dumps(big))
     assert path.stat().st_size > 2 * legacy_json.EDGE
@@ -98,8 +103,9 @@ def test_extract_through_a_view_folder_with_raw_summary_json_and_the_legacy_prof
     view.mkdir(parents=True)
     shutil.copy(path, view / "profile.json")
     # what `view --output-format summary-json > summary.json` leaves: log lines, then {"n_<hash>": {...}}
-    (view / "summary.json").write_text("2026-01-01T00:00:00Z INFO [klog] reading NTFF version 5\n"
-                                       + json.dumps({"n_0123abcd": data["summary"][0]}))
+    (view / "summary.json").write_text(
+        "2026-01-01T00:00:00Z INFO [klog] reading NTFF version 5\n" + json.dumps({"n_0123abcd": data["summary"][0]})
+    )
     out = tmp_path / "matmul-real" / "metrics.json"
     ns("extract", "--summary-json", view / "summary.json", "--profile-json", view / "profile.json", "--out", out)
     m = json.loads(out.read_text())
@@ -107,8 +113,14 @@ def test_extract_through_a_view_folder_with_raw_summary_json_and_the_legacy_prof
     tables = tmp_path / "matmul-real" / "tables"
     busy = pd.read_csv(tables / "engine_busy.csv").set_index("class")
     total_ns = data["summary"][0]["total_time"] * 1e9
-    assert (busy["busy_ns"] <= total_ns).all() and set(busy.index) == {"tensor", "vector", "scalar", "gpsimd", "sync",
-                                                                       "dma"}
+    assert (busy["busy_ns"] <= total_ns).all() and set(busy.index) == {
+        "tensor",
+        "vector",
+        "scalar",
+        "gpsimd",
+        "sync",
+        "dma",
+    }
     op_mix = pd.read_csv(tables / "op_mix.csv")
     assert not op_mix["opcode"].str.contains("SEMAPHORE").any() and "MATMUL" in set(op_mix["opcode"])
     queues = pd.read_csv(tables / "dma_queues.csv")
@@ -135,9 +147,11 @@ def test_extract_refuses_a_file_without_a_summary_and_reads_raw_summary_json_und
     bad.write_text(json.dumps({"instruction": [], "metadata": [{}]}))
     proc = ns("extract", "--summary-json", bad, "--out", tmp_path / "m.json", check=False)
     assert proc.returncode == 2 and not (tmp_path / "m.json").exists()
-    assert proc.stderr.strip().endswith(f"{bad}: holds no profile summary (total_time absent); pass a view's "
-                                        "summary.json, the output of `view --output-format summary-json`, or a "
-                                        "legacy `--output-format json` profile.")
+    assert proc.stderr.strip().endswith(
+        f"{bad}: holds no profile summary (total_time absent); pass a view's "
+        "summary.json, the output of `view --output-format summary-json`, or a "
+        "legacy `--output-format json` profile."
+    )
     odd = tmp_path / "view" / "whatever.txt"
     odd.parent.mkdir()
     odd.write_text("INFO [klog] post-processing\n" + json.dumps({"n_ff": raw(FILES[1])["summary"][0]}))
@@ -161,10 +175,17 @@ def test_trn2_peaks_are_per_logical_core_and_a_wrong_target_is_named():
     from neuronsweep.store.records import BuildRecord
 
     spec = {"kind": "matmul", "m": 4096, "k": 4096, "n": 4096, "dtype": "bf16"}
-    build = BuildRecord.from_json({"workload_id": "w", "backend": "neuron", "spec": spec, "target": "trn2",
-                                   "cache": {"hit": False}})
-    summary = {"total_time": 1e-3, "total_active_time": 1e-3, "model_flops": 2 * 4096**3, "hbm_read_bytes": 5e8,
-               "hbm_write_bytes": 2.5e8, "instance_type": "trn2.48xlarge"}
+    build = BuildRecord.from_json(
+        {"workload_id": "w", "backend": "neuron", "spec": spec, "target": "trn2", "cache": {"hit": False}}
+    )
+    summary = {
+        "total_time": 1e-3,
+        "total_active_time": 1e-3,
+        "model_flops": 2 * 4096**3,
+        "hbm_read_bytes": 5e8,
+        "hbm_write_bytes": 2.5e8,
+        "instance_type": "trn2.48xlarge",
+    }
     m = compute(summary, None, build)
     assert m["lnc"] == 2 and m["peak_flops_per_s"] == pytest.approx(2 * 128 * 128 * 2 * 2.4e9)  # LNC 2 default
     assert m["mfu_recomputed_pct"] == pytest.approx(100 * 2 * 4096**3 / (2 * 78.6432e12 * 1e-3), rel=1e-4)
@@ -173,5 +194,6 @@ def test_trn2_peaks_are_per_logical_core_and_a_wrong_target_is_named():
     one = compute(summary, None, dataclasses.replace(build, lnc=1))
     assert one["peak_flops_per_s"] == pytest.approx(m["peak_flops_per_s"] / 2)
     wrong = compute({**summary, "instance_type": "inf2.xlarge"}, None, build)
-    assert wrong["notes"]["neuron_target"] == ("neuron.target is trn2 but the profile was captured on inf2.xlarge; "
-                                               "set neuron.target: inf2")
+    assert wrong["notes"]["neuron_target"] == (
+        "neuron.target is trn2 but the profile was captured on inf2.xlarge; set neuron.target: inf2"
+    )

@@ -7,22 +7,34 @@ import time
 
 import pytest
 
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, ViewRecord
-from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 
 SPEC = {"kind": "matmul", "m": 4, "k": 8, "n": 2, "dtype": "fp32"}
 
 
 def test_a_record_round_trips_through_flat_json(tmp_path):
-    settings = CaptureSettings(warmup=1, iterations=2, repeats=1, num_exec=2, nth_exec=2, threads=1,
-                               device_lock="/tmp/x.lock", timeout_s=5)
-    rec = CaptureRecord.create(time.time(), workload_id="w", backend="cpu", spec=SPEC, settings=settings,
-                               latency={"median_s": 1e-6}, threads=1, host={"cpu": "x"}, argv=["a"])
+    settings = CaptureSettings(
+        warmup=1, iterations=2, repeats=1, num_exec=2, nth_exec=2, threads=1, device_lock="/tmp/x.lock", timeout_s=5
+    )
+    rec = CaptureRecord.create(
+        time.time(),
+        workload_id="w",
+        backend="cpu",
+        spec=SPEC,
+        settings=settings,
+        latency={"median_s": 1e-6},
+        threads=1,
+        host={"cpu": "x"},
+        argv=["a"],
+    )
     path = rec.write(tmp_path)
     on_disk = json.loads(path.read_text())
     # flat, as users' jq scripts expect: typed fields, the backend's own fields and provenance side by side
-    assert on_disk["stage"] == "capture" and on_disk["latency"] == {"median_s": 1e-6} and on_disk["host"] == {"cpu": "x"}
+    assert (
+        on_disk["stage"] == "capture" and on_disk["latency"] == {"median_s": 1e-6} and on_disk["host"] == {"cpu": "x"}
+    )
     assert on_disk["settings"]["nth_exec"] == 2 and on_disk["command"].startswith("neuronsweep")
     back = CaptureRecord.read(tmp_path)
     assert back == rec and back.settings == settings and back.details == {"host": {"cpu": "x"}, "argv": ["a"]}
@@ -37,7 +49,9 @@ def test_missing_or_damaged_records_say_which_stage_to_run(tmp_path):
     (tmp_path / "view.json").write_text('{"stage": "view"}')
     with pytest.raises(UserError, match="a view record lacks backend, spec, workload_id; rerun the view stage"):
         ViewRecord.read(tmp_path)
-    (tmp_path / "capture.json").write_text('{"workload_id": "w", "backend": "cpu", "spec": null, "settings": {"nth": 2}}')
+    (tmp_path / "capture.json").write_text(
+        '{"workload_id": "w", "backend": "cpu", "spec": null, "settings": {"nth": 2}}'
+    )
     with pytest.raises(UserError, match=r"settings are not this version's \(nth\); rerun the capture stage"):
         CaptureRecord.read(tmp_path)
     (tmp_path / "metrics.json").write_text("[]")

@@ -20,16 +20,23 @@ CHROMIUM, DRIVER = shutil.which("chromium") or shutil.which("chromium-browser"),
 def _browser():
     if not (CHROMIUM and DRIVER):
         if os.environ.get("NEURONSWEEP_REQUIRE_BROWSER"):
-            pytest.fail("chromium and chromedriver are required here (NEURONSWEEP_REQUIRE_BROWSER): "
-                        "apt-get install chromium chromium-driver")
+            pytest.fail(
+                "chromium and chromedriver are required here (NEURONSWEEP_REQUIRE_BROWSER): "
+                "apt-get install chromium chromium-driver"
+            )
         pytest.skip("no chromium/chromedriver here (Debian: apt-get install chromium chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(DRIVER), options=options)
@@ -61,9 +68,12 @@ def test_report_renders_hovers_sorts_and_filters(browser, finished_run, tmp_path
     browser.get(page.as_uri())
     figures = browser.find_elements(By.CSS_SELECTOR, "[data-figure]")
     assert len(figures) >= 4
-    rendered = _until(lambda: browser.execute_script(
-        "return Array.from(document.querySelectorAll('[data-figure]')).every("
-        "f => f.querySelector('.main-svg') && f.querySelector('.plot-container'))"))
+    rendered = _until(
+        lambda: browser.execute_script(
+            "return Array.from(document.querySelectorAll('[data-figure]')).every("
+            "f => f.querySelector('.main-svg') && f.querySelector('.plot-container'))"
+        )
+    )
     assert rendered, "a figure did not render"
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
     assert errors == []
@@ -74,8 +84,14 @@ def test_report_renders_hovers_sorts_and_filters(browser, finished_run, tmp_path
     labels = []
     for point in points:
         ActionChains(browser).move_to_element(point).perform()
-        labels.append(_until(lambda: browser.execute_script(
-            "return document.querySelector('#fig-roofline .hoverlayer').textContent"), timeout=2))
+        labels.append(
+            _until(
+                lambda: browser.execute_script(
+                    "return document.querySelector('#fig-roofline .hoverlayer').textContent"
+                ),
+                timeout=2,
+            )
+        )
     assert any(re.search(r"matmul-m\d+-k\d+-n\d+-fp32.*FLOP/B.*GFLOP/s", text) for text in labels), labels
 
     # a table sorts on a header click (numbers as numbers) and filters as one types
@@ -84,7 +100,9 @@ def test_report_renders_hovers_sorts_and_filters(browser, finished_run, tmp_path
     col = headers.index("time_s")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", table)
     table.find_elements(By.CSS_SELECTOR, "th")[col].click()
-    times = [float(r.find_elements(By.TAG_NAME, "td")[col].text) for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    times = [
+        float(r.find_elements(By.TAG_NAME, "td")[col].text) for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
     assert times == sorted(times) and len(times) >= 2
     box = browser.find_element(By.CSS_SELECTOR, "input.filter")
     box.send_keys("m16-k16", Keys.TAB)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import BIN, REPO, neuron_config, snakemake, standin_env
-from neuronsweep.host import slots
+
 from neuronsweep.errors import UserError
+from neuronsweep.host import slots
 
 
 def _env(monkeypatch, tmp_path, **knobs):
@@ -33,8 +33,11 @@ def test_slots_come_from_neuron_ls_one_chip_or_one_core_each(tmp_path, monkeypat
     assert len(core) == 32 and core.slots[31].visible == "31"
     assert [s.visible for s in slots.pool("neuron", 3, "chip").slots] == ["0-1", "2-3", "4-5"]
     assert chip.slots[1].locks("/x/dev.lock") == [Path("/x/dev.lock.nc2"), Path("/x/dev.lock.nc3")]
-    with pytest.raises(UserError, match=r"'capture.slots' is 17, but this machine has 16 chip slot\(s\) .*"
-                                        r"set it to at most 16, or auto\."):
+    with pytest.raises(
+        UserError,
+        match=r"'capture.slots' is 17, but this machine has 16 chip slot\(s\) .*"
+        r"set it to at most 16, or auto\.",
+    ):
         slots.pool("neuron", 17, "chip")
     host = slots.pool("cpu", 8, "core")  # cpu keeps its one slot, whatever the neuron keys say
     assert len(host) == 1 and host.slots[0].locks("/x/dev.lock") == [Path("/x/dev.lock")]
@@ -103,8 +106,11 @@ def test_sixteen_captures_on_eight_slots_run_in_about_two_rounds_each_pinned_to_
 def test_two_snakemake_processes_never_share_a_core(tmp_path):
     """Each process thinks it has 4 slots (neuron_device 4); they share the machine's 4 chips through
     the per-core locks, one in core isolation, so a chip slot and a core slot must exclude each other."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           **standin_env(tmp_path, STANDIN_DEVICES="4", STANDIN_EXEC_SECONDS="1")}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        **standin_env(tmp_path, STANDIN_DEVICES="4", STANDIN_EXEC_SECONDS="1"),
+    }
     procs = []
     for run, isolation in (("r1", "chip"), ("r2", "core")):
         work = tmp_path / run
@@ -113,10 +119,26 @@ def test_two_snakemake_processes_never_share_a_core(tmp_path):
         cfg["capture"].update({"device_lock": str(tmp_path / "device.lock"), "isolation": isolation})
         cfg["suites"]["matmul"]["grid"]["m"] = [16, 32]  # 8 cases each
         (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-        procs.append(subprocess.Popen(
-            [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(work), "--configfile",
-             str(work / "config.yaml"), "--cores", "4"], cwd=work, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(BIN / "snakemake"),
+                    "-s",
+                    str(REPO / "Snakefile"),
+                    "--directory",
+                    str(work),
+                    "--configfile",
+                    str(work / "config.yaml"),
+                    "--cores",
+                    "4",
+                ],
+                cwd=work,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
     spans = _spans(tmp_path / "r1") + _spans(tmp_path / "r2")
@@ -130,15 +152,24 @@ def test_more_slots_than_the_machine_has_is_refused_before_any_job_and_doctor_sh
     cfg["capture"]["slots"] = 3
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, **standin_env(tmp_path, STANDIN_DEVICES="2")}
-    sentence = ("config key 'capture.slots' is 3, but this machine has 2 chip slot(s) (")
-    plan = subprocess.run([str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True, env=env)
+    sentence = "config key 'capture.slots' is 3, but this machine has 2 chip slot(s) ("
+    plan = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert plan.returncode == 2 and sentence in plan.stderr and plan.stderr.strip().endswith("or auto.")
     dry = snakemake(tmp_path, "-n", env=standin_env(tmp_path, STANDIN_DEVICES="2"), check=False)
     assert dry.proc.returncode != 0 and sentence in dry.output and "rule build" not in dry.output
     cfg["capture"].update({"slots": "auto", "isolation": "core"})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    doctor = subprocess.run([str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "config.yaml")],
-                            capture_output=True, text=True, env=env, check=True).stdout
+    doctor = subprocess.run(
+        [str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "config.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     assert "capture slots: 4 device slot(s), core isolation, 1 NeuronCore(s) each (cores 0 .. 3;" in doctor
     assert "slot 0 (cores 0): free" in doctor

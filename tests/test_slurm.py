@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import BIN, REPO, snakemake, tiny_config
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 MISSING = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "squeue") if not shutil.which(t)]
 if MISSING and os.environ.get("NEURONSWEEP_REQUIRE_SLURM"):  # .ci/run installs Slurm: a skip would hide that
     raise RuntimeError(f"Slurm is required here: {', '.join(MISSING)} not found (tests/slurm/cluster.sh install)")
-pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"Slurm is not installed here ({', '.join(MISSING)} not "
-                                                      "found): run tests/slurm/cluster.sh install (root)")
+pytestmark = pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"Slurm is not installed here ({', '.join(MISSING)} not found): run tests/slurm/cluster.sh install (root)",
+)
 
 
 @pytest.fixture
@@ -38,8 +39,12 @@ def cluster(tmp_path):
 def _smoke(work: Path) -> dict:
     smoke = yaml.safe_load((REPO / "config" / "examples" / "smoke.yaml").read_text())
     base = tiny_config(work)
-    return {**smoke, "backend": "cpu", "cache_dir": base["cache_dir"],
-            "capture": {**smoke["capture"], "device_lock": base["capture"]["device_lock"]}}
+    return {
+        **smoke,
+        "backend": "cpu",
+        "cache_dir": base["cache_dir"],
+        "capture": {**smoke["capture"], "device_lock": base["capture"]["device_lock"]},
+    }
 
 
 def _rows(work: Path) -> list[tuple]:
@@ -55,16 +60,37 @@ def test_the_smoke_sweep_through_slurm_matches_a_local_run(tmp_path, cluster):
     (remote / "config.yaml").write_text(yaml.safe_dump(_smoke(remote)))
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **slurm_env}
     proc = subprocess.run(
-        [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(remote), "--configfile",
-         str(remote / "config.yaml"), "--workflow-profile", str(REPO / "workflow" / "profiles" / "slurm"),
-         "--slurm-no-account", "--slurm-init-seconds-before-status-checks", "1", "--jobs", "4",
-         "--default-resources", "mem_mb=500", "runtime=10"],
-        cwd=remote, env=env, capture_output=True, text=True, timeout=1200)
+        [
+            str(BIN / "snakemake"),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(remote),
+            "--configfile",
+            str(remote / "config.yaml"),
+            "--workflow-profile",
+            str(REPO / "workflow" / "profiles" / "slurm"),
+            "--slurm-no-account",
+            "--slurm-init-seconds-before-status-checks",
+            "1",
+            "--jobs",
+            "4",
+            "--default-resources",
+            "mem_mb=500",
+            "runtime=10",
+        ],
+        cwd=remote,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert _rows(remote) == _rows(local) and {s for _, s in _rows(remote)} == {"ok"}
-    submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", out, re.IGNORECASE)) or \
-        set(re.findall(r"SLURM run ID: \S+.*?jobid (\d+)", out))
+    submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", out, re.IGNORECASE)) or set(
+        re.findall(r"SLURM run ID: \S+.*?jobid (\d+)", out)
+    )
     log = (state / "slurmctld.log").read_text()
     accepted = set(re.findall(r"_slurm_rpc_submit_batch_job: JobId=(\d+)", log))
     assert accepted and len(accepted) >= 7, log[-2000:]  # 2 builds, calibrate, 2 captures, 2 views, ...
@@ -72,4 +98,6 @@ def test_the_smoke_sweep_through_slurm_matches_a_local_run(tmp_path, cluster):
     # the finished jobs stay known for MinJobAge: captures asked for one neuron chip
     jobs = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True, text=True).stdout
     captures = [line for line in jobs.splitlines() if re.search(r"Comment=rule_capture_wildcards", line)]
-    assert len(captures) == 2 and all(re.search(r"TresPerNode=gres:neuron:1\b", line) for line in captures), jobs[-3000:]
+    assert len(captures) == 2 and all(re.search(r"TresPerNode=gres:neuron:1\b", line) for line in captures), jobs[
+        -3000:
+    ]

@@ -50,4 +50,5 @@ def test_status_counts_each_stage_and_estimates_the_time_left(finished_run, tmp_
 def test_status_of_a_folder_without_a_plan_is_one_sentence(tmp_path):
     proc = _status(tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().endswith(
-        "no plan.json; pass a results/<run> folder of a sweep that has started.")
+        "no plan.json; pass a results/<run> folder of a sweep that has started."
+    )

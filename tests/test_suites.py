@@ -1,4 +1,5 @@
-"""Workload suites (seed 001/000/002), dedupe, tile model and roofline; every suite end to end."""
+"""Workload suites (matmul, tiling, llm, mlp, loops, recompile), dedupe, tile model and roofline; every suite end
+to end."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-
 from conftest import neuron_config, snakemake, standin_env, tiny_config
-from neuronsweep.config import schema as config
+
 from neuronsweep.analysis import roofline
+from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
+from neuronsweep.host.targets import TARGETS
 from neuronsweep.stages.plan import make_plan
 
 
@@ -20,9 +22,14 @@ def plan_of(suites, backend="cpu", slow_dtypes=None):
 
 
 def test_representative_plan_counts_match_hand_computed_dedupe():
-    p = plan_of({"tiling": {}, "loops": {},
-                 "llm": {"models": [{"name": "llama-8b", "hidden": 4096, "intermediate": 14336}]},
-                 "mlp": {"configs": [{"b": 1, "s": 128, "h": 1024, "i": 512}], "impl": ["compiler", "nki"]}})
+    p = plan_of(
+        {
+            "tiling": {},
+            "loops": {},
+            "llm": {"models": [{"name": "llama-8b", "hidden": 4096, "intermediate": 14336}]},
+            "mlp": {"configs": [{"b": 1, "s": 128, "h": 1024, "i": 512}], "impl": ["compiler", "nki"]},
+        }
+    )
     by_suite = Counter(s.suite for s in p.scenarios)
     # tiling: 3 dims x 2 boundaries x 2 multiples x 3 offsets
     # llm: prefill 9 batches x 5 seqs x 3 projections + decode 9 x 3
@@ -33,12 +40,22 @@ def test_representative_plan_counts_match_hand_computed_dedupe():
     # loops 9, mlp 1 (+ nki unsupported on cpu)
     assert len(p.workloads) == 34 + 40 + 9 + 1 and list(p.unsupported) == ["mlp-b1-s128-h1024-i512-fp32-nki"]
     on_neuron = plan_of({"mlp": {"configs": [{"b": 1, "s": 128, "h": 1024, "i": 512}], "impl": ["nki"]}}, "neuron")
-    assert list(on_neuron.workloads) == ["mlp-b1-s128-h1024-i512-fp32-nki"]  # seed 002 config: the NKI kernel fits
+    assert list(on_neuron.workloads) == [
+        "mlp-b1-s128-h1024-i512-fp32-nki"
+    ]  # the smallest MLP config: the NKI kernel fits
 
 
 def test_llm_gemms_and_bucket_mapping():
-    p = plan_of({"llm": {"models": [{"name": "m", "hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8}],
-                         "batch": [8], "seq": [256], "projections": ["ffn_up", "ffn_down", "qkv", "o"]}})
+    p = plan_of(
+        {
+            "llm": {
+                "models": [{"name": "m", "hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8}],
+                "batch": [8],
+                "seq": [256],
+                "projections": ["ffn_up", "ffn_down", "qkv", "o"],
+            }
+        }
+    )
     sc = {s.id: s for s in p.scenarios}
     assert sc["llm-m-prefill-b8-s256-ffn_up-fp32"].workload_id == "matmul-m2048-k4096-n14336-fp32"
     assert sc["llm-m-decode-b8-ffn_down-fp32"].workload_id == "matmul-m8-k14336-n4096-fp32"
@@ -49,31 +66,46 @@ def test_llm_gemms_and_bucket_mapping():
 
 
 def test_tiling_values_straddle_the_boundaries():
-    p = plan_of({"tiling": {"base": {"m": 64, "k": 64, "n": 64}, "boundaries": [128], "multiples": [1, 2],
-                            "offsets": [-1, 0, 1], "vary": ["n"]}})
+    p = plan_of(
+        {
+            "tiling": {
+                "base": {"m": 64, "k": 64, "n": 64},
+                "boundaries": [128],
+                "multiples": [1, 2],
+                "offsets": [-1, 0, 1],
+                "vary": ["n"],
+            }
+        }
+    )
     assert sorted(s.labels["n"] for s in p.scenarios) == [127, 128, 129, 255, 256, 257]
 
 
 def test_slow_dtypes_and_nki_are_unsupported_on_cpu_with_reasons():
-    p = plan_of({"matmul": {"shapes": [{"m": 8, "k": 8, "n": 8}], "dtype": ["fp16", "bf16"], "impl": ["compiler", "nki"]}},
-                slow_dtypes={"fp16": "no fast fp16 GEMM here"})
+    p = plan_of(
+        {"matmul": {"shapes": [{"m": 8, "k": 8, "n": 8}], "dtype": ["fp16", "bf16"], "impl": ["compiler", "nki"]}},
+        slow_dtypes={"fp16": "no fast fp16 GEMM here"},
+    )
     assert set(p.workloads) == {"matmul-m8-k8-n8-bf16"}
     assert "fp16" in p.unsupported["matmul-m8-k8-n8-fp16"] and "NKI" in p.unsupported["matmul-m8-k8-n8-bf16-nki"]
-    on_neuron = plan_of({"matmul": {"shapes": [{"m": 128, "k": 128, "n": 100}], "dtype": ["fp16"], "impl": ["nki"]}},
-                        "neuron")
+    on_neuron = plan_of(
+        {"matmul": {"shapes": [{"m": 128, "k": 128, "n": 100}], "dtype": ["fp16"], "impl": ["nki"]}}, "neuron"
+    )
     assert "N=100" not in json.dumps(on_neuron.unsupported)  # below one tile: the kernel handles it
     assert set(on_neuron.workloads) == {"matmul-m128-k128-n100-fp16-nki"}
 
 
-@pytest.mark.parametrize("mkn, counts, util", [
-    ((128, 128, 512), (1, 1, 1), 100.0),
-    ((127, 128, 512), (1, 1, 1), 100 * 127 / 128),
-    ((129, 128, 512), (2, 1, 1), 100 * 129 / 256),
-    ((128, 129, 512), (1, 2, 1), 100 * 129 / 256),
-    ((128, 128, 513), (1, 1, 2), 100 * 513 / 1024),
-    ((256, 256, 1024), (2, 2, 2), 100.0),
-    ((1, 1, 1), (1, 1, 1), 100 / (128 * 128 * 512)),
-])
+@pytest.mark.parametrize(
+    "mkn, counts, util",
+    [
+        ((128, 128, 512), (1, 1, 1), 100.0),
+        ((127, 128, 512), (1, 1, 1), 100 * 127 / 128),
+        ((129, 128, 512), (2, 1, 1), 100 * 129 / 256),
+        ((128, 129, 512), (1, 2, 1), 100 * 129 / 256),
+        ((128, 128, 513), (1, 1, 2), 100 * 513 / 1024),
+        ((256, 256, 1024), (2, 2, 2), 100.0),
+        ((1, 1, 1), (1, 1, 1), 100 / (128 * 128 * 512)),
+    ],
+)
 def test_tile_counts_at_and_around_boundaries(mkn, counts, util):
     t = roofline.tiles([mkn])
     assert (t["tiles_m"], t["tiles_k"], t["tiles_n"]) == counts
@@ -89,18 +121,32 @@ def test_multi_gemm_tiles_and_roofline_bound():
     # a decode GEMM (M=8) is memory bound, a big square one compute bound, on every target
     for target in ("trn1", "inf2", "trn2"):
         t = TARGETS[target]
-        dec = roofline.roofline(2 * 8 * 4096 * 14336, 2 * (8 * 4096 + 4096 * 14336 + 8 * 14336),
-                                t.peak_flops("bf16"), t.hbm_bytes_per_s, None)
+        dec = roofline.roofline(
+            2 * 8 * 4096 * 14336,
+            2 * (8 * 4096 + 4096 * 14336 + 8 * 14336),
+            t.peak_flops("bf16"),
+            t.hbm_bytes_per_s,
+            None,
+        )
         big = roofline.roofline(2 * 4096**3, 2 * 3 * 4096**2, t.peak_flops("bf16"), t.hbm_bytes_per_s, 1.0)
         assert dec["roofline_bound"] == "memory" and big["roofline_bound"] == "compute"
         assert big["roofline_efficiency_pct"] == pytest.approx(100 * big["ideal_compute_s"])
 
 
 TINY_SUITES = {
-    "tiling": {"base": {"m": 16, "k": 16, "n": 16}, "boundaries": [128], "multiples": [1], "offsets": [0],
-               "vary": ["m", "k"]},
-    "llm": {"models": [{"name": "tiny", "hidden": 32, "intermediate": 64}], "batch": [1], "seq": [16],
-            "projections": ["ffn_up", "ffn_gate"]},
+    "tiling": {
+        "base": {"m": 16, "k": 16, "n": 16},
+        "boundaries": [128],
+        "multiples": [1],
+        "offsets": [0],
+        "vary": ["m", "k"],
+    },
+    "llm": {
+        "models": [{"name": "tiny", "hidden": 32, "intermediate": 64}],
+        "batch": [1],
+        "seq": [16],
+        "projections": ["ffn_up", "ffn_gate"],
+    },
     "mlp": {"configs": [{"b": 1, "s": 16, "h": 32, "i": 64}], "impl": ["compiler", "nki"]},
     "loops": {"steps": 2, "batch": 4, "features": 16, "sizes": {"small": 1}},
 }
@@ -115,8 +161,11 @@ def test_every_suite_end_to_end_on_cpu(tmp_path):
     ok = table[table["status"] != "unsupported"]
     assert set(ok["status"]) == {"ok"}, ok[["status", "reason"]]
     # dedupe: prefill up and gate share one workload, and so do decode up and gate
-    assert table.loc["llm-tiny-prefill-b1-s16-ffn_up-fp32", "workload_id"] == \
-        table.loc["llm-tiny-prefill-b1-s16-ffn_gate-fp32", "workload_id"] == "matmul-m16-k32-n64-fp32"
+    assert (
+        table.loc["llm-tiny-prefill-b1-s16-ffn_up-fp32", "workload_id"]
+        == table.loc["llm-tiny-prefill-b1-s16-ffn_gate-fp32", "workload_id"]
+        == "matmul-m16-k32-n64-fp32"
+    )
     assert len(list((tmp_path / "results" / "t" / "cpu" / "workloads").iterdir())) == 2 + 2 + 1 + 3
     # the cpu roofline rests on the host's measured peaks
     cal = json.loads((tmp_path / "results" / "t" / "cpu" / "calibration.json").read_text())
@@ -140,16 +189,32 @@ def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
 
 
 def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
-    cfg = neuron_config(tmp_path, suites={"mlp": {"configs": [{"b": 1, "s": 128, "h": 128, "i": 256},
-                                                              {"b": 1, "s": 128, "h": 100, "i": 256}],
-                                                  "impl": ["nki"]}})
+    cfg = neuron_config(
+        tmp_path,
+        suites={
+            "mlp": {
+                "configs": [{"b": 1, "s": 128, "h": 128, "i": 256}, {"b": 1, "s": 128, "h": 100, "i": 256}],
+                "impl": ["nki"],
+            }
+        },
+    )
     snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
     assert table.loc["mlp-b1-s128-h128-i256-fp32-nki", "status"] == "ok"
     bad = table.loc["mlp-b1-s128-h100-i256-fp32-nki"]
     assert bad["status"] == "unsupported" and "h=100 is not a multiple of 128" in bad["reason"]
-    build = json.loads((tmp_path / "results" / "t" / "neuron" / "workloads" / "mlp-b1-s128-h128-i256-fp32-nki"
-                        / "build" / "build.json").read_text())
+    build = json.loads(
+        (
+            tmp_path
+            / "results"
+            / "t"
+            / "neuron"
+            / "workloads"
+            / "mlp-b1-s128-h128-i256-fp32-nki"
+            / "build"
+            / "build.json"
+        ).read_text()
+    )
     assert [name for name, _ in build["capture_inputs"]] == ["xT", "w_gate", "w_up", "w_down"]
 
 

@@ -7,7 +7,6 @@ import os
 
 import pandas as pd
 import yaml
-
 from conftest import snakemake
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
@@ -20,8 +19,15 @@ def workload(run_dir, wid):
 def test_full_run_writes_every_stage_and_summary(finished_run):
     for wid in WIDS:
         wdir = workload(finished_run, wid)
-        for rel in ("build/build.json", "build/model.pt2", "capture/capture.json", "capture/trace.json",
-                    "view/summary.json", "view/trace.pftrace", "metrics.json"):
+        for rel in (
+            "build/build.json",
+            "build/model.pt2",
+            "capture/capture.json",
+            "capture/trace.json",
+            "view/summary.json",
+            "view/trace.pftrace",
+            "metrics.json",
+        ):
             assert (wdir / rel).is_file(), rel
         metrics = json.loads((wdir / "metrics.json").read_text())
         assert metrics["workload_id"] == wid and metrics["latency_n"] == 3
@@ -55,8 +61,11 @@ def test_adding_one_shape_runs_only_that_shape(run_copy):
 def test_deleting_one_metrics_reruns_only_its_extract_and_aggregate(run_copy):
     (workload(run_copy, WIDS[0]) / "metrics.json").unlink()
     run = snakemake(run_copy)
-    assert run.jobs and sorted(j for j in run.jobs if j[0] != "all") == \
-        [["aggregate", None], ["extract", WIDS[0]], ["report", None]]  # the report follows the aggregate
+    assert run.jobs and sorted(j for j in run.jobs if j[0] != "all") == [
+        ["aggregate", None],
+        ["extract", WIDS[0]],
+        ["report", None],
+    ]  # the report follows the aggregate
 
 
 def test_one_metrics_target_builds_one_case_alone(tmp_path):
@@ -65,8 +74,9 @@ def test_one_metrics_target_builds_one_case_alone(tmp_path):
     target = f"results/t/cpu/workloads/{WIDS[1]}/metrics.json"
     run = snakemake(tmp_path, target, config=tiny_config(tmp_path))
     # the host calibration is the cpu roofline's input: measured once per run folder (cached per machine)
-    assert sorted(run.jobs) == sorted([[s, WIDS[1]] for s in ("build", "capture", "view", "extract")]
-                                      + [["calibrate", None]])
+    assert sorted(run.jobs) == sorted(
+        [[s, WIDS[1]] for s in ("build", "capture", "view", "extract")] + [["calibrate", None]]
+    )
     assert not workload(tmp_path, WIDS[0]).exists()
     assert not (tmp_path / "results" / "t" / "summary.csv").exists()
 
@@ -143,16 +153,33 @@ def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     def go(run):
-        procs[run] = subprocess.run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                                     "--configfile", str(tmp_path / f"{run}.yaml"), "--cores", "4",
-                                     "--set-threads", "capture=1"], capture_output=True, text=True, env=env)
+        procs[run] = subprocess.run(
+            [
+                str(BIN / "snakemake"),
+                "-s",
+                str(REPO / "Snakefile"),
+                "--directory",
+                str(tmp_path),
+                "--configfile",
+                str(tmp_path / f"{run}.yaml"),
+                "--cores",
+                "4",
+                "--set-threads",
+                "capture=1",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
 
     threads = [threading.Thread(target=go, args=(run,)) for run in ("r1", "r2")]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    assert all(p.returncode == 0 for p in procs.values()), {r: p.stdout[-1500:] + p.stderr[-1500:] for r, p in procs.items()}
+    assert all(p.returncode == 0 for p in procs.values()), {
+        r: p.stdout[-1500:] + p.stderr[-1500:] for r, p in procs.items()
+    }
     spans, entries = [], {}
     for run in ("r1", "r2"):
         assert set(pd.read_csv(tmp_path / "results" / run / "summary.csv")["status"]) == {"ok"}
@@ -173,7 +200,9 @@ def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
     from conftest import tiny_config
 
     run = snakemake(tmp_path, "-n", config=tiny_config(tmp_path))
-    assert run.rules == sorted(["aggregate", "calibrate", "plan", "report"] + ["build", "capture", "view", "extract"] * 2)
+    assert run.rules == sorted(
+        ["aggregate", "calibrate", "plan", "report"] + ["build", "capture", "view", "extract"] * 2
+    )
     captures = run.output.split("rule capture:")[1:]
     assert len(captures) == 2 and all("neuron_device=1" in block.split("\n\n")[0] for block in captures)
     assert not (tmp_path / "results").exists()

@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch_xla", reason="the xla backend's tests need torch-xla: pip install -e \".[xla,test]\" "
-                                        "in a venv of their own (.ci/run does it)")
+pytest.importorskip(
+    "torch_xla",
+    reason='the xla backend\'s tests need torch-xla: pip install -e ".[xla,test]" '
+    "in a venv of their own (.ci/run does it)",
+)
 
 from conftest import snakemake, tiny_config  # noqa: E402
+
+from neuronsweep.formats.pftrace_reader import read as read_pftrace
 from neuronsweep.stages import extract
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.formats.pftrace_reader import read as read_pftrace
 
 STATIC, INT, FLOAT = (f"matmul-m128-k128-n128-fp32{s}" for s in ("", "-varies-pythonint", "-varies-pythonfloat"))
 MLP = "mlp-b1-s32-h64-i128-fp32"
@@ -27,11 +31,22 @@ TIMED = 2 * 3  # repeats x iterations
 
 
 def xla_config(tmp: Path) -> dict:
-    return tiny_config(tmp, backend="xla",
-                       capture={"warmup": 1, "iterations": 3, "repeats": 2, "num_exec": 2, "nth_exec": 2,
-                                "device_lock": str(tmp / "device.lock")},
-                       suites={"recompile": {"shapes": [{"m": 128, "k": 128, "n": 128}]},
-                               "mlp": {"configs": [{"b": 1, "s": 32, "h": 64, "i": 128}]}})
+    return tiny_config(
+        tmp,
+        backend="xla",
+        capture={
+            "warmup": 1,
+            "iterations": 3,
+            "repeats": 2,
+            "num_exec": 2,
+            "nth_exec": 2,
+            "device_lock": str(tmp / "device.lock"),
+        },
+        suites={
+            "recompile": {"shapes": [{"m": 128, "k": 128, "n": 128}]},
+            "mlp": {"configs": [{"b": 1, "s": 32, "h": 64, "i": 128}]},
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +75,9 @@ def test_build_attributes_the_dumped_module_of_the_workload_graph(xla_run):
         build = json.loads((wdir(xla_run, wid) / "build" / "build.json").read_text())
         workload = [c for c in build["candidates"] if c["phase"] == "workload"]
         assert len(workload) == 1 and build["module_source"] == workload[0]["path"]
-        assert re.fullmatch(r"module_\d{4}\.SyncTensorsGraph\.\d+\.cpu_after_optimizations\.txt",
-                            Path(build["module_source"]).name)
+        assert re.fullmatch(
+            r"module_\d{4}\.SyncTensorsGraph\.\d+\.cpu_after_optimizations\.txt", Path(build["module_source"]).name
+        )
         assert all(c["phase"] != "second" for c in build["candidates"])  # same graph: no recompile
         module = (wdir(xla_run, wid) / "build" / "module.hlo.txt").read_text()
         assert module.startswith("HloModule SyncTensorsGraph") and " dot(" in module
@@ -96,7 +112,9 @@ def test_capture_view_extract_measure_the_run(xla_run):
         assert any(r["opcode"] == "dot" and r["instructions"] == "1" for r in csv.DictReader(f))
 
     m = json.loads((d / "metrics.json").read_text())
-    cpu_keys = extract.compute({}, None, BuildRecord.from_json({"workload_id": "w", "backend": "cpu", "spec": m["spec"]})).keys()
+    cpu_keys = extract.compute(
+        {}, None, BuildRecord.from_json({"workload_id": "w", "backend": "cpu", "spec": m["spec"]})
+    ).keys()
     assert set(m) - {"provenance"} == set(cpu_keys)  # the same keys as every backend
     assert m["backend"] == "xla" and m["latency_n"] == TIMED
     assert m["profile_active_time_s"] == pytest.approx(summary["total_active_time"])
@@ -122,5 +140,7 @@ def test_a_python_int_baked_into_the_graph_is_flagged_and_a_python_float_is_not(
     summary = json.loads((wdir(xla_run, INT) / "view" / "summary.json").read_text())
     assert summary["compile_in_profiled_exec"] == 1  # the trace shows the compile inside the call
     report = (xla_run / "results" / "t" / "report.html").read_text()
-    assert f"recompile-pythonint-m128-k128-n128-fp32: recompilation detected ({TIMED} compiles in {TIMED} timed calls)" \
+    assert (
+        f"recompile-pythonint-m128-k128-n128-fp32: recompilation detected ({TIMED} compiles in {TIMED} timed calls)"
         in report
+    )

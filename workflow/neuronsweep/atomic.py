@@ -27,7 +27,7 @@ def remove_stale(folder: Path, prefix: str) -> None:
     """Remove temp files and folders `<prefix><pid>.*.tmp*` left in `folder` by writers that died (a
     SIGKILL or a power cut skips every cleanup); a live writer's are left alone."""
     for stale in folder.glob(f"{glob.escape(prefix)}*.tmp*"):
-        pid = stale.name[len(prefix):].split(".", 1)[0]
+        pid = stale.name[len(prefix) :].split(".", 1)[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
 

@@ -11,13 +11,13 @@ import traceback
 from pathlib import Path
 
 from neuronsweep import __version__, backends
+from neuronsweep.backends.common import DEFAULT_TIMEOUT_S, default_threads
 from neuronsweep.config import schema as config
 from neuronsweep.config.schema import schema_default
-from neuronsweep.backends.common import DEFAULT_TIMEOUT_S, default_threads
-from neuronsweep.host.devicelock import DEFAULT_LOCK
-from neuronsweep.errors import ERROR_PREFIX, UserError
-from neuronsweep.store.failures import STAGES, clear_failure, record_failure
 from neuronsweep.config.settings import host_setting
+from neuronsweep.errors import ERROR_PREFIX, UserError
+from neuronsweep.host.devicelock import DEFAULT_LOCK
+from neuronsweep.store.failures import STAGES, clear_failure, record_failure
 from neuronsweep.workloads import workload_id
 
 log = logging.getLogger("neuronsweep")
@@ -31,14 +31,16 @@ def _spec(text: str) -> dict:
     try:
         spec = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise UserError(f"--spec is not valid JSON ({exc.msg}); pass a workload spec such as "
-                        '\'{"kind":"matmul","m":128,"k":128,"n":128,"dtype":"fp32"}\'.') from None
+        raise UserError(
+            f"--spec is not valid JSON ({exc.msg}); pass a workload spec such as "
+            '\'{"kind":"matmul","m":128,"k":128,"n":128,"dtype":"fp32"}\'.'
+        ) from None
     return spec
 
 
 def cmd_plan(args) -> None:
-    from neuronsweep.stages import plan
     from neuronsweep.host import slots
+    from neuronsweep.stages import plan
 
     cfg = config.load(args.config)
     name, why = backends.resolve(cfg["backend"])
@@ -51,8 +53,10 @@ def cmd_plan(args) -> None:
         print(json.dumps(p, indent=2))
         return
     c = p["counts"]
-    print(f"run {p['run']}: {c['scenarios']} scenarios -> {c['workloads']} workloads to build and capture "
-          f"on {p['backend']}, {c['unsupported']} unsupported there")
+    print(
+        f"run {p['run']}: {c['scenarios']} scenarios -> {c['workloads']} workloads to build and capture "
+        f"on {p['backend']}, {c['unsupported']} unsupported there"
+    )
     for sc in p["scenarios"]:
         why = p["unsupported"].get(sc["workload_id"])
         print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))
@@ -67,29 +71,43 @@ def _slots(text: str) -> str | int:
 
 
 def _slot_args(p) -> None:
-    p.add_argument("--slots", type=_slots, default=host_setting("slots", schema_default("capture.slots")),
-                   help="neuron: device slots to choose from, auto (every one here) or N (the first N)")
-    p.add_argument("--isolation", choices=("chip", "core"),
-                   default=host_setting("isolation", schema_default("capture.isolation")),
-                   help="neuron: a slot is a chip (never two captures on one chip's HBM) or a NeuronCore")
+    p.add_argument(
+        "--slots",
+        type=_slots,
+        default=host_setting("slots", schema_default("capture.slots")),
+        help="neuron: device slots to choose from, auto (every one here) or N (the first N)",
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("chip", "core"),
+        default=host_setting("isolation", schema_default("capture.isolation")),
+        help="neuron: a slot is a chip (never two captures on one chip's HBM) or a NeuronCore",
+    )
 
 
 def _options(text: str) -> dict:
     try:
         options = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"--options is not valid JSON ({exc.msg}); pass the backend's config section as JSON.") from None
+        raise UserError(
+            f"--options is not valid JSON ({exc.msg}); pass the backend's config section as JSON."
+        ) from None
     if not isinstance(options, dict):
         raise UserError("--options must be a JSON object (the backend's config section).")
     return options
 
 
 def cmd_build(args) -> None:
-    from neuronsweep.stages import build
     from neuronsweep.config.settings import BuildSettings
+    from neuronsweep.stages import build
 
-    settings = BuildSettings(_options(args.options), device_lock=args.device_lock, timeout_s=args.timeout,
-                             slots=args.slots, isolation=args.isolation)
+    settings = BuildSettings(
+        _options(args.options),
+        device_lock=args.device_lock,
+        timeout_s=args.timeout,
+        slots=args.slots,
+        isolation=args.isolation,
+    )
     rec = build.run(_spec(args.spec), args.backend, Path(args.out), args.cache_dir, settings)
     hit = {True: "cache hit", False: "compiled", None: "nothing to compile"}[rec.cache.get("hit")]
     took = f"{rec.compile_s:.3f} s" if rec.compile_s is not None else "compile time unknown"
@@ -99,33 +117,54 @@ def cmd_build(args) -> None:
 
 
 def cmd_capture(args) -> None:
-    from neuronsweep.stages import capture
     from neuronsweep.config.settings import CaptureSettings
+    from neuronsweep.stages import capture
 
-    settings = CaptureSettings(warmup=args.warmup, iterations=args.iterations, repeats=args.repeats,
-                               num_exec=args.num_exec, nth_exec=args.nth_exec, threads=args.threads,
-                               device_lock=args.device_lock, timeout_s=args.timeout, attempt=args.attempt,
-                               single_io=args.single_io, options=_options(args.options), slots=args.slots,
-                               isolation=args.isolation, collectives=_collectives(args))
+    settings = CaptureSettings(
+        warmup=args.warmup,
+        iterations=args.iterations,
+        repeats=args.repeats,
+        num_exec=args.num_exec,
+        nth_exec=args.nth_exec,
+        threads=args.threads,
+        device_lock=args.device_lock,
+        timeout_s=args.timeout,
+        attempt=args.attempt,
+        single_io=args.single_io,
+        options=_options(args.options),
+        slots=args.slots,
+        isolation=args.isolation,
+        collectives=_collectives(args),
+    )
     if (args.build is None) == (args.neff is None):
         raise UserError("capture needs exactly one of --build DIR (a build stage's output) or --neff FILE.")
-    rec = capture.run(Path(args.build), Path(args.out), settings) if args.build \
+    rec = (
+        capture.run(Path(args.build), Path(args.out), settings)
+        if args.build
         else capture.run_neff(Path(args.neff), Path(args.out), settings)
+    )
     lat = rec.latency
-    timing = (f"median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, n={lat['n']}"
-              if lat else "no framework timing")
+    timing = (
+        f"median {lat['median_s'] * 1e3:.4f} ms, IQR {lat['iqr_s'] * 1e3:.4f} ms, n={lat['n']}"
+        if lat
+        else "no framework timing"
+    )
     log.info(f"capture {rec.workload_id}: {timing} -> {args.out}")
 
 
 def _collectives(args) -> dict | None:
     """The --collectives-* options; a worker count or workers per node turns collectives mode on, as
     in the profiler itself."""
-    given = {k: getattr(args, f"collectives_{k}") for k in ("workers_per_node", "worker_count", "worker_start_id",
-                                                              "profile_id")}
+    given = {
+        k: getattr(args, f"collectives_{k}")
+        for k in ("workers_per_node", "worker_count", "worker_start_id", "profile_id")
+    }
     if given["workers_per_node"] is None and given["worker_count"] is None:
         if given["worker_start_id"] is not None or given["profile_id"] is not None:
-            raise UserError("--collectives-worker-start-id and --collectives-profile-id need "
-                            "--collectives-workers-per-node or --collectives-worker-count, which turn collectives on.")
+            raise UserError(
+                "--collectives-worker-start-id and --collectives-profile-id need "
+                "--collectives-workers-per-node or --collectives-worker-count, which turn collectives on."
+            )
         return None
     if given["profile_id"] not in (None, "all") and not str(given["profile_id"]).isdigit():
         raise UserError(f"--collectives-profile-id is {given['profile_id']!r}; pass all or a worker id (0, 1, ...).")
@@ -133,8 +172,8 @@ def _collectives(args) -> dict | None:
 
 
 def cmd_view(args) -> None:
-    from neuronsweep.stages import view
     from neuronsweep.config.settings import ViewSettings
+    from neuronsweep.stages import view
 
     settings = ViewSettings.from_section(_options(args.options), args.timeout)
     if args.capture:
@@ -150,10 +189,19 @@ def cmd_extract(args) -> None:
     from neuronsweep.stages import extract
 
     opt = lambda p: Path(p) if p else None  # noqa: E731
-    m = extract.run(Path(args.summary_json), Path(args.out), opt(args.capture_json), opt(args.build_json),
-                    opt(args.profile_json), opt(args.calibration), track_patterns=_options(args.track_patterns))
-    log.info(f"extract {m.values['workload_id'] or args.summary_json}: {len(m.notes)} notes on null or flagged "
-             f"metrics -> {args.out}")
+    m = extract.run(
+        Path(args.summary_json),
+        Path(args.out),
+        opt(args.capture_json),
+        opt(args.build_json),
+        opt(args.profile_json),
+        opt(args.calibration),
+        track_patterns=_options(args.track_patterns),
+    )
+    log.info(
+        f"extract {m.values['workload_id'] or args.summary_json}: {len(m.notes)} notes on null or flagged "
+        f"metrics -> {args.out}"
+    )
 
 
 def cmd_report(args) -> None:
@@ -202,19 +250,21 @@ def cmd_query(args) -> None:
 
 
 def cmd_calibrate(args) -> None:
-    from neuronsweep.host import probe as hostcaps
     from neuronsweep.atomic import write_json
     from neuronsweep.backends import cpu
+    from neuronsweep.host import caps
 
     dtypes = [d for d in args.dtypes.split(",") if d]
-    unknown = sorted(set(dtypes) - set(hostcaps.DTYPES))
+    unknown = sorted(set(dtypes) - set(caps.DTYPES))
     if unknown or not dtypes:
-        raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of {', '.join(hostcaps.DTYPES)}.")
+        raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of {', '.join(caps.DTYPES)}.")
     rec = cpu.calibrate(args.threads, args.cache_dir, dtypes, args.device_lock)
     write_json(args.out, rec)
     peaks = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in rec["peak_flops_per_s"].items())
-    log.info(f"calibrate ({'cached' if rec['cache_hit'] else 'measured'}, {args.threads} threads): {peaks}, "
-          f"copy {rec['peak_bytes_per_s'] / 1e9:.1f} GB/s -> {args.out}")
+    log.info(
+        f"calibrate ({'cached' if rec['cache_hit'] else 'measured'}, {args.threads} threads): {peaks}, "
+        f"copy {rec['peak_bytes_per_s'] / 1e9:.1f} GB/s -> {args.out}"
+    )
 
 
 def cmd_doctor(args) -> None:
@@ -234,8 +284,12 @@ def cmd_aggregate(args) -> None:
 
 
 def _timeout_arg(p, stage: str) -> None:
-    p.add_argument("--timeout", type=float, default=host_setting("timeouts", {}).get(stage, DEFAULT_TIMEOUT_S[stage]),
-                   help="seconds an external program (profiler, compiler child) may run before it is killed")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=host_setting("timeouts", {}).get(stage, DEFAULT_TIMEOUT_S[stage]),
+        help="seconds an external program (profiler, compiler child) may run before it is killed",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -254,7 +308,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="build directory to write")
     p.add_argument("--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")))
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
-    p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="neuron: OS lock held while the build runs on the device")
+    p.add_argument(
+        "--device-lock",
+        default=host_setting("device_lock", DEFAULT_LOCK),
+        help="neuron: OS lock held while the build runs on the device",
+    )
     _slot_args(p)
     _timeout_arg(p, "build")
     p.set_defaults(func=cmd_build)
@@ -265,20 +323,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="capture directory to write")
     p.add_argument("--warmup", type=int, default=schema_default("capture.warmup"))
     p.add_argument("--iterations", type=int, default=schema_default("capture.iterations"))
-    p.add_argument("--repeats", type=int, default=schema_default("capture.repeats"),
-                   help="rounds of --iterations timed executions")
+    p.add_argument(
+        "--repeats", type=int, default=schema_default("capture.repeats"), help="rounds of --iterations timed executions"
+    )
     p.add_argument("--num-exec", type=int, default=schema_default("capture.num_exec"))
     p.add_argument("--nth-exec", type=int, default=schema_default("capture.nth_exec"))
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
-    p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture")
+    p.add_argument(
+        "--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture"
+    )
     _slot_args(p)
     p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
-    for flag, kind, what in (("workers-per-node", int, "workers on this node (turns collectives on)"),
-                             ("worker-count", int, "workers across all nodes (turns collectives on)"),
-                             ("worker-start-id", int, "global id of this node's first worker (default 0)"),
-                             ("profile-id", str, "the worker to profile, or all (default all)")):
+    for flag, kind, what in (
+        ("workers-per-node", int, "workers on this node (turns collectives on)"),
+        ("worker-count", int, "workers across all nodes (turns collectives on)"),
+        ("worker-start-id", int, "global id of this node's first worker (default 0)"),
+        ("profile-id", str, "the worker to profile, or all (default all)"),
+    ):
         p.add_argument(f"--collectives-{flag}", type=kind, help=f"neuron, a collectives NEFF: {what}")
     _timeout_arg(p, "capture")
     p.set_defaults(func=cmd_capture)
@@ -298,7 +361,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-json")
     p.add_argument("--build-json")
     p.add_argument("--calibration", help="cpu: the host's measured peaks (neuronsweep calibrate) for the roofline")
-    p.add_argument("--track-patterns", default="{}", help='JSON {class: regex} to classify profile tracks')
+    p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify profile tracks")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_extract)
 
@@ -309,12 +372,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", help="roofline_targets.csv: the workloads modelled on trn1, inf2, trn2")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare", help="two runs side by side: versions, config, and which workloads got faster or slower")
+    p = sub.add_parser(
+        "compare", help="two runs side by side: versions, config, and which workloads got faster or slower"
+    )
     p.add_argument("run_a", help="results/<run> folder: the baseline")
     p.add_argument("run_b", help="results/<run> folder: the candidate")
-    p.add_argument("--out", help="folder for compare.csv, compare_metrics.csv, compare.html (default: RUN_B/compare-<A>)")
-    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
-                   help="exit 1 when a workload is slower by more than PCT %% beyond both runs' noise")
+    p.add_argument(
+        "--out", help="folder for compare.csv, compare_metrics.csv, compare.html (default: RUN_B/compare-<A>)"
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a workload is slower by more than PCT %% beyond both runs' noise",
+    )
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("status", help="a sweep's progress per stage (done, running, failed, waiting) and the time left")
@@ -327,7 +398,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     p.add_argument("--max-rows", type=int, default=60)
-    p.add_argument("--track-patterns", default="{}", help='JSON {class: regex} to classify tracks')
+    p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
@@ -335,7 +406,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
     p.add_argument("--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")))
-    p.add_argument("--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock held while measuring (no capture beside it)")
+    p.add_argument(
+        "--device-lock",
+        default=host_setting("device_lock", DEFAULT_LOCK),
+        help="OS lock held while measuring (no capture beside it)",
+    )
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")
@@ -345,7 +420,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("aggregate", help="one summary.csv row per scenario, failures with their reason")
     p.add_argument("--plan", required=True, help="results/<run>/plan.json")
     p.add_argument("--out", required=True)
-    p.add_argument("--targets-out", help="also write the tile model and ideal times of every workload on trn1, inf2, trn2")
+    p.add_argument(
+        "--targets-out", help="also write the tile model and ideal times of every workload on trn1, inf2, trn2"
+    )
     p.set_defaults(func=cmd_aggregate)
     return ap
 
@@ -394,7 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log.error(traceback.format_exc().rstrip())
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            reason, code = f"{_case(args)}: {args.command} failed with {type(exc).__name__}: {first} (traceback above).", 1
+            reason, code = (
+                f"{_case(args)}: {args.command} failed with {type(exc).__name__}: {first} (traceback above).",
+                1,
+            )
         log.error(f"{ERROR_PREFIX}{reason}")
         if case_dir is not None:
             record_failure(case_dir, args.command, _case(args), reason, type(exc).__name__)

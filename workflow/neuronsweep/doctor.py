@@ -6,11 +6,11 @@ import platform
 import shutil
 
 from neuronsweep import backends
-from neuronsweep.config import schema as config
-from neuronsweep.host import devicelock, probe as hostcaps, slots
 from neuronsweep.backends import nccom_test, neuron, neuron_profiler
 from neuronsweep.backends.common import default_threads, package_versions, run_tool
+from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
+from neuronsweep.host import caps, devicelock, slots
 
 
 def _first_line(argv: list[str]) -> str:
@@ -32,11 +32,13 @@ def report(config_path: str) -> str:
         path = shutil.which(tool) or shutil.which(tool, path=backends.NEURON_TOOL_DIR)
         lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")
     nccom = nccom_test.find()
-    lines.append(f"nccom-test: {nccom or 'not found'} (Neuron's own collectives benchmark: the neuron collectives "
-                 f"suite {'runs it beside every case' if nccom else 'has no anchor to compare with'})")
+    lines.append(
+        f"nccom-test: {nccom or 'not found'} (Neuron's own collectives benchmark: the neuron collectives "
+        f"suite {'runs it beside every case' if nccom else 'has no anchor to compare with'})"
+    )
     for pkg, version in package_versions(neuron.NEURON_PACKAGES).items():
         lines.append(f"python package {pkg}: {version or 'not installed'}")
-    lines.append(f"cpu: {hostcaps.cpu_model()}; relevant flags: {', '.join(hostcaps.cpu_flags()) or 'none'}")
+    lines.append(f"cpu: {caps.cpu_model()}; relevant flags: {', '.join(caps.cpu_flags()) or 'none'}")
     try:
         cfg = config.load(config_path)
         name, why = backends.resolve(cfg["backend"])
@@ -56,15 +58,18 @@ def _slot_pool(cfg: dict, backend: str) -> str:
         found = slots.for_config(cfg, backend)
     except UserError as exc:
         return f"capture slots: {exc}"
-    held = [f"slot {s.index} (cores {s.visible}): {devicelock.holder(s.locks(cfg['capture']['device_lock'])[0])}"
-            for s in found.slots if s.cores][:4]
+    held = [
+        f"slot {s.index} (cores {s.visible}): {devicelock.holder(s.locks(cfg['capture']['device_lock'])[0])}"
+        for s in found.slots
+        if s.cores
+    ][:4]
     return "\n".join([f"capture slots: {found.describe()}", *(f"  {line}" for line in held)])
 
 
 def _host_rates(cfg: dict) -> list[str]:
     """The cpu backend's probe: each dtype's measured GEMM rate and whether the cpu backend runs it."""
-    probe = hostcaps.probe(cfg["cache_dir"], default_threads())
-    slow = hostcaps.slow_dtypes(probe)
+    probe = caps.probe(cfg["cache_dir"], default_threads())
+    slow = caps.slow_dtypes(probe)
     lines = [f"host GEMM probe ({probe['method']}, {probe['threads']} threads, measured {probe['measured_at']}):"]
     for dtype, rate in probe["gemm_flops_per_s"].items():
         verdict = "unsupported on cpu: no fast path" if dtype in slow else "runs on cpu"

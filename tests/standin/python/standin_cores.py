@@ -32,15 +32,21 @@ def claim() -> None:
     root.mkdir(parents=True, exist_ok=True)
     cores = visible()
     if not cores or max(cores) >= CORES:
-        print(f"ERROR NRT:nrt_init Invalid NEURON_RT_VISIBLE_CORES={os.environ.get('NEURON_RT_VISIBLE_CORES')}: "
-              f"this instance has NeuronCores 0-{CORES - 1}", file=sys.stderr)
+        print(
+            f"ERROR NRT:nrt_init Invalid NEURON_RT_VISIBLE_CORES={os.environ.get('NEURON_RT_VISIBLE_CORES')}: "
+            f"this instance has NeuronCores 0-{CORES - 1}",
+            file=sys.stderr,
+        )
         sys.exit(1)
     for core in cores:
         handle = open(root / f"core{core}.lock", "a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"ERROR NRT:nrt_allocate_neuron_cores Virtual Neuron Core(s) not available - "
-                  f"Requested:{len(cores)} Available:0 (core {core} is held by another process)", file=sys.stderr)
+            print(
+                f"ERROR NRT:nrt_allocate_neuron_cores Virtual Neuron Core(s) not available - "
+                f"Requested:{len(cores)} Available:0 (core {core} is held by another process)",
+                file=sys.stderr,
+            )
             sys.exit(1)
         _held.append(handle)

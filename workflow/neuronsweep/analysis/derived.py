@@ -12,6 +12,7 @@ SET_ORDERING_MODE): busy time, but not the workload's op mix.
 
 from __future__ import annotations
 
+
 def _union(source: str) -> str:
     """SQL: the interval union per class of `source` rows (class, ts, te), as (class, grp, b, e)."""
     return f"""
@@ -32,8 +33,10 @@ SLICES = """
   WHERE sl.dur > 0 AND c.class IS NOT NULL"""
 WAIT = "upper(CAST(opcode AS VARCHAR)) LIKE '%SEMAPHORE%'"
 # instruction label / engine -> the summary's engine names ({engine}_engine_active_time)
-ENGINE_OF_LABEL = "CASE WHEN lower(CAST({col} AS VARCHAR)) LIKE 'tensor%' OR lower(CAST({col} AS VARCHAR)) = 'pe' " \
-                  "THEN 'tensor' ELSE lower(CAST({col} AS VARCHAR)) END"
+ENGINE_OF_LABEL = (
+    "CASE WHEN lower(CAST({col} AS VARCHAR)) LIKE 'tensor%' OR lower(CAST({col} AS VARCHAR)) = 'pe' "
+    "THEN 'tensor' ELSE lower(CAST({col} AS VARCHAR)) END"
+)
 
 
 def _instruction_columns(db):
@@ -56,8 +59,13 @@ def _dma_columns(db):
         return None
     cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
     pick = lambda *names: next((c for c in names if c in cols), None)  # noqa: E731
-    found = (table, pick("queue_name", "subgroup", "dma_queue"), pick("timestamp", "start_ts"),
-             pick("duration", "duration_ns"), pick("transfer_size", "transfer_bytes"))
+    found = (
+        table,
+        pick("queue_name", "subgroup", "dma_queue"),
+        pick("timestamp", "start_ts"),
+        pick("duration", "duration_ns"),
+        pick("transfer_size", "transfer_bytes"),
+    )
     return found if all(found[1:4]) else None
 
 
@@ -68,8 +76,10 @@ def _device_intervals(db) -> str | None:
     if found is None:
         return None
     table, engine, start, dur = found
-    sql = (f'SELECT {ENGINE_OF_LABEL.format(col=engine)} AS class, {start} AS ts, {start} + {dur} AS te, {dur} AS dur '
-           f'FROM "{table}" WHERE {dur} > 0 AND NOT {WAIT}')
+    sql = (
+        f"SELECT {ENGINE_OF_LABEL.format(col=engine)} AS class, {start} AS ts, {start} + {dur} AS te, {dur} AS dur "
+        f'FROM "{table}" WHERE {dur} > 0 AND NOT {WAIT}'
+    )
     dma = _dma_columns(db)
     if dma:
         dtable, _, dstart, ddur, _ = dma
@@ -177,9 +187,12 @@ def top_sources(db, limit: int = 20):
     keys = [k for k in ("nki_source_location", "hlo_name") if k in cols]
     if not dur or not keys:
         return None
-    parts = [f"SELECT '{k}' AS source_kind, CAST({k} AS VARCHAR) AS source, count(*) AS instructions, "
-             f"sum({dur}) AS total_time FROM \"{table}\" WHERE {_work(cols)} AND coalesce(CAST({k} AS VARCHAR), '') "
-             f"NOT IN ('', '[]') GROUP BY 1, 2" for k in keys]
+    parts = [
+        f"SELECT '{k}' AS source_kind, CAST({k} AS VARCHAR) AS source, count(*) AS instructions, "
+        f"sum({dur}) AS total_time FROM \"{table}\" WHERE {_work(cols)} AND coalesce(CAST({k} AS VARCHAR), '') "
+        f"NOT IN ('', '[]') GROUP BY 1, 2"
+        for k in keys
+    ]
     return db.con.execute(" UNION ALL ".join(parts) + f" ORDER BY total_time DESC LIMIT {limit}").df()
 
 
@@ -195,8 +208,8 @@ def op_mix(db):
     if "elements" in cols:
         extra.append("sum(elements) AS output_elements")
     return db.con.execute(f"""
-        SELECT {', '.join(group)}, count(*) AS instructions, {', '.join(extra)}
-        FROM "{table}" WHERE {_work(cols)} GROUP BY {', '.join(group)} ORDER BY instructions DESC, opcode""").df()
+        SELECT {", ".join(group)}, count(*) AS instructions, {", ".join(extra)}
+        FROM "{table}" WHERE {_work(cols)} GROUP BY {", ".join(group)} ORDER BY instructions DESC, opcode""").df()
 
 
 def dma_queues(db):
@@ -206,16 +219,24 @@ def dma_queues(db):
     if found is None:
         return None
     table, name, start, dur, size = found
-    intervals = (f'SELECT CAST({name} AS VARCHAR) AS class, {start} AS ts, {start} + {dur} AS te FROM "{table}" '
-                 f"WHERE {dur} > 0")
+    intervals = (
+        f'SELECT CAST({name} AS VARCHAR) AS class, {start} AS ts, {start} + {dur} AS te FROM "{table}" WHERE {dur} > 0'
+    )
     return db.con.execute(f"""
         WITH u AS ({_union(intervals)}),
         busy AS (SELECT class AS queue, sum(e - b) AS busy_ns FROM u GROUP BY 1)
         SELECT CAST({name} AS VARCHAR) AS queue, count(*) AS packets,
-               {f'sum({size})' if size else 'NULL'} AS bytes, any_value(busy.busy_ns) AS busy_ns
+               {f"sum({size})" if size else "NULL"} AS bytes, any_value(busy.busy_ns) AS busy_ns
         FROM "{table}" LEFT JOIN busy ON busy.queue = CAST({name} AS VARCHAR)
         GROUP BY 1 ORDER BY bytes DESC NULLS LAST, queue""").df()
 
 
-TABLES = {"engine_busy": engine_busy, "overlap": overlap, "opcodes": opcodes, "unknown_tracks": unknown_tracks,
-          "top_sources": top_sources, "op_mix": op_mix, "dma_queues": dma_queues}
+TABLES = {
+    "engine_busy": engine_busy,
+    "overlap": overlap,
+    "opcodes": opcodes,
+    "unknown_tracks": unknown_tracks,
+    "top_sources": top_sources,
+    "op_mix": op_mix,
+    "dma_queues": dma_queues,
+}

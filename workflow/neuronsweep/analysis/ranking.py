@@ -55,15 +55,37 @@ def compare(table: pd.DataFrame) -> pd.DataFrame:
                 ratio = cost[i] / cost[best]
                 spreads = [rel_spread[i], rel_spread[best]]
                 sig = None if None in spreads else bool(ratio - 1 > max(spreads)) if i != best else False
-                out.loc[i, ["group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"]] = \
-                    [label, t, basis, rank, ratio, sig]
+                out.loc[i, ["group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"]] = [
+                    label,
+                    t,
+                    basis,
+                    rank,
+                    ratio,
+                    sig,
+                ]
     return out
 
 
 def loops_table(table: pd.DataFrame) -> pd.DataFrame:
     """Seed 000's vmap / scan / for-loop comparison, per size, on measured numbers."""
     rows = table[(table["suite"] == "loops") & (table["status"] == "ok")]
-    cols = ["size", "steps", "pattern", "workload_id", "time_s", "time_basis", "latency_iqr_s", "latency_spread_s",
-            "x_of_best", "significant", "rank_in_group", "compile_s", "profile_active_time_s",
-            "tensor_engine_active_pct", "vector_engine_active_pct", "dma_active_pct", "bound_class"]
+    cols = [
+        "size",
+        "steps",
+        "pattern",
+        "workload_id",
+        "time_s",
+        "time_basis",
+        "latency_iqr_s",
+        "latency_spread_s",
+        "x_of_best",
+        "significant",
+        "rank_in_group",
+        "compile_s",
+        "profile_active_time_s",
+        "tensor_engine_active_pct",
+        "vector_engine_active_pct",
+        "dma_active_pct",
+        "bound_class",
+    ]
     return rows[[c for c in cols if c in rows.columns]].sort_values(["steps", "rank_in_group"])

@@ -26,9 +26,12 @@ def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     if not (rows and cols and clock and hbm):
         return None
     cores = meta.get("num_physical_cores") or lnc  # the physical cores behind the profiled logical core
-    return {"bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * cores, "hbm_bytes_per_s": float(hbm),
-            "source": f"the profile's metadata: TensorE {rows}x{cols} at {clock} GHz x {cores} physical core(s), "
-                      f"hbm_ddr_bandwidth {hbm:.4g} B/s"}
+    return {
+        "bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * cores,
+        "hbm_bytes_per_s": float(hbm),
+        "source": f"the profile's metadata: TensorE {rows}x{cols} at {clock} GHz x {cores} physical core(s), "
+        f"hbm_ddr_bandwidth {hbm:.4g} B/s",
+    }
 
 
 def tiles(gemms: list[tuple[int, int, int]]) -> dict:
@@ -38,13 +41,18 @@ def tiles(gemms: list[tuple[int, int, int]]) -> dict:
     padded = sum(tm * PE * tk * PE * tn * MOVING_FREE for tm, tk, tn in per)
     useful = sum(m * k * n for m, k, n in gemms)
     single = per[0] if len(per) == 1 else (None, None, None)
-    return {"tiles_m": single[0], "tiles_k": single[1], "tiles_n": single[2],
-            "tiles_total": sum(tm * tk * tn for tm, tk, tn in per),
-            "tile_utilization_pct": 100.0 * useful / padded if padded else None}
+    return {
+        "tiles_m": single[0],
+        "tiles_k": single[1],
+        "tiles_n": single[2],
+        "tiles_total": sum(tm * tk * tn for tm, tk, tn in per),
+        "tile_utilization_pct": 100.0 * useful / padded if padded else None,
+    }
 
 
-def roofline(flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float,
-             measured_s: float | None) -> dict:
+def roofline(
+    flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float, measured_s: float | None
+) -> dict:
     compute_s, memory_s = flops / peak_flops, min_bytes / peak_bytes_per_s
     ideal = max(compute_s, memory_s)
     return {
@@ -56,8 +64,9 @@ def roofline(flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s
     }
 
 
-def raised_to_achieved(flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float,
-                       measured_s: float, source: str) -> dict:
+def raised_to_achieved(
+    flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float, measured_s: float, source: str
+) -> dict:
     """A measured (host) peak that a workload beat is not a ceiling: raise each roof the workload
     exceeded to its own achieved rate, so efficiency is at most 100%, and say so in the source."""
     achieved_f, achieved_b = flops / measured_s, min_bytes / measured_s
@@ -67,6 +76,9 @@ def raised_to_achieved(flops: float, min_bytes: float, peak_flops: float, peak_b
     if achieved_b > peak_bytes_per_s:
         raised.append(f"bytes/s to {achieved_b / 1e9:,.1f} G: its bytes fit in the CPU caches")
     peak_f, peak_b = max(peak_flops, achieved_f), max(peak_bytes_per_s, achieved_b)
-    return {"peak_flops_per_s": peak_f, "peak_bytes_per_s": peak_b,
-            "peak_source": f"{source}; raised to this workload's own rate ({', '.join(raised)}), which beat it",
-            **roofline(flops, min_bytes, peak_f, peak_b, measured_s)}
+    return {
+        "peak_flops_per_s": peak_f,
+        "peak_bytes_per_s": peak_b,
+        "peak_source": f"{source}; raised to this workload's own rate ({', '.join(raised)}), which beat it",
+        **roofline(flops, min_bytes, peak_f, peak_b, measured_s),
+    }

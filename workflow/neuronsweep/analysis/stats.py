@@ -8,11 +8,20 @@ import statistics
 def latency_stats(samples_s: list[float], rounds: int = 1) -> dict:
     """Median, IQR (p75 - p25, inclusive quantiles), min, max, mean, n and every sample; with several
     rounds (config `repeats`), each round's median and the spread: max(IQR, range of round medians)."""
-    q1, _, q3 = statistics.quantiles(samples_s, n=4, method="inclusive") if len(samples_s) > 1 \
-        else (samples_s[0],) * 3
+    q1, _, q3 = statistics.quantiles(samples_s, n=4, method="inclusive") if len(samples_s) > 1 else (samples_s[0],) * 3
     per = len(samples_s) // rounds
-    round_medians = [statistics.median(samples_s[i * per:(i + 1) * per]) for i in range(rounds)]
-    return {"median_s": statistics.median(samples_s), "iqr_s": q3 - q1, "q1_s": q1, "q3_s": q3,
-            "min_s": min(samples_s), "max_s": max(samples_s), "mean_s": statistics.fmean(samples_s),
-            "n": len(samples_s), "rounds": rounds, "round_medians_s": round_medians,
-            "spread_s": max(q3 - q1, max(round_medians) - min(round_medians)), "samples_s": samples_s}
+    round_medians = [statistics.median(samples_s[i * per : (i + 1) * per]) for i in range(rounds)]
+    return {
+        "median_s": statistics.median(samples_s),
+        "iqr_s": q3 - q1,
+        "q1_s": q1,
+        "q3_s": q3,
+        "min_s": min(samples_s),
+        "max_s": max(samples_s),
+        "mean_s": statistics.fmean(samples_s),
+        "n": len(samples_s),
+        "rounds": rounds,
+        "round_medians_s": round_medians,
+        "spread_s": max(q3 - q1, max(round_medians) - min(round_medians)),
+        "samples_s": samples_s,
+    }

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from neuronsweep.config.schema import section_defaults
-from neuronsweep.errors import UserError
 from neuronsweep.config.settings import ViewSettings
+from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR, chips
 
 NAMES = ("cpu", "neuron", "xla")
@@ -59,8 +59,10 @@ def resolve(requested: str, local: bool = True) -> tuple[str, str]:
     refused now, before any job, rather than in every build. Not local (a cluster executor): the
     devices and tools are on the nodes, so backend neuron is taken as set and each job checks."""
     if requested == "xla" and importlib.util.find_spec("torch_xla") is None:
-        raise UserError("config key 'backend' is xla, but torch-xla is not installed in this environment; "
-                        "install it with pip install -e \".[xla,workflow]\" (torch 2.9.0 + torch-xla 2.9.0) or set backend: cpu.")
+        raise UserError(
+            "config key 'backend' is xla, but torch-xla is not installed in this environment; "
+            'install it with pip install -e ".[xla,workflow]" (torch 2.9.0 + torch-xla 2.9.0) or set backend: cpu.'
+        )
     if requested in ("cpu", "xla"):
         return requested, f"backend '{requested}' set in config"
     if requested == "neuron" and not local:
@@ -69,11 +71,15 @@ def resolve(requested: str, local: bool = True) -> tuple[str, str]:
     count, found = neuron_inventory() if tool or requested == "neuron" else (0, "")
     if requested == "neuron":
         if not tool:
-            raise UserError(f"config key 'backend' is neuron, but neither {' nor '.join(PROFILERS)} is on PATH or in "
-                            f"{NEURON_TOOL_DIR}; install the Neuron tools (aws-neuronx-tools) or set backend: auto.")
+            raise UserError(
+                f"config key 'backend' is neuron, but neither {' nor '.join(PROFILERS)} is on PATH or in "
+                f"{NEURON_TOOL_DIR}; install the Neuron tools (aws-neuronx-tools) or set backend: auto."
+            )
         if not count:
-            raise UserError(f"config key 'backend' is neuron, but this machine has no Neuron device ({found}); run on "
-                            "a trn1, trn2 or inf2 instance or set backend: auto.")
+            raise UserError(
+                f"config key 'backend' is neuron, but this machine has no Neuron device ({found}); run on "
+                "a trn1, trn2 or inf2 instance or set backend: auto."
+            )
         return "neuron", f"backend 'neuron' set in config: {found}, {tool}"
     if tool and count:
         return "neuron", f"backend auto -> neuron: found {found} and {tool}"
@@ -95,6 +101,7 @@ class Backend:
     """What the workflow, extract and the report know of a backend, in one place and without importing
     it (or torch): the files its stages write, the config keys each stage takes (Snakemake params, so a
     changed key reruns that stage), why it has no Neuron counters, and how the report shows it."""
+
     name: str
     artifacts: dict[str, str]  # stage -> the file it must write ("build", "capture")
     stage_options: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -123,20 +130,38 @@ class Backend:
 
 
 BACKENDS = {
-    "cpu": Backend("cpu", {"build": "model.pt2", "capture": "trace.json"},
-                   device_counters_missing="the cpu backend has no Neuron engines, DMA queues or HBM counters to read"),
+    "cpu": Backend(
+        "cpu",
+        {"build": "model.pt2", "capture": "trace.json"},
+        device_counters_missing="the cpu backend has no Neuron engines, DMA queues or HBM counters to read",
+    ),
     "neuron": Backend(
-        "neuron", {"build": "model.neff", "capture": "profile.ntff"},
-        stage_options={"build": ("target", "optlevel", "auto_cast", "lnc", "disable_dge", "extra_cc_flags", "xla_debug",
-                                 "memory_tracker"),
-                       "capture": ("profiler", "enable_dge_notifs", "memory_tracker"),
-                       "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows", "memory_tracker")},
-        device_time=("profile_total_time_s", "device total_time"), compiles_collectives=True),
+        "neuron",
+        {"build": "model.neff", "capture": "profile.ntff"},
+        stage_options={
+            "build": (
+                "target",
+                "optlevel",
+                "auto_cast",
+                "lnc",
+                "disable_dge",
+                "extra_cc_flags",
+                "xla_debug",
+                "memory_tracker",
+            ),
+            "capture": ("profiler", "enable_dge_notifs", "memory_tracker"),
+            "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows", "memory_tracker"),
+        },
+        device_time=("profile_total_time_s", "device total_time"),
+        compiles_collectives=True,
+    ),
     "xla": Backend(
-        "xla", {"build": "module.hlo.txt", "capture": "trace.json"},
+        "xla",
+        {"build": "module.hlo.txt", "capture": "trace.json"},
         stage_options={"build": ("pjrt_device", "xla_debug")},  # its capture reads them from build.json
         device_counters_missing="the xla backend runs through a PJRT device without Neuron engines, DMA queues or "
-                                "HBM counters",
+        "HBM counters",
         device_time=("execute_median_s", "XLA ExecuteTime median (torch_xla metrics)"),
-        call_steps=("lazy tracing (forward)", "mark_step", "wait_device_ops")),
+        call_steps=("lazy tracing (forward)", "mark_step", "wait_device_ops"),
+    ),
 }

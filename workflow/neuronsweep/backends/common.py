@@ -11,7 +11,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import workload_id
@@ -31,21 +30,25 @@ def package_versions(packages) -> dict[str, str | None]:
 def recompilation_flag(what: str) -> str:
     """build.json's sentence for a workload that compiled again when called again with the same inputs."""
     trap = "@nki.jit trap" if what == "kernel" else "trap, a value baked into the graph"
-    return (f"the {what} recompiled on a repeated call with the same inputs: every framework call pays "
-            f"compile time (seed 002's {trap})")
+    return (
+        f"the {what} recompiled on a repeated call with the same inputs: every framework call pays "
+        f"compile time (the {trap})"
+    )
 
 
 DEFAULT_TIMEOUT_S = {stage: schema_default(f"timeouts.{stage}") for stage in ("build", "capture", "view")}
 
 
-def run_tool(argv: list[str], timeout_s: float, what: str, cwd: Path | None = None,
-             env: dict | None = None) -> subprocess.CompletedProcess:
+def run_tool(
+    argv: list[str], timeout_s: float, what: str, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run an external program in a process group of its own, so that on timeout the whole group
     (a profiler and the helpers it spawned, a server it left running) is killed; a timeout or a
     missing program ends in one sentence."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env, start_new_session=True
+        )
     except FileNotFoundError:
         raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
     try:
@@ -53,25 +56,32 @@ def run_tool(argv: list[str], timeout_s: float, what: str, cwd: Path | None = No
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise UserError(f"{what}: {Path(argv[0]).name} did not finish within {timeout_s:g} s and was stopped "
-                        "(its whole process group); if it needs longer, raise the `timeouts` key of its stage "
-                        "in the config.") from None
+        raise UserError(
+            f"{what}: {Path(argv[0]).name} did not finish within {timeout_s:g} s and was stopped "
+            "(its whole process group); if it needs longer, raise the `timeouts` key of its stage "
+            "in the config."
+        ) from None
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str,
-              timeout_s: float) -> None:
+def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str, timeout_s: float) -> None:
     """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The
     output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
-
-    proc = run_tool([sys.executable, "-m", f"{__package__}.{module}", *args], timeout_s,
-                    f"case {workload_id(spec)}: the {what}", cwd=cwd, env=env)
+    proc = run_tool(
+        [sys.executable, "-m", f"{__package__}.{module}", *args],
+        timeout_s,
+        f"case {workload_id(spec)}: the {what}",
+        cwd=cwd,
+        env=env,
+    )
     log = Path(cwd) / f"{module}.log"
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise UserError(f"case {workload_id(spec)}: the {what} exited {proc.returncode}: "
-                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log}).")
+        raise UserError(
+            f"case {workload_id(spec)}: the {what} exited {proc.returncode}: "
+            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log})."
+        )
 
 
 EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces

@@ -12,19 +12,19 @@ import platform
 import time
 from pathlib import Path
 
-from neuronsweep.formats import chrome_trace, pftrace_writer as pftrace
-from neuronsweep.host import devicelock, probe as hostcaps
 from neuronsweep.analysis.intervals import union_length
-from neuronsweep.atomic import read_json, replacing, write_json
-from neuronsweep.store.cache import CompileCache, cache_key
-from neuronsweep.errors import UserError
-from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.workloads import TORCH_DTYPES, kind_of, workload_id, working_set_bytes
-from neuronsweep.backends import BACKENDS
+from neuronsweep.atomic import read_json, replacing, write_json
+from neuronsweep.backends import BACKENDS, gloo
 from neuronsweep.backends.common import EXEC_MARK, profiled_span
-from neuronsweep.backends import gloo
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.errors import UserError
+from neuronsweep.formats import chrome_trace
+from neuronsweep.formats import pftrace_writer as pftrace
+from neuronsweep.host import caps, devicelock
+from neuronsweep.store.cache import CompileCache, cache_key
+from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.workloads import TORCH_DTYPES, kind_of, working_set_bytes, workload_id
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
@@ -38,7 +38,6 @@ def _torch_dtype(torch, name: str):
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     if spec["kind"] == "collective":
-
         return gloo.build(spec, out_dir)
     import torch
 
@@ -57,8 +56,12 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
     material = {"spec": spec, "backend": "cpu", "torch": torch.__version__, "format": ARTIFACT_FORMAT}
     _, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, export)
-    return {"toolchain": {"torch": torch.__version__, "python": platform.python_version()},
-            "compiler": "torch.export", "artifact_format": ARTIFACT_FORMAT, **fields}
+    return {
+        "toolchain": {"torch": torch.__version__, "python": platform.python_version()},
+        "compiler": "torch.export",
+        "artifact_format": ARTIFACT_FORMAT,
+        **fields,
+    }
 
 
 def _available_bytes() -> int:
@@ -73,13 +76,13 @@ def _check_memory(spec: dict) -> int:
     if need > MEMORY_HEADROOM * avail:
         raise UserError(
             f"case {workload_id(spec)}: its tensors and intermediates need {need / 2**30:.1f} GiB but only "
-            f"{avail / 2**30:.1f} GiB of RAM is available; shrink the shape or run it on a larger machine.")
+            f"{avail / 2**30:.1f} GiB of RAM is available; shrink the shape or run it on a larger machine."
+        )
     return need
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     if build.spec["kind"] == "collective":
-
         return gloo.capture(build, build_dir, settings, out_dir)
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -117,7 +120,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "latency": latency_stats(samples, settings.repeats),
         "threads": torch.get_num_threads(),
         "working_set_bytes": working_set,
-        "host": hostcaps.host_record(),
+        "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
     }
 
@@ -148,7 +151,9 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
     return {"summary": summary, "pftrace": "trace.pftrace", "pftrace_counts": counts}
 
 
-CALIBRATION_FORMAT = "gemm grown from 256^3 until one run takes 0.2 s, best within 3 s, per dtype; copy 256 MiB best-of-5, v2"
+CALIBRATION_FORMAT = (
+    "gemm grown from 256^3 until one run takes 0.2 s, best within 3 s, per dtype; copy 256 MiB best-of-5, v2"
+)
 CALIB_RUN_S = 0.2  # one GEMM this long is past caches and thread start-up on any host
 CALIB_MAX_N = 4096
 
@@ -156,16 +161,16 @@ CALIB_MAX_N = 4096
 def _calibrate_gemm(torch, dtype: str) -> dict:
     """Grow an n^3 GEMM until one run takes CALIB_RUN_S (or the budget would not allow the next
     size), then keep its best rate over the remaining budget."""
-    deadline = time.perf_counter() + hostcaps.CALIBRATION_BUDGET_S
-    n = hostcaps.PROBE_N
+    deadline = time.perf_counter() + caps.CALIBRATION_BUDGET_S
+    n = caps.PROBE_N
     while True:
-        rate, _ = hostcaps.measure_gemm(torch, dtype, n, 0.0)
+        rate, _ = caps.measure_gemm(torch, dtype, n, 0.0)
         run_s = 2 * n**3 / rate
         # the next size costs ~8x (a warm-up and a timed run), and the final measurement one run more
         if run_s >= CALIB_RUN_S or n >= CALIB_MAX_N or time.perf_counter() + 3 * 8 * run_s > deadline:
             break
         n *= 2
-    rate, runs = hostcaps.measure_gemm(torch, dtype, n, max(0.0, min(1.0, deadline - time.perf_counter())))
+    rate, runs = caps.measure_gemm(torch, dtype, n, max(0.0, min(1.0, deadline - time.perf_counter())))
     return {"flops_per_s": rate, "n": n, "runs": runs}
 
 
@@ -176,7 +181,7 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     capture of any process runs beside it."""
     import torch
 
-    fingerprint = {**hostcaps.fingerprint(threads), "format": CALIBRATION_FORMAT}
+    fingerprint = {**caps.fingerprint(threads), "format": CALIBRATION_FORMAT}
     entry = Path(cache_root).expanduser() / "calibration" / f"{cache_key(fingerprint)[:16]}.json"
     cached = read_json(entry) if entry.is_file() else None
     missing = [d for d in dtypes if not cached or d not in cached["gemm"]]
@@ -186,12 +191,17 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     with devicelock.held(device_lock, f"cpu calibration ({', '.join(missing)})"), torch.inference_mode():
         gemm = {**(cached or {}).get("gemm", {}), **{d: _calibrate_gemm(torch, d) for d in missing}}
         copy = cached["copy"] if cached else _calibrate_copy(torch)
-    record = {**fingerprint, "flags": hostcaps.cpu_flags(), "gemm": gemm, "copy": copy,
-              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "method": "torch.matmul of n x n per dtype, n grown until one run takes 0.2 s, best run within 3 s; "
-                        "Tensor.copy_ of 256 MiB (read + write), best of 5 after warm-up",
-              "theoretical_peak_note": "not derived: the FMA units per core and the sustained vector clock are not "
-                                       "exposed by the OS; the CPU flags above say which vector paths exist"}
+    record = {
+        **fingerprint,
+        "flags": caps.cpu_flags(),
+        "gemm": gemm,
+        "copy": copy,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "method": "torch.matmul of n x n per dtype, n grown until one run takes 0.2 s, best run within 3 s; "
+        "Tensor.copy_ of 256 MiB (read + write), best of 5 after warm-up",
+        "theoretical_peak_note": "not derived: the FMA units per core and the sustained vector clock are not "
+        "exposed by the OS; the CPU flags above say which vector paths exist",
+    }
     write_json(entry, record)
     return _calibration_view(record, dtypes, cache_hit=False)
 
@@ -207,9 +217,13 @@ def _calibrate_copy(torch) -> dict:
 def _calibration_view(record: dict, dtypes: list[str], cache_hit: bool) -> dict:
     """calibration.json: the cache entry restricted to the sweep's dtypes, with the peaks extract reads."""
     gemm = {d: record["gemm"][d] for d in dtypes}
-    return {**{k: v for k, v in record.items() if k != "gemm"}, "gemm": gemm,
-            "peak_flops_per_s": {d: g["flops_per_s"] for d, g in gemm.items()},
-            "peak_bytes_per_s": record["copy"]["bytes_per_s"], "cache_hit": cache_hit}
+    return {
+        **{k: v for k, v in record.items() if k != "gemm"},
+        "gemm": gemm,
+        "peak_flops_per_s": {d: g["flops_per_s"] for d, g in gemm.items()},
+        "peak_bytes_per_s": record["copy"]["bytes_per_s"],
+        "cache_hit": cache_hit,
+    }
 
 
 def _timed(fn) -> float:

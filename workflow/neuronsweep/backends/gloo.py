@@ -18,15 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-from neuronsweep.host import probe as hostcaps
-from neuronsweep.atomic import read_json, replacing, write_json
-from neuronsweep.errors import UserError
-from neuronsweep.store.records import BuildRecord
-from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.workloads import TORCH_DTYPES, collective
+from neuronsweep.atomic import read_json, replacing, write_json
 from neuronsweep.backends import BACKENDS, COLLECTIVE_PLAN
 from neuronsweep.backends.common import EXEC_MARK, package_versions
+from neuronsweep.config.settings import CaptureSettings
+from neuronsweep.errors import UserError
+from neuronsweep.host import caps
+from neuronsweep.store.records import BuildRecord
+from neuronsweep.workloads import TORCH_DTYPES, collective
 
 TRACE = BACKENDS["cpu"].artifacts["capture"]  # rank 0's chrome trace: the cpu view reads it as any other
 BACKEND = "gloo"
@@ -38,13 +38,20 @@ def _torch_version() -> str | None:
 
 
 def build(spec: dict, out_dir: Path) -> dict:
-    plan = {"spec": spec, "process_group_backend": BACKEND, "counts": dict(zip(("input", "output"),
-                                                                              collective.counts(spec)))}
+    plan = {
+        "spec": spec,
+        "process_group_backend": BACKEND,
+        "counts": dict(zip(("input", "output"), collective.counts(spec))),
+    }
     write_json(out_dir / COLLECTIVE_PLAN, plan)
-    return {"toolchain": {"torch": _torch_version()}, "compiler": "none (gloo runs library calls)",
-            "artifact_format": "collective launch plan, v1", "compile_s": None,
-            "compile_s_source": "nothing is compiled for a gloo collective",
-            "cache": {"hit": None, "note": "nothing to cache: no compile"}}
+    return {
+        "toolchain": {"torch": _torch_version()},
+        "compiler": "none (gloo runs library calls)",
+        "artifact_format": "collective launch plan, v1",
+        "compile_s": None,
+        "compile_s_source": "nothing is compiled for a gloo collective",
+        "cache": {"hit": None, "note": "nothing to cache: no compile"},
+    }
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
@@ -55,16 +62,28 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     store = (work / "store").resolve()  # a relative path in a file:// URL would read as a host name
     for stale in [store, *work.glob("rank_*"), work / TRACE]:  # of an earlier attempt
         stale.unlink(missing_ok=True)
-    args = json.dumps({"spec": spec, "warmup": settings.warmup, "num_exec": settings.num_exec,
-                       "nth_exec": settings.nth_exec, "samples": settings.repeats * settings.iterations,
-                       "threads": max(1, settings.threads // world), "store": str(store), "out": str(work)})
+    args = json.dumps(
+        {
+            "spec": spec,
+            "warmup": settings.warmup,
+            "num_exec": settings.num_exec,
+            "nth_exec": settings.nth_exec,
+            "samples": settings.repeats * settings.iterations,
+            "threads": max(1, settings.threads // world),
+            "store": str(store),
+            "out": str(work),
+        }
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = [work / f"rank_{rank}.log" for rank in range(world)]
     procs = []
     for rank in range(world):
         with open(logs[rank], "w") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", __name__, str(rank), args], env=env, stdout=log,
-                                          stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", __name__, str(rank), args], env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            )
     try:
         _wait(procs, logs, time.monotonic() + settings.timeout_s, build.workload_id, settings.timeout_s)
     finally:
@@ -83,9 +102,12 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "ranks": [{"rank": r["rank"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks],
         "threads": ranks[0]["threads"],
         "process_group_backend": BACKEND,
-        "host": hostcaps.host_record(),
-        "oversubscribed": (f"{world} ranks on {cores} cores: ranks share cores, so the times include waiting for "
-                           "a core") if world > cores else None,
+        "host": caps.host_record(),
+        "oversubscribed": (
+            f"{world} ranks on {cores} cores: ranks share cores, so the times include waiting for a core"
+        )
+        if world > cores
+        else None,
         "artifacts": {"trace": TRACE},
     }
 
@@ -98,13 +120,17 @@ def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: f
         if failed is not None or all(proc.poll() is not None for proc in procs):
             break
         if time.monotonic() > deadline:
-            raise UserError(f"case {wid}: the {len(procs)} gloo ranks did not finish within the capture timeout "
-                            f"({timeout_s:.0f} s, config key timeouts.capture); raise it or shrink the message size.")
+            raise UserError(
+                f"case {wid}: the {len(procs)} gloo ranks did not finish within the capture timeout "
+                f"({timeout_s:.0f} s, config key timeouts.capture); raise it or shrink the message size."
+            )
         time.sleep(0.05)
     if failed is not None:
         lines = logs[failed].read_text(errors="replace").strip().splitlines()
-        raise UserError(f"case {wid}: gloo rank {failed} of {len(procs)} failed (exit {procs[failed].returncode}): "
-                        f"{lines[-1] if lines else 'no output'} (whole output: {logs[failed]})")
+        raise UserError(
+            f"case {wid}: gloo rank {failed} of {len(procs)} failed (exit {procs[failed].returncode}): "
+            f"{lines[-1] if lines else 'no output'} (whole output: {logs[failed]})"
+        )
 
 
 def _op(dist, torch, spec: dict):
@@ -114,8 +140,12 @@ def _op(dist, torch, spec: dict):
     inp, out = torch.ones(n_in, dtype=dtype), torch.empty(n_out, dtype=dtype)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return {"all_reduce": lambda: dist.all_reduce(inp), "all_gather": lambda: gather(out, inp),
-            "reduce_scatter": lambda: scatter(out, inp), "all_to_all": lambda: dist.all_to_all_single(out, inp)}[spec["op"]]
+    return {
+        "all_reduce": lambda: dist.all_reduce(inp),
+        "all_gather": lambda: gather(out, inp),
+        "reduce_scatter": lambda: scatter(out, inp),
+        "all_to_all": lambda: dist.all_to_all_single(out, inp),
+    }[spec["op"]]
 
 
 def _rank(rank: int, args: dict) -> None:

@@ -17,12 +17,16 @@ import re
 import shutil
 from pathlib import Path
 
+from neuronsweep.backends.common import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR
-from neuronsweep.backends.common import run_tool
 
-OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-       "all_to_all": "alltoall"}
+OPS = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "all_to_all": "alltoall",
+}
 GIB = 1 << 30
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+(\S+))?\s*$")
 
@@ -32,8 +36,22 @@ def find() -> str | None:
 
 
 def argv(tool: str, spec: dict, iterations: int, warmup: int) -> list[str]:
-    return [tool, "-r", str(spec["world"]), OPS[spec["op"]], "-b", str(spec["bytes"]), "-e", str(spec["bytes"]),
-            "-d", spec["dtype"], "-n", str(iterations), "-w", str(warmup)]
+    return [
+        tool,
+        "-r",
+        str(spec["world"]),
+        OPS[spec["op"]],
+        "-b",
+        str(spec["bytes"]),
+        "-e",
+        str(spec["bytes"]),
+        "-d",
+        spec["dtype"],
+        "-n",
+        str(iterations),
+        "-w",
+        str(warmup),
+    ]
 
 
 def parse(text: str, nbytes: int) -> dict | None:
@@ -41,9 +59,15 @@ def parse(text: str, nbytes: int) -> dict | None:
     for line in text.splitlines():
         m = ROW.match(line)
         if m and int(m.group(1)) == nbytes:
-            return {"size_bytes": nbytes, "count": int(m.group(2)), "type": m.group(3),
-                    "time_s": float(m.group(4)) * 1e-6, "algbw_bytes_per_s": float(m.group(5)) * GIB,
-                    "busbw_bytes_per_s": float(m.group(6)) * GIB, "algorithm": m.group(7)}
+            return {
+                "size_bytes": nbytes,
+                "count": int(m.group(2)),
+                "type": m.group(3),
+                "time_s": float(m.group(4)) * 1e-6,
+                "algbw_bytes_per_s": float(m.group(5)) * GIB,
+                "busbw_bytes_per_s": float(m.group(6)) * GIB,
+                "algorithm": m.group(7),
+            }
     return None
 
 
@@ -63,5 +87,8 @@ def measure(spec: dict, env: dict, iterations: int, warmup: int, timeout_s: floa
         last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
         return {"argv": cmd, "result": None, "why": f"nccom-test exited {proc.returncode}: {last} (log: {log})"}
     row = parse(proc.stdout, spec["bytes"])
-    return {"argv": cmd, "result": row,
-            "why": None if row else f"nccom-test printed no row of {spec['bytes']} bytes (log: {log})"}
+    return {
+        "argv": cmd,
+        "result": row,
+        "why": None if row else f"nccom-test printed no row of {spec['bytes']} bytes (log: {log})",
+    }

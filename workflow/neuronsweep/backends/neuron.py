@@ -1,5 +1,5 @@
 """Neuron backend: the real Neuron tools, driven exactly as documented in
-../shared/reference/neuron-toolchain.md (SDK 2.27-2.32 docs, neuron-explorer and neuron-profile).
+the Neuron SDK 2.27-2.32 documentation (neuron-explorer and neuron-profile; docs/neuron.md).
 This module holds the compile environment and the two compile routes; the profiler's command line
 (capture, view, NTFF names, out-of-memory detection) is neuron_profiler.py.
 
@@ -20,18 +20,18 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from neuronsweep.host import slots
-from neuronsweep.store.cache import CompileCache
-from neuronsweep.errors import UserError
-from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.workloads import workload_id
 from neuronsweep.backends import BACKENDS, nccom_test, xla_collective, xla_program
 from neuronsweep.backends.common import package_versions, recompilation_flag, run_child
 from neuronsweep.backends.neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks, view_session
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.errors import UserError
+from neuronsweep.host import slots
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.kernels import for_spec
+from neuronsweep.store.cache import CompileCache
+from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.workloads import workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
@@ -50,14 +50,12 @@ def auto_cast(options: dict) -> str:
 
 def lnc(options: dict) -> int:
     """Logical NeuronCore size: the configured `lnc`, else the target's default (2 on trn2)."""
-
     return TARGETS[options["target"]].lnc(options["lnc"])
 
 
 def cc_flags(options: dict) -> str:
     """NEURON_CC_FLAGS from the config's neuron section (neuronx-cc compile options)."""
-    flags = [f"--target {options['target']}", f"-O{options['optlevel']}",
-             f"--auto-cast {auto_cast(options)}"]
+    flags = [f"--target {options['target']}", f"-O{options['optlevel']}", f"--auto-cast {auto_cast(options)}"]
     if options["lnc"]:
         flags.append(f"--logical-nc-config {options['lnc']}")
     if options["disable_dge"]:
@@ -77,8 +75,13 @@ def xla_debug(options: dict) -> bool:
 
 def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = None) -> dict:
     env = tool_env(visible_cores)
-    env.update({"NEURON_FRAMEWORK_DEBUG": "1", "NEURON_CC_FLAGS": cc_flags(options),
-                "NEURON_COMPILE_CACHE_URL": str(compile_cache)})
+    env.update(
+        {
+            "NEURON_FRAMEWORK_DEBUG": "1",
+            "NEURON_CC_FLAGS": cc_flags(options),
+            "NEURON_COMPILE_CACHE_URL": str(compile_cache),
+        }
+    )
     if xla_debug(options):
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
@@ -102,42 +105,68 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     else:
         result = xla_program.run(spec, workdir / "xla_result.json", env, workdir, globs, settings.timeout_s)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
-    return {"neff_source": neff, "candidates": candidates, "compile_s": result["compile"]["seconds"],
-            "compile_count": result["compile"]["count"],
-            "second_call_compile_count": result["compile"]["second_call_count"],
-            "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
-            "compile_s_source": "torch_xla.debug.metrics CompileTime" + (" (rank 0)" if collective else ""),
-            "capture_inputs": None,
-            **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {})}
+    return {
+        "neff_source": neff,
+        "candidates": candidates,
+        "compile_s": result["compile"]["seconds"],
+        "compile_count": result["compile"]["count"],
+        "second_call_compile_count": result["compile"]["second_call_count"],
+        "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
+        "compile_s_source": "torch_xla.debug.metrics CompileTime" + (" (rank 0)" if collective else ""),
+        "capture_inputs": None,
+        **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
+    }
 
 
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
-
     why = for_spec(spec).supported(spec)
     if why:
-        raise UserError(f"case {workload_id(spec)}: the NKI {spec['kind']} kernel does not handle this shape "
-                        f"({why}); use impl: compiler for it.")
+        raise UserError(
+            f"case {workload_id(spec)}: the NKI {spec['kind']} kernel does not handle this shape "
+            f"({why}); use impl: compiler for it."
+        )
     workdir = out_dir.resolve() / "nki"
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = workdir / "artifacts"
     artifacts.mkdir(parents=True)
     env, options = tool_env(settings.visible_cores), settings.options
-    env.update({"NKI_ARTIFACTS_DIR": str(artifacts), "NEURON_PLATFORM_TARGET_OVERRIDE": options["target"],
-                "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)), "NEURON_CC_FLAGS": cc_flags(options)})
-    run_child("nki_program", ["--spec", json.dumps(spec), "--out", str(workdir / "nki_result.json"),
-                              "--inputs-dir", str(entry / "inputs")], spec, workdir, env, "NKI kernel run",
-              settings.timeout_s)
+    env.update(
+        {
+            "NKI_ARTIFACTS_DIR": str(artifacts),
+            "NEURON_PLATFORM_TARGET_OVERRIDE": options["target"],
+            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
+            "NEURON_CC_FLAGS": cc_flags(options),
+        }
+    )
+    run_child(
+        "nki_program",
+        ["--spec", json.dumps(spec), "--out", str(workdir / "nki_result.json"), "--inputs-dir", str(entry / "inputs")],
+        spec,
+        workdir,
+        env,
+        "NKI kernel run",
+        settings.timeout_s,
+    )
     result = json.loads((workdir / "nki_result.json").read_text())
     if len(result["neffs"]) != 1:
-        raise UserError(f"case {workload_id(spec)}: expected one NEFF from the NKI kernel, found "
-                        f"{result['neffs'] or 'none'} under {artifacts}.")
-    return {"neff_source": result["neffs"][0], "candidates": [{"path": p, "phase": "kernel"} for p in result["neffs"]],
-            "compile_s": result["compile_s"], "compile_count": None, "compile_s_source": result["compile_s_source"],
-            "nki_api": result["api"], "recompiled_on_second_call": result["recompiled_on_second_call"],
-            "max_abs_error_vs_numpy": result.get("max_abs_error_vs_numpy"),
-            "max_abs_error_note": result.get("max_abs_error_note"),
-            "benchmark_us": result.get("benchmark_us"), "capture_inputs": result["inputs"]}
+        raise UserError(
+            f"case {workload_id(spec)}: expected one NEFF from the NKI kernel, found "
+            f"{result['neffs'] or 'none'} under {artifacts}."
+        )
+    return {
+        "neff_source": result["neffs"][0],
+        "candidates": [{"path": p, "phase": "kernel"} for p in result["neffs"]],
+        "compile_s": result["compile_s"],
+        "compile_count": None,
+        "compile_s_source": result["compile_s_source"],
+        "nki_api": result["api"],
+        "recompiled_on_second_call": result["recompiled_on_second_call"],
+        "max_abs_error_vs_numpy": result.get("max_abs_error_vs_numpy"),
+        "max_abs_error_note": result.get("max_abs_error_note"),
+        "benchmark_us": result.get("benchmark_us"),
+        "capture_inputs": result["inputs"],
+    }
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
@@ -149,26 +178,51 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
         # every route executes the workload on NeuronCores: take a device slot like a capture
-        with slots.held(settings, "neuron", f"neuron build {workload_id(spec)}", options["target"],
-                        options["lnc"], cores=spec.get("world", 1)) as (on_slot, span):
+        with slots.held(
+            settings,
+            "neuron",
+            f"neuron build {workload_id(spec)}",
+            options["target"],
+            options["lnc"],
+            cores=spec.get("world", 1),
+        ) as (on_slot, span):
             made = route(spec, out_dir, on_slot, entry)
         return Path(made["neff_source"]), {**made, "visible_cores": span["cores"], "device_span": span}
 
-    material = {"spec": spec, "backend": "neuron", "cc_flags": flags, "xla_debug": xla_debug(options),
-                "versions": versions, "format": ARTIFACT_FORMAT}
+    material = {
+        "spec": spec,
+        "backend": "neuron",
+        "cc_flags": flags,
+        "xla_debug": xla_debug(options),
+        "versions": versions,
+        "format": ARTIFACT_FORMAT,
+    }
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])
-    env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"} if nki_impl else \
-        {k: v for k, v in compile_env(options, entry / "neuron-compile-cache").items()
-         if k.startswith(("NEURON_FRAMEWORK_DEBUG", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "XLA_"))}
+    env = (
+        {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"}
+        if nki_impl
+        else {
+            k: v
+            for k, v in compile_env(options, entry / "neuron-compile-cache").items()
+            if k.startswith(("NEURON_FRAMEWORK_DEBUG", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "XLA_"))
+        }
+    )
     return {
-        "toolchain": versions, "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
-        "artifact_format": ARTIFACT_FORMAT, "cc_flags": flags, "target": options["target"],
-        "auto_cast": auto_cast(options), "lnc": lnc(options),
-        "env": env, "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
-        **{k: v for k, v in meta.items() if k != "made_at"}, **fields,
+        "toolchain": versions,
+        "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
+        "artifact_format": ARTIFACT_FORMAT,
+        "cc_flags": flags,
+        "target": options["target"],
+        "auto_cast": auto_cast(options),
+        "lnc": lnc(options),
+        "env": env,
+        "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
+        **{k: v for k, v in meta.items() if k != "made_at"},
+        **fields,
         "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
-        if meta.get("recompiled_on_second_call") else None,
+        if meta.get("recompiled_on_second_call")
+        else None,
     }
 
 
@@ -182,10 +236,17 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
     env = tool_env(settings.visible_cores)
     env.update(build.env)
     cache = build.details["compile_cache"]
-    result = xla_program.run(build.spec, workdir / "timing.json", env, workdir,
-                             [str(Path(cache) / "**" / "*.neff")], settings.timeout_s,
-                             warmup=settings.warmup, iterations=settings.iterations,
-                             repeats=settings.repeats)
+    result = xla_program.run(
+        build.spec,
+        workdir / "timing.json",
+        env,
+        workdir,
+        [str(Path(cache) / "**" / "*.neff")],
+        settings.timeout_s,
+        warmup=settings.warmup,
+        iterations=settings.iterations,
+        repeats=settings.repeats,
+    )
     timing = result["timing"]
     timing["compiles_in_first_run"] = result["compile"]["count"]
     return timing
@@ -198,17 +259,37 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     env = tool_env(settings.visible_cores)
     env.update(build.env)
     cache = build.details["compile_cache"]
-    result = xla_collective.run(spec, workdir, env, [str(Path(cache) / "**" / "*.neff")], settings.timeout_s,
-                                warmup=settings.warmup, iterations=settings.iterations, repeats=settings.repeats)
+    result = xla_collective.run(
+        spec,
+        workdir,
+        env,
+        [str(Path(cache) / "**" / "*.neff")],
+        settings.timeout_s,
+        warmup=settings.warmup,
+        iterations=settings.iterations,
+        repeats=settings.repeats,
+    )
     ranks = result["ranks"]
     per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
-    return {"latency": {**latency_stats(per_exec, settings.repeats), "compiles_in_first_run": result["compile"]["count"],
-                        "sync": "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks"},
-            "latency_basis": "per execution, the slowest rank's time (each execution starts after a rendezvous)",
-            "rank_latency": [{"rank": r["rank"], "core": r["core"], **latency_stats(r["samples_s"], settings.repeats)}
-                             for r in ranks],
-            "nccom_test": nccom_test.measure(spec, tool_env(settings.visible_cores), settings.iterations * settings.repeats,
-                                             settings.warmup, settings.timeout_s, workdir / "nccom-test.log")}
+    return {
+        "latency": {
+            **latency_stats(per_exec, settings.repeats),
+            "compiles_in_first_run": result["compile"]["count"],
+            "sync": "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks",
+        },
+        "latency_basis": "per execution, the slowest rank's time (each execution starts after a rendezvous)",
+        "rank_latency": [
+            {"rank": r["rank"], "core": r["core"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks
+        ],
+        "nccom_test": nccom_test.measure(
+            spec,
+            tool_env(settings.visible_cores),
+            settings.iterations * settings.repeats,
+            settings.warmup,
+            settings.timeout_s,
+            workdir / "nccom-test.log",
+        ),
+    }
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
@@ -231,9 +312,11 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
     if settings.memory_tracker and "--enable-dge-notifs" not in (cap.details.get("argv") or []):
-        raise UserError(f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without "
-                        "--enable-dge-notifs, which the Memory Tracker needs; capture it again "
-                        "(snakemake --forcerun capture, or neuronsweep capture with the option set).")
+        raise UserError(
+            f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without "
+            "--enable-dge-notifs, which the Memory Tracker needs; capture it again "
+            "(snakemake --forcerun capture, or neuronsweep capture with the option set)."
+        )
     neff = Path(cap.details["neff"])
     result = view_profile(neff, capture_dir / NTFF, out_dir, settings)
     if cap.details.get("ranks"):

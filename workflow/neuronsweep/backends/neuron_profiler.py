@@ -1,5 +1,5 @@
 """The Neuron profiler's command line (neuron-explorer, or neuron-profile: the same capture flags),
-driven exactly as documented (../shared/reference/neuron-toolchain.md §1-2, SDK 2.27-2.32) and as
+driven exactly as documented (the Neuron Explorer and neuron-profile guides, SDK 2.27-2.32) and as
 the real tools behave: its environment, `capture` with the documented NTFF names and device
 out-of-memory detection, and `view` under a time limit in its output folder. The neuron backend's
 capture and view stages (neuron.py) and the by-hand `--neff` / `--ntff` commands use it.
@@ -16,18 +16,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from neuronsweep.formats import neuron_summary
-from neuronsweep.errors import UserError
-from neuronsweep.config.settings import CaptureSettings, ViewSettings
+from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
 from neuronsweep.backends.common import run_tool
-from neuronsweep.atomic import write_json
+from neuronsweep.config.settings import CaptureSettings, ViewSettings
+from neuronsweep.errors import UserError
+from neuronsweep.formats import neuron_summary
 
 NTFF = BACKENDS["neuron"].artifacts["capture"]
 STDERR_TAIL = 4000
 # device out of memory, as real runs word it ("Failed to allocate ... on ND 0", NRT_RESOURCE, "Allocation Failure")
-OOM = re.compile(r"out of memory|\bOOM\b|failed to allocate|allocation failure|NRT_RESOURCE|RESOURCE_EXHAUSTED",
-                 re.IGNORECASE)
+OOM = re.compile(
+    r"out of memory|\bOOM\b|failed to allocate|allocation failure|NRT_RESOURCE|RESOURCE_EXHAUSTED", re.IGNORECASE
+)
 OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
 
 
@@ -49,8 +50,10 @@ def resolve_profiler(name: str = "auto") -> str:
         found = shutil.which(tool) or shutil.which(tool, path=NEURON_TOOL_DIR)
         if found:
             return found
-    raise UserError(f"config key 'neuron.profiler': {' or '.join(candidates)} not found on PATH or in "
-                    f"{NEURON_TOOL_DIR}; install aws-neuronx-tools or set the key to the tool's path.")
+    raise UserError(
+        f"config key 'neuron.profiler': {' or '.join(candidates)} not found on PATH or in "
+        f"{NEURON_TOOL_DIR}; install aws-neuronx-tools or set the key to the tool's path."
+    )
 
 
 def is_explorer(profiler: str) -> bool:
@@ -70,8 +73,12 @@ def expected_ntff(num_exec: int, nth: int, stem: str = "profile", rank: int | No
     return f"{base}.ntff" if num_exec == 1 or nth == 1 else f"{base}_exec_{nth}.ntff"
 
 
-COLLECTIVE_FLAGS = {"workers_per_node": "--collectives-workers-per-node", "worker_count": "--collectives-worker-count",
-                    "worker_start_id": "--collectives-worker-start-id", "profile_id": "--collectives-profile-id"}
+COLLECTIVE_FLAGS = {
+    "workers_per_node": "--collectives-workers-per-node",
+    "worker_count": "--collectives-worker-count",
+    "worker_start_id": "--collectives-worker-start-id",
+    "profile_id": "--collectives-profile-id",
+}
 
 
 def collectives_argv(collectives: dict | None) -> list[str]:
@@ -100,11 +107,15 @@ def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
     ranked = [p for p in found if p.name.endswith(f"_exec_{nth}.ntff")] or found
     if len(ranked) == 1:
         return ranked[0]
-    raise UserError(f"{raw_dir}: expected {expected.name} after capture, found "
-                    f"{[p.name for p in found] or 'no NTFF'}; check the capture log.")
+    raise UserError(
+        f"{raw_dir}: expected {expected.name} after capture, found "
+        f"{[p.name for p in found] or 'no NTFF'}; check the capture log."
+    )
 
 
-def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: list[tuple[str, str]] | None = None) -> dict:
+def capture_neff(
+    neff: Path, out_dir: Path, settings: CaptureSettings, inputs: list[tuple[str, str]] | None = None
+) -> dict:
     """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff)."""
     profiler = resolve_profiler(settings.options["profiler"])
     raw = out_dir / "raw"
@@ -112,8 +123,18 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
     raw.mkdir(parents=True)
     marker = out_dir / OOM_MARKER
     single_io = settings.single_io or (settings.attempt > 1 and marker.exists())
-    argv = [profiler, "capture", "-n", str(neff.resolve()), "-s", str(raw.resolve() / "profile.ntff"),
-            "--num-exec", str(settings.num_exec), "--profile-nth-exec", str(settings.nth_exec)]
+    argv = [
+        profiler,
+        "capture",
+        "-n",
+        str(neff.resolve()),
+        "-s",
+        str(raw.resolve() / "profile.ntff"),
+        "--num-exec",
+        str(settings.num_exec),
+        "--profile-nth-exec",
+        str(settings.nth_exec),
+    ]
     if settings.options["enable_dge_notifs"] or settings.options.get("memory_tracker"):
         argv.append("--enable-dge-notifs")  # the Memory Tracker's view needs the DGE notifications
     if single_io:
@@ -131,15 +152,21 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
         text = proc.stdout + proc.stderr
         if OOM.search(text) and not single_io:
             marker.write_text(json.dumps({"argv": argv, "stderr_tail": _tail(text)}))
-            raise UserError(f"{neff}: device out of memory during capture; it is retried with --single-io "
-                            "(Snakemake retries: 1), whose timings stay representative but whose outputs are not valid.")
+            raise UserError(
+                f"{neff}: device out of memory during capture; it is retried with --single-io "
+                "(Snakemake retries: 1), whose timings stay representative but whose outputs are not valid."
+            )
         last = (text.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
-                        f"(full output: {out_dir / 'capture.log'}).")
+        raise UserError(
+            f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
+            f"(full output: {out_dir / 'capture.log'})."
+        )
     ranks = _move_rank_ntffs(raw, out_dir, settings) if settings.collectives else None
     if settings.collectives and not ranks:
-        raise UserError(f"{neff}: --collectives-profile-id {settings.collectives.get('profile_id')} is not one of the "
-                        "workers launched on this node (from --collectives-worker-start-id); no rank was profiled.")
+        raise UserError(
+            f"{neff}: --collectives-profile-id {settings.collectives.get('profile_id')} is not one of the "
+            "workers launched on this node (from --collectives-worker-start-id); no rank was profiled."
+        )
     if ranks:  # the lowest rank's profile is the capture's own, as for one worker
         ntff = raw / ranks[0]["written_as"]
         shutil.copyfile(ntff, out_dir / NTFF)
@@ -147,13 +174,22 @@ def capture_neff(neff: Path, out_dir: Path, settings: CaptureSettings, inputs: l
         ntff = find_ntff(raw, settings.num_exec, settings.nth_exec)
         os.replace(ntff, out_dir / NTFF)
     marker.unlink(missing_ok=True)
-    return {"profiler": profiler, "profiler_version": tool_version(profiler), "argv": argv,
-            "exit_status": proc.returncode, "stderr_tail": _tail(proc.stderr), "capture_wall_s": wall,
-            "ntff_written_as": ntff.name, "neff": str(neff), "neff_sha256": _sha256(neff),
-            **({"ranks": ranks, "collectives": settings.collectives} if ranks else {}),
-            "single_io": single_io,
-            "outputs_valid": not single_io, "inputs": inputs or "zero-filled (--ignore-exec-errors)",
-            "artifacts": {"ntff": NTFF}}
+    return {
+        "profiler": profiler,
+        "profiler_version": tool_version(profiler),
+        "argv": argv,
+        "exit_status": proc.returncode,
+        "stderr_tail": _tail(proc.stderr),
+        "capture_wall_s": wall,
+        "ntff_written_as": ntff.name,
+        "neff": str(neff),
+        "neff_sha256": _sha256(neff),
+        **({"ranks": ranks, "collectives": settings.collectives} if ranks else {}),
+        "single_io": single_io,
+        "outputs_valid": not single_io,
+        "inputs": inputs or "zero-filled (--ignore-exec-errors)",
+        "artifacts": {"ntff": NTFF},
+    }
 
 
 def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> list[dict]:
@@ -164,8 +200,10 @@ def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> lis
         name = expected_ntff(settings.num_exec, settings.nth_exec, rank=rank)
         if not (raw / name).is_file():
             found = sorted(p.name for p in raw.glob("*.ntff"))
-            raise UserError(f"{raw}: expected {name} (rank {rank}) after a multi-worker capture, found "
-                            f"{found or 'no NTFF'}; check --collectives-* and the capture log.")
+            raise UserError(
+                f"{raw}: expected {name} (rank {rank}) after a multi-worker capture, found "
+                f"{found or 'no NTFF'}; check --collectives-* and the capture log."
+            )
         ranks.append({"rank": rank, "ntff": f"profile_rank_{rank}.ntff", "written_as": name})
     for r in ranks:  # raw/ stays as the tool wrote it: the session directory of the combined view
         target = out_dir / r["ntff"]
@@ -182,7 +220,6 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
     the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary)."""
     import dataclasses
 
-
     only_summary = dataclasses.replace(settings, parquet=False, json=False, pftrace=False)
     out = []
     for r in ranks:
@@ -190,9 +227,15 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
         folder.mkdir(parents=True, exist_ok=True)
         summary = view_profile(neff, capture_dir / r["ntff"], folder, only_summary)["summary"]
         write_json(folder / "summary.json", summary)
-        out.append({"rank": r["rank"], "summary": str(folder.relative_to(out_dir) / "summary.json"),
-                    "nc_idx": summary.get("nc_idx"), "nd_idx": summary.get("nd_idx"),
-                    "total_time": summary.get("total_time")})
+        out.append(
+            {
+                "rank": r["rank"],
+                "summary": str(folder.relative_to(out_dir) / "summary.json"),
+                "nc_idx": summary.get("nc_idx"),
+                "nd_idx": summary.get("nd_idx"),
+                "total_time": summary.get("total_time"),
+            }
+        )
     return out
 
 
@@ -207,20 +250,36 @@ def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSet
     profiler = resolve_profiler(settings.profiler)
     folder = (out_dir / "session").resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    argv = [profiler, "view", "-n", str(neff.resolve()), "-d", str(session_dir.resolve()), "--output-format",
-            "perfetto", *(["--ingest-only"] if is_explorer(profiler) else []),
-            *(["--enable-memory-tracker"] if settings.memory_tracker else [])]
+    argv = [
+        profiler,
+        "view",
+        "-n",
+        str(neff.resolve()),
+        "-d",
+        str(session_dir.resolve()),
+        "--output-format",
+        "perfetto",
+        *(["--ingest-only"] if is_explorer(profiler) else []),
+        *(["--enable-memory-tracker"] if settings.memory_tracker else []),
+    ]
     name = Path(profiler).name
     proc = run_tool(argv, settings.timeout_s, f"{session_dir}: {name} view -d", cwd=folder, env=tool_env())
     if proc.returncode != 0:
-        raise UserError(f"{session_dir}: {name} view -d (the combined view of every rank) exited {proc.returncode}: "
-                        f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+        raise UserError(
+            f"{session_dir}: {name} view -d (the combined view of every rank) exited {proc.returncode}: "
+            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}."
+        )
     system, devices = folder / SESSION_OUTPUTS[0], sorted(folder.glob(SESSION_OUTPUTS[1]))
     if not system.is_file() or not devices:
-        raise UserError(f"{session_dir}: {name} view -d exited 0 without writing {' and '.join(SESSION_OUTPUTS)} "
-                        f"in {folder}; check the tool version.")
-    return {"argv": argv, "system_pftrace": str(system.relative_to(out_dir.resolve())),
-            "device_pftraces": [str(d.relative_to(out_dir.resolve())) for d in devices]}
+        raise UserError(
+            f"{session_dir}: {name} view -d exited 0 without writing {' and '.join(SESSION_OUTPUTS)} "
+            f"in {folder}; check the tool version."
+        )
+    return {
+        "argv": argv,
+        "system_pftrace": str(system.relative_to(out_dir.resolve())),
+        "device_pftraces": [str(d.relative_to(out_dir.resolve())) for d in devices],
+    }
 
 
 def tool_version(tool: str) -> str | None:
@@ -257,8 +316,10 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
         commands[fmt] = argv
         proc = run_tool(argv, limit, f"{ntff}: {name} view --output-format {fmt}", cwd=out_dir, env=tool_env())
         if proc.returncode != 0:
-            raise UserError(f"{ntff}: {name} view --output-format {fmt} exited {proc.returncode}: "
-                            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}.")
+            raise UserError(
+                f"{ntff}: {name} view --output-format {fmt} exited {proc.returncode}: "
+                f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}."
+            )
         return proc
 
     proc = run("summary-json", [])
@@ -272,16 +333,24 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
     if settings.json:
         wanted.append(("json", out_dir / "profile.json", []))
     if settings.pftrace:
-        wanted.append(("perfetto", out_dir / "trace.pftrace",
-                       ["--show-perfetto-flows"] if settings.perfetto_flows else []))
+        wanted.append(
+            ("perfetto", out_dir / "trace.pftrace", ["--show-perfetto-flows"] if settings.perfetto_flows else [])
+        )
     for fmt, target, extra in wanted:
         run(fmt, ["--output-file", str(target), *extra, *(["--ingest-only"] if is_explorer(profiler) else [])])
         fallback = out_dir / DEFAULT_OUTPUT.get(fmt, "")
         if not target.exists() and fmt in DEFAULT_OUTPUT and fallback.is_file():
             os.replace(fallback, target)  # this tool version ignored --output-file
         if not target.exists():
-            raise UserError(f"{ntff}: {name} view --output-format {fmt} exited 0 without writing {target.name} "
-                            f"(nor {DEFAULT_OUTPUT.get(fmt, 'its default name')} in {out_dir}); check the tool version.")
+            raise UserError(
+                f"{ntff}: {name} view --output-format {fmt} exited 0 without writing {target.name} "
+                f"(nor {DEFAULT_OUTPUT.get(fmt, 'its default name')} in {out_dir}); check the tool version."
+            )
         outputs[fmt] = target.name
-    return {"summary": summary, "profiler": profiler, "commands": commands, "outputs": outputs,
-            **({"pftrace": outputs["perfetto"]} if "perfetto" in outputs else {})}
+    return {
+        "summary": summary,
+        "profiler": profiler,
+        "commands": commands,
+        "outputs": outputs,
+        **({"pftrace": outputs["perfetto"]} if "perfetto" in outputs else {}),
+    }

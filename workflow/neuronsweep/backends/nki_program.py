@@ -3,7 +3,7 @@
 
 standalone nki (>= 0.2, SDK 2.28+): call the @nki.jit kernel twice on the same inputs; the NEFF is
   written under NKI_ARTIFACTS_DIR. If the second call rewrites it, the kernel recompiles on every
-  call (the @nki.jit trap seed 002 diagnosed by hand: 4 s "latency" that was all compilation).
+  call (the @nki.jit trap, diagnosed by hand on trn2: 4 s "latency" that was all compilation).
 legacy neuronxcc.nki (SDK <= 2.27): nki.benchmark(save_neff_name=...) writes the NEFF and gives
   neuron-bench latency percentiles.
 Inputs are saved under the kernel's argument names (.npy; raw .bin for bf16, which .npy cannot
@@ -20,6 +20,7 @@ import json
 import os
 import time
 from pathlib import Path
+
 from neuronsweep.kernels import for_spec
 from neuronsweep.kernels.nki_matmul import load_nki
 
@@ -48,8 +49,10 @@ def _inputs(spec: dict, kernel, inputs_dir: Path):
 
 
 def _neffs(root: str) -> dict[str, tuple[int, str]]:
-    return {p: (os.stat(p).st_mtime_ns, hashlib.sha256(Path(p).read_bytes()).hexdigest())
-            for p in glob.glob(os.path.join(root, "**", "*.neff"), recursive=True)}
+    return {
+        p: (os.stat(p).st_mtime_ns, hashlib.sha256(Path(p).read_bytes()).hexdigest())
+        for p in glob.glob(os.path.join(root, "**", "*.neff"), recursive=True)
+    }
 
 
 def main(argv=None) -> int:
@@ -61,7 +64,6 @@ def main(argv=None) -> int:
     spec = json.loads(args.spec)
 
     import numpy as np
-
 
     nki, _, _, api = load_nki()
     kernel_module = for_spec(spec)
@@ -79,26 +81,37 @@ def main(argv=None) -> int:
         first, second = calls[0]["neffs"], calls[1]["neffs"]
         recompiled = any(second[p][0] != first.get(p, (None,))[0] for p in second)
         result.update(
-            neffs=sorted(second), calls=[c["wall_s"] for c in calls], recompiled_on_second_call=recompiled,
+            neffs=sorted(second),
+            calls=[c["wall_s"] for c in calls],
+            recompiled_on_second_call=recompiled,
             compile_s=None if recompiled else calls[0]["wall_s"] - calls[1]["wall_s"],
-            compile_s_source="recompiled on every call: compile and run cannot be separated" if recompiled
-            else "first call minus second (cached) call, wall clock")
+            compile_s_source="recompiled on every call: compile and run cannot be separated"
+            if recompiled
+            else "first call minus second (cached) call, wall clock",
+        )
     else:
         neff = str(Path(root) / "kernel.neff")
         bench = kernel_module.make_kernel(nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
         t0 = time.perf_counter()
         bench(*args_in)
         latency = bench.benchmark_result.nc_latency
-        result.update(neffs=[neff], calls=[time.perf_counter() - t0], recompiled_on_second_call=None,
-                      compile_s=None, compile_s_source="nki.benchmark compiles and runs in one call",
-                      benchmark_us={f"p{p}": latency.get_latency_percentile(p) for p in (0, 50, 90, 99, 100)})
+        result.update(
+            neffs=[neff],
+            calls=[time.perf_counter() - t0],
+            recompiled_on_second_call=None,
+            compile_s=None,
+            compile_s_source="nki.benchmark compiles and runs in one call",
+            benchmark_us={f"p{p}": latency.get_latency_percentile(p) for p in (0, 50, 90, 99, 100)},
+        )
     if api == "nki":  # nki.jit ran the kernel on these very inputs: its output can be checked
         reference = kernel_module.reference(arrays)
         result["max_abs_error_vs_numpy"] = float(np.max(np.abs(np.asarray(out, dtype=np.float32) - reference)))
     else:
         result["max_abs_error_vs_numpy"] = None
-        result["max_abs_error_note"] = ("nki.benchmark runs the kernel on inputs of its own (its output is "
-                                        "undefined), so no error against numpy can be measured on this route")
+        result["max_abs_error_note"] = (
+            "nki.benchmark runs the kernel on inputs of its own (its output is "
+            "undefined), so no error against numpy can be measured on this route"
+        )
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from neuronsweep.formats import chrome_trace, pftrace_writer as pftrace
-from neuronsweep.host import probe as hostcaps
-from neuronsweep.formats import hlo
 from neuronsweep.analysis.intervals import union_length
-from neuronsweep.store.cache import CompileCache
-from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.backends import BACKENDS, xla_program
 from neuronsweep.backends.common import package_versions, profiled_span, recompilation_flag
+from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
+from neuronsweep.formats import chrome_trace, hlo
+from neuronsweep.formats import pftrace_writer as pftrace
+from neuronsweep.host import caps
+from neuronsweep.store.cache import CompileCache
+from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 ARTIFACT = BACKENDS["xla"].artifacts["build"]
 TRACE = BACKENDS["xla"].artifacts["capture"]
@@ -65,25 +65,49 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     def compile_module(entry: Path) -> tuple[Path, dict]:
         workdir = out_dir.resolve() / "xla"
         dump = _fresh(workdir)
-        result = xla_program.run(spec, workdir / "xla_result.json", xla_env(options, dump), workdir,
-                                 [str(dump / MODULE_GLOB)], settings.timeout_s)
+        result = xla_program.run(
+            spec,
+            workdir / "xla_result.json",
+            xla_env(options, dump),
+            workdir,
+            [str(dump / MODULE_GLOB)],
+            settings.timeout_s,
+        )
         module, candidates = xla_program.attribute(result, spec, "HLO module")
         comp = result["compile"]
-        return Path(module), {"module_source": module, "candidates": candidates, "compile_s": comp["seconds"],
-                              "compile_s_source": "torch_xla.debug.metrics CompileTime",
-                              "compile_count": comp["count"], "second_call_compile_count": comp["second_call_count"],
-                              "recompiled_on_second_call": comp["second_call_count"] > 0, "device": result["device"]}
+        return Path(module), {
+            "module_source": module,
+            "candidates": candidates,
+            "compile_s": comp["seconds"],
+            "compile_s_source": "torch_xla.debug.metrics CompileTime",
+            "compile_count": comp["count"],
+            "second_call_compile_count": comp["second_call_count"],
+            "recompiled_on_second_call": comp["second_call_count"] > 0,
+            "device": result["device"],
+        }
 
-    material = {"spec": spec, "backend": "xla", "pjrt_device": device, "xla_debug": bool(options["xla_debug"]),
-                "versions": versions, "format": ARTIFACT_FORMAT}
+    material = {
+        "spec": spec,
+        "backend": "xla",
+        "pjrt_device": device,
+        "xla_debug": bool(options["xla_debug"]),
+        "versions": versions,
+        "format": ARTIFACT_FORMAT,
+    }
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_module)
-    env = {k: v for k, v in xla_env(options, Path("<build>/xla/dump")).items()
-           if k in ("PJRT_DEVICE", "XLA_FLAGS", "XLA_IR_DEBUG", "XLA_HLO_DEBUG")}
+    env = {
+        k: v
+        for k, v in xla_env(options, Path("<build>/xla/dump")).items()
+        if k in ("PJRT_DEVICE", "XLA_FLAGS", "XLA_IR_DEBUG", "XLA_HLO_DEBUG")
+    }
     return {
         "toolchain": {**versions, "python": platform.python_version()},
-        "compiler": f"XLA via torch-xla (PJRT_DEVICE={device})", "artifact_format": ARTIFACT_FORMAT,
-        "pjrt_device": device, "env": env,
-        **{k: v for k, v in meta.items() if k != "made_at"}, **fields,
+        "compiler": f"XLA via torch-xla (PJRT_DEVICE={device})",
+        "artifact_format": ARTIFACT_FORMAT,
+        "pjrt_device": device,
+        "env": env,
+        **{k: v for k, v in meta.items() if k != "made_at"},
+        **fields,
         "recompilation_flag": recompilation_flag("graph") if meta["recompiled_on_second_call"] else None,
     }
 
@@ -94,10 +118,20 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     workdir = out_dir.resolve() / "xla"
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
-    result = xla_program.run(spec, workdir / "capture_result.json", xla_env(options, dump), workdir,
-                             [str(dump / MODULE_GLOB)], settings.timeout_s, warmup=settings.warmup,
-                             iterations=settings.iterations, repeats=settings.repeats,
-                             num_exec=settings.num_exec, nth_exec=settings.nth_exec, trace_out=trace_out)
+    result = xla_program.run(
+        spec,
+        workdir / "capture_result.json",
+        xla_env(options, dump),
+        workdir,
+        [str(dump / MODULE_GLOB)],
+        settings.timeout_s,
+        warmup=settings.warmup,
+        iterations=settings.iterations,
+        repeats=settings.repeats,
+        num_exec=settings.num_exec,
+        nth_exec=settings.nth_exec,
+        trace_out=trace_out,
+    )
     module, _ = xla_program.attribute(result, spec, "HLO module")
     build_module = (build_dir / ARTIFACT).resolve()
     matches = Path(module).read_bytes() == build_module.read_bytes()
@@ -105,13 +139,15 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "profiler": f"wall clock + torch_xla.debug.metrics (torch-xla {package_versions(PACKAGES)['torch-xla']})",
         "module": str(build_module),
         "module_matches_build": matches,
-        "module_note": None if matches else f"this process compiled a different module ({module}) than the "
-                                            "build; the trace and timings are of this process's graph",
+        "module_note": None
+        if matches
+        else f"this process compiled a different module ({module}) than the "
+        "build; the trace and timings are of this process's graph",
         "capture_compile": result["compile"],
         "latency": result["timing"],
         "threads": None,
         "device": result["device"],
-        "host": hostcaps.host_record(),
+        "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
     }
 
@@ -126,8 +162,11 @@ def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     inside[span] = False
     executes = inside & (x["cat"] == events.cats.get("xla_execute", -2))
     total_s = dur[span] * 1e-9
-    active_s = union_length(np.maximum(ts[executes], start), np.minimum(ts[executes] + dur[executes], end)) * 1e-9 \
-        if executes.any() else None
+    active_s = (
+        union_length(np.maximum(ts[executes], start), np.minimum(ts[executes] + dur[executes], end)) * 1e-9
+        if executes.any()
+        else None
+    )
     return {
         "total_time": total_s,
         "total_active_time": active_s,
@@ -145,5 +184,10 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
         counts = pftrace.write(events, out_dir / "trace.pftrace")
     rows = hlo.read(cap.details["module"])
     hlo.write_parquet(rows, out_dir / INSTRUCTION_TABLE)
-    return {"summary": summary, "pftrace": "trace.pftrace", "pftrace_counts": counts,
-            "outputs": {"instruction": INSTRUCTION_TABLE}, "hlo_instructions": len(rows)}
+    return {
+        "summary": summary,
+        "pftrace": "trace.pftrace",
+        "pftrace_counts": counts,
+        "outputs": {"instruction": INSTRUCTION_TABLE},
+        "hlo_instructions": len(rows),
+    }

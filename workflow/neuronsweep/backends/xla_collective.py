@@ -7,7 +7,8 @@ runs the collective with torch_xla.core.xla_model (all_reduce, all_gather, reduc
 all_to_all) in the phases of xla_program.py, so the NEFF of the collective is attributed the same
 way: inputs (moved to the device) / workload / second, with a rendezvous between phases so that no
 rank's compile lands in another rank's earlier phase. Each rank works in a folder of its own
-(rank_<r>/), so the graphs NEURON_FRAMEWORK_DEBUG dumps there stay apart; rank 0's are attributed. With --iterations each rank then times
+(rank_<r>/), so the graphs NEURON_FRAMEWORK_DEBUG dumps there stay apart; rank 0's are attributed.
+With --iterations each rank then times
 warmup + repeats x iterations executions, each after a rendezvous (all ranks start together), as
 the gloo ranks do; the parent takes an execution's time as the slowest rank's.
 
@@ -27,11 +28,10 @@ import time
 from pathlib import Path
 
 from neuronsweep.atomic import write_json
-from neuronsweep.backends.xla_program import PHASES, artifacts, child_args, metric
-from neuronsweep.workloads import workload_id
 from neuronsweep.backends.common import run_tool
+from neuronsweep.backends.xla_program import PHASES, artifacts, child_args, metric
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import TORCH_DTYPES, collective
+from neuronsweep.workloads import TORCH_DTYPES, collective, workload_id
 
 RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
 
@@ -39,22 +39,36 @@ RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
 def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
-
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("rank_*.json"):
         stale.unlink()
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world']}",
-            "-m", __name__, *child_args(spec, out_dir, globs, settings)]
-    proc = run_tool(argv, timeout_s, f"case {workload_id(spec)}: the torch-xla collective ({spec['world']} ranks)",
-                    cwd=out_dir, env=env)
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={spec['world']}",
+        "-m",
+        __name__,
+        *child_args(spec, out_dir, globs, settings),
+    ]
+    proc = run_tool(
+        argv,
+        timeout_s,
+        f"case {workload_id(spec)}: the torch-xla collective ({spec['world']} ranks)",
+        cwd=out_dir,
+        env=env,
+    )
     log = out_dir / "torchrun.log"
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         text = (proc.stderr + proc.stdout).strip().splitlines()
         errors = [ln for ln in text if RANK_ERROR.match(ln)]  # a rank's exception, as torchrun prefixes it
-        raise UserError(f"case {workload_id(spec)}: the torch-xla collective's {spec['world']} ranks exited "
-                        f"{proc.returncode}: {(errors or text or ['no output'])[0].strip()} (full log: {log}).")
+        raise UserError(
+            f"case {workload_id(spec)}: the torch-xla collective's {spec['world']} ranks exited "
+            f"{proc.returncode}: {(errors or text or ['no output'])[0].strip()} (full log: {log})."
+        )
     result = json.loads((out_dir / "result.json").read_text())
     if settings.get("iterations"):
         result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(spec["world"])]
@@ -77,12 +91,12 @@ def _own_core() -> None:
 def _collective(xm, spec: dict, tensor):
     """The collective as a call on the rank's input; its result is a lazy tensor until the sync."""
     n = spec["world"]
-    return {"all_reduce": lambda: xm.all_reduce(xm.REDUCE_SUM, tensor),
-            "all_gather": lambda: xm.all_gather(tensor, dim=0),
-            "reduce_scatter": lambda: xm.reduce_scatter(xm.REDUCE_SUM, tensor, scale=1.0, scatter_dim=0,
-                                                        shard_count=n),
-            "all_to_all": lambda: xm.all_to_all(tensor, split_dimension=0, concat_dimension=0, split_count=n),
-            }[spec["op"]]
+    return {
+        "all_reduce": lambda: xm.all_reduce(xm.REDUCE_SUM, tensor),
+        "all_gather": lambda: xm.all_gather(tensor, dim=0),
+        "reduce_scatter": lambda: xm.reduce_scatter(xm.REDUCE_SUM, tensor, scale=1.0, scatter_dim=0, shard_count=n),
+        "all_to_all": lambda: xm.all_to_all(tensor, split_dimension=0, concat_dimension=0, split_count=n),
+    }[spec["op"]]
 
 
 def main(argv=None) -> int:
@@ -104,7 +118,6 @@ def main(argv=None) -> int:
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
     import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" process group)
-
 
     spec = json.loads(args.spec)
     dist.init_process_group("xla", init_method="xla://")
@@ -147,16 +160,26 @@ def main(argv=None) -> int:
         samples.append((time.perf_counter_ns() - t0) * 1e-9)
         del result
     if args.iterations:
-        write_json(out / f"rank_{rank}.json", {"rank": rank, "samples_s": samples,
-                                               "core": os.environ.get("NEURON_RT_VISIBLE_CORES")})
+        write_json(
+            out / f"rank_{rank}.json",
+            {"rank": rank, "samples_s": samples, "core": os.environ.get("NEURON_RT_VISIBLE_CORES")},
+        )
     if rank == 0:
-        write_json(out / "result.json", {
-            "phases": {name: sorted(files) for name, files in phases.items()},
-            "digests": {path: digest for files in phases.values() for path, digest in files.items()},
-            "compile": {"count": compiles["workload"][0] - compiles["inputs"][0],
-                        "seconds": compiles["workload"][1] - compiles["inputs"][1],
-                        "second_call_count": compiles["second"][0] - compiles["workload"][0]},
-            "torch": torch.__version__, "device": str(device), "world": dist.get_world_size()})
+        write_json(
+            out / "result.json",
+            {
+                "phases": {name: sorted(files) for name, files in phases.items()},
+                "digests": {path: digest for files in phases.values() for path, digest in files.items()},
+                "compile": {
+                    "count": compiles["workload"][0] - compiles["inputs"][0],
+                    "seconds": compiles["workload"][1] - compiles["inputs"][1],
+                    "second_call_count": compiles["second"][0] - compiles["workload"][0],
+                },
+                "torch": torch.__version__,
+                "device": str(device),
+                "world": dist.get_world_size(),
+            },
+        )
     xm.rendezvous("written")
     dist.destroy_process_group()
     return 0

@@ -34,14 +34,12 @@ import threading
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS
-from neuronsweep.backends.common import EXEC_MARK
-from neuronsweep.backends.common import run_child
+from neuronsweep.backends.common import EXEC_MARK, run_child
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import workload_id
-from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.workloads import TORCH_DTYPES, kind_of
+from neuronsweep.workloads import TORCH_DTYPES, kind_of, workload_id
 
 PHASES = ("start", "inputs", "workload", "second")
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
@@ -54,7 +52,6 @@ STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of t
 def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out."""
-
     cwd, out_json = cwd.resolve(), out_json.resolve()
     run_child("xla_program", child_args(spec, out_json, globs, settings), spec, cwd, env, "torch-xla run", timeout_s)
     return json.loads(out_json.read_text())
@@ -75,7 +72,6 @@ def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
     """The workload's compiled artifact (a NEFF, an HLO module): what appeared in the workload phase
     and not before. Every candidate seen is returned for build.json, with the phase it appeared in;
     zero or several distinct workload artifacts fail clearly."""
-
     phases, digests = result["phases"], result["digests"]
     seen: set[str] = set()
     candidates = []
@@ -91,12 +87,16 @@ def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
             workload.setdefault(c["sha256"], c)
     wid = workload_id(spec)
     if not workload:
-        raise UserError(f"case {wid}: no {noun} was compiled for the workload graph (candidates: "
-                        f"{[c['path'] for c in candidates] or 'none'}); check the compiler flags and the log above.")
+        raise UserError(
+            f"case {wid}: no {noun} was compiled for the workload graph (candidates: "
+            f"{[c['path'] for c in candidates] or 'none'}); check the compiler flags and the log above."
+        )
     if len(workload) > 1:
-        raise UserError(f"case {wid}: the workload compiled {len(workload)} different {noun}s "
-                        f"({', '.join(Path(c['path']).name for c in workload.values())}); the graph is split, "
-                        f"so no single {noun} is the workload: simplify the workload or profile each graph.")
+        raise UserError(
+            f"case {wid}: the workload compiled {len(workload)} different {noun}s "
+            f"({', '.join(Path(c['path']).name for c in workload.values())}); the graph is split, "
+            f"so no single {noun} is the workload: simplify the workload or profile each graph."
+        )
     return next(iter(workload.values()))["path"], candidates
 
 
@@ -161,26 +161,47 @@ def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
         return (ns - base) / 1000.0
 
     events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"torch-xla ({device})"}}]
-    for name, tid in (("python: torch-xla tracing and sync", TRACKS["python"]),
-                      (f"XLA execute ({device})", TRACKS["execute"]), ("XLA compile", TRACKS["compile"])):
+    for name, tid in (
+        ("python: torch-xla tracing and sync", TRACKS["python"]),
+        (f"XLA execute ({device})", TRACKS["execute"]),
+        ("XLA compile", TRACKS["compile"]),
+    ):
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
     for i, (t0, t1, t2, t3) in enumerate(spans, start=1):
         py = {"ph": "X", "pid": pid, "tid": TRACKS["python"], "cat": "framework"}
-        events += [{**py, "name": f"{EXEC_MARK}{i}", "ts": us(t0), "dur": (t3 - t0) / 1000.0,
-                    "args": {"profiled": i == nth}},
-                   *({**py, "name": name, "ts": us(b), "dur": (e - b) / 1000.0}
-                     for name, b, e in zip(STEPS, (t0, t1, t2), (t1, t2, t3)))]
+        events += [
+            {**py, "name": f"{EXEC_MARK}{i}", "ts": us(t0), "dur": (t3 - t0) / 1000.0, "args": {"profiled": i == nth}},
+            *(
+                {**py, "name": name, "ts": us(b), "dur": (e - b) / 1000.0}
+                for name, b, e in zip(STEPS, (t0, t1, t2), (t1, t2, t3))
+            ),
+        ]
     first, last = spans[0][0], spans[-1][3]
     for metric, track, cat in (("ExecuteTime", "execute", "xla_execute"), ("CompileTime", "compile", "xla_compile")):
         for ts_s, value_ns in _samples(met, metric):
             end = int(ts_s * 1e9) - wall_minus_perf
             if first <= end <= last + 1_000_000:  # recorded during these executions (1 ms of clock slack)
-                events.append({"ph": "X", "pid": pid, "tid": TRACKS[track], "cat": cat, "name": metric,
-                               "ts": us(end - int(value_ns)), "dur": value_ns / 1000.0,
-                               "args": {"source": f"torch_xla.debug.metrics {metric}"}})
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"clock": "perf_counter_ns spans; metric samples mapped from the wall clock",
-                          "base_unix_ns": base + wall_minus_perf, "thread": threading.get_native_id()}}
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": TRACKS[track],
+                        "cat": cat,
+                        "name": metric,
+                        "ts": us(end - int(value_ns)),
+                        "dur": value_ns / 1000.0,
+                        "args": {"source": f"torch_xla.debug.metrics {metric}"},
+                    }
+                )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "clock": "perf_counter_ns spans; metric samples mapped from the wall clock",
+            "base_unix_ns": base + wall_minus_perf,
+            "thread": threading.get_native_id(),
+        },
+    }
 
 
 def main(argv=None) -> int:
@@ -205,7 +226,6 @@ def main(argv=None) -> int:
     import torch
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
-
 
     spec = json.loads(args.spec)
     kind = kind_of(spec)
@@ -232,11 +252,13 @@ def main(argv=None) -> int:
     result = {
         "phases": {name: sorted(files) for name, files in phases.items()},
         "digests": {path: digest for files in phases.values() for path, digest in files.items()},
-        "compile": {"count": compiles["workload"][0] - compiles["inputs"][0],
-                    "seconds": compiles["workload"][1] - compiles["inputs"][1],
-                    "input_phase_count": compiles["inputs"][0],
-                    "second_call_count": compiles["second"][0] - compiles["workload"][0],
-                    "second_call_seconds": compiles["second"][1] - compiles["workload"][1]},
+        "compile": {
+            "count": compiles["workload"][0] - compiles["inputs"][0],
+            "seconds": compiles["workload"][1] - compiles["inputs"][1],
+            "input_phase_count": compiles["inputs"][0],
+            "second_call_count": compiles["second"][0] - compiles["workload"][0],
+            "second_call_seconds": compiles["second"][1] - compiles["workload"][1],
+        },
         "first_run_wall_s": (t3 - t0) * 1e-9,
         "torch": torch.__version__,
         "device": str(device),
@@ -255,11 +277,13 @@ def main(argv=None) -> int:
             after = metric(met, "ExecuteTime")
             walls.append((t3 - t0) * 1e-9)
             executes.append(after[1] - before[1] if after[0] > before[0] else None)
-        result["timing"] = {**latency_stats(walls, args.repeats),
-                            "recompiles_during_timing": metric(met, "CompileTime")[0] - after_warmup,
-                            "sync": "xm.mark_step() + xm.wait_device_ops() per iteration",
-                            "execute": latency_stats(executes, args.repeats) if None not in executes else None,
-                            "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration"}
+        result["timing"] = {
+            **latency_stats(walls, args.repeats),
+            "recompiles_during_timing": metric(met, "CompileTime")[0] - after_warmup,
+            "sync": "xm.mark_step() + xm.wait_device_ops() per iteration",
+            "execute": latency_stats(executes, args.repeats) if None not in executes else None,
+            "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration",
+        }
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from neuronsweep.errors import UserError
 from neuronsweep import __version__
 from neuronsweep.atomic import write_json
+from neuronsweep.errors import UserError
 
 SCHEMA = "config.schema.yaml"  # shipped inside the package, so an installed wheel validates too
 
@@ -57,8 +57,11 @@ def _with_defaults(base, root: dict):
 
 def _resolve(sub: dict, root: dict) -> dict:
     ref = sub.get("$ref", "")
-    return {**root["$defs"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}} \
-        if ref.startswith("#/$defs/") else sub
+    return (
+        {**root["$defs"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}}
+        if ref.startswith("#/$defs/")
+        else sub
+    )
 
 
 def _scalar(value, sub: dict):
@@ -118,8 +121,10 @@ def check_profiled_exec(num_exec: int, nth_exec: int, names: tuple[str, str], so
     are the keys or flags to quote."""
     if nth_exec > num_exec:
         short = [n.split(".")[-1] for n in names]
-        raise UserError(f"{source}: {kind} '{names[1]}' ({nth_exec}) must not exceed '{names[0]}' ({num_exec}); "
-                        f"raise {short[0]} or lower {short[1]}.")
+        raise UserError(
+            f"{source}: {kind} '{names[1]}' ({nth_exec}) must not exceed '{names[0]}' ({num_exec}); "
+            f"raise {short[0]} or lower {short[1]}."
+        )
 
 
 def _key(path) -> str:
@@ -128,7 +133,9 @@ def _key(path) -> str:
 
 # schema patterns in words (a user should not have to read a regex)
 PATTERN_WORDS = {
-    "^[A-Za-z0-9][A-Za-z0-9._-]*$": "be a plain name: letters, digits, '.', '_' or '-', starting with a letter or digit",
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": (
+        "be a plain name: letters, digits, '.', '_' or '-', starting with a letter or digit"
+    ),
     "^[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*$": "be a lower-case name: letters, digits and '.', words joined by '-'",
     "^[a-z][a-z0-9_]*$": "be a lower-case name: letters, digits and '_', starting with a letter",
 }
@@ -150,8 +157,10 @@ def _sentence(error, source: str) -> str:
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
         where = f"{key}." if error.absolute_path else ""
-        return (f"{source}: unknown key '{where}{extra[0]}'; allowed keys here are "
-                f"{', '.join(allowed)} (check the spelling or remove it).")
+        return (
+            f"{source}: unknown key '{where}{extra[0]}'; allowed keys here are "
+            f"{', '.join(allowed)} (check the spelling or remove it)."
+        )
     if v == "required":
         missing = [k for k in val if k not in error.instance]
         if not error.absolute_path:
@@ -160,16 +169,22 @@ def _sentence(error, source: str) -> str:
     if v == "anyOf" and key.startswith("suites."):
         return f"{source}: suite '{key}' needs a 'grid' or a 'shapes' list; add one of them."
     if v == "anyOf" and all("const" in alt or "type" in alt for alt in val):
-        return f"{source}: key '{key}' must be {' or '.join(map(_alternative, val))}, not {error.instance!r}; fix the value."
+        allowed = " or ".join(map(_alternative, val))
+        return f"{source}: key '{key}' must be {allowed}, not {error.instance!r}; fix the value."
     if v == "type":
         return f"{source}: key '{key}' must be of type {val}, not {error.instance!r}; fix the value."
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        word = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "more than",
-                "exclusiveMaximum": "less than"}[v]
+        word = {
+            "minimum": "at least",
+            "maximum": "at most",
+            "exclusiveMinimum": "more than",
+            "exclusiveMaximum": "less than",
+        }[v]
         return f"{source}: key '{key}' must be {word} {val}, not {error.instance!r}; fix the value."
     if v == "enum":
-        return (f"{source}: key '{key}' must be one of {', '.join(map(str, val))}, "
-                f"not {error.instance!r}; fix the value.")
+        return (
+            f"{source}: key '{key}' must be one of {', '.join(map(str, val))}, not {error.instance!r}; fix the value."
+        )
     if v == "pattern":
         what = PATTERN_WORDS.get(val, f"match the pattern {val}")
         return f"{source}: key '{key}' = {error.instance!r} must {what}; fix the value."
@@ -205,8 +220,7 @@ def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: 
     strictly (duplicate keys). What it returns depends only on the config, the files' bytes, the schema
     and this package, so with cache_dir it is kept there as JSON and reused while those stay the same:
     every `snakemake` start (a dry run, a no-op rerun) then skips the strict read, jsonschema and the
-    checks (0.3 s; bench/README.md). Only a config that passed is kept."""
-
+    checks (0.3 s; docs/benchmarks.md). Only a config that passed is kept."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name in files:
         try:
@@ -228,7 +242,6 @@ def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: 
         read_yaml(name)
     cfg = validate(config, source=source)
     if slot is not None:
-
         try:
             write_json(slot, {"key": key, "config": cfg})
         except OSError:
@@ -287,18 +300,23 @@ def check_regexes(mapping: dict, key: str, source: str) -> None:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise UserError(f"{source}: key '{key}.{name}' = {pattern!r} is not a valid regex ({exc}); fix it.") from None
+            raise UserError(
+                f"{source}: key '{key}.{name}' = {pattern!r} is not a valid regex ({exc}); fix it."
+            ) from None
 
 
 def _semantic_checks(cfg: dict, source: str) -> None:
     """What the schema cannot say: a plain run name (re.fullmatch: `$` in a schema pattern lets a
     trailing newline through), valid regexes, and the profiled execution among those run."""
     if not RUN_NAME.fullmatch(cfg["run"]):
-        raise UserError(f"{source}: key 'run' = {cfg['run'][:40]!r} must be a plain name of 1 to 100 letters, digits, "
-                        "'.', '_' or '-' (it names the folder results/<run>/); fix the value.")
+        raise UserError(
+            f"{source}: key 'run' = {cfg['run'][:40]!r} must be a plain name of 1 to 100 letters, digits, "
+            "'.', '_' or '-' (it names the folder results/<run>/); fix the value."
+        )
     check_regexes(cfg["track_patterns"], "track_patterns", source)
-    check_profiled_exec(cfg["capture"]["num_exec"], cfg["capture"]["nth_exec"], ("capture.num_exec", "capture.nth_exec"),
-                        source)
+    check_profiled_exec(
+        cfg["capture"]["num_exec"], cfg["capture"]["nth_exec"], ("capture.num_exec", "capture.nth_exec"), source
+    )
 
 
 def section_defaults(section: str, options: dict) -> dict:

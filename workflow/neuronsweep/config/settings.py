@@ -24,8 +24,10 @@ def host_setting(key: str, fallback):
     try:
         return json.loads(raw).get(key, fallback)
     except (json.JSONDecodeError, AttributeError):
-        raise UserError(f"{HOST_ENV} is not a JSON object ({raw[:80]!r}); unset it, or run through Snakemake, "
-                        "which sets it from the config.") from None
+        raise UserError(
+            f"{HOST_ENV} is not a JSON object ({raw[:80]!r}); unset it, or run through Snakemake, "
+            "which sets it from the config."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class BuildSettings:
     isolation: str = field(default_factory=lambda: schema_default("capture.isolation"))
     visible_cores: str | None = None  # the held slot's NeuronCores (slots.held sets it)
 
-    def for_backend(self, backend: str) -> "BuildSettings":
+    def for_backend(self, backend: str) -> BuildSettings:
         return replace(self, options=section_defaults(backend, self.options))
 
 
@@ -64,7 +66,7 @@ class CaptureSettings:
     def __post_init__(self):
         check_profiled_exec(self.num_exec, self.nth_exec, ("--num-exec", "--nth-exec"), "capture", kind="flag")
 
-    def for_backend(self, backend: str) -> "CaptureSettings":
+    def for_backend(self, backend: str) -> CaptureSettings:
         return replace(self, options=section_defaults(backend, self.options))
 
     def to_dict(self) -> dict:
@@ -74,6 +76,7 @@ class CaptureSettings:
 @dataclass(frozen=True)
 class ViewSettings:
     """What a neuron view writes (the neuron section's view keys); cpu and xla views write fixed files."""
+
     profiler: str
     parquet: bool
     json: bool
@@ -83,8 +86,14 @@ class ViewSettings:
     memory_tracker: bool = False
 
     @classmethod
-    def from_section(cls, section: dict, timeout_s: float | None = None) -> "ViewSettings":
+    def from_section(cls, section: dict, timeout_s: float | None = None) -> ViewSettings:
         full = section_defaults("neuron", section)
-        return cls(profiler=full["profiler"], parquet=full["parquet"], json=full["json"], pftrace=full["pftrace"],
-                   perfetto_flows=full["perfetto_flows"], memory_tracker=full["memory_tracker"],
-                   timeout_s=timeout_s if timeout_s is not None else schema_default("timeouts.view"))
+        return cls(
+            profiler=full["profiler"],
+            parquet=full["parquet"],
+            json=full["json"],
+            pftrace=full["pftrace"],
+            perfetto_flows=full["perfetto_flows"],
+            memory_tracker=full["memory_tracker"],
+            timeout_s=timeout_s if timeout_s is not None else schema_default("timeouts.view"),
+        )

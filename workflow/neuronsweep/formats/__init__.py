@@ -1,1 +1,2 @@
-"""Every reader and writer of a profile or trace (Chrome trace, pftrace, Neuron summaries, legacy json, parquet) and the SQL layer over them."""
+"""Every reader and writer of a profile or trace (Chrome trace, pftrace, Neuron summaries, legacy json,
+parquet, HLO dumps) and the SQL layer over them (profile_db)."""

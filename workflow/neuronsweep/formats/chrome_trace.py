@@ -32,10 +32,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from neuronsweep.formats import protowire
-from neuronsweep.formats import json_records
 from neuronsweep.atomic import remove_stale
 from neuronsweep.errors import UserError
+from neuronsweep.formats import json_records, protowire
 
 SLICE, INSTANT, COUNTER = 0, 1, 2
 FAST_ARGS = (pa.types.is_int64, pa.types.is_boolean, pa.types.is_string, pa.types.is_null)
@@ -46,14 +45,17 @@ DICTS_AT_ONCE = 1 << 16  # events of a trace given as a list, per batch
 # the track's ordinal in Events.keys; ts, dur in ns; name, cat: ordinals in Events.names and
 # Events.cats (-1: none, and every counter); value: a counter's; ann: a slice's or instant's
 # TrackEvent.debug_annotations as bytes (NULL for counters)
-TABLE = ("CREATE TABLE ev (seq BIGINT, kind TINYINT, key INTEGER, ts BIGINT, dur BIGINT, name INTEGER, "
-         "cat INTEGER, value DOUBLE, ann BLOB)")
+TABLE = (
+    "CREATE TABLE ev (seq BIGINT, kind TINYINT, key INTEGER, ts BIGINT, dur BIGINT, name INTEGER, "
+    "cat INTEGER, value DOUBLE, ann BLOB)"
+)
 
 
 def out_of_memory(error: BaseException) -> bool:
     """Whether DuckDB ran out of its memory share (as itself, or through an Arrow stream of a result)."""
     return isinstance(error, duckdb.OutOfMemoryException) or (
-        isinstance(error, (OSError, pa.ArrowException)) and str(error).startswith("Out of Memory Error"))
+        isinstance(error, (OSError, pa.ArrowException)) and str(error).startswith("Out of Memory Error")
+    )
 
 
 def _cap_mb() -> int:
@@ -69,6 +71,7 @@ def _ns(values) -> np.ndarray:
 @dataclass
 class Part:
     """One batch's slices, instants and counters, in input order."""
+
     kind: np.ndarray  # SLICE, INSTANT, COUNTER
     key: np.ndarray  # the track's ordinal in Events.keys
     ts: np.ndarray  # ns
@@ -92,8 +95,15 @@ class Events:
         self.folder = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}.", suffix=".tmp", dir=folder))
         # in memory up to the limit, the rest in the folder: nothing is kept, so nothing is checkpointed
         self.memory_mb = MEMORY_MB
-        self.db = duckdb.connect(":memory:", config={"memory_limit": f"{self.memory_mb}MB", "threads": 1,
-                                                     "temp_directory": str(self.folder), "preserve_insertion_order": False})
+        self.db = duckdb.connect(
+            ":memory:",
+            config={
+                "memory_limit": f"{self.memory_mb}MB",
+                "threads": 1,
+                "temp_directory": str(self.folder),
+                "preserve_insertion_order": False,
+            },
+        )
         self.db.execute(TABLE)
         self.clear()
 
@@ -128,8 +138,10 @@ class Events:
         half the host's memory; there, one sentence."""
         tried = self.memory_mb
         if tried >= _cap_mb():
-            raise UserError(f"{what} needs more than {tried} MB of memory, half of this host's; convert the "
-                            "trace on a host with more memory.")
+            raise UserError(
+                f"{what} needs more than {tried} MB of memory, half of this host's; convert the "
+                "trace on a host with more memory."
+            )
         self._memory(min(2 * tried, _cap_mb()))
         print(f"{what} needs more than {tried} MB; again with {self.memory_mb} MB", file=sys.stderr)
 
@@ -145,9 +157,19 @@ class Events:
         if not named.all():  # the loop's batches: counters have no args, the others' rows in order
             rows = np.cumsum(named) - 1
             annotated = pc.take(annotated, pa.array(rows, mask=~named))
-        batch = pa.table({"seq": np.arange(self.rows, self.rows + n), "kind": part.kind, "key": part.key.astype(np.int32),
-                          "ts": part.ts, "dur": part.dur, "name": part.name.astype(np.int32),
-                          "cat": part.cat.astype(np.int32), "value": part.value, "ann": annotated})
+        batch = pa.table(
+            {
+                "seq": np.arange(self.rows, self.rows + n),
+                "kind": part.kind,
+                "key": part.key.astype(np.int32),
+                "ts": part.ts,
+                "dur": part.dur,
+                "name": part.name.astype(np.int32),
+                "cat": part.cat.astype(np.int32),
+                "value": part.value,
+                "ann": annotated,
+            }
+        )
         self.db.register("batch", batch)
         while True:
             try:
@@ -167,12 +189,15 @@ class Events:
         found = self.names.get(name)
         if found is None:
             return None
-        x = self.db.execute(f"""
+        x = self.db.execute(
+            f"""
             WITH span AS (SELECT seq, ts, dur FROM ev WHERE kind = {SLICE} AND name = ? ORDER BY seq LIMIT 1)
             SELECT ev.seq = span.seq AS is_span, ev.name, ev.cat, ev.ts, ev.dur FROM ev, span
             WHERE ev.kind = {SLICE} AND ev.ts <= span.ts + span.dur
               AND (ev.ts + ev.dur >= span.ts OR ev.ts >= span.ts)
-            ORDER BY ev.seq""", [found]).fetchnumpy()
+            ORDER BY ev.seq""",
+            [found],
+        ).fetchnumpy()
         rows = np.flatnonzero(x.pop("is_span"))
         return ({c: np.asarray(v) for c, v in x.items()}, int(rows[0])) if rows.size else None
 
@@ -229,8 +254,18 @@ class Events:
             value.append(0.0)
             args.append(e.get("args") or {})
         if kind:
-            self._add(Part(np.array(kind, np.int8), np.array(key, np.int64), _ns(ts), _ns(dur),
-                           np.array(name, np.int64), np.array(cat, np.int64), np.array(value, np.float64), args))
+            self._add(
+                Part(
+                    np.array(kind, np.int8),
+                    np.array(key, np.int64),
+                    _ns(ts),
+                    _ns(dur),
+                    np.array(name, np.int64),
+                    np.array(cat, np.int64),
+                    np.array(value, np.float64),
+                    args,
+                )
+            )
 
     def add_table(self, t: pa.Table, raw: bytes) -> bool:
         """The fast path: False (and nothing added) where the batch's columns are not exactly its JSON."""
@@ -244,8 +279,12 @@ class Events:
         rows = np.flatnonzero(is_x | is_i)
         take = pa.array(rows)
         ts = pc.take(col["ts"], take) if "ts" in col else None
-        if ts is None or ts.null_count or pc.take(col["pid"], take).null_count \
-                or pc.take(col["tid"], pa.array(np.flatnonzero(is_x))).null_count:
+        if (
+            ts is None
+            or ts.null_count
+            or pc.take(col["pid"], take).null_count
+            or pc.take(col["tid"], pa.array(np.flatnonzero(is_x))).null_count
+        ):
             return False  # the loop says what to skip
         for r in np.flatnonzero(is_m).tolist():
             row = t.slice(r, 1).to_pylist()[0]
@@ -257,20 +296,37 @@ class Events:
         self.counts["slices"] += int(x.sum())
         self.counts["instants"] += int((~x).sum())
         key = self._keys(col, rows, x)
-        name = self._ordinals(self.names, pc.fill_null(pc.take(col["name"], take), "") if "name" in col
-                              else pa.array([""] * rows.size))
+        name = self._ordinals(
+            self.names, pc.fill_null(pc.take(col["name"], take), "") if "name" in col else pa.array([""] * rows.size)
+        )
         if "cat" in col:
             cats = pc.take(col["cat"], take)
-            cat = np.where(pc.fill_null(pc.not_equal(cats, ""), False).to_numpy(zero_copy_only=False),
-                           self._ordinals(self.cats, pc.fill_null(cats, "")), -1)
+            cat = np.where(
+                pc.fill_null(pc.not_equal(cats, ""), False).to_numpy(zero_copy_only=False),
+                self._ordinals(self.cats, pc.fill_null(cats, "")),
+                -1,
+            )
         else:
             cat = np.full(rows.size, -1, np.int64)
         dur = pc.take(col["dur"], take).to_numpy(zero_copy_only=False) if "dur" in col else np.zeros(rows.size)
         dur = np.where(x, np.nan_to_num(np.asarray(dur, np.float64)), 0.0)
-        args = pc.take(col["args"], take) if "args" in col and pa.types.is_struct(col["args"].type) \
+        args = (
+            pc.take(col["args"], take)
+            if "args" in col and pa.types.is_struct(col["args"].type)
             else pa.array([{}] * rows.size, pa.struct([]))
-        self._add(Part(np.where(x, SLICE, INSTANT).astype(np.int8), key,
-                       _ns(ts.to_numpy(zero_copy_only=False)), _ns(dur), name, cat, np.zeros(rows.size), args))
+        )
+        self._add(
+            Part(
+                np.where(x, SLICE, INSTANT).astype(np.int8),
+                key,
+                _ns(ts.to_numpy(zero_copy_only=False)),
+                _ns(dur),
+                name,
+                cat,
+                np.zeros(rows.size),
+                args,
+            )
+        )
         return True
 
     def _ordinals(self, table: dict, values: pa.Array) -> np.ndarray:
@@ -286,8 +342,9 @@ class Events:
         key = np.empty(rows.size, np.int64)
         xs = np.flatnonzero(x)
         if xs.size:
-            pairs, first, inverse = np.unique(np.stack([pid[xs], tid[xs]], 1), axis=0, return_index=True,
-                                              return_inverse=True)
+            pairs, first, inverse = np.unique(
+                np.stack([pid[xs], tid[xs]], 1), axis=0, return_index=True, return_inverse=True
+            )
             pair_keys = [tuple(p) for p in pairs.tolist()]
             found += [(xs[f], k) for f, k in zip(first.tolist(), pair_keys)]
         instants = np.flatnonzero(~x).tolist()
@@ -295,8 +352,9 @@ class Events:
             rows_i = rows[instants]
             scope = pc.take(col["s"], pa.array(rows_i)).to_pylist() if "s" in col else [None] * len(instants)
             tids = pc.take(col["tid"], pa.array(rows_i)).to_pylist()
-            inst_keys = [(p, "instants" if s == "g" or t is None else t)
-                         for p, t, s in zip(pid[instants].tolist(), tids, scope)]
+            inst_keys = [
+                (p, "instants" if s == "g" or t is None else t) for p, t, s in zip(pid[instants].tolist(), tids, scope)
+            ]
             found += list(zip(instants, inst_keys))
         for _, k in sorted(found, key=lambda f: f[0]):
             self._ordinal(self.keys, k)
@@ -330,8 +388,9 @@ def _parse(raw: bytes) -> pa.Table | None:
     import pyarrow.json as pj
 
     try:
-        return pj.read_json(pa.BufferReader(raw), read_options=pj.ReadOptions(use_threads=False,
-                                                                              block_size=len(raw) + 1))
+        return pj.read_json(
+            pa.BufferReader(raw), read_options=pj.ReadOptions(use_threads=False, block_size=len(raw) + 1)
+        )
     except pa.ArrowInvalid:
         return None
 
@@ -352,7 +411,7 @@ def _fill(events: Events, source) -> None:
     if not isinstance(source, (str, Path)):
         listed = source.get("traceEvents", []) if isinstance(source, dict) else source
         for lo in range(0, len(listed), DICTS_AT_ONCE):
-            events.add_dicts(listed[lo:lo + DICTS_AT_ONCE])
+            events.add_dicts(listed[lo : lo + DICTS_AT_ONCE])
         return
     found = json_records.Split()
     try:

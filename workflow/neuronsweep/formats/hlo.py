@@ -13,22 +13,36 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+
 from neuronsweep.atomic import replacing
 
 COMPUTATION = re.compile(r"^(ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
 INSTRUCTION = re.compile(
     r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*"
     r"(?P<shape>\([^=]*?\)|[a-z][a-z0-9]*\[[0-9,]*\](?:\{[^}]*\})?)\s+"
-    r"(?P<opcode>[a-z][a-z0-9\-]*)\((?P<rest>.*)$")
+    r"(?P<opcode>[a-z][a-z0-9\-]*)\((?P<rest>.*)$"
+)
 ARRAY = re.compile(r"(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[0-9,]*)\]")
 CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 FUSION_KIND = re.compile(r"\bkind=(k\w+)")
 METADATA = re.compile(r'(op_type|op_name|source_file)="([^"]*)"|(source_line)=(\d+)')
 
 # column -> type of the Instruction table: "int" and "bool" columns, every other one text
-COLUMNS = {"computation": "str", "computation_kind": "str", "hlo_name": "str", "opcode": "str", "is_root": "bool",
-           "dtype": "str", "shape": "str", "elements": "int", "fusion_kind": "str", "calls": "str", "op_type": "str",
-           "op_name": "str", "source_location": "str"}
+COLUMNS = {
+    "computation": "str",
+    "computation_kind": "str",
+    "hlo_name": "str",
+    "opcode": "str",
+    "is_root": "bool",
+    "dtype": "str",
+    "shape": "str",
+    "elements": "int",
+    "fusion_kind": "str",
+    "calls": "str",
+    "op_type": "str",
+    "op_name": "str",
+    "source_location": "str",
+}
 
 
 def _elements(shape: str) -> int:
@@ -60,20 +74,28 @@ def parse(text: str) -> list[dict]:
         calls = CALLS.search(rest)
         kind = FUSION_KIND.search(rest)
         source = f"{meta['source_file']}:{meta.get('source_line', '?')}" if "source_file" in meta else None
-        rows.append({
-            "computation": computation, "computation_kind": None, "hlo_name": inst["name"],
-            "opcode": inst["opcode"], "is_root": bool(inst["root"]),
-            "dtype": arrays[0][0] if len(arrays) == 1 else ("tuple" if arrays else None),
-            "shape": inst["shape"].split("{")[0] if not inst["shape"].startswith("(") else inst["shape"],
-            "elements": _elements(inst["shape"]),
-            "fusion_kind": kind.group(1) if kind and inst["opcode"] == "fusion" else None,
-            "calls": calls.group(1) if calls else None,
-            "op_type": meta.get("op_type"), "op_name": meta.get("op_name"), "source_location": source,
-        })
+        rows.append(
+            {
+                "computation": computation,
+                "computation_kind": None,
+                "hlo_name": inst["name"],
+                "opcode": inst["opcode"],
+                "is_root": bool(inst["root"]),
+                "dtype": arrays[0][0] if len(arrays) == 1 else ("tuple" if arrays else None),
+                "shape": inst["shape"].split("{")[0] if not inst["shape"].startswith("(") else inst["shape"],
+                "elements": _elements(inst["shape"]),
+                "fusion_kind": kind.group(1) if kind and inst["opcode"] == "fusion" else None,
+                "calls": calls.group(1) if calls else None,
+                "op_type": meta.get("op_type"),
+                "op_name": meta.get("op_name"),
+                "source_location": source,
+            }
+        )
     fused = {r["calls"] for r in rows if r["opcode"] == "fusion" and r["calls"]}
     for r in rows:
-        r["computation_kind"] = "entry" if r["computation"] == entry else \
-            "fused" if r["computation"] in fused else "called"
+        r["computation_kind"] = (
+            "entry" if r["computation"] == entry else "fused" if r["computation"] in fused else "called"
+        )
     return rows
 
 
@@ -85,7 +107,6 @@ def write_parquet(rows: list[dict], out: Path) -> None:
     """The rows as an Instruction parquet table (the name the Neuron parquet output uses)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
 
     types = {"str": pa.string(), "int": pa.int64(), "bool": pa.bool_()}
     schema = pa.schema([(name, types[kind]) for name, kind in COLUMNS.items()])

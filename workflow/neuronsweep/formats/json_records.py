@@ -29,7 +29,7 @@ KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 WHITESPACE = b" \t\r\n"
 NEWLINES_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
 LONG_INT = re.compile(rb"[0-9]{20}")
-LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b"{}[]\"\\,\n"
+LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b'{}[]"\\,\n'
 
 
 class NotJSON(ValueError):
@@ -39,6 +39,7 @@ class NotJSON(ValueError):
 @dataclass
 class Split:
     """What a pass found: per key, how many records; the keys whose arrays were not plain records."""
+
     records: dict[str, int] = field(default_factory=dict)
     irregular: set[str] = field(default_factory=set)
     first: dict[str, bytes] = field(default_factory=dict)  # the first record's bytes of each `first_of` key
@@ -125,14 +126,15 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
                     batch = _records(current, buf, start, stop, pos[lo:hi], chars[lo:hi], after[lo:hi], result)
                     if batch:
                         yield current.key, *batch
-                if first is not None and _records(first, buf, start, stop, pos[lo:hi], chars[lo:hi],
-                                                  after[lo:hi], result):
+                if first is not None and _records(
+                    first, buf, start, stop, pos[lo:hi], chars[lo:hi], after[lo:hi], result
+                ):
                     result.first[first.key] = first.first
                     first = None
                 if e is None:
                     break
                 if opens[e]:  # a top-level value starts: which key?
-                    window = buf[max(0, stop - KEY_WINDOW):stop]
+                    window = buf[max(0, stop - KEY_WINDOW) : stop]
                     found = KEY.search(head + window if stop < KEY_WINDOW else window)
                     key = found.group(1).decode("utf-8", "replace") if found else None
                     if chars[e] == LBRACKET and key in keys:
@@ -163,12 +165,12 @@ def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, 
     ends = pos[(chars == RBRACE) & (after == 2)]
     pending = bool(arr.pending)
     if not pending and begins.size:  # the gap before this region's first record
-        _check_gap(arr, arr.gap + buf[start:int(begins[0])], result)
+        _check_gap(arr, arr.gap + buf[start : int(begins[0])], result)
     if not ends.size:
         if pending:
             arr.pending += buf[start:stop]
         elif begins.size:
-            arr.pending, arr.gap = buf[int(begins[0]):stop], b""
+            arr.pending, arr.gap = buf[int(begins[0]) : stop], b""
         else:
             arr.gap += buf[start:stop]
             if len(arr.gap) > KEY_WINDOW and arr.gap.strip(WHITESPACE):  # values, not records
@@ -177,9 +179,9 @@ def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, 
         return None
     # record i ends at ends[i]; the next begins at begins[i] (after a pending record) or begins[i + 1]
     nxt = begins if pending else begins[1:]
-    prev = ends[:nxt.size]
+    prev = ends[: nxt.size]
     for i in np.flatnonzero(nxt - prev != 2).tolist():  # anything but `},{`: a comma and whitespace?
-        if buf[int(prev[i]) + 1:int(nxt[i])].strip(WHITESPACE) != b",":
+        if buf[int(prev[i]) + 1 : int(nxt[i])].strip(WHITESPACE) != b",":
             result.irregular.add(arr.key)
     cut = int(ends[-1]) + 1
     body_from = start if pending else int(begins[0])
@@ -194,10 +196,10 @@ def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, 
     for s in seps[~commas].tolist():  # whitespace before the comma
         view[batch.index(b",", s)] = NEWLINE
     if arr.records == 0:
-        arr.first = bytes(batch[:batch.find(b"\n")] if ends.size > 1 else batch)
+        arr.first = bytes(batch[: batch.find(b"\n")] if ends.size > 1 else batch)
     arr.records += int(ends.size)
     tail = begins[begins > ends[-1]]  # a record this region leaves unfinished
-    arr.pending = buf[int(tail[0]):stop] if tail.size else b""
+    arr.pending = buf[int(tail[0]) : stop] if tail.size else b""
     arr.gap = b"" if arr.pending else buf[cut:stop]
     return batch, int(ends.size)
 

@@ -5,7 +5,7 @@ wanted arrays in byte blocks (json_records) and a C++ parser (pyarrow.json) make
 records a table; a batch whose types that parser cannot give exactly (see below) is decoded with
 orjson instead, and an array json_records cannot split (items that are not objects) is streamed
 with ijson, value by value. Every path gives the same tables.
-What the real files hold (../shared/fixtures/neuron/real/):
+What the real files hold (tests/data/neuron/inf2-profiles/):
 64-bit ids above 2^53 (`id`, `packet_aggregation_id`), numbers written as strings (`dma_queue`),
 nested lists (`source`), and columns whose JSON type may change between records. Each batch's
 columns get the narrowest Arrow type that holds every value exactly:
@@ -78,8 +78,9 @@ def batch_table(records: list[dict]) -> pa.Table:
     arrays = {}
     for name in names:
         typed = inferred.column(name).combine_chunks() if inferred is not None else None
-        if typed is not None and (pa.types.is_boolean(typed.type) or pa.types.is_int64(typed.type)
-                                  or pa.types.is_string(typed.type)):
+        if typed is not None and (
+            pa.types.is_boolean(typed.type) or pa.types.is_int64(typed.type) or pa.types.is_string(typed.type)
+        ):
             arrays[name] = typed
         elif typed is not None and pa.types.is_null(typed.type):
             continue
@@ -96,8 +97,9 @@ def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
     import pyarrow.json as pj
 
     try:
-        table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(
-            use_threads=False, block_size=len(data) + 1))
+        table = pj.read_json(
+            pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
+        )
     except pa.ArrowInvalid:
         table = None
     exact = _exact(table, con) if table is not None else None
@@ -163,8 +165,7 @@ class _Files:
             self.writer = None
 
 
-def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), firsts=("summary", "metadata")
-                 ) -> None:
+def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), firsts=("summary", "metadata")) -> None:
     """The profile's `arrays` as `<key>-NNNN.parquet` files and the first record of each of `firsts`
     as `<key>.parquet`, in one pass over the file (see the module docstring)."""
     import duckdb
@@ -178,8 +179,10 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
                 if key not in found.irregular:
                     files[key].write(ndjson_table(data, con))
     except (json_records.NotJSON, json.JSONDecodeError, orjson.JSONDecodeError) as e:  # or a batch no parser reads
-        raise UserError(f"{path} is not a readable legacy profile ({e}); if a view was cut short "
-                        "(a full disk, a killed job), run the view again") from None
+        raise UserError(
+            f"{path} is not a readable legacy profile ({e}); if a view was cut short "
+            "(a full disk, a killed job), run the view again"
+        ) from None
     for key, out in files.items():
         out.close()
         if key in found.irregular:  # items that are not all objects: value by value instead
@@ -257,7 +260,7 @@ def small_array(path: Path, key: str) -> list | None:
             chunk = handle.read(EDGE)
             at = chunk.find(needle)
             while at >= 0:  # unescaped `"key":` can only be a key; decode the value after it
-                text = chunk[at + len(needle):].decode("utf-8", errors="replace").lstrip()
+                text = chunk[at + len(needle) :].decode("utf-8", errors="replace").lstrip()
                 if text.startswith("["):
                     try:
                         value, _ = json.JSONDecoder().raw_decode(text)

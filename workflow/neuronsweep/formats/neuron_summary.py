@@ -1,8 +1,8 @@
 """Read a profile summary in any shape the Neuron tools (or our cpu view) write.
 
-Shapes seen in the wild (reference/neuron-toolchain.md §3): summary-json's `{"n_<hash>": {...}}`,
+Shapes seen in the wild: summary-json's `{"n_<hash>": {...}}`,
 a `{"Summary": [{...}]}` wrapper, the legacy full-profile JSON's `{"summary": [{...}], "instruction":
-[...], ...}` (real inf2 files: ../shared/fixtures/neuron/real/), and a flat dict; the tools may print
+[...], ...}` (real inf2 files: tests/data/neuron/inf2-profiles/), and a flat dict; the tools may print
 log lines before the JSON. Whatever the shape, the result must hold the summary's times: a file
 without them is refused, never read as a summary whose every metric is null.
 """
@@ -23,8 +23,9 @@ def parse(text: str, source: str = "summary") -> dict:
     try:
         obj = json.loads(text[start:])
     except json.JSONDecodeError as exc:
-        raise UserError(f"{source}: the summary JSON is malformed ({exc.msg} at char {start + exc.pos}); "
-                        "rerun the view stage.") from None
+        raise UserError(
+            f"{source}: the summary JSON is malformed ({exc.msg} at char {start + exc.pos}); rerun the view stage."
+        ) from None
     return unwrap(obj, source)
 
 
@@ -39,8 +40,7 @@ def unwrap(obj, source: str = "summary") -> dict:
     values = list(obj.values()) if isinstance(obj, dict) else []
     if values and all(isinstance(v, dict) for v in values) and all(str(k).startswith("n_") for k in obj):
         if len(values) > 1:
-            raise UserError(f"{source}: holds {len(values)} profiles ({', '.join(obj)}); "
-                            "view one NTFF at a time.")
+            raise UserError(f"{source}: holds {len(values)} profiles ({', '.join(obj)}); view one NTFF at a time.")
         return values[0]
     if isinstance(obj, dict):
         return obj
@@ -52,16 +52,18 @@ def load(path: str | Path) -> dict:
     profile (streamed when large); refuses a file that holds no summary times."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such file; pass a view's summary.json, raw summary-json output or a "
-                        "legacy profile JSON.")
+        raise UserError(
+            f"{path}: no such file; pass a view's summary.json, raw summary-json output or a legacy profile JSON."
+        )
     if path.stat().st_size > STREAM_ABOVE:
-
         summary = first_record(path, "summary") or {}
     else:
         summary = parse(path.read_text(errors="replace"), str(path))
     missing = [k for k in REQUIRED if summary.get(k) is None]
     if missing:
-        raise UserError(f"{path}: holds no profile summary ({', '.join(missing)} absent); pass a view's "
-                        "summary.json, the output of `view --output-format summary-json`, or a legacy "
-                        "`--output-format json` profile.")
+        raise UserError(
+            f"{path}: holds no profile summary ({', '.join(missing)} absent); pass a view's "
+            "summary.json, the output of `view --output-format summary-json`, or a legacy "
+            "`--output-format json` profile."
+        )
     return summary

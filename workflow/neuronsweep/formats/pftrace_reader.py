@@ -35,6 +35,7 @@ class Track:
 @dataclass
 class Slice:
     """One slice, for readers that want rows (tests, small traces); the decoder keeps columns."""
+
     track_uuid: int
     ts: int
     dur: int  # -1 for a BEGIN never closed
@@ -54,6 +55,7 @@ class Slices:
     """The slices as columns (a Python object per slice cost as much as decoding the trace; ints are
     kept in 8-byte arrays, strings shared), and the args as (slice index, key, value) columns.
     `parent` is -1 for a slice at depth 0."""
+
     track_uuid: array = _ints("Q")
     ts: array = _ints()
     dur: array = _ints()
@@ -70,16 +72,32 @@ class Slices:
 
     def __getitem__(self, i: int) -> Slice:
         args = {k: v for s, k, v in zip(self.arg_slice, self.arg_key, self.arg_value) if s == i}
-        return Slice(self.track_uuid[i], self.ts[i], self.dur[i], self.name[i], self.category[i], self.depth[i],
-                     None if self.parent[i] < 0 else self.parent[i], args)
+        return Slice(
+            self.track_uuid[i],
+            self.ts[i],
+            self.dur[i],
+            self.name[i],
+            self.category[i],
+            self.depth[i],
+            None if self.parent[i] < 0 else self.parent[i],
+            args,
+        )
 
     def __iter__(self):
         args: dict[int, dict] = {}
         for s, k, v in zip(self.arg_slice, self.arg_key, self.arg_value):
             args.setdefault(s, {})[k] = v
         for i in range(len(self.ts)):
-            yield Slice(self.track_uuid[i], self.ts[i], self.dur[i], self.name[i], self.category[i],
-                        self.depth[i], None if self.parent[i] < 0 else self.parent[i], args.get(i, {}))
+            yield Slice(
+                self.track_uuid[i],
+                self.ts[i],
+                self.dur[i],
+                self.name[i],
+                self.category[i],
+                self.depth[i],
+                None if self.parent[i] < 0 else self.parent[i],
+                args.get(i, {}),
+            )
 
 
 @dataclass
@@ -143,17 +161,42 @@ def _chunks(data: bytes, path: str | Path):
                 raise IndexError(pos)
             yield start, data[start:pos], np.array(starts, np.int64), np.array(ends, np.int64)
     except (IndexError, DecodeError) as exc:
-        raise UserError(f"{path}: not a readable Perfetto trace (truncated or damaged near byte {pos}: "
-                        f"{type(exc).__name__}); recreate it (rerun the view stage).") from None
+        raise UserError(
+            f"{path}: not a readable Perfetto trace (truncated or damaged near byte {pos}: "
+            f"{type(exc).__name__}); recreate it (rerun the view stage)."
+        ) from None
 
 
-BEGIN, END, INSTANT, COUNTER = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT,
-                                TrackEvent.TYPE_COUNTER)
+BEGIN, END, INSTANT, COUNTER = (
+    TrackEvent.TYPE_SLICE_BEGIN,
+    TrackEvent.TYPE_SLICE_END,
+    TrackEvent.TYPE_INSTANT,
+    TrackEvent.TYPE_COUNTER,
+)
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 # field numbers (perfetto_trace.proto)
-P_TIMESTAMP, P_SEQ, P_EVENT, P_INTERNED, P_FLAGS, P_COMPRESSED, P_CLOCK, P_DEFAULTS, P_TRACK = 8, 10, 11, 12, 13, 50, 58, 59, 60
+P_TIMESTAMP, P_SEQ, P_EVENT, P_INTERNED, P_FLAGS, P_COMPRESSED, P_CLOCK, P_DEFAULTS, P_TRACK = (
+    8,
+    10,
+    11,
+    12,
+    13,
+    50,
+    58,
+    59,
+    60,
+)
 E_CAT_IIDS, E_ANNOTATIONS, E_TYPE, E_NAME_IID, E_TRACK, E_CATS, E_NAME, E_COUNTER, E_DOUBLE_COUNTER = (
-    3, 4, 9, 10, 11, 22, 23, 30, 44)
+    3,
+    4,
+    9,
+    10,
+    11,
+    22,
+    23,
+    30,
+    44,
+)
 E_LEGACY_TIMESTAMPS = (1, 16)
 A_NAME_IID, A_BOOL, A_UINT, A_INT, A_DOUBLE, A_STRING, A_NAME = 1, 2, 3, 4, 5, 6, 10
 
@@ -162,6 +205,7 @@ A_NAME_IID, A_BOOL, A_UINT, A_INT, A_DOUBLE, A_STRING, A_NAME = 1, 2, 3, 4, 5, 6
 class _Generation:
     """A sequence's incremental state between two clears: interned names and the default track
     (a list of (packet number, track uuid), in order)."""
+
     names: dict = field(default_factory=dict)
     cats: dict = field(default_factory=dict)
     ann: dict = field(default_factory=dict)
@@ -188,15 +232,16 @@ class _Reader:
         n = starts.size
         pf = protoscan.scan(buf, starts, ends)
         if pf.where(P_COMPRESSED).any():
-            self.fail("compressed packets are not supported by this reader; "
-                      "decompress the trace with trace_processor first.")
+            self.fail(
+                "compressed packets are not supported by this reader; decompress the trace with trace_processor first."
+            )
         clock, _ = pf.last(P_CLOCK, n)
         if clock.any():
             self.fail("packets with a non-default clock (timestamp_clock_id) are not supported.")
         ts = pf.last(P_TIMESTAMP, n, dtype=np.int64)[0]
         gen = self._generations(pf.last(P_SEQ, n)[0], pf.last(P_FLAGS, n)[0])
         for i in np.unique(pf.msg[np.isin(pf.num, (P_INTERNED, P_DEFAULTS, P_TRACK))]).tolist():
-            self._stateful(TracePacket.FromString(raw[starts[i]:ends[i]]), self.gens[gen[i]], self.packets_seen + i)
+            self._stateful(TracePacket.FromString(raw[starts[i] : ends[i]]), self.gens[gen[i]], self.packets_seen + i)
         ev = pf.where(P_EVENT, protoscan.LEN)
         self._events(buf, raw, pf.msg[ev], pf.at[ev], pf.value[ev].astype(np.int64), ts, gen)
         self.packets_seen += n
@@ -229,10 +274,13 @@ class _Reader:
             td = p.track_descriptor
             name = td.name or td.static_name or td.thread.thread_name or td.process.process_name
             self.tracks[td.uuid] = Track(
-                uuid=td.uuid, name=name, parent_uuid=td.parent_uuid if td.HasField("parent_uuid") else None,
+                uuid=td.uuid,
+                name=name,
+                parent_uuid=td.parent_uuid if td.HasField("parent_uuid") else None,
                 is_counter=td.HasField("counter"),
                 pid=td.thread.pid if td.HasField("thread") else (td.process.pid if td.HasField("process") else None),
-                tid=td.thread.tid if td.HasField("thread") else None)
+                tid=td.thread.tid if td.HasField("thread") else None,
+            )
 
     def _events(self, buf, raw, packet, at, length, ts, gen) -> None:
         n = packet.size
@@ -285,14 +333,17 @@ class _Reader:
         carried = [self.stacks.get(t, []) for t in tracks.tolist()]
         stack = np.full((tracks.size, max(map(len, carried)) + 1), -1, np.int64)  # [track, level - 1]
         for t, s in enumerate(carried):
-            stack[t, :len(s)] = s
+            stack[t, : len(s)] = s
         delta = is_b.astype(np.int64) - is_e
         order = np.argsort(tk, kind="stable")
         cs = np.cumsum(delta[order])
         group = np.flatnonzero(np.r_[True, tk[order][1:] != tk[order][:-1]])
         depth = np.empty(n, np.int64)  # after each event
-        depth[order] = np.array(list(map(len, carried)), np.int64)[tk[order]] + cs - np.repeat(
-            (cs - delta[order])[group], np.diff(np.r_[group, n]))
+        depth[order] = (
+            np.array(list(map(len, carried)), np.int64)[tk[order]]
+            + cs
+            - np.repeat((cs - delta[order])[group], np.diff(np.r_[group, n]))
+        )
         bad = np.flatnonzero(is_e & (depth < 0))
         if bad.size:
             j = int(bad[0])
@@ -323,7 +374,7 @@ class _Reader:
         outer = stack[tk[o], np.clip(d - 1, 0, stack.shape[1] - 1)]  # the slice carried open at level d
         parent = np.where(d < 1, -1, np.where(here, inner, outer))
 
-        last = np.flatnonzero(np.r_[(e_tk[1:] != e_tk[:-1]) | (e_level[1:] != e_level[:-1]), True][:be.size])
+        last = np.flatnonzero(np.r_[(e_tk[1:] != e_tk[:-1]) | (e_level[1:] != e_level[:-1]), True][: be.size])
         final = np.empty(tracks.size, np.int64)
         final[tk[order][np.r_[group[1:] - 1, n - 1]]] = depth[order][np.r_[group[1:] - 1, n - 1]]
         still = [list(c[:f]) + [-1] * (f - len(c)) for c, f in zip(carried, final.tolist())]
@@ -345,8 +396,9 @@ class _Reader:
         distinct pair."""
         iids = iids.astype(np.uint64)
         if iids.size and (int(iids.max()) >= 1 << 40 or int(gens.max()) >= 1 << 23):  # no room for one key
-            return np.array([convert(getattr(self.gens[g], table).get(i, "")) for g, i in zip(gens.tolist(),
-                                                                                            iids.tolist())], object)
+            return np.array(
+                [convert(getattr(self.gens[g], table).get(i, "")) for g, i in zip(gens.tolist(), iids.tolist())], object
+            )
         keys, inverse = np.unique((gens.astype(np.uint64) << np.uint64(40)) | iids, return_inverse=True)
         names = [convert(getattr(self.gens[k >> 40], table).get(k & ((1 << 40) - 1), "")) for k in keys.tolist()]
         return np.array(names, object)[inverse] if keys.size else np.zeros(0, object)
@@ -375,8 +427,9 @@ class _Reader:
         found = self._interned("cats", ev_gen[single], iid[single])
         out[single] = [c or None for c in found.tolist()]
         rest = np.flatnonzero(opens & ~single & ((ids_per_event > 0) | other))
-        for j, lo, hi in zip(rest.tolist(), np.searchsorted(ef.msg, rest).tolist(),
-                             np.searchsorted(ef.msg, rest, "right").tolist()):
+        for j, lo, hi in zip(
+            rest.tolist(), np.searchsorted(ef.msg, rest).tolist(), np.searchsorted(ef.msg, rest, "right").tolist()
+        ):
             at, value = ef.at[lo:hi], ef.value[lo:hi]
             cats = protoscan.text(raw, at[inline[lo:hi]], value[inline[lo:hi]])
             if not cats:
@@ -415,8 +468,12 @@ class _Reader:
         keys[named] = self._interned("ann", ev_gen[event][named], iid[named], self._key)
         keys[~named] = [self._key(inline_names.get(k, "")) for k in np.flatnonzero(~named).tolist()]
         values = np.full(m, None, object)
-        for num, convert in ((A_INT, lambda v: v.view(np.int64)), (A_UINT, lambda v: v),
-                             (A_DOUBLE, lambda v: v.view(np.float64)), (A_BOOL, lambda v: v != 0)):
+        for num, convert in (
+            (A_INT, lambda v: v.view(np.int64)),
+            (A_UINT, lambda v: v),
+            (A_DOUBLE, lambda v: v.view(np.float64)),
+            (A_BOOL, lambda v: v != 0),
+        ):
             mask = af.where(num)
             values[af.msg[mask]] = convert(af.value[mask]).tolist()
         strings = af.where(A_STRING, protoscan.LEN)
@@ -434,6 +491,8 @@ def read(path: str | Path) -> DecodedTrace:
         try:
             reader.chunk(raw, starts, ends)
         except (protoscan.DecodeError, DecodeError):
-            raise UserError(f"{path}: not a readable Perfetto trace (damaged after byte {start}); "
-                            "recreate it (rerun the view stage).") from None
+            raise UserError(
+                f"{path}: not a readable Perfetto trace (damaged after byte {start}); "
+                "recreate it (rerun the view stage)."
+            ) from None
     return DecodedTrace(tracks=reader.tracks, slices=reader.slices, counters=reader.counters)

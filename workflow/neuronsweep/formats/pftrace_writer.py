@@ -23,12 +23,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
-from neuronsweep.formats import chrome_trace
 from neuronsweep.atomic import replacing
+from neuronsweep.formats import chrome_trace
 from neuronsweep.formats.protowire import EMPTY, field, fixed, join, length_prefixed, ragged, varint, varints
 
-BEGIN, END, INSTANT, COUNTER = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT,
-                                TrackEvent.TYPE_COUNTER)
+BEGIN, END, INSTANT, COUNTER = (
+    TrackEvent.TYPE_SLICE_BEGIN,
+    TrackEvent.TYPE_SLICE_END,
+    TrackEvent.TYPE_INSTANT,
+    TrackEvent.TYPE_COUNTER,
+)
 SEQ_ID = 0x5EEB  # trusted_packet_sequence_id: one sequence for the whole file
 CHUNK = 1 << 18  # rows streamed out of a sort and encoded at a time
 
@@ -42,6 +46,7 @@ CLEARED = bytes([TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEE
 
 
 # ------------------------------------------------------------------------------------ the trace
+
 
 class _Tracks:
     """Track descriptors, written as they are made (a few, with the protobuf classes)."""
@@ -83,8 +88,11 @@ class _Tracks:
             if isinstance(pid, int) and pid not in processes:
                 processes[pid] = self.add(events.proc_names.get(pid) or f"process {pid}", pid=pid)
             name = events.thread_names.get(key) or f"{pid}/{tid}"
-            uuids.append(self.add(name, pid=pid, tid=tid if isinstance(pid, int) else None,
-                                  parent=processes.get(pid)) if isinstance(tid, int) else self.add(name))
+            uuids.append(
+                self.add(name, pid=pid, tid=tid if isinstance(pid, int) else None, parent=processes.get(pid))
+                if isinstance(tid, int)
+                else self.add(name)
+            )
         return np.array(uuids, np.uint64)
 
 
@@ -153,21 +161,40 @@ def _nest(events: chrome_trace.Events) -> None:
     first, input) order, which is the order a nesting stack emits a track's slices in; and table
     `streams`: each slice track's first slice, which orders tracks whose events share a time."""
     db = events.db
-    db.execute("CREATE OR REPLACE TABLE nested (seq BIGINT, key INTEGER, ts BIGINT, ce BIGINT, rank BIGINT, "
-               "name INTEGER, cat INTEGER, ann BLOB)")
-    db.execute(f"CREATE OR REPLACE TABLE streams AS SELECT key, min(seq) AS first FROM ev "
-               f"WHERE kind = {chrome_trace.SLICE} GROUP BY key")
-    sorted_slices = db.cursor().sql(
-        f"SELECT seq, key, ts, ts + greatest(dur, 0) AS ce, name, cat, ann FROM ev WHERE kind = {chrome_trace.SLICE} "
-        "ORDER BY key, ts, ce DESC, seq").to_arrow_reader(CHUNK)
+    db.execute(
+        "CREATE OR REPLACE TABLE nested (seq BIGINT, key INTEGER, ts BIGINT, ce BIGINT, rank BIGINT, "
+        "name INTEGER, cat INTEGER, ann BLOB)"
+    )
+    db.execute(
+        f"CREATE OR REPLACE TABLE streams AS SELECT key, min(seq) AS first FROM ev "
+        f"WHERE kind = {chrome_trace.SLICE} GROUP BY key"
+    )
+    sorted_slices = (
+        db.cursor()
+        .sql(
+            "SELECT seq, key, ts, ts + greatest(dur, 0) AS ce, name, cat, ann FROM ev "
+            f"WHERE kind = {chrome_trace.SLICE} "
+            "ORDER BY key, ts, ce DESC, seq"
+        )
+        .to_arrow_reader(CHUNK)
+    )
     clamp, rank = _Clamp(), 0
     for batch in sorted_slices:
         n = batch.num_rows
         start, key = batch["ts"].to_numpy(), batch["key"].to_numpy()
         ce = clamp(start, batch["ce"].to_numpy(), key)
-        rows = pa.table({"seq": batch["seq"], "key": batch["key"], "ts": batch["ts"], "ce": ce,
-                         "rank": np.arange(rank, rank + n), "name": batch["name"], "cat": batch["cat"],
-                         "ann": batch["ann"]})
+        rows = pa.table(
+            {
+                "seq": batch["seq"],
+                "key": batch["key"],
+                "ts": batch["ts"],
+                "ce": ce,
+                "rank": np.arange(rank, rank + n),
+                "name": batch["name"],
+                "cat": batch["cat"],
+                "ann": batch["ann"],
+            }
+        )
         db.register("rows", rows)
         db.execute("INSERT INTO nested SELECT * FROM rows")
         db.unregister("rows")
@@ -204,8 +231,10 @@ class _Interning:
 
     def __init__(self, events: chrome_trace.Events):
         # one more than the table: index -1 (none) stays iid 0
-        self.tables = [(INTERNED_CATEGORY, list(events.cats), np.zeros(len(events.cats) + 1, np.int64)),
-                       (INTERNED_NAME, list(events.names), np.zeros(len(events.names) + 1, np.int64))]
+        self.tables = [
+            (INTERNED_CATEGORY, list(events.cats), np.zeros(len(events.cats) + 1, np.int64)),
+            (INTERNED_NAME, list(events.names), np.zeros(len(events.names) + 1, np.int64)),
+        ]
         self.used = [0, 0]
 
     def __call__(self, named: np.ndarray, cat: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -236,24 +265,34 @@ def _encode(batch: pa.RecordBatch, uuids: np.ndarray, interning: _Interning) -> 
     cat, name, interned = interning(named, batch["cat"].to_numpy(), batch["name"].to_numpy())
     annotations = pc.fill_null(batch["ann"].cast(pa.large_binary()), EMPTY)
     value = np.where(counter, batch["value"].to_numpy(), 0.0).astype("<f8").view(np.uint8).reshape(-1, 8)
-    body = join(varints(cat, CATEGORY_IID, cat > 0), annotations, varints(kind, TYPE),
-                varints(name, NAME_IID, named), varints(uuids[batch["key"].to_numpy()], TRACK_UUID),
-                fixed(DOUBLE_COUNTER, value, counter))
-    payload = join(varints(batch["ts"].to_numpy(), TIMESTAMP), SEQUENCE + varint(SEQ_ID),
-                   length_prefixed(TRACK_EVENT, body), interned, NEEDS_STATE)
+    body = join(
+        varints(cat, CATEGORY_IID, cat > 0),
+        annotations,
+        varints(kind, TYPE),
+        varints(name, NAME_IID, named),
+        varints(uuids[batch["key"].to_numpy()], TRACK_UUID),
+        fixed(DOUBLE_COUNTER, value, counter),
+    )
+    payload = join(
+        varints(batch["ts"].to_numpy(), TIMESTAMP),
+        SEQUENCE + varint(SEQ_ID),
+        length_prefixed(TRACK_EVENT, body),
+        interned,
+        NEEDS_STATE,
+    )
     return length_prefixed(PACKET, payload)
 
 
 def _write_column(handle, packets: pa.Array, first: bool) -> None:
     """The column's bytes as they lie in its buffer; the sequence's first packet clears its state
     (the same flag byte, another value: its last)."""
-    offsets = np.frombuffer(packets.buffers()[1], np.int64)[packets.offset:packets.offset + len(packets) + 1]
-    data = memoryview(packets.buffers()[2])[int(offsets[0]):int(offsets[-1])]
+    offsets = np.frombuffer(packets.buffers()[1], np.int64)[packets.offset : packets.offset + len(packets) + 1]
+    data = memoryview(packets.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
     if first and len(packets):
         cut = int(offsets[1] - offsets[0]) - 1
         handle.write(data[:cut])
         handle.write(CLEARED)
-        data = data[cut + 1:]
+        data = data[cut + 1 :]
     handle.write(data)
 
 

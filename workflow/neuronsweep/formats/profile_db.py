@@ -85,21 +85,48 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
         return pa.array(np.frombuffer(col, np.int64) if len(col) else np.zeros(0, np.int64), i64)
 
     tables = {
-        "slice": pa.table({"id": ids_col, "slice_id": ids_col, "ts": ints(sl.ts), "dur": ints(sl.dur),
-                           "track_id": track_of.cast(i64), "category": cats, "cat": cats, "name": pa.array(sl.name, text),
-                           "depth": ints(sl.depth), "parent_id": pa.array(parent, i64, mask=parent < 0),
-                           "arg_set_id": pa.array(np.arange(n), i64, mask=~has_args)}),
-        "track": pa.table({"id": pa.array([ids[t.uuid] for t in tracks], i64), "name": pa.array([t.name for t in tracks], text),
-                           "parent_id": pa.array([ids.get(t.parent_uuid) for t in tracks], i64),
-                           "type": pa.array(["counter_track" if t.is_counter else "thread_track" if t.tid is not None
-                                             else "track" for t in tracks], text),
-                           "utid": pa.array([t.tid for t in tracks], i64), "upid": pa.array([t.pid for t in tracks], i64)}),
-        "args": pa.table({"arg_set_id": pa.array(arg_slice, i64), "flat_key": keys, "key": keys,
-                          **_arg_values(sl.arg_value)}),
-        "counter": pa.table({"id": pa.array(range(len(trace.counters)), i64),
-                             "ts": pa.array([c.ts for c in trace.counters], i64),
-                             "track_id": pa.array([ids[c.track_uuid] for c in trace.counters], i64),
-                             "value": pa.array([c.value for c in trace.counters], f64)}),
+        "slice": pa.table(
+            {
+                "id": ids_col,
+                "slice_id": ids_col,
+                "ts": ints(sl.ts),
+                "dur": ints(sl.dur),
+                "track_id": track_of.cast(i64),
+                "category": cats,
+                "cat": cats,
+                "name": pa.array(sl.name, text),
+                "depth": ints(sl.depth),
+                "parent_id": pa.array(parent, i64, mask=parent < 0),
+                "arg_set_id": pa.array(np.arange(n), i64, mask=~has_args),
+            }
+        ),
+        "track": pa.table(
+            {
+                "id": pa.array([ids[t.uuid] for t in tracks], i64),
+                "name": pa.array([t.name for t in tracks], text),
+                "parent_id": pa.array([ids.get(t.parent_uuid) for t in tracks], i64),
+                "type": pa.array(
+                    [
+                        "counter_track" if t.is_counter else "thread_track" if t.tid is not None else "track"
+                        for t in tracks
+                    ],
+                    text,
+                ),
+                "utid": pa.array([t.tid for t in tracks], i64),
+                "upid": pa.array([t.pid for t in tracks], i64),
+            }
+        ),
+        "args": pa.table(
+            {"arg_set_id": pa.array(arg_slice, i64), "flat_key": keys, "key": keys, **_arg_values(sl.arg_value)}
+        ),
+        "counter": pa.table(
+            {
+                "id": pa.array(range(len(trace.counters)), i64),
+                "ts": pa.array([c.ts for c in trace.counters], i64),
+                "track_id": pa.array([ids[c.track_uuid] for c in trace.counters], i64),
+                "value": pa.array([c.value for c in trace.counters], f64),
+            }
+        ),
     }
     return tables
 
@@ -113,20 +140,26 @@ def _arg_values(values: list) -> dict[str, pa.Array]:
     kinds = {bool: "bool", int: "int", float: "real", str: "string"}
     try:
         arr = pa.array(values)
-        kind = {pa.bool_(): "bool", i64: "int", f64: "real", text: "string"}.get(arr.type) if not arr.null_count else None
+        kind = (
+            {pa.bool_(): "bool", i64: "int", f64: "real", text: "string"}.get(arr.type) if not arr.null_count else None
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         kind = None
     n = len(values)
     if kind is not None or not n:
         kind = kind or "int"
         none = pa.nulls(n)
-        return {"int_value": arr.cast(i64) if kind in ("int", "bool") else none.cast(i64),
-                "string_value": arr if kind == "string" else none.cast(text),
-                "real_value": arr if kind == "real" else none.cast(f64),
-                "value_type": pa.array([kind] * n, text),
-                "display_value": pc.if_else(arr, "True", "False") if kind == "bool"
-                else pa.array([str(v) for v in values], text) if kind == "real"  # Arrow writes 1.0 as "1"
-                else arr.cast(text)}
+        return {
+            "int_value": arr.cast(i64) if kind in ("int", "bool") else none.cast(i64),
+            "string_value": arr if kind == "string" else none.cast(text),
+            "real_value": arr if kind == "real" else none.cast(f64),
+            "value_type": pa.array([kind] * n, text),
+            "display_value": pc.if_else(arr, "True", "False")
+            if kind == "bool"
+            else pa.array([str(v) for v in values], text)
+            if kind == "real"  # Arrow writes 1.0 as "1"
+            else arr.cast(text),
+        }
     cols = {k: [] for k in ("int_value", "string_value", "real_value", "value_type", "display_value")}
     for value in values:
         kind = kinds.get(type(value), "string")
@@ -135,18 +168,26 @@ def _arg_values(values: list) -> dict[str, pa.Array]:
         cols["real_value"].append(value if kind == "real" else None)
         cols["value_type"].append(kind)
         cols["display_value"].append(str(value))
-    return {"int_value": pa.array(cols["int_value"], i64), "string_value": pa.array(cols["string_value"], text),
-            "real_value": pa.array(cols["real_value"], f64), "value_type": pa.array(cols["value_type"], text),
-            "display_value": pa.array(cols["display_value"], text)}
+    return {
+        "int_value": pa.array(cols["int_value"], i64),
+        "string_value": pa.array(cols["string_value"], text),
+        "real_value": pa.array(cols["real_value"], f64),
+        "value_type": pa.array(cols["value_type"], text),
+        "display_value": pa.array(cols["display_value"], text),
+    }
 
 
 def _track_class(track: pa.Table, patterns) -> pa.Table:
     """Our class of every non-counter track (config track_patterns), from the track table: kept out of
     the cached tables, since the patterns may change between queries."""
     rows = [r for r in track.select(["id", "name", "type"]).to_pylist() if r["type"] != "counter_track"]
-    return pa.table({"track_id": pa.array([r["id"] for r in rows], pa.int64()),
-                     "name": pa.array([r["name"] for r in rows], pa.string()),
-                     "class": pa.array([classify(r["name"], patterns) for r in rows], pa.string())})
+    return pa.table(
+        {
+            "track_id": pa.array([r["id"] for r in rows], pa.int64()),
+            "name": pa.array([r["name"] for r in rows], pa.string()),
+            "class": pa.array([classify(r["name"], patterns) for r in rows], pa.string()),
+        }
+    )
 
 
 def sql_text(value) -> str:
@@ -176,10 +217,14 @@ class ProfileDB:
         part = f"part_{sum(map(len, self.tables.values()))}"  # DuckDB names are case-insensitive
         if isinstance(data, str):
             kind = "TABLE" if materialize else "VIEW"
-            self.con.execute(f"CREATE TEMP {kind} \"{part}\" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM {data}")
+            self.con.execute(
+                f'CREATE TEMP {kind} "{part}" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM {data}'
+            )
         else:
             self.con.register("_incoming", data)
-            self.con.execute(f"CREATE TEMP TABLE \"{part}\" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM _incoming")
+            self.con.execute(
+                f'CREATE TEMP TABLE "{part}" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM _incoming'
+            )
             self.con.unregister("_incoming")
         table = next((t for t in self.tables if t.lower() == table.lower()), table)  # Summary == summary
         self.tables.setdefault(table, []).append(part)
@@ -205,7 +250,7 @@ class ProfileDB:
             files = sorted(folder.glob(f"{key}-*.parquet"))
             if files:
                 self._add(key, workload_id, read_parquet(files), materialize=False)
-        for key in ("summary", "metadata")[0 if with_summary else 1:]:
+        for key in ("summary", "metadata")[0 if with_summary else 1 :]:
             if (folder / f"{key}.parquet").is_file():
                 self._add(key, workload_id, read_parquet([folder / f"{key}.parquet"]), materialize=False)
 
@@ -225,7 +270,7 @@ class ProfileDB:
         if summary.is_file() and not (parquet / "Summary.parquet").is_file():
             self._add("summary", workload_id, legacy_json.batch_table([neuron_summary.load(summary)]))
 
-    def load(self, path: str | Path) -> "ProfileDB":
+    def load(self, path: str | Path) -> ProfileDB:
         """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
         path = Path(path)
         if path.is_file() and path.suffix == ".pftrace":
@@ -237,15 +282,22 @@ class ProfileDB:
         elif path.is_dir() and any((path / name).exists() for name in VIEW_FILES):  # a view folder
             self.load_view(path, path.parent.name)
         elif path.is_dir():  # a workload folder, a backend folder, or a run folder
-            views = sorted(path.glob("view")) or sorted(path.glob("workloads/*/view")) \
+            views = (
+                sorted(path.glob("view"))
+                or sorted(path.glob("workloads/*/view"))
                 or sorted(path.glob("*/workloads/*/view"))
+            )
             for view in views:
                 self.load_view(view, view.parent.name)
         else:
-            raise UserError(f"{path}: not a profile (.pftrace, .parquet, .json), a view or workload folder, or a "
-                            "run folder; point `query` at one of those.")
+            raise UserError(
+                f"{path}: not a profile (.pftrace, .parquet, .json), a view or workload folder, or a "
+                "run folder; point `query` at one of those."
+            )
         if not self.tables:
-            raise UserError(f"{path}: no profile tables found (no trace.pftrace, parquet/, profile.json or summary.json).")
+            raise UserError(
+                f"{path}: no profile tables found (no trace.pftrace, parquet/, profile.json or summary.json)."
+            )
         self.finish()
         return self
 
@@ -255,20 +307,29 @@ class ProfileDB:
             union = " UNION ALL BY NAME ".join(f'SELECT * FROM "{p}"' for p in parts)
             self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {union}')
         if "slice" in self.tables:
-            self.con.execute("CREATE OR REPLACE TEMP VIEW thread_track AS SELECT * FROM track WHERE type = 'thread_track'")
-            self.con.execute("CREATE OR REPLACE TEMP VIEW counter_track AS "
-                             "SELECT id, name, parent_id, type, NULL AS unit, workload_id FROM track "
-                             "WHERE type = 'counter_track'")
-            self.con.execute("CREATE OR REPLACE TEMP VIEW instant AS "
-                             "SELECT ts, track_id, name, arg_set_id, workload_id FROM slice WHERE dur = 0")
-            self.con.execute("CREATE OR REPLACE MACRO EXTRACT_ARG(set_id, k) AS (SELECT coalesce(string_value, "
-                             "CAST(int_value AS VARCHAR), CAST(real_value AS VARCHAR)) FROM args "
-                             "WHERE arg_set_id = set_id AND key = k LIMIT 1)")
+            self.con.execute(
+                "CREATE OR REPLACE TEMP VIEW thread_track AS SELECT * FROM track WHERE type = 'thread_track'"
+            )
+            self.con.execute(
+                "CREATE OR REPLACE TEMP VIEW counter_track AS "
+                "SELECT id, name, parent_id, type, NULL AS unit, workload_id FROM track "
+                "WHERE type = 'counter_track'"
+            )
+            self.con.execute(
+                "CREATE OR REPLACE TEMP VIEW instant AS "
+                "SELECT ts, track_id, name, arg_set_id, workload_id FROM slice WHERE dur = 0"
+            )
+            self.con.execute(
+                "CREATE OR REPLACE MACRO EXTRACT_ARG(set_id, k) AS (SELECT coalesce(string_value, "
+                "CAST(int_value AS VARCHAR), CAST(real_value AS VARCHAR)) FROM args "
+                "WHERE arg_set_id = set_id AND key = k LIMIT 1)"
+            )
 
     def sql(self, text: str):
         """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""
         try:
             return self.con.execute(REGEXP.sub(r"regexp_matches(\1, \2)", text))
         except duckdb.Error as exc:
-            raise UserError(f"query failed: {str(exc).splitlines()[0]}; tables here: "
-                            f"{', '.join(sorted(self.tables))}.") from None
+            raise UserError(
+                f"query failed: {str(exc).splitlines()[0]}; tables here: {', '.join(sorted(self.tables))}."
+            ) from None

@@ -26,6 +26,7 @@ class DecodeError(ValueError):
 @dataclass
 class Fields:
     """One row per field occurrence, grouped by message in message order, fields in wire order."""
+
     msg: np.ndarray  # index of the message (into the starts given)
     num: np.ndarray  # field number
     wire: np.ndarray  # wire type
@@ -114,4 +115,4 @@ def scan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fields:
 
 def text(raw: bytes, at: np.ndarray, length: np.ndarray) -> list[str]:
     """LEN payloads of `raw` (the unpadded data) as UTF-8 strings (names, string values)."""
-    return [raw[a:a + n].decode("utf-8", "replace") for a, n in zip(at.tolist(), length.tolist())]
+    return [raw[a : a + n].decode("utf-8", "replace") for a, n in zip(at.tolist(), length.tolist())]

@@ -24,6 +24,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 # ----------------------------------------------------------------------------------- one value
 
+
 def varint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
@@ -52,6 +53,7 @@ def _annotation(key, value) -> bytes:
 
 
 # ------------------------------------------------------------------------------------- columns
+
 
 def ragged(lengths: np.ndarray, data) -> pa.Array:
     """A binary column from each row's length and all rows' bytes one after another."""
@@ -94,8 +96,9 @@ def fixed(tag: bytes, payload: np.ndarray, mask: np.ndarray) -> pa.Array:
 
 def join(*parts) -> pa.Array:
     """Each row the concatenation of the parts' rows (bytes: the same in every row)."""
-    return pc.binary_join_element_wise(*(pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p
-                                         for p in parts), EMPTY)
+    return pc.binary_join_element_wise(
+        *(pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p for p in parts), EMPTY
+    )
 
 
 def length_prefixed(tag: bytes, payload: pa.Array, mask=None) -> pa.Array:

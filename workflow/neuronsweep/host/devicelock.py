@@ -33,13 +33,17 @@ def check_usable(path: str, key: str = "capture.device_lock") -> None:
     p = Path(path).expanduser()
     if p.exists() and not p.is_file():
         kind = "a folder" if p.is_dir() else "not a regular file"
-        raise UserError(f"config key '{key}' = {path!r} is {kind}, so a lock there would not keep captures apart; "
-                        f"point it at a file path such as {DEFAULT_LOCK}.")
+        raise UserError(
+            f"config key '{key}' = {path!r} is {kind}, so a lock there would not keep captures apart; "
+            f"point it at a file path such as {DEFAULT_LOCK}."
+        )
     try:
         os.close(os.open(p, os.O_RDWR | os.O_CREAT, 0o666))
     except OSError as exc:
-        raise UserError(f"config key '{key}' = {path!r} cannot be created or opened ({exc.strerror}); point it at "
-                        f"a writable place such as {DEFAULT_LOCK}.") from None
+        raise UserError(
+            f"config key '{key}' = {path!r} cannot be created or opened ({exc.strerror}); point it at "
+            f"a writable place such as {DEFAULT_LOCK}."
+        ) from None
 
 
 def _describe(info: dict | None) -> str:
@@ -112,13 +116,17 @@ def held_any(groups: list[list[Path]], who: str = "a neuronsweep step"):
                 if said is None or time.time() - said >= WAIT_REPORT_S:
                     first = groups[0][0] if len(groups) == 1 else f"{len(groups)} device slots"
                     holders = "; ".join(_describe(_read(group[0])) for group in handles[:3])
-                    log.warning(f"waiting for the device lock {first}: held by {holders}"
-                                + (" ..." if len(handles) > 3 else ""))
+                    log.warning(
+                        f"waiting for the device lock {first}: held by {holders}" + (" ..." if len(handles) > 3 else "")
+                    )
                     said = time.time()
                 time.sleep(POLL_S)
         mine = handles[chosen]
-        span = {"lock": str(groups[chosen][0]) if len(groups[chosen]) == 1 else [str(p) for p in groups[chosen]],
-                "group": chosen, "acquired_unix": time.time()}
+        span = {
+            "lock": str(groups[chosen][0]) if len(groups[chosen]) == 1 else [str(p) for p in groups[chosen]],
+            "group": chosen,
+            "acquired_unix": time.time(),
+        }
         span["waited_s"] = span["acquired_unix"] - asked
         for handle in mine:
             handle.seek(0)

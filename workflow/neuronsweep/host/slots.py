@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from neuronsweep.host import devicelock
 from neuronsweep.errors import UserError
+from neuronsweep.host import devicelock
 from neuronsweep.host.targets import TARGETS
 
 NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
@@ -64,8 +64,10 @@ class Pool:
             return f"1 device slot, the device lock ({self.found})"
         sizes = sorted({len(s.cores) for s in self.slots})
         per = "/".join(map(str, sizes))
-        return (f"{len(self)} device slot(s), {self.isolation} isolation, {per} NeuronCore(s) each "
-                f"(cores {self.slots[0].visible} .. {self.slots[-1].visible}; {self.found})")
+        return (
+            f"{len(self)} device slot(s), {self.isolation} isolation, {per} NeuronCore(s) each "
+            f"(cores {self.slots[0].visible} .. {self.slots[-1].visible}; {self.found})"
+        )
 
 
 def _neuron_ls() -> str | None:
@@ -94,27 +96,34 @@ def chips(cores_per_chip: int) -> tuple[list[list[int]], str]:
             return out, f"{tool} --json-output: {len(out)} device(s), {sum(map(len, out))} NeuronCore(s)"
     devices = sorted(glob.glob("/dev/neuron[0-9]*"))
     if devices:
-        return ([list(range(i * cores_per_chip, (i + 1) * cores_per_chip)) for i in range(len(devices))],
-                f"{len(devices)} /dev/neuron* device(s) x {cores_per_chip} NeuronCore(s) of the target")
+        return (
+            [list(range(i * cores_per_chip, (i + 1) * cores_per_chip)) for i in range(len(devices))],
+            f"{len(devices)} /dev/neuron* device(s) x {cores_per_chip} NeuronCore(s) of the target",
+        )
     return [], "no /dev/neuron* and no device listed by neuron-ls"
 
 
-def pool(backend: str, slots: str | int = "auto", isolation: str = "chip", target: str | None = None,
-         lnc: int | None = None) -> Pool:
+def pool(
+    backend: str, slots: str | int = "auto", isolation: str = "chip", target: str | None = None, lnc: int | None = None
+) -> Pool:
     """This machine's slots for a backend. `slots` N takes the first N (refused when there are fewer)."""
     if backend != "neuron":
         return Pool((Slot(0, ()),), "host", f"{backend}: a capture takes every core of the host")
 
     found_chips, found = chips(TARGETS[target or "trn1"].logical_cores_per_chip(lnc))
     if not found_chips:
-        raise UserError(f"found no Neuron device for the capture slots ({found}); run on a trn1, trn2 or inf2 "
-                        "instance (under Slurm: a node of the Neuron queue).")
+        raise UserError(
+            f"found no Neuron device for the capture slots ({found}); run on a trn1, trn2 or inf2 "
+            "instance (under Slurm: a node of the Neuron queue)."
+        )
     groups = found_chips if isolation == "chip" else [[core] for chip in found_chips for core in chip]
     if slots != "auto":
         if int(slots) > len(groups):
-            raise UserError(f"config key 'capture.slots' is {slots}, but this machine has {len(groups)} {isolation} "
-                            f"slot(s) ({found}); set it to at most {len(groups)}, or auto.")
-        groups = groups[:int(slots)]
+            raise UserError(
+                f"config key 'capture.slots' is {slots}, but this machine has {len(groups)} {isolation} "
+                f"slot(s) ({found}); set it to at most {len(groups)}, or auto."
+            )
+        groups = groups[: int(slots)]
     return Pool(tuple(Slot(i, tuple(g)) for i, g in enumerate(groups)), isolation, found)
 
 
@@ -130,11 +139,15 @@ def widened(found: Pool, cores: int) -> Pool:
     size = len(found.slots[0].cores)
     k = -(-cores // size)
     if k * size > sum(len(s.cores) for s in found.slots):
-        raise UserError(f"this step needs {cores} NeuronCores (one per collectives worker or rank), but the device "
-                        f"slots have {sum(len(s.cores) for s in found.slots)} ({found.describe()}); use a smaller world "
-                        "size or fewer workers per node, or raise capture.slots.")
-    joined = [Slot(found.slots[i].index, tuple(c for s in found.slots[i:i + k] for c in s.cores))
-              for i in range(0, len(found.slots) - k + 1, k)]
+        raise UserError(
+            f"this step needs {cores} NeuronCores (one per collectives worker or rank), but the device "
+            f"slots have {sum(len(s.cores) for s in found.slots)} ({found.describe()}); use a smaller world "
+            "size or fewer workers per node, or raise capture.slots."
+        )
+    joined = [
+        Slot(found.slots[i].index, tuple(c for s in found.slots[i : i + k] for c in s.cores))
+        for i in range(0, len(found.slots) - k + 1, k)
+    ]
     return Pool(tuple(joined), found.isolation, found.found)
 
 

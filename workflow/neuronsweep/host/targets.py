@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 class Target:
     """Per logical NeuronCore peaks. A logical core (LNC) is `lnc` physical cores: TensorE peak scales
     with it, while the profiler's MBU denominator stays one HBM stack (profile schema reference)."""
+
     name: str
     bf16_flops_per_core: float  # one physical NeuronCore, dense
     hbm_stack_bytes_per_s: float  # the bandwidth the profiler's MBU divides by
@@ -19,8 +20,9 @@ class Target:
     hbm_bytes_per_core: float = 16 * 2**30  # device memory per physical NeuronCore (chip HBM / its cores)
     cores_per_chip: int = 2  # physical NeuronCores per chip (device): 2 on trn1/inf2, 8 on trn2
     chip_link_bytes_per_s: float | None = None  # NeuronLink between chips, per chip: what bounds a collective's busbw
-    chip_link_source: str = ("the Neuron docs give NeuronLink-v2 no bandwidth figure (trn1-arch.rst, trainium.rst, "
-                             "inferentia2.rst)")
+    chip_link_source: str = (
+        "the Neuron docs give NeuronLink-v2 no bandwidth figure (trn1-arch.rst, trainium.rst, inferentia2.rst)"
+    )
 
     def logical_cores_per_chip(self, lnc: int | None = None) -> int:
         """What the runtime numbers (NEURON_RT_VISIBLE_CORES) on one chip: physical cores / LNC."""
@@ -44,21 +46,29 @@ class Target:
         return self.hbm_stack_bytes_per_s
 
 
-_V2 = ("NeuronCore-v2: TensorE 128x128 at 2.8 GHz = 91.7504 TFLOPS bf16/fp16 per core, the value the "
-       "profiler's MFU uses; fp32 4x slower (trainium_inferentia2_arch.rst); 410e9 B/s, the bandwidth the "
-       "profiler's MBU divides by (real inf2 metadata hbm_ddr_bandwidth; neuron-toolchain.md section 3); LNC 1; "
-       "32 GiB of HBM per chip of 2 NeuronCores")
+_V2 = (
+    "NeuronCore-v2: TensorE 128x128 at 2.8 GHz = 91.7504 TFLOPS bf16/fp16 per core, the value the "
+    "profiler's MFU uses; fp32 4x slower (trainium_inferentia2_arch.rst); 410e9 B/s, the bandwidth the "
+    "profiler's MBU divides by (the hbm_ddr_bandwidth of real inf2 profile metadata); LNC 1; "
+    "32 GiB of HBM per chip of 2 NeuronCores"
+)
 TARGETS = {
     "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
     "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
-    "trn2": Target("trn2", 128 * 128 * 2 * 2.4e9, 2.9e12 / 4, 2,
-                   "NeuronCore-v3: TensorE 128x128 at 2.4 GHz = 78.6 TFLOPS bf16 per physical core (79 in "
-                   "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), times the LNC (default 2 on trn2: neuronx-cc "
-                   "docs), fp32 4x slower; MBU over one HBM stack: 2.9 TB/s per chip over its 4 stacks "
-                   "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)",
-                   hbm_bytes_per_core=96 * 2**30 / 8, cores_per_chip=8,  # 96 GiB per chip, 8 NeuronCores
-                   chip_link_bytes_per_s=1024e9,
-                   chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)"),
+    "trn2": Target(
+        "trn2",
+        128 * 128 * 2 * 2.4e9,
+        2.9e12 / 4,
+        2,
+        "NeuronCore-v3: TensorE 128x128 at 2.4 GHz = 78.6 TFLOPS bf16 per physical core (79 in "
+        "trainium2_arch.rst, 2.4e9 in AWS's MFU harness), times the LNC (default 2 on trn2: neuronx-cc "
+        "docs), fp32 4x slower; MBU over one HBM stack: 2.9 TB/s per chip over its 4 stacks "
+        "(trainium2.rst: 96 GiB in 4 stacks; profile schema: mbu divides by one HBM stack)",
+        hbm_bytes_per_core=96 * 2**30 / 8,
+        cores_per_chip=8,  # 96 GiB per chip, 8 NeuronCores
+        chip_link_bytes_per_s=1024e9,
+        chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)",
+    ),
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
 

@@ -21,11 +21,13 @@ def load_nki():
         import nki
         import nki.isa as nisa
         import nki.language as nl
+
         return nki, nl, nisa, "nki"
     except ImportError:
         import neuronxcc.nki as nki
         import neuronxcc.nki.isa as nisa
         import neuronxcc.nki.language as nl
+
         return nki, nl, nisa, "neuronxcc.nki"
 
 
@@ -44,13 +46,13 @@ def make_kernel(decorate=None):
                 nisa.memset(dst=acc, value=0.0)
                 for k in nl.affine_range(K // tk):
                     lhs_tile = nl.ndarray((tk, tm), dtype=lhsT.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=lhs_tile, src=lhsT[k * tk:(k + 1) * tk, m * tm:(m + 1) * tm])
+                    nisa.dma_copy(dst=lhs_tile, src=lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
                     rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk:(k + 1) * tk, n * tn:(n + 1) * tn])
+                    nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
                     nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile)  # accumulates in PSUM
                 out = nl.ndarray((tm, tn), dtype=lhsT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
-                nisa.dma_copy(dst=result[m * tm:(m + 1) * tm, n * tn:(n + 1) * tn], src=out)
+                nisa.dma_copy(dst=result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn], src=out)
         return result
 
     def nki_matmul_tiled_legacy(lhsT, rhs):
@@ -62,10 +64,10 @@ def make_kernel(decorate=None):
             for n in nl.affine_range(N // tn):
                 acc = nl.zeros((tm, tn), nl.float32, buffer=nl.psum)
                 for k in nl.affine_range(K // tk):
-                    lhs_tile = nl.load(lhsT[k * tk:(k + 1) * tk, m * tm:(m + 1) * tm])
-                    rhs_tile = nl.load(rhs[k * tk:(k + 1) * tk, n * tn:(n + 1) * tn])
+                    lhs_tile = nl.load(lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
+                    rhs_tile = nl.load(rhs[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
                     acc += nisa.nc_matmul(lhs_tile, rhs_tile)
-                nl.store(result[m * tm:(m + 1) * tm, n * tn:(n + 1) * tn], value=nl.copy(acc, dtype=result.dtype))
+                nl.store(result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn], value=nl.copy(acc, dtype=result.dtype))
         return result
 
     return (decorate or nki.jit)(nki_matmul_tiled if api == "nki" else nki_matmul_tiled_legacy)
@@ -74,8 +76,10 @@ def make_kernel(decorate=None):
 def inputs(spec: dict, rng) -> dict:
     import numpy as np
 
-    return {"lhsT": rng.standard_normal((spec["k"], spec["m"]), dtype=np.float32),
-            "rhs": rng.standard_normal((spec["k"], spec["n"]), dtype=np.float32)}
+    return {
+        "lhsT": rng.standard_normal((spec["k"], spec["m"]), dtype=np.float32),
+        "rhs": rng.standard_normal((spec["k"], spec["n"]), dtype=np.float32),
+    }
 
 
 def reference(a: dict):
@@ -87,6 +91,9 @@ def reference(a: dict):
 def supported(spec: dict) -> str | None:
     """None if the kernel handles the shape, else why not (it does not pad partial tiles)."""
     m, k, n = spec["m"], spec["k"], spec["n"]
-    problems = [f"{name}={v} is not a multiple of {t} (or smaller than it)" for name, v, t in
-                (("M", m, 128), ("K", k, 128), ("N", n, 512)) if v > t and v % t]
+    problems = [
+        f"{name}={v} is not a multiple of {t} (or smaller than it)"
+        for name, v, t in (("M", m, 128), ("K", k, 128), ("N", n, 512))
+        if v > t and v % t
+    ]
     return "; ".join(problems) or None

@@ -38,26 +38,26 @@ def make_kernel(decorate=None):
                 nisa.memset(dst=up, value=0.0)
                 for h in nl.affine_range(H // P):
                     x_tile = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=x_tile, src=xT[h * P:(h + 1) * P, t * tn:(t + 1) * tn])
+                    nisa.dma_copy(dst=x_tile, src=xT[h * P : (h + 1) * P, t * tn : (t + 1) * tn])
                     wg = nl.ndarray((P, P), dtype=w_gate.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=wg, src=w_gate[h * P:(h + 1) * P, i * P:(i + 1) * P])
+                    nisa.dma_copy(dst=wg, src=w_gate[h * P : (h + 1) * P, i * P : (i + 1) * P])
                     wu = nl.ndarray((P, P), dtype=w_up.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=wu, src=w_up[h * P:(h + 1) * P, i * P:(i + 1) * P])
+                    nisa.dma_copy(dst=wu, src=w_up[h * P : (h + 1) * P, i * P : (i + 1) * P])
                     nisa.nc_matmul(dst=gate, stationary=wg, moving=x_tile)
                     nisa.nc_matmul(dst=up, stationary=wu, moving=x_tile)
                 act = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=act, op=nl.silu, data=gate)
-                nisa.tensor_tensor(dst=hT[:, i * tn:(i + 1) * tn], data1=act, data2=up, op=nl.multiply)
+                nisa.tensor_tensor(dst=hT[:, i * tn : (i + 1) * tn], data1=act, data2=up, op=nl.multiply)
             for m in nl.affine_range(H // P):
                 acc = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
                 nisa.memset(dst=acc, value=0.0)
                 for i in nl.affine_range(I // P):
                     wd = nl.ndarray((P, P), dtype=w_down.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=wd, src=w_down[i * P:(i + 1) * P, m * P:(m + 1) * P])
-                    nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn:(i + 1) * tn])
+                    nisa.dma_copy(dst=wd, src=w_down[i * P : (i + 1) * P, m * P : (m + 1) * P])
+                    nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn : (i + 1) * tn])
                 out = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
-                nisa.dma_copy(dst=outT[m * P:(m + 1) * P, t * tn:(t + 1) * tn], src=out)
+                nisa.dma_copy(dst=outT[m * P : (m + 1) * P, t * tn : (t + 1) * tn], src=out)
         return outT
 
     def nki_gated_mlp_legacy(xT, w_gate, w_up, w_down):
@@ -71,40 +71,43 @@ def make_kernel(decorate=None):
                 gate = nl.zeros((P, tn), nl.float32, buffer=nl.psum)
                 up = nl.zeros((P, tn), nl.float32, buffer=nl.psum)
                 for h in nl.affine_range(H // P):
-                    x_tile = nl.load(xT[h * P:(h + 1) * P, t * tn:(t + 1) * tn])
-                    gate += nisa.nc_matmul(nl.load(w_gate[h * P:(h + 1) * P, i * P:(i + 1) * P]), x_tile)
-                    up += nisa.nc_matmul(nl.load(w_up[h * P:(h + 1) * P, i * P:(i + 1) * P]), x_tile)
+                    x_tile = nl.load(xT[h * P : (h + 1) * P, t * tn : (t + 1) * tn])
+                    gate += nisa.nc_matmul(nl.load(w_gate[h * P : (h + 1) * P, i * P : (i + 1) * P]), x_tile)
+                    up += nisa.nc_matmul(nl.load(w_up[h * P : (h + 1) * P, i * P : (i + 1) * P]), x_tile)
                 hT[i] = nl.multiply(nl.silu(gate), up, dtype=xT.dtype)
             for m in nl.affine_range(H // P):
                 acc = nl.zeros((P, tn), nl.float32, buffer=nl.psum)
                 for i in nl.affine_range(I // P):
-                    acc += nisa.nc_matmul(nl.load(w_down[i * P:(i + 1) * P, m * P:(m + 1) * P]), hT[i])
-                nl.store(outT[m * P:(m + 1) * P, t * tn:(t + 1) * tn], value=nl.copy(acc, dtype=outT.dtype))
+                    acc += nisa.nc_matmul(nl.load(w_down[i * P : (i + 1) * P, m * P : (m + 1) * P]), hT[i])
+                nl.store(outT[m * P : (m + 1) * P, t * tn : (t + 1) * tn], value=nl.copy(acc, dtype=outT.dtype))
         return outT
 
     return (decorate or nki.jit)(nki_gated_mlp if api == "nki" else nki_gated_mlp_legacy)
 
 
 def supported(spec: dict) -> str | None:
-
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
     if t > TN_MAX and t % TN_MAX:
         problems.append(f"b*s={t} is not a multiple of 512 (or at most 512)")
     h_bytes = (i // P) * min(t, TN_MAX) * DTYPE_BYTES[spec["dtype"]]
     if h_bytes > SBUF_PARTITION_BYTES // 2:
-        problems.append(f"the intermediate takes {h_bytes} B of each SBUF partition, over half of its "
-                        f"{SBUF_PARTITION_BYTES} (i too large for this one-pass kernel)")
+        problems.append(
+            f"the intermediate takes {h_bytes} B of each SBUF partition, over half of its "
+            f"{SBUF_PARTITION_BYTES} (i too large for this one-pass kernel)"
+        )
     return "; ".join(problems) or None
 
 
 def inputs(spec: dict, rng) -> dict[str, np.ndarray]:
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     scale_h, scale_i = float(h) ** -0.5, float(i) ** -0.5  # python floats keep the arrays float32
-    return {"xT": rng.standard_normal((h, t), dtype=np.float32),
-            "w_gate": rng.standard_normal((h, i), dtype=np.float32) * scale_h,
-            "w_up": rng.standard_normal((h, i), dtype=np.float32) * scale_h,
-            "w_down": rng.standard_normal((i, h), dtype=np.float32) * scale_i}
+    return {
+        "xT": rng.standard_normal((h, t), dtype=np.float32),
+        "w_gate": rng.standard_normal((h, i), dtype=np.float32) * scale_h,
+        "w_up": rng.standard_normal((h, i), dtype=np.float32) * scale_h,
+        "w_down": rng.standard_normal((i, h), dtype=np.float32) * scale_i,
+    }
 
 
 def reference(a: dict[str, np.ndarray]) -> np.ndarray:

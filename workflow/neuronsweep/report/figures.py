@@ -14,15 +14,26 @@ from plotly.subplots import make_subplots
 from neuronsweep.backends import BACKENDS
 from neuronsweep.host.targets import TARGETS
 
-ENGINE_COLS = ["tensor_engine_active_pct", "vector_engine_active_pct", "scalar_engine_active_pct",
-               "gpsimd_engine_active_pct", "dma_active_pct"]
+ENGINE_COLS = [
+    "tensor_engine_active_pct",
+    "vector_engine_active_pct",
+    "scalar_engine_active_pct",
+    "gpsimd_engine_active_pct",
+    "dma_active_pct",
+]
 COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 NOISY = "#c44e52"
 
 
 def _layout(fig: go.Figure, title: str, height: int = 460) -> go.Figure:
-    fig.update_layout(title=title, height=height, template="plotly_white", hovermode="closest",
-                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(font=dict(size=10)))
+    fig.update_layout(
+        title=title,
+        height=height,
+        template="plotly_white",
+        hovermode="closest",
+        margin=dict(l=60, r=20, t=50, b=50),
+        legend=dict(font=dict(size=10)),
+    )
     return fig
 
 
@@ -56,14 +67,31 @@ def _roof_x(ai: pd.Series, ridges: pd.Series) -> list[float]:
 def _add_roof(fig, xs, peak: float, bw: float, label: str, colour: str, **where) -> None:
     """Both roofs (bandwidth slope, compute flat) and the ridge point where they meet."""
     ridge = peak / bw
-    fig.add_trace(go.Scatter(x=xs, y=[min(peak, x * bw) / 1e9 for x in xs], mode="lines", name=f"{label} roof",
-                             legendgroup=label, line=dict(color=colour, width=1.5),
-                             hovertemplate=f"{label}: min({peak / 1e9:,.0f} GFLOP/s, AI x {bw / 1e9:,.0f} GB/s)"
-                                           "<extra></extra>"), **where)
-    fig.add_trace(go.Scatter(x=[ridge], y=[peak / 1e9], mode="markers", name=f"{label} ridge", legendgroup=label,
-                             showlegend=False, marker=dict(symbol="diamond-open", size=11, color=colour),
-                             hovertemplate=f"{label} ridge point: {ridge:.1f} FLOP/B, {peak / 1e9:,.0f} GFLOP/s"
-                                           "<extra></extra>"), **where)
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=[min(peak, x * bw) / 1e9 for x in xs],
+            mode="lines",
+            name=f"{label} roof",
+            legendgroup=label,
+            line=dict(color=colour, width=1.5),
+            hovertemplate=f"{label}: min({peak / 1e9:,.0f} GFLOP/s, AI x {bw / 1e9:,.0f} GB/s)<extra></extra>",
+        ),
+        **where,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[ridge],
+            y=[peak / 1e9],
+            mode="markers",
+            name=f"{label} ridge",
+            legendgroup=label,
+            showlegend=False,
+            marker=dict(symbol="diamond-open", size=11, color=colour),
+            hovertemplate=f"{label} ridge point: {ridge:.1f} FLOP/B, {peak / 1e9:,.0f} GFLOP/s<extra></extra>",
+        ),
+        **where,
+    )
 
 
 def roofline(rows: pd.DataFrame, platform: str) -> go.Figure | None:
@@ -82,12 +110,20 @@ def roofline(rows: pd.DataFrame, platform: str) -> go.Figure | None:
         achieved = part["flops"].astype(float) / part["roofline_time_s"].astype(float) / 1e9
         custom = part[["roofline_time_s", "roofline_efficiency_pct", "roofline_bound"]].copy()
         custom["roofline_time_s"] = custom["roofline_time_s"].astype(float) * 1e6
-        fig.add_trace(go.Scatter(
-            x=part["arithmetic_intensity_flops_per_byte"], y=achieved, mode="markers", name=f"{dtype} workloads",
-            legendgroup=dtype, text=part["workload_id"], customdata=custom.to_numpy(),
-            marker=dict(size=9, color=colour, line=dict(color="black", width=0.5)),
-            hovertemplate="<b>%{text}</b><br>%{x:.3g} FLOP/B, %{y:,.4g} GFLOP/s<br>%{customdata[0]:,.1f} us, "
-                          "%{customdata[1]:.0f}% of the roof, %{customdata[2]} bound<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=part["arithmetic_intensity_flops_per_byte"],
+                y=achieved,
+                mode="markers",
+                name=f"{dtype} workloads",
+                legendgroup=dtype,
+                text=part["workload_id"],
+                customdata=custom.to_numpy(),
+                marker=dict(size=9, color=colour, line=dict(color="black", width=0.5)),
+                hovertemplate="<b>%{text}</b><br>%{x:.3g} FLOP/B, %{y:,.4g} GFLOP/s<br>%{customdata[0]:,.1f} us, "
+                "%{customdata[1]:.0f}% of the roof, %{customdata[2]} bound<extra></extra>",
+            )
+        )
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per minimal byte)")
     fig.update_yaxes(type="log", title="achieved GFLOP/s")
     return _layout(fig, f"roofline, measured on {platform}: every workload against its dtype's roofs", 520)
@@ -96,7 +132,6 @@ def roofline(rows: pd.DataFrame, platform: str) -> go.Figure | None:
 def target_rooflines(targets: pd.DataFrame) -> go.Figure | None:
     """Modelled, not measured: every workload on trn1, inf2 and trn2 at the rate its roofline allows
     (roofline_targets.csv: ideal compute and memory time), under the targets' peaks (TARGETS)."""
-
     targets = targets.dropna(subset=["ideal_compute_s", "ideal_memory_s"])
     targets = targets[(targets["ideal_compute_s"] > 0) & (targets["ideal_memory_s"] > 0)]
     if targets.empty:
@@ -114,14 +149,23 @@ def target_rooflines(targets: pd.DataFrame) -> go.Figure | None:
             _add_roof(fig, xs, t.peak_flops(dtype), bw, label, colour, row=1, col=col)
             fig.data[-2].showlegend = col == 1
             ideal = part[["ideal_compute_s", "ideal_memory_s"]].max(axis=1)
-            fig.add_trace(go.Scatter(
-                x=part["flops"] / part["min_bytes"], y=part["flops"] / ideal / 1e9, mode="markers",
-                name=f"{dtype} workloads", legendgroup=label, showlegend=col == 1, text=part["workload_id"],
-                customdata=(ideal * 1e6).to_frame().assign(bound=part["roofline_bound"]).to_numpy(),
-                marker=dict(size=8, color=colour, line=dict(color="black", width=0.5)),
-                hovertemplate=f"<b>%{{text}}</b> on {target}<br>%{{x:.3g}} FLOP/B, at best %{{y:,.4g}} GFLOP/s"
-                              "<br>ideal %{customdata[0]:,.2f} us, %{customdata[1]} bound<extra></extra>"),
-                row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=part["flops"] / part["min_bytes"],
+                    y=part["flops"] / ideal / 1e9,
+                    mode="markers",
+                    name=f"{dtype} workloads",
+                    legendgroup=label,
+                    showlegend=col == 1,
+                    text=part["workload_id"],
+                    customdata=(ideal * 1e6).to_frame().assign(bound=part["roofline_bound"]).to_numpy(),
+                    marker=dict(size=8, color=colour, line=dict(color="black", width=0.5)),
+                    hovertemplate=f"<b>%{{text}}</b> on {target}<br>%{{x:.3g}} FLOP/B, at best %{{y:,.4g}} GFLOP/s"
+                    "<br>ideal %{customdata[0]:,.2f} us, %{customdata[1]} bound<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(type="log", title="FLOP per minimal byte")
     fig.update_yaxes(type="log")
     fig.update_yaxes(title="attainable GFLOP/s (model)", row=1, col=1)
@@ -148,21 +192,34 @@ def breakdown(rows: pd.DataFrame, workloads_dir: Path) -> go.Figure:
     fig = go.Figure()
     wids = list(rows["workload_id"])
     if rows[ENGINE_COLS].notna().any().any():
-        series = {col.replace("_active_pct", "").replace("_engine", ""): rows[col].fillna(0).tolist()
-                  for col in ENGINE_COLS}
+        series = {
+            col.replace("_active_pct", "").replace("_engine", ""): rows[col].fillna(0).tolist() for col in ENGINE_COLS
+        }
         xlabel = "% of device total_time each engine / DMA is active (they overlap, so bars can pass 100)"
     else:
         xla = (rows["backend"] == "xla").any()
         steps = BACKENDS["xla"].call_steps
-        shares = _self_time_shares(rows, workloads_dir, (lambda n: n in steps) if xla else
-                                   (lambda n: str(n).startswith("aten::")))
+        shares = _self_time_shares(
+            rows, workloads_dir, (lambda n: n in steps) if xla else (lambda n: str(n).startswith("aten::"))
+        )
         top = steps if xla else (pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else [])
         series = {op: [float(shares.get(w, pd.Series(dtype=float)).get(op, 0)) for w in wids] for op in top}
-        xlabel = ("% of the profiled calls' wall time per step (XLA compiles inside mark_step)" if xla else
-                  "% of profiled aten op self time, top 5 ops (cpu has no engine counters)")
+        xlabel = (
+            "% of the profiled calls' wall time per step (XLA compiles inside mark_step)"
+            if xla
+            else "% of profiled aten op self time, top 5 ops (cpu has no engine counters)"
+        )
     for j, (name, vals) in enumerate(series.items()):
-        fig.add_trace(go.Bar(y=wids, x=vals, name=name, orientation="h", marker_color=COLOURS[j % len(COLOURS)],
-                             hovertemplate="<b>%{y}</b><br>" + name + ": %{x:.1f}%<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                y=wids,
+                x=vals,
+                name=name,
+                orientation="h",
+                marker_color=COLOURS[j % len(COLOURS)],
+                hovertemplate="<b>%{y}</b><br>" + name + ": %{x:.1f}%<extra></extra>",
+            )
+        )
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title=xlabel)
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
@@ -175,10 +232,20 @@ def framework_device(rows: pd.DataFrame) -> go.Figure | None:
         return None
     device_col, device_label = BACKENDS[rows["backend"].iloc[0]].device_time
     fig = go.Figure()
-    for col, label, colour in (("latency_median_s", "framework median", COLOURS[0]),
-                               (device_col, device_label, COLOURS[1])):
-        fig.add_trace(go.Bar(y=rows["workload_id"], x=rows[col].astype(float) * 1e3, name=label, orientation="h",
-                             marker_color=colour, hovertemplate="<b>%{y}</b><br>" + label + ": %{x:.4g} ms<extra></extra>"))
+    for col, label, colour in (
+        ("latency_median_s", "framework median", COLOURS[0]),
+        (device_col, device_label, COLOURS[1]),
+    ):
+        fig.add_trace(
+            go.Bar(
+                y=rows["workload_id"],
+                x=rows[col].astype(float) * 1e3,
+                name=label,
+                orientation="h",
+                marker_color=colour,
+                hovertemplate="<b>%{y}</b><br>" + label + ": %{x:.4g} ms<extra></extra>",
+            )
+        )
     both = pd.concat([rows["latency_median_s"], rows[device_col]]).astype(float) * 1e3
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="ms", type=axis_type(both))
@@ -193,12 +260,19 @@ def suite(name: str, rows: pd.DataFrame) -> go.Figure:
         x, keys = ("m", ["phase", "projection"]) if name == "llm" else ("value", ["dim", "boundary"])
         for j, (key, part) in enumerate(rows.sort_values(x).groupby(keys)):
             label = " ".join(map(str, key))
-            fig.add_trace(go.Scatter(
-                x=part[x], y=part["achieved_flops_per_s"] / 1e9, mode="lines+markers", name=label,
-                text=part["scenario_id"], customdata=part["time_s"].astype(float) * 1e6,
-                line=dict(color=COLOURS[j % len(COLOURS)]),
-                hovertemplate="<b>%{text}</b><br>" + x + " %{x}: %{y:,.4g} GFLOP/s, %{customdata:,.1f} us"
-                              "<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=part[x],
+                    y=part["achieved_flops_per_s"] / 1e9,
+                    mode="lines+markers",
+                    name=label,
+                    text=part["scenario_id"],
+                    customdata=part["time_s"].astype(float) * 1e6,
+                    line=dict(color=COLOURS[j % len(COLOURS)]),
+                    hovertemplate="<b>%{text}</b><br>" + x + " %{x}: %{y:,.4g} GFLOP/s, %{customdata:,.1f} us"
+                    "<extra></extra>",
+                )
+            )
         if name == "tiling":
             for edge in sorted({b * m for b in set(rows["boundary"]) for m in set(rows["multiple"])}):
                 fig.add_vline(x=edge, line=dict(color="grey", width=0.6, dash="dot"))
@@ -209,14 +283,23 @@ def suite(name: str, rows: pd.DataFrame) -> go.Figure:
     ms = rows["time_s"].astype(float) * 1e3
     err = whiskers(rows)
     noisy = rows["noisy"] if "noisy" in rows else pd.Series([None] * len(rows), index=rows.index)
-    fig.add_trace(go.Bar(
-        y=rows["scenario_id"], x=ms, orientation="h", name="median",
-        marker_color=[NOISY if n is True else COLOURS[0] for n in noisy],
-        error_x=None if err is None else dict(type="data", symmetric=False, arrayminus=err[0], array=err[1]),
-        customdata=rows[["group"]].assign(noisy=noisy.map({True: " (noisy)"}).fillna("")).to_numpy(),
-        hovertemplate="<b>%{y}</b><br>%{x:.4g} ms median%{customdata[1]}<br>group %{customdata[0]}<extra></extra>"))
-    fig.update_xaxes(type=axis_type(ms), title="time per execution (ms; bars: median, whiskers: half the spread "
-                                               "each way, never below the fastest sample; red: noisy)")
+    fig.add_trace(
+        go.Bar(
+            y=rows["scenario_id"],
+            x=ms,
+            orientation="h",
+            name="median",
+            marker_color=[NOISY if n is True else COLOURS[0] for n in noisy],
+            error_x=None if err is None else dict(type="data", symmetric=False, arrayminus=err[0], array=err[1]),
+            customdata=rows[["group"]].assign(noisy=noisy.map({True: " (noisy)"}).fillna("")).to_numpy(),
+            hovertemplate="<b>%{y}</b><br>%{x:.4g} ms median%{customdata[1]}<br>group %{customdata[0]}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(
+        type=axis_type(ms),
+        title="time per execution (ms; bars: median, whiskers: half the spread "
+        "each way, never below the fastest sample; red: noisy)",
+    )
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
     return _layout(fig, f"{name}: time per execution", max(360, 22 * len(rows) + 140))
 
@@ -244,32 +327,87 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
     for j, (key, part) in enumerate(rows.sort_values("coll_bytes").groupby(keys)):
         label, colour = f"{key[0]} n={int(key[1])} {key[2]}", COLOURS[j % len(COLOURS)]
         custom = part[["algbw_bytes_per_s", "time_s"]].astype(float).to_numpy() * [1e-9, 1e6]
-        common = dict(text=part["workload_id"], customdata=custom, legendgroup=label, line=dict(color=colour),
-                      mode="lines+markers")
-        fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["busbw_bytes_per_s"] / 1e9, name=label, **common,
-                                 hovertemplate="<b>%{text}</b><br>%{x:,} B: busbw %{y:.3g} GB/s, algbw "
-                                               "%{customdata[0]:.3g} GB/s, %{customdata[1]:,.1f} us<extra></extra>"),
-                      row=1, col=1)
-        fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["time_s"] * 1e6, name=label, showlegend=False, **common,
-                                 hovertemplate="<b>%{text}</b><br>%{x:,} B: %{y:,.1f} us<extra></extra>"), row=1, col=2)
+        common = dict(
+            text=part["workload_id"],
+            customdata=custom,
+            legendgroup=label,
+            line=dict(color=colour),
+            mode="lines+markers",
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part["coll_bytes"],
+                y=part["busbw_bytes_per_s"] / 1e9,
+                name=label,
+                **common,
+                hovertemplate="<b>%{text}</b><br>%{x:,} B: busbw %{y:.3g} GB/s, algbw "
+                "%{customdata[0]:.3g} GB/s, %{customdata[1]:,.1f} us<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part["coll_bytes"],
+                y=part["time_s"] * 1e6,
+                name=label,
+                showlegend=False,
+                **common,
+                hovertemplate="<b>%{text}</b><br>%{x:,} B: %{y:,.1f} us<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
         if part.get("nccom_test_busbw_bytes_per_s", pd.Series(dtype=float)).notna().any():  # the anchor, dashed
-            anchor = dict(text=part["workload_id"], legendgroup=label, mode="lines+markers", showlegend=False,
-                          line=dict(color=colour, dash="dash"), marker=dict(symbol="x"))
-            fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["nccom_test_busbw_bytes_per_s"] / 1e9, **anchor,
-                                     hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test busbw %{y:.3g} GB/s"
-                                                   "<extra></extra>"), row=1, col=1)
-            fig.add_trace(go.Scatter(x=part["coll_bytes"], y=part["nccom_test_time_s"] * 1e6, **anchor,
-                                     hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test %{y:,.1f} us"
-                                                   "<extra></extra>"), row=1, col=2)
+            anchor = dict(
+                text=part["workload_id"],
+                legendgroup=label,
+                mode="lines+markers",
+                showlegend=False,
+                line=dict(color=colour, dash="dash"),
+                marker=dict(symbol="x"),
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=part["coll_bytes"],
+                    y=part["nccom_test_busbw_bytes_per_s"] / 1e9,
+                    **anchor,
+                    hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test busbw %{y:.3g} GB/s<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=part["coll_bytes"],
+                    y=part["nccom_test_time_s"] * 1e6,
+                    **anchor,
+                    hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test %{y:,.1f} us<extra></extra>",
+                ),
+                row=1,
+                col=2,
+            )
         knee = knee_bytes(part)
         if knee is not None:
             at = part[part["coll_bytes"] == knee].iloc[0]
-            fig.add_trace(go.Scatter(x=[knee], y=[at["busbw_bytes_per_s"] / 1e9], mode="markers", legendgroup=label,
-                                     showlegend=False, marker=dict(symbol="star", size=13, color=colour),
-                                     hovertemplate=f"{label}: knee at {knee:,.0f} B (busbw reaches half its best)"
-                                                   "<extra></extra>"), row=1, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=[knee],
+                    y=[at["busbw_bytes_per_s"] / 1e9],
+                    mode="markers",
+                    legendgroup=label,
+                    showlegend=False,
+                    marker=dict(symbol="star", size=13, color=colour),
+                    hovertemplate=f"{label}: knee at {knee:,.0f} B (busbw reaches half its best)<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
     fig.update_xaxes(type="log", title="message size (bytes)")
     fig.update_yaxes(title="GB/s", row=1, col=1)
     fig.update_yaxes(type="log", title="us (the slowest rank's, median)", row=1, col=2)
-    return _layout(fig, "collectives against message size (star: the knee, where busbw reaches half its best; "
-                        "dashed: nccom-test)", 480)
+    return _layout(
+        fig,
+        "collectives against message size (star: the knee, where busbw reaches half its best; dashed: nccom-test)",
+        480,
+    )

@@ -21,7 +21,8 @@ input.filter{margin:.5em 0;padding:3px 6px;width:24em}.figure{width:100%;min-hei
 TABLE_JS = """document.querySelectorAll('table.t').forEach(function(t){
  var body=t.tBodies[0]; if(!body) return;
  t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
-  var asc=!th.classList.contains('asc'); t.querySelectorAll('th').forEach(function(h){h.classList.remove('asc','desc')});
+  var asc=!th.classList.contains('asc');
+  t.querySelectorAll('th').forEach(function(h){h.classList.remove('asc','desc')});
   th.classList.add(asc?'asc':'desc');
   var rows=Array.prototype.slice.call(body.rows);
   rows.sort(function(a,b){var x=a.cells[i].innerText.replace(/,/g,''),y=b.cells[i].innerText.replace(/,/g,'');
@@ -38,8 +39,7 @@ TABLE_JS = """document.querySelectorAll('table.t').forEach(function(t){
 def table(df: pd.DataFrame, escape: bool = True) -> str:
     """A sortable, filterable table without all-empty columns (no Trainium columns on cpu rows)."""
     df = df.dropna(axis=1, how="all")
-    body = df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0, classes="t",
-                      escape=escape)
+    body = df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0, classes="t", escape=escape)
     return f'<input class="filter" placeholder="filter rows ({len(df)})"><div class="scroll">{body}</div>'
 
 
@@ -50,6 +50,8 @@ def page(title: str, parts: list[str], plotly: bool = False) -> str:
         from plotly.offline import get_plotlyjs
 
         head_js = f"<script>{get_plotlyjs()}</script>"
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style>{head_js}</head><body><main>{''.join(parts)}</main>"
-            f"<script>{TABLE_JS}</script></body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style>{head_js}</head><body><main>{''.join(parts)}</main>"
+        f"<script>{TABLE_JS}</script></body></html>"
+    )

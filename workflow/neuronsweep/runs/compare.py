@@ -23,8 +23,17 @@ from neuronsweep.errors import UserError
 from neuronsweep.report.page import page
 from neuronsweep.report.page import table as html_table
 
-NOT_METRICS = {"latency_n", "schema_version", "threads", "rank_in_group", "x_of_best", "latency_spread_s",
-               "latency_iqr_s", "latency_rel_spread", "time_s"}  # bookkeeping, or the comparison's own inputs
+NOT_METRICS = {
+    "latency_n",
+    "schema_version",
+    "threads",
+    "rank_in_group",
+    "x_of_best",
+    "latency_spread_s",
+    "latency_iqr_s",
+    "latency_rel_spread",
+    "time_s",
+}  # bookkeeping, or the comparison's own inputs
 
 
 class Run:
@@ -34,8 +43,10 @@ class Run:
         self.folder = Path(folder)
         summary, plan = self.folder / "summary.csv", self.folder / "plan.json"
         if not summary.is_file() or not plan.is_file():
-            raise UserError(f"{self.folder}: not a finished run (needs summary.csv and plan.json); pass a "
-                            "results/<run> folder that snakemake has written.")
+            raise UserError(
+                f"{self.folder}: not a finished run (needs summary.csv and plan.json); pass a "
+                "results/<run> folder that snakemake has written."
+            )
         self.plan = read_json(plan)
         self.backend = self.plan["backend"]
         self.rows = pd.read_csv(summary).drop_duplicates("workload_id").set_index("workload_id")
@@ -67,8 +78,13 @@ def _flat(d, prefix="") -> dict:
 
 def config_differences(a: Run, b: Run) -> list[tuple[str, object, object]]:
     if a.config is None or b.config is None:
-        return [("config (plan.json of an older neuron-sweep does not record it)",
-                 "not recorded" if a.config is None else "recorded", "not recorded" if b.config is None else "recorded")]
+        return [
+            (
+                "config (plan.json of an older neuron-sweep does not record it)",
+                "not recorded" if a.config is None else "recorded",
+                "not recorded" if b.config is None else "recorded",
+            )
+        ]
     fa, fb = _flat(a.config), _flat(b.config)
     return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
@@ -98,28 +114,49 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
     for wid in sorted(set(a.rows.index) | set(b.rows.index)):
         ra = a.rows.loc[wid] if wid in a.rows.index else None
         rb = b.rows.loc[wid] if wid in b.rows.index else None
-        row = {"workload_id": wid, "status_a": None if ra is None else ra["status"],
-               "status_b": None if rb is None else rb["status"]}
+        row = {
+            "workload_id": wid,
+            "status_a": None if ra is None else ra["status"],
+            "status_b": None if rb is None else rb["status"],
+        }
         if ra is None or rb is None or ra["status"] != "ok" or rb["status"] != "ok":
             row["verdict"] = "only in A" if rb is None else "only in B" if ra is None else "not measured in both"
             rows.append(row)
             continue
         basis = _basis(ra, rb)
         if a.backend != b.backend or basis is None:
-            row["verdict"] = f"not comparable ({a.backend} vs {b.backend})" if a.backend != b.backend \
+            row["verdict"] = (
+                f"not comparable ({a.backend} vs {b.backend})"
+                if a.backend != b.backend
                 else "not comparable (no common time)"
+            )
             rows.append(row)
             continue
         ta, tb = _num(ra[basis]), _num(rb[basis])
         noise = max(_spread(ra, basis), _spread(rb, basis))
-        noisy = bool(ra.get("noisy") is True or str(ra.get("noisy")) == "True"
-                     or rb.get("noisy") is True or str(rb.get("noisy")) == "True")
+        noisy = bool(
+            ra.get("noisy") is True
+            or str(ra.get("noisy")) == "True"
+            or rb.get("noisy") is True
+            or str(rb.get("noisy")) == "True"
+        )
         beyond = abs(tb - ta) > noise
         change = (tb / ta - 1) * 100 if ta else None
-        verdict = "noisy: not judged" if noisy else ("unchanged (within noise)" if not beyond
-                                                     else "slower" if tb > ta else "faster")
-        row.update(basis=basis, time_a_s=ta, time_b_s=tb, ratio_b_over_a=tb / ta if ta else None,
-                   change_pct=change, noise_s=noise, beyond_noise=beyond and not noisy, verdict=verdict)
+        verdict = (
+            "noisy: not judged"
+            if noisy
+            else ("unchanged (within noise)" if not beyond else "slower" if tb > ta else "faster")
+        )
+        row.update(
+            basis=basis,
+            time_a_s=ta,
+            time_b_s=tb,
+            ratio_b_over_a=tb / ta if ta else None,
+            change_pct=change,
+            noise_s=noise,
+            beyond_noise=beyond and not noisy,
+            verdict=verdict,
+        )
         rows.append(row)
         rel_noise = max(_num(ra.get("latency_rel_spread")) or 0.0, _num(rb.get("latency_rel_spread")) or 0.0)
         for metric in sorted(set(ra.index) & set(rb.index)):
@@ -128,10 +165,19 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
                 continue
             rel = abs(vb - va) / abs(va) if va else float("inf")
             if rel > rel_noise:
-                changes.append({"workload_id": wid, "metric": metric, "a": va, "b": vb,
-                                "change_pct": (vb / va - 1) * 100 if va else None, "noise_rel": rel_noise})
-    return pd.DataFrame(rows), pd.DataFrame(changes, columns=["workload_id", "metric", "a", "b", "change_pct",
-                                                              "noise_rel"])
+                changes.append(
+                    {
+                        "workload_id": wid,
+                        "metric": metric,
+                        "a": va,
+                        "b": vb,
+                        "change_pct": (vb / va - 1) * 100 if va else None,
+                        "noise_rel": rel_noise,
+                    }
+                )
+    return pd.DataFrame(rows), pd.DataFrame(
+        changes, columns=["workload_id", "metric", "a", "b", "change_pct", "noise_rel"]
+    )
 
 
 def header(a: Run, b: Run) -> list[str]:
@@ -144,16 +190,25 @@ def header(a: Run, b: Run) -> list[str]:
     lines.append("config differences:" if diffs else "config: the same")
     lines += [f"  {key}: {va!r} vs {vb!r}" for key, va, vb in diffs]
     if a.backend != b.backend:
-        lines.append(f"backends differ ({a.backend} vs {b.backend}): times are not compared, since a "
-                     "host measurement and a device profile do not measure the same thing.")
+        lines.append(
+            f"backends differ ({a.backend} vs {b.backend}): times are not compared, since a "
+            "host measurement and a device profile do not measure the same thing."
+        )
     return lines
 
 
 def _html(head: list[str], table: pd.DataFrame, changes: pd.DataFrame) -> str:
-    return page("neuron-sweep compare", [
-        "<h1>neuron-sweep: B against A</h1>", f"<pre>{html.escape(chr(10).join(head))}</pre>",
-        "<h2>Workloads</h2>", html_table(table),
-        "<h2>Metrics that changed beyond the timing noise</h2>", html_table(changes) if len(changes) else "<p>none</p>"])
+    return page(
+        "neuron-sweep compare",
+        [
+            "<h1>neuron-sweep: B against A</h1>",
+            f"<pre>{html.escape(chr(10).join(head))}</pre>",
+            "<h2>Workloads</h2>",
+            html_table(table),
+            "<h2>Metrics that changed beyond the timing noise</h2>",
+            html_table(changes) if len(changes) else "<p>none</p>",
+        ],
+    )
 
 
 def run(folder_a: Path, folder_b: Path, out: Path, fail_on_regression: float | None = None) -> tuple[list[str], int]:
@@ -170,18 +225,25 @@ def run(folder_a: Path, folder_b: Path, out: Path, fail_on_regression: float | N
         tmp.write_text(_html(lines, table, changes))
     counts = table["verdict"].value_counts().to_dict() if len(table) else {}
     lines.append("workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-    judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else \
-        pd.DataFrame(columns=["workload_id", "verdict", "change_pct", "time_a_s", "time_b_s", "noise_s"])
+    judged = (
+        table[table["beyond_noise"].fillna(False).astype(bool)]
+        if "beyond_noise" in table
+        else pd.DataFrame(columns=["workload_id", "verdict", "change_pct", "time_a_s", "time_b_s", "noise_s"])
+    )
     for _, r in judged.sort_values("change_pct", ascending=False).iterrows():
-        lines.append(f"  {r['verdict']:7} {r['change_pct']:+7.1f}%  {r['workload_id']}  "
-                     f"({r['time_a_s'] * 1e6:,.1f} -> {r['time_b_s'] * 1e6:,.1f} us, noise {r['noise_s'] * 1e6:,.1f} us)")
+        lines.append(
+            f"  {r['verdict']:7} {r['change_pct']:+7.1f}%  {r['workload_id']}  "
+            f"({r['time_a_s'] * 1e6:,.1f} -> {r['time_b_s'] * 1e6:,.1f} us, noise {r['noise_s'] * 1e6:,.1f} us)"
+        )
     lines.append(f"wrote {out / 'compare.csv'}, {out / 'compare_metrics.csv'} and {out / 'compare.html'}")
     code = 0
     if fail_on_regression is not None and len(judged):
         worse = judged[(judged["verdict"] == "slower") & (judged["change_pct"] > fail_on_regression)]
         if len(worse):
-            lines.append(f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% beyond "
-                         f"noise (worst {worse['change_pct'].max():+.1f}%: "
-                         f"{worse.sort_values('change_pct').iloc[-1]['workload_id']})")
+            lines.append(
+                f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% beyond "
+                f"noise (worst {worse['change_pct'].max():+.1f}%: "
+                f"{worse.sort_values('change_pct').iloc[-1]['workload_id']})"
+            )
             code = 1
     return lines, code

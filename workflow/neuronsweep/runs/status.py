@@ -19,8 +19,12 @@ from pathlib import Path
 from neuronsweep.atomic import pid_alive, read_json, write_json
 from neuronsweep.store.failures import STAGES, failure_path
 
-RECORD = {"build": "build/build.json", "capture": "capture/capture.json", "view": "view/view.json",
-          "extract": "metrics.json"}
+RECORD = {
+    "build": "build/build.json",
+    "capture": "capture/capture.json",
+    "view": "view/view.json",
+    "extract": "metrics.json",
+}
 
 
 def running_path(case_dir: Path, stage: str) -> Path:
@@ -88,30 +92,48 @@ def summarize(run_dir: Path) -> dict:
             left += statistics.median(walls[stage]) * todo
         elif todo:
             unknown.append(stage)
-    return {"run": plan["run"], "backend": plan["backend"], "workloads": len(wids),
-            "unsupported": len(plan.get("unsupported", {})), "counts": counts, "blocked": blocked,
-            "median_s": {s: statistics.median(w) if w else None for s, w in walls.items()},
-            "left_s": left, "left_unknown": unknown,
-            "summary": (Path(run_dir) / "summary.csv").is_file(), "report": (Path(run_dir) / "report.html").is_file()}
+    return {
+        "run": plan["run"],
+        "backend": plan["backend"],
+        "workloads": len(wids),
+        "unsupported": len(plan.get("unsupported", {})),
+        "counts": counts,
+        "blocked": blocked,
+        "median_s": {s: statistics.median(w) if w else None for s, w in walls.items()},
+        "left_s": left,
+        "left_unknown": unknown,
+        "summary": (Path(run_dir) / "summary.csv").is_file(),
+        "report": (Path(run_dir) / "report.html").is_file(),
+    }
 
 
 def render(s: dict) -> str:
-    lines = [f"{s['run']}: {s['workloads']} workloads on {s['backend']} ({s['unsupported']} unsupported, not run)",
-             f"{'stage':8} {'done':>6} {'running':>8} {'failed':>7} {'waiting':>8} {'median s':>9}"]
+    lines = [
+        f"{s['run']}: {s['workloads']} workloads on {s['backend']} ({s['unsupported']} unsupported, not run)",
+        f"{'stage':8} {'done':>6} {'running':>8} {'failed':>7} {'waiting':>8} {'median s':>9}",
+    ]
     for stage, c in s["counts"].items():
         med = s["median_s"][stage]
-        lines.append(f"{stage:8} {c['done']:>6} {c['running']:>8} {c['failed']:>7} {c['waiting']:>8} "
-                     f"{'-' if med is None else f'{med:.1f}':>9}")
+        lines.append(
+            f"{stage:8} {c['done']:>6} {c['running']:>8} {c['failed']:>7} {c['waiting']:>8} "
+            f"{'-' if med is None else f'{med:.1f}':>9}"
+        )
     blocked = sum(s["blocked"].values())
     if blocked:
-        lines.append(f"{blocked} stage(s) wait behind a failed stage of the same case and will not run until it is fixed")
+        lines.append(
+            f"{blocked} stage(s) wait behind a failed stage of the same case and will not run until it is fixed"
+        )
     todo = sum(c["running"] + c["waiting"] for c in s["counts"].values()) - blocked
     if not todo:
         lines.append("nothing left to run" + ("" if s["summary"] else "; summary.csv not written yet"))
     else:
         unknown = f"; not counted: {', '.join(s['left_unknown'])} (none finished yet)" if s["left_unknown"] else ""
-        lines.append(f"time left: about {s['left_s']:.0f} s of stage time from the medians so far{unknown}; "
-                     "jobs running side by side divide it")
-    lines.append(f"summary.csv: {'written' if s['summary'] else 'not yet'}, report.html: "
-                 f"{'written' if s['report'] else 'not yet'}")
+        lines.append(
+            f"time left: about {s['left_s']:.0f} s of stage time from the medians so far{unknown}; "
+            "jobs running side by side divide it"
+        )
+    lines.append(
+        f"summary.csv: {'written' if s['summary'] else 'not yet'}, report.html: "
+        f"{'written' if s['report'] else 'not yet'}"
+    )
     return "\n".join(lines)

@@ -13,12 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from neuronsweep.analysis import ranking as compare
+from neuronsweep.analysis import roofline
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
+from neuronsweep.host.targets import TARGETS
 from neuronsweep.store.failures import latest_failure
 from neuronsweep.store.records import MetricsRecord
-from neuronsweep.host.targets import TARGETS
-from neuronsweep.analysis import roofline
 from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
 
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
@@ -36,8 +36,13 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
     out = []
     for sc in plan["scenarios"]:
         wdir = workloads_dir / sc["workload_id"]
-        row = {"scenario_id": sc["id"], "suite": sc["suite"], "workload_id": sc["workload_id"],
-               "backend": plan["backend"], **sc["labels"]}
+        row = {
+            "scenario_id": sc["id"],
+            "suite": sc["suite"],
+            "workload_id": sc["workload_id"],
+            "backend": plan["backend"],
+            **sc["labels"],
+        }
         metrics_path = wdir / "metrics.json"
         if sc["workload_id"] in plan.get("unsupported", {}):
             row.update(status="unsupported", reason=plan["unsupported"][sc["workload_id"]])
@@ -58,19 +63,27 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
 
 
 HOST_BACKENDS = ("cpu", "xla")  # their peaks are measured on the host (neuronsweep calibrate), not a datasheet
-ROOFLINE_COLUMNS = ("ideal_compute_s", "ideal_memory_s", "ridge_flops_per_byte", "roofline_bound",
-                    "roofline_efficiency_pct")
+ROOFLINE_COLUMNS = (
+    "ideal_compute_s",
+    "ideal_memory_s",
+    "ridge_flops_per_byte",
+    "roofline_bound",
+    "roofline_efficiency_pct",
+)
 
 
 def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
     """A measured host peak is a floor, not a ceiling: per backend and dtype the FLOP/s peak becomes the
     best of the calibration and every workload of the sweep (extract already raised each row to its
     own rate), and the rows below it are placed against that peak again."""
-
     if "peak_flops_per_s" not in table:
         return table
-    rows = table[(table["status"] == "ok") & table["backend"].isin(HOST_BACKENDS)
-                 & table["peak_flops_per_s"].notna() & table["roofline_time_s"].notna()]
+    rows = table[
+        (table["status"] == "ok")
+        & table["backend"].isin(HOST_BACKENDS)
+        & table["peak_flops_per_s"].notna()
+        & table["roofline_time_s"].notna()
+    ]
     dtype = rows["workload_id"].map(lambda w: plan["workloads"][w]["dtype"])
     for _, grp in rows.groupby([rows["backend"], dtype]):
         best_i = grp["peak_flops_per_s"].astype(float).idxmax()
@@ -80,14 +93,15 @@ def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
             for col in ROOFLINE_COLUMNS:
                 table.loc[i, col] = new[col]
             table.loc[i, "peak_flops_per_s"] = best
-            table.loc[i, "peak_source"] = (f"the best rate of this sweep in its dtype ({grp.loc[best_i, 'workload_id']} "
-                                           f"at {best / 1e9:,.1f} GFLOP/s), above the host calibration")
+            table.loc[i, "peak_source"] = (
+                f"the best rate of this sweep in its dtype ({grp.loc[best_i, 'workload_id']} "
+                f"at {best / 1e9:,.1f} GFLOP/s), above the host calibration"
+            )
     return table
 
 
 def targets_table(plan: dict) -> pd.DataFrame:
     """Every planned workload on every Neuron target: tile model and ideal times (analytic)."""
-
     rows = []
     for wid, spec in plan["workloads"].items():
         if not has_roofline(spec):  # a collective: no FLOPs, no roofline
@@ -96,9 +110,17 @@ def targets_table(plan: dict) -> pd.DataFrame:
         flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
         for name in ("trn1", "inf2", "trn2"):
             t = TARGETS[name]
-            rows.append({"workload_id": wid, "target": name, "dtype": spec["dtype"], "flops": flops,
-                         "min_bytes": nbytes, **roofline.tiles(kind.gemms(spec)),
-                         **roofline.roofline(flops, nbytes, t.peak_flops(spec["dtype"]), t.hbm_bytes_per_s, None)})
+            rows.append(
+                {
+                    "workload_id": wid,
+                    "target": name,
+                    "dtype": spec["dtype"],
+                    "flops": flops,
+                    "min_bytes": nbytes,
+                    **roofline.tiles(kind.gemms(spec)),
+                    **roofline.roofline(flops, nbytes, t.peak_flops(spec["dtype"]), t.hbm_bytes_per_s, None),
+                }
+            )
     table = pd.DataFrame(rows)
     return table.drop(columns=["roofline_efficiency_pct"]) if len(table) else table
 

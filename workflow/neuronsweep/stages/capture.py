@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 from neuronsweep import backends
-from neuronsweep.host import probe as hostcaps, slots
-from neuronsweep.errors import UserError
-from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.backends import neuron_profiler
+from neuronsweep.config.settings import CaptureSettings
+from neuronsweep.errors import UserError
+from neuronsweep.host import caps, slots
+from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 
 def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRecord:
@@ -27,40 +27,64 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
     impl = backends.load(build.backend)
     settings = settings.for_backend(build.backend)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with slots.held(settings, build.backend, f"capture {build.workload_id} -> {out_dir}",
-                    build.target, build.details.get("lnc"), cores=build.spec.get("world", 1)) as (settings, span):
-        before = hostcaps.load_snapshot()
+    with slots.held(
+        settings,
+        build.backend,
+        f"capture {build.workload_id} -> {out_dir}",
+        build.target,
+        build.details.get("lnc"),
+        cores=build.spec.get("world", 1),
+    ) as (settings, span):
+        before = caps.load_snapshot()
         result = impl.capture(build, build_dir, settings, out_dir)
-        after = hostcaps.load_snapshot()
+        after = caps.load_snapshot()
     profile = out_dir / backends.BACKENDS[build.backend].artifacts["capture"]
     if not profile.is_file() or profile.stat().st_size == 0:
-        raise UserError(f"case {build.workload_id}: the capture exited without writing {profile} (or left it "
-                        "empty); see its log.")
-    load = {"start": before, "end": after, "under_load": hostcaps.under_load(before, after)}
+        raise UserError(
+            f"case {build.workload_id}: the capture exited without writing {profile} (or left it empty); see its log."
+        )
+    load = {"start": before, "end": after, "under_load": caps.under_load(before, after)}
     if load["under_load"]:
-        logging.getLogger("neuronsweep").warning(f"warning: case {build.workload_id} was captured under load: "
-                                                  f"{load['under_load']}")
-    record = CaptureRecord.create(started, workload_id=build.workload_id, backend=build.backend, spec=build.spec,
-                                  settings=settings, device_span=span, host_load=load, **result)
+        logging.getLogger("neuronsweep").warning(
+            f"warning: case {build.workload_id} was captured under load: {load['under_load']}"
+        )
+    record = CaptureRecord.create(
+        started,
+        workload_id=build.workload_id,
+        backend=build.backend,
+        spec=build.spec,
+        settings=settings,
+        device_span=span,
+        host_load=load,
+        **result,
+    )
     record.write(out_dir)
     return record
 
 
 def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRecord:
     """Capture a NEFF made anywhere (neuron only): no framework timing, since no workload spec is known."""
-
     started = time.time()
     if not neff.is_file():
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
     settings = settings.for_backend("neuron")
     out_dir.mkdir(parents=True, exist_ok=True)
-    workers = settings.collectives and (settings.collectives.get("workers_per_node")
-                                        or settings.collectives.get("worker_count"))
-    with slots.held(settings, "neuron", f"capture {neff} -> {out_dir}", settings.options.get("target"),
-                    cores=workers or 1) as (settings, span):
+    workers = settings.collectives and (
+        settings.collectives.get("workers_per_node") or settings.collectives.get("worker_count")
+    )
+    with slots.held(
+        settings, "neuron", f"capture {neff} -> {out_dir}", settings.options.get("target"), cores=workers or 1
+    ) as (settings, span):
         result = neuron_profiler.capture_neff(neff, out_dir, settings)
-    record = CaptureRecord.create(started, workload_id=neff.stem, backend="neuron", spec=None, settings=settings,
-                                  device_span=span, latency_note="a NEFF captured on its own has no framework timing",
-                                  **result)
+    record = CaptureRecord.create(
+        started,
+        workload_id=neff.stem,
+        backend="neuron",
+        spec=None,
+        settings=settings,
+        device_span=span,
+        latency_note="a NEFF captured on its own has no framework timing",
+        **result,
+    )
     record.write(out_dir)
     return record

@@ -9,18 +9,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from neuronsweep.formats import legacy_json, neuron_summary
-from neuronsweep.analysis import roofline
+from neuronsweep.analysis import derived, roofline
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
 from neuronsweep.config.schema import schema_default
-from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
-from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
-from neuronsweep.host.targets import TARGETS, target_family
-from neuronsweep.workloads import collective
-from neuronsweep.host.targets import TARGETS
+from neuronsweep.formats import legacy_json, neuron_summary
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
-from neuronsweep.analysis import derived
+from neuronsweep.host.targets import TARGETS, target_family
+from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
+from neuronsweep.workloads import DTYPE_BYTES, collective, has_roofline, kind_of
 
 SCHEMA_VERSION = 1
 FRACTION_TO_PCT = 100.0
@@ -35,9 +32,14 @@ PROFILE_FIELDS = {
     "profile_flops_tool": ("model_flops", 1.0),
 }
 DEVICE_FIELDS = {
-    **{f"{e}_engine_active_time_s": (f"{e}_engine_active_time", 1.0) for e in ("tensor", "vector", "scalar", "gpsimd", "sync")},
-    **{f"{e}_engine_active_pct": (f"{e}_engine_active_time_percent", FRACTION_TO_PCT)
-       for e in ("tensor", "vector", "scalar", "gpsimd", "sync")},
+    **{
+        f"{e}_engine_active_time_s": (f"{e}_engine_active_time", 1.0)
+        for e in ("tensor", "vector", "scalar", "gpsimd", "sync")
+    },
+    **{
+        f"{e}_engine_active_pct": (f"{e}_engine_active_time_percent", FRACTION_TO_PCT)
+        for e in ("tensor", "vector", "scalar", "gpsimd", "sync")
+    },
     "dma_active_time_s": ("dma_active_time", 1.0),
     "dma_active_pct": ("dma_active_time_percent", FRACTION_TO_PCT),
     "dma_transfer_bytes": ("dma_transfer_total_bytes", 1.0),
@@ -58,115 +60,44 @@ def _ratio(num, den):
     return num / den if num is not None and den else None
 
 
-def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | None, calibration: dict | None = None,
-            metadata: dict | None = None, usage: dict | None = None, ranks: list[dict] | None = None) -> dict:
+def compute(
+    summary: dict,
+    capture: CaptureRecord | None,
+    build: BuildRecord | None,
+    calibration: dict | None = None,
+    metadata: dict | None = None,
+    usage: dict | None = None,
+    ranks: list[dict] | None = None,
+) -> dict:
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
-    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table."""
+    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table. Every
+    value that stays null gets its reason in `notes`; the parts below add their keys in metrics.json's
+    order."""
     known = [r for r in (build, capture) if r is not None]
     spec = next((r.spec for r in known if r.spec), None)
     backend = known[0].backend if known else "neuron"  # a bare summary-json is a Neuron tool's output
     notes: dict[str, str] = {}
-    m: dict = {"schema_version": SCHEMA_VERSION,
-               "workload_id": known[0].workload_id if known else None,
-               "backend": backend, "kind": spec["kind"] if spec else None,
-               "instance_type": summary.get("instance_type")}
+    m: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "workload_id": known[0].workload_id if known else None,
+        "backend": backend,
+        "kind": spec["kind"] if spec else None,
+        "instance_type": summary.get("instance_type"),
+    }
     peaks = neuron_peaks(build, summary, metadata, notes) if backend == "neuron" else None
     m.update(neuron_target=peaks["target"] if peaks else None, lnc=peaks["lnc"] if peaks else None)
     if not peaks:
         notes["neuron_target"] = notes["lnc"] = f"only neuron profiles run on a NeuronCore target (this is {backend})"
-
-    for fields, device_only in ((PROFILE_FIELDS, False), (DEVICE_FIELDS, True)):
-        for key, (field, scale) in fields.items():
-            value = summary.get(field)
-            m[key] = None if value is None else value * scale
-            if value is None:
-                why = BACKENDS[backend].device_counters_missing if device_only else None
-                notes[key] = why or f"the {backend} profile summary has no '{field}' field"
-
-    lat = (capture.latency if capture else None) or {}
-    for key in ("median", "iqr", "min", "spread"):
-        m[f"latency_{key}_s"] = lat.get(f"{key}_s")
-    m["latency_n"] = lat.get("n")
-    m["latency_rel_spread"] = _ratio(m["latency_spread_s"], m["latency_median_s"])
-    m["noisy"] = None if m["latency_rel_spread"] is None else m["latency_rel_spread"] > NOISY_REL_SPREAD
-    if m["noisy"] is None:
-        notes["latency_rel_spread"] = notes["noisy"] = "no framework timing with a spread was recorded"
-    elif m["noisy"]:
-        notes["noisy"] = (f"spread {m['latency_spread_s'] * 1e6:.1f} us is {100 * m['latency_rel_spread']:.0f}% of the "
-                          f"median: not used for recommendations; recapture on a quiet machine")
-    load = capture.host_load if capture else None
-    m["captured_under_load"] = None if load is None else load["under_load"] is not None
-    if load is None:
-        notes["captured_under_load"] = "capture.json has no host load snapshot"
-    elif load["under_load"]:
-        notes["captured_under_load"] = load["under_load"]
-    m["execute_median_s"] = (lat.get("execute") or {}).get("median_s")
-    if m["execute_median_s"] is None:
-        notes["execute_median_s"] = (f"the {backend} framework timing has no per-iteration ExecuteTime "
-                                     "(torch_xla.debug.metrics, recorded by the torch-xla runtime)")
-    m["threads"] = capture.threads if capture else None
-    if m["threads"] is None:
-        notes["threads"] = f"the {backend} backend leaves threading to its runtime"
-    device_s = {"neuron": m["profile_total_time_s"], "xla": m["execute_median_s"]}.get(backend)
-    if m["latency_median_s"] is not None and device_s is not None:
-        m["framework_overhead_s"] = m["latency_median_s"] - device_s
-    else:
-        m["framework_overhead_s"] = None
-        notes["framework_overhead_s"] = ("framework median minus device time (neuron: profile total_time; xla: "
-                                         "ExecuteTime median): needs both, and a device separate from the framework")
-    if not lat:
-        notes["latency_median_s"] = (capture.latency_note if capture else None) or \
-            f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
-    m["recompiles_during_timing"] = lat.get("recompiles_during_timing")
-    if m["recompiles_during_timing"] is None:
-        notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
-
+    _profile_counters(m, summary, backend, notes)
+    _framework_timing(m, capture, backend, notes)
     m.update(_memory(usage, backend, notes))
     m.update(_collective(spec, capture, m["latency_median_s"], notes, m["neuron_target"], ranks))
     if ranks:  # a multi-worker neuron capture: each rank's device time
-        m.update(_rank_spread([r["total_time_s"] for r in ranks if r["total_time_s"] is not None]),
-                 ranks_profiled=len(ranks))
-    if spec and not has_roofline(spec):
-        for key in ANALYTIC + ROOFLINE:
-            m[key] = None
-            notes[key] = (f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
-                          "see algbw_bytes_per_s and busbw_bytes_per_s")
-    elif spec:
-        kind = kind_of(spec)
-        flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
-        m.update(flops=flops, achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),
-                 profile_flops_per_s=_ratio(flops, m["profile_total_time_s"]), min_bytes=min_bytes,
-                 arithmetic_intensity_flops_per_byte=flops / min_bytes)
-        if backend == "neuron":
-            m.update(roofline.tiles(kind.gemms(spec)))
-            for key in ("tiles_m", "tiles_k", "tiles_n"):
-                if m[key] is None:
-                    notes[key] = f"a {spec['kind']} workload is several GEMMs; see tiles_total"
-        else:
-            for key in TILES:
-                m[key] = None
-                notes[key] = (f"the Trainium tile model (128x128 PE array) says nothing about the {backend} backend; "
-                              "roofline_targets.csv has every workload's tiles on trn1, inf2 and trn2")
-        m.update(_roofline(m, spec, backend, build, peaks, calibration, notes))
-    else:
-        for key in ANALYTIC + ROOFLINE:
-            m[key] = None
-            notes[key] = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
-    m["compile_s"] = build.compile_s if build else None
-    m["compile_count"] = build.compile_count if build else None
-    m["cache_hit"] = build.cache.get("hit") if build else None
-    if not build:
-        notes["compile_s"] = notes["cache_hit"] = "no build.json given"
-    elif m["compile_s"] is None:
-        notes["compile_s"] = build.compile_s_source or "the build did not time its compile"
-    if m["compile_count"] is None:
-        notes["compile_count"] = f"the {build.compiler if build else backend} build does not count compiles"
-    signals = [s for s in (build.recompiled_on_second_call if build else None,
-                           None if m["recompiles_during_timing"] is None else m["recompiles_during_timing"] > 0)
-               if s is not None]
-    m["recompilation_detected"] = any(signals) if signals else None
-    if not signals:
-        notes["recompilation_detected"] = f"the {backend} backend has no compile counter or repeated-call check"
+        m.update(
+            _rank_spread([r["total_time_s"] for r in ranks if r["total_time_s"] is not None]), ranks_profiled=len(ranks)
+        )
+    _work_and_roofline(m, spec, backend, build, peaks, calibration, notes)
+    _compile(m, build, backend, notes)
     m.update(_utilization(m, backend, peaks, notes))
     m["single_io"] = capture.single_io if capture else None
     if m["single_io"] is None:
@@ -176,10 +107,152 @@ def compute(summary: dict, capture: CaptureRecord | None, build: BuildRecord | N
     return m
 
 
-MEMORY = ("hbm_tensors_bytes", "hbm_scratchpad_bytes", "hbm_dram_spill_bytes", "sbuf_peak_usage_pct",
-          "psum_peak_usage_pct", "largest_tensor_bytes")
-HBM_USAGE = {"hbm_tensors_bytes": ("Tensors",), "hbm_scratchpad_bytes": ("Scratchpad", "Shared Scratchpad"),
-             "hbm_dram_spill_bytes": ("DRAM Spill",)}
+def _profile_counters(m: dict, summary: dict, backend: str, notes: dict) -> None:
+    """The profile summary's fields, in our units; a device counter the backend has no device for is null."""
+    for fields, device_only in ((PROFILE_FIELDS, False), (DEVICE_FIELDS, True)):
+        for key, (field, scale) in fields.items():
+            value = summary.get(field)
+            m[key] = None if value is None else value * scale
+            if value is None:
+                why = BACKENDS[backend].device_counters_missing if device_only else None
+                notes[key] = why or f"the {backend} profile summary has no '{field}' field"
+
+
+def _framework_timing(m: dict, capture: CaptureRecord | None, backend: str, notes: dict) -> None:
+    """The capture's timed executions: latency and its spread (and whether it is too noisy to judge), the
+    host's load, the device's own execute time, threads, framework overhead and compiles during timing."""
+    lat = (capture.latency if capture else None) or {}
+    for key in ("median", "iqr", "min", "spread"):
+        m[f"latency_{key}_s"] = lat.get(f"{key}_s")
+    m["latency_n"] = lat.get("n")
+    m["latency_rel_spread"] = _ratio(m["latency_spread_s"], m["latency_median_s"])
+    m["noisy"] = None if m["latency_rel_spread"] is None else m["latency_rel_spread"] > NOISY_REL_SPREAD
+    if m["noisy"] is None:
+        notes["latency_rel_spread"] = notes["noisy"] = "no framework timing with a spread was recorded"
+    elif m["noisy"]:
+        notes["noisy"] = (
+            f"spread {m['latency_spread_s'] * 1e6:.1f} us is {100 * m['latency_rel_spread']:.0f}% of the "
+            f"median: not used for recommendations; recapture on a quiet machine"
+        )
+    load = capture.host_load if capture else None
+    m["captured_under_load"] = None if load is None else load["under_load"] is not None
+    if load is None:
+        notes["captured_under_load"] = "capture.json has no host load snapshot"
+    elif load["under_load"]:
+        notes["captured_under_load"] = load["under_load"]
+    m["execute_median_s"] = (lat.get("execute") or {}).get("median_s")
+    if m["execute_median_s"] is None:
+        notes["execute_median_s"] = (
+            f"the {backend} framework timing has no per-iteration ExecuteTime "
+            "(torch_xla.debug.metrics, recorded by the torch-xla runtime)"
+        )
+    m["threads"] = capture.threads if capture else None
+    if m["threads"] is None:
+        notes["threads"] = f"the {backend} backend leaves threading to its runtime"
+    device_s = {"neuron": m["profile_total_time_s"], "xla": m["execute_median_s"]}.get(backend)
+    if m["latency_median_s"] is not None and device_s is not None:
+        m["framework_overhead_s"] = m["latency_median_s"] - device_s
+    else:
+        m["framework_overhead_s"] = None
+        notes["framework_overhead_s"] = (
+            "framework median minus device time (neuron: profile total_time; xla: "
+            "ExecuteTime median): needs both, and a device separate from the framework"
+        )
+    if not lat:
+        notes["latency_median_s"] = (
+            capture.latency_note if capture else None
+        ) or f"no framework timing recorded (capture.json {'absent' if not capture else 'has none'})"
+    m["recompiles_during_timing"] = lat.get("recompiles_during_timing")
+    if m["recompiles_during_timing"] is None:
+        notes["recompiles_during_timing"] = f"the {backend} framework timing does not count compiles"
+
+
+def _work_and_roofline(
+    m: dict,
+    spec: dict | None,
+    backend: str,
+    build: BuildRecord | None,
+    peaks: dict | None,
+    calibration: dict | None,
+    notes: dict,
+) -> None:
+    """The workload's analytic FLOPs and bytes, the rates they give, the Trainium tile model (neuron only)
+    and the roofline; a collective has none of them (it moves data), a bare summary no spec to count."""
+    if spec and not has_roofline(spec):
+        for key in ANALYTIC + ROOFLINE:
+            m[key] = None
+            notes[key] = (
+                f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
+                "see algbw_bytes_per_s and busbw_bytes_per_s"
+            )
+        return
+    if not spec:
+        for key in ANALYTIC + ROOFLINE:
+            m[key] = None
+            notes[key] = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
+        return
+    kind = kind_of(spec)
+    flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+    m.update(
+        flops=flops,
+        achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),
+        profile_flops_per_s=_ratio(flops, m["profile_total_time_s"]),
+        min_bytes=min_bytes,
+        arithmetic_intensity_flops_per_byte=flops / min_bytes,
+    )
+    if backend == "neuron":
+        m.update(roofline.tiles(kind.gemms(spec)))
+        for key in ("tiles_m", "tiles_k", "tiles_n"):
+            if m[key] is None:
+                notes[key] = f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+    else:
+        for key in TILES:
+            m[key] = None
+            notes[key] = (
+                f"the Trainium tile model (128x128 PE array) says nothing about the {backend} backend; "
+                "roofline_targets.csv has every workload's tiles on trn1, inf2 and trn2"
+            )
+    m.update(_roofline(m, spec, backend, build, peaks, calibration, notes))
+
+
+def _compile(m: dict, build: BuildRecord | None, backend: str, notes: dict) -> None:
+    """The build's compile time and count, whether the cache served it, and recompilation from either
+    signal: a second call with the same inputs compiled again, or compiles during the timed runs."""
+    m["compile_s"] = build.compile_s if build else None
+    m["compile_count"] = build.compile_count if build else None
+    m["cache_hit"] = build.cache.get("hit") if build else None
+    if not build:
+        notes["compile_s"] = notes["cache_hit"] = "no build.json given"
+    elif m["compile_s"] is None:
+        notes["compile_s"] = build.compile_s_source or "the build did not time its compile"
+    if m["compile_count"] is None:
+        notes["compile_count"] = f"the {build.compiler if build else backend} build does not count compiles"
+    signals = [
+        s
+        for s in (
+            build.recompiled_on_second_call if build else None,
+            None if m["recompiles_during_timing"] is None else m["recompiles_during_timing"] > 0,
+        )
+        if s is not None
+    ]
+    m["recompilation_detected"] = any(signals) if signals else None
+    if not signals:
+        notes["recompilation_detected"] = f"the {backend} backend has no compile counter or repeated-call check"
+
+
+MEMORY = (
+    "hbm_tensors_bytes",
+    "hbm_scratchpad_bytes",
+    "hbm_dram_spill_bytes",
+    "sbuf_peak_usage_pct",
+    "psum_peak_usage_pct",
+    "largest_tensor_bytes",
+)
+HBM_USAGE = {
+    "hbm_tensors_bytes": ("Tensors",),
+    "hbm_scratchpad_bytes": ("Scratchpad", "Shared Scratchpad"),
+    "hbm_dram_spill_bytes": ("DRAM Spill",),
+}
 
 
 def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
@@ -187,8 +260,10 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
     `instruction_usage` (SBUF and PSUM use over time, as fractions). The Memory Tracker's per-tensor view
     has no exported field, so largest_tensor_bytes is always null with that reason."""
     out = dict.fromkeys(MEMORY)
-    notes["largest_tensor_bytes"] = ("the Memory Tracker (neuron.memory_tracker) draws its per-tensor breakdown in "
-                                     "the profiler's UI; no exported field holds it, so it is not read")
+    notes["largest_tensor_bytes"] = (
+        "the Memory Tracker (neuron.memory_tracker) draws its per-tensor breakdown in "
+        "the profiler's UI; no exported field holds it, so it is not read"
+    )
     if backend != "neuron":
         for key in MEMORY[:-1]:
             notes[key] = BACKENDS[backend].device_counters_missing
@@ -199,7 +274,7 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
         found = [r.get("amount_bytes") for r in rows or () if r.get("usage_type") in types]
         out[key] = sum(found) if found else None
         if not found:
-            notes[key] = (f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE)
+            notes[key] = f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE
     series = usage.get("instruction_usage")
     for key, kind in (("sbuf_peak_usage_pct", "sb"), ("psum_peak_usage_pct", "psum")):
         values = [r["usage_avg"] for r in series or () if r.get("type") == kind and r.get("usage_avg") is not None]
@@ -209,12 +284,20 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
     return out
 
 
-NO_USAGE = ("read from the legacy full profile (neuron.json: true; nc_mem_usage, instruction_usage); the parquet "
-            "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read")
+NO_USAGE = (
+    "read from the legacy full profile (neuron.json: true; nc_mem_usage, instruction_usage); the parquet "
+    "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read"
+)
 
 
-def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: float | None, notes: dict,
-                target: str | None = None, workers: list[dict] | None = None) -> dict:
+def _collective(
+    spec: dict | None,
+    capture: CaptureRecord | None,
+    median_s: float | None,
+    notes: dict,
+    target: str | None = None,
+    workers: list[dict] | None = None,
+) -> dict:
     """A collective's size, world, algbw and busbw (nccl-tests' definitions, workloads/collective.py),
     the link each rank is allowed (neuron: `target`'s, where the profiled `workers` span chips), its
     ranks' spread (the slowest and fastest rank's median and their ratio: the straggler figure) and
@@ -222,15 +305,22 @@ def _collective(spec: dict | None, capture: CaptureRecord | None, median_s: floa
     if not spec or spec["kind"] != "collective":
         return {}  # not applicable, like a suite's own labels: only a collective's metrics have these keys
 
-    out = {"coll_op": spec["op"], "coll_world": spec["world"], "coll_bytes": spec["bytes"],
-           "busbw_factor": collective.BUSBW_FACTOR[spec["op"]](spec["world"]),
-           **collective.bandwidths(spec, median_s), "link_bytes_per_s": None}
+    out = {
+        "coll_op": spec["op"],
+        "coll_world": spec["world"],
+        "coll_bytes": spec["bytes"],
+        "busbw_factor": collective.BUSBW_FACTOR[spec["op"]](spec["world"]),
+        **collective.bandwidths(spec, median_s),
+        "link_bytes_per_s": None,
+    }
     if capture and capture.backend == "neuron":
         out["link_bytes_per_s"] = _link_per_rank(target, workers, notes)
     else:
-        notes["link_bytes_per_s"] = ("gloo ranks on one host exchange over loopback and shared memory: no link's "
-                                     "bandwidth bounds busbw" if capture and capture.backend == "cpu"
-                                     else "no link bandwidth is known for this platform")
+        notes["link_bytes_per_s"] = (
+            "gloo ranks on one host exchange over loopback and shared memory: no link's bandwidth bounds busbw"
+            if capture and capture.backend == "cpu"
+            else "no link bandwidth is known for this platform"
+        )
     if median_s is None:
         notes["algbw_bytes_per_s"] = notes["busbw_bytes_per_s"] = "no latency was measured"
     crowded = capture.details.get("oversubscribed") if capture else None
@@ -252,14 +342,14 @@ def _link_per_rank(target: str | None, ranks: list[dict] | None, notes: dict) ->
     profiles' nd_idx), or the target has no sourced figure."""
     from collections import Counter
 
-
     chips = Counter(r["nd_idx"] for r in ranks or [] if r.get("nd_idx") is not None)
     known = TARGETS.get(target or "")
     if not chips:
         notes["link_bytes_per_s"] = "no rank's profile says which chip it ran on (nd_idx)"
     elif len(chips) == 1:
-        notes["link_bytes_per_s"] = (f"every rank ran on chip {next(iter(chips))}: they exchange on the chip, and "
-                                     "no sourced figure bounds that")
+        notes["link_bytes_per_s"] = (
+            f"every rank ran on chip {next(iter(chips))}: they exchange on the chip, and no sourced figure bounds that"
+        )
     elif known is None or known.chip_link_bytes_per_s is None:
         notes["link_bytes_per_s"] = known.chip_link_source if known else f"the target {target!r} is not known"
     else:
@@ -276,7 +366,12 @@ def rank_latency(capture: CaptureRecord | None) -> list[dict]:
     return [r for r in (details.get("rank_latency") or details.get("ranks") or []) if "median_s" in r]
 
 
-NCCOM_KEYS = ("nccom_test_time_s", "nccom_test_algbw_bytes_per_s", "nccom_test_busbw_bytes_per_s", "busbw_vs_nccom_test")
+NCCOM_KEYS = (
+    "nccom_test_time_s",
+    "nccom_test_algbw_bytes_per_s",
+    "nccom_test_busbw_bytes_per_s",
+    "busbw_vs_nccom_test",
+)
 
 
 def _nccom_test(spec: dict, capture: CaptureRecord | None, busbw: float | None, notes: dict) -> dict:
@@ -284,15 +379,19 @@ def _nccom_test(spec: dict, capture: CaptureRecord | None, busbw: float | None, 
     anchor = capture.details.get("nccom_test") if capture else None
     row = (anchor or {}).get("result")
     if not row:
-        why = (anchor or {}).get("why") or ("nccom-test is Neuron's collectives benchmark: it runs beside the neuron "
-                                            "backend's collectives only")
+        why = (anchor or {}).get("why") or (
+            "nccom-test is Neuron's collectives benchmark: it runs beside the neuron backend's collectives only"
+        )
         notes.update({k: why for k in NCCOM_KEYS})
         return dict.fromkeys(NCCOM_KEYS)
     if busbw is None:
         notes["busbw_vs_nccom_test"] = "no latency was measured"
-    return {"nccom_test_time_s": row["time_s"], "nccom_test_algbw_bytes_per_s": row["algbw_bytes_per_s"],
-            "nccom_test_busbw_bytes_per_s": row["busbw_bytes_per_s"],
-            "busbw_vs_nccom_test": _ratio(busbw, row["busbw_bytes_per_s"])}
+    return {
+        "nccom_test_time_s": row["time_s"],
+        "nccom_test_algbw_bytes_per_s": row["algbw_bytes_per_s"],
+        "nccom_test_busbw_bytes_per_s": row["busbw_bytes_per_s"],
+        "busbw_vs_nccom_test": _ratio(busbw, row["busbw_bytes_per_s"]),
+    }
 
 
 def _rank_spread(times: list[float]) -> dict:
@@ -302,10 +401,25 @@ def _rank_spread(times: list[float]) -> dict:
 
 
 TILES = ("tiles_m", "tiles_k", "tiles_n", "tiles_total", "tile_utilization_pct")
-ANALYTIC = ("flops", "achieved_flops_per_s", "profile_flops_per_s", "min_bytes", "arithmetic_intensity_flops_per_byte",
-            *TILES)
-ROOFLINE = ("peak_flops_per_s", "peak_bytes_per_s", "peak_source", "ideal_compute_s", "ideal_memory_s",
-            "ridge_flops_per_byte", "roofline_bound", "roofline_time_s", "roofline_efficiency_pct")
+ANALYTIC = (
+    "flops",
+    "achieved_flops_per_s",
+    "profile_flops_per_s",
+    "min_bytes",
+    "arithmetic_intensity_flops_per_byte",
+    *TILES,
+)
+ROOFLINE = (
+    "peak_flops_per_s",
+    "peak_bytes_per_s",
+    "peak_source",
+    "ideal_compute_s",
+    "ideal_memory_s",
+    "ridge_flops_per_byte",
+    "roofline_bound",
+    "roofline_time_s",
+    "roofline_efficiency_pct",
+)
 
 
 def neuron_peaks(build: BuildRecord | None, summary: dict, metadata: dict | None, notes: dict) -> dict:
@@ -317,20 +431,36 @@ def neuron_peaks(build: BuildRecord | None, summary: dict, metadata: dict | None
     lnc = row.lnc(build.lnc if build else None)
     found = target_family(summary.get("instance_type"))
     if found and TARGETS[found].bf16_flops_per_core != row.bf16_flops_per_core:
-        notes["neuron_target"] = (f"neuron.target is {target} but the profile was captured on "
-                                  f"{summary['instance_type']}; set neuron.target: {found}")
+        notes["neuron_target"] = (
+            f"neuron.target is {target} but the profile was captured on "
+            f"{summary['instance_type']}; set neuron.target: {found}"
+        )
     elif found and found != target:
-        notes["neuron_target"] = (f"neuron.target is {target}, the profile was captured on {summary['instance_type']} "
-                                  "(the same NeuronCore generation, so the peaks agree)")
+        notes["neuron_target"] = (
+            f"neuron.target is {target}, the profile was captured on {summary['instance_type']} "
+            "(the same NeuronCore generation, so the peaks agree)"
+        )
     meta = roofline.metadata_peaks(metadata, lnc)
     if meta:
         return {**meta, "target": target, "lnc": lnc}
-    return {"bf16_flops_per_s": row.bf16_flops(lnc), "hbm_bytes_per_s": row.hbm_bytes_per_s, "target": target,
-            "lnc": lnc, "source": f"{row.source} (neuron.target {target}, LNC {lnc}; the view had no profile metadata)"}
+    return {
+        "bf16_flops_per_s": row.bf16_flops(lnc),
+        "hbm_bytes_per_s": row.hbm_bytes_per_s,
+        "target": target,
+        "lnc": lnc,
+        "source": f"{row.source} (neuron.target {target}, LNC {lnc}; the view had no profile metadata)",
+    }
 
 
-def _roofline(m: dict, spec: dict, backend: str, build: BuildRecord | None, peaks: dict | None, calibration: dict | None,
-              notes: dict) -> dict:
+def _roofline(
+    m: dict,
+    spec: dict,
+    backend: str,
+    build: BuildRecord | None,
+    peaks: dict | None,
+    calibration: dict | None,
+    notes: dict,
+) -> dict:
     """Peaks of the platform that ran it (the Neuron profile's metadata or target table, or the host's
     calibration) and where the measurement sits against them. Measured time: device busy time on neuron
     (total_time also holds about 2 ms of start-up per execution on real trn1 profiles), framework
@@ -348,20 +478,30 @@ def _roofline(m: dict, spec: dict, backend: str, build: BuildRecord | None, peak
         source = f"measured on this host: {calibration['method']} ({calibration['measured_at']})"
         measured, basis = m["latency_median_s"], "latency_median_s"
     else:
-        why = "no host calibration given (neuronsweep calibrate)" if not calibration else \
-            f"the host calibration has no {spec['dtype']} peak"
+        why = (
+            "no host calibration given (neuronsweep calibrate)"
+            if not calibration
+            else f"the host calibration has no {spec['dtype']} peak"
+        )
         for key in ROOFLINE:
             notes[key] = why
         return dict.fromkeys(ROOFLINE)
-    out = {"peak_flops_per_s": peak_f, "peak_bytes_per_s": peak_b, "peak_source": source,
-           **roofline.roofline(m["flops"], m["min_bytes"], peak_f, peak_b, measured), "roofline_time_s": measured}
+    out = {
+        "peak_flops_per_s": peak_f,
+        "peak_bytes_per_s": peak_b,
+        "peak_source": source,
+        **roofline.roofline(m["flops"], m["min_bytes"], peak_f, peak_b, measured),
+        "roofline_time_s": measured,
+    }
     if measured is None:
         notes["roofline_efficiency_pct"] = f"no {basis} was measured"
     elif out["roofline_efficiency_pct"] > 100 and backend != "neuron":
         out.update(roofline.raised_to_achieved(m["flops"], m["min_bytes"], peak_f, peak_b, measured, source))
     elif out["roofline_efficiency_pct"] > 100:
-        notes["roofline_efficiency_pct"] = (f"above 100%: this run beat the {peaks['target']} peak it is "
-                                            "measured against; check the target and the profile's time basis")
+        notes["roofline_efficiency_pct"] = (
+            f"above 100%: this run beat the {peaks['target']} peak it is "
+            "measured against; check the target and the profile's time basis"
+        )
     return out
 
 
@@ -392,18 +532,23 @@ def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict
     active = m.get("profile_active_pct")
     if backend in ("neuron", "xla") and active is not None and active < IDLE_PCT:
         out["bound_class"] = "overhead"
-        out["bound_evidence"] = f"device active {active:.1f}% of the profiled call ({backend}: " + \
-            ("total_time)" if backend == "neuron" else "XLA execute; the rest is tracing, compiling and dispatch)")
+        out["bound_evidence"] = f"device active {active:.1f}% of the profiled call ({backend}: " + (
+            "total_time)" if backend == "neuron" else "XLA execute; the rest is tracing, compiling and dispatch)"
+        )
     elif busy:
         top = max(busy, key=busy.get)
         out["bound_class"] = {"tensor": "compute", "dma": "memory"}.get(top, top)
-        out["bound_evidence"] = (f"busiest: {top} {busy[top] * 1e6:.1f} us of {m['profile_total_time_s'] * 1e6:.1f} us; "
-                                 f"roofline says {m.get('roofline_bound')}")
+        out["bound_evidence"] = (
+            f"busiest: {top} {busy[top] * 1e6:.1f} us of {m['profile_total_time_s'] * 1e6:.1f} us; "
+            f"roofline says {m.get('roofline_bound')}"
+        )
     elif m.get("roofline_bound"):
         out["bound_class"] = m["roofline_bound"]
-        out["bound_evidence"] = (f"roofline only (no engine counters on {backend}): AI "
-                                 f"{m['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B vs ridge "
-                                 f"{m['ridge_flops_per_byte']:.1f}")
+        out["bound_evidence"] = (
+            f"roofline only (no engine counters on {backend}): AI "
+            f"{m['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B vs ridge "
+            f"{m['ridge_flops_per_byte']:.1f}"
+        )
     for key in ("bound_class", "bound_evidence"):
         if out[key] is None:
             notes[key] = "neither engine/DMA busy times nor a roofline are known"
@@ -413,7 +558,6 @@ def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict
 def view_db(view_dir: Path, track_patterns: dict | None = None):
     """The view's profile tables, read once for the metadata and every derived table (a legacy json is
     a gigabyte-sized stream); None when the folder holds none."""
-
     db = ProfileDB(patterns_from(track_patterns))
     db.load_view(view_dir, view_dir.parent.name)
     if not db.tables:
@@ -424,7 +568,6 @@ def view_db(view_dir: Path, track_patterns: dict | None = None):
 
 def write_tables(db, out_dir: Path) -> dict:
     """Per-workload tables from the view (derived.TABLES) as CSV; returns name -> rows written."""
-
     if db is None:
         return {}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -472,9 +615,17 @@ def neuron_rank_rows(view_dir: Path) -> list[dict]:
     rows = []
     for path in sorted((view_dir / "ranks").glob("rank_*/summary.json"), key=lambda p: int(p.parent.name[5:])):
         s = neuron_summary.load(path)
-        rows.append({"rank": int(path.parent.name[5:]), "nc_idx": s.get("nc_idx"), "nd_idx": s.get("nd_idx"),
-                     "total_time_s": s.get("total_time"), "active_time_s": s.get("total_active_time"),
-                     "cc_op_time_s": s.get("cc_op_time"), "cc_op_count": s.get("cc_op_count")})
+        rows.append(
+            {
+                "rank": int(path.parent.name[5:]),
+                "nc_idx": s.get("nc_idx"),
+                "nd_idx": s.get("nd_idx"),
+                "total_time_s": s.get("total_time"),
+                "active_time_s": s.get("total_active_time"),
+                "cc_op_time_s": s.get("cc_op_time"),
+                "cc_op_count": s.get("cc_op_count"),
+            }
+        )
     return rows
 
 
@@ -493,9 +644,15 @@ def write_ranks(rows: list[dict], path: Path) -> int:
     return len(rows)
 
 
-def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_json: Path | None = None,
-        profile_json: Path | None = None, calibration_json: Path | None = None,
-        track_patterns: dict | None = None) -> MetricsRecord:
+def run(
+    summary_json: Path,
+    out: Path,
+    capture_json: Path | None = None,
+    build_json: Path | None = None,
+    profile_json: Path | None = None,
+    calibration_json: Path | None = None,
+    track_patterns: dict | None = None,
+) -> MetricsRecord:
     started = time.time()
     summary = neuron_summary.load(summary_json)
     if profile_json:  # fields summary-json lacks, from the full profile's own summary (early in the file)
@@ -519,9 +676,16 @@ def run(summary_json: Path, out: Path, capture_json: Path | None = None, build_j
     tables = write_tables(db, out.parent / "tables")
     if ranks:
         tables["ranks"] = write_ranks(ranks, out.parent / "tables" / "ranks.csv")
-    record = MetricsRecord(values={k: v for k, v in values.items() if k not in ("spec", "notes")},
-                           notes=values["notes"], spec=values["spec"],
-                           provenance={**provenance("extract", started), "sources": sources, "tables": tables,
-                                       "metadata_peaks": metadata is not None})
+    record = MetricsRecord(
+        values={k: v for k, v in values.items() if k not in ("spec", "notes")},
+        notes=values["notes"],
+        spec=values["spec"],
+        provenance={
+            **provenance("extract", started),
+            "sources": sources,
+            "tables": tables,
+            "metadata_peaks": metadata is not None,
+        },
+    )
     record.write(out)
     return record

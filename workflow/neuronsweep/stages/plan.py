@@ -10,14 +10,21 @@ import itertools
 from dataclasses import asdict, dataclass, field
 
 from neuronsweep import kernels
-from neuronsweep.errors import UserError
-from neuronsweep.workloads import collective, loops, matmul, mlp, unsupported, workload_id
-from neuronsweep.host import probe as hostcaps
 from neuronsweep.backends.common import default_threads
+from neuronsweep.errors import UserError
+from neuronsweep.host import caps, devicelock
 from neuronsweep.host.targets import TARGETS
-from neuronsweep.host import devicelock
-from neuronsweep.workloads import working_set_bytes
-from neuronsweep.workloads import has_roofline, kind_of
+from neuronsweep.workloads import (
+    collective,
+    has_roofline,
+    kind_of,
+    loops,
+    matmul,
+    mlp,
+    unsupported,
+    working_set_bytes,
+    workload_id,
+)
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,11 @@ class Plan:
         return {
             "run": self.run,
             "backend": self.backend,
-            "counts": {"scenarios": len(self.scenarios), "workloads": len(self.workloads),
-                       "unsupported": len(self.unsupported)},
+            "counts": {
+                "scenarios": len(self.scenarios),
+                "workloads": len(self.workloads),
+                "unsupported": len(self.unsupported),
+            },
             "scenarios": [asdict(s) for s in self.scenarios],
             "workloads": self.workloads,
             "unsupported": self.unsupported,
@@ -64,19 +74,33 @@ def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
 
 
 def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
-    """Each dim in `vary` set to boundary*multiple+offset, the others at `base` (seed 001's tiling mode)."""
+    """Each dim in `vary` set to boundary*multiple+offset, the others at `base` (a tiling sweep)."""
     out = []
     for dim, boundary, multiple, offset, dtype in itertools.product(
-            suite["vary"], suite["boundaries"], suite["multiples"], suite["offsets"], suite["dtype"]):
+        suite["vary"], suite["boundaries"], suite["multiples"], suite["offsets"], suite["dtype"]
+    ):
         value = boundary * multiple + offset
         if value < 1:
             continue
         shape = {**suite["base"], dim: value}
         spec = matmul.spec(dtype=dtype, **shape)
-        labels = {**shape, "dtype": dtype, "dim": dim, "value": value, "boundary": boundary,
-                  "multiple": multiple, "offset": offset}
-        out.append((Scenario(id=f"tiling-{dim}{value}-{dtype}", suite="tiling", workload_id=workload_id(spec),
-                             labels=labels), spec))
+        labels = {
+            **shape,
+            "dtype": dtype,
+            "dim": dim,
+            "value": value,
+            "boundary": boundary,
+            "multiple": multiple,
+            "offset": offset,
+        }
+        out.append(
+            (
+                Scenario(
+                    id=f"tiling-{dim}{value}-{dtype}", suite="tiling", workload_id=workload_id(spec), labels=labels
+                ),
+                spec,
+            )
+        )
     return out
 
 
@@ -90,30 +114,56 @@ def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
     if projection == "o":
         return h, h
     if "heads" not in model or "kv_heads" not in model:
-        raise UserError(f"config key 'suites.llm.models' ({model['name']}): projection qkv needs 'heads' and "
-                        "'kv_heads'; add them or drop qkv from projections.")
+        raise UserError(
+            f"config key 'suites.llm.models' ({model['name']}): projection qkv needs 'heads' and "
+            "'kv_heads'; add them or drop qkv from projections."
+        )
     if h % model["heads"] or model["kv_heads"] > model["heads"]:
-        raise UserError(f"config key 'suites.llm.models' ({model['name']}): hidden {h} must be a multiple of heads "
-                        f"{model['heads']} (the head size) and kv_heads {model['kv_heads']} at most heads; fix them.")
+        raise UserError(
+            f"config key 'suites.llm.models' ({model['name']}): hidden {h} must be a multiple of heads "
+            f"{model['heads']} (the head size) and kv_heads {model['kv_heads']} at most heads; fix them."
+        )
     return h, h + 2 * model["kv_heads"] * (h // model["heads"])
 
 
 def _llm_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     """Prefill M = batch*seq for every bucket; decode M = batch (one new token per sequence)."""
     out = []
-    for model, phase, proj, dtype in itertools.product(suite["models"], suite["phases"], suite["projections"],
-                                                       suite["dtype"]):
+    for model, phase, proj, dtype in itertools.product(
+        suite["models"], suite["phases"], suite["projections"], suite["dtype"]
+    ):
         k, n = llm_gemm(model, proj)
-        buckets = [(b, s) for b in suite["batch"] for s in suite["seq"]] if phase == "prefill" \
+        buckets = (
+            [(b, s) for b in suite["batch"] for s in suite["seq"]]
+            if phase == "prefill"
             else [(b, None) for b in suite["batch"]]
+        )
         for b, s in buckets:
             m = b * s if phase == "prefill" else b
             spec = matmul.spec(m=m, k=k, n=n, dtype=dtype)
             bucket = f"b{b}-s{s}" if s else f"b{b}"
-            labels = {"model": model["name"], "phase": phase, "batch": b, "seq": s, "projection": proj,
-                      "m": m, "k": k, "n": n, "dtype": dtype}
-            out.append((Scenario(id=f"llm-{model['name']}-{phase}-{bucket}-{proj}-{dtype}", suite="llm",
-                                 workload_id=workload_id(spec), labels=labels), spec))
+            labels = {
+                "model": model["name"],
+                "phase": phase,
+                "batch": b,
+                "seq": s,
+                "projection": proj,
+                "m": m,
+                "k": k,
+                "n": n,
+                "dtype": dtype,
+            }
+            out.append(
+                (
+                    Scenario(
+                        id=f"llm-{model['name']}-{phase}-{bucket}-{proj}-{dtype}",
+                        suite="llm",
+                        workload_id=workload_id(spec),
+                        labels=labels,
+                    ),
+                    spec,
+                )
+            )
     return out
 
 
@@ -122,21 +172,31 @@ def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     for cfg, dtype, impl in itertools.product(suite["configs"], suite["dtype"], suite["impl"]):
         spec = mlp.spec(dtype=dtype, impl=impl, **cfg)
         wid = workload_id(spec)
-        out.append((Scenario(id=wid, suite="mlp", workload_id=wid, labels={**cfg, "dtype": dtype, "impl": impl}),
-                    spec))
+        out.append((Scenario(id=wid, suite="mlp", workload_id=wid, labels={**cfg, "dtype": dtype, "impl": impl}), spec))
     return out
 
 
 def _loops_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     out = []
-    for (size, factor), pattern, dtype in itertools.product(suite["sizes"].items(), suite["patterns"],
-                                                           suite["dtype"]):
+    for (size, factor), pattern, dtype in itertools.product(suite["sizes"].items(), suite["patterns"], suite["dtype"]):
         steps = suite["steps"] * factor
         spec = loops.spec(pattern, steps, suite["batch"], suite["features"], dtype)
-        labels = {"size": size, "pattern": pattern, "steps": steps, "batch": suite["batch"],
-                  "features": suite["features"], "dtype": dtype}
-        out.append((Scenario(id=f"loops-{size}-{pattern}-{dtype}", suite="loops", workload_id=workload_id(spec),
-                             labels=labels), spec))
+        labels = {
+            "size": size,
+            "pattern": pattern,
+            "steps": steps,
+            "batch": suite["batch"],
+            "features": suite["features"],
+            "dtype": dtype,
+        }
+        out.append(
+            (
+                Scenario(
+                    id=f"loops-{size}-{pattern}-{dtype}", suite="loops", workload_id=workload_id(spec), labels=labels
+                ),
+                spec,
+            )
+        )
     return out
 
 
@@ -157,8 +217,9 @@ def collective_sizes(sizes) -> list[int]:
     if isinstance(sizes, list):
         return sizes
     if sizes["from"] > sizes["to"]:
-        raise UserError(f"config key 'suites.collectives.sizes': from {sizes['from']} is above to {sizes['to']}; "
-                        "swap them.")
+        raise UserError(
+            f"config key 'suites.collectives.sizes': from {sizes['from']} is above to {sizes['to']}; swap them."
+        )
     out, size = [], sizes["from"]
     while size <= sizes["to"]:
         out.append(size)
@@ -168,25 +229,40 @@ def collective_sizes(sizes) -> list[int]:
 
 def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     out = []
-    for op, world, size, dtype in itertools.product(suite["operations"], suite["world_sizes"],
-                                                    collective_sizes(suite["sizes"]), suite["dtype"]):
+    for op, world, size, dtype in itertools.product(
+        suite["operations"], suite["world_sizes"], collective_sizes(suite["sizes"]), suite["dtype"]
+    ):
         spec = collective.spec(op, size, world, dtype)
         wid = workload_id(spec)
         labels = {"op": op, "world": world, "size_asked": size, "bytes": spec["bytes"], "dtype": dtype}
-        out.append((Scenario(id=wid if size == spec["bytes"] else f"{wid}-asked{size}b", suite="collectives",
-                             workload_id=wid, labels=labels), spec))
+        out.append(
+            (
+                Scenario(
+                    id=wid if size == spec["bytes"] else f"{wid}-asked{size}b",
+                    suite="collectives",
+                    workload_id=wid,
+                    labels=labels,
+                ),
+                spec,
+            )
+        )
     return out
 
 
-SUITES = {"matmul": _matmul_scenarios, "tiling": _tiling_scenarios, "llm": _llm_scenarios,
-          "mlp": _mlp_scenarios, "loops": _loops_scenarios, "recompile": _recompile_scenarios,
-          "collectives": _collectives_scenarios}
-
+SUITES = {
+    "matmul": _matmul_scenarios,
+    "tiling": _tiling_scenarios,
+    "llm": _llm_scenarios,
+    "mlp": _mlp_scenarios,
+    "loops": _loops_scenarios,
+    "recompile": _recompile_scenarios,
+    "collectives": _collectives_scenarios,
+}
 
 
 def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> Plan:
     """Plan a validated config (see config.validate) for the backend that will run it; on cpu,
-    slow_dtypes (hostcaps.slow_dtypes) marks the dtypes this host has no fast GEMM for."""
+    slow_dtypes (caps.slow_dtypes) marks the dtypes this host has no fast GEMM for."""
     scenarios: dict[str, Scenario] = {}
     workloads: dict[str, dict] = {}
     skipped: dict[str, str] = {}
@@ -201,36 +277,45 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
             else:
                 workloads[sc.workload_id] = spec
     if not scenarios:
-        raise UserError("nothing to run: the suites of the config expand to no scenario (every tiling value "
-                        "boundary * multiple + offset is below 1?); widen a grid or add a shape.")
+        raise UserError(
+            "nothing to run: the suites of the config expand to no scenario (every tiling value "
+            "boundary * multiple + offset is below 1?); widen a grid or add a shape."
+        )
     ordered = sorted(scenarios.values(), key=lambda s: (s.suite, s.id))
-    return Plan(run=config["run"], backend=backend, scenarios=ordered, workloads=dict(sorted(workloads.items())),
-                unsupported=dict(sorted(skipped.items())))
+    return Plan(
+        run=config["run"],
+        backend=backend,
+        scenarios=ordered,
+        workloads=dict(sorted(workloads.items())),
+        unsupported=dict(sorted(skipped.items())),
+    )
 
 
 def host_probe(config: dict, backend: str) -> dict | None:
-    """cpu: the host's probe (hostcaps.probe, cached beside the compile cache); other backends: None."""
+    """cpu: the host's probe (caps.probe, cached beside the compile cache); other backends: None."""
     if backend != "cpu":
         return None
 
-    return hostcaps.probe(config["cache_dir"], default_threads())
+    return caps.probe(config["cache_dir"], default_threads())
 
 
 def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
     """The plan of a validated config on `backend`, and (cpu) the host probe it rests on."""
-
     check_paths(config)
     probe = host_probe(config, backend)
-    plan = make_plan(config, backend, hostcaps.slow_dtypes(probe) if probe else None)
+    plan = make_plan(config, backend, caps.slow_dtypes(probe) if probe else None)
     if backend in ("cpu", "xla"):
         import psutil
 
         check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
     elif backend == "neuron":
-
         target = TARGETS[config["neuron"]["target"]]
-        check_fits(plan, target.hbm_bytes(config["neuron"]["lnc"]), f"of a {target.name} logical NeuronCore's HBM",
-                   " (or set neuron.lnc: 2 where the target allows it)")
+        check_fits(
+            plan,
+            target.hbm_bytes(config["neuron"]["lnc"]),
+            f"of a {target.name} logical NeuronCore's HBM",
+            " (or set neuron.lnc: 2 where the target allows it)",
+        )
     return plan, probe
 
 
@@ -240,16 +325,19 @@ def check_paths(config: dict) -> None:
     import tempfile
     from pathlib import Path
 
-
     cache = Path(config["cache_dir"]).expanduser()
     if cache.exists() and not cache.is_dir():
-        raise UserError(f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder.")
+        raise UserError(
+            f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder."
+        )
     try:
         cache.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=cache).close()
     except OSError as exc:
-        raise UserError(f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
-                        "point it at one.") from None
+        raise UserError(
+            f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
+            "point it at one."
+        ) from None
     devicelock.check_usable(config["capture"]["device_lock"])
 
 
@@ -259,7 +347,6 @@ MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what
 def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
     """A case whose working set (tensors and intermediates) exceeds the memory it runs in is refused
     before any job, naming the suite it comes from."""
-
     limit = MEMORY_SHARE * memory_bytes
     need = {wid: working_set_bytes(spec) for wid, spec in plan.workloads.items()}
     too_big = {wid: n for wid, n in need.items() if n > limit}
@@ -268,34 +355,39 @@ def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
     wid = max(too_big, key=too_big.get)
     suite = next(sc.suite for sc in plan.scenarios if sc.workload_id == wid)
     more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
-    raise UserError(f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB at the least "
-                    f"(its tensors and intermediates), more than {MEMORY_SHARE:.0%} {what} ({memory_bytes / 2**30:,.1f} GiB); shrink or "
-                    f"drop that shape{hint}.")
+    raise UserError(
+        f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB at the least "
+        f"(its tensors and intermediates), more than {MEMORY_SHARE:.0%} {what} ({memory_bytes / 2**30:,.1f} GiB); "
+        "shrink or "
+        f"drop that shape{hint}."
+    )
 
 
 def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead)."""
-
     if probe is None:
         return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
     cap = config["capture"]
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
     rates = probe["gemm_flops_per_s"]
-    compute_s = sum(kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values()
-                    if has_roofline(s))
+    compute_s = sum(
+        kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values() if has_roofline(s)
+    )
     n = len(plan.workloads)
     imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
     ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
     imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
     dtypes = {s["dtype"] for s in plan.workloads.values()}
-    calib_s = hostcaps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
+    calib_s = caps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
     total = compute_s + imports_s + calib_s
-    return (f"estimate: at least {_duration(total)} for {n} workloads on this host "
-            f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
-            f"{_duration(imports_s)} of measured imports over {4 * n} jobs, calibration at most {calib_s:.0f} s; "
-            "Snakemake's own per-job overhead and the profiler's are not included"
-            + (", nor the collectives' transfers, which have no rate before they are measured)" if ranks else ")"))
+    return (
+        f"estimate: at least {_duration(total)} for {n} workloads on this host "
+        f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
+        f"{_duration(imports_s)} of measured imports over {4 * n} jobs, calibration at most {calib_s:.0f} s; "
+        "Snakemake's own per-job overhead and the profiler's are not included"
+        + (", nor the collectives' transfers, which have no rate before they are measured)" if ranks else ")")
+    )
 
 
 def _duration(seconds: float) -> str:

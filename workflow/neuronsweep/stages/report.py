@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import plotly.io as pio
 
-from neuronsweep.report import figures as figs
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.atomic import read_json, replacing
-from neuronsweep.stages.extract import NOISY_REL_SPREAD
+from neuronsweep.report import figures as figs
 from neuronsweep.report.page import page, table
+from neuronsweep.stages.extract import NOISY_REL_SPREAD
 
 
 def _us(seconds) -> str:
@@ -26,8 +26,12 @@ def _us(seconds) -> str:
 
 
 def _host_only(row) -> str:
-    return "" if row["backend"] == "neuron" else \
-        f" (host-only: measured against this host's peaks on the {row['backend']} backend, not a Trainium prediction)"
+    return (
+        ""
+        if row["backend"] == "neuron"
+        else f" (host-only: measured against this host's peaks on the {row['backend']} backend, "
+        "not a Trainium prediction)"
+    )
 
 
 def recommendations(table: pd.DataFrame) -> list[str]:
@@ -40,8 +44,11 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     for _, r in table[table["status"] == "failed"].iterrows():
         recs.append(f"{r['scenario_id']} failed: {r['reason']}")
     if len(noisy):
-        recs.append(f"Not compared above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
-                    + ", ".join(noisy["scenario_id"]) + "; recapture them on a quiet machine.")
+        recs.append(
+            f"Not compared above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
+            + ", ".join(noisy["scenario_id"])
+            + "; recapture them on a quiet machine."
+        )
     return recs
 
 
@@ -49,10 +56,12 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
     recs = []
     for _, r in ok[ok["roofline_bound"] == "memory"].iterrows():
         attainable = r["arithmetic_intensity_flops_per_byte"] / r["ridge_flops_per_byte"] * 100
-        recs.append(f"{r['scenario_id']} is memory-bound: arithmetic intensity "
-                    f"{r['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B is below the ridge "
-                    f"{r['ridge_flops_per_byte']:.1f}, so at most {attainable:.0f}% of peak compute is reachable; "
-                    "batch more rows (larger M) or fuse it with its neighbours" + _host_only(r) + ".")
+        recs.append(
+            f"{r['scenario_id']} is memory-bound: arithmetic intensity "
+            f"{r['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B is below the ridge "
+            f"{r['ridge_flops_per_byte']:.1f}, so at most {attainable:.0f}% of peak compute is reachable; "
+            "batch more rows (larger M) or fuse it with its neighbours" + _host_only(r) + "."
+        )
     for _, r in clean[(clean["significant"] == True) & (clean["x_of_best"] >= 1.2)].iterrows():  # noqa: E712
         best = clean[(clean["group"] == r["group"]) & (clean["rank_in_group"] == 1)]
         if best.empty:  # the fastest of its group is noisy: no clean comparison
@@ -61,22 +70,34 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
         per = "time" if r["flops"] == best["flops"] else "time per FLOP"
         extra = _host_only(r)
         if r["suite"] == "tiling" and r["backend"] == "neuron" and pd.notna(r.get("tiles_total")):
-            extra = (f" ({int(r['tiles_total'])} tiles at {r['tile_utilization_pct']:.0f}% utilization against "
-                     f"{int(best['tiles_total'])} at {best['tile_utilization_pct']:.0f}%)")
-        recs.append(f"{r['scenario_id']} takes {r['x_of_best']:.2f}x the {per} of {best['scenario_id']} in "
-                    f"[{r['group']}]: {_us(r['time_s'])} against {_us(best['time_s'])}, beyond the spread "
-                    f"({_us(r.get('latency_spread_s'))} / {_us(best.get('latency_spread_s'))}){extra}.")
+            extra = (
+                f" ({int(r['tiles_total'])} tiles at {r['tile_utilization_pct']:.0f}% utilization against "
+                f"{int(best['tiles_total'])} at {best['tile_utilization_pct']:.0f}%)"
+            )
+        recs.append(
+            f"{r['scenario_id']} takes {r['x_of_best']:.2f}x the {per} of {best['scenario_id']} in "
+            f"[{r['group']}]: {_us(r['time_s'])} against {_us(best['time_s'])}, beyond the spread "
+            f"({_us(r.get('latency_spread_s'))} / {_us(best.get('latency_spread_s'))}){extra}."
+        )
     for _, r in ok[ok.get("recompilation_detected", pd.Series(dtype=object)) == True].iterrows():  # noqa: E712
         during = r.get("recompiles_during_timing")
-        counted = f"{int(during)} compiles in {int(r['latency_n'])} timed calls" if pd.notna(during) else \
-            "the kernel recompiled on a repeated call"
-        recs.append(f"{r['scenario_id']}: recompilation detected ({counted}); every call pays compile time: "
-                    "keep shapes and baked-in Python values fixed between calls, or cache the kernel.")
+        counted = (
+            f"{int(during)} compiles in {int(r['latency_n'])} timed calls"
+            if pd.notna(during)
+            else "the kernel recompiled on a repeated call"
+        )
+        recs.append(
+            f"{r['scenario_id']}: recompilation detected ({counted}); every call pays compile time: "
+            "keep shapes and baked-in Python values fixed between calls, or cache the kernel."
+        )
     recs += _collective_recommendations(ok)
     for _, r in ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"].iterrows():
-        advice = ("the collective's fixed cost dominates at this size: fewer, larger messages (bucketed) amortize "
-                  "it (see the knee)" if r.get("suite") == "collectives" else
-                  "launch, synchronization and compiles dominate: batch more work per call")
+        advice = (
+            "the collective's fixed cost dominates at this size: fewer, larger messages (bucketed) amortize "
+            "it (see the knee)"
+            if r.get("suite") == "collectives"
+            else "launch, synchronization and compiles dominate: batch more work per call"
+        )
         recs.append(f"{r['scenario_id']}: overhead-bound ({r['bound_evidence']}): {advice}.")
     return recs
 
@@ -95,57 +116,77 @@ def _collective_recommendations(ok: pd.DataFrame) -> list[str]:
         knee = figs.knee_bytes(part)
         if knee is None:
             if len(part) >= 3:
-                recs.append(f"{op} among {int(world)} ranks ({dtype}): busbw still climbs at the largest size "
-                            f"({int(part['coll_bytes'].iloc[-1]):,} B), so its knee is beyond the sizes measured; "
-                            "extend suites.collectives.sizes to find it.")
+                recs.append(
+                    f"{op} among {int(world)} ranks ({dtype}): busbw still climbs at the largest size "
+                    f"({int(part['coll_bytes'].iloc[-1]):,} B), so its knee is beyond the sizes measured; "
+                    "extend suites.collectives.sizes to find it."
+                )
             continue
         if knee == part["coll_bytes"].iloc[0]:
             continue
         best = part.loc[part["busbw_bytes_per_s"].astype(float).idxmax()]
         small = part.iloc[0]
-        recs.append(f"{op} among {int(world)} ranks ({dtype}): busbw reaches half its best "
-                    f"({best['busbw_bytes_per_s'] / 1e9:.3g} GB/s at {int(best['coll_bytes']):,} B) from "
-                    f"{int(knee):,} B; below that latency dominates ({_us(small['time_s'])} at "
-                    f"{int(small['coll_bytes']):,} B), so bucket smaller messages to at least {int(knee):,} B"
-                    + ("" if small["backend"] == "neuron" else
-                       " (host-only: gloo ranks on this host, not a prediction for NeuronLink)") + ".")
+        recs.append(
+            f"{op} among {int(world)} ranks ({dtype}): busbw reaches half its best "
+            f"({best['busbw_bytes_per_s'] / 1e9:.3g} GB/s at {int(best['coll_bytes']):,} B) from "
+            f"{int(knee):,} B; below that latency dominates ({_us(small['time_s'])} at "
+            f"{int(small['coll_bytes']):,} B), so bucket smaller messages to at least {int(knee):,} B"
+            + (
+                ""
+                if small["backend"] == "neuron"
+                else " (host-only: gloo ranks on this host, not a prediction for NeuronLink)"
+            )
+            + "."
+        )
     crowded = rows[rows["coll_oversubscribed"] == True]  # noqa: E712
     if len(crowded):
-        recs.append(f"{len(crowded)} collective case(s) ran more ranks than this host has cores "
-                    f"({', '.join(crowded['scenario_id'])}): their ranks waited for a core, so their times and "
-                    "straggler figures are the host's, not the collective's; run them on a host with a core per rank.")
+        recs.append(
+            f"{len(crowded)} collective case(s) ran more ranks than this host has cores "
+            f"({', '.join(crowded['scenario_id'])}): their ranks waited for a core, so their times and "
+            "straggler figures are the host's, not the collective's; run them on a host with a core per rank."
+        )
     for _, r in rows[rows["rank_straggler_ratio"].astype(float) > STRAGGLER].iterrows():
-        recs.append(f"{r['scenario_id']}: the slowest rank's median is {r['rank_straggler_ratio']:.2f}x the fastest's "
-                    f"({_us(r['rank_time_max_s'])} against {_us(r['rank_time_min_s'])}; tables/ranks.csv): a straggler "
-                    "sets every collective's time.")
+        recs.append(
+            f"{r['scenario_id']}: the slowest rank's median is {r['rank_straggler_ratio']:.2f}x the fastest's "
+            f"({_us(r['rank_time_max_s'])} against {_us(r['rank_time_min_s'])}; tables/ranks.csv): a straggler "
+            "sets every collective's time."
+        )
     return recs
 
 
 # ------------------------------------------------------------------------------------------ html
 
-PERFETTO_HINT = ("trace: open https://ui.perfetto.dev and drop the .pftrace on the page (Open trace file); "
-                 "it is read in your browser, nothing is uploaded")
-PLOT_CONFIG = {"displaylogo": False, "responsive": True,
-               "toImageButtonOptions": {"format": "png", "scale": 2}}  # the camera button saves a PNG
+PERFETTO_HINT = (
+    "trace: open https://ui.perfetto.dev and drop the .pftrace on the page (Open trace file); "
+    "it is read in your browser, nothing is uploaded"
+)
+PLOT_CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+}  # the camera button saves a PNG
 
 
 def _figure(name: str, fig) -> str:
     if fig is None:
         return ""
-    body = pio.to_html(fig, include_plotlyjs=False, full_html=False, config=PLOT_CONFIG, div_id=f"fig-{name}",
-                       default_width="100%")
+    body = pio.to_html(
+        fig, include_plotlyjs=False, full_html=False, config=PLOT_CONFIG, div_id=f"fig-{name}", default_width="100%"
+    )
     return f'<div class="figure" data-figure="{name}">{body}</div>'
 
 
 def _links(wids: pd.Series, run_dir: Path, backend: str) -> pd.Series:
     """Per case: its folder, its metrics.json and (where one was written) its .pftrace, relative to
     report.html so the links work wherever results/<run> is copied."""
+
     def one(wid: str) -> str:
         rel = f"{backend}/workloads/{wid}"
         links = [f'<a href="{rel}/">folder</a>', f'<a href="{rel}/metrics.json">metrics.json</a>']
         if (run_dir / rel / "view" / "trace.pftrace").is_file():
             links.append(f'<a href="{rel}/view/trace.pftrace" title="{html.escape(PERFETTO_HINT)}">trace.pftrace</a>')
         return " ".join(links)
+
     return wids.map(one)
 
 
@@ -167,16 +208,49 @@ def _platform(plan: dict) -> str:
     return f"this host ({plan['backend']} backend)"
 
 
-SUITE_COLUMNS = ["scenario_id", "workload_id", "time_s", "latency_spread_s", "noisy", "captured_under_load",
-                 "x_of_best", "significant", "achieved_flops_per_s", "roofline_bound", "roofline_efficiency_pct",
-                 "tiles_total", "tile_utilization_pct", "compile_s", "cache_hit", "recompilation_detected"]
+SUITE_COLUMNS = [
+    "scenario_id",
+    "workload_id",
+    "time_s",
+    "latency_spread_s",
+    "noisy",
+    "captured_under_load",
+    "x_of_best",
+    "significant",
+    "achieved_flops_per_s",
+    "roofline_bound",
+    "roofline_efficiency_pct",
+    "tiles_total",
+    "tile_utilization_pct",
+    "compile_s",
+    "cache_hit",
+    "recompilation_detected",
+]
 
 
-COLLECTIVE_COLUMNS = ["scenario_id", "coll_op", "coll_world", "coll_bytes", "dtype", "time_s", "latency_spread_s",
-                      "noisy", "captured_under_load", "algbw_bytes_per_s", "busbw_bytes_per_s", "busbw_factor",
-                      "rank_time_max_s", "rank_time_min_s", "rank_straggler_ratio", "coll_oversubscribed",
-                      "nccom_test_time_s", "nccom_test_busbw_bytes_per_s", "busbw_vs_nccom_test", "x_of_best",
-                      "significant"]
+COLLECTIVE_COLUMNS = [
+    "scenario_id",
+    "coll_op",
+    "coll_world",
+    "coll_bytes",
+    "dtype",
+    "time_s",
+    "latency_spread_s",
+    "noisy",
+    "captured_under_load",
+    "algbw_bytes_per_s",
+    "busbw_bytes_per_s",
+    "busbw_factor",
+    "rank_time_max_s",
+    "rank_time_min_s",
+    "rank_straggler_ratio",
+    "coll_oversubscribed",
+    "nccom_test_time_s",
+    "nccom_test_busbw_bytes_per_s",
+    "busbw_vs_nccom_test",
+    "x_of_best",
+    "significant",
+]
 
 
 def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | None = None) -> None:
@@ -185,35 +259,45 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
     run_dir = plan_json.parent
     workloads_dir = run_dir / plan["backend"] / "workloads"
     ok = table_[table_["status"] == "ok"]
-    parts = [f"<h1>neuron-sweep report: run {html.escape(plan['run'])}</h1>",
-             f"<p>backend <b>{html.escape(plan['backend'])}</b> ({html.escape(plan.get('backend_reason', ''))}); "
-             f"{len(table_)} scenarios, {len(plan['workloads'])} workloads built and captured; status: "
-             f"{html.escape(', '.join(f'{k} {v}' for k, v in table_['status'].value_counts().items()))}.</p>"
-             "<p class=muted>Hover a point or bar for its workload and numbers; click a legend entry to hide "
-             "a series; drag to zoom, double-click to reset; the camera icon saves a PNG. Click a table header "
-             f"to sort, type in the box above it to filter. {html.escape(PERFETTO_HINT)}.</p>"]
+    parts = [
+        f"<h1>neuron-sweep report: run {html.escape(plan['run'])}</h1>",
+        f"<p>backend <b>{html.escape(plan['backend'])}</b> ({html.escape(plan.get('backend_reason', ''))}); "
+        f"{len(table_)} scenarios, {len(plan['workloads'])} workloads built and captured; status: "
+        f"{html.escape(', '.join(f'{k} {v}' for k, v in table_['status'].value_counts().items()))}.</p>"
+        "<p class=muted>Hover a point or bar for its workload and numbers; click a legend entry to hide "
+        "a series; drag to zoom, double-click to reset; the camera icon saves a PNG. Click a table header "
+        f"to sort, type in the box above it to filter. {html.escape(PERFETTO_HINT)}.</p>",
+    ]
     recs = recommendations(table_)
-    parts.append("<h2>Recommendations</h2><ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in recs) + "</ul>"
-                 if recs else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>")
+    parts.append(
+        "<h2>Recommendations</h2><ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in recs) + "</ul>"
+        if recs
+        else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
+    )
     if len(ok):
         targets = _targets(targets_csv)
         ok = ok.assign(files=_links(ok["workload_id"], run_dir, plan["backend"]))
         # a workload shared by two suites is one bar; collectives have their own figure
         per_workload = ok[ok["suite"] != "collectives"].drop_duplicates("workload_id")
         for name, title, fig in [
-                ("roofline", "roofline", figs.roofline(ok, _platform(plan))),
-                ("targets", "roofline on the targets (model)", figs.target_rooflines(targets) if len(targets) else None),
-                ("breakdown", "where the time goes",
-                 figs.breakdown(per_workload, workloads_dir) if len(per_workload) else None),
-                ("framework_vs_device", "framework against device", figs.framework_device(per_workload))]:
+            ("roofline", "roofline", figs.roofline(ok, _platform(plan))),
+            ("targets", "roofline on the targets (model)", figs.target_rooflines(targets) if len(targets) else None),
+            (
+                "breakdown",
+                "where the time goes",
+                figs.breakdown(per_workload, workloads_dir) if len(per_workload) else None,
+            ),
+            ("framework_vs_device", "framework against device", figs.framework_device(per_workload)),
+        ]:
             if fig is not None:
                 parts.append(f"<h2>{title}</h2>" + _figure(name, fig))
         for suite, rows in ok.groupby("suite"):
             collectives = suite == "collectives"
             fig = figs.collectives(rows) if collectives else figs.suite(suite, rows)
             parts.append(f"<h2>suite {suite}</h2>" + _figure(f"suite_{suite}", fig))
-            rows = rows.sort_values(["coll_op", "coll_world", "dtype", "coll_bytes"] if collectives
-                                    else ["group", "rank_in_group"])
+            rows = rows.sort_values(
+                ["coll_op", "coll_world", "dtype", "coll_bytes"] if collectives else ["group", "rank_in_group"]
+            )
             cols = [c for c in (COLLECTIVE_COLUMNS if collectives else SUITE_COLUMNS) if c in rows]
             parts.append(table(_escaped(rows[cols]).assign(files=rows["files"]), escape=False))
         if (ok["suite"] == "loops").any():
@@ -221,7 +305,9 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
     others = table_[table_["status"] != "ok"][["scenario_id", "status", "reason"]]
     if len(others):
         parts.append("<h2>Not measured</h2>" + table(others))
-    parts.append("<p class=muted>Units and formulas: docs/metrics.md. Every number comes from summary.csv "
-                 f"({html.escape(str(summary_csv))}).</p>")
+    parts.append(
+        "<p class=muted>Units and formulas: docs/metrics.md. Every number comes from summary.csv "
+        f"({html.escape(str(summary_csv))}).</p>"
+    )
     with replacing(out_html) as tmp:
         tmp.write_text(page(f"neuron-sweep {plan['run']}", parts, plotly=bool(len(ok))))

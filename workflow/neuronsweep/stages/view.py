@@ -8,10 +8,10 @@ from pathlib import Path
 
 from neuronsweep import backends
 from neuronsweep.atomic import write_json
+from neuronsweep.backends import neuron_profiler
+from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.store.records import CaptureRecord, ViewRecord
-from neuronsweep.config.settings import ViewSettings
-from neuronsweep.backends import neuron_profiler
 
 
 def _finish(out_dir: Path, started: float, result: dict, **fields) -> ViewRecord:
@@ -32,7 +32,6 @@ def run(capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewRecord:
 
 def run_ntff(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) -> ViewRecord:
     """View an NTFF captured anywhere against its NEFF (neuron only)."""
-
     started = time.time()
     for path, what in ((neff, "NEFF"), (ntff, "NTFF")):
         if not path.is_file():

@@ -72,8 +72,9 @@ class CompileCache:
         copy_file(artifact, dest)
         return meta
 
-    def through(self, material: dict, artifact_name: str, dest: Path,
-                make: Callable[[Path], tuple[Path, dict]]) -> tuple[dict, dict]:
+    def through(
+        self, material: dict, artifact_name: str, dest: Path, make: Callable[[Path], tuple[Path, dict]]
+    ) -> tuple[dict, dict]:
         """The cache-through build every backend uses: copy the artifact for `material` to dest, or
         make it (make(folder) builds in that private folder and returns the artifact it wrote and its
         meta, which must hold `compile_s` and `compile_s_source`) and publish the folder as the entry.
@@ -92,8 +93,12 @@ class CompileCache:
                 copy_file(made, tmp / artifact_name)
                 # paths the maker recorded inside its folder (NKI inputs, a compile cache) name the entry
                 meta = json.loads(json.dumps(meta).replace(str(tmp), str(entry)))
-                meta = {**meta, "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "sha256": file_sha256(tmp / artifact_name), "bytes": (tmp / artifact_name).stat().st_size}
+                meta = {
+                    **meta,
+                    "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "sha256": file_sha256(tmp / artifact_name),
+                    "bytes": (tmp / artifact_name).stat().st_size,
+                }
                 write_json(tmp / "meta.json", meta)
                 try:
                     os.rename(tmp, entry)  # atomic; fails if another process published this key first
@@ -106,7 +111,13 @@ class CompileCache:
         return meta, {
             "compile_s": meta["compile_s"],
             "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry made {meta['made_at']}",
-            "cache": {"dir": str(self.root), "key": key, "hit": hit, "entry": str(entry),
-                      "discarded": self.discarded or None},
-            "artifact_sha256": meta["sha256"], "artifact_bytes": meta["bytes"],
+            "cache": {
+                "dir": str(self.root),
+                "key": key,
+                "hit": hit,
+                "entry": str(entry),
+                "discarded": self.discarded or None,
+            },
+            "artifact_sha256": meta["sha256"],
+            "artifact_bytes": meta["bytes"],
         }

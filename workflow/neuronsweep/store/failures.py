@@ -17,8 +17,10 @@ def failure_path(case_dir: Path, stage: str) -> Path:
 
 
 def record_failure(case_dir: Path, stage: str, case: str, reason: str, exception: str) -> None:
-    write_json(failure_path(case_dir, stage), {"stage": stage, "case": case, "reason": reason,
-                                                "exception": exception, "unix": time.time()})
+    write_json(
+        failure_path(case_dir, stage),
+        {"stage": stage, "case": case, "reason": reason, "exception": exception, "unix": time.time()},
+    )
 
 
 def clear_failure(case_dir: Path, stage: str) -> None:

@@ -20,9 +20,9 @@ from typing import ClassVar
 
 from neuronsweep import __version__
 from neuronsweep.atomic import write_json
-from neuronsweep.store.cache import file_sha256
-from neuronsweep.errors import UserError
 from neuronsweep.config.settings import HOST_ENV, CaptureSettings
+from neuronsweep.errors import UserError
+from neuronsweep.store.cache import file_sha256
 
 
 def _command() -> str:
@@ -49,8 +49,10 @@ def _load(path: Path, what: str, stage: str) -> dict:
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not a readable {what} ({exc}); rerun the {stage} stage for this case "
-                        f"(snakemake --forcerun {stage} ...).") from None
+        raise UserError(
+            f"{path}: not a readable {what} ({exc}); rerun the {stage} stage for this case "
+            f"(snakemake --forcerun {stage} ...)."
+        ) from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: not a {what} (a JSON object was expected); rerun the {stage} stage for this case.")
     return data
@@ -80,11 +82,19 @@ class StageRecord:
         prov_keys = ("stage", "wall_s", "started_unix", "started_at", "command", "neuronsweep_version")
         prov = {k: data[k] for k in prov_keys if k in data}
         details = {k: v for k, v in data.items() if k not in names and k not in prov_keys}
-        missing = sorted(names - typed.keys() - {f.name for f in dataclasses.fields(cls)
-                                                  if f.default is not dataclasses.MISSING
-                                                  or f.default_factory is not dataclasses.MISSING})
+        missing = sorted(
+            names
+            - typed.keys()
+            - {
+                f.name
+                for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            }
+        )
         if missing:
-            raise UserError(f"a {cls.STAGE} record lacks {', '.join(missing)}; rerun the {cls.STAGE} stage for this case.")
+            raise UserError(
+                f"a {cls.STAGE} record lacks {', '.join(missing)}; rerun the {cls.STAGE} stage for this case."
+            )
         return cls(**cls._typed(typed), details=details, provenance=prov)
 
     @classmethod
@@ -92,10 +102,16 @@ class StageRecord:
         return typed
 
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("details", "provenance")}
+        out = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("details", "provenance")
+        }
         out = {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in out.items()}
-        return {"stage": self.STAGE, **out, **self.details,
-                **{k: v for k, v in self.provenance.items() if k != "stage"}}
+        return {
+            "stage": self.STAGE,
+            **out,
+            **self.details,
+            **{k: v for k, v in self.provenance.items() if k != "stage"},
+        }
 
     def write(self, out_dir: Path) -> Path:
         path = Path(out_dir) / self.FILE
@@ -136,10 +152,14 @@ class BuildRecord(StageRecord):
         path = Path(build_dir) / self.artifact
         if not path.is_file():
             raise UserError(f"case {self.workload_id}: {path} is missing; run snakemake again (it rebuilds it).")
-        if self.artifact_sha256 and (path.stat().st_size != self.artifact_bytes or file_sha256(path) != self.artifact_sha256):
-            raise UserError(f"case {self.workload_id}: {path} is not the artifact its build recorded (its sha256 "
-                            f"differs: changed or damaged since); delete it and run snakemake again, which rebuilds "
-                            f"only this case.")
+        if self.artifact_sha256 and (
+            path.stat().st_size != self.artifact_bytes or file_sha256(path) != self.artifact_sha256
+        ):
+            raise UserError(
+                f"case {self.workload_id}: {path} is not the artifact its build recorded (its sha256 "
+                f"differs: changed or damaged since); delete it and run snakemake again, which rebuilds "
+                f"only this case."
+            )
         return path
 
 
@@ -155,7 +175,7 @@ class CaptureRecord(StageRecord):
     threads: int | None = None
     single_io: bool | None = None  # neuron: captured with --single-io after a device OOM
     device_span: dict | None = None  # devicelock.held: when the device was held, by whom
-    host_load: dict | None = None  # hostcaps.load_snapshot at start and end, and the verdict
+    host_load: dict | None = None  # caps.load_snapshot at start and end, and the verdict
 
     @classmethod
     def _typed(cls, typed: dict) -> dict:
@@ -163,8 +183,10 @@ class CaptureRecord(StageRecord):
             try:
                 typed = {**typed, "settings": CaptureSettings(**typed["settings"])}
             except TypeError:  # another neuronsweep version's settings
-                raise UserError("a capture record's settings are not this version's "
-                                f"({', '.join(sorted(typed['settings']))}); rerun the capture stage for this case.") from None
+                raise UserError(
+                    "a capture record's settings are not this version's "
+                    f"({', '.join(sorted(typed['settings']))}); rerun the capture stage for this case."
+                ) from None
         return typed
 
 
@@ -182,6 +204,7 @@ class ViewRecord(StageRecord):
 class MetricsRecord:
     """metrics.json: the normalized metrics of one workload (docs/metrics.md). Scalars are `values`; a
     null value has its reason in `notes`."""
+
     FILE: ClassVar[str] = "metrics.json"
 
     values: dict
@@ -197,7 +220,11 @@ class MetricsRecord:
         return Path(path)
 
     @classmethod
-    def read(cls, path: Path) -> "MetricsRecord":
+    def read(cls, path: Path) -> MetricsRecord:
         data = _load(Path(path), "metrics record", "extract")
-        return cls(values={k: v for k, v in data.items() if k not in ("spec", "notes", "provenance")},
-                   notes=data.get("notes") or {}, spec=data.get("spec"), provenance=data.get("provenance") or {})
+        return cls(
+            values={k: v for k, v in data.items() if k not in ("spec", "notes", "provenance")},
+            notes=data.get("notes") or {},
+            spec=data.get("spec"),
+            provenance=data.get("provenance") or {},
+        )

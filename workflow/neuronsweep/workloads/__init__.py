@@ -3,8 +3,8 @@
 A workload is a canonical spec dict with a `kind`; its module (one per kind) says how to name it
 (spec, workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms
 for the tile model), and build it (torch_module); `unsupported` below says what a backend cannot
-run (an NKI kernel's own shape limits: kernels.unsupported). Analytic numbers (FLOPs, bytes) live here, beside the shapes they come from, so extract never
-needs torch.
+run (an NKI kernel's own shape limits: kernels.unsupported). Analytic numbers (FLOPs, bytes) live here,
+beside the shapes they come from, so extract never needs torch.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401
 KINDS: dict[str, ModuleType] = {"matmul": matmul, "mlp": mlp, "loops": loops, "collective": collective}
 
 
-
 def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
     """Why `backend` cannot run this workload, or None. slow_dtypes (cpu): dtype -> why this host has
-    no fast GEMM for it (hostcaps.slow_dtypes, from a measured probe)."""
+    no fast GEMM for it (caps.slow_dtypes, from a measured probe)."""
     if spec["kind"] == "collective":
         return _collective_unsupported(spec, backend)
     if backend == "cpu" and spec["dtype"] in (slow_dtypes or {}):
         return slow_dtypes[spec["dtype"]]
     if backend == "cpu" and spec.get("varies"):
-        return ("the cpu backend runs one torch.export graph, which freezes Python values at export time; "
-                "recompile traps need a lazy-tensor backend (xla or neuron)")
+        return (
+            "the cpu backend runs one torch.export graph, which freezes Python values at export time; "
+            "recompile traps need a lazy-tensor backend (xla or neuron)"
+        )
     if spec.get("impl") == "nki" and backend != "neuron":
         return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
     return None
@@ -39,8 +40,10 @@ def _collective_unsupported(spec: dict, backend: str) -> str | None:
     if spec["bytes"] == 0:
         return f"{spec['op']} among {spec['world']} ranks needs at least one {spec['dtype']} element per rank"
     if backend == "xla":
-        return ("torch-xla 2.9 on PJRT CPU (CPU_NUM_DEVICES=2, xmp.spawn) stops at the first all-reduce: its "
-                "rendezvous times out with 1 of 2 participants (tried here); run the suite on cpu (gloo)")
+        return (
+            "torch-xla 2.9 on PJRT CPU (CPU_NUM_DEVICES=2, xmp.spawn) stops at the first all-reduce: its "
+            "rendezvous times out with 1 of 2 participants (tried here); run the suite on cpu (gloo)"
+        )
     return None
 
 

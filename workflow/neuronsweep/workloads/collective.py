@@ -14,8 +14,12 @@ from __future__ import annotations
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-                "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
 ROOFLINE = False  # no FLOPs, bytes or GEMMs to model (workloads.has_roofline): algbw and busbw instead
 
 
@@ -25,7 +29,6 @@ def elements(nbytes: int, world: int, dtype_bytes: int) -> int:
 
 
 def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
-
     count = elements(nbytes, world, DTYPE_BYTES[dtype])
     return {"kind": "collective", "op": op, "bytes": count * DTYPE_BYTES[dtype], "world": int(world), "dtype": dtype}
 
@@ -36,10 +39,13 @@ def workload_id(s: dict) -> str:
 
 def counts(s: dict) -> tuple[int, int]:
     """(input, output) elements per rank."""
-
     size, n = s["bytes"] // DTYPE_BYTES[s["dtype"]], s["world"]
-    return {"all_reduce": (size, size), "all_gather": (size // n, size), "reduce_scatter": (size, size // n),
-            "all_to_all": (size, size)}[s["op"]]
+    return {
+        "all_reduce": (size, size),
+        "all_gather": (size // n, size),
+        "reduce_scatter": (size, size // n),
+        "all_to_all": (size, size),
+    }[s["op"]]
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:

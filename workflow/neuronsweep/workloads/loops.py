@@ -1,4 +1,4 @@
-"""One step, three ways (seed 000): y_t = relu(x_t @ W) + 0.1 for t in 0..T-1, over X = [T, batch, features].
+"""One step, three ways: y_t = relu(x_t @ W) + 0.1 for t in 0..T-1, over X = [T, batch, features].
 
 `vmap` vectorizes the steps, `scan` runs them as a loop primitive (XLA while on torch-xla), and
 `for_loop` unrolls them in Python, so all three compute exactly the same Y = [T, batch, features]
@@ -11,8 +11,14 @@ PATTERNS = ("vmap", "scan", "for_loop")
 
 
 def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dict:
-    return {"kind": "loops", "pattern": pattern, "steps": int(steps), "batch": int(batch),
-            "features": int(features), "dtype": dtype}
+    return {
+        "kind": "loops",
+        "pattern": pattern,
+        "steps": int(steps),
+        "batch": int(batch),
+        "features": int(features),
+        "dtype": dtype,
+    }
 
 
 def workload_id(s: dict) -> str:

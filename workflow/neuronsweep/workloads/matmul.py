@@ -1,6 +1,6 @@
 """GEMM workload: C[M,N] = A[M,K] @ B[K,N].
 
-`varies` (the recompile suite, seed 002's trap) makes the graph depend on how often forward ran:
+`varies` (the recompile suite: the recompilation trap) makes the graph depend on how often forward ran:
   python_int    a call counter becomes torch.roll's shift, an attribute baked into the graph,
                 so every call is a new graph (a recompile on lazy-tensor backends)
   python_float  the product is scaled by a changing Python float, which torch-xla uploads as
@@ -8,7 +8,6 @@
 """
 
 from __future__ import annotations
-
 
 VARIES = ("static", "python_int", "python_float")
 

@@ -22,10 +22,17 @@ def jit(fn):
         signature = (fn.__name__, tuple(a.shape for a in arrays), str(arrays[0].dtype))
         matmul = len(arrays) == 2  # lhsT [K,M], rhs [K,N]: its FLOPs go into the NEFF header for the profiler
         if signature not in compiled or os.environ.get("STANDIN_NKI_RECOMPILE") == "1":
-            ops = [["matmul", [[a.shape[1], a.shape[0]], list(arrays[1].shape)]] for a in arrays[:1]] if matmul \
+            ops = (
+                [["matmul", [[a.shape[1], a.shape[0]], list(arrays[1].shape)]] for a in arrays[:1]]
+                if matmul
                 else [["kernel", [list(a.shape) for a in arrays]]]
-            header = {"graph": fn.__name__, "ops": ops, "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"),
-                      "lnc": os.environ.get("NEURON_LOGICAL_NC_CONFIG")}
+            )
+            header = {
+                "graph": fn.__name__,
+                "ops": ops,
+                "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"),
+                "lnc": os.environ.get("NEURON_LOGICAL_NC_CONFIG"),
+            }
             Path(_ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (Path(_ARTIFACTS) / "kernel.neff").write_bytes(b"NEFF\0" + json.dumps(header).encode())
             compiled.add(signature)

@@ -29,8 +29,19 @@ def memset(dst, value, engine=None, name=None):
     dst[...] = value
 
 
-def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              accumulate=None, tile_position=(), tile_size=(), perf_mode=None, name=None):
+def nc_matmul(
+    dst,
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=None,
+    name=None,
+):
     """dst (PSUM) += stationary.T @ moving (both SBUF); K on the partitions, stationary free <= 128,
     moving free <= 512. accumulate=False overwrites."""
     _where(dst, (nl.psum,), "nc_matmul dst")
@@ -38,8 +49,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     _where(moving, (nl.sbuf,), "nc_matmul moving")
     (k, m), (k2, n) = stationary.shape, moving.shape
     if k != k2 or k > 128 or m > 128 or n > 512:
-        raise ValueError(f"nisa.nc_matmul: stationary {stationary.shape} and moving {moving.shape} break the "
-                         "TensorE limits (shared partition dim <= 128, stationary free <= 128, moving free <= 512)")
+        raise ValueError(
+            f"nisa.nc_matmul: stationary {stationary.shape} and moving {moving.shape} break the "
+            "TensorE limits (shared partition dim <= 128, stationary free <= 128, moving free <= 512)"
+        )
     if dst.shape != (m, n):
         raise ValueError(f"nisa.nc_matmul: dst {dst.shape} must be {(m, n)}")
     product = np.asarray(stationary, np.float32).T @ np.asarray(moving, np.float32)

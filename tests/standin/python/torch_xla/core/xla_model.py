@@ -38,8 +38,9 @@ def mark_step():
     flags = _flags()
     cache_url = os.environ.get("NEURON_COMPILE_CACHE_URL")
     if not cache_url:
-        raise RuntimeError("stand-in: NEURON_COMPILE_CACHE_URL unset; refusing to use the shared "
-                           "/var/tmp/neuron-compile-cache")
+        raise RuntimeError(
+            "stand-in: NEURON_COMPILE_CACHE_URL unset; refusing to use the shared /var/tmp/neuron-compile-cache"
+        )
     graph_hash = str(int(hashlib.sha256(json.dumps(ops).encode()).hexdigest()[:15], 16))
     flags_hash = hashlib.md5(flags.encode()).hexdigest()[:8]
     entry = Path(cache_url) / "neuronxcc-0.0.0.0+standin" / f"MODULE_{graph_hash}+{flags_hash}"
@@ -57,8 +58,7 @@ def _compile(ops, flags, neff, graph_hash):
     started = time.perf_counter_ns()
     graph_id = _graph_ids["next"]
     _graph_ids["next"] += 1
-    content = b"NEFF\0" + json.dumps({"graph": f"SyncTensorsGraph.{graph_id}", "ops": ops,
-                                      "cc_flags": flags}).encode()
+    content = b"NEFF\0" + json.dumps({"graph": f"SyncTensorsGraph.{graph_id}", "ops": ops, "cc_flags": flags}).encode()
     neff.write_bytes(content)
     if os.environ.get("NEURON_FRAMEWORK_DEBUG") == "1":
         Path(f"MODULE_{graph_id}_SyncTensorsGraph.{graph_id}_{graph_hash}.neff").write_bytes(content)
@@ -117,7 +117,7 @@ def all_to_all(value, split_dimension, concat_dimension, split_count, groups=Non
     return out
 
 
-def rendezvous(tag, payload=b"", replicas=[]):
+def rendezvous(tag, payload=b"", replicas=[]):  # noqa: B006 (torch-xla's own signature)
     import torch.distributed as dist
 
     dist.barrier()

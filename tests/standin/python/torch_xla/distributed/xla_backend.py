@@ -18,5 +18,6 @@ def _xla_rendezvous(url, timeout=None, **kwargs):
 if "xla" not in rendezvous._rendezvous_handlers:
     rendezvous.register_rendezvous_handler("xla", _xla_rendezvous)
 if not hasattr(dist.Backend, "XLA"):
-    dist.Backend.register_backend("xla", lambda store, rank, size, timeout: dist.ProcessGroupGloo(store, rank, size, timeout),
-                                  devices=["cpu"])
+    dist.Backend.register_backend(
+        "xla", lambda store, rank, size, timeout: dist.ProcessGroupGloo(store, rank, size, timeout), devices=["cpu"]
+    )

@@ -21,8 +21,8 @@ from importlib import metadata
 from pathlib import Path
 
 from neuronsweep.atomic import read_json, write_json
-from neuronsweep.store.cache import cache_key
 from neuronsweep.errors import UserError
+from neuronsweep.store.cache import cache_key
 from neuronsweep.workloads import TORCH_DTYPES
 
 PROBE_FORMAT = "gemm 256^3 per dtype for ~50 ms, v2"
@@ -34,8 +34,23 @@ SLOW_FACTOR = 8.0
 DTYPES = ("fp32", "bf16", "fp16")
 CALIBRATION_BUDGET_S = 3.0  # per dtype (backends/cpu.py calibrate; plan.estimate counts it): never outweighs the sweep
 # flags that decide whether a dtype's GEMM has a fast path (x86 /proc/cpuinfo "flags", arm "Features")
-RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
-                  "asimd", "asimdhp", "fphp", "sve", "sve2", "bf16", "i8mm")
+RELEVANT_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+    "asimd",
+    "asimdhp",
+    "fphp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
+)
 
 
 def host_record() -> dict:
@@ -75,13 +90,17 @@ def fingerprint(threads: int) -> dict:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = None
-    return {"cpu": cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(), "threads": threads,
-            "torch": torch_version}
+    return {
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "torch": torch_version,
+    }
 
 
 def measure_gemm(torch, dtype_name: str, n: int, budget_s: float) -> tuple[float, int]:
     """Best FLOP/s of n^3 GEMMs repeated for about budget_s (at least one timed run after one warm-up)."""
-
     a = torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype_name]))
     with torch.inference_mode():
         a @ a
@@ -121,19 +140,30 @@ def probe(cache_root: str | Path, threads: int) -> dict:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
-        raise UserError("the host probe (a 256^3 GEMM per dtype) did not finish in 300 s; the machine is "
-                        "overloaded or torch is broken: check `python -c 'import torch'`.") from None
+        raise UserError(
+            "the host probe (a 256^3 GEMM per dtype) did not finish in 300 s; the machine is "
+            "overloaded or torch is broken: check `python -c 'import torch'`."
+        ) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"the host probe failed ({last}); the cpu backend needs a working PyTorch "
-                        "(pip install torch==2.13.0, or PyTorch's CPU wheel).")
-    record = {**fp, "flags": cpu_flags(), **json.loads(proc.stdout), "method": PROBE_FORMAT,
-              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        raise UserError(
+            f"the host probe failed ({last}); the cpu backend needs a working PyTorch "
+            "(pip install torch==2.13.0, or PyTorch's CPU wheel)."
+        )
+    record = {
+        **fp,
+        "flags": cpu_flags(),
+        **json.loads(proc.stdout),
+        "method": PROBE_FORMAT,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     try:
         write_json(entry, record)
     except OSError as exc:
-        raise UserError(f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
-                        f"at {exc.filename or entry}); point it at one.") from None
+        raise UserError(
+            f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
+            f"at {exc.filename or entry}); point it at one."
+        ) from None
     return record
 
 
@@ -144,10 +174,12 @@ def slow_dtypes(probe_record: dict) -> dict[str, str]:
     out = {}
     for dtype, rate in rates.items():
         if dtype != "fp32" and rate * SLOW_FACTOR < rates["fp32"]:
-            out[dtype] = (f"this host has no fast {dtype} GEMM: a {PROBE_N}^3 {dtype} matmul ran at "
-                          f"{rate / 1e9:.2f} GFLOP/s against {rates['fp32'] / 1e9:.1f} for fp32 "
-                          f"({rates['fp32'] / rate:.0f}x slower; CPU flags: {flags}); on cpu use fp32, "
-                          "or a host with native support (avx512_bf16/amx for bf16, avx512_fp16/amx_fp16 for fp16)")
+            out[dtype] = (
+                f"this host has no fast {dtype} GEMM: a {PROBE_N}^3 {dtype} matmul ran at "
+                f"{rate / 1e9:.2f} GFLOP/s against {rates['fp32'] / 1e9:.1f} for fp32 "
+                f"({rates['fp32'] / rate:.0f}x slower; CPU flags: {flags}); on cpu use fp32, "
+                "or a host with native support (avx512_bf16/amx for bf16, avx512_fp16/amx_fp16 for fp16)"
+            )
     return out
 
 
@@ -187,10 +219,15 @@ def load_snapshot(sample_s: float = 0.25) -> dict:
         except OSError:
             pass
     freq = psutil.cpu_freq()
-    return {"unix": time.time(), "loadavg_1m": os.getloadavg()[0], "cores": os.cpu_count(),
-            "governor": ", ".join(sorted(governors)) or None,
-            "cpu_mhz": round(freq.current) if freq else None,
-            "other_processes_cpu_pct": round(sum(b["cpu_pct"] for b in busy), 1), "busiest_others": busy[:5]}
+    return {
+        "unix": time.time(),
+        "loadavg_1m": os.getloadavg()[0],
+        "cores": os.cpu_count(),
+        "governor": ", ".join(sorted(governors)) or None,
+        "cpu_mhz": round(freq.current) if freq else None,
+        "other_processes_cpu_pct": round(sum(b["cpu_pct"] for b in busy), 1),
+        "busiest_others": busy[:5],
+    }
 
 
 LOADED_CPU_PCT = 50.0  # other processes using half a core or more
@@ -202,8 +239,10 @@ def under_load(start: dict, end: dict) -> str | None:
     if worst["other_processes_cpu_pct"] < LOADED_CPU_PCT:
         return None
     names = ", ".join(f"{b['name']} ({b['cpu_pct']:.0f}%)" for b in worst["busiest_others"][:3])
-    return (f"other processes used {worst['other_processes_cpu_pct']:.0f}% of a core beside the capture "
-            f"({names}); load average {worst['loadavg_1m']:.2f} on {worst['cores']} cores")
+    return (
+        f"other processes used {worst['other_processes_cpu_pct']:.0f}% of a core beside the capture "
+        f"({names}); load average {worst['loadavg_1m']:.2f} on {worst['cores']} cores"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
