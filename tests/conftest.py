@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import inspect
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,27 +21,46 @@ DATA = REPO / "tests" / "data"  # real tool output and small inputs (tests/data/
 BIN = Path(sys.executable).parent
 
 
-HOST_CACHE: dict[str, Path] = {}  # the session's host measurements, made by the first test that needs them
+HOST_CACHE: dict[str, Path] = {}  # where the session's host measurements live (host_cache_root)
+
+
+@contextmanager
+def made_once(path: Path):
+    """Yield True to the one test process (of pytest-xdist's workers) that must make `path`, False once
+    it exists: the others wait on a lock beside it instead of making it again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = path.with_name(path.name + ".done")
+        yield not done.exists()
+        done.touch()
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every worker of this pytest run shares (the workers' base folders' parent under xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session", autouse=True)
 def host_cache_root(tmp_path_factory):
     """Where the session's host measurements go; measured only when a test first asks (private_cache)."""
-    HOST_CACHE["root"] = tmp_path_factory.mktemp("host-cache")
+    HOST_CACHE["root"] = shared_dir(tmp_path_factory) / "host-cache"
 
 
 def host_measurements() -> Path:
-    """The host probe and calibration, measured once per test session: every workflow test gets a fresh
+    """The host probe and calibration, measured once per test run: every workflow test gets a fresh
     compile cache, and without this each would pay a cold calibration."""
     root = HOST_CACHE["root"]
-    if not (root / "calibration").exists():
-        from neuronsweep.backends import cpu
-        from neuronsweep.backends.common import default_threads
-        from neuronsweep.host import caps
+    with made_once(root) as make:
+        if make:
+            from neuronsweep.backends import cpu
+            from neuronsweep.backends.common import default_threads
+            from neuronsweep.host import caps
 
-        probe = caps.probe(root, default_threads())
-        fast = [d for d in caps.DTYPES if d not in caps.slow_dtypes(probe)]
-        cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
+            probe = caps.probe(root, default_threads())
+            fast = [d for d in caps.DTYPES if d not in caps.slow_dtypes(probe)]
+            cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
     return root
 
 
@@ -114,25 +135,33 @@ def standin_env(tmp: Path, **knobs: str) -> dict:
 
 
 def neuron_config(tmp: Path, **overrides) -> dict:
-    return tiny_config(
-        tmp,
-        backend="neuron",
-        neuron={"profiler": "neuron-explorer", "json": True},
-        capture={
-            "warmup": 1,
-            "iterations": 3,
-            "repeats": 1,
-            "num_exec": 2,
-            "nth_exec": 2,
-            "device_lock": str(tmp / "device.lock"),
-        },
-        **overrides,
-    )
+    return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True}, **overrides)
 
 
 def standin_runs(tmp: Path) -> list[dict]:
     log = tmp / "standin.log"
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def snakemake_argv(workdir: Path, *args: str, configfile: Path | None = None) -> list[str]:
+    """The command line every test runs the workflow with: this checkout's Snakefile on `workdir`, its
+    config.yaml (or `configfile`) replacing the default sweep."""
+    snakefile, config = REPO / "Snakefile", configfile or workdir / "config.yaml"
+    return [
+        str(BIN / "snakemake"),
+        "-s",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config),
+        *args,
+    ]
+
+
+def workflow_env(**extra: str) -> dict:
+    """This environment with the venv's commands (snakemake, neuronsweep) first on PATH."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
 
 
 def snakemake(
@@ -141,19 +170,8 @@ def snakemake(
     """Run the real workflow on `workdir` (config written to workdir/config.yaml when given)."""
     if config is not None:
         (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-    cmd = [
-        str(BIN / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+    cmd = snakemake_argv(workdir, "--cores", "2", *args)
+    env = workflow_env(**(env or {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir, timeout=900)
     run = Run(proc)
     if check and proc.returncode != 0:
@@ -163,9 +181,14 @@ def snakemake(
 
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
-    """A completed tiny sweep; tests copy it (mtimes and .snakemake metadata included) before changing it."""
-    work = tmp_path_factory.mktemp("finished")
-    snakemake(work, config=tiny_config(work))
+    """A completed tiny sweep, made once per test run; tests copy it (mtimes and .snakemake metadata
+    included) before changing it."""
+    work = shared_dir(tmp_path_factory) / "finished"
+    with made_once(work) as make:
+        if make:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            snakemake(work, config=tiny_config(work))
     return work
 
 
@@ -192,3 +215,6 @@ def pytest_collection_modifyitems(config, items):
         funcs = [getattr(item, "function", None)] + [d.func for ds in defs.values() for d in ds]
         if any(_runs_snakemake(f) for f in funcs if f is not None):
             item.add_marker(pytest.mark.workflow)
+    # the long tests first: the two xdist workers then finish together on short ones, not one waiting on
+    # a long test handed out last (the Slurm test first: its jobs mostly wait on the scheduler)
+    items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, "test_slurm" not in i.nodeid))

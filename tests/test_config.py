@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import BIN, REPO
+from conftest import BIN, REPO, snakemake_argv
 
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
@@ -92,17 +92,7 @@ def test_snakemake_rejects_a_bad_config_before_any_job(tmp_path):
     cfg = {**MINIMAL, "capture": {"iterations": -1}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(
-        [
-            str(BIN / "snakemake"),
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "config.yaml"),
-            "--cores",
-            "1",
-        ],
+        snakemake_argv(tmp_path, "--cores", "1"),
         capture_output=True,
         text=True,
     )
@@ -130,17 +120,7 @@ def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
         pytest.skip("torch-xla is installed here")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({**MINIMAL, "backend": "xla"}))
     proc = subprocess.run(
-        [
-            str(BIN / "snakemake"),
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "config.yaml"),
-            "--cores",
-            "1",
-        ],
+        snakemake_argv(tmp_path, "--cores", "1"),
         capture_output=True,
         text=True,
     )

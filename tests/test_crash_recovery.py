@@ -14,28 +14,17 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-from conftest import BIN, REPO, snakemake, tiny_config
+from conftest import snakemake, snakemake_argv, tiny_config, workflow_env
 
 
 def _start(workdir: Path) -> subprocess.Popen:
-    cmd = [
-        str(BIN / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-    ]
     return subprocess.Popen(
-        cmd,
+        snakemake_argv(workdir, "--cores", "2"),
         cwd=workdir,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
+        env=workflow_env(),
     )
 
 

@@ -18,7 +18,7 @@ from conftest import BIN, tiny_config
 from neuronsweep.host import devicelock
 
 HOLD = (
-    "from neuronsweep import devicelock; import time, sys\n"
+    "from neuronsweep.host import devicelock; import time, sys\n"
     "with devicelock.held(sys.argv[1], 'capture matmul-x -> results/r/cpu/workloads/matmul-x/capture'):\n"
     "    print('held', flush=True); time.sleep(60)\n"
 )

@@ -1,6 +1,6 @@
 """The code lints clean: `snakemake --lint` has no notes, snakefmt and ruff would change nothing (120
 columns, pyproject.toml), and the package's import layers hold. The workflow is linted on
-config/examples/smoke.yaml, the integration config (tests/test_slurm.py runs it end to end)."""
+config/examples/smoke.yaml, the sweep the README runs as its second example."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 from pathlib import Path
 
 import pandas as pd
@@ -150,8 +149,17 @@ def test_the_standin_rejects_what_the_real_tool_rejects(tmp_path):
 # ------------------------------------------------------------------------ the DAG on neuron
 
 
-def test_multi_case_sweep_on_neuron(tmp_path):
-    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path))
+@pytest.fixture(scope="module")
+def neuron_run(tmp_path_factory) -> Path:
+    """The two-case sweep on the stand-in toolchain, run once for the tests that only read it; captures hold
+    the device half a second, so builds and captures overlap on the chip's two cores."""
+    tmp_path = tmp_path_factory.mktemp("neuron-run")
+    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="0.5"))
+    return tmp_path
+
+
+def test_multi_case_sweep_on_neuron(neuron_run):
+    tmp_path = neuron_run
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
     assert list(table["status"]) == ["ok", "ok"] and set(table["backend"]) == {"neuron"}
     runs = standin_runs(tmp_path)
@@ -416,56 +424,24 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     assert raw.returncode != 0 and "Requested:4 Available:1" in raw.stderr
 
 
-def test_oom_then_single_io_retry(tmp_path):
-    oom = WIDS[1]
-    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_OOM_MATCH=oom))
+def test_oom_then_single_io_retry_and_a_case_failing_for_good_keeps_the_rest(tmp_path):
+    """One sweep, two faults: the first case's captures always fail, the second's run out of device memory
+    unless --single-io."""
+    bad, oom = WIDS
+    env = standin_env(tmp_path, STANDIN_OOM_MATCH=oom, STANDIN_FAIL_MATCH=bad)
+    run = snakemake(tmp_path, config=neuron_config(tmp_path), env=env, check=False)
+    assert run.proc.returncode != 0
     attempts = [r["argv"] for r in standin_runs(tmp_path) if r["argv"][0] == "capture" and oom in r["argv"][2]]
     assert len(attempts) == 2 and "--single-io" not in attempts[0] and "--single-io" in attempts[1]
     cap = json.loads((wdir(tmp_path, oom) / "capture" / "capture.json").read_text())
     assert cap["single_io"] is True and cap["outputs_valid"] is False
     assert json.loads((wdir(tmp_path, oom) / "metrics.json").read_text())["single_io"] is True
-    assert json.loads((wdir(tmp_path, WIDS[0]) / "capture" / "capture.json").read_text())["single_io"] is False
-
-
-def test_one_case_failing_for_good_keeps_the_rest(tmp_path):
-    bad = WIDS[0]
-    run = snakemake(
-        tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_FAIL_MATCH=bad), check=False
-    )
-    assert run.proc.returncode != 0
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
-    assert table.loc[WIDS[1], "status"] == "ok"
+    assert table.loc[oom, "status"] == "ok"
     assert table.loc[bad, "status"] == "failed"
     assert "neuron-explorer capture exited 1: ERROR NRT: nrt_load failed" in table.loc[bad, "reason"]
     tries = [r for r in standin_runs(tmp_path) if r["argv"][0] == "capture" and bad in r["argv"][2]]
     assert len(tries) == 2  # retried once (retries: 1), then given up
-
-
-def test_two_snakemake_processes_never_capture_at_once(tmp_path):
-    lock = tmp_path / "shared-device.lock"
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    for d in dirs:
-        d.mkdir()
-    env = standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="1.0")
-    errors = []
-
-    def go(d):
-        cfg = neuron_config(d)
-        cfg["capture"]["device_lock"] = str(lock)
-        try:
-            snakemake(d, config=cfg, env=env)
-        except AssertionError as exc:  # noqa: PERF203
-            errors.append(exc)
-
-    threads = [threading.Thread(target=go, args=(d,)) for d in dirs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    spans = sorted((r["start"], r["end"]) for r in standin_runs(tmp_path) if r["argv"][0] == "capture")
-    assert len(spans) == 4
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
 
 
 # ------------------------------------------------------------------------------------- NKI
@@ -509,17 +485,23 @@ def test_nki_recompiling_on_every_call_is_flagged(tmp_path):
 
 
 def test_nki_on_cpu_is_unsupported_with_a_reason(tmp_path):
+    """Planned, not run: no NKI job reaches the DAG, and the plan keeps the row with its reason (aggregate
+    writes such rows into summary.csv: test_bad_configs' all-unsupported sweep runs that end to end)."""
     from conftest import tiny_config
 
     cfg = tiny_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["compiler", "nki"]
-    run = snakemake(tmp_path, config=cfg)
-    assert all(not (w or "").endswith("-nki") for _, w in run.jobs)
-    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
-    assert len(table) == 4
-    row = table.loc["matmul-m16-k16-n16-fp32-nki"]
-    assert row["status"] == "unsupported" and "NKI kernels need a Neuron device" in row["reason"]
-    assert table.loc["matmul-m16-k16-n16-fp32", "status"] == "ok"
+    run = snakemake(tmp_path, "-n", config=cfg)
+    assert {w for _, w in run.jobs if w} == {"matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"}
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "config.yaml"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    plan = json.loads(proc.stdout)
+    assert plan["counts"] == {"scenarios": 4, "workloads": 2, "unsupported": 2}
+    assert "NKI kernels need a Neuron device" in plan["unsupported"]["matmul-m16-k16-n16-fp32-nki"]
 
 
 def test_legacy_neuronxcc_nki_benchmark_route(tmp_path):
@@ -675,8 +657,8 @@ def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeyp
         holder.kill()
 
 
-def test_neuron_builds_hold_the_device_and_pin_their_cores(tmp_path):
-    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="0.5"))
+def test_neuron_builds_hold_the_device_and_pin_their_cores(neuron_run):
+    tmp_path = neuron_run
     for wid in WIDS:
         build = json.loads((wdir(tmp_path, wid) / "build" / "build.json").read_text())
         assert build["visible_cores"] == "0-1" and build["lnc"] == 1  # chip isolation: the one chip's cores

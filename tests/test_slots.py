@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, REPO, neuron_config, snakemake, standin_env
+from conftest import BIN, made_once, neuron_config, private_cache, shared_dir, snakemake, snakemake_argv, standin_env
 
 from neuronsweep.errors import UserError
 from neuronsweep.host import slots
@@ -80,16 +80,26 @@ def _max_concurrent(spans: list[dict]) -> int:
     return peak
 
 
-def _sixteen_cases(tmp_path: Path, run: str, slots_setting) -> dict:
+@pytest.fixture(scope="module")
+def neff_cache(tmp_path_factory) -> Path:
+    """One compile cache for this module's sweeps, shared by the test run's workers: these tests are about
+    captures and device slots, so the second to build a workload takes its NEFF from the cache."""
+    root = shared_dir(tmp_path_factory) / "slots-neffs"
+    with made_once(root):  # one worker copies the host measurements in, under the lock
+        return private_cache(root)
+
+
+def _sixteen_cases(tmp_path: Path, run: str, slots_setting, neff_cache: Path) -> dict:
     cfg = neuron_config(tmp_path, run=run)
+    cfg["cache_dir"] = str(neff_cache)
     cfg["capture"].update({"warmup": 0, "iterations": 1, "slots": slots_setting})
     cfg["suites"] = {"matmul": {"grid": {"m": [16, 32, 48, 64], "k": [16, 32], "n": [16, 32]}, "dtype": ["fp32"]}}
     return cfg
 
 
-def test_sixteen_captures_on_eight_slots_run_in_about_two_rounds_each_pinned_to_its_chip(tmp_path):
+def test_sixteen_captures_on_eight_slots_run_in_about_two_rounds_each_pinned_to_its_chip(tmp_path, neff_cache):
     env = standin_env(tmp_path, STANDIN_DEVICES="8", STANDIN_EXEC_SECONDS="3")
-    run = snakemake(tmp_path, "--cores", "8", config=_sixteen_cases(tmp_path, "t", "auto"), env=env)
+    run = snakemake(tmp_path, "--cores", "8", config=_sixteen_cases(tmp_path, "t", "auto", neff_cache), env=env)
     assert "captures: 8 device slot(s), chip isolation, 2 NeuronCore(s) each" in run.output
     spans = _spans(tmp_path)
     assert len(spans) == 16 and all(s["visible"] == s["cores"] for s in spans)
@@ -103,7 +113,7 @@ def test_sixteen_captures_on_eight_slots_run_in_about_two_rounds_each_pinned_to_
     assert "Available:0" not in text and "Invalid NEURON_RT_VISIBLE_CORES" not in text
 
 
-def test_two_snakemake_processes_never_share_a_core(tmp_path):
+def test_two_snakemake_processes_never_share_a_core(tmp_path, neff_cache):
     """Each process thinks it has 4 slots (neuron_device 4); they share the machine's 4 chips through
     the per-core locks, one in core isolation, so a chip slot and a core slot must exclude each other."""
     env = {
@@ -115,23 +125,13 @@ def test_two_snakemake_processes_never_share_a_core(tmp_path):
     for run, isolation in (("r1", "chip"), ("r2", "core")):
         work = tmp_path / run
         work.mkdir()
-        cfg = _sixteen_cases(work, run, 4)
+        cfg = _sixteen_cases(work, run, 4, neff_cache)
         cfg["capture"].update({"device_lock": str(tmp_path / "device.lock"), "isolation": isolation})
         cfg["suites"]["matmul"]["grid"]["m"] = [16, 32]  # 8 cases each
         (work / "config.yaml").write_text(yaml.safe_dump(cfg))
         procs.append(
             subprocess.Popen(
-                [
-                    str(BIN / "snakemake"),
-                    "-s",
-                    str(REPO / "Snakefile"),
-                    "--directory",
-                    str(work),
-                    "--configfile",
-                    str(work / "config.yaml"),
-                    "--cores",
-                    "4",
-                ],
+                snakemake_argv(work, "--cores", "4"),
                 cwd=work,
                 env=env,
                 stdout=subprocess.PIPE,

@@ -1,6 +1,7 @@
-"""The smoke sweep through Snakemake's Slurm executor on a real one-node Slurm cluster
+"""The tests' two-case sweep through Snakemake's Slurm executor on a real one-node Slurm cluster
 (tests/slurm/cluster.sh: munged, slurmctld, slurmd, count-only GRES neuron:2) gives the same scenarios
-and statuses as a local run, every job having gone through sbatch, captures with their GRES."""
+and statuses as the same sweep run locally (the session's finished run), every job having gone through
+sbatch, captures with their GRES."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, REPO, snakemake, tiny_config
+from conftest import REPO, snakemake_argv, tiny_config, workflow_env
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 MISSING = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "squeue") if not shutil.which(t)]
@@ -36,49 +37,33 @@ def cluster(tmp_path):
         subprocess.run(["bash", str(CLUSTER), "stop", str(state)], capture_output=True, timeout=60)
 
 
-def _smoke(work: Path) -> dict:
-    smoke = yaml.safe_load((REPO / "config" / "examples" / "smoke.yaml").read_text())
-    base = tiny_config(work)
-    return {
-        **smoke,
-        "backend": "cpu",
-        "cache_dir": base["cache_dir"],
-        "capture": {**smoke["capture"], "device_lock": base["capture"]["device_lock"]},
-    }
-
-
 def _rows(work: Path) -> list[tuple]:
-    with open(work / "results" / "smoke" / "summary.csv") as f:
+    with open(work / "results" / "t" / "summary.csv") as f:
         return sorted((r["scenario_id"], r["status"]) for r in csv.DictReader(f))
 
 
-def test_the_smoke_sweep_through_slurm_matches_a_local_run(tmp_path, cluster):
+def test_the_sweep_through_slurm_matches_a_local_run(tmp_path, cluster, finished_run):
     slurm_env, state = cluster
-    local, remote = tmp_path / "local", tmp_path / "remote"
-    local.mkdir(), remote.mkdir()
-    snakemake(local, config=_smoke(local))
-    (remote / "config.yaml").write_text(yaml.safe_dump(_smoke(remote)))
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **slurm_env}
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / "config.yaml").write_text(yaml.safe_dump(tiny_config(remote)))
+    env = workflow_env(**slurm_env)
     proc = subprocess.run(
-        [
-            str(BIN / "snakemake"),
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(remote),
-            "--configfile",
-            str(remote / "config.yaml"),
+        snakemake_argv(
+            remote,
             "--workflow-profile",
             str(REPO / "workflow" / "profiles" / "slurm"),
             "--slurm-no-account",
             "--slurm-init-seconds-before-status-checks",
+            "1",
+            "--seconds-between-status-checks",  # a one-node test cluster answers at once (default: 10 s)
             "1",
             "--jobs",
             "4",
             "--default-resources",
             "mem_mb=500",
             "runtime=10",
-        ],
+        ),
         cwd=remote,
         env=env,
         capture_output=True,
@@ -87,7 +72,7 @@ def test_the_smoke_sweep_through_slurm_matches_a_local_run(tmp_path, cluster):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert _rows(remote) == _rows(local) and {s for _, s in _rows(remote)} == {"ok"}
+    assert _rows(remote) == _rows(finished_run) and {s for _, s in _rows(remote)} == {"ok"}
     submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", out, re.IGNORECASE)) or set(
         re.findall(r"SLURM run ID: \S+.*?jobid (\d+)", out)
     )

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pandas as pd
 import yaml
-from conftest import snakemake
+from conftest import snakemake, snakemake_argv, workflow_env
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
 
@@ -144,29 +143,17 @@ def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
     import subprocess
     import threading
 
-    from conftest import BIN, REPO, tiny_config
+    from conftest import tiny_config
 
     procs = {}
     for run in ("r1", "r2"):
         cfg = tiny_config(tmp_path, run=run)
         (tmp_path / f"{run}.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = workflow_env()
 
     def go(run):
         procs[run] = subprocess.run(
-            [
-                str(BIN / "snakemake"),
-                "-s",
-                str(REPO / "Snakefile"),
-                "--directory",
-                str(tmp_path),
-                "--configfile",
-                str(tmp_path / f"{run}.yaml"),
-                "--cores",
-                "4",
-                "--set-threads",
-                "capture=1",
-            ],
+            snakemake_argv(tmp_path, "--cores", "4", "--set-threads", "capture=1", configfile=tmp_path / f"{run}.yaml"),
             capture_output=True,
             text=True,
             env=env,
