@@ -137,9 +137,10 @@ def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
 
 
 def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
-    """Two Snakemake processes in one folder, runs r1 and r2 of the same cases, each with cores to spare
-    (--set-threads capture=1): captures never overlap, within a process (neuron_device=1) or across
-    them (the device lock); each workload has one compile cache entry; both results are whole."""
+    """Two Snakemake processes in one folder, runs r1 and r2 of the same cases, each with a core to spare
+    (--cores 2, --set-threads capture=1; 2 threads are what the session calibrated): captures never
+    overlap, within a process (neuron_device=1) or across them (the device lock); each workload has one
+    compile cache entry; both results are whole."""
     import subprocess
     import threading
 
@@ -153,7 +154,7 @@ def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
 
     def go(run):
         procs[run] = subprocess.run(
-            snakemake_argv(tmp_path, "--cores", "4", "--set-threads", "capture=1", configfile=tmp_path / f"{run}.yaml"),
+            snakemake_argv(tmp_path, "--cores", "2", "--set-threads", "capture=1", configfile=tmp_path / f"{run}.yaml"),
             capture_output=True,
             text=True,
             env=env,
