@@ -48,38 +48,44 @@ def host_cache_root(tmp_path_factory):
     HOST_CACHE["root"] = shared_dir(tmp_path_factory) / "host-cache"
 
 
-def host_measurements() -> Path:
-    """The host probe and calibration, measured once per test run: every workflow test gets a fresh
-    compile cache, and without this each would pay a cold calibration."""
-    root = HOST_CACHE["root"]
-    with made_once(root) as make:
-        if make:
-            from neuronsweep.backends import cpu
-            from neuronsweep.backends.common import default_threads
-            from neuronsweep.host import caps
+def host_measurements(calibrated: bool = True) -> Path:
+    """The host probe (a GEMM per dtype, which a cpu plan rests on) and, for tests that run captures, the
+    calibration, each measured once per test run: every test gets a fresh compile cache, and without this
+    each would pay a cold probe and calibration."""
+    from neuronsweep.backends.common import default_threads
+    from neuronsweep.host import caps
 
-            probe = caps.probe(root, default_threads())
-            fast = [d for d in caps.DTYPES if d not in caps.slow_dtypes(probe)]
-            cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
+    root = HOST_CACHE["root"]
+    with made_once(root / "host") as make:
+        if make:
+            caps.probe(root, default_threads())
+    if calibrated:
+        with made_once(root / "calibration") as make:
+            if make:
+                from neuronsweep.backends import cpu
+
+                fast = [d for d in caps.DTYPES if d not in caps.slow_dtypes(caps.probe(root, default_threads()))]
+                cpu.calibrate(2, root, fast, root / "device.lock")  # tests run snakemake --cores 2
     return root
 
 
-def private_cache(tmp: Path) -> Path:
-    """A fresh compile cache holding the session's host measurements."""
-    cache, root = tmp / "cache", host_measurements()
-    for sub in ("host", "calibration"):
+def private_cache(tmp: Path, calibrated: bool = True) -> Path:
+    """A fresh compile cache holding the session's host measurements (the probe; and the calibration
+    unless the test only plans)."""
+    cache, root = tmp / "cache", host_measurements(calibrated)
+    for sub in ("host", "calibration")[: 2 if calibrated else 1]:
         if not (cache / sub).exists():
             shutil.copytree(root / sub, cache / sub)
     return cache
 
 
-def tiny_config(tmp: Path, **overrides) -> dict:
+def tiny_config(tmp: Path, calibrated: bool = True, **overrides) -> dict:
     """A two-case fp32 sweep with its own compile cache and its own device lock: tests never wait on
-    (or block) the machine-wide lock of a real sweep."""
+    (or block) the machine-wide lock of a real sweep. calibrated=False: for a test that only plans."""
     cfg = {
         "run": "t",
         "backend": "cpu",
-        "cache_dir": str(private_cache(tmp)),
+        "cache_dir": str(private_cache(tmp, calibrated)),
         "capture": {
             "warmup": 1,
             "iterations": 3,
@@ -204,7 +210,7 @@ def _runs_snakemake(func) -> bool:
         source = inspect.getsource(func)
     except (OSError, TypeError):
         return False
-    return "snakemake(" in source or '"snakemake"' in source
+    return any(call in source for call in ("snakemake(", "snakemake_argv(", '"snakemake"'))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,7 +31,7 @@ def expected(name: str, tmp_path: Path) -> tuple[str, str, str]:
     own = lines[1].startswith("# snakemake: ")
     smk = lines[1].removeprefix("# snakemake: ") if own else plan
     text = "\n".join(lines[2:] if own else lines[1:])
-    for mark, value in {"@CACHE@": str(private_cache(tmp_path)), "@TMP@": str(tmp_path)}.items():
+    for mark, value in {"@CACHE@": str(private_cache(tmp_path, calibrated=False)), "@TMP@": str(tmp_path)}.items():
         text, plan, smk = text.replace(mark, value), plan.replace(mark, value), smk.replace(mark, value)
     return text, plan, smk
 

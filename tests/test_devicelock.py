@@ -30,7 +30,8 @@ def test_a_waiting_step_names_the_holder_and_takes_over_when_it_dies(tmp_path, c
     try:
         assert holder.stdout.readline().strip() == "held"
         assert devicelock.holder(lock).startswith(f"held by pid {holder.pid} (capture matmul-x -> results/r/")
-        cfg = tiny_config(tmp_path, capture={**tiny_config(tmp_path)["capture"], "device_lock": str(lock)})
+        base = tiny_config(tmp_path, calibrated=False)
+        cfg = {**base, "capture": {**base["capture"], "device_lock": str(lock)}}
         (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
         doctor = subprocess.run(
             [str(BIN / "neuronsweep"), "doctor", "--config", str(tmp_path / "c.yaml")],

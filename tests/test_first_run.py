@@ -58,7 +58,7 @@ def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
 
 
 def test_plan_prints_an_estimate_and_doctor_the_rates(tmp_path):
-    cfg = tiny_config(tmp_path)
+    cfg = tiny_config(tmp_path, calibrated=False)
     (tmp_path / "c.yaml").write_text(json.dumps(cfg))
     out = subprocess.run(
         [str(BIN / "neuronsweep"), "plan", "--config", str(tmp_path / "c.yaml")],
@@ -90,6 +90,7 @@ def test_estimate_rests_on_the_probe():
     assert "no run-time estimate on neuron" in plan.estimate(plan.make_plan(cfg, "neuron"), cfg, None)
 
 
+@pytest.mark.workflow  # real calibration: seconds of GEMMs
 def test_calibration_measures_only_the_dtypes_asked_and_records_the_flags(tmp_path):
     out = tmp_path / "calibration.json"
     subprocess.run(

@@ -13,6 +13,7 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from conftest import REPO, private_cache
 
 PACKAGE = REPO / "workflow" / "neuronsweep"
@@ -45,6 +46,7 @@ def test_every_import_of_the_package_is_a_declared_dependency():
     assert "snakemake" not in third_party_imports()
 
 
+@pytest.mark.workflow  # builds a wheel and installs it in a venv
 def test_a_built_wheel_plans_a_config_outside_the_source_tree(tmp_path):
     src = tmp_path / "src"  # build from a copy: setuptools leaves build/ in the tree it builds
     shutil.copytree(
@@ -75,7 +77,7 @@ def test_a_built_wheel_plans_a_config_outside_the_source_tree(tmp_path):
     cfg.write_text(
         json.dumps(
             {
-                "cache_dir": str(private_cache(tmp_path)),
+                "cache_dir": str(private_cache(tmp_path, calibrated=False)),
                 "backend": "cpu",
                 "suites": {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}}},
             }

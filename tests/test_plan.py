@@ -54,7 +54,7 @@ def test_cli_plan_json(tmp_path):
         yaml.safe_dump(
             {
                 "backend": "auto",
-                "cache_dir": str(private_cache(tmp_path)),
+                "cache_dir": str(private_cache(tmp_path, calibrated=False)),
                 "suites": {"matmul": {"grid": {"m": [1, 2], "k": [3], "n": [4]}}},
             }
         )
