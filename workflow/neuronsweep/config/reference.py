@@ -15,7 +15,7 @@ Generated from the config schema (`workflow/schemas/config.schema.yaml`) by
 `python -m neuronsweep.config.reference > docs/config-reference.md`; edit the schema's descriptions,
 not this page. A config is checked against the schema before any job runs: a wrong type, range or
 unknown key stops the run with one sentence naming the file and the key.
-`docs/configuration.md` explains how the keys work together.
+[Configuration](configuration.md) explains how the keys work together.
 
 | key | allowed | default | meaning |
 |---|---|---|---|
@@ -65,7 +65,8 @@ def _default(sub: dict) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: one line, pipes escaped, angle brackets as entities (`results/<run>/` is no tag)."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def rows(node: dict, root: dict, prefix: str = "") -> list[str]:
