@@ -189,8 +189,8 @@ def bench_pftrace(tmp: Path, quick: bool) -> list[dict]:
     convert = [
         PY,
         "-c",
-        "import sys; from pathlib import Path; from neuronsweep import pftrace; "
-        "pftrace.chrome_to_pftrace(Path(sys.argv[1]), sys.argv[2])",
+        "import sys; from pathlib import Path; from neuronsweep.formats import pftrace_writer; "
+        "pftrace_writer.chrome_to_pftrace(Path(sys.argv[1]), sys.argv[2])",
     ]
     write = _isolated([*convert, chrome, out])
     larger = tmp / "larger.json"  # memory must not grow with the trace: the same at four times the slices

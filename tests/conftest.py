@@ -79,7 +79,7 @@ def private_cache(tmp: Path, calibrated: bool = True) -> Path:
     return cache
 
 
-def tiny_config(tmp: Path, calibrated: bool = True, **overrides) -> dict:
+def tiny_config(tmp: Path, *, calibrated: bool = True, **overrides) -> dict:
     """A two-case fp32 sweep with its own compile cache and its own device lock: tests never wait on
     (or block) the machine-wide lock of a real sweep. calibrated=False: for a test that only plans."""
     cfg = {
