@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import statistics
 
+# a case whose spread exceeds this share of its median is `noisy`: listed, never ranked or recommended
+NOISY_REL_SPREAD = 0.25
+
 
 def latency_stats(samples_s: list[float], rounds: int = 1) -> dict:
     """Median, IQR (p75 - p25, inclusive quantiles), min, max, mean, n and every sample; with several

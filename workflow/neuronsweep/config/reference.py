@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from neuronsweep.config.schema import load_schema
+from neuronsweep.config.schema import load_schema, resolve_ref
 
 HEADER = """# Configuration reference
 
@@ -22,26 +22,18 @@ unknown key stops the run with one sentence naming the file and the key.
 """
 
 
-def _resolve(sub: dict, root: dict) -> dict:
-    """A property with its local `$ref` merged in (the property's own keys win)."""
-    ref = sub.get("$ref", "")
-    if not ref.startswith("#/$defs/"):
-        return sub
-    return {**_resolve(root["$defs"][ref.split("/")[-1]], root), **{k: v for k, v in sub.items() if k != "$ref"}}
-
-
 def _allowed(sub: dict, root: dict) -> str:
     if "enum" in sub:
         return ", ".join("null" if v is None else str(v) for v in sub["enum"])
     if "const" in sub:
         return str(sub["const"])
     if "anyOf" in sub:
-        return " or ".join(_allowed(_resolve(alt, root), root) for alt in sub["anyOf"] if "required" not in alt) or (
+        return " or ".join(_allowed(resolve_ref(alt, root), root) for alt in sub["anyOf"] if "required" not in alt) or (
             sub.get("type", "")
         )
     kind = sub.get("type", "")
     if kind == "array":
-        items = _resolve(sub.get("items", {}), root)
+        items = resolve_ref(sub.get("items", {}), root)
         return f"list of {_allowed(items, root)}"
     bounds = []
     if "minimum" in sub:
@@ -73,13 +65,13 @@ def rows(node: dict, root: dict, prefix: str = "") -> list[str]:
     """One table row per key, depth first, in the schema's order."""
     out = []
     for key, raw in node.get("properties", {}).items():
-        sub = _resolve(raw, root)
+        sub = resolve_ref(raw, root)
         path = f"{prefix}{key}"
         cells = (_allowed(sub, root), _default(sub), sub.get("description", ""))
         out.append(f"| `{path}` | " + " | ".join(map(_cell, cells)) + " |")
         if sub.get("type") == "object" and "properties" in sub:
             out += rows(sub, root, f"{path}.")
-        items = _resolve(sub.get("items", {}), root) if sub.get("type") == "array" else {}
+        items = resolve_ref(sub.get("items", {}), root) if sub.get("type") == "array" else {}
         if items.get("type") == "object" and "properties" in items:
             out += rows(items, root, f"{path}[].")
     return out

@@ -55,7 +55,8 @@ def _with_defaults(base, root: dict):
     return validators.extend(base, {"properties": set_defaults})
 
 
-def _resolve(sub: dict, root: dict) -> dict:
+def resolve_ref(sub: dict, root: dict) -> dict:
+    """A property with its local "#/$defs/..." reference merged in (the property's own keys win)."""
     ref = sub.get("$ref", "")
     return (
         {**root["$defs"][ref.split("/")[-1]], **{k: v for k, v in sub.items() if k != "$ref"}}
@@ -85,7 +86,7 @@ def _scalar(value, sub: dict):
 
 def _coerce(instance, sub: dict, root: dict):
     """Walk the config beside its schema, coercing scalars (_scalar) in place."""
-    sub = _resolve(sub, root)
+    sub = resolve_ref(sub, root)
     if isinstance(instance, dict):
         props, extra = sub.get("properties", {}), sub.get("additionalProperties")
         for key, value in instance.items():
@@ -112,7 +113,7 @@ def schema_default(dotted: str):
     the CLI's flags as much as for configs."""
     root = sub = load_schema()
     for part in dotted.split("."):
-        sub = _resolve(sub["properties"][part], root)
+        sub = resolve_ref(sub["properties"][part], root)
     return copy.deepcopy(sub["default"])
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from neuronsweep.analysis import derived, roofline
+from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
 from neuronsweep.config.schema import schema_default
@@ -22,7 +23,6 @@ from neuronsweep.workloads import DTYPE_BYTES, collective, has_roofline, kind_of
 SCHEMA_VERSION = 1
 FRACTION_TO_PCT = 100.0
 # spread / median above this marks a case noisy: torch.utils.benchmark's "gross" IQR/median warning
-NOISY_REL_SPREAD = 0.25
 
 # metric key -> (summary field, scale). Units are in the key names.
 PROFILE_FIELDS = {

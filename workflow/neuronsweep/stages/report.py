@@ -12,10 +12,10 @@ import pandas as pd
 import plotly.io as pio
 
 from neuronsweep.analysis import ranking as compare
+from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.report import figures as figs
 from neuronsweep.report.page import page, table
-from neuronsweep.stages.extract import NOISY_REL_SPREAD
 
 
 def _us(seconds) -> str:
