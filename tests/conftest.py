@@ -140,6 +140,12 @@ def standin_env(tmp: Path, **knobs: str) -> dict:
     }
 
 
+def torchneuron_env(tmp: Path, **knobs: str) -> dict:
+    """The stand-in of SDK 2.33 on a trn2.48xlarge at LNC 2: TorchNeuron's torch_neuronx first on the path."""
+    path = os.pathsep.join([str(STANDIN / "python-torchneuron"), str(STANDIN / "python")])
+    return standin_env(tmp, PYTHONPATH=path, STANDIN_MACHINE="trn2", **knobs)
+
+
 def neuron_config(tmp: Path, **overrides) -> dict:
     return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True}, **overrides)
 

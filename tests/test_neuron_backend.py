@@ -168,7 +168,7 @@ def test_multi_case_sweep_on_neuron(neuron_run):
     for wid in WIDS:
         d = wdir(tmp_path, wid)
         build = json.loads((d / "build" / "build.json").read_text())
-        assert build["cc_flags"] == "--target trn1 -O2 --auto-cast none" and build["auto_cast"] == "none"
+        assert build["cc_flags"] == "--target inf2 -O2 --auto-cast none" and build["auto_cast"] == "none"
         assert (
             build["env"]["NEURON_FRAMEWORK_DEBUG"] == "1"
             and "neuron-compile-cache" in build["env"]["NEURON_COMPILE_CACHE_URL"]
@@ -706,7 +706,7 @@ def test_a_case_larger_than_a_neuroncores_hbm_is_refused_in_the_plan(tmp_path):
     assert plan.returncode == 2, plan.stderr
     assert (
         "config key 'suites.matmul': case matmul-m65536-k65536-n8-fp32 needs 16.0 GiB at the least (its tensors "
-        "and intermediates), more than 80% of a trn1 logical NeuronCore's HBM (16.0 GiB)"
+        "and intermediates), more than 80% of one inf2 logical NeuronCore's HBM (16.0 GiB)"
     ) in plan.stderr
 
 

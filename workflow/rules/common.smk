@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from neuronsweep import backends
+from neuronsweep.backends import neuron_setup
 from neuronsweep.config import schema as ns_config
 from neuronsweep.host import slots
 from neuronsweep.atomic import write_json
@@ -66,11 +67,20 @@ try:
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
     # under a cluster executor the devices are on the nodes, not here: each job finds its own
     BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"], local=not CLUSTER)
+    NEURON_SETUP = {}  # target, LNC and route read from this machine (a cluster's jobs settle them on their node)
+    if BACKEND == "neuron" and not CLUSTER:
+        CONFIG["neuron"], NEURON_SETUP = neuron_setup.settle(CONFIG["neuron"], need_route=False)
     PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)
+    if BACKEND == "neuron" and not CLUSTER and neuron_setup.needs_route(PLAN.workloads.values()):
+        CONFIG["neuron"], route_setup = neuron_setup.settle_route(CONFIG["neuron"])
+        NEURON_SETUP.update(route_setup)
     SLOTS = None if CLUSTER else slots.for_config(CONFIG, BACKEND)
 except UserError as exc:
     raise WorkflowError(str(exc)) from None
 logger.info(BACKEND_REASON)
+for why in (NEURON_SETUP.get("target"), NEURON_SETUP.get("route")):
+    if why:
+        logger.info(why)
 logger.info(estimate(PLAN, CONFIG, HOST_PROBE))
 if SLOTS is not None:
     logger.info(f"captures: {SLOTS.describe()}")
@@ -78,7 +88,10 @@ if SLOTS is not None:
         workflow.register_resource("neuron_device", len(SLOTS))
 
 # the config goes with the plan, so `neuronsweep compare` can say what differs between two runs
-PLAN_JSON = json.dumps({**PLAN.to_dict(), "backend_reason": BACKEND_REASON, "config": CONFIG}, separators=(",", ":"))
+PLAN_JSON = json.dumps(
+    {**PLAN.to_dict(), "backend_reason": BACKEND_REASON, "neuron_setup": NEURON_SETUP, "config": CONFIG},
+    separators=(",", ":"),
+)
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs

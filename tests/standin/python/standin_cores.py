@@ -2,7 +2,7 @@
 (NEURON_RT_VISIBLE_CORES, else every core of the machine) with non-blocking file locks held for its
 lifetime, and fails as the real runtime does when another process holds one: a torch-xla process
 claims every visible core by default ("Requested:2 Available:0", aws-neuron-sdk #1065). The machine
-is STANDIN_DEVICES chips (default 1, a trn1.2xlarge) of STANDIN_CORES_PER_DEVICE cores (default 2);
+is STANDIN_DEVICES chips (default 1) of STANDIN_MACHINE (inf2 by default) of STANDIN_CORES_PER_DEVICE cores (default 2);
 neuron-ls lists the same."""
 
 import fcntl
@@ -11,8 +11,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+MACHINE = os.environ.get("STANDIN_MACHINE", "inf2")  # what neuron-ls says this is (bin/neuron-ls)
 DEVICES = int(os.environ.get("STANDIN_DEVICES", "1"))
-CORES_PER_DEVICE = int(os.environ.get("STANDIN_CORES_PER_DEVICE", "2"))
+# logical NeuronCores per device: 2 on inf2/trn1; 4 on a trn2 at LNC 2 (8 physical)
+CORES_PER_DEVICE = int(os.environ.get("STANDIN_CORES_PER_DEVICE", "4" if MACHINE == "trn2" else "2"))
+LNC = 2 if MACHINE == "trn2" else 1  # the runtime's LNC: NEURON_LOGICAL_NC_CONFIG must match it
 CORES = DEVICES * CORES_PER_DEVICE
 _held = []
 

@@ -140,6 +140,7 @@ BACKENDS = {
         {"build": "model.neff", "capture": "profile.ntff"},
         stage_options={
             "build": (
+                "route",
                 "target",
                 "optlevel",
                 "auto_cast",

@@ -1,29 +1,45 @@
-"""Neuron backend: the real Neuron tools, driven exactly as documented in
-the Neuron SDK 2.27-2.32 documentation (neuron-explorer and neuron-profile; docs/neuron.md).
-This module holds the compile environment and the two compile routes; the profiler's command line
-(capture, view, NTFF names, out-of-memory detection) is neuron_profiler.py.
+"""Neuron backend: the real Neuron tools, driven exactly as documented in the Neuron SDK 2.27-2.33
+documentation (neuron-explorer and neuron-profile, TorchNeuron; docs/neuron.md). This module holds the
+compile environment and the compile routes; the profiler's command line (capture, view, NTFF names,
+out-of-memory detection) is neuron_profiler.py; which route and target a run takes, neuron_setup.py.
 
-build   torch-xla runs the workload with NEURON_FRAMEWORK_DEBUG=1, NEURON_CC_FLAGS from config and a
-        compile cache directory of its own (NEURON_COMPILE_CACHE_URL); the NEFF of the workload graph
-        is the one that appears while the workload runs, not while inputs move (xla_program.py)
+build   route torchneuron (SDK 2.33+, trn2/trn3): torch.compile(backend="neuron") in a child with a
+        NEFF cache folder of its own per build (TorchNeuron's cache key ignores the compiler flags);
+        the NEFF is the one that appears during the first call (torchneuron_program.py)
+        route xla (SDK <= 2.31): torch-xla runs the workload with NEURON_FRAMEWORK_DEBUG=1,
+        NEURON_CC_FLAGS from config and a compile cache directory of its own (NEURON_COMPILE_CACHE_URL);
+        the NEFF of the workload graph is the one that appears while the workload runs (xla_program.py)
+        impl nki, on either route: the kernel's own NEFF (nki_program.py)
 capture <profiler> capture -n NEFF -s DIR/profile.ntff --num-exec N --profile-nth-exec K
-        --ignore-exec-errors; the NTFF is found by the documented naming rules; a device
-        out-of-memory is retried by Snakemake with --single-io; then framework timing on the XLA
-        device through the same compile cache
+        --ignore-exec-errors (or the saved inputs); the NTFF is found by the documented naming rules;
+        a device out-of-memory is retried by Snakemake with --single-io; a NEFF the profiler refuses
+        (TorchNeuron) is profiled by the runtime's inspect mode instead; then framework timing
 view    summary-json (always), parquet (neuron-explorer), legacy json (when asked), perfetto
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.backends import BACKENDS, nccom_test, xla_collective, xla_program
+from neuronsweep.backends import BACKENDS, nccom_test, neuron_setup, xla_collective, xla_program
 from neuronsweep.backends.common import package_versions, recompilation_flag, run_child
-from neuronsweep.backends.neuron_profiler import NTFF, capture_neff, tool_env, view_profile, view_ranks, view_session
+from neuronsweep.backends.neuron_profiler import (
+    NTFF,
+    CaptureRefused,
+    capture_neff,
+    inspect_env,
+    pair_inspect_outputs,
+    tool_env,
+    view_profile,
+    view_ranks,
+    view_session,
+)
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import slots
@@ -34,8 +50,8 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.workloads import workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
-ARTIFACT_FORMAT = "NEFF via torch-xla or nki.jit, v2"
-NEURON_PACKAGES = ("neuronx-cc", "torch-neuronx", "torch-xla", "libneuronxla", "nki")
+ARTIFACT_FORMAT = "NEFF via TorchNeuron, torch-xla or nki.jit, v3"
+NEURON_PACKAGES = neuron_setup.PACKAGES
 
 
 # The functions below take the config's neuron section with the schema's defaults filled in
@@ -56,8 +72,8 @@ def lnc(options: dict) -> int:
 def cc_flags(options: dict) -> str:
     """NEURON_CC_FLAGS from the config's neuron section (neuronx-cc compile options)."""
     flags = [f"--target {options['target']}", f"-O{options['optlevel']}", f"--auto-cast {auto_cast(options)}"]
-    if options["lnc"]:
-        flags.append(f"--logical-nc-config {options['lnc']}")
+    if options["lnc"] and (options["lnc"] != 1 or len(TARGETS[options["target"]].lnc_choices) > 1):
+        flags.append(f"--logical-nc-config {options['lnc']}")  # explicit wherever the target has a choice
     if options["disable_dge"]:
         flags.append("--disable-dge")
     if options["extra_cc_flags"]:
@@ -80,6 +96,7 @@ def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = 
             "NEURON_FRAMEWORK_DEBUG": "1",
             "NEURON_CC_FLAGS": cc_flags(options),
             "NEURON_COMPILE_CACHE_URL": str(compile_cache),
+            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),  # the runtime's LNC must be the compiler's
         }
     )
     if xla_debug(options):
@@ -118,6 +135,82 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     }
 
 
+def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_cores: str | None = None) -> dict:
+    """TorchNeuron's environment ("TorchNeuron environment variables", SDK 2.33): the build's own NEFF
+    cache, artifacts kept, no silent fallback to CPU execution, the runtime's LNC equal to the compiler's."""
+    env = tool_env(visible_cores)
+    env.update(
+        {
+            "NEURON_CC_FLAGS": cc_flags(options),
+            "TORCH_NEURONX_NEFF_CACHE_DIR": str(neff_cache),
+            "TORCH_NEURONX_DEBUG_DIR": str(debug_dir),
+            "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1",
+            "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1",
+            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
+        }
+    )
+    return env
+
+
+def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
+    """TorchNeuron route: a fresh NEFF cache folder per build (its key ignores NEURON_CC_FLAGS and the
+    compiler version, so a shared one can hand back a NEFF compiled with other flags); the workload's NEFF
+    is the one new NEFF after the first compiled call, none or several fail with the list."""
+    wid = workload_id(spec)
+    if spec["kind"] == "collective":
+        raise UserError(
+            f"case {wid}: collectives on the TorchNeuron route (torch.distributed backend neuron) are not "
+            "built yet; set neuron.route: xla in an SDK 2.31 environment, or leave the collectives suite out."
+        )
+    neff_cache = entry / "torchneuron-neff-cache"
+    shutil.rmtree(neff_cache, ignore_errors=True)
+    neff_cache.mkdir(parents=True)
+    workdir = out_dir.resolve() / "torchneuron"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
+    result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, inputs_dir=entry / "inputs")
+    digests = result["digests"]
+    first = {digests[p]: p for p in result["first_call"]}  # distinct NEFFs by content
+    if len(first) != 1:
+        raise UserError(
+            f"case {wid}: expected one new NEFF in {neff_cache} after the compiled call, found "
+            f"{sorted(first.values()) or 'none'}; "
+            + (
+                "the graph is split: simplify the workload or profile each graph."
+                if first
+                else "check the torch.compile log (torchneuron/torchneuron_program.log)."
+            )
+        )
+    neff = next(iter(first.values()))
+    return {
+        "neff_source": neff,
+        "candidates": [{"path": p, "phase": "first call"} for p in result["first_call"]]
+        + [{"path": p, "phase": "second call"} for p in result["second_call"]],
+        "compile_s": max(0.0, result["first_call_s"] - result["second_call_s"]),
+        "compile_count": len(first),
+        "second_call_compile_count": len(result["second_call"]),
+        "recompiled_on_second_call": bool(result["second_call"]),
+        "compile_s_source": "first compiled call minus the second (cached) call, wall clock",
+        "neff_cache": str(neff_cache),
+        "torch_neuronx": result["torch_neuronx"],
+        "device": result["device"],
+        "max_abs_error_vs_cpu": result.get("max_abs_error_vs_cpu"),
+        "capture_inputs": result["inputs"],
+    }
+
+
+def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options) -> dict:
+    """Run torchneuron_program in `workdir`; options: inputs_dir, warmup, iterations, repeats, inspect_nth."""
+    workdir = workdir.resolve()
+    args = ["--spec", json.dumps(spec), "--out", str(workdir / "result.json"), "--neff-cache", str(neff_cache)]
+    for key, value in options.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}", str(value)]
+    run_child("torchneuron_program", args, spec, workdir, env, "TorchNeuron run", timeout_s)
+    return json.loads((workdir / "result.json").read_text())
+
+
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
     why = for_spec(spec).supported(spec)
@@ -134,7 +227,7 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     env.update(
         {
             "NKI_ARTIFACTS_DIR": str(artifacts),
-            "NEURON_PLATFORM_TARGET_OVERRIDE": options["target"],
+            "NEURON_PLATFORM_TARGET_OVERRIDE": TARGETS[options["target"]].nki_platform,
             "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
             "NEURON_CC_FLAGS": cc_flags(options),
         }
@@ -169,12 +262,18 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     }
 
 
+ROUTES = {"torchneuron": _compile_torchneuron, "xla": _compile_xla}
+COMPILERS = {"torchneuron": "neuronx-cc via TorchNeuron torch.compile", "xla": "neuronx-cc via torch-xla"}
+
+
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
-    versions = package_versions(NEURON_PACKAGES)
-    options = settings.options
-    flags = cc_flags(options)
+    # what is still auto is settled on this machine (a cluster node, a build run by hand)
     nki_impl = spec.get("impl") == "nki"
-    route = _compile_nki if nki_impl else _compile_xla
+    options, setup = neuron_setup.settle(settings.options, check_route=False, need_route=not nki_impl)
+    settings = replace(settings, options=options)
+    versions = package_versions(NEURON_PACKAGES)
+    flags = cc_flags(options)
+    route = _compile_nki if nki_impl else ROUTES[options["route"]]
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
         # every route executes the workload on NeuronCores: take a device slot like a capture
@@ -192,6 +291,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     material = {
         "spec": spec,
         "backend": "neuron",
+        "route": "nki" if nki_impl else options["route"],
         "cc_flags": flags,
         "xla_debug": xla_debug(options),
         "versions": versions,
@@ -199,25 +299,42 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     }
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])
-    env = (
-        {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"}
-        if nki_impl
-        else {
-            k: v
-            for k, v in compile_env(options, entry / "neuron-compile-cache").items()
-            if k.startswith(("NEURON_FRAMEWORK_DEBUG", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "XLA_"))
-        }
-    )
+    if nki_impl:
+        env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"}
+    elif options["route"] == "torchneuron":
+        env = torchneuron_env(options, entry / "torchneuron-neff-cache", out_dir.resolve() / "torchneuron" / "debug")
+    else:
+        env = compile_env(options, entry / "neuron-compile-cache")
+    env = {
+        k: v
+        for k, v in env.items()
+        if k.startswith(
+            (
+                "NEURON_FRAMEWORK_DEBUG",
+                "NEURON_CC_FLAGS",
+                "NEURON_COMPILE",
+                "NEURON_LOGICAL",
+                "TORCH_NEURONX_",
+                "XLA_",
+                "NKI_",
+            )
+        )
+    }
     return {
         "toolchain": versions,
-        "compiler": "NKI kernel (nki.jit)" if nki_impl else "neuronx-cc via torch-xla",
+        "route": "nki" if nki_impl else options["route"],
+        "route_reason": None
+        if nki_impl
+        else setup.get("route") or f"neuron.route {options['route']} (settled when the run was planned)",
+        "target_reason": setup["target"],
+        "compiler": "NKI kernel (nki.jit)" if nki_impl else COMPILERS[options["route"]],
         "artifact_format": ARTIFACT_FORMAT,
         "cc_flags": flags,
         "target": options["target"],
         "auto_cast": auto_cast(options),
         "lnc": lnc(options),
         "env": env,
-        "compile_cache": None if nki_impl else str(entry / "neuron-compile-cache"),
+        "compile_cache": str(entry / "neuron-compile-cache") if options["route"] == "xla" and not nki_impl else None,
         **{k: v for k, v in meta.items() if k != "made_at"},
         **fields,
         "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
@@ -292,11 +409,75 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     }
 
 
+def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
+    """warmup + repeats x iterations compiled calls on the neuron device, each between two
+    torch.neuron.synchronize(), through the build's NEFF cache (a NEFF appearing here is a recompile)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**tool_env(settings.visible_cores), **build.env}
+    result = torchneuron_run(
+        build.spec,
+        workdir,
+        env,
+        Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"]),
+        settings.timeout_s,
+        warmup=settings.warmup,
+        iterations=settings.iterations,
+        repeats=settings.repeats,
+    )
+    return result["timing"]
+
+
+def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str) -> dict:
+    """The runtime's own profiler (SDK 2.33 inspect mode) where the profiler's capture refuses the NEFF:
+    the workload runs nth times in TorchNeuron, the runtime profiles execution nth, and the NTFF is paired
+    with its NEFF by the hash both names carry; the pair must be the build's NEFF (same content)."""
+    raw = out_dir / "inspect"
+    shutil.rmtree(raw, ignore_errors=True)
+    raw.mkdir(parents=True)
+    env = {**tool_env(settings.visible_cores), **build.env, **inspect_env(raw, settings)}
+    started = time.time()
+    torchneuron_run(
+        build.spec,
+        out_dir,
+        env,
+        Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"]),
+        settings.timeout_s,
+        inspect_nth=settings.nth_exec,
+    )
+    ntff = pair_inspect_outputs(raw, neff)
+    shutil.copyfile(ntff, out_dir / NTFF)
+    return {
+        "profiler": "Neuron Runtime inspect mode (NEURON_RT_INSPECT_*)",
+        "profiler_version": None,
+        "argv": None,
+        "inspect_env": {k: v for k, v in env.items() if k.startswith("NEURON_RT_INSPECT")},
+        "capture_refused": refused,
+        "exit_status": 0,
+        "capture_wall_s": time.time() - started,
+        "ntff_written_as": ntff.name,
+        "neff": str(neff),
+        "neff_sha256": hashlib.sha256(neff.read_bytes()).hexdigest(),
+        "single_io": False,
+        "outputs_valid": True,
+        "inputs": "the workload's own tensors, in TorchNeuron",
+        "artifacts": {"ntff": NTFF},
+    }
+
+
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     if build.spec["kind"] == "collective" and not settings.collectives:  # a worker per rank, as the build ran
         settings = replace(settings, collectives={"workers_per_node": build.spec["world"]})
-    record = capture_neff(build_dir / ARTIFACT, out_dir, settings, build.details.get("capture_inputs"))
-    if build.spec["kind"] == "collective":
+    neff = build_dir / ARTIFACT
+    torchneuron = build.details.get("route") == "torchneuron"
+    try:
+        record = capture_neff(neff, out_dir, settings, build.details.get("capture_inputs"))
+    except CaptureRefused as exc:
+        if not torchneuron:
+            raise
+        record = inspect_capture(build, neff, settings, out_dir, str(exc))
+    if torchneuron:
+        record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
+    elif build.spec["kind"] == "collective":
         record.update(collective_timing(build, settings, out_dir / "framework"))
     elif build.spec.get("impl") == "nki":
         record["latency"] = None

@@ -99,6 +99,47 @@ def profiled_ranks(collectives: dict) -> list[int]:
     return list(here) if wanted == "all" else [r for r in here if r == int(wanted)]
 
 
+class CaptureRefused(UserError):
+    """The profiler's capture could not load the NEFF (a torch.compile NEFF it does not take)."""
+
+
+# what the runtime prints when it cannot load a NEFF (nrt_load), as opposed to a device or input problem
+NEFF_REFUSED = re.compile(r"nrt_load\b|NEFF load error|not a valid NEFF|unsupported NEFF", re.IGNORECASE)
+
+
+def inspect_env(out: Path, settings: CaptureSettings) -> dict:
+    """The runtime's inspect mode (Neuron Explorer environment variables, SDK 2.33): device profile of one
+    model execution, the first nth-1 executions as warm-up, DGE notifications as the capture asks."""
+    env = {
+        "NEURON_RT_INSPECT_ENABLE": "1",
+        "NEURON_RT_INSPECT_OUTPUT_DIR": str(out.resolve()),
+        "NEURON_RT_INSPECT_DEVICE_PROFILE": "model",
+        "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP": str(settings.nth_exec - 1),
+    }
+    if settings.options.get("enable_dge_notifs") or settings.options.get("memory_tracker"):
+        env["NEURON_RT_ENABLE_DGE_NOTIFICATIONS"] = "1"
+    return env
+
+
+def pair_inspect_outputs(folder: Path, neff: Path) -> Path:
+    """The NTFF the inspect mode wrote for this NEFF: `<h>_instid_0_vnc_0.ntff` beside `neff_<h>.neff`,
+    the NEFF's content the build's. Anything else (no pair, several) fails with what was found."""
+    digest = _sha256(neff)
+    pairs = []
+    for copy in sorted(folder.rglob("neff_*.neff")):
+        h = copy.stem.removeprefix("neff_")
+        ntffs = sorted(copy.parent.glob(f"{h}_instid_*_vnc_*.ntff"))
+        if _sha256(copy) == digest and ntffs:
+            pairs += ntffs
+    if len(pairs) != 1:
+        found = sorted(p.name for p in folder.rglob("*") if p.suffix in (".neff", ".ntff"))
+        raise UserError(
+            f"{neff}: the runtime's inspect mode left {len(pairs)} profile(s) of this NEFF in {folder} "
+            f"(found: {found or 'nothing'}); expected one <hash>_instid_0_vnc_0.ntff beside neff_<hash>.neff."
+        )
+    return pairs[0]
+
+
 def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
     expected = raw_dir / expected_ntff(num_exec, nth)
     if expected.is_file():
@@ -157,7 +198,7 @@ def capture_neff(
                 "(Snakemake retries: 1), whose timings stay representative but whose outputs are not valid."
             )
         last = (text.strip().splitlines() or ["no output"])[-1]
-        raise UserError(
+        raise (CaptureRefused if NEFF_REFUSED.search(text) else UserError)(
             f"{neff}: {Path(profiler).name} capture exited {proc.returncode}: {last} "
             f"(full output: {out_dir / 'capture.log'})."
         )

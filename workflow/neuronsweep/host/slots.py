@@ -16,18 +16,15 @@ Snakemake's `neuron_device` resource is set to the same count at planning time o
 from __future__ import annotations
 
 import glob
-import json
-import shutil
-import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from neuronsweep.errors import UserError
-from neuronsweep.host import devicelock
+from neuronsweep.host import devicelock, neuron_ls
 from neuronsweep.host.targets import TARGETS
 
-NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
+NEURON_TOOL_DIR = neuron_ls.NEURON_TOOL_DIR
 
 
 @dataclass(frozen=True)
@@ -70,30 +67,12 @@ class Pool:
         )
 
 
-def _neuron_ls() -> str | None:
-    return shutil.which("neuron-ls") or shutil.which("neuron-ls", path=NEURON_TOOL_DIR)
-
-
 def chips(cores_per_chip: int) -> tuple[list[list[int]], str]:
-    """The logical NeuronCore ids of each chip, and how they were found: `neuron-ls --json-output`
-    (its `nc_count` per device, the cores as the runtime numbers them, or `neuroncore_ids` where
-    listed), else one chip per /dev/neuron* with the target's `cores_per_chip`."""
-    tool = _neuron_ls()
-    if tool:
-        try:
-            proc = subprocess.run([tool, "--json-output"], capture_output=True, text=True, timeout=60)
-            listed = json.loads(proc.stdout)
-        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
-            listed = None
-        if isinstance(listed, list) and listed:
-            out, next_id = [], 0
-            for device in listed:
-                ids = device.get("neuroncore_ids")
-                if not ids:
-                    ids = list(range(next_id, next_id + int(device.get("nc_count") or 0)))
-                out.append([int(i) for i in ids])
-                next_id = max([next_id, *[i + 1 for i in out[-1]]])
-            return out, f"{tool} --json-output: {len(out)} device(s), {sum(map(len, out))} NeuronCore(s)"
+    """The logical NeuronCore ids of each chip, and how they were found: neuron-ls's JSON (neuron_ls.py),
+    else one chip per /dev/neuron* with the target's `cores_per_chip`."""
+    machine = neuron_ls.discover()
+    if machine.chips:
+        return [list(c) for c in machine.chips], machine.found
     devices = sorted(glob.glob("/dev/neuron[0-9]*"))
     if devices:
         return (
@@ -110,7 +89,7 @@ def pool(
     if backend != "neuron":
         return Pool((Slot(0, ()),), "host", f"{backend}: a capture takes every core of the host")
 
-    found_chips, found = chips(TARGETS[target or "trn1"].logical_cores_per_chip(lnc))
+    found_chips, found = chips(TARGETS[target if target in TARGETS else "trn1"].logical_cores_per_chip(lnc))
     if not found_chips:
         raise UserError(
             f"found no Neuron device for the capture slots ({found}); run on a trn1, trn2 or inf2 "

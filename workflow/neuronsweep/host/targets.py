@@ -24,6 +24,10 @@ class Target:
         "the Neuron docs give NeuronLink-v2 no bandwidth figure (trn1-arch.rst, trainium.rst, inferentia2.rst)"
     )
 
+    fp32_ratio: float = 4.0  # bf16 peak / fp32 peak: 4 on NeuronCore-v2 and -v3
+    nki_platform: str = "trn1"  # NEURON_PLATFORM_TARGET_OVERRIDE for standalone NKI (nki.isa.nc_version)
+    lnc_choices: tuple[int, ...] = (1,)  # what neuronx-cc accepts for --logical-nc-config (NCC_EARG001)
+
     def logical_cores_per_chip(self, lnc: int | None = None) -> int:
         """What the runtime numbers (NEURON_RT_VISIBLE_CORES) on one chip: physical cores / LNC."""
         return max(1, self.cores_per_chip // self.lnc(lnc))
@@ -38,8 +42,8 @@ class Target:
         return self.bf16_flops_per_core * self.lnc(lnc)
 
     def peak_flops(self, dtype: str, lnc: int | None = None) -> float:
-        """TensorE dense peak; fp32 runs at a quarter of the bf16/fp16 rate on NeuronCore-v2 and -v3."""
-        return self.bf16_flops(lnc) / (4 if dtype == "fp32" else 1)
+        """TensorE dense peak; fp32 at the chip's fp32 rate (a quarter of bf16 on NeuronCore-v2 and -v3)."""
+        return self.bf16_flops(lnc) / (self.fp32_ratio if dtype == "fp32" else 1)
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -54,7 +58,7 @@ _V2 = (
 )
 TARGETS = {
     "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
-    "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
+    "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2, nki_platform="inf2"),
     "trn2": Target(
         "trn2",
         128 * 128 * 2 * 2.4e9,
@@ -68,9 +72,34 @@ TARGETS = {
         cores_per_chip=8,  # 96 GiB per chip, 8 NeuronCores
         chip_link_bytes_per_s=1024e9,
         chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)",
+        nki_platform="trn2",
+        lnc_choices=(1, 2),
+    ),
+    "trn3": Target(
+        "trn3",
+        671e12 / 8,
+        4.9e12 / 4,
+        2,
+        "NeuronCore-v4: 671 BF16/FP16/TF32 dense TFLOPS per chip of 8 cores = 83.9 TFLOPS per physical core, "
+        "183 FP32 TFLOPS per chip (trainium3.rst), times the LNC (neuronx-cc defaults to LNC 2 on Trn2 and "
+        "later: NCC_EVRF066); MBU over one HBM stack: 4.9 TB/s per chip over its 4 stacks (trainium3.rst: "
+        "144 GiB, 4.9 TB/s; the NKI Trainium3 guide says 4.7 TB/s); no profile of a trn3 checked these",
+        hbm_bytes_per_core=144 * 2**30 / 8,
+        cores_per_chip=8,
+        chip_link_bytes_per_s=2.56e12,
+        chip_link_source="NeuronLink-v4: 2.56 TB/sec per device (trainium3.rst)",
+        fp32_ratio=671 / 183,
+        nki_platform="trn3",
+        lnc_choices=(1, 2),
     ),
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
+# NEURON_PLATFORM_TARGET_OVERRIDE accepts trn1|inf2|gen2, trn2|gen3, trn3|gen4 (nki.isa.nc_version): trn1n is trn1
+
+
+def same_chip(a: str, b: str) -> bool:
+    """trn1 and trn1n are one chip (the n is the network); every other family names its own target."""
+    return a == b or {a, b} <= {"trn1", "trn1n"}
 
 
 def target_family(instance_type: str | None) -> str | None:

@@ -108,7 +108,7 @@ def targets_table(plan: dict) -> pd.DataFrame:
             continue
         kind = kind_of(spec)
         flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
-        for name in ("trn1", "inf2", "trn2"):
+        for name in ("trn1", "inf2", "trn2", "trn3"):
             t = TARGETS[name]
             rows.append(
                 {

@@ -13,7 +13,6 @@ from neuronsweep.analysis import derived, roofline
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
-from neuronsweep.config.schema import schema_default
 from neuronsweep.formats import legacy_json, neuron_summary
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 from neuronsweep.host.targets import TARGETS, target_family
@@ -426,10 +425,10 @@ def neuron_peaks(build: BuildRecord | None, summary: dict, metadata: dict | None
     """The peaks a neuron profile is measured against: the profile's own metadata where the view has
     it, else the configured target's table row, both per logical core (LNC). Says when the configured
     target is not the instance the profile was captured on."""
-    target = (build.target if build else None) or schema_default("neuron.target")
+    found = target_family(summary.get("instance_type"))
+    target = build.target if build and build.target in TARGETS else (found or "trn1")
     row = TARGETS[target]
     lnc = row.lnc(build.lnc if build else None)
-    found = target_family(summary.get("instance_type"))
     if found and TARGETS[found].bf16_flops_per_core != row.bf16_flops_per_core:
         notes["neuron_target"] = (
             f"neuron.target is {target} but the profile was captured on "

@@ -308,12 +308,12 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
         import psutil
 
         check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
-    elif backend == "neuron":
+    elif backend == "neuron" and config["neuron"]["target"] in TARGETS:  # auto: settled by each job on its node
         target = TARGETS[config["neuron"]["target"]]
         check_fits(
             plan,
             target.hbm_bytes(config["neuron"]["lnc"]),
-            f"of a {target.name} logical NeuronCore's HBM",
+            f"of one {target.name} logical NeuronCore's HBM",
             " (or set neuron.lnc: 2 where the target allows it)",
         )
     return plan, probe

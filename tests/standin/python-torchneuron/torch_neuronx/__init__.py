@@ -1,0 +1,238 @@
+"""TorchNeuron double (torch-neuronx 2.13 of SDK 2.33; a test double, see tests/standin/README.md).
+
+Like the real package it registers a `neuron` device (PyTorch's PrivateUse1, renamed) with a
+`torch.neuron` module, and a `neuron` torch.compile backend. Executing on the CPU, the lighter way:
+no C++ extension (PyTorch's open-registration test extension needs a compiler and a build), but a
+wrapper tensor subclass whose `.device` is `neuron:0` and whose data is a host tensor; `Tensor.to`
+learns the `neuron` device, every op on such tensors runs on the host copy. Limits, said plainly:
+`torch.neuron.is_available()` is False (True would send Dynamo to the accelerator's C++ stream API,
+which a Python-only device cannot have), and grad mode must be off on the device (autograd would
+ask C++ for the device's guard). Neither matters to an inference benchmark; both fail loudly.
+
+The compile backend, as the docs and the real cache behave:
+- NEURON_CC_FLAGS must carry `--target trn2|trn3` (TorchNeuron has no trn1/inf2); the compile's LNC is
+  `--logical-nc-config`/`--lnc`, else 2;
+- one NEFF per compiled graph in TORCH_NEURONX_NEFF_CACHE_DIR (default /tmp/neff_cache), sharded
+  `ab/cd/<key>.neff`; the key hashes the graph and its input shapes only, NOT the flags nor the compiler
+  version (so a shared folder hands back a NEFF compiled with other flags); a copy under
+  TORCH_NEURONX_DEBUG_DIR/neff/proc_<rank>/ when TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1;
+- Dynamo recompiles on a new shape (and the backend writes a new NEFF);
+- a failed compile raises unless TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 (then it runs eagerly);
+- executing a NEFF whose LNC differs from the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's,
+  bin/neuron-ls) fails as the runtime does;
+- the runtime's inspect mode (NEURON_RT_INSPECT_ENABLE=1, NEURON_RT_INSPECT_DEVICE_PROFILE=model,
+  NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP=N, NEURON_RT_INSPECT_OUTPUT_DIR) profiles execution N+1 of
+  each NEFF: `neff_<h>.neff` and `<h>_instid_0_vnc_0.ntff` in the output folder.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import types
+from pathlib import Path
+
+import standin_cores
+import torch
+from torch.utils._pytree import tree_map
+
+__version__ = "2.13.3"
+torch.utils.rename_privateuse1_backend("neuron")
+NEURON = torch.device("neuron", 0)
+TARGETS = ("trn2", "trn3")
+_claimed = []
+
+
+def _claim():
+    if not _claimed:  # the runtime takes the visible NeuronCores when the device is first used
+        standin_cores.claim()
+        _claimed.append(True)
+
+
+def _host_device(x):
+    return torch.device("cpu") if isinstance(x, torch.device) and x.type == "neuron" else x
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on `neuron:0` whose data lives in a host tensor."""
+
+    @staticmethod
+    def __new__(cls, host):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, host.shape, strides=host.stride(), dtype=host.dtype, device=NEURON, requires_grad=False
+        )
+
+    def __init__(self, host):
+        self.host = host
+
+    def __repr__(self):
+        return f"tensor(on neuron:0, {tuple(self.shape)}, {self.dtype})"
+
+    def __tensor_flatten__(self):
+        return ["host"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+        return NeuronTensor(inner["host"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch.is_grad_enabled() and any(isinstance(a, NeuronTensor) and a.requires_grad for a in args):
+            raise RuntimeError("stand-in neuron device: autograd is not modelled; run under torch.no_grad()")
+        to_host = kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cpu"
+        out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+        if to_host:
+            return out
+        return tree_map(lambda x: NeuronTensor(x) if type(x) is torch.Tensor else x, out)
+
+
+def _unwrap(x):
+    return _host_device(x.host if isinstance(x, NeuronTensor) else x)
+
+
+_host_to = torch.Tensor.to
+
+
+def _to(self, *args, **kwargs):
+    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    if device is not None and device.type == "neuron":
+        _claim()
+        host = self.host if isinstance(self, NeuronTensor) else self
+        return NeuronTensor(_host_to(host, dtype=dtype, copy=True) if dtype is not None else host.detach().clone())
+    return _host_to(self, *args, **kwargs)
+
+
+torch.Tensor.to = _to
+device_module = types.ModuleType("torch.neuron")
+device_module.is_available = lambda: False  # see the module docstring
+device_module.device_count = lambda: standin_cores.CORES
+device_module.current_device = lambda: 0
+device_module.synchronize = lambda device=None: None  # execution is synchronous on the host
+torch._register_device_module("neuron", device_module)
+
+
+# ------------------------------------------------------------------------------- the compile backend
+
+
+def _cc_flags() -> tuple[str, int]:
+    flags = os.environ.get("NEURON_CC_FLAGS", "")
+    m = re.search(r"--target[ =](\S+)", flags)
+    if not m or m.group(1) not in TARGETS:
+        raise RuntimeError(
+            f"neuronx-cc: TorchNeuron compiles for --target {'|'.join(TARGETS)} (NEURON_CC_FLAGS={flags!r})"
+        )
+    lnc = re.search(r"(?:--logical-nc-config|--lnc|-lnc)[ =](\d)", flags)
+    return flags, int(lnc.group(1)) if lnc else 2
+
+
+def _ops(gm) -> list:
+    """The graph's calls with their input shapes (what the profiler double reads its numbers from)."""
+    ops = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
+        shapes = [
+            list(a.meta["example_value"].shape)
+            for a in node.args
+            if hasattr(a, "meta") and isinstance(a.meta.get("example_value"), torch.Tensor)
+        ]
+        if name == "linear" and len(shapes) >= 2:  # x @ w.T
+            name, shapes = "matmul", [shapes[0], shapes[1][::-1]]
+        ops.append([name, shapes])
+    return ops
+
+
+def _neff_cache() -> Path:
+    return Path(os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache"))
+
+
+def _compile(gm, example_inputs) -> Path:
+    flags, lnc = _cc_flags()
+    signature = [[list(t.shape), str(t.dtype)] for t in example_inputs]
+    key = hashlib.sha256((gm.code + json.dumps(signature)).encode()).hexdigest()  # no flags: as the real key
+    neff = _neff_cache() / key[:2] / key[2:4] / f"{key}.neff"
+    if neff.is_file():
+        print(f"torch_neuronx: NEFF cache hit {neff}")
+        return neff
+    header = {
+        "graph": f"torchneuron_{key[:12]}",
+        "producer": "torch_neuronx.backend",
+        "ops": _ops(gm),
+        "cc_flags": flags,
+        "lnc": lnc,
+        "inputs": signature,
+    }
+    neff.parent.mkdir(parents=True, exist_ok=True)
+    tmp = neff.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(b"NEFF\0" + json.dumps(header).encode())
+    os.replace(tmp, neff)
+    if os.environ.get("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS") == "1":
+        debug = Path(os.environ.get("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend"))
+        proc = debug / "neff" / f"proc_{os.environ.get('RANK', '0')}"
+        proc.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(neff, proc / f"{header['graph']}_{time.time_ns()}.neff")
+    return neff
+
+
+def _runtime_lnc() -> int:
+    return int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", standin_cores.LNC))
+
+
+class _Executable:
+    """A loaded NEFF: checks the runtime's LNC, counts executions for the inspect mode, runs on the host."""
+
+    def __init__(self, neff: Path, gm):
+        self.neff, self.gm, self.executions = neff, gm, 0
+        self.lnc = json.loads(neff.read_bytes()[5:])["lnc"]
+
+    def __call__(self, *args):
+        if _runtime_lnc() != self.lnc:
+            raise RuntimeError(
+                f"NRT: nrt_load: NEFF {self.neff.name} was compiled for LNC {self.lnc} but the runtime runs "
+                f"NEURON_LOGICAL_NC_CONFIG={_runtime_lnc()}"
+            )
+        self.executions += 1
+        out = self.gm.forward(*args)
+        self._inspect()
+        return out
+
+    def _inspect(self):
+        if os.environ.get("NEURON_RT_INSPECT_ENABLE") != "1":
+            return
+        mode = os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE", "0")
+        warmup = int(os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", "0"))
+        if mode not in ("1", "model") or self.executions != warmup + 1:
+            return
+        out = Path(os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "./output"))
+        out.mkdir(parents=True, exist_ok=True)
+        data = self.neff.read_bytes()
+        h = hashlib.md5(data).hexdigest()[:16]
+        (out / f"neff_{h}.neff").write_bytes(data)
+        body = {
+            "ntff_version": 6,
+            "neff_sha256": hashlib.sha256(data).hexdigest(),
+            "num_exec": self.executions,
+            "single_io": False,
+            "dge_notifs": os.environ.get("NEURON_RT_ENABLE_DGE_NOTIFICATIONS") == "1",
+            "inspect": True,
+        }
+        (out / f"{h}_instid_0_vnc_0.ntff").write_bytes(b"NTFF\0" + json.dumps(body).encode())
+
+
+def neuron_backend(gm, example_inputs):
+    if torch.is_grad_enabled():
+        raise RuntimeError("stand-in neuron backend: compile under torch.no_grad() (autograd is not modelled)")
+    try:
+        neff = _compile(gm, example_inputs)
+    except Exception:
+        if os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1") == "0":
+            return gm.forward  # the docs' fallback: eager execution of the original graph
+        raise
+    return _Executable(neff, gm)
+
+
+torch._dynamo.register_backend(neuron_backend, name="neuron")

@@ -1,0 +1,239 @@
+"""Neuron as SDK 2.33 ships it: the instance read from neuron-ls (the real outputs in tests/data/neuron/tools/),
+the route picked from the installed packages, and the TorchNeuron route end to end on the stand-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import BIN, DATA, REPO, neuron_config, snakemake, snakemake_argv, standin_env, torchneuron_env
+
+from neuronsweep.backends import neuron_setup
+from neuronsweep.config.schema import section_defaults
+from neuronsweep.config.settings import HOST_ENV
+from neuronsweep.errors import UserError
+from neuronsweep.host import neuron_ls
+from neuronsweep.host.targets import TARGETS
+
+TOOLS = DATA / "neuron" / "tools"
+
+
+def real_machine(name: str) -> neuron_ls.Machine:
+    devices, top = neuron_ls.parse_json((TOOLS / f"{name}.json").read_text())
+    header = neuron_ls.parse_header((TOOLS / f"{name}.txt").read_text())
+    return neuron_ls.machine_from(devices, top, header, "neuron-ls --json-output")
+
+
+def test_the_real_inf2_listing_names_its_instance_in_the_header_only():
+    m = real_machine("neuron-ls-inf2.xlarge")
+    assert (m.instance_type, m.family, m.lnc, m.chips) == ("inf2.xlarge", "inf2", None, ((0, 1),))
+    assert m.sources == {"instance_type": "neuron-ls table header: instance-type"}
+
+
+def test_the_real_trn2_listing_gives_the_instance_and_lnc_2_in_its_json():
+    m = real_machine("neuron-ls-trn2.48xlarge-one-device")
+    assert (m.instance_type, m.family, m.lnc, m.cores_per_device) == ("trn2.48xlarge", "trn2", 2, 4)
+    assert m.sources["lnc"].endswith("logical_neuroncore_config")
+
+
+def test_the_newer_json_form_with_top_level_instance_fields_is_read_too():
+    devices = json.loads((TOOLS / "neuron-ls-trn2.48xlarge-one-device.json").read_text())
+    wrapped = json.dumps({"instance_type": "trn2.48xlarge", "logical_neuroncore_config": 2, "devices": devices})
+    m = neuron_ls.machine_from(*neuron_ls.parse_json(wrapped), {}, "neuron-ls --output-format json")
+    assert (m.family, m.lnc, m.chips) == ("trn2", 2, ((0, 1, 2, 3),))
+
+
+@pytest.mark.parametrize(
+    "knobs, family, lnc, cores",
+    [({}, "inf2", None, 2), ({"STANDIN_MACHINE": "trn2", "STANDIN_DEVICES": "2"}, "trn2", 2, 4)],
+)
+def test_discovery_asks_the_tool_newest_form_first(tmp_path, monkeypatch, knobs, family, lnc, cores):
+    for key, value in standin_env(tmp_path, **knobs).items():
+        monkeypatch.setenv(key, value)
+    m = neuron_ls.discover()
+    assert (m.family, m.lnc, m.cores_per_device) == (family, lnc, cores)
+    # runtime 2.30 has no --output-format: the older --json-output answered
+    assert ("--output-format json" in m.found) == (family == "trn2"), m.found
+
+
+def options(**over) -> dict:
+    return section_defaults("neuron", over)
+
+
+def test_target_auto_is_the_machine_and_a_wrong_target_or_lnc_is_one_sentence():
+    trn2, inf2 = real_machine("neuron-ls-trn2.48xlarge-one-device"), real_machine("neuron-ls-inf2.xlarge")
+    assert neuron_setup.settle_target(options(), trn2)[:2] == ("trn2", 2)
+    assert neuron_setup.settle_target(options(), inf2)[:2] == ("inf2", 1)
+    with pytest.raises(UserError, match=r"^config key 'neuron.target' is trn1, but this machine is a trn2.48xlarge "):
+        neuron_setup.settle_target(options(target="trn1"), trn2)
+    with pytest.raises(UserError, match=r"'neuron.lnc' is 1, but this machine's runtime runs LNC 2"):
+        neuron_setup.settle_target(options(lnc=1), trn2)
+    with pytest.raises(UserError, match=r"neuronx-cc accepts only LNC 1 for inf2"):
+        neuron_setup.settle_target(options(lnc=2), inf2)
+    with pytest.raises(UserError, match=r"neuron.target is auto, but neuron-ls does not name a known instance"):
+        neuron_setup.settle_target(options(), neuron_ls.Machine(chips=((0, 1),)))
+    trn1n = neuron_ls.Machine(instance_type="trn1n.32xlarge")
+    assert neuron_setup.settle_target(options(target="trn1"), trn1n)[0] == "trn1"  # one chip, more network
+
+
+def test_trn3_is_a_target_with_its_sourced_figures():
+    t = TARGETS["trn3"]
+    assert t.peak_flops("bf16") == pytest.approx(671e12 / 8 * 2)  # LNC 2 by default
+    assert t.peak_flops("fp32", 1) == pytest.approx(183e12 / 8)
+    assert (t.hbm_bytes(1), t.nki_platform) == (144 * 2**30 / 8, "trn3")
+    assert "trainium3.rst" in t.source and "2.56 TB/sec" in t.chip_link_source
+    assert {TARGETS[n].nki_platform for n in ("trn1", "trn1n")} == {"trn1"}
+
+
+# what the probe child reports, as on real environments
+TORCHNEURON = {
+    "versions": {"torch": "2.13.0", "torch-neuronx": "2.13.3"},
+    "imports": {"torch_neuronx": None},
+    "neuron_device": True,
+    "torch_xla": False,
+}
+XLA = {
+    "versions": {"torch": "2.9.0", "torch-xla": "2.9.0", "torch-neuronx": "2.9.0.2.15.32035"},
+    "imports": {"torch_neuronx": None},
+    "neuron_device": False,
+    "torch_xla": True,
+}
+# the real trn2 environment of October 2026 (tests/data/neuron/tools/README.md): torch_neuronx failed to import
+BROKEN = {
+    "versions": {"torch": "2.11.0", "torch-xla": "2.11.0", "neuronx-cc": "2.27.5334.0", "nki": "0.6.0"},
+    "imports": {"torch_neuronx": "ModuleNotFoundError: No module named 'torch_neuronx'"},
+    "neuron_device": False,
+    "torch_xla": True,
+}
+
+
+def test_route_auto_prefers_torchneuron_then_xla_then_refuses_saying_what_it_found():
+    assert neuron_setup.choose_route("auto", TORCHNEURON)[0] == "torchneuron"
+    assert neuron_setup.choose_route("auto", XLA)[0] == "xla"
+    with pytest.raises(UserError) as refused:
+        neuron_setup.choose_route("auto", BROKEN)
+    said = str(refused.value)
+    assert "torch 2.11.0, torch-xla 2.11.0, neuronx-cc 2.27.5334.0, nki 0.6.0" in said
+    assert "No module named 'torch_neuronx'" in said and "/opt/aws_neuronx_venv_torch_neuronx_2_14_0" in said
+    with pytest.raises(UserError, match="'neuron.route' is xla, but torch-xla with the XLA torch-neuronx"):
+        neuron_setup.choose_route("xla", TORCHNEURON)
+
+
+@pytest.mark.workflow  # a child importing torch per case
+@pytest.mark.parametrize("which, route", [("torchneuron", "torchneuron"), ("xla", "xla"), ("none", None)])
+def test_the_package_probe_on_the_standin_environments(tmp_path, monkeypatch, which, route):
+    env = {"torchneuron": torchneuron_env(tmp_path), "xla": standin_env(tmp_path)}.get(which)
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"] if env else str(tmp_path))
+    probe = neuron_setup.probe_packages()
+    if route:
+        assert neuron_setup.choose_route("auto", probe)[0] == route
+    else:
+        with pytest.raises(UserError, match="no route to build a NEFF"):
+            neuron_setup.choose_route("auto", probe)
+
+
+def build(tmp: Path, spec: dict, out: str, **opts) -> dict:
+    env = {**os.environ, **torchneuron_env(tmp)}
+    argv = [str(BIN / "neuronsweep"), "build", "--backend", "neuron", "--spec", json.dumps(spec)]
+    argv += ["--options", json.dumps(opts), "--out", str(tmp / out)]
+    host = json.dumps({"cache_dir": str(tmp / "cache"), "device_lock": str(tmp / "device.lock")})
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**env, HOST_ENV: host})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((tmp / out / "build.json").read_text())
+
+
+def neff_header(path) -> dict:
+    return json.loads(Path(path).read_bytes()[5:])
+
+
+SPEC = {"kind": "matmul", "m": 32, "k": 64, "n": 16, "dtype": "fp32"}
+
+
+@pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
+def test_each_build_compiles_in_a_neff_cache_of_its_own_since_torchneurons_key_ignores_the_flags(tmp_path):
+    o2 = build(tmp_path, SPEC, "o2")
+    o1 = build(tmp_path, SPEC, "o1", optlevel=1)
+    assert o2["route"] == o1["route"] == "torchneuron" and o2["target"] == "trn2" and o2["lnc"] == 2
+    assert o2["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and o2["env"]["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] == "1"
+    assert neff_header(tmp_path / "o2" / "model.neff")["cc_flags"].startswith("--target trn2 -O2")
+    assert neff_header(tmp_path / "o1" / "model.neff")["cc_flags"].startswith("--target trn2 -O1")
+    assert o1["neff_cache"] != o2["neff_cache"] and not o2["recompiled_on_second_call"]
+    assert o2["max_abs_error_vs_cpu"] == 0.0 and [n for n, _ in o2["capture_inputs"]][:2] == ["a", "b"]
+    # the same graph with other flags in one shared folder: the real cache hands back the first NEFF
+    shared = tmp_path / "shared"
+    shutil.copytree(o2["neff_cache"], shared)
+    env = {**os.environ, **torchneuron_env(tmp_path), **{k: v for k, v in o1["env"].items()}}
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(shared)
+    child = ["-m", "neuronsweep.backends.torchneuron_program", "--spec", json.dumps(SPEC)]
+    child += ["--out", str(tmp_path / "r.json"), "--neff-cache", str(shared)]
+    subprocess.run([str(BIN / "python"), *child], check=True, env=env, capture_output=True)
+    assert json.loads((tmp_path / "r.json").read_text())["first_call"] == []  # nothing compiled: a stale -O2 NEFF
+
+
+@pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
+def test_a_graph_that_compiles_again_on_the_second_call_is_flagged(tmp_path):
+    record = build(tmp_path, {**SPEC, "varies": "python_int"}, "varies")
+    assert record["recompiled_on_second_call"] and "recompiled on a repeated call" in record["recompilation_flag"]
+
+
+@pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
+def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tmp_path):
+    build(tmp_path, SPEC, "build")
+    env = {**os.environ, **torchneuron_env(tmp_path, STANDIN_REFUSE_TORCH_COMPILE="1")}
+    env[HOST_ENV] = json.dumps({"cache_dir": str(tmp_path / "cache"), "device_lock": str(tmp_path / "device.lock")})
+    opts = json.dumps({"profiler": "neuron-explorer"})
+    capture = [str(BIN / "neuronsweep"), "capture", "--build", str(tmp_path / "build"), "--out", str(tmp_path / "cap")]
+    capture += ["--warmup", "1", "--iterations", "3", "--repeats", "1", "--num-exec", "3", "--nth-exec", "3"]
+    subprocess.run([*capture, "--options", opts], check=True, env=env, capture_output=True)
+    record = json.loads((tmp_path / "cap" / "capture.json").read_text())
+    assert "NEFF load error" in record["capture_refused"] and record["profiler"].startswith("Neuron Runtime inspect")
+    assert record["inspect_env"]["NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP"] == "2"
+    assert record["ntff_written_as"].endswith("_instid_0_vnc_0.ntff") and record["latency"]["n"] == 3
+    view = [str(BIN / "neuronsweep"), "view", "--capture", str(tmp_path / "cap"), "--out", str(tmp_path / "view")]
+    subprocess.run([*view, "--options", opts], check=True, env=env, capture_output=True)
+    assert json.loads((tmp_path / "view" / "summary.json").read_text())["model_flops"] == 2 * 32 * 64 * 16
+
+
+def sweep_config(tmp: Path, route: str) -> dict:
+    """The smoke sweep and the llm-buckets sweep in one run: llama-8b's five projections at decode, batch 1
+    (the full bucket grid is 10.6 h of CPU time on the stand-in)."""
+    smoke = yaml.safe_load((REPO / "config/examples/smoke.yaml").read_text())
+    llm = yaml.safe_load((REPO / "config/examples/llm-buckets.yaml").read_text())["suites"]["llm"]
+    llm.update(batch=[1], seq=[128], phases=["decode"])
+    cfg = neuron_config(tmp, capture=smoke["capture"] | {"device_lock": str(tmp / "device.lock"), "repeats": 1})
+    cfg["suites"] = {**smoke["suites"], "llm": llm}
+    cfg["neuron"]["route"] = route
+    return cfg
+
+
+@pytest.mark.parametrize("route, knobs", [("torchneuron", "trn2"), ("xla", "inf2")])
+def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
+    env = torchneuron_env(tmp_path) if route == "torchneuron" else standin_env(tmp_path)
+    run = snakemake(tmp_path, config=sweep_config(tmp_path, "auto"), env=env)
+    assert f"neuron.route auto -> {route}" in run.output and f"neuron.target auto -> {knobs}" in run.output
+    summary = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
+    assert set(summary["status"]) == {"ok"} and len(summary) == 7, summary[["scenario_id", "status"]]
+    assert summary["profile_total_time_s"].gt(0).all() and summary["latency_median_s"].gt(0).all()
+    builds = [
+        json.loads(p.read_text()) for p in (tmp_path / "results" / "t").glob("neuron/workloads/*/build/build.json")
+    ]
+    assert {b["route"] for b in builds} == {route} and {b["target"] for b in builds} == {knobs}
+    plan = json.loads((tmp_path / "results" / "t" / "plan.json").read_text())
+    assert plan["neuron_setup"]["route"].startswith(f"neuron.route auto -> {route}")
+
+
+def test_a_configured_target_the_machine_is_not_is_refused_before_any_job(tmp_path):
+    cfg = neuron_config(tmp_path, calibrated=False)
+    cfg["neuron"]["target"] = "trn1"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        snakemake_argv(tmp_path, "-n"), capture_output=True, text=True, env={**os.environ, **torchneuron_env(tmp_path)}
+    )
+    assert proc.returncode != 0 and not (tmp_path / "results").exists()
+    assert "config key 'neuron.target' is trn1, but this machine is a trn2.48xlarge" in proc.stdout + proc.stderr

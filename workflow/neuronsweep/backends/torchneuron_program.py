@@ -1,0 +1,142 @@
+"""The TorchNeuron side of a neuron build and capture, in a child process: TORCH_NEURONX_*, NEURON_CC_FLAGS
+and NEURON_RT_* are read when torch_neuronx loads and when the runtime starts.
+
+TorchNeuron (SDK 2.33: "What is TorchNeuron?", "torch.compile on Neuron") is native PyTorch: a `neuron`
+device, eager by default, and `torch.compile(fn, backend="neuron")` lowering a Dynamo graph through
+StableHLO to neuronx-cc. Each run here:
+
+  inputs    the module's weights and the inputs made on the CPU (seeded), moved to `neuron`, synced
+  first     one call of torch.compile(module, backend="neuron", fullgraph=True), synced: the workload's
+            NEFF is what appears in TORCH_NEURONX_NEFF_CACHE_DIR during this call
+  second    the same call again: a NEFF here means the graph compiled again (recompilation)
+  timing    (--iterations) warmup, then repeats x iterations calls, each timed by the wall clock between
+            two torch.neuron.synchronize() calls, as the docs time compiled code
+  inspect   (--inspect-nth) the runtime's inspect mode is in the environment: nth calls, so the runtime
+            profiles the nth execution (NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP = nth - 1)
+
+Grad mode is off: these are inference benchmarks, as on the other backends.
+    python -m neuronsweep.backends.torchneuron_program --spec JSON --out result.json --neff-cache DIR ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.workloads import TORCH_DTYPES, kind_of
+
+
+def neffs(root: str) -> dict[str, str]:
+    """Every NEFF under the cache folder -> sha256 of its content."""
+    return {
+        os.path.abspath(p): hashlib.sha256(Path(p).read_bytes()).hexdigest()
+        for p in glob.glob(os.path.join(root, "**", "*.neff"), recursive=True)
+    }
+
+
+def save_inputs(named: list[tuple[str, object]], folder: Path) -> list[list[str]]:
+    """Each tensor as NAME FILE for `capture`: .npy, or raw .bin for bf16 (which .npy cannot hold)."""
+    import numpy as np
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for name, tensor in named:
+        host = tensor.detach().cpu().contiguous()
+        if host.dtype == torch.bfloat16:
+            path = folder / f"{name}.bin"
+            host.view(torch.int16).numpy().tofile(path)
+        else:
+            path = folder / f"{name}.npy"
+            np.save(path, host.numpy())
+        saved.append([name, str(path)])
+    return saved
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--neff-cache", required=True, help="TORCH_NEURONX_NEFF_CACHE_DIR, listed around each call")
+    ap.add_argument("--inputs-dir", help="save the inputs here by name, for capture")
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--iterations", type=int, help="absent: no timing")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--inspect-nth", type=int, help="call the workload this many times in all (inspect capture)")
+    args = ap.parse_args(argv)
+    if args.iterations and args.repeats is None:
+        ap.error("--iterations needs --repeats")
+
+    import torch
+    import torch_neuronx  # noqa: F401  (registers the neuron device and torch.compile backend)
+
+    torch.set_grad_enabled(False)
+    spec = json.loads(args.spec)
+    kind = kind_of(spec)
+    gen = torch.Generator().manual_seed(0)
+    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
+    host_module = kind.torch_module(spec)
+    host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    named = [(n, x) for n, x in zip(kind.input_names(spec), host_inputs, strict=True)]
+    named += [(f"param.{n}", p.clone()) for n, p in host_module.state_dict().items()]
+    reference = host_module(*host_inputs) if args.inputs_dir else None  # on the CPU, before the move
+    module = host_module.to("neuron")  # in place: the module's weights move to the device
+    inputs = [x.to("neuron") for x in host_inputs]
+    torch.neuron.synchronize()
+    if str(inputs[0].device).split(":")[0] != "neuron":
+        raise SystemExit(f"torch_neuronx placed the inputs on {inputs[0].device}, not on the neuron device")
+
+    compiled = torch.compile(module, backend="neuron", fullgraph=True, dynamic=False)
+
+    def call():
+        torch.neuron.synchronize()
+        t0 = time.perf_counter_ns()
+        out = compiled(*inputs)
+        torch.neuron.synchronize()
+        return out, (time.perf_counter_ns() - t0) * 1e-9
+
+    before = neffs(args.neff_cache)
+    out, first_s = call()
+    after_first = neffs(args.neff_cache)
+    _, second_s = call()
+    after_second = neffs(args.neff_cache)
+    result = {
+        "first_call": sorted(set(after_first) - set(before)),
+        "second_call": sorted(set(after_second) - set(after_first)),
+        "digests": after_second,
+        "first_call_s": first_s,
+        "second_call_s": second_s,
+        "torch": torch.__version__,
+        "torch_neuronx": getattr(torch_neuronx, "__version__", None),
+        "device": str(inputs[0].device),
+    }
+    if args.inputs_dir:
+        result["inputs"] = save_inputs(named, Path(args.inputs_dir))
+        result["max_abs_error_vs_cpu"] = float((out.cpu().float() - reference.float()).abs().max())
+    calls = 2
+    if args.inspect_nth:
+        for _ in range(max(0, args.inspect_nth - calls)):
+            call()
+        calls = max(calls, args.inspect_nth)
+    for _ in range(args.warmup):
+        call()
+    if args.iterations:
+        before_timing = neffs(args.neff_cache)
+        samples = [call()[1] for _ in range(args.repeats * args.iterations)]
+        result["timing"] = {
+            **latency_stats(samples, args.repeats),
+            "recompiles_during_timing": len(set(neffs(args.neff_cache)) - set(before_timing)),
+            "sync": "torch.neuron.synchronize() before and after each call (wall clock between them)",
+        }
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
