@@ -27,7 +27,9 @@ def test_defaults_are_filled():
         "slots": "auto",
         "isolation": "chip",
     }
-    assert cfg["neuron"]["profiler"] == "auto" and cfg["neuron"]["target"] == "trn1"
+    assert (
+        cfg["neuron"]["profiler"] == "auto" and cfg["neuron"]["target"] == "auto" and cfg["neuron"]["route"] == "auto"
+    )
     assert cfg["suites"]["matmul"]["dtype"] == ["fp32"]
     assert "capture" not in MINIMAL  # the caller's dict is not modified
 
@@ -44,7 +46,10 @@ def test_defaults_are_filled():
         ),
         ({"bakend": "cpu"}, "unknown key 'bakend'"),
         ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, xla, not 'gpu'"),
-        ({"neuron": {"target": "trn3"}}, "key 'neuron.target' must be one of trn1, trn1n, trn2, inf2, not 'trn3'"),
+        (
+            {"neuron": {"target": "trn4"}},
+            "key 'neuron.target' must be one of auto, trn1, trn1n, trn2, trn3, inf2, not 'trn4'",
+        ),
         ({"run": "a b"}, "key 'run' = 'a b' must be a plain name"),
         ({"capture": {"slots": 0}}, "key 'capture.slots'"),
         ({"capture": {"isolation": "rack"}}, "key 'capture.isolation' must be one of chip, core, not 'rack'"),

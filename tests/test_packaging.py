@@ -18,7 +18,7 @@ from conftest import REPO, private_cache
 
 PACKAGE = REPO / "workflow" / "neuronsweep"
 # imports only the Neuron SDK's own environment provides (the DLAMI venv), never pip-installed by us
-NEURON_ENVIRONMENT = {"nki", "neuronxcc", "torch_xla", "ml_dtypes"}
+NEURON_ENVIRONMENT = {"nki", "neuronxcc", "torch_xla", "torch_neuronx", "ml_dtypes"}
 
 
 def third_party_imports() -> set[str]:

@@ -61,7 +61,7 @@ def test_missing_or_damaged_records_say_which_stage_to_run(tmp_path):
 
 def test_settings_take_their_defaults_from_the_schema_only():
     build = BuildSettings({}).for_backend("neuron")
-    assert build.options["target"] == "trn1" and build.options["optlevel"] == 2 and build.timeout_s == 7200
+    assert build.options["target"] == "auto" and build.options["optlevel"] == 2 and build.timeout_s == 7200
     assert BuildSettings({"target": "inf2"}).for_backend("neuron").options["target"] == "inf2"
     assert BuildSettings({}).for_backend("cpu").options == {}
     view = ViewSettings.from_section({})

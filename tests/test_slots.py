@@ -44,7 +44,7 @@ def test_slots_come_from_neuron_ls_one_chip_or_one_core_each(tmp_path, monkeypat
 
 
 def test_without_neuron_ls_the_devices_and_the_targets_cores_per_chip_are_used(tmp_path, monkeypatch):
-    monkeypatch.setattr(slots, "_neuron_ls", lambda: None)
+    monkeypatch.setattr(slots.neuron_ls, "tool", lambda: None)
     monkeypatch.setattr(slots.glob, "glob", lambda pattern: [f"/dev/neuron{i}" for i in range(4)])
     trn2 = slots.pool("neuron", "auto", "chip", "trn2")  # 8 physical cores per chip, LNC 2: 4 logical
     assert [s.visible for s in trn2.slots] == ["0-3", "4-7", "8-11", "12-15"]

@@ -119,7 +119,7 @@ def test_multi_gemm_tiles_and_roofline_bound():
     trn1 = TARGETS["trn1"]
     assert trn1.peak_flops("bf16") == pytest.approx(91.7504e12) and trn1.peak_flops("fp32") == pytest.approx(22.9376e12)
     # a decode GEMM (M=8) is memory bound, a big square one compute bound, on every target
-    for target in ("trn1", "inf2", "trn2"):
+    for target in ("trn1", "inf2", "trn2", "trn3"):
         t = TARGETS[target]
         dec = roofline.roofline(
             2 * 8 * 4096 * 14336,
@@ -175,7 +175,7 @@ def test_every_suite_end_to_end_on_cpu(tmp_path):
     loops = table[table["suite"] == "loops"]
     assert loops["flops"].nunique() == 1  # the three patterns compute the same thing
     targets = pd.read_csv(tmp_path / "results" / "t" / "roofline_targets.csv")
-    assert set(targets["target"]) == {"trn1", "inf2", "trn2"} and len(targets) == 3 * 8
+    assert set(targets["target"]) == {"trn1", "inf2", "trn2", "trn3"} and len(targets) == 4 * 8
 
 
 def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):

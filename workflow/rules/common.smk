@@ -67,13 +67,21 @@ try:
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
     # under a cluster executor the devices are on the nodes, not here: each job finds its own
     BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"], local=not CLUSTER)
-    NEURON_SETUP = {}  # target, LNC and route read from this machine (a cluster's jobs settle them on their node)
+    # target, LNC and route read from this machine (a cluster's jobs settle them on their node); once per
+    # run: a job that reads this file again (a `run:` rule's subprocess) takes them from the environment
+    NEURON_SETUP, SETTLED = {}, json.loads(os.environ.get(neuron_setup.SETTLED_ENV) or "null")
     if BACKEND == "neuron" and not CLUSTER:
-        CONFIG["neuron"], NEURON_SETUP = neuron_setup.settle(CONFIG["neuron"], need_route=False)
+        if SETTLED and SETTLED["from"] == CONFIG["neuron"]:
+            CONFIG["neuron"], NEURON_SETUP = SETTLED["to"], SETTLED["why"]
+        else:
+            SETTLED = {"from": CONFIG["neuron"]}
+            CONFIG["neuron"], NEURON_SETUP = neuron_setup.settle(CONFIG["neuron"], need_route=False)
     PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)
-    if BACKEND == "neuron" and not CLUSTER and neuron_setup.needs_route(PLAN.workloads.values()):
-        CONFIG["neuron"], route_setup = neuron_setup.settle_route(CONFIG["neuron"])
-        NEURON_SETUP.update(route_setup)
+    if BACKEND == "neuron" and not CLUSTER and "to" not in SETTLED:
+        if neuron_setup.needs_route(PLAN.workloads.values()):
+            CONFIG["neuron"], route_setup = neuron_setup.settle_route(CONFIG["neuron"])
+            NEURON_SETUP.update(route_setup)
+        os.environ[neuron_setup.SETTLED_ENV] = json.dumps({**SETTLED, "to": CONFIG["neuron"], "why": NEURON_SETUP})
     SLOTS = None if CLUSTER else slots.for_config(CONFIG, BACKEND)
 except UserError as exc:
     raise WorkflowError(str(exc)) from None

@@ -4,7 +4,7 @@ import standin_cores
 import torch
 from torch.overrides import TorchFunctionMode
 
-standin_cores.claim()  # the runtime takes the visible NeuronCores when torch-xla starts
+_claimed: list = []
 
 _recorded: list = []
 
@@ -23,6 +23,9 @@ _mode.__enter__()
 
 
 def device():
+    if not _claimed:  # the runtime (PJRT client) takes the visible NeuronCores when the device is first asked for
+        standin_cores.claim()
+        _claimed.append(True)
     return torch.device("cpu")
 
 
