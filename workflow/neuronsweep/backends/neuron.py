@@ -104,16 +104,19 @@ def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = 
     return env
 
 
+def fresh(folder: Path) -> Path:
+    """An empty folder, whatever an earlier attempt left there (attribution must see only this compile)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile.
     A collective runs its program on `world` NeuronCores, one rank each (xla_collective.py), and its
     NEFF is attributed from rank 0's phases as any workload's."""
-    compile_cache = entry / "neuron-compile-cache"
-    shutil.rmtree(compile_cache, ignore_errors=True)
-    compile_cache.mkdir(parents=True)
-    workdir = out_dir.resolve() / "xla"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    compile_cache = fresh(entry / "neuron-compile-cache")
+    workdir = fresh(out_dir.resolve() / "xla")
     env = compile_env(settings.options, compile_cache, settings.visible_cores)
     collective = spec["kind"] == "collective"
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / ("rank_0" if collective else "") / "MODULE_*.neff")]
@@ -162,12 +165,8 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
             f"case {wid}: collectives on the TorchNeuron route (torch.distributed backend neuron) are not "
             "built yet; set neuron.route: xla in an SDK 2.31 environment, or leave the collectives suite out."
         )
-    neff_cache = entry / "torchneuron-neff-cache"
-    shutil.rmtree(neff_cache, ignore_errors=True)
-    neff_cache.mkdir(parents=True)
-    workdir = out_dir.resolve() / "torchneuron"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    neff_cache = fresh(entry / "torchneuron-neff-cache")
+    workdir = fresh(out_dir.resolve() / "torchneuron")
     env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
     result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, inputs_dir=entry / "inputs")
     digests = result["digests"]
@@ -409,41 +408,30 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     }
 
 
+def rerun_torchneuron(build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options) -> dict:
+    """The build's workload again in TorchNeuron on the capture's cores, through the build's NEFF cache
+    (a NEFF appearing there now is a recompile)."""
+    env = {**tool_env(settings.visible_cores), **build.env, **env}
+    cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
+    return torchneuron_run(build.spec, workdir, env, cache, settings.timeout_s, **options)
+
+
 def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
     """warmup + repeats x iterations compiled calls on the neuron device, each between two
-    torch.neuron.synchronize(), through the build's NEFF cache (a NEFF appearing here is a recompile)."""
+    torch.neuron.synchronize()."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = {**tool_env(settings.visible_cores), **build.env}
-    result = torchneuron_run(
-        build.spec,
-        workdir,
-        env,
-        Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"]),
-        settings.timeout_s,
-        warmup=settings.warmup,
-        iterations=settings.iterations,
-        repeats=settings.repeats,
-    )
-    return result["timing"]
+    timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
+    return rerun_torchneuron(build, settings, workdir, {}, **timing)["timing"]
 
 
 def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str) -> dict:
     """The runtime's own profiler (SDK 2.33 inspect mode) where the profiler's capture refuses the NEFF:
     the workload runs nth times in TorchNeuron, the runtime profiles execution nth, and the NTFF is paired
     with its NEFF by the hash both names carry; the pair must be the build's NEFF (same content)."""
-    raw = out_dir / "inspect"
-    shutil.rmtree(raw, ignore_errors=True)
-    raw.mkdir(parents=True)
-    env = {**tool_env(settings.visible_cores), **build.env, **inspect_env(raw, settings)}
+    raw = fresh(out_dir / "inspect")
+    env = inspect_env(raw, settings)
     started = time.time()
-    torchneuron_run(
-        build.spec,
-        out_dir,
-        env,
-        Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"]),
-        settings.timeout_s,
-        inspect_nth=settings.nth_exec,
-    )
+    rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec)
     ntff = pair_inspect_outputs(raw, neff)
     shutil.copyfile(ntff, out_dir / NTFF)
     return {
