@@ -21,7 +21,7 @@ import sys
 
 from neuronsweep.errors import UserError
 from neuronsweep.host import neuron_ls
-from neuronsweep.host.targets import TARGETS, same_chip
+from neuronsweep.host.targets import TARGETS, same_chip, target_family
 
 ROUTES = ("torchneuron", "xla")
 SETTLED_ENV = "NEURONSWEEP_NEURON_SETTLED"  # what the planner settled, for the jobs that read the Snakefile again
@@ -112,7 +112,7 @@ def settle_target(options: dict, machine: neuron_ls.Machine) -> tuple[str, int, 
     """(target, lnc, why) for this machine: `auto` is the instance family neuron-ls names; a configured
     target or LNC the machine is not is refused, as is an LNC the target's compiler rejects."""
     configured, lnc = options["target"], options["lnc"]
-    family = machine.family if machine.family in TARGETS else None
+    family = target_family(machine.instance_type)
     where = f"neuron-ls says {machine.instance_type}" if machine.instance_type else machine.found
     if configured == "auto":
         if not family:

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     module = host_module.to("neuron")  # in place: the module's weights move to the device
     inputs = [x.to("neuron") for x in host_inputs]
     torch.neuron.synchronize()
-    if str(inputs[0].device).split(":")[0] != "neuron":
+    if inputs[0].device.type != "neuron":
         raise SystemExit(f"torch_neuronx placed the inputs on {inputs[0].device}, not on the neuron device")
 
     compiled = torch.compile(module, backend="neuron", fullgraph=True, dynamic=False)

@@ -32,11 +32,6 @@ class Machine:
     sources: dict = field(default_factory=dict)  # which field or line gave each value
 
     @property
-    def family(self) -> str | None:
-        """'trn2.48xlarge' -> 'trn2'; None when the type is unknown."""
-        return self.instance_type.split(".")[0].strip().lower() if self.instance_type else None
-
-    @property
     def cores_per_device(self) -> int | None:
         """Logical NeuronCores per device (`nc_count`: already divided by the LNC)."""
         return len(self.chips[0]) if self.chips else None

@@ -22,7 +22,8 @@ The compile backend, as the docs and the real cache behave:
   bin/neuron-ls) fails as the runtime does;
 - the runtime's inspect mode (NEURON_RT_INSPECT_ENABLE=1, NEURON_RT_INSPECT_DEVICE_PROFILE=model,
   NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP=N, NEURON_RT_INSPECT_OUTPUT_DIR) profiles execution N+1 of
-  each NEFF: `neff_<h>.neff` and `<h>_instid_0_vnc_0.ntff` in the output folder.
+  each NEFF: `neff_<h>.neff` and `<h>_instid_0_vnc_0.ntff` in an `i-<id>_pid_<pid>/` folder of the output
+  folder (the Explorer guide's layout; model mode takes values 1 or model).
 """
 
 import hashlib
@@ -207,10 +208,12 @@ class _Executable:
         warmup = int(os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", "0"))
         if mode not in ("1", "model") or self.executions != warmup + 1:
             return
-        out = Path(os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "./output"))
+        # as the Explorer guide shows them: output/i-<instance id>_pid_<pid>/neff_<h>.neff beside
+        # <h>_instid_0_vnc_0.ntff, <h> a decimal number
+        out = Path(os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "./output")) / f"i-0000000000000000_pid_{os.getpid()}"
         out.mkdir(parents=True, exist_ok=True)
         data = self.neff.read_bytes()
-        h = hashlib.md5(data).hexdigest()[:16]
+        h = str(int(hashlib.md5(data).hexdigest()[:12], 16))
         (out / f"neff_{h}.neff").write_bytes(data)
         body = {
             "ntff_version": 6,
