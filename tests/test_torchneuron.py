@@ -231,6 +231,41 @@ def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
     assert plan["neuron_setup"]["route"].startswith(f"neuron.route auto -> {route}")
 
 
+def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_profiled_both_ways(tmp_path):
+    """torch.distributed backend `neuron` under torchrun: every rank on its own core of the slot (the
+    stand-in, as TorchNeuron, would put rank r on core r and every rank would claim the whole slot
+    otherwise), the collective compiled into rank 0's NEFF, captured by the profiler (all_gather) or, where
+    it refuses the NEFF, by the runtime's inspect mode on every rank (all_reduce), viewed per rank and
+    combined, timed per rank."""
+    cfg = neuron_config(
+        tmp_path,
+        suites={"collectives": {"operations": ["all_reduce", "all_gather"], "sizes": [4096], "world_sizes": [2]}},
+    )
+    cfg["neuron"]["route"] = "auto"
+    snakemake(tmp_path, config=cfg, env=torchneuron_env(tmp_path, STANDIN_FAIL_MATCH="allreduce"))
+    summary = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("op")
+    assert set(summary["status"]) == {"ok"} and summary["busbw_bytes_per_s"].gt(0).all()
+    for op, funcol, how in [("all_reduce", "all_reduce", "inspect"), ("all_gather", "all_gather_into_tensor", "raw")]:
+        case = tmp_path / "results" / "t" / "neuron" / "workloads" / summary.loc[op, "workload_id"]
+        build = json.loads((case / "build" / "build.json").read_text())
+        assert build["route"] == "torchneuron" and Path(build["neff_cache"]).name == "rank_0"
+        assert [p["phase"] for p in build["candidates"]] == ["first call"]
+        assert [o for o, _ in neff_header(case / "build" / "model.neff")["ops"]] == [funcol, "wait_tensor"]
+        cap = json.loads((case / "capture" / "capture.json").read_text())
+        lo = int(cap["device_span"]["cores"].split("-")[0])  # the first core of the slot the capture held
+        assert sorted(int(r["core"]) for r in cap["rank_latency"]) == [lo, lo + 1] and cap["latency"]["n"] == 3
+        assert cap["latency"]["recompiles_during_timing"] == 0
+        assert [r["ntff"] for r in cap["ranks"]] == ["profile_rank_0.ntff", "profile_rank_1.ntff"]
+        assert cap.get("session_dir", "raw") == how
+        if how == "inspect":
+            assert "NEFF load error" in cap["capture_refused"]
+            assert [r["written_as"] for r in cap["ranks"]] == ["inspect/rank_0", "inspect/rank_1"]
+        else:
+            assert cap["argv"][cap["argv"].index("--collectives-workers-per-node") + 1] == "2"
+        view = json.loads((case / "view" / "view.json").read_text())
+        assert len({r["nc_idx"] for r in view["ranks"]}) == 2 and view["session"]["device_pftraces"]
+
+
 def test_a_configured_target_the_machine_is_not_is_refused_before_any_job(tmp_path):
     cfg = neuron_config(tmp_path, calibrated=False)
     cfg["neuron"]["target"] = "trn1"

@@ -4,7 +4,9 @@ the cpu and xla Chrome traces."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +84,55 @@ def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, wh
             f"case {workload_id(spec)}: the {what} exited {proc.returncode}: "
             f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]} (full log: {log})."
         )
+
+
+RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")  # a rank's exception, as torchrun prefixes it
+
+
+def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict, what: str, timeout_s: float) -> dict:
+    """`torchrun --standalone --nproc_per_node <world> -m neuronsweep.backends.<module> ARGS` in out_dir:
+    one process per rank, as distributed training runs. Returns rank 0's result.json, with every rank's
+    rank_<r>.json under "ranks" when the ranks were timed; a failure is one sentence with the first
+    rank's exception and the log."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("rank_*.json"):
+        stale.unlink()
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world']}"]
+    proc = run_tool(
+        [*argv, "-m", f"{__package__}.{module}", *args],
+        timeout_s,
+        f"case {workload_id(spec)}: the {what} ({spec['world']} ranks)",
+        cwd=out_dir,
+        env=env,
+    )
+    log = out_dir / "torchrun.log"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        text = (proc.stderr + proc.stdout).strip().splitlines()
+        errors = [ln for ln in text if RANK_ERROR.match(ln)]
+        raise UserError(
+            f"case {workload_id(spec)}: the {what}'s {spec['world']} ranks exited "
+            f"{proc.returncode}: {(errors or text or ['no output'])[0].strip()} (full log: {log})."
+        )
+    result = json.loads((out_dir / "result.json").read_text())
+    if any(out_dir.glob("rank_*.json")):  # the ranks were timed
+        result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(spec["world"])]
+    return result
+
+
+def own_core() -> None:
+    """In a rank under torchrun: narrow NEURON_RT_VISIBLE_CORES (a list or ranges, the slot the parent
+    holds) to its LOCAL_RANK-th core. Before the runtime starts, which reads it once; left alone, every
+    rank would claim the whole slot (torch-xla), or core LOCAL_RANK of the machine (TorchNeuron), which
+    another slot may hold."""
+    spec = os.environ.get("NEURON_RT_VISIBLE_CORES")
+    if not spec:
+        return
+    cores = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cores += range(int(lo), int(hi or lo) + 1)
+    os.environ["NEURON_RT_VISIBLE_CORES"] = str(cores[int(os.environ["LOCAL_RANK"])])
 
 
 EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces

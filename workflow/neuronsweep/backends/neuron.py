@@ -27,7 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.backends import BACKENDS, nccom_test, neuron_setup, xla_collective, xla_program
+from neuronsweep.backends import (
+    BACKENDS,
+    nccom_test,
+    neuron_setup,
+    torchneuron_collective,
+    xla_collective,
+    xla_program,
+)
 from neuronsweep.backends.common import package_versions, recompilation_flag, run_child
 from neuronsweep.backends.neuron_profiler import (
     NTFF,
@@ -158,27 +165,29 @@ def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_co
 def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """TorchNeuron route: a fresh NEFF cache folder per build (its key ignores NEURON_CC_FLAGS and the
     compiler version, so a shared one can hand back a NEFF compiled with other flags); the workload's NEFF
-    is the one new NEFF after the first compiled call, none or several fail with the list."""
+    is the one new NEFF after the first compiled call, none or several fail with the list. A collective
+    runs on `world` NeuronCores, one rank each (torchneuron_collective.py), its NEFF rank 0's."""
     wid = workload_id(spec)
-    if spec["kind"] == "collective":
-        raise UserError(
-            f"case {wid}: collectives on the TorchNeuron route (torch.distributed backend neuron) are not "
-            "built yet; set neuron.route: xla in an SDK 2.31 environment, or leave the collectives suite out."
-        )
+    collective = spec["kind"] == "collective"
     neff_cache = fresh(entry / "torchneuron-neff-cache")
     workdir = fresh(out_dir.resolve() / "torchneuron")
     env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
-    result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, inputs_dir=entry / "inputs")
+    if collective:
+        result = torchneuron_collective.run(spec, workdir, env, neff_cache, settings.timeout_s)
+    else:
+        result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, inputs_dir=entry / "inputs")
+    listed = neff_cache / "rank_0" if collective else neff_cache
     digests = result["digests"]
     first = {digests[p]: p for p in result["first_call"]}  # distinct NEFFs by content
     if len(first) != 1:
         raise UserError(
-            f"case {wid}: expected one new NEFF in {neff_cache} after the compiled call, found "
+            f"case {wid}: expected one new NEFF in {listed} after the compiled call, found "
             f"{sorted(first.values()) or 'none'}; "
             + (
                 "the graph is split: simplify the workload or profile each graph."
                 if first
-                else "check the torch.compile log (torchneuron/torchneuron_program.log)."
+                else f"check the torch.compile log ({'torchrun' if collective else 'torchneuron_program'}.log "
+                "in the build's torchneuron/ folder)."
             )
         )
     neff = next(iter(first.values()))
@@ -190,12 +199,14 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
         "compile_count": len(first),
         "second_call_compile_count": len(result["second_call"]),
         "recompiled_on_second_call": bool(result["second_call"]),
-        "compile_s_source": "first compiled call minus the second (cached) call, wall clock",
-        "neff_cache": str(neff_cache),
+        "compile_s_source": "first compiled call minus the second (cached) call, wall clock"
+        + (" (rank 0)" if collective else ""),
+        "neff_cache": str(listed),
         "torch_neuronx": result["torch_neuronx"],
         "device": result["device"],
         "max_abs_error_vs_cpu": result.get("max_abs_error_vs_cpu"),
-        "capture_inputs": result["inputs"],
+        "capture_inputs": result.get("inputs"),
+        **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
 
 
@@ -369,30 +380,27 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
 
 
 def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
-    """Every rank's times on its NeuronCore (xla_collective.py), through the build's compile cache; an
-    execution's time is the slowest rank's, as for the gloo ranks; nccom-test's figures beside them."""
+    """Every rank's times on its NeuronCore (xla_collective.py or torchneuron_collective.py), through the
+    build's compile or NEFF cache; an execution's time is the slowest rank's, as for the gloo ranks;
+    nccom-test's figures beside them."""
     spec = build.spec
-    env = tool_env(settings.visible_cores)
-    env.update(build.env)
-    cache = build.details["compile_cache"]
-    result = xla_collective.run(
-        spec,
-        workdir,
-        env,
-        [str(Path(cache) / "**" / "*.neff")],
-        settings.timeout_s,
-        warmup=settings.warmup,
-        iterations=settings.iterations,
-        repeats=settings.repeats,
-    )
+    env = {**tool_env(settings.visible_cores), **build.env}
+    timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
+    if build.details.get("route") == "torchneuron":
+        cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
+        result = torchneuron_collective.run(spec, workdir, env, cache, settings.timeout_s, **timing)
+        compiles = {"recompiles_during_timing": sum(r["recompiles_during_timing"] for r in result["ranks"])}
+        sync = "torch.neuron.synchronize() before and after each execution, after a barrier of all ranks"
+    else:
+        cache = build.details["compile_cache"]
+        globs = [str(Path(cache) / "**" / "*.neff")]
+        result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s, **timing)
+        compiles = {"compiles_in_first_run": result["compile"]["count"]}
+        sync = "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks"
     ranks = result["ranks"]
     per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
     return {
-        "latency": {
-            **latency_stats(per_exec, settings.repeats),
-            "compiles_in_first_run": result["compile"]["count"],
-            "sync": "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks",
-        },
+        "latency": {**latency_stats(per_exec, settings.repeats), **compiles, "sync": sync},
         "latency_basis": "per execution, the slowest rank's time (each execution starts after a rendezvous)",
         "rank_latency": [
             {"rank": r["rank"], "core": r["core"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks
@@ -427,12 +435,27 @@ def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: P
 def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str) -> dict:
     """The runtime's own profiler (SDK 2.33 inspect mode) where the profiler's capture refuses the NEFF:
     the workload runs nth times in TorchNeuron, the runtime profiles execution nth, and the NTFF is paired
-    with its NEFF by the hash both names carry; the pair must be the build's NEFF (same content)."""
+    with its NEFF by the hash both names carry; the pair must be the build's NEFF (same content). A
+    collective's ranks each profile into inspect/rank_<r>/; rank 0's NTFF is the capture's own, and
+    every rank's is kept as profile_rank_<r>.ntff, as a multi-worker capture keeps them."""
     raw = fresh(out_dir / "inspect")
     env = inspect_env(raw, settings)
     started = time.time()
-    rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec)
-    ntff = pair_inspect_outputs(raw, neff)
+    collective = build.spec["kind"] == "collective"
+    if collective:
+        cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
+        run_env = {**tool_env(settings.visible_cores), **build.env, **env}
+        torchneuron_collective.run(
+            build.spec, out_dir / "framework-inspect", run_env, cache, settings.timeout_s, inspect_nth=settings.nth_exec
+        )
+        ranks = []
+        for r in range(build.spec["world"]):
+            shutil.copyfile(pair_inspect_outputs(raw / f"rank_{r}", neff), out_dir / f"profile_rank_{r}.ntff")
+            ranks.append({"rank": r, "ntff": f"profile_rank_{r}.ntff", "written_as": f"inspect/rank_{r}"})
+        ntff = out_dir / "profile_rank_0.ntff"
+    else:
+        rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec)
+        ntff, ranks = pair_inspect_outputs(raw, neff), None
     shutil.copyfile(ntff, out_dir / NTFF)
     return {
         "profiler": "Neuron Runtime inspect mode (NEURON_RT_INSPECT_*)",
@@ -445,6 +468,7 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
         "ntff_written_as": ntff.name,
         "neff": str(neff),
         "neff_sha256": hashlib.sha256(neff.read_bytes()).hexdigest(),
+        **({"ranks": ranks, "session_dir": "inspect"} if ranks else {}),
         "single_io": False,
         "outputs_valid": True,
         "inputs": "the workload's own tensors, in TorchNeuron",
@@ -463,10 +487,10 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         if not torchneuron:
             raise
         record = inspect_capture(build, neff, settings, out_dir, str(exc))
-    if torchneuron:
-        record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
-    elif build.spec["kind"] == "collective":
+    if build.spec["kind"] == "collective":
         record.update(collective_timing(build, settings, out_dir / "framework"))
+    elif torchneuron:
+        record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
     elif build.spec.get("impl") == "nki":
         record["latency"] = None
         record["latency_note"] = "NKI kernels run outside a framework here; their device time is in the profile"
@@ -491,5 +515,6 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
     if cap.details.get("ranks"):
         result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)
         if settings.pftrace:  # the guide's combined view, over the folder the capture wrote the ranks to
-            result["session"] = view_session(neff, capture_dir / "raw", out_dir, settings)
+            session = capture_dir / cap.details.get("session_dir", "raw")
+            result["session"] = view_session(neff, session, out_dir, settings)
     return result

@@ -22,70 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import sys
 import time
 from pathlib import Path
 
 from neuronsweep.atomic import write_json
-from neuronsweep.backends.common import run_tool
+from neuronsweep.backends.common import own_core, run_ranks
 from neuronsweep.backends.xla_program import PHASES, artifacts, child_args, metric
-from neuronsweep.errors import UserError
-from neuronsweep.workloads import TORCH_DTYPES, collective, workload_id
-
-RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")
+from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
 def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
     out_dir = out_dir.resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("rank_*.json"):
-        stale.unlink()
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={spec['world']}",
-        "-m",
-        __name__,
-        *child_args(spec, out_dir, globs, settings),
-    ]
-    proc = run_tool(
-        argv,
-        timeout_s,
-        f"case {workload_id(spec)}: the torch-xla collective ({spec['world']} ranks)",
-        cwd=out_dir,
-        env=env,
-    )
-    log = out_dir / "torchrun.log"
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        text = (proc.stderr + proc.stdout).strip().splitlines()
-        errors = [ln for ln in text if RANK_ERROR.match(ln)]  # a rank's exception, as torchrun prefixes it
-        raise UserError(
-            f"case {workload_id(spec)}: the torch-xla collective's {spec['world']} ranks exited "
-            f"{proc.returncode}: {(errors or text or ['no output'])[0].strip()} (full log: {log})."
-        )
-    result = json.loads((out_dir / "result.json").read_text())
-    if settings.get("iterations"):
-        result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(spec["world"])]
-    return result
-
-
-def _own_core() -> None:
-    """This rank's NeuronCore: the LOCAL_RANK-th of the cores the parent made visible (a list or
-    ranges, as NEURON_RT_VISIBLE_CORES is written). Before torch_xla is imported: the runtime reads it then."""
-    spec = os.environ.get("NEURON_RT_VISIBLE_CORES")
-    if not spec:
-        return
-    cores = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        cores += range(int(lo), int(hi or lo) + 1)
-    os.environ["NEURON_RT_VISIBLE_CORES"] = str(cores[int(os.environ["LOCAL_RANK"])])
+    args = child_args(spec, out_dir, globs, settings)
+    return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "torch-xla collective", timeout_s)
 
 
 def _collective(xm, spec: dict, tensor):
@@ -108,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, help="absent: no timing")
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args(argv)
-    _own_core()
+    own_core()
     own = Path(args.out) / f"rank_{os.environ['LOCAL_RANK']}"  # the rank's working directory: its debug dumps
     own.mkdir(exist_ok=True)
     os.chdir(own)

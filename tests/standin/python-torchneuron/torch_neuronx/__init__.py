@@ -23,7 +23,13 @@ The compile backend, as the docs and the real cache behave:
 - the runtime's inspect mode (NEURON_RT_INSPECT_ENABLE=1, NEURON_RT_INSPECT_DEVICE_PROFILE=model,
   NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP=N, NEURON_RT_INSPECT_OUTPUT_DIR) profiles execution N+1 of
   each NEFF: `neff_<h>.neff` and `<h>_instid_0_vnc_0.ntff` in an `i-<id>_pid_<pid>/` folder of the output
-  folder (the Explorer guide's layout; model mode takes values 1 or model).
+  folder (the Explorer guide's layout; model mode takes values 1 or model); a rank's NTFF says its rank
+  and core, as a multi-worker capture's do.
+
+The `neuron` process group ("How to use torch.distributed on Neuron"): gloo on the host data, so the
+ranks exchange real values; under torchrun an unset NEURON_RT_VISIBLE_CORES becomes LOCAL_RANK (the
+real default, which takes core LOCAL_RANK of the machine whatever slot the parent holds). `Tensor.copy_`
+is patched like `Tensor.to`: C++ asks for the device's guard before any dispatch.
 """
 
 import hashlib
@@ -40,6 +46,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 __version__ = "2.13.3"
+if "LOCAL_RANK" in os.environ and "NEURON_RT_VISIBLE_CORES" not in os.environ:
+    os.environ["NEURON_RT_VISIBLE_CORES"] = os.environ["LOCAL_RANK"]  # TorchNeuron's default under torchrun
 torch.utils.rename_privateuse1_backend("neuron")
 NEURON = torch.device("neuron", 0)
 TARGETS = ("trn2", "trn3")
@@ -106,7 +114,20 @@ def _to(self, *args, **kwargs):
     return _host_to(self, *args, **kwargs)
 
 
+_host_copy_ = torch.Tensor.copy_
+
+
+def _copy_(self, src, non_blocking=False):
+    """`Tensor.copy_` asks C++ for the device's guard before any dispatch, which a Python-only device
+    cannot give: into a neuron tensor, copy into its host data."""
+    if isinstance(self, NeuronTensor):
+        _host_copy_(self.host, src.host if isinstance(src, NeuronTensor) else src, non_blocking)
+        return self
+    return _host_copy_(self, src.host if isinstance(src, NeuronTensor) else src, non_blocking)
+
+
 torch.Tensor.to = _to
+torch.Tensor.copy_ = _copy_
 device_module = types.ModuleType("torch.neuron")
 device_module.is_available = lambda: False  # see the module docstring
 device_module.device_count = lambda: standin_cores.CORES
@@ -215,7 +236,13 @@ class _Executable:
         data = self.neff.read_bytes()
         h = str(int(hashlib.md5(data).hexdigest()[:12], 16))
         (out / f"neff_{h}.neff").write_bytes(data)
+        rank = {}
+        if "RANK" in os.environ:  # a worker of a collective: where it ran, as the capture's rank profiles say
+            core = standin_cores.visible()[0]
+            rank = {"rank": int(os.environ["RANK"]), "nc_idx": core % standin_cores.CORES_PER_DEVICE}
+            rank["nd_idx"] = core // standin_cores.CORES_PER_DEVICE
         body = {
+            **rank,
             "ntff_version": 6,
             "neff_sha256": hashlib.sha256(data).hexdigest(),
             "num_exec": self.executions,
@@ -239,3 +266,16 @@ def neuron_backend(gm, example_inputs):
 
 
 torch._dynamo.register_backend(neuron_backend, name="neuron")
+
+
+# ------------------------------------------------------------------------------- the process group
+
+
+def _process_group(store, rank, size, timeout):
+    """The `neuron` process group, as gloo on the host data: the ranks exchange real values. Mapped for
+    `cpu` too, since a collective on neuron tensors reaches the group with their host tensors."""
+    return torch.distributed.ProcessGroupGloo(store, rank, size, timeout)
+
+
+if torch.distributed.is_available() and not hasattr(torch.distributed.Backend, "NEURON"):
+    torch.distributed.Backend.register_backend("neuron", _process_group, devices=["cpu", "neuron"])

@@ -1,0 +1,148 @@
+"""A collective on NeuronCores through TorchNeuron, one process per rank under torchrun (SDK 2.33, "How to
+use torch.distributed on Neuron"): `import torch_neuronx` registers the `neuron` process group,
+`dist.init_process_group(backend="neuron", init_method="env://")` joins it.
+
+Each rank, before the runtime starts:
+- narrows NEURON_RT_VISIBLE_CORES to its own core of the slot the parent holds (common.own_core):
+  TorchNeuron would otherwise take core LOCAL_RANK of the machine, which another slot may hold;
+- compiles into a NEFF cache folder of its own (<cache>/rank_<r>): the ranks compile the same graph at
+  the same time, and rank 0's listing must hold rank 0's NEFF only;
+- profiles into a folder of its own under the runtime's inspect mode (<inspect dir>/rank_<r>), so the
+  parent knows whose NTFF is whose.
+
+The collective is a functional collective (torch.distributed._functional_collectives) in a function
+compiled by torch.compile(backend="neuron", fullgraph=True): Dynamo traces it into the graph, so the
+collective is in the NEFF, and it is out of place, so every execution reads the same input (an in-place
+all_reduce would grow it each call) and the NEFF holds no extra copy. The phases are those of
+torchneuron_program.py: inputs on `neuron` and synced / first compiled call / second call (a new NEFF
+is a recompile) / warmup + timed executions, each after a barrier of a host-side gloo group (so the
+device queue holds only the collective) / --inspect-nth calls. Rank 0 writes result.json (its NEFF
+listing), every timed rank rank_<r>.json; the parent takes an execution's time as the slowest rank's.
+    torchrun --standalone --nproc_per_node W -m neuronsweep.backends.torchneuron_collective --spec JSON ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from neuronsweep.atomic import write_json
+from neuronsweep.backends.common import own_core, run_ranks
+from neuronsweep.backends.torchneuron_program import neffs
+from neuronsweep.workloads import TORCH_DTYPES, collective
+
+
+def run(spec: dict, out_dir: Path, env: dict, neff_cache: Path, timeout_s: float, **settings) -> dict:
+    """Run the ranks in out_dir; settings: warmup, iterations, repeats, inspect_nth."""
+    out_dir = out_dir.resolve()
+    args = ["--spec", json.dumps(spec), "--out", str(out_dir), "--neff-cache", str(neff_cache)]
+    for key, value in settings.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}", str(value)]
+    return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "TorchNeuron collective", timeout_s)
+
+
+def _collective(funcol, group, spec: dict):
+    """The collective as an out-of-place function of the rank's input."""
+    return {
+        "all_reduce": lambda x: funcol.all_reduce(x, "sum", group),
+        "all_gather": lambda x: funcol.all_gather_tensor(x, 0, group),
+        "reduce_scatter": lambda x: funcol.reduce_scatter_tensor(x, "sum", 0, group),
+        "all_to_all": lambda x: funcol.all_to_all_single(x, None, None, group),
+    }[spec["op"]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--neff-cache", required=True, help="the build's NEFF cache; each rank uses rank_<r>/ in it")
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--iterations", type=int, help="absent: no timing")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--inspect-nth", type=int, help="call the collective this many times in all (inspect capture)")
+    args = ap.parse_args(argv)
+    own_core()
+    rank_name = f"rank_{os.environ['RANK']}"
+    own_cache = Path(args.neff_cache) / rank_name
+    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(own_cache)
+    if os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR"):
+        os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"] = str(Path(os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"]) / rank_name)
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    import torch_neuronx  # registers the neuron device, torch.compile backend and process group
+
+    torch.set_grad_enabled(False)
+    spec = json.loads(args.spec)
+    dist.init_process_group(backend="neuron", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    host_group = dist.new_group(backend="gloo")
+
+    def rendezvous():
+        """Every rank here, off the device: a gloo all_reduce of a host tensor (dist.barrier would pick the
+        accelerator and put its own collective in the device queue)."""
+        dist.all_reduce(torch.zeros(1), group=host_group)
+
+    dtype = getattr(torch, TORCH_DTYPES[spec["dtype"]])
+    tensor = torch.ones(collective.counts(spec)[0], dtype=dtype).to("neuron")
+    torch.neuron.synchronize()
+    compiled = torch.compile(_collective(funcol, dist.group.WORLD, spec), backend="neuron", fullgraph=True)
+
+    def call():
+        rendezvous()
+        torch.neuron.synchronize()
+        t0 = time.perf_counter_ns()
+        out = compiled(tensor)
+        torch.neuron.synchronize()
+        seconds = (time.perf_counter_ns() - t0) * 1e-9
+        del out
+        return seconds
+
+    before = neffs(str(own_cache))
+    first_s = call()
+    after_first = neffs(str(own_cache))
+    second_s = call()
+    after_second = neffs(str(own_cache))
+    for _ in range(max(0, (args.inspect_nth or 0) - 2)):
+        call()
+    for _ in range(args.warmup):
+        call()
+    samples = [call() for _ in range(args.repeats * (args.iterations or 0))]
+    out = Path(args.out)
+    if args.iterations:
+        write_json(
+            out / f"{rank_name}.json",
+            {
+                "rank": rank,
+                "samples_s": samples,
+                "core": os.environ.get("NEURON_RT_VISIBLE_CORES"),
+                "recompiles_during_timing": len(set(neffs(str(own_cache))) - set(after_second)),
+            },
+        )
+    if rank == 0:
+        write_json(
+            out / "result.json",
+            {
+                "first_call": sorted(set(after_first) - set(before)),
+                "second_call": sorted(set(after_second) - set(after_first)),
+                "digests": after_second,
+                "first_call_s": first_s,
+                "second_call_s": second_s,
+                "torch": torch.__version__,
+                "torch_neuronx": getattr(torch_neuronx, "__version__", None),
+                "device": str(tensor.device),
+                "world": world,
+            },
+        )
+    rendezvous()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
