@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, neuron_config, snakemake, standin_env, standin_runs
+from conftest import BIN, DATA, neuron_config, snakemake, standin_env, standin_runs
 
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
@@ -61,17 +61,27 @@ def test_expected_ntff_follows_the_documented_naming(num_exec, nth, rank, name):
     assert neuron_profiler.expected_ntff(num_exec, nth, rank=rank) == name
 
 
-@pytest.mark.parametrize("num_exec, nth", [(1, 1), (3, 1), (2, 2), (4, 3)])
-def test_capture_finds_the_profiled_ntff_for_every_documented_case(tmp_path, num_exec, nth, monkeypatch):
-    """nth 1 of several executions writes profile.ntff plus profile_exec_2..N: that used to fail after
-    the capture had run."""
+@pytest.mark.parametrize(
+    "num_exec, nth, written",
+    [
+        (1, 1, ["profile.ntff"]),
+        (3, 1, ["profile.ntff", "profile_exec_2.ntff", "profile_exec_3.ntff"]),
+        (2, 2, ["profile_exec_2.ntff"]),
+        (4, 3, ["profile_exec_3.ntff"]),
+        (4, 2, ["profile_exec_2.ntff", "profile_exec_4.ntff"]),  # every 2nd execution is profiled
+    ],
+)
+def test_capture_finds_the_profiled_ntff_for_every_documented_case(tmp_path, num_exec, nth, written, monkeypatch):
+    """--profile-nth-exec N profiles every Nth execution: the first profiled one after the warm-up is
+    used, every one is listed and kept (nth 1 of several used to fail after the capture had run)."""
     for key, value in standin_env(tmp_path).items():
         monkeypatch.setenv(key, value)
     neff = tmp_path / "model.neff"
     neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "g", "ops": []}).encode())
     rec = neuron_profiler.capture_neff(neff, tmp_path / "cap", settings(num_exec, nth, tmp_path, "neuron-profile"))
     assert rec["ntff_written_as"] == neuron_profiler.expected_ntff(num_exec, nth)
-    assert (tmp_path / "cap" / "profile.ntff").is_file()
+    assert (tmp_path / "cap" / "profile.ntff").is_file() and rec["ntffs_written"] == written
+    assert sorted(p.name for p in (tmp_path / "cap" / "raw").glob("*.ntff")) == written[1:]  # the rest kept
 
 
 def test_find_ntff_prefers_the_documented_name_and_fails_on_ambiguity(tmp_path):
@@ -741,7 +751,12 @@ def test_nccom_test_table_is_read_as_documented(tmp_path, monkeypatch):
         "20",
         "-w",
         "5",
+        "--non-interactive",
     ]
+    real = (DATA / "neuron" / "tools" / "nccom-test-inf2-all_reduce.txt").read_text()  # as the tool printed it
+    first = nccom_test.parse(real, 1048576)
+    assert first["time_s"] == pytest.approx(23.5e-6) and first["busbw_bytes_per_s"] == pytest.approx(44.62 * 2**30)
+    assert nccom_test.parse(real, 8388606)["algbw_bytes_per_s"] == pytest.approx(52.43 * 2**30)
     monkeypatch.setattr(nccom_test, "find", lambda: None)
     missing = nccom_test.measure(spec, {}, 20, 5, 60, tmp_path / "log")
     assert missing["result"] is None and "not installed" in missing["why"]
@@ -799,6 +814,7 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
             "3",
             "-w",
             "1",
+            "--non-interactive",
         ]
         printed = next(
             line.split()

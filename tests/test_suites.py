@@ -8,9 +8,10 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from conftest import neuron_config, snakemake, standin_env, tiny_config
+from conftest import neuron_config, snakemake, standin_env, tiny_config, torchneuron_env
 
 from neuronsweep.analysis import roofline
+from neuronsweep.backends.common import cores_at_lnc
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
@@ -189,6 +190,9 @@ def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
 
 
 def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
+    """On a trn2 (LNC 2) the NKI kernel runs at LNC 1 end to end: compiled and launched at LNC 1 (the
+    stand-in, as the runtime, refuses a launch whose LNC is not NEURON_LOGICAL_NC_CONFIG), captured at
+    LNC 1 on the slot's physical cores, judged against one physical core's peaks."""
     cfg = neuron_config(
         tmp_path,
         suites={
@@ -198,24 +202,22 @@ def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
             }
         },
     )
-    snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
+    cfg["neuron"]["route"] = "auto"  # a sweep of NKI kernels needs no framework route
+    snakemake(tmp_path, config=cfg, env=torchneuron_env(tmp_path))
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
     assert table.loc["mlp-b1-s128-h128-i256-fp32-nki", "status"] == "ok"
     bad = table.loc["mlp-b1-s128-h100-i256-fp32-nki"]
     assert bad["status"] == "unsupported" and "h=100 is not a multiple of 128" in bad["reason"]
-    build = json.loads(
-        (
-            tmp_path
-            / "results"
-            / "t"
-            / "neuron"
-            / "workloads"
-            / "mlp-b1-s128-h128-i256-fp32-nki"
-            / "build"
-            / "build.json"
-        ).read_text()
-    )
+    case = tmp_path / "results" / "t" / "neuron" / "workloads" / "mlp-b1-s128-h128-i256-fp32-nki"
+    build = json.loads((case / "build" / "build.json").read_text())
     assert [name for name, _ in build["capture_inputs"]] == ["xT", "w_gate", "w_up", "w_down"]
+    assert build["target"] == "trn2" and build["lnc"] == 1 and build["slot_lnc"] == 2
+    assert "--logical-nc-config 1" in build["cc_flags"] and build["env"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    assert build["visible_cores"] == cores_at_lnc(build["device_span"]["cores"], 2, 1)  # physical cores
+    capture = json.loads((case / "capture" / "capture.json").read_text())
+    assert capture["runtime_lnc"] == 1
+    metrics = json.loads((case / "metrics.json").read_text())
+    assert metrics["lnc"] == 1 and metrics["neuron_target"] == "trn2"
 
 
 def test_nki_mlp_reference_is_the_gated_mlp_the_compiler_route_runs():

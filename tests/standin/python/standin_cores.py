@@ -20,8 +20,19 @@ CORES = DEVICES * CORES_PER_DEVICE
 _held = []
 
 
+def process_lnc() -> int:
+    """The LNC this process runs at: NEURON_LOGICAL_NC_CONFIG, else the machine's (a trn2 process may run
+    at LNC 1 on an LNC 2 machine; its core ids then name physical cores, twice as many)."""
+    return int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", LNC))
+
+
+def count() -> int:
+    """NeuronCores this process can name at its LNC."""
+    return CORES * LNC // process_lnc()
+
+
 def visible() -> list[int]:
-    spec = os.environ.get("NEURON_RT_VISIBLE_CORES", f"0-{CORES - 1}")
+    spec = os.environ.get("NEURON_RT_VISIBLE_CORES", f"0-{count() - 1}")
     cores = []
     for part in spec.split(","):
         lo, _, hi = part.partition("-")
@@ -33,15 +44,16 @@ def claim() -> None:
     """Hold every visible core until the process exits; exit 1 with the runtime's message if one is taken."""
     root = Path(os.environ.get("STANDIN_CORE_DIR") or Path(tempfile.gettempdir()) / "standin-neuron-cores")
     root.mkdir(parents=True, exist_ok=True)
-    cores = visible()
-    if not cores or max(cores) >= CORES:
+    cores, lnc = visible(), process_lnc()
+    if not cores or max(cores) >= count():
         print(
             f"ERROR NRT:nrt_init Invalid NEURON_RT_VISIBLE_CORES={os.environ.get('NEURON_RT_VISIBLE_CORES')}: "
-            f"this instance has NeuronCores 0-{CORES - 1}",
+            f"this instance has NeuronCores 0-{count() - 1} at LNC {lnc}",
             file=sys.stderr,
         )
         sys.exit(1)
-    for core in cores:
+    # a lock per physical core: core c at LNC n is physical cores c*n .. c*n+n-1
+    for core in [p for c in cores for p in range(c * lnc, c * lnc + lnc)]:
         handle = open(root / f"core{core}.lock", "a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -120,19 +120,35 @@ def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict
     return result
 
 
+def core_ids(spec: str) -> list[int]:
+    """NEURON_RT_VISIBLE_CORES as written (a list or ranges: "0-1,4") -> the core ids."""
+    cores = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cores += range(int(lo), int(hi or lo) + 1)
+    return cores
+
+
+def cores_at_lnc(span: str | None, slot_lnc: int, process_lnc: int) -> str | None:
+    """A slot's cores (numbered at the machine's LNC, as neuron-ls and the slots count them) named at the
+    LNC a process runs at: logical core c of LNC 2 is physical cores 2c and 2c+1 of an LNC 1 process."""
+    if span is None or slot_lnc == process_lnc:
+        return span
+    ratio = slot_lnc // process_lnc
+    ids = [p for c in core_ids(span) for p in range(c * ratio, c * ratio + ratio)]
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}" if len(ids) > 1 else str(ids[0])
+    return ",".join(map(str, ids))
+
+
 def own_core() -> None:
     """In a rank under torchrun: narrow NEURON_RT_VISIBLE_CORES (a list or ranges, the slot the parent
     holds) to its LOCAL_RANK-th core. Before the runtime starts, which reads it once; left alone, every
     rank would claim the whole slot (torch-xla), or core LOCAL_RANK of the machine (TorchNeuron), which
     another slot may hold."""
     spec = os.environ.get("NEURON_RT_VISIBLE_CORES")
-    if not spec:
-        return
-    cores = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        cores += range(int(lo), int(hi or lo) + 1)
-    os.environ["NEURON_RT_VISIBLE_CORES"] = str(cores[int(os.environ["LOCAL_RANK"])])
+    if spec:
+        os.environ["NEURON_RT_VISIBLE_CORES"] = str(core_ids(spec)[int(os.environ["LOCAL_RANK"])])
 
 
 EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces

@@ -5,8 +5,9 @@ the torch-xla ones in metrics.json.
 Contract (aws-neuron-sdk, tools/neuron-sys-tools/nccom-test.rst):
     nccom-test -r <workers> <all_reduce|all_gather|reduce_scatter|alltoall> -b <bytes> -e <bytes>
                -d <fp32|bf16|fp16|...> -n <iters> -w <warmup_iters>
-prints a table `size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s) [algorithm]`, one row
-per size, then `Avg bus bandwidth: ...GB/s`. time(us) is the mean of the measured operations; GB
+prints a table `size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s) [algorithm]` (the time
+column headed `time:avg(us)` by the real tool on inf2), one row per size, then
+`Avg bus bandwidth: ...GB/s`. time(us) is the mean of the measured operations; GB
 there means GiB (1,073,741,824 bytes), so bandwidths are converted to bytes/s here. Its size and
 bus-bandwidth factors are nccl-tests', as ours (workloads/collective.py).
 """
@@ -51,6 +52,7 @@ def argv(tool: str, spec: dict, iterations: int, warmup: int) -> list[str]:
         str(iterations),
         "-w",
         str(warmup),
+        "--non-interactive",  # as the real runs are invoked (fixtures/neuron/real-tools): no prompt, plain table
     ]
 
 

@@ -35,7 +35,7 @@ from neuronsweep.backends import (
     xla_collective,
     xla_program,
 )
-from neuronsweep.backends.common import package_versions, recompilation_flag, run_child
+from neuronsweep.backends.common import cores_at_lnc, package_versions, recompilation_flag, run_child
 from neuronsweep.backends.neuron_profiler import (
     NTFF,
     CaptureRefused,
@@ -236,7 +236,7 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     env, options = tool_env(settings.visible_cores), settings.options
     env.update(
         {
-            "NKI_ARTIFACTS_DIR": str(artifacts),
+            "NKI_ARTIFACTS_DIR": str(artifacts),  # at LNC 1 (build() gives NKI builds lnc 1: see NKI_LNC)
             "NEURON_PLATFORM_TARGET_OVERRIDE": TARGETS[options["target"]].nki_platform,
             "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
             "NEURON_CC_FLAGS": cc_flags(options),
@@ -276,10 +276,21 @@ ROUTES = {"torchneuron": _compile_torchneuron, "xla": _compile_xla}
 COMPILERS = {"torchneuron": "neuronx-cc via TorchNeuron torch.compile", "xla": "neuronx-cc via torch-xla"}
 
 
+NKI_LNC = 1
+"""NKI kernels run at LNC 1 end to end (compile, NEURON_LOGICAL_NC_CONFIG, capture): an @nki.jit kernel
+launches at LNC 1 unless called as kernel[lnc](...) with its work split by nl.program_id, and a launch
+that differs from the runtime's LNC fails (the nki.jit docstring, NKI "About LNC"). Our kernels are
+single-core kernels, so on trn2/trn3 (LNC 2) they are measured on one physical core, against one
+physical core's peaks."""
+
+
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     # what is still auto is settled on this machine (a cluster node, a build run by hand)
     nki_impl = spec.get("impl") == "nki"
     options, setup = neuron_setup.settle(settings.options, check_route=False, need_route=not nki_impl)
+    slot_lnc = lnc(options)  # the LNC the slots number their cores at: the machine's
+    if nki_impl:
+        options = {**options, "lnc": NKI_LNC}
     settings = replace(settings, options=options)
     versions = package_versions(NEURON_PACKAGES)
     flags = cc_flags(options)
@@ -292,11 +303,12 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             "neuron",
             f"neuron build {workload_id(spec)}",
             options["target"],
-            options["lnc"],
+            slot_lnc,
             cores=spec.get("world", 1),
         ) as (on_slot, span):
+            on_slot = replace(on_slot, visible_cores=cores_at_lnc(on_slot.visible_cores, slot_lnc, lnc(options)))
             made = route(spec, out_dir, on_slot, entry)
-        return Path(made["neff_source"]), {**made, "visible_cores": span["cores"], "device_span": span}
+        return Path(made["neff_source"]), {**made, "visible_cores": on_slot.visible_cores, "device_span": span}
 
     material = {
         "spec": spec,
@@ -310,7 +322,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])
     if nki_impl:
-        env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts"}
+        env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts", "NEURON_LOGICAL_NC_CONFIG": str(NKI_LNC)}
     elif options["route"] == "torchneuron":
         env = torchneuron_env(options, entry / "torchneuron-neff-cache", out_dir.resolve() / "torchneuron" / "debug")
     else:
@@ -343,6 +355,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "target": options["target"],
         "auto_cast": auto_cast(options),
         "lnc": lnc(options),
+        "slot_lnc": slot_lnc,
         "env": env,
         "compile_cache": str(entry / "neuron-compile-cache") if options["route"] == "xla" and not nki_impl else None,
         **{k: v for k, v in meta.items() if k != "made_at"},
@@ -360,7 +373,7 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
     """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
     compile here means the graph changed (recompilation), which is recorded, not hidden."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = tool_env(settings.visible_cores)
+    env = tool_env(settings.visible_cores, settings.runtime_lnc)
     env.update(build.env)
     cache = build.details["compile_cache"]
     result = xla_program.run(
@@ -384,7 +397,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     build's compile or NEFF cache; an execution's time is the slowest rank's, as for the gloo ranks;
     nccom-test's figures beside them."""
     spec = build.spec
-    env = {**tool_env(settings.visible_cores), **build.env}
+    env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env}
     timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
     if build.details.get("route") == "torchneuron":
         cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
@@ -407,7 +420,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
         ],
         "nccom_test": nccom_test.measure(
             spec,
-            tool_env(settings.visible_cores),
+            tool_env(settings.visible_cores, settings.runtime_lnc),
             settings.iterations * settings.repeats,
             settings.warmup,
             settings.timeout_s,
@@ -419,7 +432,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
 def rerun_torchneuron(build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options) -> dict:
     """The build's workload again in TorchNeuron on the capture's cores, through the build's NEFF cache
     (a NEFF appearing there now is a recompile)."""
-    env = {**tool_env(settings.visible_cores), **build.env, **env}
+    env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}
     cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
     return torchneuron_run(build.spec, workdir, env, cache, settings.timeout_s, **options)
 
@@ -444,7 +457,7 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
     collective = build.spec["kind"] == "collective"
     if collective:
         cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
-        run_env = {**tool_env(settings.visible_cores), **build.env, **env}
+        run_env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}
         torchneuron_collective.run(
             build.spec, out_dir / "framework-inspect", run_env, cache, settings.timeout_s, inspect_nth=settings.nth_exec
         )
@@ -479,6 +492,12 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
     if build.spec["kind"] == "collective" and not settings.collectives:  # a worker per rank, as the build ran
         settings = replace(settings, collectives={"workers_per_node": build.spec["world"]})
+    # every device process runs at the NEFF's LNC, on the slot's cores named at that LNC
+    neff_lnc = build.lnc
+    if neff_lnc is not None:
+        slot_lnc = build.details.get("slot_lnc", neff_lnc)
+        cores = cores_at_lnc(settings.visible_cores, slot_lnc, neff_lnc)
+        settings = replace(settings, runtime_lnc=neff_lnc, visible_cores=cores)
     neff = build_dir / ARTIFACT
     torchneuron = build.details.get("route") == "torchneuron"
     try:
@@ -497,6 +516,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     else:
         record["latency"] = framework_timing(build, settings, out_dir / "framework")
     record["threads"] = None
+    record["runtime_lnc"] = settings.runtime_lnc
     return record
 
 
@@ -511,6 +531,7 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
             "(snakemake --forcerun capture, or neuronsweep capture with the option set)."
         )
     neff = Path(cap.details["neff"])
+    settings = replace(settings, runtime_lnc=cap.details.get("runtime_lnc"))
     result = view_profile(neff, capture_dir / NTFF, out_dir, settings)
     if cap.details.get("ranks"):
         result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)

@@ -32,15 +32,18 @@ OOM = re.compile(
 OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
 
 
-def tool_env(visible_cores: str | None = None) -> dict:
+def tool_env(visible_cores: str | None = None, lnc: int | None = None) -> dict:
     """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset. A
     process that executes on the device is pinned to its slot's cores (slots.py): a torch-xla process
-    otherwise claims every visible core ("Requested:2 Available:0" for the next one)."""
+    otherwise claims every visible core ("Requested:2 Available:0" for the next one); and it runs at the
+    LNC its NEFF was compiled for (NEURON_LOGICAL_NC_CONFIG: the runtime refuses a mismatch)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([env.get("PATH", ""), NEURON_TOOL_DIR])
     env.setdefault("HOME", tempfile.gettempdir())
     if visible_cores is not None:
         env["NEURON_RT_VISIBLE_CORES"] = visible_cores
+    if lnc is not None:
+        env["NEURON_LOGICAL_NC_CONFIG"] = str(lnc)
     return env
 
 
@@ -65,10 +68,11 @@ def _tail(text: str) -> str:
 
 
 def expected_ntff(num_exec: int, nth: int, stem: str = "profile", rank: int | None = None) -> str:
-    """The NTFF the profiler writes for the profiled execution, for -s <stem>.ntff (AWS nki-library
-    profiler_utils._generate_expected_ntff_files): one execution, or nth 1, gives <stem>.ntff (nth 1 of
-    several also writes <stem>_exec_2..N); nth M of several gives <stem>_exec_M.ntff; collectives put
-    _rank_<r> after the stem."""
+    """The NTFF of the first profiled execution, for -s <stem>.ntff. `--profile-nth-exec M` profiles every
+    Mth execution (the CLI reference), named as AWS nki-library profiler_utils._generate_expected_ntff_files
+    names them: execution 1 is <stem>.ntff, execution k > 1 <stem>_exec_k.ntff, so nth 2 of 4 writes
+    _exec_2 and _exec_4, and the first after the warm-up, _exec_M, is the one used (the others are kept
+    in raw/); collectives put _rank_<r> after the stem."""
     base = stem if rank is None else f"{stem}_rank_{rank}"
     return f"{base}.ntff" if num_exec == 1 or nth == 1 else f"{base}_exec_{nth}.ntff"
 
@@ -186,7 +190,13 @@ def capture_neff(
     else:
         argv.append("--ignore-exec-errors")
     started = time.time()
-    proc = run_tool(argv, settings.timeout_s, f"{neff}: capture", cwd=raw, env=tool_env(settings.visible_cores))
+    proc = run_tool(
+        argv,
+        settings.timeout_s,
+        f"{neff}: capture",
+        cwd=raw,
+        env=tool_env(settings.visible_cores, settings.runtime_lnc),
+    )
     wall = time.time() - started
     (out_dir / "capture.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -208,6 +218,7 @@ def capture_neff(
             f"{neff}: --collectives-profile-id {settings.collectives.get('profile_id')} is not one of the "
             "workers launched on this node (from --collectives-worker-start-id); no rank was profiled."
         )
+    written = sorted(p.name for p in raw.glob("*.ntff"))  # every profiled execution's; the first one is used
     if ranks:  # the lowest rank's profile is the capture's own, as for one worker
         ntff = raw / ranks[0]["written_as"]
         shutil.copyfile(ntff, out_dir / NTFF)
@@ -223,6 +234,7 @@ def capture_neff(
         "stderr_tail": _tail(proc.stderr),
         "capture_wall_s": wall,
         "ntff_written_as": ntff.name,
+        "ntffs_written": written,
         "neff": str(neff),
         "neff_sha256": _sha256(neff),
         **({"ranks": ranks, "collectives": settings.collectives} if ranks else {}),
@@ -304,7 +316,9 @@ def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSet
         *(["--enable-memory-tracker"] if settings.memory_tracker else []),
     ]
     name = Path(profiler).name
-    proc = run_tool(argv, settings.timeout_s, f"{session_dir}: {name} view -d", cwd=folder, env=tool_env())
+    proc = run_tool(
+        argv, settings.timeout_s, f"{session_dir}: {name} view -d", cwd=folder, env=tool_env(lnc=settings.runtime_lnc)
+    )
     if proc.returncode != 0:
         raise UserError(
             f"{session_dir}: {name} view -d (the combined view of every rank) exited {proc.returncode}: "
@@ -355,7 +369,13 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
     def run(fmt: str, extra: list[str]):
         argv = base + ["--output-format", fmt] + extra + tracker
         commands[fmt] = argv
-        proc = run_tool(argv, limit, f"{ntff}: {name} view --output-format {fmt}", cwd=out_dir, env=tool_env())
+        proc = run_tool(
+            argv,
+            limit,
+            f"{ntff}: {name} view --output-format {fmt}",
+            cwd=out_dir,
+            env=tool_env(lnc=settings.runtime_lnc),
+        )
         if proc.returncode != 0:
             raise UserError(
                 f"{ntff}: {name} view --output-format {fmt} exited {proc.returncode}: "

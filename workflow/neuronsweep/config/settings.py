@@ -62,6 +62,7 @@ class CaptureSettings:
     # neuron, a collectives-enabled NEFF: the profiler's --collectives-* options (workers_per_node,
     # worker_count, worker_start_id, profile_id), as the neuron-profile guide gives them
     collectives: dict | None = None
+    runtime_lnc: int | None = None  # neuron: NEURON_LOGICAL_NC_CONFIG of every device process, the NEFF's LNC
 
     def __post_init__(self):
         check_profiled_exec(self.num_exec, self.nth_exec, ("--num-exec", "--nth-exec"), "capture", kind="flag")
@@ -84,6 +85,7 @@ class ViewSettings:
     perfetto_flows: bool
     timeout_s: float
     memory_tracker: bool = False
+    runtime_lnc: int | None = None  # neuron: NEURON_LOGICAL_NC_CONFIG, as the capture ran
 
     @classmethod
     def from_section(cls, section: dict, timeout_s: float | None = None) -> ViewSettings:

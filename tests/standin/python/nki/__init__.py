@@ -2,13 +2,18 @@
 shapes, writing NKI_ARTIFACTS_DIR/kernel.neff (the directory is read at import, as the real package
 requires), then executes the kernel body on numpy through the nki.language / nki.isa doubles (real
 signatures, memory rules enforced) and returns its output, so the build's max_abs_error_vs_numpy
-checks the kernel's arithmetic. STANDIN_NKI_RECOMPILE=1 recompiles on every call (the @nki.jit trap)."""
+checks the kernel's arithmetic. STANDIN_NKI_RECOMPILE=1 recompiles on every call (the @nki.jit trap).
+
+A kernel launches at LNC 1 unless called as `kernel[lnc](...)` (the nki.jit docstring, NKI "About
+LNC"), and the launch must match the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's,
+2 on the trn2 stand-in) or the call fails as the runtime does; the NEFF records the launch's LNC."""
 
 import json
 import os
 from pathlib import Path
 
 import numpy as np
+import standin_cores
 
 _ARTIFACTS = os.environ.get("NKI_ARTIFACTS_DIR")
 
@@ -16,7 +21,13 @@ _ARTIFACTS = os.environ.get("NKI_ARTIFACTS_DIR")
 def jit(fn):
     compiled = set()
 
-    def call(*arrays):
+    def launch(grid, arrays):
+        if grid != standin_cores.process_lnc():
+            raise RuntimeError(
+                f"NRT: kernel {fn.__name__} was launched at LNC {grid} but the runtime runs "
+                f"NEURON_LOGICAL_NC_CONFIG={standin_cores.process_lnc()}: launch it as "
+                f"{fn.__name__}[{standin_cores.process_lnc()}](...) or set NEURON_LOGICAL_NC_CONFIG={grid}"
+            )
         if _ARTIFACTS is None:
             raise RuntimeError("stand-in nki: NKI_ARTIFACTS_DIR was not set before `import nki`")
         signature = (fn.__name__, tuple(a.shape for a in arrays), str(arrays[0].dtype))
@@ -31,7 +42,7 @@ def jit(fn):
                 "graph": fn.__name__,
                 "ops": ops,
                 "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"),
-                "lnc": os.environ.get("NEURON_LOGICAL_NC_CONFIG"),
+                "lnc": grid,
             }
             Path(_ARTIFACTS).mkdir(parents=True, exist_ok=True)
             (Path(_ARTIFACTS) / "kernel.neff").write_bytes(b"NEFF\0" + json.dumps(header).encode())
@@ -41,5 +52,13 @@ def jit(fn):
         out = fn(*(language.tensor(a, language.hbm) for a in arrays))
         return np.asarray(out)
 
-    call.__name__ = fn.__name__
-    return call
+    class Kernel:
+        __name__ = fn.__name__
+
+        def __call__(self, *arrays):
+            return launch(1, arrays)
+
+        def __getitem__(self, grid):
+            return lambda *arrays: launch(int(grid), arrays)
+
+    return Kernel()
