@@ -31,7 +31,7 @@ from pathlib import Path
 
 from neuronsweep.atomic import write_json
 from neuronsweep.backends.common import own_core, run_ranks
-from neuronsweep.backends.torchneuron_program import neffs
+from neuronsweep.backends.torchneuron_program import first_two_calls, neffs
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
@@ -101,18 +101,14 @@ def main(argv=None) -> int:
         torch.neuron.synchronize()
         seconds = (time.perf_counter_ns() - t0) * 1e-9
         del out
-        return seconds
+        return None, seconds
 
-    before = neffs(str(own_cache))
-    first_s = call()
-    after_first = neffs(str(own_cache))
-    second_s = call()
-    after_second = neffs(str(own_cache))
+    _, calls = first_two_calls(call, str(own_cache))
     for _ in range(max(0, (args.inspect_nth or 0) - 2)):
         call()
     for _ in range(args.warmup):
         call()
-    samples = [call() for _ in range(args.repeats * (args.iterations or 0))]
+    samples = [call()[1] for _ in range(args.repeats * (args.iterations or 0))]
     out = Path(args.out)
     if args.iterations:
         write_json(
@@ -121,18 +117,14 @@ def main(argv=None) -> int:
                 "rank": rank,
                 "samples_s": samples,
                 "core": os.environ.get("NEURON_RT_VISIBLE_CORES"),
-                "recompiles_during_timing": len(set(neffs(str(own_cache))) - set(after_second)),
+                "recompiles_during_timing": len(set(neffs(str(own_cache))) - set(calls["digests"])),
             },
         )
     if rank == 0:
         write_json(
             out / "result.json",
             {
-                "first_call": sorted(set(after_first) - set(before)),
-                "second_call": sorted(set(after_second) - set(after_first)),
-                "digests": after_second,
-                "first_call_s": first_s,
-                "second_call_s": second_s,
+                **calls,
                 "torch": torch.__version__,
                 "torch_neuronx": getattr(torch_neuronx, "__version__", None),
                 "device": str(tensor.device),

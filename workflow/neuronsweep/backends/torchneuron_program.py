@@ -40,6 +40,24 @@ def neffs(root: str) -> dict[str, str]:
     }
 
 
+def first_two_calls(call, neff_cache: str) -> tuple[object, dict]:
+    """The first compiled call and a second one with the NEFF cache listed around each: what the first
+    adds is the workload's NEFF, what the second adds a recompile. `call()` returns (value, seconds);
+    the first call's value is returned beside the listing."""
+    before = neffs(neff_cache)
+    value, first_s = call()
+    after_first = neffs(neff_cache)
+    _, second_s = call()
+    after_second = neffs(neff_cache)
+    return value, {
+        "first_call": sorted(set(after_first) - set(before)),
+        "second_call": sorted(set(after_second) - set(after_first)),
+        "digests": after_second,
+        "first_call_s": first_s,
+        "second_call_s": second_s,
+    }
+
+
 def save_inputs(named: list[tuple[str, object]], folder: Path) -> list[list[str]]:
     """Each tensor as NAME FILE for `capture`: .npy, or raw .bin for bf16 (which .npy cannot hold)."""
     import numpy as np
@@ -101,17 +119,9 @@ def main(argv=None) -> int:
         torch.neuron.synchronize()
         return out, (time.perf_counter_ns() - t0) * 1e-9
 
-    before = neffs(args.neff_cache)
-    out, first_s = call()
-    after_first = neffs(args.neff_cache)
-    _, second_s = call()
-    after_second = neffs(args.neff_cache)
+    out, result = first_two_calls(call, args.neff_cache)
     result = {
-        "first_call": sorted(set(after_first) - set(before)),
-        "second_call": sorted(set(after_second) - set(after_first)),
-        "digests": after_second,
-        "first_call_s": first_s,
-        "second_call_s": second_s,
+        **result,
         "torch": torch.__version__,
         "torch_neuronx": getattr(torch_neuronx, "__version__", None),
         "device": str(inputs[0].device),
