@@ -132,7 +132,7 @@ def core_ids(spec: str) -> list[int]:
 def cores_at_lnc(span: str | None, slot_lnc: int, process_lnc: int) -> str | None:
     """A slot's cores (numbered at the machine's LNC, as neuron-ls and the slots count them) named at the
     LNC a process runs at: logical core c of LNC 2 is physical cores 2c and 2c+1 of an LNC 1 process."""
-    if span is None or slot_lnc == process_lnc:
+    if span is None or slot_lnc <= process_lnc:  # a process never runs at a coarser LNC than its slot's
         return span
     ratio = slot_lnc // process_lnc
     ids = [p for c in core_ids(span) for p in range(c * ratio, c * ratio + ratio)]
