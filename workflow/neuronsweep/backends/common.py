@@ -66,6 +66,16 @@ def run_tool(
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def child_args(spec: dict, out: Path, **settings) -> list[str]:
+    """A child program's command line: the spec, where to write, then each setting given as
+    `--key-name value` (None left out)."""
+    args = ["--spec", json.dumps(spec), "--out", str(out)]
+    for key, value in settings.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
+
+
 def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str, timeout_s: float) -> None:
     """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The

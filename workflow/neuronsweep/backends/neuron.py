@@ -35,7 +35,7 @@ from neuronsweep.backends import (
     xla_collective,
     xla_program,
 )
-from neuronsweep.backends.common import cores_at_lnc, package_versions, recompilation_flag, run_child
+from neuronsweep.backends.common import child_args, cores_at_lnc, package_versions, recompilation_flag, run_child
 from neuronsweep.backends.neuron_profiler import (
     NTFF,
     CaptureRefused,
@@ -213,10 +213,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
 def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options) -> dict:
     """Run torchneuron_program in `workdir`; options: inputs_dir, warmup, iterations, repeats, inspect_nth."""
     workdir = workdir.resolve()
-    args = ["--spec", json.dumps(spec), "--out", str(workdir / "result.json"), "--neff-cache", str(neff_cache)]
-    for key, value in options.items():
-        if value is not None:
-            args += [f"--{key.replace('_', '-')}", str(value)]
+    args = child_args(spec, workdir / "result.json", neff_cache=neff_cache, **options)
     run_child("torchneuron_program", args, spec, workdir, env, "TorchNeuron run", timeout_s)
     return json.loads((workdir / "result.json").read_text())
 
@@ -236,9 +233,9 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     env, options = tool_env(settings.visible_cores), settings.options
     env.update(
         {
-            "NKI_ARTIFACTS_DIR": str(artifacts),  # at LNC 1 (build() gives NKI builds lnc 1: see NKI_LNC)
+            "NKI_ARTIFACTS_DIR": str(artifacts),
             "NEURON_PLATFORM_TARGET_OVERRIDE": TARGETS[options["target"]].nki_platform,
-            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
+            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),  # NKI_LNC: build() runs NKI kernels at LNC 1
             "NEURON_CC_FLAGS": cc_flags(options),
         }
     )
@@ -400,8 +397,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env}
     timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
     if build.details.get("route") == "torchneuron":
-        cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
-        result = torchneuron_collective.run(spec, workdir, env, cache, settings.timeout_s, **timing)
+        result = rerun_torchneuron(build, settings, workdir, {}, **timing)
         compiles = {"recompiles_during_timing": sum(r["recompiles_during_timing"] for r in result["ranks"])}
         sync = "torch.neuron.synchronize() before and after each execution, after a barrier of all ranks"
     else:
@@ -431,9 +427,11 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
 
 def rerun_torchneuron(build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options) -> dict:
     """The build's workload again in TorchNeuron on the capture's cores, through the build's NEFF cache
-    (a NEFF appearing there now is a recompile)."""
+    (a NEFF appearing there now is a recompile): torchneuron_program, or a collective's ranks."""
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}
     cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
+    if build.spec["kind"] == "collective":
+        return torchneuron_collective.run(build.spec, workdir, env, cache, settings.timeout_s, **options)
     return torchneuron_run(build.spec, workdir, env, cache, settings.timeout_s, **options)
 
 
@@ -454,20 +452,14 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
     raw = fresh(out_dir / "inspect")
     env = inspect_env(raw, settings)
     started = time.time()
-    collective = build.spec["kind"] == "collective"
-    if collective:
-        cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
-        run_env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}
-        torchneuron_collective.run(
-            build.spec, out_dir / "framework-inspect", run_env, cache, settings.timeout_s, inspect_nth=settings.nth_exec
-        )
+    rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec)
+    if build.spec["kind"] == "collective":
         ranks = []
         for r in range(build.spec["world"]):
             shutil.copyfile(pair_inspect_outputs(raw / f"rank_{r}", neff), out_dir / f"profile_rank_{r}.ntff")
             ranks.append({"rank": r, "ntff": f"profile_rank_{r}.ntff", "written_as": f"inspect/rank_{r}"})
         ntff = out_dir / "profile_rank_0.ntff"
     else:
-        rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec)
         ntff, ranks = pair_inspect_outputs(raw, neff), None
     shutil.copyfile(ntff, out_dir / NTFF)
     return {

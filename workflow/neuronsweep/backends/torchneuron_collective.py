@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from neuronsweep.atomic import write_json
-from neuronsweep.backends.common import own_core, run_ranks
+from neuronsweep.backends.common import child_args, own_core, run_ranks
 from neuronsweep.backends.torchneuron_program import first_two_calls, neffs
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
@@ -38,10 +38,7 @@ from neuronsweep.workloads import TORCH_DTYPES, collective
 def run(spec: dict, out_dir: Path, env: dict, neff_cache: Path, timeout_s: float, **settings) -> dict:
     """Run the ranks in out_dir; settings: warmup, iterations, repeats, inspect_nth."""
     out_dir = out_dir.resolve()
-    args = ["--spec", json.dumps(spec), "--out", str(out_dir), "--neff-cache", str(neff_cache)]
-    for key, value in settings.items():
-        if value is not None:
-            args += [f"--{key.replace('_', '-')}", str(value)]
+    args = child_args(spec, out_dir, neff_cache=neff_cache, **settings)
     return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "TorchNeuron collective", timeout_s)
 
 

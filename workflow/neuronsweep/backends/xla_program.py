@@ -36,7 +36,7 @@ from pathlib import Path
 
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
-from neuronsweep.backends import BACKENDS
+from neuronsweep.backends import BACKENDS, common
 from neuronsweep.backends.common import EXEC_MARK, run_child
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import TORCH_DTYPES, kind_of, workload_id
@@ -58,14 +58,8 @@ def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], time
 
 
 def child_args(spec: dict, out: Path, globs: list[str], settings: dict) -> list[str]:
-    """The child's command line: the spec, where to write, the artifact globs, and the settings given."""
-    args = ["--spec", json.dumps(spec), "--out", str(out)]
-    for key, value in settings.items():
-        if value is not None:
-            args += [f"--{key.replace('_', '-')}", str(value)]
-    for pattern in globs:
-        args += ["--artifact-glob", pattern]
-    return args
+    """The child's command line: the spec, where to write, the settings given, and the artifact globs."""
+    return common.child_args(spec, out, **settings) + [a for g in globs for a in ("--artifact-glob", g)]
 
 
 def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
