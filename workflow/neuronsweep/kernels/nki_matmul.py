@@ -7,6 +7,17 @@ Two spellings of one kernel: standalone `nki` (>= 0.2, SDK 2.28+) passes destina
 instruction (nisa.dma_copy, nisa.nc_matmul(dst=psum), nisa.tensor_copy) and has no nl.load/store
 return style; the legacy neuronxcc.nki (SDK <= 2.27) returns values. The stand-in executes the
 first on numpy (tests/standin/python/nki); on a device the build compares both with numpy.
+
+PSUM: nc_matmul's `accumulate=None` (the default, SDK 2.30-2.33 reference) lets the compiler make the
+first matmul into a PSUM tile overwrite and the later ones add. A memset before accumulating is what the
+reference forbids: matmul accumulation onto PSUM initialized by a non-matmul instruction is undefined
+on NeuronCore-v2/v3. The legacy spelling keeps Beta 1's `acc = nl.zeros(psum); acc += nc_matmul(...)`,
+the pattern that language's own tutorials use and its compiler lowers.
+
+Targets: standalone `nki` is documented for Trn2 and Trn3 (NKI FAQ, SDK 2.29+); on trn1/inf2 the build
+still compiles it for NEURON_PLATFORM_TARGET_OVERRIDE=trn1|inf2, which the package accepts, and the
+correctness check on the build's output is what vouches for the result there. neuronxcc.nki (<= 2.27)
+documents Inf2, Trn1 and Trn2.
 """
 
 from __future__ import annotations
@@ -42,14 +53,13 @@ def make_kernel(decorate=None):
         tm, tk, tn = min(M, P), min(K, P), min(N, TN_MAX)
         for m in nl.affine_range(M // tm):
             for n in nl.affine_range(N // tn):
-                acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc, value=0.0)
+                acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)  # no memset: see PSUM above
                 for k in nl.affine_range(K // tk):
                     lhs_tile = nl.ndarray((tk, tm), dtype=lhsT.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=lhs_tile, src=lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
                     rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
-                    nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile)  # accumulates in PSUM
+                    nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile)  # k=0 overwrites, then adds
                 out = nl.ndarray((tm, tn), dtype=lhsT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
                 nisa.dma_copy(dst=result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn], src=out)

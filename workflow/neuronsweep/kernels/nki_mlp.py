@@ -33,9 +33,7 @@ def make_kernel(decorate=None):
             hT = nl.ndarray((P, (I // P) * tn), dtype=xT.dtype, buffer=nl.sbuf)
             for i in nl.affine_range(I // P):
                 gate = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
-                up = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=gate, value=0.0)
-                nisa.memset(dst=up, value=0.0)
+                up = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)  # h=0 overwrites (nki_matmul)
                 for h in nl.affine_range(H // P):
                     x_tile = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=x_tile, src=xT[h * P : (h + 1) * P, t * tn : (t + 1) * tn])
@@ -50,7 +48,6 @@ def make_kernel(decorate=None):
                 nisa.tensor_tensor(dst=hT[:, i * tn : (i + 1) * tn], data1=act, data2=up, op=nl.multiply)
             for m in nl.affine_range(H // P):
                 acc = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
-                nisa.memset(dst=acc, value=0.0)
                 for i in nl.affine_range(I // P):
                     wd = nl.ndarray((P, P), dtype=w_down.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=wd, src=w_down[i * P : (i + 1) * P, m * P : (m + 1) * P])

@@ -3,6 +3,7 @@ shapes, writing NKI_ARTIFACTS_DIR/kernel.neff (the directory is read at import, 
 requires), then executes the kernel body on numpy through the nki.language / nki.isa doubles (real
 signatures, memory rules enforced) and returns its output, so the build's max_abs_error_vs_numpy
 checks the kernel's arithmetic. STANDIN_NKI_RECOMPILE=1 recompiles on every call (the @nki.jit trap).
+A compile into a non-empty NKI_ARTIFACTS_DIR fails, as neuronx-cc refuses a used output folder.
 
 A kernel launches at LNC 1 unless called as `kernel[lnc](...)` (the nki.jit docstring, NKI "About
 LNC"), and the launch must match the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's,
@@ -45,6 +46,11 @@ def jit(fn):
                 "lnc": grid,
             }
             Path(_ARTIFACTS).mkdir(parents=True, exist_ok=True)
+            if any(Path(_ARTIFACTS).iterdir()):  # neuronx-cc refuses to compile into a used folder
+                raise RuntimeError(
+                    f"ERROR: the compile output directory {_ARTIFACTS} is not empty; remove its contents "
+                    "or choose another NKI_ARTIFACTS_DIR"
+                )
             (Path(_ARTIFACTS) / "kernel.neff").write_bytes(b"NEFF\0" + json.dumps(header).encode())
             compiled.add(signature)
         from . import language
