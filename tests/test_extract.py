@@ -77,3 +77,27 @@ def test_cpu_metrics_null_device_counters_with_reason():
     assert m["tensor_engine_active_time_s"] is None
     assert "no Neuron engines" in m["notes"]["tensor_engine_active_time_s"]
     assert m["cache_hit"] is True and m["latency_n"] == 9 and m["threads"] == 2
+
+
+def test_a_summary_without_total_active_time_takes_the_busiest_engine_for_the_roofline(trn1_summary):
+    """Tools before 2.27 write no total_active_time: the roofline is measured against the busiest
+    engine's active time (vector here: 96.45 % of total_time), said so, not left null."""
+    old = {k: v for k, v in trn1_summary.items() if not k.startswith("total_active_time")}
+    build, capture = neuron_records({"kind": "matmul", "m": 128, "k": 128, "n": 128, "dtype": "bf16"})
+    m = compute(old, capture, build)
+    assert m["profile_active_time_s"] is None and "total_active_time" in m["notes"]["profile_active_time_s"]
+    assert m["roofline_time_s"] == pytest.approx(0.9645396092701302 * trn1_summary["total_time"])
+    assert m["roofline_efficiency_pct"] is not None
+    assert "vector_engine_active_time" in m["notes"]["roofline_time_s"]
+
+
+def test_fp32_peak_is_the_target_generations_ratio_not_a_quarter():
+    """trn3's fp32 peak is 183/671 of bf16 (trainium3.rst), not NeuronCore-v2's quarter."""
+    from neuronsweep.host.targets import TARGETS
+
+    spec = {"kind": "matmul", "m": 128, "k": 128, "n": 128, "dtype": "fp32"}
+    build = BuildRecord.from_json(
+        {"workload_id": "w", "backend": "neuron", "spec": spec, "target": "trn3", "lnc": 2, "cache": {"hit": False}}
+    )
+    m = compute({"total_time": 1e-3, "total_active_time": 5e-4}, None, build)
+    assert m["peak_flops_per_s"] == pytest.approx(TARGETS["trn3"].bf16_flops(2) * 183 / 671)

@@ -440,10 +440,11 @@ def neuron_peaks(build: BuildRecord | None, summary: dict, metadata: dict | None
             "(the same NeuronCore generation, so the peaks agree)"
         )
     meta = roofline.metadata_peaks(metadata, lnc)
-    if meta:
-        return {**meta, "target": target, "lnc": lnc}
+    if meta:  # the metadata gives TensorE's bf16 rate; the fp32 ratio is the target generation's
+        return {**meta, "fp32_ratio": row.fp32_ratio, "target": target, "lnc": lnc}
     return {
         "bf16_flops_per_s": row.bf16_flops(lnc),
+        "fp32_ratio": row.fp32_ratio,
         "hbm_bytes_per_s": row.hbm_bytes_per_s,
         "target": target,
         "lnc": lnc,
@@ -465,9 +466,16 @@ def _roofline(
     (total_time also holds about 2 ms of start-up per execution on real trn1 profiles), framework
     median on cpu."""
     if peaks is not None:
-        peak_f = peaks["bf16_flops_per_s"] / (4 if spec["dtype"] == "fp32" else 1)
+        peak_f = peaks["bf16_flops_per_s"] / (peaks["fp32_ratio"] if spec["dtype"] == "fp32" else 1)
         peak_b, source = peaks["hbm_bytes_per_s"], peaks["source"]
         measured, basis = m["profile_active_time_s"], "profile_active_time_s"
+        if measured is None:
+            measured, basis = _busiest_engine_time(m)
+            if measured is not None:
+                notes["roofline_time_s"] = (
+                    f"the summary has no total_active_time (tools before 2.27): {basis}, the busiest engine's "
+                    "active time, a lower bound of the device's active time"
+                )
     elif backend == "xla" and build and build.pjrt_device != "CPU":
         for key in ROOFLINE:
             notes[key] = f"no peaks known for PJRT device {build.pjrt_device} (the host calibration is the CPU's)"
@@ -502,6 +510,22 @@ def _roofline(
             "measured against; check the target and the profile's time basis"
         )
     return out
+
+
+def _busiest_engine_time(m: dict) -> tuple[float | None, str]:
+    """The longest active time of one engine or DMA: raw seconds where the summary has them, else the
+    tool's fraction of total_time (which is how it defines the fraction)."""
+    total = m["profile_total_time_s"]
+    times = {}
+    for name in [f"{e}_engine" for e in ENGINES] + ["dma"]:
+        raw, pct = m.get(f"{name}_active_time_s"), m.get(f"{name}_active_pct")
+        value = raw if raw is not None else (pct / FRACTION_TO_PCT * total if pct is not None and total else None)
+        if value is not None:
+            times[name] = value
+    if not times:
+        return None, "an engine's active time"
+    top = max(times, key=times.get)
+    return times[top], f"{top}_active_time"
 
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
