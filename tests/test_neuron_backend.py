@@ -195,6 +195,7 @@ def test_multi_case_sweep_on_neuron(neuron_run):
             "2",
             "--profile-nth-exec",
             "2",
+            "--enable-dge-notifs",  # on by default: the DmaPacket table is complete only with it
             "--ignore-exec-errors",
         ]
         assert cap["ntff_written_as"] == "profile_exec_2.ntff" and (d / "capture" / "profile.ntff").is_file()
@@ -246,6 +247,7 @@ def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
     # a capture made without the DGE notifications: the stand-in's view refuses the tracker, as does ours
     capture = json.loads((d / "capture" / "capture.json").read_text())
     capture["argv"] = [a for a in capture["argv"] if a != "--enable-dge-notifs"]
+    capture["dge_notifications"] = False
     (d / "capture" / "capture.json").write_text(json.dumps(capture))
     proc = subprocess.run(
         [
@@ -262,7 +264,7 @@ def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
         text=True,
         env={**os.environ, **standin_env(tmp_path)},
     )
-    assert proc.returncode != 0 and "without --enable-dge-notifs" in proc.stderr
+    assert proc.returncode != 0 and "without DGE notifications (--enable-dge-notifs)" in proc.stderr
     env = {**os.environ, **standin_env(tmp_path)}
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -198,3 +198,37 @@ def test_trn2_peaks_are_per_logical_core_and_a_wrong_target_is_named():
     assert wrong["notes"]["neuron_target"] == (
         "neuron.target is trn2 but the profile was captured on inf2.xlarge; set neuron.target: inf2"
     )
+
+
+def test_an_empty_dma_table_makes_the_dma_figures_null_with_the_reason_never_zero(tmp_path):
+    """A capture without DGE notifications may leave no DMA packets and zero DMA figures in the summary:
+    extract says so instead of reporting 0 bytes moved."""
+    data = raw(FILES[0])
+    data["dma"] = []
+    zeros = ("dma_active_time", "dma_active_time_percent", "dma_transfer_total_bytes", "dma_transfer_count")
+    summary = {**data["summary"][0], **dict.fromkeys(zeros, 0)}
+    data["summary"] = [summary]
+    view = tmp_path / "matmul-real" / "view"
+    view.mkdir(parents=True)
+    (view / "profile.json").write_text(json.dumps(data))
+    (view / "summary.json").write_text(json.dumps(summary))
+    spec = {"kind": "matmul", "m": 128, "k": 128, "n": 1000, "dtype": "fp16"}
+    capture = {"workload_id": "w", "backend": "neuron", "spec": spec, "dge_notifications": False}
+    (tmp_path / "capture.json").write_text(json.dumps(capture))
+    out = tmp_path / "matmul-real" / "metrics.json"
+    ns(
+        "extract",
+        "--summary-json",
+        view / "summary.json",
+        "--profile-json",
+        view / "profile.json",
+        "--capture-json",
+        tmp_path / "capture.json",
+        "--out",
+        out,
+    )
+    m = json.loads(out.read_text())
+    for key in ("dma_active_time_s", "dma_active_pct", "dma_transfer_bytes"):
+        assert m[key] is None and "DMA table is empty" in m["notes"][key]
+        assert "without DGE notifications" in m["notes"][key]
+    assert m["bound_class"] is not None and "dma" not in m["bound_evidence"]

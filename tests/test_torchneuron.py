@@ -201,6 +201,11 @@ def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tm
     view = [str(BIN / "neuronsweep"), "view", "--capture", str(tmp_path / "cap"), "--out", str(tmp_path / "view")]
     subprocess.run([*view, "--options", opts], check=True, env=env, capture_output=True)
     assert json.loads((tmp_path / "view" / "summary.json").read_text())["model_flops"] == 2 * 32 * 64 * 16
+    # DGE notifications by default, in inspect mode by the runtime's variable: the Memory Tracker's view
+    # takes this capture (no --enable-dge-notifs in an argv it never had)
+    assert record["dge_notifications"] and record["inspect_env"]["NEURON_RT_ENABLE_DGE_NOTIFICATIONS"] == "1"
+    tracker = json.dumps({"profiler": "neuron-explorer", "memory_tracker": True})
+    subprocess.run([*view[:-1], str(tmp_path / "view-tracker"), "--options", tracker], check=True, env=env)
 
 
 def sweep_config(tmp: Path, route: str) -> dict:

@@ -69,6 +69,13 @@ def _dma_columns(db):
     return found if all(found[1:4]) else None
 
 
+def dma_packet_count(db) -> int | None:
+    """Rows of the profile's DMA table; None when the view has none. Zero rows is what a capture without
+    DGE notifications may leave (Neuron Explorer's capture guide)."""
+    found = _dma_columns(db) if db is not None else None
+    return None if found is None else db.con.execute(f'SELECT count(*) FROM "{found[0]}"').fetchone()[0]
+
+
 def _device_intervals(db) -> str | None:
     """SQL rows (class, ts, te, dur) of the profile's own instructions per engine, semaphore waits
     left out, plus its DMA packets as class 'dma'; None without an instruction table with timing."""

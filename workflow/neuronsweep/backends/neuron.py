@@ -466,7 +466,8 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
         "profiler": "Neuron Runtime inspect mode (NEURON_RT_INSPECT_*)",
         "profiler_version": None,
         "argv": None,
-        "inspect_env": {k: v for k, v in env.items() if k.startswith("NEURON_RT_INSPECT")},
+        "inspect_env": {k: v for k, v in env.items() if k.startswith(("NEURON_RT_INSPECT", "NEURON_RT_ENABLE_DGE"))},
+        "dge_notifications": "NEURON_RT_ENABLE_DGE_NOTIFICATIONS" in env,
         "capture_refused": refused,
         "exit_status": 0,
         "capture_wall_s": time.time() - started,
@@ -515,11 +516,18 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 # ----------------------------------------------------------------------------------------- view
 
 
+def captured_with_dge_notifications(cap: CaptureRecord) -> bool:
+    """The capture's own record: the profiler's flag, or the runtime variable of an inspect capture."""
+    if "dge_notifications" in cap.details:
+        return bool(cap.details["dge_notifications"])
+    return "--enable-dge-notifs" in (cap.details.get("argv") or [])  # captures recorded before the field
+
+
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
-    if settings.memory_tracker and "--enable-dge-notifs" not in (cap.details.get("argv") or []):
+    if settings.memory_tracker and not captured_with_dge_notifications(cap):
         raise UserError(
-            f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without "
-            "--enable-dge-notifs, which the Memory Tracker needs; capture it again "
+            f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without DGE "
+            "notifications (--enable-dge-notifs), which the Memory Tracker needs; capture it again "
             "(snakemake --forcerun capture, or neuronsweep capture with the option set)."
         )
     neff = Path(cap.details["neff"])

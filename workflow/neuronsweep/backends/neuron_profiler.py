@@ -120,9 +120,15 @@ def inspect_env(out: Path, settings: CaptureSettings) -> dict:
         "NEURON_RT_INSPECT_DEVICE_PROFILE": "model",
         "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP": str(settings.nth_exec - 1),
     }
-    if settings.options.get("enable_dge_notifs") or settings.options.get("memory_tracker"):
+    if dge_notifications(settings):
         env["NEURON_RT_ENABLE_DGE_NOTIFICATIONS"] = "1"
     return env
+
+
+def dge_notifications(settings: CaptureSettings) -> bool:
+    """DGE notifications on (the default): the DmaPacket table is complete only with them, and the
+    Memory Tracker needs them."""
+    return bool(settings.options.get("enable_dge_notifs", True) or settings.options.get("memory_tracker"))
 
 
 def pair_inspect_outputs(folder: Path, neff: Path) -> Path:
@@ -180,8 +186,8 @@ def capture_neff(
         "--profile-nth-exec",
         str(settings.nth_exec),
     ]
-    if settings.options["enable_dge_notifs"] or settings.options.get("memory_tracker"):
-        argv.append("--enable-dge-notifs")  # the Memory Tracker's view needs the DGE notifications
+    if dge_notifications(settings):
+        argv.append("--enable-dge-notifs")
     if single_io:
         argv.append("--single-io")
     argv += collectives_argv(settings.collectives)
@@ -230,6 +236,7 @@ def capture_neff(
         "profiler": profiler,
         "profiler_version": tool_version(profiler),
         "argv": argv,
+        "dge_notifications": dge_notifications(settings),
         "exit_status": proc.returncode,
         "stderr_tail": _tail(proc.stderr),
         "capture_wall_s": wall,

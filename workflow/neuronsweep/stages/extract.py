@@ -67,6 +67,7 @@ def compute(
     metadata: dict | None = None,
     usage: dict | None = None,
     ranks: list[dict] | None = None,
+    dma_packets: int | None = None,
 ) -> dict:
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
     the host calibration and (neuron) the profile's metadata, whose device peaks beat any table. Every
@@ -88,6 +89,7 @@ def compute(
     if not peaks:
         notes["neuron_target"] = notes["lnc"] = f"only neuron profiles run on a NeuronCore target (this is {backend})"
     _profile_counters(m, summary, backend, notes)
+    _dma_evidence(m, summary.get("dma_transfer_count") if dma_packets is None else dma_packets, capture, notes)
     _framework_timing(m, capture, backend, notes)
     m.update(_memory(usage, backend, notes))
     m.update(_collective(spec, capture, m["latency_median_s"], notes, m["neuron_target"], ranks))
@@ -115,6 +117,28 @@ def _profile_counters(m: dict, summary: dict, backend: str, notes: dict) -> None
             if value is None:
                 why = BACKENDS[backend].device_counters_missing if device_only else None
                 notes[key] = why or f"the {backend} profile summary has no '{field}' field"
+
+
+DMA_METRICS = ("dma_active_time_s", "dma_active_pct", "dma_transfer_bytes")
+
+
+def _dma_evidence(m: dict, dma_packets: int | None, capture: CaptureRecord | None, notes: dict) -> None:
+    """An empty DMA table (or, without one in the view, the summary's dma_transfer_count of 0) makes the
+    summary's DMA figures null with the reason, never 0: without DGE notifications the runtime may
+    record no DMA packets at all, or inaccurate ones."""
+    dge = capture.details.get("dge_notifications") if capture else None
+    if dma_packets == 0:
+        why = "the profile's DMA table is empty" + (
+            " (captured without DGE notifications: set neuron.enable_dge_notifs and capture again)"
+            if dge is False
+            else ""
+        )
+        for key in DMA_METRICS:
+            m[key] = None
+            notes[key] = why
+    elif dge is False:
+        for key in DMA_METRICS:
+            notes.setdefault(key, "captured without DGE notifications: DMA figures may be inaccurate")
 
 
 def _framework_timing(m: dict, capture: CaptureRecord | None, backend: str, notes: dict) -> None:
@@ -690,7 +714,8 @@ def run(
         legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     workers = neuron_rank_rows(summary_json.parent)
-    values = compute(summary, capture, build, calibration, metadata, usage, workers)
+    dma_packets = derived.dma_packet_count(db)
+    values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets)
     timed = {r["rank"]: r for r in rank_latency(capture)}
     if workers and timed:  # a neuron collective: each worker's profile and its framework times
         workers = [{**row, **{k: timed.get(row["rank"], {}).get(k) for k in RANK_TIMES}} for row in workers]
