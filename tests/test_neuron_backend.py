@@ -229,6 +229,50 @@ def test_multi_case_sweep_on_neuron(neuron_run):
         )
 
 
+def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tmp_path):
+    """--ingest-only only on the parquet export (the stand-in's explorer keeps serving after a json or
+    perfetto export, so those are stopped once written); a tool after SDK 2.33 has no json export: the
+    case stands, view.json says why, and the memory fields read from it are null with that reason."""
+    d = wdir(neuron_run, WIDS[0])
+    views = json.loads((d / "view" / "view.json").read_text())["commands"]
+    assert set(views) == {"summary-json", "parquet", "json", "perfetto"}
+    assert all(("--ingest-only" in argv) == (fmt == "parquet") for fmt, argv in views.items())
+    env = {**os.environ, **standin_env(tmp_path, STANDIN_NO_JSON="1")}
+    options = json.dumps({"profiler": "neuron-explorer", "json": True, "parquet": True, "pftrace": False})
+    ns = [str(BIN / "neuronsweep")]
+    subprocess.run(
+        [*ns, "view", "--capture", d / "capture", "--out", tmp_path / "view", "--options", options],
+        check=True,
+        env=env,
+        capture_output=True,
+        cwd=neuron_run,  # the records' paths are the run's
+    )
+    record = json.loads((tmp_path / "view" / "view.json").read_text())
+    assert "invalid choice: 'json'" in record["skipped"]["json"] and "json" not in record["outputs"]
+    out = tmp_path / "metrics.json"
+    subprocess.run(
+        [
+            *ns,
+            "extract",
+            "--summary-json",
+            tmp_path / "view" / "summary.json",
+            "--profile-json",
+            tmp_path / "view" / "profile.json",
+            "--capture-json",
+            d / "capture" / "capture.json",
+            "--out",
+            out,
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        cwd=neuron_run,
+    )
+    m = json.loads(out.read_text())
+    assert m["hbm_tensors_bytes"] is None and "ends after SDK 2.33" in m["notes"]["hbm_tensors_bytes"]
+    assert m["profile_total_time_s"] > 0 and m["mfu_recomputed_pct"] is not None
+
+
 def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 16, "k": 16, "n": 16}]}})
     cfg["neuron"]["memory_tracker"] = True
@@ -337,6 +381,27 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
         (2, 0, 1),
         (3, 1, 1),
     ]
+    # `view -d` is documented for inspect output: where it refuses a capture folder the per-rank views
+    # stand and the combined one is null with the reason
+    strict = {**env, "STANDIN_VIEW_D_INSPECT_ONLY": "1"}
+    subprocess.run(
+        [
+            str(BIN / "neuronsweep"),
+            "view",
+            "--capture",
+            tmp_path / "cap",
+            "--out",
+            tmp_path / "strict",
+            "--options",
+            '{"profiler": "neuron-profile"}',
+        ],
+        check=True,
+        env=strict,
+        capture_output=True,
+    )
+    refused = json.loads((tmp_path / "strict" / "view.json").read_text())
+    assert refused["session"] is None and "nor inspect output" in refused["session_why"]
+    assert len(refused["ranks"]) == 4
     # the combined view (guide: `view -n file.neff -d output`) over the folder the capture wrote
     session = view["session"]
     assert session["argv"][3:6] == [str(neff.resolve()), "-d", str((tmp_path / "cap" / "raw").resolve())]
@@ -622,7 +687,7 @@ def test_real_oom_texts_trigger_the_single_io_retry():
     assert not neuron_profiler.OOM.search("NRT: nrt_load failed: NEFF load error")
 
 
-def test_explorer_view_would_serve_forever_so_exports_pass_ingest_only(tmp_path, monkeypatch):
+def test_explorer_view_would_serve_forever_so_exports_are_stopped_once_written(tmp_path, monkeypatch):
     for key, value in standin_env(tmp_path).items():
         monkeypatch.setenv(key, value)
     neff = _neff(tmp_path)
@@ -652,8 +717,10 @@ def test_explorer_view_would_serve_forever_so_exports_pass_ingest_only(tmp_path,
     rec = neuron_profiler.view_profile(
         neff, ntff, out, ViewSettings.from_section({"profiler": "neuron-explorer", "json": True}, 60)
     )
-    assert all("--ingest-only" in argv for fmt, argv in rec["commands"].items() if fmt != "summary-json")
+    # --ingest-only only where the docs show it (parquet); json and perfetto are stopped once written
+    assert {fmt for fmt, argv in rec["commands"].items() if "--ingest-only" in argv} == {"parquet"}
     assert (out / "trace.pftrace").is_file() and (out / "parquet" / "Metadata.parquet").is_file()
+    assert json.loads((out / "profile.json").read_text())["summary"][0]["total_time"] > 0  # complete, not cut
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"
 
 

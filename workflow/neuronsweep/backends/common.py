@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -42,11 +43,20 @@ DEFAULT_TIMEOUT_S = {stage: schema_default(f"timeouts.{stage}") for stage in ("b
 
 
 def run_tool(
-    argv: list[str], timeout_s: float, what: str, cwd: Path | None = None, env: dict | None = None
+    argv: list[str],
+    timeout_s: float,
+    what: str,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    written: list[Path] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run an external program in a process group of its own, so that on timeout the whole group
     (a profiler and the helpers it spawned, a server it left running) is killed; a timeout or a
-    missing program ends in one sentence."""
+    missing program ends in one sentence. With `written` (the paths its output may take), a program
+    that stays up after writing it (neuron-explorer's view may serve its UI afterwards) is stopped once
+    the output has stopped growing, and counts as exited 0."""
+    if written is not None:
+        return _run_until_written(argv, timeout_s, what, cwd, env, written)
     try:
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env, start_new_session=True
@@ -58,12 +68,55 @@ def run_tool(
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise UserError(
-            f"{what}: {Path(argv[0]).name} did not finish within {timeout_s:g} s and was stopped "
-            "(its whole process group); if it needs longer, raise the `timeouts` key of its stage "
-            "in the config."
-        ) from None
+        raise _timed_out(what, argv, timeout_s) from None
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _timed_out(what: str, argv: list[str], timeout_s: float) -> UserError:
+    return UserError(
+        f"{what}: {Path(argv[0]).name} did not finish within {timeout_s:g} s and was stopped "
+        "(its whole process group); if it needs longer, raise the `timeouts` key of its stage "
+        "in the config."
+    )
+
+
+SETTLED_POLLS = 6  # polls 0.2 s apart: an output's size held for 1 s means a still-running writer is done
+
+
+def _size(paths: list[Path]) -> int | None:
+    """The size of the first of `paths` that exists (a folder's total: parquet exports are folders);
+    None while none does."""
+    for path in paths:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) or None
+        if path.is_file():
+            return path.stat().st_size
+    return None
+
+
+def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> subprocess.CompletedProcess:
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        try:
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=cwd, env=env, start_new_session=True)
+        except FileNotFoundError:
+            raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
+        deadline, sizes = time.monotonic() + timeout_s, []
+        while proc.poll() is None:
+            sizes = [*sizes[-(SETTLED_POLLS - 1) :], _size(written)]
+            if len(sizes) == SETTLED_POLLS and sizes[0] is not None and len(set(sizes)) == 1:
+                os.killpg(proc.pid, signal.SIGKILL)  # written and settled: the tool is only serving now
+                proc.wait()
+                out.seek(0), err.seek(0)
+                return subprocess.CompletedProcess(argv, 0, out.read(), err.read())
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise _timed_out(what, argv, timeout_s)
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
 
 
 def child_args(spec: dict, out: Path, **settings) -> list[str]:

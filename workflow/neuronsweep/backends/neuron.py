@@ -537,5 +537,8 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
         result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)
         if settings.pftrace:  # the guide's combined view, over the folder the capture wrote the ranks to
             session = capture_dir / cap.details.get("session_dir", "raw")
-            result["session"] = view_session(neff, session, out_dir, settings)
+            try:
+                result["session"] = view_session(neff, session, out_dir, settings)
+            except UserError as e:  # documented for inspect output; the per-rank views stand without it
+                result["session"], result["session_why"] = None, str(e)
     return result

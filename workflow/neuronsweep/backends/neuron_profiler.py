@@ -21,7 +21,7 @@ from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
 from neuronsweep.backends.common import run_tool
 from neuronsweep.config.settings import CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
-from neuronsweep.formats import neuron_summary
+from neuronsweep.formats import legacy_json, neuron_summary
 
 NTFF = BACKENDS["neuron"].artifacts["capture"]
 STDERR_TAIL = 4000
@@ -319,12 +319,16 @@ def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSet
         str(session_dir.resolve()),
         "--output-format",
         "perfetto",
-        *(["--ingest-only"] if is_explorer(profiler) else []),
         *(["--enable-memory-tracker"] if settings.memory_tracker else []),
     ]
     name = Path(profiler).name
     proc = run_tool(
-        argv, settings.timeout_s, f"{session_dir}: {name} view -d", cwd=folder, env=tool_env(lnc=settings.runtime_lnc)
+        argv,
+        settings.timeout_s,
+        f"{session_dir}: {name} view -d",
+        cwd=folder,
+        env=tool_env(lnc=settings.runtime_lnc),
+        written=[folder] if is_explorer(profiler) else None,
     )
     if proc.returncode != 0:
         raise UserError(
@@ -363,8 +367,10 @@ DEFAULT_OUTPUT = {"perfetto": "ntff.pftrace", "json": "ntff.json"}
 
 def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) -> dict:
     """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
-    runs in out_dir with a time limit; neuron-explorer gets --ingest-only for exports, since its view
-    otherwise keeps serving its UI and API after writing."""
+    runs in out_dir with a time limit. neuron-explorer's view may keep serving its UI and API after
+    writing: parquet gets --ingest-only (where the docs show it), the other exports are stopped once
+    their file has stopped growing. A json export the tool no longer has (after SDK 2.33) is skipped
+    with the reason; parquet is the source of the tables."""
     profiler = resolve_profiler(settings.profiler)
     out_dir = out_dir.resolve()
     base = [profiler, "view", "-n", str(neff.resolve()), "-s", str(ntff.resolve())]
@@ -373,7 +379,7 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
 
     tracker = ["--enable-memory-tracker"] if settings.memory_tracker else []
 
-    def run(fmt: str, extra: list[str]):
+    def run(fmt: str, extra: list[str], written: list[Path] | None = None):
         argv = base + ["--output-format", fmt] + extra + tracker
         commands[fmt] = argv
         proc = run_tool(
@@ -382,6 +388,7 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
             f"{ntff}: {name} view --output-format {fmt}",
             cwd=out_dir,
             env=tool_env(lnc=settings.runtime_lnc),
+            written=written,
         )
         if proc.returncode != 0:
             raise UserError(
@@ -404,9 +411,21 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
         wanted.append(
             ("perfetto", out_dir / "trace.pftrace", ["--show-perfetto-flows"] if settings.perfetto_flows else [])
         )
+    skipped = {}
     for fmt, target, extra in wanted:
-        run(fmt, ["--output-file", str(target), *extra, *(["--ingest-only"] if is_explorer(profiler) else [])])
+        explorer = is_explorer(profiler)
         fallback = out_dir / DEFAULT_OUTPUT.get(fmt, "")
+        try:
+            if explorer and fmt == "parquet":  # --ingest-only: the documented way to write parquet and exit
+                run(fmt, ["--output-file", str(target), *extra, "--ingest-only"])
+            else:  # neuron-explorer may keep serving after writing: stopped once its output is complete
+                run(fmt, ["--output-file", str(target), *extra], written=[target, fallback] if explorer else None)
+        except UserError as e:
+            if fmt != "json":
+                raise
+            skipped["json"] = f"the legacy full-profile JSON (ends after SDK 2.33) was not written: {e}"
+            write_json(target, {legacy_json.SKIPPED: skipped["json"]})  # the DAG's declared output, saying why
+            continue
         if not target.exists() and fmt in DEFAULT_OUTPUT and fallback.is_file():
             os.replace(fallback, target)  # this tool version ignored --output-file
         if not target.exists():
@@ -420,5 +439,6 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
         "profiler": profiler,
         "commands": commands,
         "outputs": outputs,
+        **({"skipped": skipped} if skipped else {}),
         **({"pftrace": outputs["perfetto"]} if "perfetto" in outputs else {}),
     }

@@ -274,3 +274,18 @@ def small_array(path: Path, key: str) -> list | None:
         except ijson.JSONError:  # not a JSON document (summary-json's output starts with log lines)
             return None
     return items or None
+
+
+SKIPPED = "neuronsweep_skipped"  # the one key of the profile.json a view writes when the tool had no json export
+
+
+def skipped(path: Path) -> str | None:
+    """The reason a view left in place of a legacy profile it could not have, else None."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if SKIPPED.encode() not in head:
+        return None
+    try:
+        return json.loads(Path(path).read_text()).get(SKIPPED)
+    except (ValueError, AttributeError):
+        return None

@@ -702,6 +702,9 @@ def run(
 ) -> MetricsRecord:
     started = time.time()
     summary = neuron_summary.load(summary_json)
+    json_skipped = legacy_json.skipped(profile_json) if profile_json else None
+    if json_skipped:  # the view could not write it (a tool after SDK 2.33): its fields are null with this reason
+        profile_json = None
     if profile_json:  # fields summary-json lacks, from the full profile's own summary (early in the file)
         summary = {**(legacy_json.first_record(profile_json, "summary") or {}), **summary}
     capture = CaptureRecord.read(capture_json) if capture_json else None
@@ -716,6 +719,8 @@ def run(
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
     values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets)
+    for key in MEMORY[:-1] if json_skipped else ():
+        values["notes"][key] = json_skipped
     timed = {r["rank"]: r for r in rank_latency(capture)}
     if workers and timed:  # a neuron collective: each worker's profile and its framework times
         workers = [{**row, **{k: timed.get(row["rank"], {}).get(k) for k in RANK_TIMES}} for row in workers]
