@@ -938,3 +938,40 @@ def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
         r"\(full log: .*torchrun.log\)",
     ):
         xla_collective.run(spec, tmp_path / "run", env, [], 120)
+
+
+def test_the_profile_schema_version_and_a_column_it_lacks_are_named(neuron_run, tmp_path):
+    """view.json records the schema version (12.0.1 from the stand-in, as SDK 2.33), the tool's version
+    and its schema dump; a profile whose Instruction table lacks duration_ns gets one sentence naming the
+    column and the version, and no engine table built on a guess."""
+    d = wdir(neuron_run, WIDS[0])
+    record = json.loads((d / "view" / "view.json").read_text())
+    assert record["profile_schema_version"] == "12.0.1" and record["profiler_version"]
+    assert "duration_ns" in (d / "view" / record["profile_schema_dump"]).read_text()
+    assert json.loads((d / "metrics.json").read_text())["profile_schema_version"] == "12.0.1"
+    env = {**os.environ, **standin_env(tmp_path, STANDIN_SCHEMA_DROP="Instruction.duration_ns")}
+    options = json.dumps({"profiler": "neuron-explorer", "parquet": True, "pftrace": False})
+    ns = [str(BIN / "neuronsweep")]
+    view = tmp_path / "w" / "view"
+    run = dict(check=True, env=env, capture_output=True, text=True, cwd=neuron_run)
+    subprocess.run([*ns, "view", "--capture", d / "capture", "--out", view, "--options", options], **run)
+    out = tmp_path / "w" / "metrics.json"
+    proc = subprocess.run(
+        [
+            *ns,
+            "extract",
+            "--summary-json",
+            view / "summary.json",
+            "--capture-json",
+            d / "capture" / "capture.json",
+            "--out",
+            out,
+        ],
+        **run,
+    )
+    note = json.loads(out.read_text())["notes"]["profile_schema"]
+    assert (
+        "profile schema 12.0.1: the Instruction table has no duration_ns column" in note
+        and note == proc.stderr.strip() + "."
+    )
+    assert not (tmp_path / "w" / "tables" / "engine_busy.csv").exists()

@@ -348,6 +348,39 @@ def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSet
     }
 
 
+SCHEMA_DUMP = "profile-schema.txt"
+
+
+def schema_facts(profiler: str, out_dir: Path, timeout_s: float) -> dict:
+    """The profile schema version (parquet Metadata.profile_schema_version) and the tool's version,
+    for view.json, and the tool's own schema dump saved beside the profile: `view --show-profile-schema`
+    (2.33), else the top-level flag (2.31)."""
+    import pyarrow.parquet as pq
+
+    facts = {"profiler_version": tool_version(profiler), "profile_schema_version": None, "profile_schema_dump": None}
+    meta = sorted((out_dir / "parquet").glob("Metadata*.parquet"))
+    if not meta:
+        facts["profile_schema_version_why"] = "no parquet Metadata table in this view (neuron.parquet, neuron-explorer)"
+    else:
+        table = pq.read_table(meta[0])
+        if "profile_schema_version" in table.column_names and table.num_rows:
+            facts["profile_schema_version"] = str(table.column("profile_schema_version")[0].as_py())
+        else:
+            facts["profile_schema_version_why"] = f"{meta[0].name} has no profile_schema_version column"
+    if not is_explorer(profiler):
+        return facts
+    for argv in ([profiler, "view", "--show-profile-schema"], [profiler, "--show-profile-schema"]):
+        try:
+            proc = run_tool(argv, timeout_s, f"{Path(profiler).name} --show-profile-schema", env=tool_env())
+        except UserError:
+            continue
+        if proc.returncode == 0 and proc.stdout.strip():
+            (out_dir / SCHEMA_DUMP).write_text(proc.stdout)
+            facts["profile_schema_dump"] = SCHEMA_DUMP
+            break
+    return facts
+
+
 def tool_version(tool: str) -> str | None:
     try:
         proc = run_tool([tool, "--version"], 60, f"{tool} --version", env=tool_env())
@@ -437,6 +470,7 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
     return {
         "summary": summary,
         "profiler": profiler,
+        **schema_facts(profiler, out_dir, limit),
         "commands": commands,
         "outputs": outputs,
         **({"skipped": skipped} if skipped else {}),

@@ -6,6 +6,7 @@ Neuron summary `*_percent` fields are fractions 0..1; they become `_pct` (0..100
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from neuronsweep.analysis import derived, roofline
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
-from neuronsweep.formats import legacy_json, neuron_summary
+from neuronsweep.formats import legacy_json, neuron_summary, profile_schema
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 from neuronsweep.host.targets import TARGETS, target_family
 from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
@@ -719,6 +720,13 @@ def run(
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
     values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets)
+    values["profile_schema_version"] = (metadata or {}).get("profile_schema_version")
+    missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []
+    if missing:  # a column the schema lacks: named, and the tables that need it are not written
+        values["notes"]["profile_schema"] = " ".join(f"{m}." for m in missing)
+        print("\n".join(missing), file=sys.stderr)
+    if values["profile_schema_version"] is None:
+        values["notes"]["profile_schema_version"] = "the view has no parquet Metadata with profile_schema_version"
     for key in MEMORY[:-1] if json_skipped else ():
         values["notes"][key] = json_skipped
     timed = {r["rank"]: r for r in rank_latency(capture)}
