@@ -242,6 +242,47 @@ def test_parquet_tables_are_read_directly(tmp_path):
     assert db.sql('SELECT workload_id, total_time FROM "Summary"').fetchall() == [("w", 1e-3)]
 
 
+def test_two_physical_cores_of_a_logical_core_keep_their_own_timelines(tmp_path):
+    """LNC 2: pcore_idx 0 and 1 each have a TensorE. Tensor busy [0,100) on core 0 and [50,150) on core 1
+    is 100 ns on each (mean 100), not a merged 150; DMA [0,100) on core 1 overlaps core 1's TensorE for
+    50 ns and core 0's for nothing (mean 25), not 100."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "w" / "view" / "parquet"
+    parquet.mkdir(parents=True)
+    pq.write_table(
+        pa.table(
+            {
+                "start_ts": [0, 50],
+                "duration_ns": [100, 100],
+                "engine": ["Tensor", "Tensor"],
+                "opcode": ["MATMUL", "MATMUL"],
+                "pcore_idx": [0, 1],
+            }
+        ),
+        parquet / "Instruction.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {"start_ts": [0], "duration_ns": [100], "queue_name": ["q0"], "transfer_bytes": [64], "pcore_idx": [1]}
+        ),
+        parquet / "DmaPacket.parquet",
+    )
+    db = ProfileDB().load(tmp_path / "w")
+    busy = derived.engine_busy(db)
+    combined = busy[busy["pcore_idx"].isna()].set_index("class")["busy_ns"]
+    assert combined.to_dict() == {"tensor": 100, "dma": 50}
+    per_core = busy.dropna(subset=["pcore_idx"])
+    assert sorted(zip(per_core["class"], per_core["pcore_idx"], per_core["busy_ns"])) == [
+        ("dma", 1, 100),
+        ("tensor", 0, 100),
+        ("tensor", 1, 100),
+    ]
+    pairs = derived.overlap(db).set_index(["class_a", "class_b"])["overlap_ns"]
+    assert pairs[("tensor", "dma")] == 25 and pairs[("tensor", "tensor")] == 100
+
+
 def test_query_rejects_what_is_not_a_profile(tmp_path):
     with pytest.raises(UserError, match="not a profile"):
         ProfileDB().load(tmp_path / "nothing.txt")
@@ -345,3 +386,34 @@ def test_hlo_dump_becomes_an_instruction_table_with_its_op_mix(tmp_path):
     db.finish()
     mix = op_mix(db).set_index(["opcode", "computation_kind"])["instructions"].to_dict()
     assert mix[("dot", "entry")] == 1 and mix[("parameter", "fused")] == 2 and mix[("multiply", "fused")] == 1
+
+
+def test_correctness_is_normwise_against_float64_numpy_at_the_precision_used():
+    import numpy as np
+
+    from neuronsweep.analysis import correctness
+    from neuronsweep.workloads import loops, matmul, mlp
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((8, 16)), rng.standard_normal((16, 4))
+    spec = matmul.spec(m=8, k=16, n=4, dtype="fp32")
+    good = correctness.check(spec, {"a": a, "b": b}, (a @ b).astype(np.float32))
+    assert good["correct"] and good["max_rel_error"] < 1e-6
+    off = correctness.check(spec, {"a": a, "b": b}, a @ b * 1.001)  # 0.1 %: beyond fp32, within bf16
+    assert not off["correct"] and off["max_rel_error"] == pytest.approx(1e-3, rel=1e-6)
+    assert correctness.rejudge(off, "fp32", "matmult")["correct"]  # the compiler cast it to bf16
+    nan = correctness.check(spec, {"a": a, "b": b}, np.full((8, 4), np.nan))
+    assert nan["correct"] is False and nan["max_abs_error"] is None and "NaN" in nan["correct_why"]
+    shape = correctness.check(spec, {"a": a, "b": b}, np.zeros((4, 8)))
+    assert shape["correct"] is False and "shape" in shape["correct_why"]
+    x, w = rng.standard_normal((3, 2, 4)), rng.standard_normal((4, 4))
+    want = np.stack([np.maximum(x[t] @ w, 0) + 0.1 for t in range(3)])
+    assert correctness.check(loops.spec("scan", 3, 2, 4, "fp32"), {"x": x, "w": w}, want)["max_abs_error"] == 0
+    m = mlp.spec(b=1, s=2, h=4, i=6, dtype="bf16")
+    arrays = {
+        "x": rng.standard_normal((2, 4)),
+        **{k: rng.standard_normal(s) for k, s in (("w_gate", (4, 6)), ("w_up", (4, 6)), ("w_down", (6, 4)))},
+    }
+    assert correctness.check(m, arrays, mlp.reference(m, arrays))["tolerance_for"] == "bf16"
+    varying = matmul.spec(m=8, k=16, n=4, dtype="fp32", varies="python_int")
+    assert correctness.check(varying, {"a": a, "b": b}, a @ b)["correct"] is None

@@ -219,6 +219,8 @@ def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
     assert capture["runtime_lnc"] == 1
     metrics = json.loads((case / "metrics.json").read_text())
     assert metrics["lnc"] == 1 and metrics["neuron_target"] == "trn2"
+    # the kernel's output against the float64 NumPy gated MLP, on the inputs it ran on
+    assert metrics["correct"] is True and metrics["max_rel_error"] < 1e-5 and metrics["tolerance_rel"] == 1e-4
 
 
 def test_nki_mlp_reference_is_the_gated_mlp_the_compiler_route_runs():

@@ -34,6 +34,8 @@ def test_full_run_writes_every_stage_and_summary(finished_run):
         load = json.loads((wdir / "capture" / "capture.json").read_text())["host_load"]
         assert load["start"]["unix"] < load["end"]["unix"] and "loadavg_1m" in load["start"]
         assert metrics["captured_under_load"] is (load["under_load"] is not None)
+        # checked once against the float64 NumPy reference on the inputs the capture used
+        assert metrics["correct"] is True and 0 <= metrics["max_rel_error"] < 1e-6
     table = pd.read_csv(finished_run / "results" / "t" / "summary.csv")
     assert sorted(table["scenario_id"]) == WIDS
     assert set(table["status"]) == {"ok"}

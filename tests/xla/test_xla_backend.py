@@ -117,6 +117,7 @@ def test_capture_view_extract_measure_the_run(xla_run):
     ).keys()
     assert set(m) - {"provenance"} == set(cpu_keys)  # the same keys as every backend
     assert m["backend"] == "xla" and m["latency_n"] == TIMED
+    assert m["correct"] is True and m["max_rel_error"] < 1e-5  # the build checked the XLA result against NumPy
     assert m["profile_active_time_s"] == pytest.approx(summary["total_active_time"])
     assert m["framework_overhead_s"] == pytest.approx(m["latency_median_s"] - m["execute_median_s"])
     assert m["peak_source"].startswith("measured on this host") and m["roofline_efficiency_pct"] > 0

@@ -14,21 +14,30 @@ from __future__ import annotations
 
 
 def _union(source: str) -> str:
-    """SQL: the interval union per class of `source` rows (class, ts, te), as (class, grp, b, e)."""
+    """SQL: the interval union per class and physical core of `source` rows (class, core, ts, te), as
+    (class, core, grp, b, e). Under LNC 2 a logical core is two physical ones (the profile's
+    pcore_idx 0 and 1), each with its own engines: their intervals are never merged."""
     return f"""
 WITH s AS ({source}), o AS (
-  SELECT *, max(te) OVER (PARTITION BY class ORDER BY ts, te ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
+  SELECT *, max(te) OVER (PARTITION BY class, core ORDER BY ts, te
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
   FROM s
 ), g AS (
-  SELECT *, sum(CASE WHEN pe IS NULL OR ts > pe THEN 1 ELSE 0 END) OVER (PARTITION BY class ORDER BY ts, te) AS grp
+  SELECT *, sum(CASE WHEN pe IS NULL OR ts > pe THEN 1 ELSE 0 END)
+              OVER (PARTITION BY class, core ORDER BY ts, te) AS grp
   FROM o
 )
-SELECT class, grp, min(ts) AS b, max(te) AS e FROM g GROUP BY class, grp
+SELECT class, core, grp, min(ts) AS b, max(te) AS e FROM g GROUP BY class, core, grp
 """
 
 
+def _core(cols: set[str]) -> str:
+    """The physical core column of a table (parquet's pcore_idx), else core 0 for every row."""
+    return "coalesce(pcore_idx, 0)" if "pcore_idx" in cols else "0"
+
+
 SLICES = """
-  SELECT c.class, sl.track_id, sl.ts, sl.ts + sl.dur AS te
+  SELECT c.class, 0 AS core, sl.track_id, sl.ts, sl.ts + sl.dur AS te
   FROM slice sl JOIN track_class c ON c.track_id = sl.track_id AND c.workload_id = sl.workload_id
   WHERE sl.dur > 0 AND c.class IS NOT NULL"""
 WAIT = "upper(CAST(opcode AS VARCHAR)) LIKE '%SEMAPHORE%'"
@@ -49,7 +58,7 @@ def _instruction_columns(db):
     start = next((c for c in ("timestamp", "start_ts") if c in cols), None)
     if not (engine and start and dur and "opcode" in cols):
         return None
-    return table, engine, start, dur
+    return table, engine, start, dur, _core(cols)
 
 
 def _dma_columns(db):
@@ -65,6 +74,7 @@ def _dma_columns(db):
         pick("timestamp", "start_ts"),
         pick("duration", "duration_ns"),
         pick("transfer_size", "transfer_bytes"),
+        _core(cols),
     )
     return found if all(found[1:4]) else None
 
@@ -82,30 +92,43 @@ def _device_intervals(db) -> str | None:
     found = _instruction_columns(db)
     if found is None:
         return None
-    table, engine, start, dur = found
+    table, engine, start, dur, core = found
     sql = (
-        f"SELECT {ENGINE_OF_LABEL.format(col=engine)} AS class, {start} AS ts, {start} + {dur} AS te, {dur} AS dur "
-        f'FROM "{table}" WHERE {dur} > 0 AND NOT {WAIT}'
+        f"SELECT {ENGINE_OF_LABEL.format(col=engine)} AS class, {core} AS core, {start} AS ts, {start} + {dur} AS te, "
+        f'{dur} AS dur FROM "{table}" WHERE {dur} > 0 AND NOT {WAIT}'
     )
     dma = _dma_columns(db)
     if dma:
-        dtable, _, dstart, ddur, _ = dma
-        sql += f" UNION ALL SELECT 'dma', {dstart}, {dstart} + {ddur}, {ddur} FROM \"{dtable}\" WHERE {ddur} > 0"
+        dtable, _, dstart, ddur, _, dcore = dma
+        sql += (
+            f" UNION ALL SELECT 'dma', {dcore}, {dstart}, {dstart} + {ddur}, {ddur} FROM \"{dtable}\" WHERE {ddur} > 0"
+        )
     return sql
 
 
 def engine_busy(db):
     """Busy ns per engine (interval union, semaphore waits left out) beside the summed durations and,
     where the summary has it, the tool's own `<engine>_engine_active_time`; from the instruction table
-    when there is one, else per .pftrace track class."""
+    when there is one, else per .pftrace track class. Each physical core's engines are their own
+    (pcore_idx under LNC 2): the first rows (pcore_idx empty) are the mean over the physical cores, a
+    share of total_time like the summary's percent; with two cores a row per core follows."""
     intervals = _device_intervals(db)
     if intervals is not None:
         table = db.con.execute(f"""
             WITH u AS ({_union(intervals)}),
-            sums AS (SELECT class, count(*) AS instructions, sum(dur) AS summed_ns FROM ({intervals}) GROUP BY class)
-            SELECT u.class, sum(e - b) AS busy_ns, any_value(sums.instructions) AS instructions,
-                   any_value(sums.summed_ns) AS summed_ns, 'instruction' AS source
-            FROM u JOIN sums USING (class) GROUP BY u.class ORDER BY busy_ns DESC""").df()
+            sums AS (SELECT class, core, count(*) AS instructions, sum(dur) AS summed_ns
+                     FROM ({intervals}) GROUP BY class, core),
+            per_core AS (SELECT u.class, u.core, sum(e - b) AS busy_ns, any_value(sums.instructions) AS instructions,
+                                any_value(sums.summed_ns) AS summed_ns
+                         FROM u JOIN sums USING (class, core) GROUP BY u.class, u.core),
+            cores AS (SELECT count(DISTINCT core) AS n FROM ({intervals}))
+            SELECT class, NULL AS pcore_idx, sum(busy_ns) / any_value(cores.n) AS busy_ns,
+                   sum(instructions) AS instructions, sum(summed_ns) AS summed_ns, 'instruction' AS source
+            FROM per_core, cores GROUP BY class
+            UNION ALL
+            SELECT class, core, busy_ns, instructions, summed_ns, 'instruction'
+            FROM per_core WHERE (SELECT n FROM cores) > 1
+            ORDER BY pcore_idx NULLS FIRST, busy_ns DESC""").df()
         return _beside_tool(db, table)
     if "slice" not in db.tables:
         return None
@@ -132,14 +155,16 @@ def _beside_tool(db, table):
 
 
 def overlap(db):
-    """ns during which two engines (classes) are both busy (the diagonal is each one's busy time)."""
+    """ns during which two engines (classes) are both busy (the diagonal is each one's busy time), on
+    the same physical core; under LNC 2 the mean over the two physical cores, as engine_busy's."""
     if "slice" not in db.tables and _device_intervals(db) is None:
         return None
+    source = _device_intervals(db) or SLICES
     return db.con.execute(f"""
-        WITH u AS ({_union(_device_intervals(db) or SLICES)})
+        WITH u AS ({_union(source)}), cores AS (SELECT count(DISTINCT core) AS n FROM ({source}))
         SELECT a.class AS class_a, b.class AS class_b,
-               sum(greatest(0, least(a.e, b.e) - greatest(a.b, b.b))) AS overlap_ns
-        FROM u a JOIN u b ON a.b < b.e AND b.b < a.e
+               sum(greatest(0, least(a.e, b.e) - greatest(a.b, b.b))) / any_value(cores.n) AS overlap_ns
+        FROM u a JOIN u b ON a.core = b.core AND a.b < b.e AND b.b < a.e, cores
         GROUP BY 1, 2 ORDER BY 1, 2""").df()
 
 
@@ -225,9 +250,10 @@ def dma_queues(db):
     found = _dma_columns(db)
     if found is None:
         return None
-    table, name, start, dur, size = found
+    table, name, start, dur, size, core = found
     intervals = (
-        f'SELECT CAST({name} AS VARCHAR) AS class, {start} AS ts, {start} + {dur} AS te FROM "{table}" WHERE {dur} > 0'
+        f"SELECT CAST({name} AS VARCHAR) AS class, {core} AS core, {start} AS ts, {start} + {dur} AS te "
+        f'FROM "{table}" WHERE {dur} > 0'
     )
     return db.con.execute(f"""
         WITH u AS ({_union(intervals)}),

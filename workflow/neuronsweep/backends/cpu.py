@@ -12,6 +12,7 @@ import platform
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.intervals import union_length
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
@@ -98,6 +99,8 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 
     nth, prof = settings.nth_exec, None
     with torch.inference_mode():
+        names = kind.input_names(spec)
+        correctness = check(spec, dict(zip(names, inputs)), module(*inputs))  # once, before the warm-up
         for _ in range(settings.warmup):
             module(*inputs)
         for i in range(1, settings.num_exec + 1):
@@ -118,6 +121,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "profiler": f"torch.profiler (torch {torch.__version__})",
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
         "latency": latency_stats(samples, settings.repeats),
+        "correctness": correctness,
         "threads": torch.get_num_threads(),
         "working_set_bytes": working_set,
         "host": caps.host_record(),

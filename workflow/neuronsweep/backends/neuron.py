@@ -26,6 +26,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import rejudge
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.backends import (
     BACKENDS,
@@ -130,7 +131,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     if collective:
         result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s)
     else:
-        result = xla_program.run(spec, workdir / "xla_result.json", env, workdir, globs, settings.timeout_s)
+        result = xla_program.run(spec, workdir / "xla_result.json", env, workdir, globs, settings.timeout_s, check=1)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
     return {
         "neff_source": neff,
@@ -141,6 +142,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
         "compile_s_source": "torch_xla.debug.metrics CompileTime" + (" (rank 0)" if collective else ""),
         "capture_inputs": None,
+        "correctness": result.get("correctness"),
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
 
@@ -204,7 +206,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
         "neff_cache": str(listed),
         "torch_neuronx": result["torch_neuronx"],
         "device": result["device"],
-        "max_abs_error_vs_cpu": result.get("max_abs_error_vs_cpu"),
+        "correctness": result.get("correctness"),
         "capture_inputs": result.get("inputs"),
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
@@ -262,8 +264,7 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         "compile_s_source": result["compile_s_source"],
         "nki_api": result["api"],
         "recompiled_on_second_call": result["recompiled_on_second_call"],
-        "max_abs_error_vs_numpy": result.get("max_abs_error_vs_numpy"),
-        "max_abs_error_note": result.get("max_abs_error_note"),
+        "correctness": result["correctness"],
         "benchmark_us": result.get("benchmark_us"),
         "capture_inputs": result["inputs"],
     }
@@ -356,6 +357,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "env": env,
         "compile_cache": str(entry / "neuron-compile-cache") if options["route"] == "xla" and not nki_impl else None,
         **{k: v for k, v in meta.items() if k != "made_at"},
+        "correctness": rejudge(meta.get("correctness"), spec["dtype"], auto_cast(options)),
         **fields,
         "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
         if meta.get("recompiled_on_second_call")

@@ -25,6 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check
 from neuronsweep.kernels import for_spec
 from neuronsweep.kernels.nki_matmul import load_nki
 
@@ -104,8 +105,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     spec = json.loads(args.spec)
 
-    import numpy as np
-
     nki, _, _, api = load_nki()
     kernel_module = for_spec(spec)
     arrays, saved = _inputs(spec, kernel_module, Path(args.inputs_dir))
@@ -130,14 +129,13 @@ def main(argv=None) -> int:
             benchmark_us={f"p{p}": latency.get_latency_percentile(p) for p in (0, 50, 90, 99, 100)},
         )
     if api == "nki":  # nki.jit ran the kernel on these very inputs: its output can be checked
-        reference = kernel_module.reference(arrays)
-        result["max_abs_error_vs_numpy"] = float(np.max(np.abs(np.asarray(out, dtype=np.float32) - reference)))
+        result["correctness"] = check(spec, *kernel_module.workload_view(arrays, out))
     else:
-        result["max_abs_error_vs_numpy"] = None
-        result["max_abs_error_note"] = (
-            "nki.benchmark runs the kernel on inputs of its own (its output is "
-            "undefined), so no error against numpy can be measured on this route"
-        )
+        result["correctness"] = {
+            "correct": None,
+            "correct_why": "nki.benchmark runs the kernel on inputs of its own (its output is "
+            "undefined), so its output cannot be checked on this route",
+        }
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 

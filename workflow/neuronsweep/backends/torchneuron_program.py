@@ -28,6 +28,7 @@ import os
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.workloads import TORCH_DTYPES, kind_of
 
@@ -103,7 +104,6 @@ def main(argv=None) -> int:
     host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
     named = [(n, x) for n, x in zip(kind.input_names(spec), host_inputs, strict=True)]
     named += [(f"param.{n}", p.clone()) for n, p in host_module.state_dict().items()]
-    reference = host_module(*host_inputs) if args.inputs_dir else None  # on the CPU, before the move
     module = host_module.to("neuron")  # in place: the module's weights move to the device
     inputs = [x.to("neuron") for x in host_inputs]
     torch.neuron.synchronize()
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     }
     if args.inputs_dir:
         result["inputs"] = save_inputs(named, Path(args.inputs_dir))
-        result["max_abs_error_vs_cpu"] = float((out.cpu().float() - reference.float()).abs().max())
+        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), out.cpu())
     calls = 2
     if args.inspect_nth:
         for _ in range(max(0, args.inspect_nth - calls)):

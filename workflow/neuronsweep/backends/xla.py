@@ -72,6 +72,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             workdir,
             [str(dump / MODULE_GLOB)],
             settings.timeout_s,
+            check=1,
         )
         module, candidates = xla_program.attribute(result, spec, "HLO module")
         comp = result["compile"]
@@ -84,6 +85,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             "second_call_compile_count": comp["second_call_count"],
             "recompiled_on_second_call": comp["second_call_count"] > 0,
             "device": result["device"],
+            "correctness": result["correctness"],
         }
 
     material = {

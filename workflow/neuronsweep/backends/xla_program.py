@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, common
@@ -128,6 +129,7 @@ class _Step:
 
     def __init__(self, module, inputs, xm):
         self.module, self.inputs, self.xm = module, inputs, xm
+        self.first_output = None  # the first call's result, for the correctness check
 
     def __call__(self) -> tuple[int, int, int, int]:
         t0 = time.perf_counter_ns()
@@ -137,6 +139,8 @@ class _Step:
         t2 = time.perf_counter_ns()
         self.xm.wait_device_ops()
         t3 = time.perf_counter_ns()
+        if self.first_output is None:
+            self.first_output = out  # computed; copied to the host only after every phase and timing
         del out
         return t0, t1, t2, t3
 
@@ -205,6 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("--artifact-glob", action="append", default=[])
     # The parent passes the capture settings it has (capture.* of the config, via CaptureSettings); a
     # phase whose settings are absent does not run (a build passes none), so none has a default here.
+    ap.add_argument("--check", type=int, default=0, help="1: check the first call's output against NumPy")
     ap.add_argument("--warmup", type=int, default=0, help="absent: no warm-up calls")
     ap.add_argument("--iterations", type=int, help="absent: no timing")
     ap.add_argument("--repeats", type=int)
@@ -229,7 +234,8 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
     module = kind.torch_module(spec).to(device)  # weights move with the inputs, before the workload graph
-    inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype).to(device) for n in kind.input_names(spec)]
+    host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    inputs = [t.to(device) for t in host_inputs]
     xm.mark_step()
     xm.wait_device_ops()
     phases["inputs"] = artifacts(args.artifact_glob)
@@ -278,6 +284,8 @@ def main(argv=None) -> int:
             "execute": latency_stats(executes, args.repeats) if None not in executes else None,
             "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration",
         }
+    if args.check:  # last: the copy to the host must not count as a phase's artifact or a timed compile
+        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), step.first_output.cpu())
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 

@@ -95,7 +95,12 @@ def inputs(spec: dict, rng) -> dict:
 def reference(a: dict):
     import numpy as np
 
-    return a["lhsT"].astype(np.float32).T @ a["rhs"].astype(np.float32)
+    return a["lhsT"].astype(np.float64).T @ a["rhs"].astype(np.float64)
+
+
+def workload_view(a: dict, out):
+    """The kernel's inputs and output as the matmul workload names them (A = lhsT^T, B = rhs, C)."""
+    return {"a": a["lhsT"].T, "b": a["rhs"]}, out
 
 
 def supported(spec: dict) -> str | None:

@@ -3,7 +3,8 @@
 A scenario whose workload has no metrics.json is kept as a row with status `failed` and the
 reason its stage recorded (logs/<stage>.error.json), or status `missing` when no stage has
 run yet, so one failed case never hides the others; one the backend cannot run is `unsupported`,
-with the reason from the plan.
+with the reason from the plan; one whose output disagrees with the float64 NumPy reference is
+`wrong`, with the numbers (kept, never ranked or recommended).
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def failure_reason(workload_dir: Path) -> tuple[str, str]:
     return "missing", "not run yet, or a stage was interrupted (no metrics.json and no failure recorded)"
 
 
+def wrong_reason(values: dict) -> str:
+    """The numbers of a case whose output disagrees with the float64 NumPy reference."""
+    if values.get("max_rel_error") is None:
+        return "output could not be compared with the float64 NumPy reference (see metrics.json notes.correct)"
+    return (
+        f"output differs from the float64 NumPy reference: max relative error {values['max_rel_error']:.3g} "
+        f"> tolerance {values['tolerance_rel']:.3g} (max absolute {values['max_abs_error']:.3g})"
+    )
+
+
 def rows(plan: dict, workloads_dir: Path) -> list[dict]:
     out = []
     for sc in plan["scenarios"]:
@@ -56,6 +67,8 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
             else:
                 row.update(status="ok", reason="")
                 row.update({k: v for k, v in values.items() if not isinstance(v, (dict, list))})
+                if values.get("correct") is False:  # measured, but not ranked or recommended
+                    row.update(status="wrong", reason=wrong_reason(values))
         else:
             row["status"], row["reason"] = failure_reason(wdir)
         out.append(row)

@@ -84,7 +84,10 @@ def compute(
         "backend": backend,
         "kind": spec["kind"] if spec else None,
         "instance_type": summary.get("instance_type"),
+        "profile_schema_version": (metadata or {}).get("profile_schema_version"),
     }
+    if m["profile_schema_version"] is None:
+        notes["profile_schema_version"] = "the view has no parquet Metadata with profile_schema_version"
     peaks = neuron_peaks(build, summary, metadata, notes) if backend == "neuron" else None
     m.update(neuron_target=peaks["target"] if peaks else None, lnc=peaks["lnc"] if peaks else None)
     if not peaks:
@@ -100,6 +103,7 @@ def compute(
         )
     _work_and_roofline(m, spec, backend, build, peaks, calibration, notes)
     _compile(m, build, backend, notes)
+    _correctness(m, build, capture, notes)
     m.update(_utilization(m, backend, peaks, notes))
     m["single_io"] = capture.single_io if capture else None
     if m["single_io"] is None:
@@ -118,6 +122,23 @@ def _profile_counters(m: dict, summary: dict, backend: str, notes: dict) -> None
             if value is None:
                 why = BACKENDS[backend].device_counters_missing if device_only else None
                 notes[key] = why or f"the {backend} profile summary has no '{field}' field"
+
+
+CORRECTNESS = ("max_abs_error", "max_rel_error", "tolerance_rel", "correct")
+
+
+def _correctness(m: dict, build: BuildRecord | None, capture: CaptureRecord | None, notes: dict) -> None:
+    """The case's output against the float64 NumPy reference, checked once where the workload ran
+    (build.json on neuron and xla, capture.json on cpu): analysis/correctness.py."""
+    record = next((r.details["correctness"] for r in (build, capture) if r and r.details.get("correctness")), None)
+    for key in CORRECTNESS:
+        m[key] = (record or {}).get(key)
+    why = (record or {}).get("correct_why") or (None if record else "this case's output was not checked")
+    if why:
+        notes["correct"] = why
+    for key in CORRECTNESS[:3]:
+        if m[key] is None:
+            notes[key] = why or "not checked"
 
 
 DMA_METRICS = ("dma_active_time_s", "dma_active_pct", "dma_transfer_bytes")
@@ -720,13 +741,10 @@ def run(
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
     values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets)
-    values["profile_schema_version"] = (metadata or {}).get("profile_schema_version")
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []
     if missing:  # a column the schema lacks: named, and the tables that need it are not written
         values["notes"]["profile_schema"] = " ".join(f"{m}." for m in missing)
         print("\n".join(missing), file=sys.stderr)
-    if values["profile_schema_version"] is None:
-        values["notes"]["profile_schema_version"] = "the view has no parquet Metadata with profile_schema_version"
     for key in MEMORY[:-1] if json_skipped else ():
         values["notes"][key] = json_skipped
     timed = {r["rank"]: r for r in rank_latency(capture)}

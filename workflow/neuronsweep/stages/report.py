@@ -41,8 +41,8 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     ok = table[table["status"] == "ok"]
     noisy = ok[ok.get("noisy", pd.Series(dtype=object)) == True]  # noqa: E712
     recs = [] if ok.empty else _measured_recommendations(ok, ok.drop(noisy.index))  # nothing measured: no metrics
-    for _, r in table[table["status"] == "failed"].iterrows():
-        recs.append(f"{r['scenario_id']} failed: {r['reason']}")
+    for _, r in table[table["status"].isin(("failed", "wrong"))].iterrows():
+        recs.append(f"{r['scenario_id']} {'failed' if r['status'] == 'failed' else 'is wrong'}: {r['reason']}")
     if len(noisy):
         recs.append(
             f"Not compared above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
@@ -302,7 +302,10 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
             parts.append(table(_escaped(rows[cols]).assign(files=rows["files"]), escape=False))
         if (ok["suite"] == "loops").any():
             parts.append("<h2>vmap / scan / for-loop</h2>" + table(compare.loops_table(ok)))
-    others = table_[table_["status"] != "ok"][["scenario_id", "status", "reason"]]
+    wrong = table_[table_["status"] == "wrong"][["scenario_id", "status", "reason"]]
+    if len(wrong):  # measured, but its output is wrong: never ranked, listed apart
+        parts.append("<h2>Wrong output (not ranked)</h2>" + table(wrong))
+    others = table_[~table_["status"].isin(("ok", "wrong"))][["scenario_id", "status", "reason"]]
     if len(others):
         parts.append("<h2>Not measured</h2>" + table(others))
     parts.append(

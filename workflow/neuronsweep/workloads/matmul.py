@@ -73,3 +73,8 @@ def torch_module(s: dict):
             return (a @ b) * (1.0 + self.calls / 1024)
 
     return Varying() if s.get("varies") else MatMul()
+
+
+def reference(s: dict, a: dict):
+    """The float64 NumPy result of the same inputs (None for a workload that varies between calls)."""
+    return None if s.get("varies") else a["a"] @ a["b"]

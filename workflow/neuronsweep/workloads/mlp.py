@@ -58,3 +58,11 @@ def torch_module(s: dict):
             return (torch.nn.functional.silu(x @ w_gate) * (x @ w_up)) @ w_down
 
     return GatedMLP()
+
+
+def reference(s: dict, a: dict):
+    """The float64 NumPy gated MLP of the same inputs."""
+    import numpy as np
+
+    gate = a["x"] @ a["w_gate"]
+    return (gate / (1.0 + np.exp(-gate)) * (a["x"] @ a["w_up"])) @ a["w_down"]

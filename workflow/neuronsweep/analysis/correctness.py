@@ -1,0 +1,78 @@
+"""Correct before fast: a case's output against a float64 NumPy reference of the same workload on the
+same inputs, once per case, where the workload already runs (the build on neuron and xla, the
+capture on cpu), so no extra device time is spent.
+
+The error is normwise: max |out - ref| over max |ref|, which a zero in the reference cannot blow up.
+The tolerance is the compute precision's (docs/metrics.md): the inputs the reference gets are the
+ones the case got (already rounded to its dtype), so what is left is accumulation and the output's
+own rounding; under neuron auto-cast the cast type's tolerance applies, since casting is the point.
+"""
+
+from __future__ import annotations
+
+from neuronsweep.workloads import kind_of
+
+# max normwise relative error per compute dtype: fp32 keeps ~1e-7 per operation, so 1e-4 leaves room
+# for long sums; bf16 and fp16 round the output alone to 2^-9 and 2^-11, and the MLP rounds its
+# intermediate too.
+TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 3e-2}
+
+
+def tolerance(dtype: str, auto_cast: str | None = None) -> tuple[float, str]:
+    """(tolerance, the precision it is for). neuronx-cc's --auto-cast matmult|all casts fp32 to its
+    --auto-cast-type, bf16 unless given, which we never pass."""
+    if auto_cast in ("matmult", "all") and dtype == "fp32":
+        return TOLERANCE["bf16"], f"bf16 (--auto-cast {auto_cast})"
+    return TOLERANCE[dtype], dtype
+
+
+def rejudge(record: dict | None, dtype: str, auto_cast: str | None) -> dict | None:
+    """A child's check (judged at the workload's dtype) at the precision the compile really used."""
+    if not record or record.get("max_rel_error") is None:
+        return record
+    tol, precision = tolerance(dtype, auto_cast)
+    return {**record, "tolerance_rel": tol, "tolerance_for": precision, "correct": record["max_rel_error"] <= tol}
+
+
+def check(spec: dict, inputs: dict, output) -> dict:
+    """The correctness record: errors, tolerance and verdict, or why the case is not checked.
+    `inputs` and `output` are array-likes (NumPy, or anything np.asarray takes after .float())."""
+    import numpy as np
+
+    kind = kind_of(spec)
+    if not hasattr(kind, "reference"):
+        return {"correct": None, "correct_why": f"no NumPy reference for {spec['kind']} workloads"}
+    ref = kind.reference(spec, {name: _f64(a) for name, a in inputs.items()})
+    if ref is None:
+        return {"correct": None, "correct_why": "the workload changes its result between calls on purpose"}
+    out = _f64(output)
+    tol = tolerance(spec["dtype"])
+    if out.shape != ref.shape:
+        return _verdict(None, None, *tol) | {
+            "correct_why": f"output shape {out.shape} is not the reference's {ref.shape}"
+        }
+    if not np.isfinite(out).all():
+        return _verdict(None, None, *tol) | {"correct_why": "the output holds NaN or Inf where the reference is finite"}
+    abs_err = float(np.max(np.abs(out - ref))) if ref.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    return _verdict(abs_err, abs_err / scale if scale else abs_err, *tol)
+
+
+def _verdict(abs_err: float | None, rel_err: float | None, tol: float, precision: str) -> dict:
+    """None errors: the output could not be compared at all (wrong shape, NaN): wrong."""
+    return {
+        "max_abs_error": abs_err,
+        "max_rel_error": rel_err,
+        "tolerance_rel": tol,
+        "tolerance_for": precision,
+        "reference": "float64 NumPy, same inputs",
+        "correct": rel_err is not None and rel_err <= tol,
+    }
+
+
+def _f64(a):
+    import numpy as np
+
+    if hasattr(a, "detach"):  # a torch tensor (bf16 has no NumPy dtype)
+        a = a.detach().to("cpu").double().numpy()
+    return np.asarray(a, dtype=np.float64)
