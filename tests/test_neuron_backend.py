@@ -531,14 +531,14 @@ def nki_config(tmp: Path) -> dict:
 
 
 def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(tmp_path):
-    """Also: a kernel whose output is wrong (the stand-in's matmuls 1 % off, a miscompile) is measured,
+    """Also: a kernel whose output is wrong (the stand-in's matmuls 10 % off, a miscompile) is measured,
     but its case is `wrong` with the numbers, ranked nowhere and shown apart in the report."""
     snakemake(tmp_path, config=nki_config(tmp_path), env=standin_env(tmp_path, STANDIN_NKI_WRONG="1"))
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
     assert list(table["status"]) == ["ok", "wrong"]
     wrong = table.iloc[1]
-    assert wrong["correct"] == False and wrong["max_rel_error"] == pytest.approx(0.01, rel=1e-3)  # noqa: E712
-    assert "max relative error 0.01 > tolerance 0.0001" in wrong["reason"]
+    assert wrong["correct"] == False and wrong["max_rel_error"] == pytest.approx(0.1, rel=1e-3)  # noqa: E712
+    assert "max relative error 0.1 > tolerance 0.0001" in wrong["reason"]
     assert table.iloc[0]["correct"] == True and table.iloc[0]["max_rel_error"] < 1e-5  # noqa: E712 (torch-xla)
     report = (tmp_path / "results" / "t" / "report.html").read_text()
     assert "Wrong output (not ranked)" in report and f"{wrong.name} is wrong: output differs" in report
@@ -553,7 +553,7 @@ def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(t
     m = json.loads((d / "metrics.json").read_text())
     assert m["flops"] == m["profile_flops_tool"] == 2 * 128 * 256 * 512
     assert m["latency_median_s"] is None and "outside a framework" in m["notes"]["latency_median_s"]
-    assert build["nki_api"] == "nki" and build["correctness"]["max_rel_error"] == pytest.approx(0.01, rel=1e-3)
+    assert build["nki_api"] == "nki" and build["correctness"]["max_rel_error"] == pytest.approx(0.1, rel=1e-3)
 
 
 def test_nki_recompiling_on_every_call_is_flagged(tmp_path):

@@ -276,10 +276,15 @@ def cmd_calibrate(args) -> None:
     )
 
 
-def cmd_doctor(args) -> None:
+def cmd_doctor(args) -> int:
+    if args.field_test:
+        from neuronsweep import fieldtest
+
+        return fieldtest.run(Path(args.out))
     from neuronsweep import doctor
 
     print(doctor.report(args.config))
+    return 0
 
 
 def cmd_aggregate(args) -> None:
@@ -424,6 +429,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")
     p.add_argument("--config", default="config/config.yaml")
+    p.add_argument(
+        "--field-test",
+        action="store_true",
+        help="compile, capture and view a small bf16 matmul through every route here and check each "
+        "contract the project assumes (PASS/FAIL/SKIP), writing field-test.tar.gz for a bug report",
+    )
+    p.add_argument("--out", default="field-test", help="with --field-test: where its run and bundle go")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("aggregate", help="one summary.csv row per scenario, failures with their reason")

@@ -54,7 +54,8 @@ def run_tool(
     (a profiler and the helpers it spawned, a server it left running) is killed; a timeout or a
     missing program ends in one sentence. With `written` (the paths its output may take), a program
     that stays up after writing it (neuron-explorer's view may serve its UI afterwards) is stopped once
-    the output has stopped growing, and counts as exited 0."""
+    the output has stopped growing and the program listens on a port (or, without that sign, after
+    3 s of no growth), and counts as exited 0."""
     if written is not None:
         return _run_until_written(argv, timeout_s, what, cwd, env, written)
     try:
@@ -80,7 +81,25 @@ def _timed_out(what: str, argv: list[str], timeout_s: float) -> UserError:
     )
 
 
-SETTLED_POLLS = 6  # polls 0.2 s apart: an output's size held for 1 s means a still-running writer is done
+POLL_S = 0.2
+# polls an output's size must hold before a still-running writer counts as done: 2 once it listens on a
+# port (the Explorer writes before it serves: its UI and API ports), else 15 (3 s) without that sign
+SETTLED_POLLS, SETTLED_POLLS_SILENT = 2, 15
+
+
+def _serving(pid: int) -> bool:
+    """Whether the process or one of its children listens on a TCP port (a server, done writing)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        return any(
+            c.status == psutil.CONN_LISTEN
+            for p in procs
+            for c in getattr(p, "net_connections", p.connections)(kind="inet")
+        )
+    except (psutil.Error, OSError):
+        return False
 
 
 def _size(paths: list[Path]) -> int | None:
@@ -104,8 +123,9 @@ def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> 
             raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
         deadline, sizes = time.monotonic() + timeout_s, []
         while proc.poll() is None:
-            sizes = [*sizes[-(SETTLED_POLLS - 1) :], _size(written)]
-            if len(sizes) == SETTLED_POLLS and sizes[0] is not None and len(set(sizes)) == 1:
+            sizes = [*sizes[-(SETTLED_POLLS_SILENT - 1) :], _size(written)]
+            held = next((i for i, v in enumerate(reversed(sizes)) if v != sizes[-1]), len(sizes))  # polls unchanged
+            if sizes[-1] is not None and held >= (SETTLED_POLLS if _serving(proc.pid) else SETTLED_POLLS_SILENT):
                 os.killpg(proc.pid, signal.SIGKILL)  # written and settled: the tool is only serving now
                 proc.wait()
                 out.seek(0), err.seek(0)
@@ -114,7 +134,7 @@ def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> 
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 raise _timed_out(what, argv, timeout_s)
-            time.sleep(0.2)
+            time.sleep(POLL_S)
         out.seek(0), err.seek(0)
         return subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
 

@@ -79,8 +79,8 @@ def nc_matmul(
     if dst.shape != (m, n):
         raise ValueError(f"nisa.nc_matmul: dst {dst.shape} must be {(m, n)}")
     product = np.asarray(stationary, np.float32).T @ np.asarray(moving, np.float32)
-    if os.environ.get("STANDIN_NKI_WRONG") == "1":  # a miscompiled kernel: 1 % off, every matmul
-        product *= 1.01
+    if os.environ.get("STANDIN_NKI_WRONG") == "1":  # a miscompiled kernel: 10 % off, every matmul
+        product *= 1.1
     before = getattr(_root(dst), "written_by", None)
     add = before is not None if accumulate is None else bool(accumulate)
     if add and before is None:

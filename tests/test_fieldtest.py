@@ -1,0 +1,56 @@
+"""`neuronsweep doctor --field-test` on the stand-in of a trn2 with SDK 2.33 (TorchNeuron and NKI): the full
+table of contracts, and the bundle a user attaches to a bug report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+
+import pytest
+from conftest import BIN, torchneuron_env
+
+CONTRACTS = (
+    "NEFF attribution",
+    "NTFF names",
+    "LNC consistent",
+    "summary keys and units",
+    "view parquet",
+    "view json",
+    "view perfetto",
+    "schema version",
+    "parquet columns we read",
+    "MFU recomputed = tool's",
+    "device time vs framework",
+    "correctness",
+)
+
+
+@pytest.mark.workflow  # runs the real workflow on the stand-in
+def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
+    """One NKI kernel miscompiled (STANDIN_NKI_WRONG: 10 % off) fails its correctness line and the exit
+    status; every other contract of both routes passes or is skipped with the reason."""
+    env = {**os.environ, **torchneuron_env(tmp_path, STANDIN_NKI_WRONG="1")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "doctor", "--field-test", "--out", str(tmp_path / "ft")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert lines[0].startswith("PASS  route detection") and "torchneuron" in lines[0]
+    for route in ("torchneuron", "nki"):
+        named = [line for line in lines if f" {route}: " in line]
+        assert [c for c in CONTRACTS if not any(f"{route}: {c}" in line for line in named)] == []
+    failed = [line for line in lines if line.startswith("FAIL")]
+    assert len(failed) == 1 and "nki: correctness" in failed[0] and "(tolerance 0.03)" in failed[0]
+    assert any(line.startswith("SKIP  nki: device time vs framework") for line in lines)  # NKI: no framework
+    with tarfile.open(tmp_path / "ft" / "field-test.tar.gz") as tar:
+        names = tar.getnames()
+    assert "field-test/field-test.txt" in names and "field-test/snakemake.log" in names
+    assert any(n.endswith("/view/view.json") for n in names) and any(n.endswith("profile-schema.txt") for n in names)
+    assert not [n for n in names if n.endswith((".neff", ".ntff", ".npy", ".bin", ".parquet", ".pftrace"))]

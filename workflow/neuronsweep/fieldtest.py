@@ -1,0 +1,229 @@
+"""`neuronsweep doctor --field-test`: every assumption this project makes about the Neuron tools, checked
+on the machine it runs on, before a user trusts a sweep there (a new SDK, a new instance type).
+
+It runs the real workflow on one small bf16 matmul through each route this environment has (TorchNeuron
+or torch-xla, and NKI where the `nki` package is installed), in every view format the tool offers, then
+prints one PASS / FAIL / SKIP line per contract and writes field-test.tar.gz: versions, command lines,
+the tails of the logs and the small records (no NEFF, NTFF or tensors), to attach to a bug report.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from neuronsweep.backends import neuron_setup
+from neuronsweep.formats import profile_schema
+from neuronsweep.formats.profile_db import ProfileDB
+
+CASE = {"m": 128, "k": 128, "n": 512}  # one TensorE tile by one PSUM bank: every route and the NKI kernel take it
+SMALL = {".json", ".txt", ".log", ".csv", ".yaml"}  # what the bundle keeps; binaries and tensors stay out
+REPO = Path(__file__).resolve().parents[2]  # the checkout: Snakefile, config/
+
+
+@dataclass
+class Line:
+    verdict: str  # PASS, FAIL or SKIP
+    contract: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.verdict:4}  {self.contract:28} {self.detail}"
+
+
+def available() -> tuple[str | None, bool, str]:
+    """(framework route or None, NKI importable, what was found)."""
+    probe = neuron_setup.probe_packages()
+    try:
+        route, why = neuron_setup.choose_route("auto", probe)
+    except Exception as exc:  # noqa: BLE001 - the refusal is the finding
+        route, why = None, str(exc)
+    nki = importlib.util.find_spec("nki") is not None or importlib.util.find_spec("neuronxcc") is not None
+    return route, nki, why
+
+
+def config(work: Path, route: str | None, nki: bool) -> dict:
+    return {
+        "run": "field-test",
+        "backend": "neuron",
+        "cache_dir": str(work / "cache"),
+        "capture": {
+            "warmup": 2,
+            "iterations": 10,
+            "repeats": 1,
+            "num_exec": 2,
+            "nth_exec": 2,
+            "device_lock": str(work / "device.lock"),
+        },
+        "neuron": {"route": route or "auto", "json": True, "parquet": True, "pftrace": True},
+        "suites": {
+            "matmul": {
+                "shapes": [CASE],
+                "dtype": ["bf16"],
+                "impl": (["compiler"] if route else []) + (["nki"] if nki else []),
+            }
+        },
+    }
+
+
+def run_workflow(work: Path, cfg: dict, timeout_s: float) -> subprocess.CompletedProcess:
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    argv = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(work),
+        "--configfile",
+        str(work / "config.yaml"),
+        "--cores",
+        "2",
+        "--keep-going",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=work)
+    (work / "snakemake.log").write_text(" ".join(argv) + "\n" + proc.stdout + proc.stderr)
+    return proc
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_case(case: Path, name: str) -> list[Line]:
+    """The contracts of one case, from what its stages wrote."""
+    build, capture = _read(case / "build" / "build.json"), _read(case / "capture" / "capture.json")
+    view, metrics = _read(case / "view" / "view.json"), _read(case / "metrics.json")
+    summary = _read(case / "view" / "summary.json")
+    lines = []
+
+    def add(ok: bool | None, contract: str, detail: str) -> None:
+        lines.append(Line("SKIP" if ok is None else "PASS" if ok else "FAIL", f"{name}: {contract}", detail))
+
+    if build is None:
+        error = _read(case / "logs" / "build.error.json") or {}
+        add(False, "build", error.get("reason", "no build.json (see snakemake.log)"))
+        return lines
+    neff = Path(build.get("neff_source") or "")
+    add(neff.suffix == ".neff", "NEFF attribution", f"{neff.name} of {len(build.get('candidates', []))} candidate(s)")
+    if capture is None:
+        add(False, "capture", (_read(case / "logs" / "capture.error.json") or {}).get("reason", "no capture.json"))
+        return lines
+    written = capture.get("ntffs_written") or [capture.get("ntff_written_as")]
+    add(bool(written and written[0]), "NTFF names", f"{written}, viewed {capture.get('ntff_written_as')}")
+    lncs = {build.get("lnc"), capture.get("runtime_lnc"), (metrics or {}).get("lnc")}
+    add(
+        len(lncs) == 1,
+        "LNC consistent",
+        f"build {build.get('lnc')}, runtime {capture.get('runtime_lnc')}, peaks {(metrics or {}).get('lnc')}",
+    )
+    if view is None or summary is None:
+        add(False, "view", (_read(case / "logs" / "view.error.json") or {}).get("reason", "no view.json"))
+        return lines
+    fractions = {k: v for k, v in summary.items() if k.endswith("_percent") and isinstance(v, (int, float))}
+    units = (
+        isinstance(summary.get("total_time"), (int, float))
+        and 0 < summary["total_time"] < 60
+        and all(0 <= v <= 1.0 + 1e-9 for v in fractions.values())
+        and 0 <= summary.get("total_active_time", 0) <= summary["total_time"]
+    )
+    add(
+        units, "summary keys and units", f"total_time {summary.get('total_time')} s, {len(fractions)} fractions in 0..1"
+    )
+    for fmt in ("parquet", "json", "perfetto"):
+        if fmt in (view.get("outputs") or {}):
+            add(True, f"view {fmt}", view["outputs"][fmt])
+        else:
+            add(None, f"view {fmt}", (view.get("skipped") or {}).get(fmt, "not offered by this tool"))
+    version = view.get("profile_schema_version")
+    add(version is not None or None, "schema version", f"{version} (dump: {view.get('profile_schema_dump')})")
+    if (case / "view" / "parquet").is_dir():
+        db = ProfileDB()
+        db.load_view(case / "view", case.name)
+        db.finish()
+        missing = profile_schema.problems(db, version)
+        add(not missing, "parquet columns we read", "; ".join(missing) or ", ".join(sorted(db.tables)))
+    if metrics is None:
+        add(False, "extract", (_read(case / "logs" / "extract.error.json") or {}).get("reason", "no metrics.json"))
+        return lines
+    tool, ours = metrics.get("mfu_tool_pct"), metrics.get("mfu_recomputed_pct")
+    add(
+        None if tool is None or ours is None else math.isclose(tool, ours, rel_tol=1e-3),
+        "MFU recomputed = tool's",
+        f"tool {tool}, recomputed {ours}",
+    )
+    latency, device = metrics.get("latency_median_s"), metrics.get("profile_total_time_s")
+    add(
+        None if latency is None or device is None else 0 < device <= latency * 1.05,
+        "device time vs framework",
+        f"profile total_time {device} s, framework median {latency} s",
+    )
+    add(
+        metrics.get("correct"),
+        "correctness",
+        f"max_rel_error {metrics.get('max_rel_error')} "
+        f"(tolerance {metrics.get('tolerance_rel')}) {metrics.get('notes', {}).get('correct', '')}".strip(),
+    )
+    return lines
+
+
+def bundle(out: Path, work: Path) -> Path:
+    """field-test.tar.gz: the small records and logs of the run, no binaries or tensors."""
+    target = out / "field-test.tar.gz"
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(work.rglob("*")):
+            inside = path.relative_to(work)
+            if (
+                path.is_file()
+                and path.suffix in SMALL
+                and "inputs" not in inside.parts
+                and ".snakemake" not in inside.parts
+            ):
+                if path.stat().st_size <= 2 * 2**20:
+                    tar.add(path, arcname=str(Path("field-test") / inside))
+        tar.add(out / "field-test.txt", arcname="field-test/field-test.txt")
+    return target
+
+
+def run(out: Path, timeout_s: float = 7200) -> int:
+    """The field test into `out`; exit 0 when nothing failed."""
+    from neuronsweep import doctor
+
+    out = out.resolve()
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    route, nki, why = available()
+    lines = [
+        Line(
+            "PASS" if route or nki else "FAIL",
+            "route detection",
+            f"{why}; NKI {'importable' if nki else 'not installed'}",
+        )
+    ]
+    if route or nki:
+        proc = run_workflow(work, config(work, route, nki), timeout_s)
+        cases = sorted((work / "results" / "field-test" / "neuron" / "workloads").glob("*"))
+        if not cases:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+            lines.append(
+                Line("FAIL", "workflow", f"snakemake exited {proc.returncode}: {tail[0]} (work/snakemake.log)")
+            )
+        for case in cases:
+            lines += check_case(case, "nki" if case.name.endswith("-nki") else route or "?")
+    text = "\n".join(["neuronsweep field test", doctor.report(str(work / "config.yaml")), "", *map(str, lines)])
+    (out / "field-test.txt").write_text(text + "\n")
+    print("\n".join(map(str, lines)))
+    print(f"bundle: {bundle(out, work)} (versions, command lines, log tails and records; attach it to a bug report)")
+    return 1 if any(line.verdict == "FAIL" for line in lines) else 0
