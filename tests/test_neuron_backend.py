@@ -732,12 +732,30 @@ def test_explorer_view_would_serve_forever_so_exports_are_stopped_once_written(t
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"
 
 
-def test_a_view_that_ignores_output_file_still_lands_in_the_view_folder(tmp_path):
-    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_IGNORE_OUTPUT_FILE="1"))
-    for wid in WIDS:
-        view = wdir(tmp_path, wid) / "view"
-        assert (view / "trace.pftrace").is_file() and (view / "profile.json").is_file()
-        assert not (tmp_path / "ntff.pftrace").exists()
+def test_a_view_that_ignores_output_file_still_lands_in_the_view_folder(neuron_run, tmp_path):
+    """Some tool versions write ntff.pftrace / ntff.json into the working directory whatever
+    --output-file says; the view runs in its own folder and takes them from there."""
+    env = {**os.environ, **standin_env(tmp_path, STANDIN_IGNORE_OUTPUT_FILE="1")}
+    view = tmp_path / "view"
+    options = json.dumps({"profiler": "neuron-explorer", "json": True, "parquet": False, "pftrace": True})
+    subprocess.run(
+        [
+            str(BIN / "neuronsweep"),
+            "view",
+            "--capture",
+            wdir(neuron_run, WIDS[0]) / "capture",
+            "--out",
+            view,
+            "--options",
+            options,
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        cwd=neuron_run,
+    )
+    assert (view / "trace.pftrace").is_file() and (view / "profile.json").is_file()
+    assert not (view / "ntff.pftrace").exists() and not (neuron_run / "ntff.pftrace").exists()
 
 
 def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeypatch):

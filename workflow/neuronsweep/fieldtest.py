@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from neuronsweep import doctor
 from neuronsweep.backends import neuron_setup
 from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
@@ -199,8 +200,6 @@ def bundle(out: Path, work: Path) -> Path:
 
 def run(out: Path, timeout_s: float = 7200) -> int:
     """The field test into `out`; exit 0 when nothing failed."""
-    from neuronsweep import doctor
-
     out = out.resolve()
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
