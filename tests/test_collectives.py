@@ -92,6 +92,7 @@ def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
         assert row["latency_median_s"] >= max(medians) * (1 - 1e-9)
         metrics = json.loads((workloads / wid / "metrics.json").read_text())
         assert metrics["flops"] is None and "roofline" in metrics["notes"]["flops"]
+        assert metrics["correct"] is True and metrics["max_abs_error"] == 0  # every rank's result, exact
         assert (workloads / wid / "view" / "trace.pftrace").stat().st_size > 0
     page = (tmp_path / "results" / "t" / "report.html").read_text()
     assert 'data-figure="suite_collectives"' in page and "busbw" in page

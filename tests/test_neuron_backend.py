@@ -912,6 +912,7 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
         slowest = [max(r["samples_s"][i] for r in timed) for i in range(3)]
         assert cap["latency"]["median_s"] == pytest.approx(sorted(slowest)[1])
         m = json.loads((d / "metrics.json").read_text())
+        assert m["correct"] is True and m["max_abs_error"] == 0  # every rank's result checked in the build
         factor = 2 * (world - 1) / world if op == "all_reduce" else (world - 1) / world
         assert m["busbw_bytes_per_s"] == pytest.approx(4096 / m["latency_median_s"] * factor)
         nccom = cap["nccom_test"]

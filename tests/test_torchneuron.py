@@ -270,6 +270,7 @@ def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_prof
             assert cap["argv"][cap["argv"].index("--collectives-workers-per-node") + 1] == "2"
         view = json.loads((case / "view" / "view.json").read_text())
         assert len({r["nc_idx"] for r in view["ranks"]}) == 2 and view["session"]["device_pftraces"]
+        assert json.loads((case / "metrics.json").read_text())["correct"] is True  # every rank, against NumPy
 
 
 def test_a_configured_target_the_machine_is_not_is_refused_before_any_job(tmp_path):

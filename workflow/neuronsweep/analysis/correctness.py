@@ -10,7 +10,7 @@ own rounding; under neuron auto-cast the cast type's tolerance applies, since ca
 
 from __future__ import annotations
 
-from neuronsweep.workloads import kind_of
+from neuronsweep.workloads import collective, kind_of
 
 # max normwise relative error per compute dtype: fp32 keeps ~1e-7 per operation, so 1e-4 leaves room
 # for long sums; bf16 and fp16 round the output alone to 2^-9 and 2^-11, and the MLP rounds its
@@ -36,17 +36,34 @@ def rejudge(record: dict | None, dtype: str, auto_cast: str | None) -> dict | No
 
 def check(spec: dict, inputs: dict, output) -> dict:
     """The correctness record: errors, tolerance and verdict, or why the case is not checked.
-    `inputs` and `output` are array-likes (NumPy, or anything np.asarray takes after .float())."""
-    import numpy as np
-
+    `inputs` and `output` are array-likes (NumPy, or torch tensors of any dtype)."""
     kind = kind_of(spec)
     if not hasattr(kind, "reference"):
         return {"correct": None, "correct_why": f"no NumPy reference for {spec['kind']} workloads"}
     ref = kind.reference(spec, {name: _f64(a) for name, a in inputs.items()})
     if ref is None:
         return {"correct": None, "correct_why": "the workload changes its result between calls on purpose"}
+    return compare(spec["dtype"], ref, output)
+
+
+def check_rank(spec: dict, rank: int, output) -> dict:
+    """A collective's rank: its output after the collective of every rank's collective.rank_input."""
+    return {"rank": rank, **compare(spec["dtype"], collective.rank_reference(spec, rank), output)}
+
+
+def worst(records: list[dict]) -> dict:
+    """One verdict for the ranks of a collective: the worst rank's record, wrong if any rank is."""
+    if not records:
+        return {"correct": None, "correct_why": "no rank recorded its check"}
+    return max(records, key=lambda r: (r["correct"] is False, r.get("max_rel_error") or 0.0))
+
+
+def compare(dtype: str, ref, output) -> dict:
+    """The normwise comparison of an output with its float64 reference, at `dtype`'s tolerance."""
+    import numpy as np
+
     out = _f64(output)
-    tol = tolerance(spec["dtype"])
+    tol = tolerance(dtype)
     if out.shape != ref.shape:
         return _verdict(None, None, *tol) | {
             "correct_why": f"output shape {out.shape} is not the reference's {ref.shape}"

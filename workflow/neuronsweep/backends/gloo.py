@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check_rank, worst
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
 from neuronsweep.backends import BACKENDS, COLLECTIVE_PLAN
@@ -100,6 +101,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "latency": latency_stats(per_exec, settings.repeats),
         "latency_basis": "per execution, the slowest rank's time (each execution starts after a barrier)",
         "ranks": [{"rank": r["rank"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks],
+        "correctness": worst([r["correctness"] for r in ranks]),
         "threads": ranks[0]["threads"],
         "process_group_backend": BACKEND,
         "host": caps.host_record(),
@@ -133,19 +135,22 @@ def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: f
         )
 
 
-def _op(dist, torch, spec: dict):
-    """The collective as a no-argument call on preallocated buffers."""
+def _op(dist, torch, spec: dict, values=None):
+    """The collective as a no-argument call on preallocated buffers (input: ones, or `values`), and the
+    buffer its result lands in."""
     dtype = getattr(torch, TORCH_DTYPES[spec["dtype"]])
     n_in, n_out = collective.counts(spec)
-    inp, out = torch.ones(n_in, dtype=dtype), torch.empty(n_out, dtype=dtype)
+    inp = torch.ones(n_in, dtype=dtype) if values is None else torch.tensor(values, dtype=dtype)
+    out = torch.empty(n_out, dtype=dtype)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return {
+    call = {
         "all_reduce": lambda: dist.all_reduce(inp),
         "all_gather": lambda: gather(out, inp),
         "reduce_scatter": lambda: scatter(out, inp),
         "all_to_all": lambda: dist.all_to_all_single(out, inp),
     }[spec["op"]]
+    return call, inp if spec["op"] == "all_reduce" else out
 
 
 def _rank(rank: int, args: dict) -> None:
@@ -159,7 +164,10 @@ def _rank(rank: int, args: dict) -> None:
     spec = args["spec"]
     torch.set_num_threads(args["threads"])
     dist.init_process_group(BACKEND, init_method=f"file://{args['store']}", rank=rank, world_size=spec["world"])
-    op = _op(dist, torch, spec)
+    check, result = _op(dist, torch, spec, collective.rank_input(spec, rank))
+    check()  # once, on inputs whose every sum is exact, against the float64 NumPy result
+    correctness = check_rank(spec, rank, result)
+    op, _ = _op(dist, torch, spec)
     for _ in range(args["warmup"]):
         op()
     dist.barrier()
@@ -183,7 +191,10 @@ def _rank(rank: int, args: dict) -> None:
     if prof is not None:
         with replacing(out / TRACE) as tmp:
             prof.export_chrome_trace(str(tmp))
-    write_json(out / f"rank_{rank}.json", {"rank": rank, "samples_s": samples, "threads": torch.get_num_threads()})
+    write_json(
+        out / f"rank_{rank}.json",
+        {"rank": rank, "samples_s": samples, "threads": torch.get_num_threads(), "correctness": correctness},
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from neuronsweep.analysis.correctness import rejudge
+from neuronsweep.analysis.correctness import rejudge, worst
 from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.atomic import read_json
 from neuronsweep.backends import (
     BACKENDS,
     nccom_test,
@@ -129,7 +130,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     collective = spec["kind"] == "collective"
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / ("rank_0" if collective else "") / "MODULE_*.neff")]
     if collective:
-        result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s)
+        result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s, check=1)
     else:
         result = xla_program.run(spec, workdir / "xla_result.json", env, workdir, globs, settings.timeout_s, check=1)
     neff, candidates = xla_program.attribute(result, spec, "NEFF")
@@ -142,9 +143,15 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
         "compile_s_source": "torch_xla.debug.metrics CompileTime" + (" (rank 0)" if collective else ""),
         "capture_inputs": None,
-        "correctness": result.get("correctness"),
+        "correctness": rank_checks(workdir, spec) if collective else result.get("correctness"),
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
+
+
+def rank_checks(workdir: Path, spec: dict) -> dict:
+    """A collective's verdict: every rank's check_rank_<r>.json (its output against the float64 NumPy
+    result), the worst one standing for the case."""
+    return worst([read_json(workdir / f"check_rank_{r}.json") for r in range(spec["world"])])
 
 
 def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_cores: str | None = None) -> dict:
@@ -175,7 +182,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     workdir = fresh(out_dir.resolve() / "torchneuron")
     env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
     if collective:
-        result = torchneuron_collective.run(spec, workdir, env, neff_cache, settings.timeout_s)
+        result = torchneuron_collective.run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
     else:
         result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, inputs_dir=entry / "inputs")
     listed = neff_cache / "rank_0" if collective else neff_cache
@@ -206,7 +213,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
         "neff_cache": str(listed),
         "torch_neuronx": result["torch_neuronx"],
         "device": result["device"],
-        "correctness": result.get("correctness"),
+        "correctness": rank_checks(workdir, spec) if collective else result.get("correctness"),
         "capture_inputs": result.get("inputs"),
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }

@@ -29,6 +29,7 @@ import os
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
 from neuronsweep.backends.common import child_args, own_core, run_ranks
 from neuronsweep.backends.torchneuron_program import first_two_calls, neffs
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, help="absent: no timing")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--inspect-nth", type=int, help="call the collective this many times in all (inspect capture)")
+    ap.add_argument("--check", type=int, default=0, help="1: check the result once against NumPy (the build)")
     args = ap.parse_args(argv)
     own_core()
     rank_name = f"rank_{os.environ['RANK']}"
@@ -101,6 +103,11 @@ def main(argv=None) -> int:
         return None, seconds
 
     _, calls = first_two_calls(call, str(own_cache))
+    if args.check:  # after the listed calls, on inputs whose every sum is exact: check_rank_<r>.json
+        rendezvous()
+        result = compiled(torch.tensor(collective.rank_input(spec, rank), dtype=dtype).to("neuron"))
+        torch.neuron.synchronize()
+        write_json(Path(args.out) / f"check_{rank_name}.json", check_rank(spec, rank, result.cpu()))
     for _ in range(max(0, (args.inspect_nth or 0) - 2)):
         call()
     for _ in range(args.warmup):

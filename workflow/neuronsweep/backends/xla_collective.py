@@ -25,6 +25,7 @@ import os
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
 from neuronsweep.backends.common import own_core, run_ranks
 from neuronsweep.backends.xla_program import PHASES, artifacts, child_args, metric
@@ -58,6 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--iterations", type=int, help="absent: no timing")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--check", type=int, default=0, help="1: check the result once against NumPy (the build)")
     args = ap.parse_args(argv)
     own_core()
     own = Path(args.out) / f"rank_{os.environ['LOCAL_RANK']}"  # the rank's working directory: its debug dumps
@@ -110,6 +112,11 @@ def main(argv=None) -> int:
         sync()
         samples.append((time.perf_counter_ns() - t0) * 1e-9)
         del result
+    if args.check:  # last, on inputs whose every sum is exact: check_rank_<r>.json, combined by the build
+        values = torch.tensor(collective.rank_input(spec, rank), dtype=getattr(torch, TORCH_DTYPES[spec["dtype"]]))
+        result = _collective(xm, spec, values.to(device))()
+        sync()
+        write_json(out / f"check_rank_{rank}.json", check_rank(spec, rank, result.cpu()))
     if args.iterations:
         write_json(
             out / f"rank_{rank}.json",

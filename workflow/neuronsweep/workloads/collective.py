@@ -60,3 +60,27 @@ def bandwidths(s: dict, time_s: float | None) -> dict:
         return {"algbw_bytes_per_s": None, "busbw_bytes_per_s": None}
     algbw = s["bytes"] / time_s
     return {"algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUSBW_FACTOR[s["op"]](s["world"])}
+
+
+def rank_input(s: dict, rank: int):
+    """The input the correctness call gives `rank`: small whole numbers, distinct per rank and element,
+    so every sum a collective makes is exact in fp32, bf16 and fp16 alike (the timed calls keep ones)."""
+    import numpy as np
+
+    return (np.arange(counts(s)[0]) % 7 + rank + 1).astype(np.float64)
+
+
+def rank_reference(s: dict, rank: int):
+    """What `rank` must hold after the collective of every rank's rank_input (torch.distributed's
+    semantics: all_to_all_single sends chunk j of each input to rank j)."""
+    import numpy as np
+
+    world, (_, n_out) = s["world"], counts(s)
+    inputs = [rank_input(s, r) for r in range(world)]
+    total = np.sum(inputs, axis=0)
+    return {
+        "all_reduce": lambda: total,
+        "all_gather": lambda: np.concatenate(inputs),
+        "reduce_scatter": lambda: total[rank * n_out : (rank + 1) * n_out],
+        "all_to_all": lambda: np.concatenate([np.array_split(x, world)[rank] for x in inputs]),
+    }[s["op"]]()
