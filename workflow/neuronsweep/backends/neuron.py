@@ -541,7 +541,8 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
         )
     neff = Path(cap.details["neff"])
     settings = replace(settings, runtime_lnc=cap.details.get("runtime_lnc"))
-    result = view_profile(neff, capture_dir / NTFF, out_dir, settings)
+    captured_with = (cap.details.get("profiler"), cap.details.get("profiler_version"))  # its version, not asked again
+    result = view_profile(neff, capture_dir / NTFF, out_dir, settings, captured_with)
     if cap.details.get("ranks"):
         result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)
         if settings.pftrace:  # the guide's combined view, over the folder the capture wrote the ranks to

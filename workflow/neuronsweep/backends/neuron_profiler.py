@@ -351,13 +351,14 @@ def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSet
 SCHEMA_DUMP = "profile-schema.txt"
 
 
-def schema_facts(profiler: str, out_dir: Path, timeout_s: float) -> dict:
-    """The profile schema version (parquet Metadata.profile_schema_version) and the tool's version,
-    for view.json, and the tool's own schema dump saved beside the profile: `view --show-profile-schema`
-    (2.33), else the top-level flag (2.31)."""
+def schema_facts(profiler: str, out_dir: Path, timeout_s: float, version: str | None = None) -> dict:
+    """The profile schema version (parquet Metadata.profile_schema_version) and the tool's version
+    (the capture's record of it, else asked), for view.json, and the tool's own schema dump saved beside
+    a parquet view: `view --show-profile-schema` (2.33), else the top-level flag (2.31)."""
     import pyarrow.parquet as pq
 
-    facts = {"profiler_version": tool_version(profiler), "profile_schema_version": None, "profile_schema_dump": None}
+    facts = {"profiler_version": version or tool_version(profiler), "profile_schema_version": None}
+    facts["profile_schema_dump"] = None
     meta = sorted((out_dir / "parquet").glob("Metadata*.parquet"))
     if not meta:
         facts["profile_schema_version_why"] = "no parquet Metadata table in this view (neuron.parquet, neuron-explorer)"
@@ -367,7 +368,7 @@ def schema_facts(profiler: str, out_dir: Path, timeout_s: float) -> dict:
             facts["profile_schema_version"] = str(table.column("profile_schema_version")[0].as_py())
         else:
             facts["profile_schema_version_why"] = f"{meta[0].name} has no profile_schema_version column"
-    if not is_explorer(profiler):
+    if not (is_explorer(profiler) and meta):
         return facts
     for argv in ([profiler, "view", "--show-profile-schema"], [profiler, "--show-profile-schema"]):
         try:
@@ -398,13 +399,16 @@ def _sha256(path: Path) -> str:
 DEFAULT_OUTPUT = {"perfetto": "ntff.pftrace", "json": "ntff.json"}
 
 
-def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) -> dict:
+def view_profile(
+    neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings, captured_with: tuple | None = None
+) -> dict:
     """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
     runs in out_dir with a time limit. neuron-explorer's view may keep serving its UI and API after
     writing: parquet gets --ingest-only (where the docs show it), the other exports are stopped once
     their file has stopped growing. A json export the tool no longer has (after SDK 2.33) is skipped
     with the reason; parquet is the source of the tables."""
     profiler = resolve_profiler(settings.profiler)
+    known = captured_with[1] if captured_with and captured_with[0] == profiler else None  # the tool's version
     out_dir = out_dir.resolve()
     base = [profiler, "view", "-n", str(neff.resolve()), "-s", str(ntff.resolve())]
     limit, name = settings.timeout_s, Path(profiler).name
@@ -470,7 +474,7 @@ def view_profile(neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings) 
     return {
         "summary": summary,
         "profiler": profiler,
-        **schema_facts(profiler, out_dir, limit),
+        **(schema_facts(profiler, out_dir, limit, known) if wanted else {}),  # not for a rank's summary alone
         "commands": commands,
         "outputs": outputs,
         **({"skipped": skipped} if skipped else {}),
