@@ -435,3 +435,20 @@ def test_collective_references_follow_torch_distributed():
     good = correctness.check_rank(rs, 0, np.array([3.0, 5, 7, 9]))
     bad = correctness.check_rank(rs, 1, np.array([11.0, 13, 15, 4]))  # one element off by 1 of 15
     assert good["correct"] and not bad["correct"] and correctness.worst([good, bad])["rank"] == 1
+
+
+def test_a_large_output_is_checked_on_rows_spread_over_every_tile():
+    """2000 rows: 512 sampled evenly, so one wrong 128-row tile in the middle (an NKI m-tile) is caught."""
+    import numpy as np
+
+    from neuronsweep.analysis import correctness
+    from neuronsweep.workloads import matmul
+
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2000, 32)), rng.standard_normal((32, 8))
+    spec = matmul.spec(m=2000, k=32, n=8, dtype="fp32")
+    out = a @ b
+    good = correctness.check(spec, {"a": a, "b": b}, out)
+    assert good["correct"] and good["rows_checked"] == 512 and good["rows"] == 2000
+    out[1024:1152] *= 1.1
+    assert correctness.check(spec, {"a": a, "b": b}, out)["correct"] is False

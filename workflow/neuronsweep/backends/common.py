@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,15 +129,27 @@ def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> 
             if sizes[-1] is not None and held >= (SETTLED_POLLS if _serving(proc.pid) else SETTLED_POLLS_SILENT):
                 os.killpg(proc.pid, signal.SIGKILL)  # written and settled: the tool is only serving now
                 proc.wait()
-                out.seek(0), err.seek(0)
-                return subprocess.CompletedProcess(argv, 0, out.read(), err.read())
+                return _completed(argv, 0, out, err)
             if time.monotonic() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 raise _timed_out(what, argv, timeout_s)
             time.sleep(POLL_S)
-        out.seek(0), err.seek(0)
-        return subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+        return _completed(argv, proc.returncode, out, err)
+
+
+def _completed(argv: list[str], code: int, out, err) -> subprocess.CompletedProcess:
+    out.seek(0)
+    err.seek(0)
+    return subprocess.CompletedProcess(argv, code, out.read(), err.read())
+
+
+def fresh(folder: Path) -> Path:
+    """An empty folder, whatever an earlier attempt left there (attribution must see only this compile;
+    neuronx-cc refuses a used NKI artifacts folder)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def child_args(spec: dict, out: Path, **settings) -> list[str]:

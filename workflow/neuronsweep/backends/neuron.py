@@ -37,7 +37,14 @@ from neuronsweep.backends import (
     xla_collective,
     xla_program,
 )
-from neuronsweep.backends.common import child_args, cores_at_lnc, package_versions, recompilation_flag, run_child
+from neuronsweep.backends.common import (
+    child_args,
+    cores_at_lnc,
+    fresh,
+    package_versions,
+    recompilation_flag,
+    run_child,
+)
 from neuronsweep.backends.neuron_profiler import (
     NTFF,
     CaptureRefused,
@@ -111,13 +118,6 @@ def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = 
     if xla_debug(options):
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
-
-
-def fresh(folder: Path) -> Path:
-    """An empty folder, whatever an earlier attempt left there (attribution must see only this compile)."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
 
 
 def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
@@ -237,8 +237,7 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         )
     workdir = out_dir.resolve() / "nki"
     shutil.rmtree(workdir, ignore_errors=True)
-    artifacts = workdir / "artifacts"
-    artifacts.mkdir(parents=True)
+    artifacts = fresh(workdir / "artifacts")
     env, options = tool_env(settings.visible_cores), settings.options
     env.update(
         {

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from neuronsweep.analysis.correctness import check
+from neuronsweep.backends.common import fresh
 from neuronsweep.kernels import for_spec
 from neuronsweep.kernels.nki_matmul import load_nki
 
@@ -57,15 +57,10 @@ def _neffs(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, "**", "*.neff"), recursive=True))
 
 
-def _empty(root: Path) -> None:
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-
-
 def _jit_twice(kernel, args_in, root: Path, keep: Path) -> tuple[dict, object]:
     """Call the kernel twice, the artifacts folder emptied before each call; the first compile's NEFF
     is kept at `keep`. Returns (build facts, the output of the first call)."""
-    _empty(root)
+    fresh(root)
     t0 = time.perf_counter()
     out = kernel(*args_in)
     first_s = time.perf_counter() - t0
@@ -74,27 +69,21 @@ def _jit_twice(kernel, args_in, root: Path, keep: Path) -> tuple[dict, object]:
         return {"neffs": written, "calls": [first_s]}, out
     keep.unlink(missing_ok=True)
     shutil.move(written[0], keep)
-    _empty(root)
+    fresh(root)
     t0 = time.perf_counter()
     kernel(*args_in)
     second_s = time.perf_counter() - t0
-    again = _neffs(str(root))
-    recompiled = bool(again)
+    recompiled = bool(_neffs(str(root)))
     facts = {
         "neffs": [str(keep)],
         "calls": [first_s, second_s],
         "recompiled_on_second_call": recompiled,
-        "second_neff_identical": None if not recompiled else _sha(again[0]) == _sha(str(keep)),
         "compile_s": None if recompiled else first_s - second_s,
         "compile_s_source": "recompiled on every call: compile and run cannot be separated"
         if recompiled
         else "first call minus second (cached) call, wall clock",
     }
     return facts, out
-
-
-def _sha(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def main(argv=None) -> int:

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from neuronsweep.analysis.intervals import union_length
 from neuronsweep.backends import BACKENDS, xla_program
-from neuronsweep.backends.common import package_versions, profiled_span, recompilation_flag
+from neuronsweep.backends.common import fresh, package_versions, profiled_span, recompilation_flag
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.formats import chrome_trace, hlo
 from neuronsweep.formats import pftrace_writer as pftrace
@@ -52,9 +51,8 @@ def xla_env(options: dict, dump_dir: Path) -> dict:
 
 
 def _fresh(workdir: Path) -> Path:
-    shutil.rmtree(workdir, ignore_errors=True)
-    (workdir / "dump").mkdir(parents=True)
-    return workdir / "dump"
+    """An empty workdir holding an empty dump/ folder."""
+    return fresh(fresh(workdir) / "dump")
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:

@@ -46,7 +46,7 @@ def needed(version: str | None) -> dict[str, dict[str, str]]:
 def problems(db, version: str | None) -> list[str]:
     """One sentence per needed column a parquet table of this profile lacks (tables it does not have
     are not asked: a table is written only when that activity happened)."""
-    tables = {t.lower(): t for t in getattr(db, "tables", {})}
+    tables = {t.lower(): t for t in db.tables}
     out = []
     for table, columns in needed(version).items():
         name = tables.get(table.lower())
