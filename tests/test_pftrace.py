@@ -69,7 +69,7 @@ def test_nested_slices_args_instants_counters_round_trip(tmp_path):
     )
     out = tmp_path / "t.pftrace"
     counts = chrome_to_pftrace(trace, out)
-    assert counts == {"slices": 5, "instants": 1, "counters": 1, "skipped": 0}
+    assert counts == {"slices": 5, "instants": 1, "counters": 1, "flows": 0, "skipped": 0}
 
     decoded = read(out)
     names = {t.name for t in decoded.tracks.values()}
@@ -275,11 +275,21 @@ def test_track_events_are_the_bytes_the_protobuf_classes_write(tmp_path):
         {"ph": "C", "name": "mem", "pid": 7, "ts": 1e6 + 7, "args": {"bytes": 4096, "frac": 0.5}},
     ]
     out = tmp_path / "t.pftrace"
-    assert chrome_to_pftrace(chrome(events), out) == {"slices": 300, "instants": 1, "counters": 2, "skipped": 0}
+    counts = chrome_to_pftrace(chrome(events), out)
+    negative = {"count": 100, "first": "'op2' at ts 1000006.001"}  # named, not changed
+    assert counts == {
+        "slices": 200,
+        "instants": 1,
+        "counters": 2,
+        "flows": 0,
+        "overlapping": 80,  # the 40 us slices (1 in 3) span the next ones: kept whole, beside their thread
+        "skipped": 0,
+        "not_converted": {"complete events with a negative duration": negative},
+    }
     data = out.read_bytes()
     assert Trace.FromString(data).SerializeToString() == data
     decoded = read(out)
-    assert len(decoded.slices) == 301 and sorted(set(decoded.slices.name)) == ["mark"] + [f"op{k}" for k in range(7)]
+    assert len(decoded.slices) == 201 and sorted(set(decoded.slices.name)) == ["mark"] + [f"op{k}" for k in range(7)]
     first = next(s for s in decoded.slices if s.name == "op1" and s.args["debug.i"] == 1)
     assert first.args["debug.neg"] == -1 and first.args["debug.big"] == str(2**63 + 1)  # beyond int64: text
     assert first.args["debug.s"] == "é" and first.args["debug.l"] == "[1, [1]]" and first.args["debug.b"] is False
@@ -315,27 +325,34 @@ def test_protoscan_reads_every_field_and_a_repeated_scalar_keeps_its_last_value(
 
 
 def _stack_reference(events):
-    """Per track, the (ts ns, type, name) sequence a nesting stack emits for complete events, as
-    written by hand: sorted by start, longer first; a child outliving its parent is clamped."""
-    from neuronsweep.formats.chrome_trace import _ns
+    """Per track and lane, the (ts ns, type, name) sequence a nesting stack emits for complete
+    events, as written by hand: sorted by start, longer first; a slice that does not nest in the
+    thread's first lane goes to the first lane where it does (a new one if none), whole."""
+    from neuronsweep.formats.chrome_trace import exact_ns
 
     by_track = {}
     for i, e in enumerate(events):
         if e.get("ph") == "X":
-            by_track.setdefault((e["pid"], e["tid"]), []).append(
-                (int(_ns([e["ts"]])[0]), max(int(_ns([e["dur"]])[0]), 0), i)
-            )
+            by_track.setdefault((e["pid"], e["tid"]), []).append((exact_ns(e["ts"]), exact_ns(e["dur"]), i))
     out = {}
     for key, slices in by_track.items():
-        seq, stack = [], []
+        lanes = []  # per lane: [emitted, stack]
         for start, dur, i in sorted(slices, key=lambda s: (s[0], -(s[0] + s[1]), s[2])):
-            while stack and stack[-1] <= start:
-                seq.append((stack.pop(), "END", None))
-            finish = min(start + dur, stack[-1]) if stack else start + dur
+            lane = 0
+            while lane < len(lanes):
+                seq, stack = lanes[lane]
+                while stack and stack[-1] <= start:
+                    seq.append((stack.pop(), "END", None))
+                if not stack or start + dur <= stack[-1]:
+                    break
+                lane += 1
+            if lane == len(lanes):
+                lanes.append(([], []))
+            seq, stack = lanes[lane]
             seq.append((start, "BEGIN", events[i]["name"]))
-            stack.append(finish)
-        seq += [(t, "END", None) for t in reversed(stack)]
-        out[key] = seq
+            stack.append(start + dur)
+        for lane, (seq, stack) in enumerate(lanes):
+            out[(*key, lane)] = seq + [(t, "END", None) for t in reversed(stack)]
     return out
 
 
@@ -343,8 +360,9 @@ def _stack_reference(events):
 @pytest.mark.parametrize("chunk", [3, 1 << 18])  # rows streamed out of a sort at a time
 def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
     """Ends and begins at one time, zero-length slices, equal starts and a child outliving its parent,
-    on several tracks: each track's packets in the order a stack emits them, the file in time order,
-    whether the sorts stream out a few rows at a time or all at once."""
+    on several tracks: each track's packets (and its lanes' beside it) in the order a stack emits
+    them, no slice cut, the file in time order, whether the sorts stream out a few rows at a time or
+    all at once."""
     import random
 
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
@@ -369,7 +387,14 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
     out = tmp_path / "t.pftrace"
     chrome_to_pftrace(path, out)
     packets = Trace.FromString(out.read_bytes()).packet
-    uuid = {p.track_descriptor.uuid: p.track_descriptor.thread.tid for p in packets if p.HasField("track_descriptor")}
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in packets if p.HasField("track_descriptor")}
+
+    def uuid(u):  # (tid, lane) of a thread's track or of a lane beside it
+        td = tracks[u]
+        if td.HasField("thread"):
+            return td.thread.tid, 0
+        return tracks[td.parent_uuid].thread.tid, int(td.name.rsplit(" ", 1)[1][:-1])
+
     names, got, stamps = {}, {}, []
     for p in packets:
         if not p.HasField("track_event"):
@@ -377,11 +402,12 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
         names.update({n.iid: n.name for n in p.interned_data.event_names})
         ev = p.track_event
         kind = "BEGIN" if ev.type == TrackEvent.TYPE_SLICE_BEGIN else "END"
-        got.setdefault((7, uuid[ev.track_uuid]), []).append(
+        got.setdefault((7, *uuid(ev.track_uuid)), []).append(
             (p.timestamp, kind, names[ev.name_iid] if kind == "BEGIN" else None)
         )
         stamps.append(p.timestamp)
-    assert got == _stack_reference(events)
+    want = _stack_reference(events)
+    assert got == want and any(k[2] for k in want) == any(k[2] for k in got)
     assert stamps == sorted(stamps)
 
 
@@ -425,7 +451,15 @@ def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_p
     counts = chrome_to_pftrace(path, tmp_path / "file.pftrace")
     assert True in used and False in used
     assert counts == chrome_to_pftrace(trace, tmp_path / "dicts.pftrace")
-    assert counts == {"slices": 400, "instants": 10, "counters": 14, "skipped": 1}
+    assert counts == {
+        "slices": 400,
+        "instants": 10,
+        "counters": 14,
+        "flows": 0,
+        "flow_events": 1,
+        "overlapping": 65,
+        "skipped": 0,
+    }
     assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
 
 
@@ -494,9 +528,9 @@ def test_begin_and_end_pair_as_a_stack_pairs_them_across_chunks(chunk, tmp_path,
         read(path)
 
 
-def test_the_nesting_stack_carried_from_chunk_to_chunk_clamps_as_one_stack(monkeypatch):
-    """Slices cut into chunks anywhere: the ends equal one stack's over all of them, both where the
-    slices already nest (found with numpy) and where some child outlives its parent (the loop)."""
+def test_the_lanes_carried_from_chunk_to_chunk_are_those_of_one_pass(monkeypatch):
+    """Slices cut into chunks anywhere: each slice's lane equals one pass over all of them, both
+    where the slices already nest (found with numpy) and where some do not (the loop)."""
     import random
 
     import numpy as np
@@ -520,19 +554,26 @@ def test_the_nesting_stack_carried_from_chunk_to_chunk_clamps_as_one_stack(monke
             ]
         rows.sort(key=lambda r: (r[0], r[1], -r[2]))
         track, start, end = (np.array(c, np.int64) for c in zip(*rows))
-        want, stack, current = [], [], None
+        want, lanes, current = [], [], None
         for t, b, f in rows:
             if t != current:
-                stack, current = [], t
-            while stack and stack[-1] <= b:
-                stack.pop()
-            f = min(f, stack[-1]) if stack else f
-            want.append(f)
-            stack.append(f)
-        clamp, got, lo = pftrace._Clamp(), [], 0
+                lanes, current = [], t
+            k = 0
+            while k < len(lanes):
+                while lanes[k] and lanes[k][-1] <= b:
+                    lanes[k].pop()
+                if not lanes[k] or f <= lanes[k][-1]:
+                    break
+                k += 1
+            if k == len(lanes):
+                lanes.append([])
+            lanes[k].append(f)
+            want.append(k)
+        lanes, got, lo = pftrace._Lanes(), [], 0
         while lo < len(rows):
             hi = min(len(rows), lo + rng.randrange(1, 12))
-            got += clamp(start[lo:hi], end[lo:hi], track[lo:hi]).tolist()
+            cls = np.full(hi - lo, pftrace._Lanes.SLICE)
+            got += lanes(cls, np.arange(lo, hi), start[lo:hi], end[lo:hi], track[lo:hi]).tolist()
             lo = hi
         assert got == want, rows
     assert True in paths and False in paths

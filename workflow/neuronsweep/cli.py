@@ -258,6 +258,21 @@ def cmd_query(args) -> None:
             print(table.to_string(index=False, max_rows=args.max_rows))
 
 
+def cmd_convert(args) -> None:
+    from neuronsweep.formats import pftrace_writer
+
+    src = Path(args.trace)
+    if not src.is_file():
+        raise UserError(f"{src}: no such file; pass a Chrome trace (.json or .json.gz, torch.profiler's export).")
+    stem = src.name.removesuffix(".gz").removesuffix(".json")
+    out = Path(args.out) if args.out else src.with_name(f"{stem}.pftrace")
+    counts = pftrace_writer.chrome_to_pftrace(src, out)
+    said = ", ".join(f"{counts[k]} {k}" for k in ("slices", "instants", "counters", "flows") if counts.get(k))
+    if counts.get("overlapping"):
+        said += f" ({counts['overlapping']} slices on tracks beside their thread)"
+    log.info(f"{src} -> {out}: {said or 'no events'}")
+
+
 def cmd_calibrate(args) -> None:
     from neuronsweep.atomic import write_json
     from neuronsweep.backends import cpu
@@ -408,12 +423,23 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("query", help="SQL (DuckDB) over a profile, view folder, workload or whole run")
-    p.add_argument("path", help=".pftrace / .parquet / profile .json, a view or workload folder, or results/<run>")
+    p.add_argument(
+        "path",
+        help=".pftrace / .parquet / profile .json / Chrome trace .json[.gz], a view or workload folder, "
+        "or results/<run>",
+    )
     p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     p.add_argument("--max-rows", type=int, default=60)
     p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
     p.set_defaults(func=cmd_query)
+
+    p = sub.add_parser(
+        "convert", help="a Chrome trace (torch.profiler's .json or .json.gz) as a Perfetto .pftrace, exactly"
+    )
+    p.add_argument("trace", help="the Chrome trace (plain or gzip, told by content)")
+    p.add_argument("out", nargs="?", help="the .pftrace to write (default: beside the trace, <name>.pftrace)")
+    p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
     p.add_argument("--out", required=True)

@@ -1,54 +1,76 @@
-"""The events of a Chrome trace (torch.profiler's export) as columns in a table on disk, for
-pftrace.py to sort and encode and for the cpu and xla views to summarize.
+"""The events of a Chrome trace (torch.profiler's export, or any Trace Event Format file) as columns
+in a table on disk, for pftrace_writer.py to sort and encode and for the cpu and xla views to summarize.
 
-A million-op trace is about 100 MB of JSON; `json.load` alone costs 2.5 us an event and a dict per
-event. Here the `traceEvents` array is cut into record batches without decoding it
-(analysis/json_records.py) and pyarrow's JSON reader (C++) parses each batch into columns. A batch
-whose columns Arrow cannot give exactly as the JSON wrote them goes through orjson and a loop
-instead: counters ('C'), pid/tid that are not integers, a `null`, args holding lists, objects or
-floats (Arrow makes 1 and 1.5 both doubles; the loop keeps 1 an int). Both paths fill the same
-columns, so what is written does not depend on which one read a batch.
+Exact times. Kineto writes epoch microseconds (about 1.7e15 ns), where a float64 holds only
+multiples of 256 ns, so `ts` and `dur` are never read as floats: pyarrow parses them as decimals
+(38 digits, 9 after the point) and the nanoseconds are the decimal's unscaled integer after rounding
+to 3 places (half to even, only below a nanosecond); a batch Arrow cannot parse that way (a stamp
+written as a string, or with more than 9 decimals) is read by the standard library with
+Decimal numbers. The same integers come out whichever path read an event.
+
+Speed. A million-op trace is about 100 MB of JSON; `json.load` alone costs 2.5 us an event and a
+dict per event. Here the `traceEvents` array is cut into record batches without decoding it
+(json_records.py) and pyarrow's JSON reader (C++) parses each batch into columns. A batch whose
+columns Arrow cannot give exactly as the JSON wrote them goes through orjson and a loop instead:
+phases other than complete events and instants, pid/tid that are not integers, a `null`, args
+holding lists, objects or floats (Arrow makes 1 and 1.5 both doubles; the loop keeps 1 an int).
+Both paths fill the same columns, so what is written does not depend on which one read a batch.
 
 Each batch goes straight into a DuckDB table (`ev`, below) in a temporary folder beside the output,
-under a memory limit: a Chrome trace interleaves tracks, so nesting and time order need a sort over
-the whole trace, and DuckDB's sort spills to disk where a numpy sort would hold every event.
-Slices ('X') and instants ('i'/'I') keep their args, already encoded as the packet's debug
-annotations (protowire.py). Counters become one value per series. Other phases are only counted.
+under a memory limit: a Chrome trace interleaves tracks, so nesting, B/E pairing and time order need
+sorts over the whole trace, and DuckDB's sort spills to disk where a numpy sort would hold every event.
+
+Kept: complete events ('X'), B/E pairs (matched per thread in time order, as the format says;
+a B never ended stays a slice that does not end), instants ('i'/'I', thread, process or global),
+counters ('C', one value per series), flow events ('s'/'t'/'f', bound to slices by the writer).
+Not converted, and counted and named (`Events.problems`), never silently changed: negative
+durations, stamps that are not numbers, counter values that are not numbers, an E with no B open,
+phases this converter does not know. gzip or plain input is told by content, not by name.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
 
 import duckdb
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from neuronsweep.atomic import remove_stale
 from neuronsweep.errors import UserError
 from neuronsweep.formats import json_records, protowire
 
-SLICE, INSTANT, COUNTER = 0, 1, 2
+# kinds of rows in `ev`: what the writer emits (SLICE, INSTANT, COUNTER), what it pairs or binds first
+SLICE, INSTANT, COUNTER, BEGIN, END, FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT = range(9)
+FLOWS = (FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT)
+UNFINISHED = -1  # the dur of a B never ended
 FAST_ARGS = (pa.types.is_int64, pa.types.is_boolean, pa.types.is_string, pa.types.is_null)
+FAST_PHASES = pa.array(["X", "i", "I", "M"])
+STAMP = pa.decimal128(38, 9)  # how ts and dur are parsed: 29 digits of microseconds, 9 after the point
+STAMPS = pa.schema([("ts", STAMP), ("dur", STAMP)])
 MEMORY_MB = 64  # DuckDB's share at first; it spills the rest of a trace to the temporary folder
 SPILL_PREFIX = ".trace-events."
 DICTS_AT_ONCE = 1 << 16  # events of a trace given as a list, per batch
-# seq: the event's position among those kept, in input order; kind: SLICE, INSTANT, COUNTER; key:
-# the track's ordinal in Events.keys; ts, dur in ns; name, cat: ordinals in Events.names and
-# Events.cats (-1: none, and every counter); value: a counter's; ann: a slice's or instant's
-# TrackEvent.debug_annotations as bytes (NULL for counters)
+NOT_A_TRACE = "no traceEvents and not a JSON array of events"
+# seq: the event's position among those kept, in input order; kind: above; key: the track's ordinal
+# in Events.keys; ts, dur in ns; name, cat: ordinals in Events.names and Events.cats (-1: none, and
+# every counter); value: a counter's; ann: a slice's or instant's TrackEvent.debug_annotations as
+# bytes (NULL for counters); fid: a flow event's ordinal in Events.flow_ids
 TABLE = (
     "CREATE TABLE ev (seq BIGINT, kind TINYINT, key INTEGER, ts BIGINT, dur BIGINT, name INTEGER, "
-    "cat INTEGER, value DOUBLE, ann BLOB)"
+    "cat INTEGER, value DOUBLE, ann BLOB, fid BIGINT)"
 )
+PHASES = {"X": SLICE, "B": BEGIN, "E": END, "i": INSTANT, "I": INSTANT, "s": FLOW_OUT, "t": FLOW_STEP}
 
 
 def out_of_memory(error: BaseException) -> bool:
@@ -63,29 +85,97 @@ def _cap_mb() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 >> 20
 
 
-def _ns(values) -> np.ndarray:
-    """Microseconds to integer nanoseconds, rounded half to even as Python's round()."""
-    return np.rint(np.asarray(values, np.float64) * 1000.0).astype(np.int64)
+# ------------------------------------------------------------------------------------ exact times
+
+
+def exact_ns(value) -> int | None:
+    """Microseconds as the JSON wrote them (an int, a decimal string, a Decimal; a float only as its
+    shortest repr, all a float still knows) to integer nanoseconds; None if it is no finite number."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value * 1000
+    try:
+        d = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+    except InvalidOperation:
+        return None
+    if not d.is_finite():
+        return None
+    return int((d * 1000).to_integral_value(ROUND_HALF_EVEN))
+
+
+def us_text(ns: int) -> str:
+    """Nanoseconds as the microseconds a Chrome trace writes (for messages)."""
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    whole, frac = divmod(ns, 1000)
+    return f"{sign}{whole}" + (f".{frac:03d}".rstrip("0") if frac else "")
+
+
+def _decimal_ns(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A decimal128 column of microseconds as int64 nanoseconds, and where that is a value (not null,
+    and inside int64)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(col)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    r = pc.round(col, ndigits=3, round_mode="half_to_even").cast(pa.decimal128(38, 3), safe=False)
+    words = np.frombuffer(r.buffers()[1], np.int64)[2 * r.offset : 2 * (r.offset + n)].reshape(n, 2)
+    ns = words[:, 0].copy()
+    ok = (words[:, 1] == ns >> 63) & r.is_valid().to_numpy(zero_copy_only=False)
+    ns[~ok] = 0
+    return ns, ok
+
+
+def _stamps(raw: bytes, records: list) -> tuple[list, list]:
+    """Each record's ts and dur in ns (None: absent or no number), read from the batch's text: by
+    Arrow as decimals, else (a stamp Arrow cannot parse as one) by the standard library."""
+    try:
+        t = pj.read_json(
+            pa.BufferReader(raw),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(raw) + 1),
+            parse_options=pj.ParseOptions(explicit_schema=STAMPS, unexpected_field_behavior="ignore"),
+        )
+        if t.num_rows == len(records):
+            out = []
+            for name in ("ts", "dur"):
+                ns, ok = _decimal_ns(t[name])
+                out.append([v if k else None for v, k in zip(ns.tolist(), ok.tolist())])
+            return out[0], out[1]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    exact = json.loads(b"[" + raw.replace(b"\n", b",") + b"]", parse_float=Decimal)
+    return (
+        [exact_ns(e.get("ts")) if isinstance(e, dict) else None for e in exact],
+        [exact_ns(e.get("dur")) if isinstance(e, dict) else None for e in exact],
+    )
+
+
+# ----------------------------------------------------------------------------------------- events
 
 
 @dataclass
 class Part:
-    """One batch's slices, instants and counters, in input order."""
+    """One batch's rows, in input order."""
 
-    kind: np.ndarray  # SLICE, INSTANT, COUNTER
+    kind: np.ndarray  # SLICE, INSTANT, COUNTER, BEGIN, END, FLOW_*
     key: np.ndarray  # the track's ordinal in Events.keys
     ts: np.ndarray  # ns
     dur: np.ndarray  # ns, slices only
     name: np.ndarray  # ordinal in Events.names (-1: a counter)
     cat: np.ndarray  # ordinal in Events.cats, -1 for none
     value: np.ndarray  # counters only
-    args: pa.StructArray | list  # per slice and instant (not counters), in order
+    args: pa.StructArray | list  # per row that is not a counter, in order
+    fid: np.ndarray | None = None  # flow events' ordinal in Events.flow_ids (-1 otherwise)
 
 
 class Events:
     """Every event to write: the table `ev` (TABLE) in `db`, and the names and track keys its rows
     refer to, each numbered in order of first appearance (the order tracks are described in). A
-    context manager: leaving it removes the table's folder."""
+    context manager: leaving it removes the table's folder.
+
+    Track keys: ("thread", pid, tid) a thread as the trace names it (any JSON value); ("process",
+    pid) a process-scoped instant's; ("global",) global instants'; ("counter", pid, name, series);
+    ("lane", key, n) the writer's n-th track beside a thread for slices that do not nest in it."""
 
     def __init__(self, spill_dir: str | Path | None = None, source: str = "a Chrome trace"):
         self.source = source  # for messages
@@ -110,12 +200,14 @@ class Events:
     def clear(self) -> None:
         self.db.execute("DELETE FROM ev")
         self.rows = 0
-        self.keys: dict = {}  # (pid, tid) or ("counter", pid, name, series) -> ordinal
+        self.keys: dict = {}
         self.names: dict = {}
         self.cats: dict = {}
+        self.flow_ids: dict = {}  # (cat, id) of a flow -> ordinal
         self.proc_names: dict = {}
         self.thread_names: dict = {}
-        self.counts = {"slices": 0, "instants": 0, "counters": 0, "skipped": 0}
+        self.counts = {"slices": 0, "instants": 0, "counters": 0, "flow_events": 0, "unfinished": 0, "skipped": 0}
+        self.problems: dict[str, list] = {}  # what was not converted: reason -> [count, first example]
 
     def __enter__(self) -> Events:
         return self
@@ -126,6 +218,17 @@ class Events:
     def close(self) -> None:
         self.db.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def problem(self, reason: str, example: str, count: int = 1) -> None:
+        found = self.problems.setdefault(reason, [0, example])
+        found[0] += count
+
+    def said(self) -> str | None:
+        """One line naming what was not converted (None: everything was)."""
+        if not self.problems:
+            return None
+        parts = [f"{n} {reason} (first: {first})" for reason, (n, first) in self.problems.items()]
+        return f"{self.source}: not converted: {'; '.join(parts)}"
 
     def sort_memory(self) -> None:
         """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
@@ -149,6 +252,17 @@ class Events:
         self.memory_mb = mb
         self.db.execute(f"SET memory_limit = '{mb}MB'")
 
+    def execute(self, what: str, sql: str) -> None:
+        """`sql` (all or nothing), again with more memory where DuckDB's share was too small."""
+        while True:
+            try:
+                self.db.execute(sql)
+                return
+            except duckdb.Error as e:
+                if not out_of_memory(e):
+                    raise
+                self.grow(what)
+
     def _add(self, part: Part) -> None:
         """One batch's rows into `ev`, its args encoded."""
         n = part.kind.size
@@ -168,17 +282,11 @@ class Events:
                 "cat": part.cat.astype(np.int32),
                 "value": part.value,
                 "ann": annotated,
+                "fid": np.full(n, -1, np.int64) if part.fid is None else part.fid,
             }
         )
         self.db.register("batch", batch)
-        while True:
-            try:
-                self.db.execute("INSERT INTO ev SELECT * FROM batch")  # all or nothing
-                break
-            except duckdb.Error as e:
-                if not out_of_memory(e):
-                    raise
-                self.grow(f"{self.source}: storing {self.rows + n} trace events")
+        self.execute(f"{self.source}: storing {self.rows + n} trace events", "INSERT INTO ev SELECT * FROM batch")
         self.db.unregister("batch")
         self.rows += n
 
@@ -209,61 +317,96 @@ class Events:
         return found
 
     def _metadata(self, name, pid, tid, args) -> None:
+        value = (args or {}).get("name", "") if isinstance(args, dict) else ""
         if name == "process_name":
-            self.proc_names[pid] = (args or {}).get("name", "")
+            self.proc_names[_hashable(pid)] = str(value)
         elif name == "thread_name":
-            self.thread_names[(pid, tid)] = (args or {}).get("name", "")
+            self.thread_names[(_hashable(pid), _hashable(tid))] = str(value)
 
-    def add_dicts(self, events: list) -> None:
-        """The loop: any JSON the trace holds."""
-        kind, key, ts, dur, name, cat, value, args = [], [], [], [], [], [], [], []
+    def add_dicts(self, events: list, ts_ns: list | None = None, dur_ns: list | None = None) -> None:
+        """The loop: any JSON the trace holds. `ts_ns`/`dur_ns`: each event's stamps read exactly
+        from the file's text (_stamps); without them (events given as Python objects), from the values."""
+        kind, key, ts, dur, name, cat, value, args, fid = [], [], [], [], [], [], [], [], []
         counts = self.counts
-        for e in events:
+        for i, e in enumerate(events):
             ph = e.get("ph") if isinstance(e, dict) else None
             if ph == "M":
                 self._metadata(e.get("name"), e.get("pid"), e.get("tid"), e.get("args"))
                 continue
-            if ph not in ("X", "i", "I", "C") or not isinstance(e.get("ts"), (int, float)):
+            k = PHASES.get(ph)
+            if ph == "f":
+                k = FLOW_IN if e.get("bp") == "e" else FLOW_IN_NEXT
+            elif ph == "C":
+                k = COUNTER
+            label = repr(e.get("name") if isinstance(e, dict) else e)
+            if k is None:
                 counts["skipped"] += 1
+                self.problem(f"events of phase {ph!r} (not a phase this converter reads)", label)
                 continue
-            if ph == "C":
-                for series, v in sorted((e.get("args") or {}).items()):
+            t = exact_ns(e.get("ts")) if ts_ns is None else ts_ns[i]
+            if t is None:
+                self.problem("events whose ts is not a number", f"{label} with ts {e.get('ts')!r}")
+                continue
+            pid = _hashable(e.get("pid"))
+            if k == COUNTER:
+                for series, v in sorted((e.get("args") or {}).items()) if isinstance(e.get("args"), dict) else ():
+                    number = _number(v)
+                    if number is None:
+                        self.problem("counter values that are not numbers", f"{label}.{series} = {v!r}")
+                        continue
                     kind.append(COUNTER)
-                    key.append(self._ordinal(self.keys, ("counter", e.get("pid"), e.get("name"), series)))
-                    ts.append(e["ts"])
+                    key.append(self._ordinal(self.keys, ("counter", pid, _hashable(e.get("name")), series)))
+                    ts.append(t)
                     dur.append(0)
                     name.append(-1)
                     cat.append(-1)
-                    value.append(float(v))
+                    value.append(number)
+                    fid.append(-1)
                     counts["counters"] += 1
                 continue
-            if ph == "X":
-                kind.append(SLICE)
-                key.append(self._ordinal(self.keys, (e.get("pid"), e.get("tid"))))
-                dur.append(e.get("dur") or 0)
+            d = 0
+            if k == SLICE:
+                d = (exact_ns(e.get("dur")) if dur_ns is None else dur_ns[i]) if "dur" in e else 0
+                if d is None:
+                    self.problem("complete events whose dur is not a number", f"{label} at ts {us_text(t)}")
+                    continue
+                if d < 0:
+                    self.problem("complete events with a negative duration", f"{label} at ts {us_text(t)}")
+                    continue
                 counts["slices"] += 1
-            else:
-                tid = None if e.get("s") == "g" else e.get("tid")
-                kind.append(INSTANT)
-                key.append(self._ordinal(self.keys, (e.get("pid"), "instants" if tid is None else tid)))
-                dur.append(0)
+            elif k == INSTANT:
+                scope = e.get("s")
                 counts["instants"] += 1
-            ts.append(e["ts"])
-            name.append(self._ordinal(self.names, e.get("name") or ""))
-            cat.append(self._ordinal(self.cats, e["cat"]) if e.get("cat") else -1)
+            elif k in FLOWS:
+                counts["flow_events"] += 1
+            if k == INSTANT and scope == "g":
+                track = ("global",)
+            elif k == INSTANT and scope == "p":
+                track = ("process", pid)
+            else:
+                track = ("thread", pid, _hashable(e.get("tid")))
+            kind.append(k)
+            key.append(self._ordinal(self.keys, track))
+            ts.append(t)
+            dur.append(d)
+            name.append(self._ordinal(self.names, str(e.get("name") or "")))
+            cat.append(self._ordinal(self.cats, str(e["cat"])) if e.get("cat") else -1)
             value.append(0.0)
-            args.append(e.get("args") or {})
+            fid.append(self._ordinal(self.flow_ids, _flow_id(e)) if k in FLOWS else -1)
+            a = e.get("args")
+            args.append(a if isinstance(a, dict) else {} if a is None else {"args": a})
         if kind:
             self._add(
                 Part(
                     np.array(kind, np.int8),
                     np.array(key, np.int64),
-                    _ns(ts),
-                    _ns(dur),
+                    np.array(ts, np.int64),
+                    np.array(dur, np.int64),
                     np.array(name, np.int64),
                     np.array(cat, np.int64),
                     np.array(value, np.float64),
                     args,
+                    np.array(fid, np.int64),
                 )
             )
 
@@ -283,19 +426,26 @@ class Events:
             ts is None
             or ts.null_count
             or pc.take(col["pid"], take).null_count
-            or pc.take(col["tid"], pa.array(np.flatnonzero(is_x))).null_count
+            or pc.take(col["tid"], take).null_count
+            or ("s" in col and pc.any(pc.is_in(pc.take(col["s"], take), pa.array(["g", "p"]))).as_py())
         ):
-            return False  # the loop says what to skip
+            return False  # the loop says what to skip, and scopes instants
+        ts_ns, ts_ok = _decimal_ns(ts)
+        dur_ns, dur_ok = _decimal_ns(pc.take(col["dur"], take)) if "dur" in col else (None, None)
+        x = is_x[rows]
+        if not ts_ok.all() or (dur_ok is not None and not dur_ok[x].all()):
+            return False  # past int64 nanoseconds: the loop names them
+        dur = np.where(x, np.where(dur_ok, dur_ns, 0), 0) if dur_ns is not None else np.zeros(rows.size, np.int64)
+        if (dur < 0).any():
+            return False  # the loop names them
         for r in np.flatnonzero(is_m).tolist():
             row = t.slice(r, 1).to_pylist()[0]
             self._metadata(row.get("name"), row.get("pid"), row.get("tid"), row.get("args"))
-        self.counts["skipped"] += int(t.num_rows - rows.size - is_m.sum())
         if not rows.size:
             return True
-        x = is_x[rows]
         self.counts["slices"] += int(x.sum())
         self.counts["instants"] += int((~x).sum())
-        key = self._keys(col, rows, x)
+        key = self._keys(col, rows)
         name = self._ordinals(
             self.names, pc.fill_null(pc.take(col["name"], take), "") if "name" in col else pa.array([""] * rows.size)
         )
@@ -308,24 +458,13 @@ class Events:
             )
         else:
             cat = np.full(rows.size, -1, np.int64)
-        dur = pc.take(col["dur"], take).to_numpy(zero_copy_only=False) if "dur" in col else np.zeros(rows.size)
-        dur = np.where(x, np.nan_to_num(np.asarray(dur, np.float64)), 0.0)
         args = (
             pc.take(col["args"], take)
             if "args" in col and pa.types.is_struct(col["args"].type)
             else pa.array([{}] * rows.size, pa.struct([]))
         )
         self._add(
-            Part(
-                np.where(x, SLICE, INSTANT).astype(np.int8),
-                key,
-                _ns(ts.to_numpy(zero_copy_only=False)),
-                _ns(dur),
-                name,
-                cat,
-                np.zeros(rows.size),
-                args,
-            )
+            Part(np.where(x, SLICE, INSTANT).astype(np.int8), key, ts_ns, dur, name, cat, np.zeros(rows.size), args)
         )
         return True
 
@@ -334,35 +473,117 @@ class Events:
         ids = np.array([self._ordinal(table, v) for v in encoded.dictionary.to_pylist()], np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)]
 
-    def _keys(self, col: dict, rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def _keys(self, col: dict, rows: np.ndarray) -> np.ndarray:
         """Each row's track ordinal; new tracks numbered in order of their first row, as the loop does."""
         pid = pc.take(col["pid"], pa.array(rows)).to_numpy(zero_copy_only=False)
-        tid = pc.take(col["tid"], pa.array(rows)).fill_null(0).to_numpy(zero_copy_only=False)
-        found = []  # (first row, key)
-        key = np.empty(rows.size, np.int64)
-        xs = np.flatnonzero(x)
-        if xs.size:
-            pairs, first, inverse = np.unique(
-                np.stack([pid[xs], tid[xs]], 1), axis=0, return_index=True, return_inverse=True
+        tid = pc.take(col["tid"], pa.array(rows)).to_numpy(zero_copy_only=False)
+        if pid.min() >= 0 and pid.max() < 1 << 31 and tid.min() >= 0 and tid.max() < 1 << 32:  # one int each
+            pairs, first, inverse = np.unique((pid << 32) | tid, return_index=True, return_inverse=True)
+            pair_keys = [("thread", p >> 32, p & 0xFFFFFFFF) for p in pairs.tolist()]
+        else:
+            pairs, first, inverse = np.unique(np.stack([pid, tid], 1), axis=0, return_index=True, return_inverse=True)
+            pair_keys = [("thread", *p) for p in pairs.tolist()]
+        for f in np.argsort(first, kind="stable").tolist():
+            self._ordinal(self.keys, pair_keys[f])
+        return np.array([self.keys[k] for k in pair_keys], np.int64)[inverse.reshape(-1)]
+
+    # ----------------------------------------------------------------------------------- B/E pairs
+
+    def pair_begin_end(self) -> None:
+        """Each B closed by the next E on its thread in time order (input order among equal times)
+        becomes a slice with both events' args; a B never closed, a slice that does not end
+        (dur UNFINISHED, as Perfetto keeps it); an E with nothing open is named, not converted."""
+        if not self.db.execute(f"SELECT count(*) FROM ev WHERE kind IN ({BEGIN}, {END})").fetchall()[0][0]:
+            return
+        reader = (
+            self.db.cursor()
+            .sql(
+                f"SELECT seq, kind, key, ts, name, cat, ann FROM ev WHERE kind IN ({BEGIN}, {END}) "
+                "ORDER BY key, ts, seq"
             )
-            pair_keys = [tuple(p) for p in pairs.tolist()]
-            found += [(xs[f], k) for f, k in zip(first.tolist(), pair_keys)]
-        instants = np.flatnonzero(~x).tolist()
-        if instants:
-            rows_i = rows[instants]
-            scope = pc.take(col["s"], pa.array(rows_i)).to_pylist() if "s" in col else [None] * len(instants)
-            tids = pc.take(col["tid"], pa.array(rows_i)).to_pylist()
-            inst_keys = [
-                (p, "instants" if s == "g" or t is None else t) for p, t, s in zip(pid[instants].tolist(), tids, scope)
-            ]
-            found += list(zip(instants, inst_keys))
-        for _, k in sorted(found, key=lambda f: f[0]):
-            self._ordinal(self.keys, k)
-        if xs.size:
-            key[xs] = np.array([self.keys[k] for k in pair_keys], np.int64)[inverse.reshape(-1)]
-        if instants:
-            key[instants] = [self.keys[k] for k in inst_keys]
-        return key
+            .to_arrow_reader(1 << 16)
+        )
+        names = list(self.names)
+        out: dict[str, list] = {c: [] for c in ("seq", "key", "ts", "dur", "name", "cat", "ann")}
+        stack: list = []
+        current = None
+
+        def close_all() -> None:
+            for seq, key, ts, name, cat, ann in stack:
+                for c, v in zip(out, (seq, key, ts, UNFINISHED, name, cat, ann)):
+                    out[c].append(v)
+                self.counts["unfinished"] += 1
+            stack.clear()
+
+        for batch in reader:
+            cols = batch.to_pydict()
+            for seq, kind, key, ts, name, cat, ann in zip(*cols.values()):
+                if key != current:
+                    close_all()
+                    current = key
+                if kind == BEGIN:
+                    stack.append((seq, key, ts, name, cat, ann))
+                elif stack:
+                    b_seq, b_key, b_ts, b_name, b_cat, b_ann = stack.pop()
+                    if not names[b_name] and names[name]:
+                        b_name = name
+                    row = (
+                        b_seq,
+                        b_key,
+                        b_ts,
+                        ts - b_ts,
+                        b_name,
+                        b_cat if b_cat >= 0 else cat,
+                        (b_ann or b"") + (ann or b""),
+                    )
+                    for c, v in zip(out, row):
+                        out[c].append(v)
+                else:
+                    label = f"{names[name]!r} at" if names[name] else "one at"
+                    self.problem("E events with no B open on their thread", f"{label} ts {us_text(ts)}")
+        close_all()
+        pairs = len(out["seq"])
+        self.counts["slices"] += pairs
+        table = pa.table(
+            {
+                **{c: pa.array(out[c], pa.int64()) for c in ("seq", "key", "ts", "dur", "name", "cat")},
+                "ann": pa.array(out["ann"], pa.binary()),
+            }
+        )
+        self.db.register("pairs", table)
+        self.execute(
+            f"{self.source}: pairing B and E events",
+            f"INSERT INTO ev SELECT seq, {SLICE}, key, ts, dur, name, cat, 0.0, ann, -1 FROM pairs",
+        )
+        self.db.unregister("pairs")
+        self.db.execute(f"DELETE FROM ev WHERE kind IN ({BEGIN}, {END})")
+
+
+def _hashable(value):
+    """A JSON value usable in a track key (lists and objects as their JSON text)."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def _number(v) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(Decimal(v.strip()))
+        except (InvalidOperation, ValueError):
+            return None
+    return None
+
+
+def _flow_id(e: dict) -> tuple:
+    """The identity a flow event shares with the rest of its flow: `id` (or id2's local or global)
+    within its category, as the Trace Event Format scopes it."""
+    ident = e.get("id")
+    if ident is None and isinstance(e.get("id2"), dict):
+        ident = e["id2"].get("local", e["id2"].get("global"))
+    return (str(e.get("cat") or ""), str(ident))
 
 
 def _fast(t: pa.Table, raw: bytes) -> bool:
@@ -370,11 +591,11 @@ def _fast(t: pa.Table, raw: bytes) -> bool:
     types = {n: t.schema.field(n).type for n in t.column_names}
     if b"null" in raw or not pa.types.is_string(types.get("ph", pa.null())):
         return False
-    if pc.any(pc.equal(t["ph"], "C")).as_py():
+    if not pc.all(pc.is_in(t["ph"], FAST_PHASES)).as_py():
         return False
     if not all(pa.types.is_int64(types.get(k, pa.null())) for k in ("pid", "tid")):
         return False
-    if not all(pa.types.is_integer(types[k]) or pa.types.is_floating(types[k]) for k in ("ts", "dur") if k in types):
+    if not all(types[k] == STAMP for k in ("ts", "dur") if k in types):
         return False
     if not all(pa.types.is_string(types[k]) for k in ("name", "cat", "s") if k in types):
         return False
@@ -385,44 +606,102 @@ def _fast(t: pa.Table, raw: bytes) -> bool:
 
 
 def _parse(raw: bytes) -> pa.Table | None:
-    import pyarrow.json as pj
-
     try:
         return pj.read_json(
-            pa.BufferReader(raw), read_options=pj.ReadOptions(use_threads=False, block_size=len(raw) + 1)
+            pa.BufferReader(raw),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(raw) + 1),
+            parse_options=pj.ParseOptions(explicit_schema=STAMPS),
         )
-    except pa.ArrowInvalid:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+
+
+# ------------------------------------------------------------------------------------------ read
+
+TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+SNIFF = 4 << 20  # bytes of a JSON file looked at to tell a Chrome trace from a Neuron profile
+
+
+def looks_like(path: Path) -> bool:
+    """Whether a JSON file (plain or gzip) is a Chrome trace: an array of events, or an object whose
+    first SNIFF bytes open `traceEvents` (torch.profiler writes a few small keys before it)."""
+    if json_records.first_byte(path) == b"[":
+        return True
+    with json_records.open_bytes(path) as handle:
+        return bool(TRACE_EVENTS.search(handle.read(SNIFF)))
 
 
 def read(source, spill_dir: str | Path | None = None) -> Events:
     """A trace's events (close them, or use them as a context manager): `source` is a Chrome trace
-    dict or list, or a JSON file's path; their table lives in a temporary folder in `spill_dir`."""
+    dict or list, or a JSON file's path (plain or gzip); their table lives in a temporary folder in
+    `spill_dir`. What could not be converted is said in one line on stderr (Events.said)."""
     events = Events(spill_dir, str(source) if isinstance(source, (str, Path)) else "a Chrome trace")
     try:
         _fill(events, source)
+        events.pair_begin_end()
     except BaseException:
         events.close()
         raise
+    if events.said():
+        print(events.said(), file=sys.stderr)
     return events
 
 
 def _fill(events: Events, source) -> None:
     if not isinstance(source, (str, Path)):
-        listed = source.get("traceEvents", []) if isinstance(source, dict) else source
+        if isinstance(source, dict) and isinstance(source.get("traceEvents"), list):
+            listed = source["traceEvents"]
+        elif isinstance(source, list):
+            listed = source
+        else:
+            raise UserError(f"{events.source}: {NOT_A_TRACE}; pass a Chrome trace (torch.profiler's export).")
         for lo in range(0, len(listed), DICTS_AT_ONCE):
             events.add_dicts(listed[lo : lo + DICTS_AT_ONCE])
         return
+    path = Path(source)
+    try:
+        first = json_records.first_byte(path)
+    except (OSError, EOFError) as e:
+        raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
+    if not first:
+        raise UserError(f"{path} is empty; its writer left nothing in it (capture the trace again).")
     found = json_records.Split()
     try:
-        for _, raw, _ in json_records.split(Path(source), {"traceEvents"}, set(), found):
+        for _, raw, _ in json_records.split(path, {"traceEvents"}, set(), found):
             if "traceEvents" in found.irregular:
                 break
             table = _parse(raw)
             if table is None or not events.add_table(table, raw):
-                events.add_dicts(json_records.batch_records(raw))
-    except (json_records.NotJSON, json.JSONDecodeError, orjson.JSONDecodeError) as e:
-        raise UserError(f"{source} is not a readable Chrome trace ({e}); capture this case again") from None
-    if "traceEvents" in found.irregular or "traceEvents" not in found.records:
-        events.clear()  # what was read so far goes: the whole file is read again as one
-        _fill(events, json.loads(Path(source).read_bytes()))  # not an object of event records: read it whole
+                records = json_records.batch_records(raw)
+                events.add_dicts(records, *_stamps(raw, records))
+    except (json_records.NotJSON, ValueError, EOFError, OSError) as e:
+        raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
+    if first == b"{" and "traceEvents" not in found.irregular and "traceEvents" not in found.records:
+        raise UserError(f"{path}: {NOT_A_TRACE}; pass a Chrome trace (torch.profiler's export).")
+    if first == b"[" or "traceEvents" in found.irregular:  # not an object of event records: read it whole
+        events.clear()  # what was read so far goes
+        try:
+            whole = json.loads(json_records.read_bytes(path), parse_float=Decimal)
+        except (ValueError, EOFError, OSError) as e:
+            raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
+        if isinstance(whole, dict) and isinstance(whole.get("traceEvents"), list):
+            whole = whole["traceEvents"]
+        if not isinstance(whole, list):
+            raise UserError(f"{path}: {NOT_A_TRACE}; pass a Chrome trace (torch.profiler's export).")
+        for e in whole:  # exact stamps from the Decimals; args as orjson would give them
+            if isinstance(e, dict) and "args" in e:
+                e["args"] = _floats(e["args"])
+        _fill(events, whole)
+    elif first != b"{":
+        raise UserError(f"{path}: not JSON ({NOT_A_TRACE}); pass a Chrome trace (torch.profiler's export).")
+
+
+def _floats(value):
+    """Decimals (json.loads with parse_float=Decimal) back to floats, inside lists and objects."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    return value

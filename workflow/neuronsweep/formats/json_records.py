@@ -14,6 +14,7 @@ nothing is guessed.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Iterator
@@ -30,6 +31,34 @@ WHITESPACE = b" \t\r\n"
 NEWLINES_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
 LONG_INT = re.compile(rb"[0-9]{20}")
 LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b'{}[]"\\,\n'
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_bytes(path: Path):
+    """The file's bytes, decompressed when it is gzip (told by its first bytes, not its name)."""
+    handle = open(path, "rb")
+    if handle.read(2) == GZIP_MAGIC:
+        handle.close()
+        return gzip.open(path, "rb")
+    handle.seek(0)
+    return handle
+
+
+def read_bytes(path: Path) -> bytes:
+    with open_bytes(path) as handle:
+        return handle.read()
+
+
+def first_byte(path: Path) -> bytes:
+    """The document's first byte that is not whitespace (b"" for an empty or blank file)."""
+    with open_bytes(path) as handle:
+        while block := handle.read(1 << 16):
+            stripped = block.lstrip(WHITESPACE)
+            if stripped:
+                return stripped[:1]
+    return b""
 
 
 class NotJSON(ValueError):
@@ -113,7 +142,7 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
     current: _Array | None = None  # the wanted array being read
     first: _Array | None = None  # a first_of array whose first record is still being read
     head = b""  # the previous block's last bytes, to find a key cut by the block's edge
-    with open(path, "rb") as handle:
+    with open_bytes(path) as handle:
         while buf := handle.read(BLOCK):
             pos, chars, opens, after = scan.block(buf)
             # where a top-level value opens (depth 1 -> 2) or closes (2 -> 1)

@@ -112,6 +112,7 @@ class DecodedTrace:
     tracks: dict[int, Track]
     slices: Slices
     counters: list[Counter]
+    flows: list[tuple[int, int]] = field(default_factory=list)  # (slice out, slice in), as trace_processor's flow table
 
 
 def _varint(data, pos: int) -> tuple[int, int]:
@@ -198,6 +199,7 @@ E_CAT_IIDS, E_ANNOTATIONS, E_TYPE, E_NAME_IID, E_TRACK, E_CATS, E_NAME, E_COUNTE
     44,
 )
 E_LEGACY_TIMESTAMPS = (1, 16)
+E_FLOW_IDS, E_TERMINATING_FLOW_IDS, E_FLOW_IDS_OLD, E_TERMINATING_FLOW_IDS_OLD = 47, 48, 36, 42
 A_NAME_IID, A_BOOL, A_UINT, A_INT, A_DOUBLE, A_STRING, A_NAME = 1, 2, 3, 4, 5, 6, 10
 
 
@@ -223,6 +225,8 @@ class _Reader:
         self.stacks: dict[int, list[int]] = {}
         self.packets_seen = 0
         self.keys: dict[str, str] = {}
+        self.flows: list[tuple[int, int]] = []
+        self.flow_last: dict[int, int] = {}  # flow id -> the last slice it reached
 
     def fail(self, what: str):
         raise UserError(f"{self.path}: {what}")
@@ -312,6 +316,25 @@ class _Reader:
         sl.name += names
         sl.category += cats
         self._args(buf, raw, ef, slice_of, ev_gen)
+        self._flows(ef, slice_of)
+
+    def _flows(self, ef, slice_of) -> None:
+        """Flow ids link each slice to the previous one with the same id (trace_processor's v2 flows);
+        a terminating id links and then ends its flow, so the id may start another."""
+        ids = ef.where(E_FLOW_IDS, protoscan.I64) | ef.where(E_FLOW_IDS_OLD, protoscan.VARINT)
+        ends = ef.where(E_TERMINATING_FLOW_IDS, protoscan.I64) | ef.where(E_TERMINATING_FLOW_IDS_OLD, protoscan.VARINT)
+        rows = np.flatnonzero(ids | ends)
+        for msg, fid, ending in zip(ef.msg[rows].tolist(), ef.value[rows].tolist(), ends[rows].tolist()):
+            s = int(slice_of[msg])
+            if s < 0:
+                continue
+            prev = self.flow_last.get(fid)
+            if prev is not None and prev != s:
+                self.flows.append((prev, s))
+            if ending:
+                self.flow_last.pop(fid, None)
+            else:
+                self.flow_last[fid] = s
 
     def _pair(self, kind: np.ndarray, track: np.ndarray, ev_ts: np.ndarray) -> np.ndarray:
         """BEGIN/END paired into slices per track with numpy, the open slices carried between chunks
@@ -495,4 +518,4 @@ def read(path: str | Path) -> DecodedTrace:
                 f"{path}: not a readable Perfetto trace (damaged after byte {start}); "
                 "recreate it (rerun the view stage)."
             ) from None
-    return DecodedTrace(tracks=reader.tracks, slices=reader.slices, counters=reader.counters)
+    return DecodedTrace(tracks=reader.tracks, slices=reader.slices, counters=reader.counters, flows=reader.flows)

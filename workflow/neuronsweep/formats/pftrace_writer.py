@@ -16,6 +16,8 @@ a packet and write only the few track descriptors.
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,17 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, Track
 
 from neuronsweep.atomic import replacing
 from neuronsweep.formats import chrome_trace
-from neuronsweep.formats.protowire import EMPTY, field, fixed, join, length_prefixed, ragged, varint, varints
+from neuronsweep.formats.protowire import (
+    EMPTY,
+    annotation,
+    field,
+    fixed,
+    join,
+    length_prefixed,
+    ragged,
+    varint,
+    varints,
+)
 
 BEGIN, END, INSTANT, COUNTER = (
     TrackEvent.TYPE_SLICE_BEGIN,
@@ -41,11 +53,33 @@ CHUNK = 1 << 18  # rows streamed out of a sort and encoded at a time
 PACKET, TIMESTAMP, SEQUENCE, TRACK_EVENT, INTERNED = b"\x0a", b"\x40", b"\x50", b"\x5a", b"\x62"
 CATEGORY_IID, TYPE, NAME_IID, TRACK_UUID, DOUBLE_COUNTER = b"\x18", b"\x48", b"\x50", b"\x58", b"\xe1\x02"
 INTERNED_CATEGORY, INTERNED_NAME, IID, NAME = b"\x0a", b"\x12", b"\x08", b"\x12"
+FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
 NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE, after the first packet
 CLEARED = bytes([TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE])
 
 
 # ------------------------------------------------------------------------------------ the trace
+
+NEVER = 2**63 - 1  # the end of a slice that does not end (a B never closed)
+SYNTHETIC_ID = 1 << 30  # ids given to pids and tids Perfetto cannot hold count up from here
+PID_RANGE, TID_RANGE = (-(2**31), 2**31), (-(2**63), 2**63)  # ProcessDescriptor.pid int32; ThreadDescriptor.tid int64
+
+
+def _valid(value, bounds) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value < bounds[1]
+
+
+def _remap(values, bounds) -> dict:
+    """An id Perfetto can hold for each value that is not one (text, past its integer range, a
+    float, null), counting up from SYNTHETIC_ID past the ids the trace uses itself."""
+    used = {v for v in values if _valid(v, bounds)}
+    out, nxt = {}, SYNTHETIC_ID
+    for v in values:
+        if not _valid(v, bounds) and v not in out:
+            while nxt in used:
+                nxt += 1
+            out[v], nxt = nxt, nxt + 1
+    return out
 
 
 class _Tracks:
@@ -64,9 +98,9 @@ class _Tracks:
         td.uuid = uuid
         if parent is not None:
             td.parent_uuid = parent
-        if isinstance(pid, int) and isinstance(tid, int):
+        if pid is not None and tid is not None:
             td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tid, name
-        elif isinstance(pid, int) and tid is None:
+        elif pid is not None:
             td.process.pid, td.process.process_name = pid, name
         else:
             td.name = name
@@ -75,74 +109,157 @@ class _Tracks:
         self.write(p.SerializeToString())
         return uuid
 
-    def of_keys(self, events: chrome_trace.Events) -> np.ndarray:
-        """A uuid per track key, described in the keys' order: a thread's process first."""
+    def of_keys(self, events: chrome_trace.Events) -> tuple[np.ndarray, list[bytes]]:
+        """A uuid per track key, described in the keys' order (a thread's process first), and per
+        key the debug annotations that keep a pid or tid Perfetto cannot hold (text, past its range)
+        on every event of its track, beside the id it was given."""
+        threads = [k for k in events.keys if k[0] == "thread"]
+        pids = _remap([k[1] for k in threads] + [k[1] for k in events.keys if k[0] == "process"], PID_RANGE)
+        tids = _remap([k[2] for k in threads], TID_RANGE)
         processes: dict = {}
-        uuids = []
+        uuids, names, kept = [], [], []
+
+        def process(raw) -> int:
+            if raw not in processes:
+                name = events.proc_names.get(raw) or (raw if isinstance(raw, str) else f"process {raw}")
+                processes[raw] = self.add(name, pid=pids.get(raw, raw))
+            return processes[raw]
+
         for key in events.keys:
-            if len(key) == 4:  # ("counter", pid, name, series)
-                _, _, name, series = key
-                uuids.append(self.add(f"{name}.{series}", counter_unit=""))
-                continue
-            pid, tid = key
-            if isinstance(pid, int) and pid not in processes:
-                processes[pid] = self.add(events.proc_names.get(pid) or f"process {pid}", pid=pid)
-            name = events.thread_names.get(key) or f"{pid}/{tid}"
-            uuids.append(
-                self.add(name, pid=pid, tid=tid if isinstance(pid, int) else None, parent=processes.get(pid))
-                if isinstance(tid, int)
-                else self.add(name)
-            )
-        return np.array(uuids, np.uint64)
+            extra, name = b"", None
+            if key[0] == "counter":
+                _, _, counter, series = key
+                uuid = self.add(f"{counter}.{series}", counter_unit="")
+            elif key[0] == "lane":  # slices of a thread that do not nest in it: a track beside it
+                _, base, lane = key
+                name = f"{names[base]} (overlapping {lane})"
+                uuid, extra = self.add(name, parent=uuids[base]), kept[base]
+            elif key[0] == "global":
+                uuid = self.add("global instants")
+            elif key[0] == "process":
+                uuid = process(key[1])
+                extra = annotation("chrome pid", _text(key[1])) if key[1] in pids else b""
+            else:
+                _, pid, tid = key
+                name = events.thread_names.get((pid, tid)) or f"{pid}/{tid}"
+                uuid = self.add(name, pid=pids.get(pid, pid), tid=tids.get(tid, tid), parent=process(pid))
+                extra = (annotation("chrome pid", _text(pid)) if pid in pids else b"") + (
+                    annotation("chrome tid", _text(tid)) if tid in tids else b""
+                )
+            uuids.append(uuid)
+            names.append(name)
+            kept.append(extra)
+        return np.array(uuids, np.uint64), kept
 
 
-class _Clamp:
-    """Slices in (track, start, longer first) order, a chunk at a time: each end clamped to its
-    parent's, so they nest strictly. The stack is carried from chunk to chunk. Slices that already
-    nest (a profiler's usual output) are found with numpy and left as they are; otherwise the stack
-    runs per slice, in Python."""
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+class _Lanes:
+    """Slices in (track, start, longer first) order, a chunk at a time, each given a lane of its
+    track where it nests (0: the track itself; a slice that does not nest in any lane opens the next
+    one), so no duration is cut. Flow events sorted among them are bound as the Trace Event Format
+    says: 's', 't' and 'f' with bp "e" to the innermost slice open at their time, other 'f' to the
+    next slice that begins. The lanes' stacks of open (end, seq, start) are carried from chunk to
+    chunk. Slices that already nest (a profiler's usual output), with no flow event among them, are
+    found with numpy; otherwise the stacks run per slice, in Python."""
+
+    SLICE, NEXT, ENCLOSING = 1, 0, 2  # classes of the rows (flow events binding to the next slice sort first)
 
     def __init__(self):
-        self.stack: list[int] = []
+        self.stacks: list[list[tuple]] = [[]]
         self.track = None
+        self.pending: list[int] = []  # flow events waiting for the next slice on self.track
+        self.bound: list[tuple[int, int]] = []  # (flow event seq, slice seq)
+        self.unbound: list[tuple[int, int]] = []  # (flow event seq, ts)
 
-    def __call__(self, start: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
-        out, n, j = end.copy(), start.size, 0
-        if n and self.stack and track[0] == self.track:  # the slices the carried stack still encloses
-            beyond = (track != self.track) | (start >= self.stack[0])  # stack[0] is the outermost
-            j = int(np.argmax(beyond)) if beyond.any() else n
-            out[:j] = self._loop(start[:j], end[:j], track[:j])
+    def __call__(self, cls, seq, start, end, track) -> np.ndarray:
+        """Each row's lane (slices; -1 for flow events)."""
+        lane, n, j = np.full(start.size, -1, np.int64), start.size, 0
+        while j < n and track[j] == self.track:  # the rows the carried stacks (as they grow) still reach
+            open_ = [s[0][0] for s in self.stacks if s]
+            if not open_ or start[j] >= max(open_):
+                break
+            beyond = (track[j:] != self.track) | (start[j:] >= max(open_))
+            k = j + (int(np.argmax(beyond)) if beyond.any() else n - j)
+            self._loop(cls, seq, start, end, track, lane, j, k)
+            j = k
         if j == n:
-            return out
-        start, end, track = start[j:], end[j:], track[j:]
-        if _nested(start, end, track):
-            last = start.size - 1
-            open_ = np.flatnonzero((track == track[last]) & (end > start[last]))
-            self.stack, self.track = [*end[open_[open_ < last]].tolist(), int(end[last])], track[last]
+            return lane
+        if not self.pending and (cls[j:] == self.SLICE).all() and _nested(start[j:], end[j:], track[j:]):
+            lane[j:] = 0
+            last = n - 1
+            on = np.flatnonzero((track[j:] == track[last]) & (end[j:] > start[last])) + j
+            on = on[on < last]
+            self.stacks = [
+                [
+                    *zip(end[on].tolist(), seq[on].tolist(), start[on].tolist()),
+                    (int(end[last]), int(seq[last]), int(start[last])),
+                ]
+            ]
+            self.track = track[last]
         else:
-            self.stack, self.track = [], None
-            out[j:] = self._loop(start, end, track)
-        return out
+            self._loop(cls, seq, start, end, track, lane, j, n)
+        return lane
 
-    def _loop(self, start: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
-        out = end.tolist()
-        stack, current = self.stack, self.track
-        for i, (b, f, trk) in enumerate(zip(start.tolist(), out, track.tolist())):
+    def _loop(self, cls, seq, start, end, track, lane_out, lo, hi) -> None:
+        stacks, current, pending = self.stacks, self.track, self.pending
+        for i, (c, s, b, f, trk) in enumerate(
+            zip(
+                cls[lo:hi].tolist(),
+                seq[lo:hi].tolist(),
+                start[lo:hi].tolist(),
+                end[lo:hi].tolist(),
+                track[lo:hi].tolist(),
+            ),
+            start=lo,
+        ):
             if trk != current:
-                stack, current = [], trk
-            while stack and stack[-1] <= b:
-                stack.pop()
-            if stack and stack[-1] < f:
-                f = out[i] = stack[-1]
-            stack.append(f)
-        self.stack, self.track = stack, current
-        return np.array(out, np.int64)
+                self.unbound += [(p, b) for p in pending]
+                pending, stacks, current = [], [[]], trk
+            if c == self.SLICE:
+                self.bound += [(p, s) for p in pending]
+                pending = []
+                lane_out[i] = _place(stacks, (f, s, b))
+            elif c == self.NEXT:
+                pending.append(s)
+            else:
+                innermost = None
+                for stack in stacks:
+                    while stack and stack[-1][0] <= b:
+                        stack.pop()
+                    if stack and (innermost is None or stack[-1][2] > innermost[2]):
+                        innermost = stack[-1]
+                if innermost is None:
+                    self.unbound.append((s, b))
+                else:
+                    self.bound.append((s, innermost[1]))
+        self.stacks, self.track, self.pending = stacks, current, pending
+
+    def finish(self) -> None:
+        self.unbound += [(p, 0) for p in self.pending]
+        self.pending = []
+
+
+def _place(stacks: list[list[tuple]], entry: tuple) -> int:
+    """Push `entry` (end, seq, start) on the first lane whose open slices (ended ones popped at its
+    start) it nests in, a new lane if none; returns the lane."""
+    end, _, start = entry
+    for k, stack in enumerate(stacks):
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if not stack or end <= stack[-1][0]:
+            stack.append(entry)
+            return k
+    stacks.append([entry])
+    return len(stacks) - 1
 
 
 def _nested(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> bool:
-    """Whether slices in (track, start, longer first) order nest already, so the stack would clamp
-    nothing: with begins and ends in the order the stack meets them (_packets' ties), each level of
-    nesting depth holds each slice's begin followed by its own end."""
+    """Whether slices in (track, start, longer first) order nest already, so one stack per track
+    would take them all: with begins and ends in the order the stack meets them (_packets' ties),
+    each level of nesting depth holds each slice's begin followed by its own end."""
     n = start.size
     i = np.arange(n)
     zero = end == start
@@ -157,48 +274,98 @@ def _nested(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> bool:
 
 
 def _nest(events: chrome_trace.Events) -> None:
-    """Table `nested`: every slice with its clamped end (`ce`) and its rank in (track, start, longer
-    first, input) order, which is the order a nesting stack emits a track's slices in; and table
-    `streams`: each slice track's first slice, which orders tracks whose events share a time."""
+    """Table `nested`: every slice with its lane's track key, its end (`ce`; NEVER for one that does
+    not end) and its rank in (track, start, longer first, input) order, which is the order a
+    nesting stack emits a track's slices in; table `streams`: each slice track's first slice, which
+    orders tracks whose events share a time; table `flows`: the flow ids each slice's BEGIN carries."""
     db = events.db
     db.execute(
         "CREATE OR REPLACE TABLE nested (seq BIGINT, key INTEGER, ts BIGINT, ce BIGINT, rank BIGINT, "
         "name INTEGER, cat INTEGER, ann BLOB)"
     )
-    db.execute(
-        f"CREATE OR REPLACE TABLE streams AS SELECT key, min(seq) AS first FROM ev "
-        f"WHERE kind = {chrome_trace.SLICE} GROUP BY key"
+    ce = f"CASE WHEN dur < 0 THEN {NEVER} ELSE ts + dur END"
+    slices = (
+        f"SELECT {_Lanes.SLICE} AS cls, seq, key, ts, {ce} AS ce, name, cat, ann FROM ev "
+        f"WHERE kind = {chrome_trace.SLICE}"
     )
-    sorted_slices = (
-        db.cursor()
-        .sql(
-            "SELECT seq, key, ts, ts + greatest(dur, 0) AS ce, name, cat, ann FROM ev "
-            f"WHERE kind = {chrome_trace.SLICE} "
-            "ORDER BY key, ts, ce DESC, seq"
+    has_flows = events.counts["flow_events"] > 0
+    if has_flows:
+        flow_kinds = ", ".join(map(str, chrome_trace.FLOWS))
+        slices += (
+            f" UNION ALL SELECT CASE kind WHEN {chrome_trace.FLOW_IN_NEXT} THEN {_Lanes.NEXT} "
+            f"ELSE {_Lanes.ENCLOSING} END, seq, key, ts, ts, -1, -1, NULL FROM ev WHERE kind IN ({flow_kinds})"
         )
-        .to_arrow_reader(CHUNK)
-    )
-    clamp, rank = _Clamp(), 0
-    for batch in sorted_slices:
+    order = "key, ts, cls, ce DESC, seq" if has_flows else "key, ts, ce DESC, seq"
+    stream = db.cursor().sql(f"SELECT * FROM ({slices}) ORDER BY {order}").to_arrow_reader(CHUNK)
+    lanes, rank, lane_keys = _Lanes(), 0, {}
+    for batch in stream:
+        cls, key = batch["cls"].to_numpy(), batch["key"].to_numpy()
+        lane = lanes(cls, batch["seq"].to_numpy(), batch["ts"].to_numpy(), batch["ce"].to_numpy(), key)
+        is_slice = cls == _Lanes.SLICE
+        rows = np.flatnonzero(is_slice)
+        lane, key = lane[rows], key[rows].astype(np.int64)
+        for k, ln in set(zip(key[lane > 0].tolist(), lane[lane > 0].tolist())):
+            lane_keys[(k, ln)] = events._ordinal(events.keys, ("lane", k, ln))
+        if (lane > 0).any():
+            key = np.array([lane_keys[(k, ln)] if ln else k for k, ln in zip(key.tolist(), lane.tolist())], np.int64)
+            events.counts["overlapping"] = events.counts.get("overlapping", 0) + int((lane > 0).sum())
+        batch = batch.filter(pa.array(is_slice)) if not is_slice.all() else batch
         n = batch.num_rows
-        start, key = batch["ts"].to_numpy(), batch["key"].to_numpy()
-        ce = clamp(start, batch["ce"].to_numpy(), key)
-        rows = pa.table(
-            {
-                "seq": batch["seq"],
-                "key": batch["key"],
-                "ts": batch["ts"],
-                "ce": ce,
-                "rank": np.arange(rank, rank + n),
-                "name": batch["name"],
-                "cat": batch["cat"],
-                "ann": batch["ann"],
-            }
+        db.register(
+            "rows",
+            pa.table(
+                {
+                    "seq": batch["seq"],
+                    "key": key.astype(np.int32),
+                    "ts": batch["ts"],
+                    "ce": batch["ce"],
+                    "rank": np.arange(rank, rank + n),
+                    "name": batch["name"],
+                    "cat": batch["cat"],
+                    "ann": batch["ann"],
+                }
+            ),
         )
-        db.register("rows", rows)
-        db.execute("INSERT INTO nested SELECT * FROM rows")
+        events.execute(f"{events.source}: nesting slices", "INSERT INTO nested SELECT * FROM rows")
         db.unregister("rows")
         rank += n
+    lanes.finish()
+    db.execute("CREATE OR REPLACE TABLE streams AS SELECT key, min(seq) AS first FROM nested GROUP BY key")
+    _flows(events, lanes)
+
+
+def _flows(events: chrome_trace.Events, lanes: _Lanes) -> None:
+    """Table `flows` (seq, flows): the flow ids of each slice a flow event was bound to. A flow is a
+    chain of events sharing (cat, id), from an 's' through 't's to its 'f'; an id used again after
+    that starts another flow."""
+    db = events.db
+    db.execute("CREATE OR REPLACE TABLE flows (seq BIGINT, flows UBIGINT[])")
+    if lanes.unbound:
+        ts = lanes.unbound[0][1]
+        events.problem("flow events with no slice to bind to", f"at ts {chrome_trace.us_text(ts)}", len(lanes.unbound))
+    if not lanes.bound:
+        events.counts["flows"] = 0
+        return
+    fseq, slice_seq = (np.array(c, np.int64) for c in zip(*lanes.bound))
+    db.register("bound", pa.table({"fseq": fseq, "slice": slice_seq}))
+    flow_kinds = ", ".join(map(str, chrome_trace.FLOWS))
+    events.execute(
+        f"{events.source}: binding flows",
+        f"""CREATE OR REPLACE TABLE flows AS
+        WITH f AS (
+            SELECT seq AS fseq, fid, ts,
+                   sum(CASE WHEN kind = {chrome_trace.FLOW_OUT} THEN 1 ELSE 0 END)
+                       OVER (PARTITION BY fid ORDER BY ts, seq ROWS UNBOUNDED PRECEDING) AS chain
+            FROM ev WHERE kind IN ({flow_kinds})),
+        u AS (SELECT fseq, CAST(dense_rank() OVER (ORDER BY fid, chain) AS UBIGINT) AS uuid FROM f)
+        SELECT slice AS seq, list(DISTINCT uuid ORDER BY uuid) AS flows
+        FROM bound JOIN u USING (fseq) GROUP BY slice""",
+    )
+    db.unregister("bound")
+    events.counts["flows"] = db.execute(
+        "WITH ids AS (SELECT unnest(flows) AS uuid FROM flows) "
+        "SELECT count(*) FROM (SELECT uuid FROM ids GROUP BY uuid HAVING count(*) >= 2)"
+    ).fetchall()[0][0]
 
 
 def _packets(events: chrome_trace.Events) -> str:
@@ -211,17 +378,19 @@ def _packets(events: chrome_trace.Events) -> str:
     n, rows = events.counts["slices"], events.rows
     span = 3 * n + 2
     track = f"2 * ({rows} + first) * {span} + {n}"  # a slice track's stream, class 0
+    flows, joined = ("flows", "LEFT JOIN flows USING (seq)") if events.counts.get("flows") else ("NULL", "")
     return f"""
-SELECT ts, type, key, name, cat, value, ann FROM (
+SELECT ts, type, key, name, cat, value, ann, flows FROM (
     SELECT ts, CASE kind WHEN {chrome_trace.INSTANT} THEN {INSTANT} ELSE {COUNTER} END AS type, key, name, cat,
-           value, ann, 2 * seq * {span} + {n} AS tie
-    FROM ev WHERE kind <> {chrome_trace.SLICE}
+           value, ann, NULL::UBIGINT[] AS flows, 2 * seq * {span} + {n} AS tie
+    FROM ev WHERE kind IN ({chrome_trace.INSTANT}, {chrome_trace.COUNTER})
     UNION ALL
-    SELECT ts, {BEGIN}, key, name, cat, 0.0, ann, {track} + {span} + 2 * rank FROM nested JOIN streams USING (key)
+    SELECT ts, {BEGIN}, key, name, cat, 0.0, ann, {flows}, {track} + {span} + 2 * rank
+    FROM nested JOIN streams USING (key) {joined}
     UNION ALL
-    SELECT ce, {END}, key, -1, -1, 0.0, NULL,
+    SELECT ce, {END}, key, -1, -1, 0.0, NULL, NULL,
            CASE WHEN ce = ts THEN {track} + {span} + 2 * rank + 1 ELSE {track} - rank END
-    FROM nested JOIN streams USING (key)
+    FROM nested JOIN streams USING (key) WHERE ce < {NEVER}
 ) ORDER BY ts, tie"""
 
 
@@ -257,26 +426,42 @@ class _Interning:
         return cat_iid, name_iid, ragged(lengths, b"".join(blobs))
 
 
-def _encode(batch: pa.RecordBatch, uuids: np.ndarray, interning: _Interning) -> pa.Array:
+def _flow_ids(flows: pa.Array) -> pa.Array:
+    """Each row's TrackEvent.flow_ids (repeated fixed64, one field per id), from a list column."""
+    flows = flows.combine_chunks() if isinstance(flows, pa.ChunkedArray) else flows
+    counts = pc.fill_null(pc.list_value_length(flows), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    ids = pc.list_flatten(flows).to_numpy(zero_copy_only=False).astype("<u8")
+    body = np.concatenate(
+        [np.broadcast_to(np.frombuffer(FLOW_ID, np.uint8), (ids.size, 2)), ids.view(np.uint8).reshape(-1, 8)], 1
+    )
+    return ragged(counts * body.shape[1], body.tobytes())
+
+
+def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, interning: _Interning) -> pa.Array:
     """A chunk of _packets' rows, each length-delimited as a Trace's `packet` field."""
     kind = batch["type"].to_numpy().astype(np.int64)
     named = (kind == BEGIN) | (kind == INSTANT)
     counter = kind == COUNTER
     cat, name, interned = interning(named, batch["cat"].to_numpy(), batch["name"].to_numpy())
     annotations = pc.fill_null(batch["ann"].cast(pa.large_binary()), EMPTY)
+    key = batch["key"].to_numpy()
+    if kept is not None:  # the original pid and tid of tracks whose ids Perfetto could not hold
+        annotations = join(annotations, pc.if_else(pa.array(named), pc.take(kept, pa.array(key)), EMPTY))
     value = np.where(counter, batch["value"].to_numpy(), 0.0).astype("<f8").view(np.uint8).reshape(-1, 8)
-    body = join(
+    parts = [
         varints(cat, CATEGORY_IID, cat > 0),
         annotations,
         varints(kind, TYPE),
         varints(name, NAME_IID, named),
-        varints(uuids[batch["key"].to_numpy()], TRACK_UUID),
+        varints(uuids[key], TRACK_UUID),
         fixed(DOUBLE_COUNTER, value, counter),
-    )
+    ]
+    if batch["flows"].null_count < batch.num_rows:
+        parts.append(_flow_ids(batch["flows"]))
     payload = join(
         varints(batch["ts"].to_numpy(), TIMESTAMP),
         SEQUENCE + varint(SEQ_ID),
-        length_prefixed(TRACK_EVENT, body),
+        length_prefixed(TRACK_EVENT, join(*parts)),
         interned,
         NEEDS_STATE,
     )
@@ -297,32 +482,49 @@ def _write_column(handle, packets: pa.Array, first: bool) -> None:
 
 
 def write(events: chrome_trace.Events, out: str | Path) -> dict:
-    """Write `events` (chrome_trace.read) to `out` (.pftrace); returns counts of what was written.
-    Where DuckDB's memory share is too small to sort them, again with twice the share (Events.grow)."""
+    """Write `events` (chrome_trace.read) to `out` (.pftrace); returns counts of what was written and
+    what was not (`not_converted`: reason -> count and first example). Where DuckDB's memory share is
+    too small to sort them, again with twice the share (Events.grow)."""
     # the file appears whole or not at all (replacing), and packets stream into it as they are made
     with replacing(out) as tmp:
         events.sort_memory()
         while True:
             try:
                 _write(events, tmp)
-                return events.counts
+                break
             except Exception as e:  # noqa: BLE001 - re-raised below unless it is DuckDB's memory
                 if not chrome_trace.out_of_memory(e):
                     raise
                 events.grow(f"{out}: sorting {events.rows} trace events")
+    counts = {
+        k: v for k, v in events.counts.items() if k in ("slices", "instants", "counters", "flows", "skipped") or v
+    }
+    if counts.get("overlapping"):
+        print(
+            f"{events.source}: {counts['overlapping']} slices do not nest in their thread; kept whole, on "
+            "tracks beside it named '(overlapping N)'",
+            file=sys.stderr,
+        )
+    if events.problems:
+        counts["not_converted"] = {
+            reason: {"count": n, "first": first} for reason, (n, first) in events.problems.items()
+        }
+    return counts
 
 
 def _write(events: chrome_trace.Events, path: Path) -> None:
+    events.counts.pop("overlapping", None)  # counted again on a second try
     with open(path, "wb", buffering=1 << 20) as handle:
-        uuids = _Tracks(handle).of_keys(events)
         _nest(events)
+        uuids, kept = _Tracks(handle).of_keys(events)
+        kept = pa.array(kept, pa.large_binary()) if any(kept) else None
         interning, first = _Interning(events), True
         for batch in events.db.cursor().sql(_packets(events)).to_arrow_reader(CHUNK):
-            _write_column(handle, _encode(batch, uuids, interning), first)
+            _write_column(handle, _encode(batch, uuids, kept, interning), first)
             first = first and not batch.num_rows
 
 
 def chrome_to_pftrace(trace, out: str | Path) -> dict:
-    """Convert a Chrome trace (a dict, or a JSON file's path) to `out` (.pftrace)."""
+    """Convert a Chrome trace (a dict or list, or a JSON file's path, plain or gzip) to `out` (.pftrace)."""
     with chrome_trace.read(trace, spill_dir=Path(out).parent) as events:
         return write(events, out)

@@ -2,7 +2,7 @@
 
 Sources, whichever a view folder holds:
   trace.pftrace   decoded without trace_processor (pftrace_reader): slice, track, thread_track,
-                  counter_track, counter, args, plus track_class (our classification)
+                  counter_track, counter, args, flow, plus track_class (our classification)
   parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
                   tables such as BirInstruction_0/_1 become one); on xla the HLO Instruction table
   profile.json    legacy full profile: instruction and dma streamed into Parquet a batch at a time
@@ -10,6 +10,8 @@ Sources, whichever a view folder holds:
                   metadata as one-row tables
 A .pftrace or legacy JSON is decoded once: its tables are cached as Parquet beside it (table_cache).
   summary.json    one-row summary
+A Chrome trace (.json or .json.gz, told by content) is converted as the cpu view does and gives the
+.pftrace tables, cached beside it.
 A run folder (or several workloads) gives the same tables with a leading workload_id column.
 """
 
@@ -25,7 +27,7 @@ import pyarrow as pa
 
 from neuronsweep.config.schema import check_regexes
 from neuronsweep.errors import UserError
-from neuronsweep.formats import legacy_json, neuron_summary, pftrace_reader
+from neuronsweep.formats import chrome_trace, legacy_json, neuron_summary, pftrace_reader, pftrace_writer
 from neuronsweep.formats.table_cache import tables_for
 
 # Track name -> class; first match wins; names no pattern matches are reported as unknown.
@@ -118,6 +120,15 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
         ),
         "args": pa.table(
             {"arg_set_id": pa.array(arg_slice, i64), "flat_key": keys, "key": keys, **_arg_values(sl.arg_value)}
+        ),
+        "flow": pa.table(
+            {
+                "id": pa.array(range(len(trace.flows)), i64),
+                "slice_out": pa.array([o for o, _ in trace.flows], i64),
+                "slice_in": pa.array([i for _, i in trace.flows], i64),
+                "trace_id": pa.nulls(len(trace.flows), i64),
+                "arg_set_id": pa.nulls(len(trace.flows), i64),
+            }
         ),
         "counter": pa.table(
             {
@@ -238,14 +249,39 @@ class ProfileDB:
                 pq.write_table(table, folder / f"{name}.parquet")
 
         folder = tables_for(path, make, Path(self._spill.name))
-        for name in ("slice", "track", "args", "counter"):
+        for name in ("slice", "track", "args", "counter", "flow"):
+            self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
+        self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
+
+    def _add_chrome(self, path: Path, workload_id: str) -> None:
+        """A Chrome trace (plain or gzip): converted to a .pftrace (pftrace_writer) and decoded into
+        the same tables, cached beside it (table_cache); nothing is left behind when it fails."""
+        import pyarrow.parquet as pq
+
+        def make(folder: Path) -> None:
+            pftrace_writer.chrome_to_pftrace(path, folder / "trace.pftrace")
+            for name, table in _pftrace_tables(folder / "trace.pftrace").items():
+                pq.write_table(table, folder / f"{name}.parquet")
+            (folder / "trace.pftrace").unlink()
+
+        folder = tables_for(path, make, Path(self._spill.name))
+        for name in ("slice", "track", "args", "counter", "flow"):
             self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
         self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
 
     def _add_json(self, path: Path, workload_id: str, with_summary: bool = True) -> None:
         """A legacy full-profile JSON: instruction and dma streamed into Parquet (legacy_json), and its
         one-record summary and metadata; parsed once and cached beside it (table_cache)."""
-        folder = tables_for(path, lambda out: legacy_json.write_tables(path, out), Path(self._spill.name))
+
+        def make(out: Path) -> None:
+            legacy_json.write_tables(path, out)
+            if not any(out.iterdir()):
+                raise UserError(
+                    f"{path}: neither a Neuron profile (no instruction, dma or summary in it) nor a Chrome "
+                    f"trace ({chrome_trace.NOT_A_TRACE}); point `query` at a profile or a trace."
+                )
+
+        folder = tables_for(path, make, Path(self._spill.name))
         for key in ("instruction", "dma"):
             files = sorted(folder.glob(f"{key}-*.parquet"))
             if files:
@@ -277,6 +313,8 @@ class ProfileDB:
             self._add_pftrace(path, path.stem)
         elif path.is_file() and path.suffix == ".parquet":
             self._add(re.sub(r"_\d+$", "", path.stem), path.stem, read_parquet([path]), materialize=False)
+        elif path.is_file() and path.suffix in (".json", ".gz") and chrome_trace.looks_like(path):
+            self._add_chrome(path, path.name.removesuffix(".gz").removesuffix(".json"))
         elif path.is_file() and path.suffix == ".json":
             self._add_json(path, path.stem)
         elif path.is_dir() and any((path / name).exists() for name in VIEW_FILES):  # a view folder
@@ -291,8 +329,8 @@ class ProfileDB:
                 self.load_view(view, view.parent.name)
         else:
             raise UserError(
-                f"{path}: not a profile (.pftrace, .parquet, .json), a view or workload folder, or a "
-                "run folder; point `query` at one of those."
+                f"{path}: not a profile (.pftrace, .parquet, .json), a Chrome trace (.json, .json.gz), a view "
+                "or workload folder, or a run folder; point `query` at one of those."
             )
         if not self.tables:
             raise UserError(

@@ -38,7 +38,7 @@ def field(tag: bytes, payload: bytes) -> bytes:
     return tag + varint(len(payload)) + payload
 
 
-def _annotation(key, value) -> bytes:
+def annotation(key, value) -> bytes:
     """One debug annotation as the loop reads it from a dict: ints, bools, floats as themselves,
     anything else as its JSON text."""
     if isinstance(value, bool):
@@ -110,7 +110,7 @@ def length_prefixed(tag: bytes, payload: pa.Array, mask=None) -> pa.Array:
 
 def _struct_annotations(args: pa.StructArray) -> pa.Array:
     """From an Arrow struct of int64, bool or string children (the Chrome trace reader's fast
-    path): the bytes `_annotation` makes of the same values."""
+    path): the bytes `annotation` makes of the same values."""
     out = ragged(np.zeros(len(args), np.int64), b"")
     parent = args.is_valid().to_numpy(zero_copy_only=False)
     for i, f in enumerate(args.type):
@@ -135,5 +135,5 @@ def annotations(args: pa.StructArray | list) -> pa.Array:
     """Each row's TrackEvent.debug_annotations, from an Arrow struct column or a list of dicts."""
     if isinstance(args, pa.StructArray):
         return _struct_annotations(args)
-    encoded = [b"".join([_annotation(k, v) for k, v in a.items()]) for a in args]
+    encoded = [b"".join([annotation(k, v) for k, v in a.items()]) for a in args]
     return ragged(np.fromiter(map(len, encoded), np.int64, len(encoded)), b"".join(encoded))

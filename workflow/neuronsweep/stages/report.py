@@ -253,6 +253,27 @@ COLLECTIVE_COLUMNS = [
 ]
 
 
+def _conversion(workloads_dir: Path, wids) -> pd.DataFrame:
+    """Per workload whose Chrome trace did not convert as drawn (view.json's pftrace_counts): slices
+    put beside their thread, and what was not converted."""
+    rows = []
+    for wid in wids:
+        path = workloads_dir / str(wid) / "view" / "view.json"
+        counts = (read_json(path).get("pftrace_counts") or {}) if path.is_file() else {}
+        skipped = "; ".join(
+            f"{v['count']} {k} (first: {v['first']})" for k, v in counts.get("not_converted", {}).items()
+        )
+        if counts.get("overlapping") or skipped:
+            rows.append(
+                {
+                    "workload_id": wid,
+                    "slices beside their thread": counts.get("overlapping", 0),
+                    "not converted": skipped,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | None = None) -> None:
     table_ = pd.read_csv(summary_csv)
     plan = read_json(plan_json)
@@ -302,6 +323,13 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
             parts.append(table(_escaped(rows[cols]).assign(files=rows["files"]), escape=False))
         if (ok["suite"] == "loops").any():
             parts.append("<h2>vmap / scan / for-loop</h2>" + table(compare.loops_table(ok)))
+    converted = _conversion(workloads_dir, table_["workload_id"].drop_duplicates())
+    if len(converted):  # the trace is whole, but not as its thread drew it, or not all of it was read
+        parts.append(
+            "<h2>Traces not drawn as recorded</h2><p class=muted>Slices that do not nest in their thread "
+            "are kept whole on a track beside it (named '(overlapping N)' in trace.pftrace), so no time is "
+            "cut; events the converter could not read are counted, never changed.</p>" + table(converted)
+        )
     wrong = table_[table_["status"] == "wrong"][["scenario_id", "status", "reason"]]
     if len(wrong):  # measured, but its output is wrong: never ranked, listed apart
         parts.append("<h2>Wrong output (not ranked)</h2>" + table(wrong))

@@ -1,0 +1,281 @@
+"""Chrome traces converted exactly: every stamp, every duration, B/E pairs, flows, gzip, hostile ids,
+and the converter as a command. Sources are checked against their own text, read independently."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+from collections import Counter, defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from conftest import BIN, DATA
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from neuronsweep.errors import UserError
+from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
+from neuronsweep.formats.profile_db import ProfileDB
+
+EPOCH_US = 1_712_183_498_000_000  # Kineto's epoch microseconds: a float64 holds only 256 ns steps here
+
+
+def us(ns: int) -> str:
+    """Nanoseconds as a Chrome trace's decimal microseconds, written as text (never through a float)."""
+    whole, frac = divmod(ns, 1000)
+    return f"{whole}.{frac:03d}" if frac else str(whole)
+
+
+def write(path: Path, events: list[str], gz: bool = False) -> Path:
+    text = '{"traceEvents": [' + ",\n".join(events) + "]}"
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    return path
+
+
+def tables(pftrace: Path) -> ProfileDB:
+    return ProfileDB().load(pftrace)
+
+
+@st.composite
+def traces(draw):
+    """A trace with epoch-scale stamps (whole and fractional microseconds): per thread, slices back to
+    back, nested and overlapping; B/E pairs; flows from one slice to another; counters and instants."""
+    events, expect, stamps, flows = [], defaultdict(lambda: [0, 0]), [], 0
+    base = EPOCH_US * 1000 + draw(st.integers(0, 10**9))
+    threads = draw(st.integers(1, 3))
+    starts = []  # (thread, ts, dur) of slices that can take a flow (dur > 0)
+    for tid in range(1, threads + 1):
+        t = base
+        for _i in range(draw(st.integers(1, 25))):
+            shape = draw(st.sampled_from(["after", "touching", "inside", "overlap", "same"]))
+            dur = draw(st.integers(0, 5000)) * draw(st.sampled_from([1, 1000]))  # ns, or whole us
+            if shape == "after":
+                t += draw(st.integers(1, 3000))
+            elif shape == "overlap" and starts:
+                t -= min(draw(st.integers(1, 2000)), t - base)
+            elif shape == "inside":
+                dur = 0 if not dur else dur // 3
+            name = f"x{draw(st.integers(0, 4))}"
+            events.append(f'{{"ph":"X","name":"{name}","pid":1,"tid":{tid},"ts":{us(t)},"dur":{us(dur)}}}')
+            expect[name][0] += 1
+            expect[name][1] += dur
+            stamps.append((name, t))
+            if dur:
+                starts.append((tid, t, dur))
+            if shape == "touching":
+                t += dur  # the next slice starts where this one ends
+        for k in range(draw(st.integers(0, 3))):  # B/E pairs nested inside each other, after the slices
+            t += draw(st.integers(1, 100))
+            events.append(f'{{"ph":"B","name":"b{k}","pid":2,"tid":{tid},"ts":{us(t)}}}')
+            stamps.append((f"b{k}", t))
+            inner = draw(st.integers(1, 2000))  # at one time, file order decides: shuffled, it would not pair
+            events.append(f'{{"ph":"E","pid":2,"tid":{tid},"ts":{us(t + inner)}}}')
+            t += inner
+            expect[f"b{k}"][0] += 1
+            expect[f"b{k}"][1] += inner
+    for fid in range(draw(st.integers(0, 3)) if starts else 0):  # a flow runs forward in time
+        (a_tid, a_ts, _), (b_tid, b_ts, _) = sorted(
+            (draw(st.sampled_from(starts)), draw(st.sampled_from(starts))), key=lambda s: s[1]
+        )
+        if a_ts == b_ts:
+            continue
+        events.append(f'{{"ph":"s","id":{fid},"cat":"ac2g","name":"ac2g","pid":1,"tid":{a_tid},"ts":{us(a_ts)}}}')
+        events.append(
+            f'{{"ph":"f","bp":"e","id":{fid},"cat":"ac2g","name":"ac2g","pid":1,"tid":{b_tid},"ts":{us(b_ts)}}}'
+        )
+        flows += 1
+    counters = [base + draw(st.integers(0, 10**6)) for _ in range(draw(st.integers(0, 3)))]
+    events += [f'{{"ph":"C","name":"mem","pid":1,"ts":{us(t)},"args":{{"bytes":{i}}}}}' for i, t in enumerate(counters)]
+    instants = [base + draw(st.integers(0, 10**6)) for _ in range(draw(st.integers(0, 3)))]
+    events += [f'{{"ph":"i","s":"t","name":"mark","pid":1,"tid":1,"ts":{us(t)}}}' for t in instants]
+    order = draw(st.permutations(range(len(events))))
+    return [events[i] for i in order], dict(expect), stamps, flows, counters, instants
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(trace=traces(), gz=st.booleans())
+def test_every_stamp_count_and_duration_survives_to_the_nanosecond(trace, gz, tmp_path_factory):
+    events, expect, stamps, flows, counters, instants = trace
+    tmp = tmp_path_factory.mktemp("t")
+    counts = chrome_to_pftrace(write(tmp / "trace.json", events, gz), tmp / "t.pftrace")
+    db = tables(tmp / "t.pftrace")
+    got = db.sql("SELECT name, count(*), sum(dur)::BIGINT FROM slice WHERE name <> 'mark' GROUP BY name").fetchall()
+    assert {n: [c, d] for n, c, d in got} == {n: list(v) for n, v in expect.items()}
+    assert Counter(db.sql("SELECT name, ts FROM slice WHERE name <> 'mark'").fetchall()) == Counter(stamps)
+    assert sorted(t for (t,) in db.sql("SELECT ts FROM slice WHERE name = 'mark'").fetchall()) == sorted(instants)
+    assert sorted(t for (t,) in db.sql("SELECT ts FROM counter").fetchall()) == sorted(counters)
+    assert counts["flows"] == flows == db.sql("SELECT count(*) FROM flow").fetchone()[0]
+    assert "not_converted" not in counts
+
+
+def test_the_reproductions_of_the_issue(tmp_path):
+    """Epoch stamps keep their nanoseconds; back-to-back slices stay siblings whole; slices that
+    overlap on one thread keep their whole duration on a track beside it, counted."""
+    write(tmp_path / "a.json", ['{"ph":"X","name":"e","pid":1,"tid":1,"ts":1666149715033200,"dur":10}'])
+    chrome_to_pftrace(tmp_path / "a.json", tmp_path / "a.pftrace")
+    assert tables(tmp_path / "a.pftrace").sql("SELECT ts, dur FROM slice").fetchall() == [(1666149715033200000, 10000)]
+
+    write(
+        tmp_path / "b.json",
+        [
+            '{"ph":"X","name":"a","pid":1,"tid":1,"ts":1712183498123456.1,"dur":0.1}',
+            '{"ph":"X","name":"b","pid":1,"tid":1,"ts":1712183498123456.2,"dur":0.1}',
+        ],
+    )
+    chrome_to_pftrace(tmp_path / "b.json", tmp_path / "b.pftrace")
+    rows = tables(tmp_path / "b.pftrace").sql("SELECT name, ts, dur, depth FROM slice ORDER BY ts").fetchall()
+    assert rows == [("a", 1712183498123456100, 100, 0), ("b", 1712183498123456200, 100, 0)]
+
+    write(
+        tmp_path / "c.json",
+        [
+            '{"ph":"X","name":"A","pid":1,"tid":1,"ts":1679055439000001,"dur":10}',
+            '{"ph":"X","name":"B","pid":1,"tid":1,"ts":1679055439000011,"dur":1000000}',
+        ],
+    )
+    chrome_to_pftrace(tmp_path / "c.json", tmp_path / "c.pftrace")
+    rows = tables(tmp_path / "c.pftrace").sql("SELECT name, dur, depth, track_id FROM slice ORDER BY ts").fetchall()
+    assert rows == [("A", 10_000, 0, 1), ("B", 1_000_000_000, 0, 1)]  # siblings, B whole
+
+    write(
+        tmp_path / "d.json",
+        [
+            '{"ph":"X","name":"collective","pid":1,"tid":1,"ts":1679055439000000,"dur":500}',
+            '{"ph":"X","name":"frame","pid":1,"tid":1,"ts":1679055438999900,"dur":300}',
+        ],
+    )
+    counts = chrome_to_pftrace(tmp_path / "d.json", tmp_path / "d.pftrace")
+    db = tables(tmp_path / "d.pftrace")
+    rows = db.sql(
+        "SELECT s.name, s.dur, t.name FROM slice s JOIN track t ON s.track_id = t.id ORDER BY s.ts"
+    ).fetchall()
+    assert rows == [("frame", 300_000, "1/1"), ("collective", 500_000, "1/1 (overlapping 1)")]
+    assert counts["overlapping"] == 1
+
+
+def test_real_torch_profiler_traces_convert_exactly(tmp_path):
+    """Kineto's own files (tests/data/chrome): per name, the count and total duration in the slice
+    table equal the file's, read with exact decimals; its forward-to-backward flows are flow rows."""
+    for name in ("eager_backward.json", "compiled_threads.json.gz"):
+        src = DATA / "chrome" / name
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(src, "rb") as f:
+            events = json.loads(f.read(), parse_float=Decimal)["traceEvents"]
+        want = defaultdict(lambda: [0, 0])
+        for e in events:
+            if e.get("ph") == "X":
+                want[e["name"]][0] += 1
+                want[e["name"]][1] += int(Decimal(str(e["dur"])) * 1000)
+        counts = chrome_to_pftrace(src, tmp_path / f"{name}.pftrace")
+        db = tables(tmp_path / f"{name}.pftrace")
+        got = db.sql("SELECT name, count(*), sum(dur)::BIGINT FROM slice GROUP BY name").fetchall()
+        got = {n: [c, d] for n, c, d in got}
+        assert {n: got.get(n) for n in want} == want
+        first = min((e for e in events if e.get("ph") == "X"), key=lambda e: Decimal(str(e["ts"])))
+        assert db.sql("SELECT min(ts) FROM slice WHERE dur > 0").fetchone()[0] == int(Decimal(str(first["ts"])) * 1000)
+        flows = sum(e.get("ph") == "f" for e in events)
+        assert counts["flows"] == flows == db.sql("SELECT count(*) FROM flow").fetchone()[0]
+        assert "not_converted" not in counts
+    assert flows == 0 and counts["slices"] > 10  # the compiled trace: string pids and tids made threads
+    tracks = dict(db.sql("SELECT name, type FROM track").fetchall())
+    assert tracks["Spans/PyTorch Profiler"] == "thread_track"
+
+
+def test_begin_end_pairs_unfinished_and_unmatched(tmp_path):
+    events = [
+        '{"ph":"B","name":"outer","pid":1,"tid":1,"ts":10,"args":{"from_b":1}}',
+        '{"ph":"B","name":"inner","pid":1,"tid":1,"ts":12}',
+        '{"ph":"E","pid":1,"tid":1,"ts":15,"args":{"from_e":2}}',
+        '{"ph":"E","pid":1,"tid":1,"ts":19}',
+        '{"ph":"E","pid":1,"tid":1,"ts":20}',
+        '{"ph":"B","name":"open","pid":1,"tid":1,"ts":21}',
+    ]
+    counts = chrome_to_pftrace(write(tmp_path / "t.json", events), tmp_path / "t.pftrace")
+    db = tables(tmp_path / "t.pftrace")
+    rows = db.sql("SELECT name, ts, dur, depth FROM slice ORDER BY ts").fetchall()
+    assert rows == [("outer", 10_000, 9_000, 0), ("inner", 12_000, 3_000, 1), ("open", 21_000, -1, 0)]
+    args = dict(db.sql("SELECT key, int_value FROM args").fetchall())
+    assert args == {"debug.from_e": 2, "debug.from_b": 1}
+    assert counts["unfinished"] == 1
+    assert counts["not_converted"] == {"E events with no B open on their thread": {"count": 1, "first": "one at ts 20"}}
+
+
+def test_hostile_ids_values_and_stamps_are_mapped_or_named(tmp_path, capfd):
+    events = [
+        '{"ph":"X","name":"big","pid":1099511627776,"tid":1180591620717411303424,"ts":1,"dur":2}',
+        '{"ph":"X","name":"stream","pid":0,"tid":"stream 7","ts":1,"dur":2}',
+        '{"ph":"X","name":"neg","pid":0,"tid":1,"ts":5,"dur":-3}',
+        '{"ph":"X","name":"text ts","pid":0,"tid":1,"ts":"12.5","dur":1}',
+        '{"ph":"X","name":"bad ts","pid":0,"tid":1,"ts":"soon","dur":1}',
+        '{"ph":"C","name":"mem","pid":0,"ts":3,"args":{"bytes":"lots","free":7}}',
+        '{"ph":"b","name":"async","pid":0,"tid":1,"ts":4,"id":1}',
+    ]
+    counts = chrome_to_pftrace(write(tmp_path / "t.json", events), tmp_path / "t.pftrace")
+    said = capfd.readouterr().err
+    db = tables(tmp_path / "t.pftrace")
+    threads = db.sql(
+        "SELECT s.name, t.name, t.utid, t.upid FROM slice s JOIN track t ON s.track_id = t.id ORDER BY s.name"
+    ).fetchall()
+    assert threads[0][:2] == ("big", "1099511627776/1180591620717411303424") and threads[0][2] < 2**63
+    assert threads[0][3] < 2**31
+    assert threads[1][:2] == ("stream", "0/stream 7") and isinstance(threads[1][2], int)
+    assert threads[2][:2] == ("text ts", "0/1")
+    kept = db.sql(
+        "SELECT s.name, a.key, a.string_value FROM slice s JOIN args a ON a.arg_set_id = s.arg_set_id"
+    ).fetchall()
+    assert sorted(kept) == [
+        ("big", "debug.chrome pid", "1099511627776"),
+        ("big", "debug.chrome tid", "1180591620717411303424"),
+        ("stream", "debug.chrome tid", "stream 7"),
+    ]
+    assert db.sql("SELECT value FROM counter").fetchall() == [(7.0,)]
+    assert set(counts["not_converted"]) == {
+        "complete events with a negative duration",
+        "events whose ts is not a number",
+        "counter values that are not numbers",
+        "events of phase 'b' (not a phase this converter reads)",
+    }
+    assert counts["not_converted"]["events whose ts is not a number"]["first"] == "'bad ts' with ts 'soon'"
+    assert said.count("\n") == 1 and "t.json: not converted: 1 complete events with a negative duration" in said
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"", "is empty"),
+        (b"   \n", "is empty"),
+        (b'{"schemaVersion": 1}', "no traceEvents and not a JSON array of events"),
+        (b"hello", "not JSON (no traceEvents and not a JSON array of events)"),
+        (b'{"traceEvents": [{"ph": "X"', "is not a readable Chrome trace (the JSON ends inside"),
+        (gzip.compress(b'{"traceEvents": [{"ph": "X"')[:-5], "is not a readable Chrome trace"),
+    ],
+)
+def test_what_is_not_a_chrome_trace_is_one_sentence(content, said, tmp_path):
+    (tmp_path / "trace.json").write_bytes(content)
+    with pytest.raises(UserError, match=re.escape(said)):
+        chrome_to_pftrace(tmp_path / "trace.json", tmp_path / "t.pftrace")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
+
+
+def test_convert_and_query_a_chrome_trace_from_the_command_line(tmp_path):
+    """`neuronsweep convert` writes <name>.pftrace beside a gzip trace; `query` reads a Chrome trace
+    through the same conversion, cached beside it; a JSON that is no profile leaves nothing behind."""
+    src = tmp_path / "trace.json.gz"
+    src.write_bytes((DATA / "chrome" / "compiled_threads.json.gz").read_bytes())
+    done = subprocess.run([BIN / "neuronsweep", "convert", src], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "trace.json.gz -> " in done.stdout + done.stderr and (tmp_path / "trace.pftrace").is_file()
+    plain = tmp_path / "eager.json"
+    plain.write_bytes((DATA / "chrome" / "eager_backward.json").read_bytes())
+    sql = "SELECT count(*) AS n FROM flow"
+    done = subprocess.run([BIN / "neuronsweep", "query", plain, sql, "--csv"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split() == ["n", "6"], done.stderr
+    assert (tmp_path / ".eager.json.tables" / "flow.parquet").is_file()
+    (tmp_path / "other.json").write_text('{"answer": 42}')
+    done = subprocess.run([BIN / "neuronsweep", "query", tmp_path / "other.json"], capture_output=True, text=True)
+    assert done.returncode == 2 and "neither a Neuron profile" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / ".other.json.tables").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
