@@ -279,3 +279,28 @@ def test_convert_and_query_a_chrome_trace_from_the_command_line(tmp_path):
     assert done.returncode == 2 and "neither a Neuron profile" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / ".other.json.tables").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("indent", [None, 1])
+def test_the_quick_split_is_read_again_carefully_where_it_cut_wrong(indent, tmp_path, monkeypatch):
+    """The optimistic split (every `}, {` a record edge) on compact and pretty files with a key after
+    the array: where a string or a nested list holds `}, {` (the loop re-joins a cut inside a batch;
+    a cut at a batch's edge sends the file to the careful split), the bytes written equal those of
+    the events given as objects; where nothing does, the careful split is never needed."""
+    from neuronsweep.formats import json_records
+
+    careful = []
+    split = json_records.split
+    monkeypatch.setattr(json_records, "split", lambda *a: careful.append(1) or split(*a))
+    monkeypatch.setattr(json_records, "BLOCK", 700)  # batch edges everywhere
+    plain = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5} for i in range(60)]
+    quirky = [dict(e, args={"s": "a},{b", "o": [{"x": 1}, {"y": 2}]}) if i % 7 == 3 else e for i, e in enumerate(plain)]
+    for events, cut_wrong in ((plain, False), (quirky, True)):
+        careful.clear()
+        trace = {"traceEvents": events, "traceName": "x"}
+        (tmp_path / "t.json").write_text(json.dumps(trace, indent=indent))
+        chrome_to_pftrace(tmp_path / "t.json", tmp_path / "file.pftrace")
+        chrome_to_pftrace(trace, tmp_path / "dicts.pftrace")
+        assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
+        if not cut_wrong:
+            assert not careful  # the quick split read it all

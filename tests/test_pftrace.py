@@ -417,7 +417,7 @@ def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_p
     same file as reading the whole trace as dicts."""
     from neuronsweep.formats import chrome_trace, json_records
 
-    quirks = [{"n": None}, {"l": [1, 2]}, {"f": 0.5}, {"big": 2**64}, {}]
+    quirks = [{"n": None}, {"l": [1, 2]}, {"f": 0.5}, {"big": 2**64}, {"cut": "a},{b"}, {"o": [{"x": 1}, {"y": 2}]}, {}]
     events = []
     for i in range(400):
         e = {

@@ -665,15 +665,19 @@ def _fill(events: Events, source) -> None:
         raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
     if not first:
         raise UserError(f"{path} is empty; its writer left nothing in it (capture the trace again).")
+    if first == b"{":
+        try:
+            for raw in json_records.quick_split(path, TRACE_EVENTS):
+                _batch(events, raw)
+            return
+        except (ValueError, EOFError, OSError):  # cut in the wrong place, or damaged: read it carefully
+            events.clear()
     found = json_records.Split()
     try:
         for _, raw, _ in json_records.split(path, {"traceEvents"}, set(), found):
             if "traceEvents" in found.irregular:
                 break
-            table = _parse(raw)
-            if table is None or not events.add_table(table, raw):
-                records = json_records.batch_records(raw)
-                events.add_dicts(records, *_stamps(raw, records))
+            _batch(events, raw)
     except (json_records.NotJSON, ValueError, EOFError, OSError) as e:
         raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
     if first == b"{" and "traceEvents" not in found.irregular and "traceEvents" not in found.records:
@@ -694,6 +698,14 @@ def _fill(events: Events, source) -> None:
         _fill(events, whole)
     elif first != b"{":
         raise UserError(f"{path}: not JSON ({NOT_A_TRACE}); pass a Chrome trace (torch.profiler's export).")
+
+
+def _batch(events: Events, raw: bytes) -> None:
+    """One ndjson batch of events: Arrow's columns where they are exact, else the loop."""
+    table = _parse(raw)
+    if table is None or not events.add_table(table, raw):
+        records = json_records.batch_records(raw)
+        events.add_dicts(records, *_stamps(raw, records))
 
 
 def _floats(value):

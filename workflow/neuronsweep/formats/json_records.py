@@ -247,3 +247,48 @@ def loads(data: bytes):
 def batch_records(batch: bytes) -> list:
     """The records of one batch `split` yielded, as Python objects (newlines only separate records)."""
     return loads(b"[" + batch.replace(b"\n", b",") + b"]")
+
+
+SEPARATOR = re.compile(rb"}\s*,\s*{")
+ARRAY_END = re.compile(rb"\s*\]")
+
+
+def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
+    """Optimistic `split` of one array of objects, for files where no string or nested value holds
+    `}` `,` `{` (a Chrome trace's events): newlines become spaces, every `}, {` a newline. A cut
+    inside a string or a nested value leaves lines that are not JSON objects, so pyarrow refuses
+    such a batch and the loop reads it again joined (batch_records undoes the cut); only a batch
+    edge or the array's end in the wrong place fails here (NotJSON), and the caller reads the file
+    with `split` instead. `opening` finds the array's `[` (its match ends there)."""
+    carry = b""
+    with open_bytes(path) as handle:
+        head = handle.read(BLOCK)
+        found = opening.search(head)
+        if not found:
+            raise NotJSON("the array was not found at the start of the file")
+        buf = head[found.end() :]
+        while True:
+            data = (carry + buf).translate(NEWLINES_TO_SPACES).replace(b"},{", b"}\n{")  # compact JSON
+            if SEPARATOR.search(data):  # pretty-printed: whitespace around the commas
+                data = SEPARATOR.sub(b"}\n{", data)
+            buf = handle.read(BLOCK)
+            if not buf:
+                break
+            cut = data.rfind(b"\n{")
+            if cut < 0:
+                carry = data
+                continue
+            carry = data[cut + 1 :]
+            if data[:cut].strip(WHITESPACE):
+                yield data[:cut].lstrip(WHITESPACE)
+    # the last record, then `]` and whatever follows the array
+    cut = data.rfind(b"\n{")
+    body, tail = (data[:cut].lstrip(WHITESPACE), data[cut + 1 :]) if cut >= 0 else (b"", data.lstrip(WHITESPACE))
+    try:
+        _, end = json.JSONDecoder().raw_decode(tail.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NotJSON(f"the array's last record: {e}") from None
+    end = len(tail.decode("utf-8")[:end].encode("utf-8"))
+    if not ARRAY_END.match(tail, end):
+        raise NotJSON("the array does not end after its last record")
+    yield (body + b"\n" + tail[:end]) if body else tail[:end]
