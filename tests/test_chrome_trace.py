@@ -234,11 +234,14 @@ def test_hostile_ids_values_and_stamps_are_mapped_or_named(tmp_path, capfd):
     assert db.sql("SELECT value FROM counter").fetchall() == [(7.0,)]
     assert set(counts["not_converted"]) == {
         "complete events with a negative duration",
-        "events whose ts is not a number",
+        "events whose ts is not a number (or past 2^63 ns)",
         "counter values that are not numbers",
         "events of phase 'b' (not a phase this converter reads)",
     }
-    assert counts["not_converted"]["events whose ts is not a number"]["first"] == "'bad ts' with ts 'soon'"
+    assert (
+        counts["not_converted"]["events whose ts is not a number (or past 2^63 ns)"]["first"]
+        == "'bad ts' with ts 'soon'"
+    )
     assert said.count("\n") == 1 and "t.json: not converted: 1 complete events with a negative duration" in said
 
 
@@ -304,3 +307,70 @@ def test_the_quick_split_is_read_again_carefully_where_it_cut_wrong(indent, tmp_
         assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
         if not cut_wrong:
             assert not careful  # the quick split read it all
+
+
+def _hostile(tmp: Path, kind: str) -> Path:
+    path = tmp / "trace.json"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "dangling link":
+        path.symlink_to(tmp / "gone.json")
+    elif kind == "link loop":
+        path.symlink_to(tmp / "trace.json")
+    elif kind == "fifo":
+        import os
+
+        os.mkfifo(path)
+    else:
+        path.write_bytes(
+            {
+                "not utf-8": b'{"traceEvents": [{"ph":"X","name":"\xff\xfe","pid":1,"tid":1,"ts":1,"dur":1}]}',
+                "traceEvents null": b'{"traceEvents": null}',
+                "traceEvents object": b'{"traceEvents": {"ph": "X"}}',
+                "traceEvents twice": b'{"traceEvents": [{"ph":"i","name":"a","pid":1,"tid":1,"ts":1}],'
+                b' "traceEvents": [{"ph":"i","name":"b","pid":1,"tid":1,"ts":2}]}',
+                "no events": b'{"traceEvents": []}',
+                "deep": b'{"traceEvents": [{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":1,"args":{"x":'
+                + b"[" * 100_000
+                + b"]" * 100_000
+                + b"}}]}",
+            }[kind]
+        )
+    return path
+
+
+@pytest.mark.parametrize(
+    "kind, said",
+    [
+        ("folder", "not a regular file"),
+        ("dangling link", "no such file"),
+        ("link loop", "no such file"),
+        ("fifo", "not a regular file"),
+        ("not utf-8", "is not a readable Chrome trace"),
+        ("traceEvents null", "no traceEvents and not a JSON array of events"),
+        ("traceEvents object", "no traceEvents and not a JSON array of events"),
+        ("traceEvents twice", "the key traceEvents appears twice"),
+        ("no events", "no events to convert"),
+        ("deep", "is not a readable Chrome trace|nested deeper than Python can read"),
+    ],
+)
+def test_hostile_files_are_one_sentence_naming_them(kind, said, tmp_path):
+    path = _hostile(tmp_path, kind)
+    with pytest.raises(UserError, match=said) as e:
+        chrome_to_pftrace(path, tmp_path / "out" / "t.pftrace")
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert not [p for p in (tmp_path / "out").glob("*")] if (tmp_path / "out").exists() else True
+
+
+def test_stamps_past_int64_nanoseconds_and_true_are_named_not_wrapped(tmp_path):
+    events = [
+        '{"ph":"X","name":"far","pid":1,"tid":1,"ts":9300000000000000,"dur":1}',
+        '{"ph":"X","name":"long","pid":1,"tid":1,"ts":1,"dur":9300000000000000}',
+        '{"ph":"X","name":"yes","pid":1,"tid":1,"ts":true,"dur":1}',
+        '{"ph":"X","name":"fine","pid":1,"tid":1,"ts":9000000000000000,"dur":1}',
+    ]
+    counts = chrome_to_pftrace(write(tmp_path / "t.json", events), tmp_path / "t.pftrace")
+    rows = tables(tmp_path / "t.pftrace").sql("SELECT name, ts FROM slice").fetchall()
+    assert rows == [("fine", 9_000_000_000_000_000_000)]
+    assert counts["not_converted"]["events whose ts is not a number (or past 2^63 ns)"]["count"] == 2
+    assert counts["not_converted"]["complete events whose dur is not a number (or past 2^63 ns)"]["count"] == 1

@@ -88,18 +88,22 @@ def _cap_mb() -> int:
 # ------------------------------------------------------------------------------------ exact times
 
 
+LIMIT_US = Decimal(2**63 - 1) / 1000  # a stamp Perfetto holds (int64 nanoseconds) is below this
+
+
 def exact_ns(value) -> int | None:
     """Microseconds as the JSON wrote them (an int, a decimal string, a Decimal; a float only as its
-    shortest repr, all a float still knows) to integer nanoseconds; None if it is no finite number."""
+    shortest repr, all a float still knows) to integer nanoseconds; None if it is no finite number
+    or past int64 nanoseconds (never wrapped around)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
-        return value * 1000
+        return value * 1000 if abs(value) < LIMIT_US else None
     try:
         d = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
     except InvalidOperation:
         return None
-    if not d.is_finite():
+    if not d.is_finite() or abs(d) >= LIMIT_US:
         return None
     return int((d * 1000).to_integral_value(ROUND_HALF_EVEN))
 
@@ -345,7 +349,7 @@ class Events:
                 continue
             t = exact_ns(e.get("ts")) if ts_ns is None else ts_ns[i]
             if t is None:
-                self.problem("events whose ts is not a number", f"{label} with ts {e.get('ts')!r}")
+                self.problem("events whose ts is not a number (or past 2^63 ns)", f"{label} with ts {e.get('ts')!r}")
                 continue
             pid = _hashable(e.get("pid"))
             if k == COUNTER:
@@ -368,7 +372,9 @@ class Events:
             if k == SLICE:
                 d = (exact_ns(e.get("dur")) if dur_ns is None else dur_ns[i]) if "dur" in e else 0
                 if d is None:
-                    self.problem("complete events whose dur is not a number", f"{label} at ts {us_text(t)}")
+                    self.problem(
+                        "complete events whose dur is not a number (or past 2^63 ns)", f"{label} at ts {us_text(t)}"
+                    )
                     continue
                 if d < 0:
                     self.problem("complete events with a negative duration", f"{label} at ts {us_text(t)}")
@@ -639,6 +645,12 @@ def read(source, spill_dir: str | Path | None = None) -> Events:
     try:
         _fill(events, source)
         events.pair_begin_end()
+    except RecursionError:
+        events.close()
+        raise UserError(
+            f"{events.source}: values nested deeper than Python can read; not a trace a profiler writes "
+            "(capture it again)."
+        ) from None
     except BaseException:
         events.close()
         raise
@@ -659,6 +671,9 @@ def _fill(events: Events, source) -> None:
             events.add_dicts(listed[lo : lo + DICTS_AT_ONCE])
         return
     path = Path(source)
+    if not path.is_file():  # a folder, a FIFO (reading it would wait forever), a dangling or looping link
+        what = "no such file" if not path.exists() else "not a regular file"
+        raise UserError(f"{path}: {what}; pass a Chrome trace file (.json or .json.gz).")
     try:
         first = json_records.first_byte(path)
     except (OSError, EOFError) as e:
@@ -680,6 +695,10 @@ def _fill(events: Events, source) -> None:
             _batch(events, raw)
     except (json_records.NotJSON, ValueError, EOFError, OSError) as e:
         raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
+    if "traceEvents" in found.repeated:
+        raise UserError(
+            f"{path}: the key traceEvents appears twice (a JSON reader keeps only the last); keep one array."
+        )
     if first == b"{" and "traceEvents" not in found.irregular and "traceEvents" not in found.records:
         raise UserError(f"{path}: {NOT_A_TRACE}; pass a Chrome trace (torch.profiler's export).")
     if first == b"[" or "traceEvents" in found.irregular:  # not an object of event records: read it whole

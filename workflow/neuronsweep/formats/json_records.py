@@ -71,6 +71,7 @@ class Split:
 
     records: dict[str, int] = field(default_factory=dict)
     irregular: set[str] = field(default_factory=set)
+    repeated: set[str] = field(default_factory=set)  # keys whose array appears twice (a JSON reader keeps the last)
     first: dict[str, bytes] = field(default_factory=dict)  # the first record's bytes of each `first_of` key
 
 
@@ -167,6 +168,8 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
                     found = KEY.search(head + window if stop < KEY_WINDOW else window)
                     key = found.group(1).decode("utf-8", "replace") if found else None
                     if chars[e] == LBRACKET and key in keys:
+                        if key in result.records:
+                            result.repeated.add(key)
                         current = _Array(key)
                     elif chars[e] == LBRACKET and key in first_of and key not in result.first:
                         first = _Array(key)
@@ -289,6 +292,6 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
     except (ValueError, UnicodeDecodeError) as e:
         raise NotJSON(f"the array's last record: {e}") from None
     end = len(tail.decode("utf-8")[:end].encode("utf-8"))
-    if not ARRAY_END.match(tail, end):
-        raise NotJSON("the array does not end after its last record")
+    if not ARRAY_END.match(tail, end) or opening.search(tail, end):
+        raise NotJSON("the array does not end after its last record, or comes again")
     yield (body + b"\n" + tail[:end]) if body else tail[:end]

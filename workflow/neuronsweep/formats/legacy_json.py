@@ -183,8 +183,14 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
             f"{path} is not a readable legacy profile ({e}); if a view was cut short "
             "(a full disk, a killed job), run the view again"
         ) from None
-    for key, out in files.items():
+    for out in files.values():
         out.close()
+    if found.repeated:
+        raise UserError(
+            f"{path}: the key {sorted(found.repeated)[0]} appears twice (a JSON reader keeps only the last); "
+            "view the profile again."
+        )
+    for key, out in files.items():
         if key in found.irregular:  # items that are not all objects: value by value instead
             for f in out.files:
                 f.unlink()

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
 from neuronsweep.atomic import replacing
+from neuronsweep.errors import UserError
 from neuronsweep.formats import chrome_trace
 from neuronsweep.formats.protowire import (
     EMPTY,
@@ -485,6 +486,8 @@ def write(events: chrome_trace.Events, out: str | Path) -> dict:
     """Write `events` (chrome_trace.read) to `out` (.pftrace); returns counts of what was written and
     what was not (`not_converted`: reason -> count and first example). Where DuckDB's memory share is
     too small to sort them, again with twice the share (Events.grow)."""
+    if not events.rows:
+        raise UserError(f"{events.source}: no events to convert (its traceEvents is empty); capture the trace again.")
     # the file appears whole or not at all (replacing), and packets stream into it as they are made
     with replacing(out) as tmp:
         events.sort_memory()
