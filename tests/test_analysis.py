@@ -189,7 +189,9 @@ def test_perfetto_names_extract_arg_and_seed_000_sql(view_dir):
     )
     assert db.sql("SELECT value FROM counter").fetchall() == [(12.5,)]
     assert db.sql("SELECT name FROM counter_track").fetchall() == [("DMA Throughput",)]
-    with pytest.raises(UserError, match="query failed: .* tables here: args, counter, flow, slice, summary, track"):
+    with pytest.raises(
+        UserError, match="query over .* failed: .* tables here: args, counter, flow, slice, summary, track"
+    ):
         db.sql("SELECT * FROM no_such_table")
 
 

@@ -12,6 +12,20 @@ PE = 128  # TensorE systolic array: contraction (partition) dim and stationary f
 MOVING_FREE = 512  # moving free size: one PSUM bank of 512 fp32
 
 
+def _positive(value) -> float | int | None:
+    """A metadata value as a number above 0 (ints stay ints; numbers written as text are read); None
+    for anything else (text, lists, NaN, 0, negatives), so a damaged file never gives a peak."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(number) or number <= 0:
+        return None
+    return int(number) if number.is_integer() and not isinstance(value, float) else number
+
+
 def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     """Peaks from the profile's own metadata (legacy json `metadata[0]`: pe_num_rows/cols, pe_clock_freq
     in GHz, num_physical_cores, hbm_ddr_bandwidth; parquet Metadata: tensor_engine_num_rows/cols,
@@ -19,13 +33,13 @@ def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     what this very device reports, preferred over the TARGETS table. None when the fields are absent."""
     if not meta:
         return None
-    rows = meta.get("pe_num_rows") or meta.get("tensor_engine_num_rows")
-    cols = meta.get("pe_num_cols") or meta.get("tensor_engine_num_cols")
-    clock = meta.get("pe_clock_freq") or meta.get("tensor_engine_clock_freq")
-    hbm = meta.get("hbm_ddr_bandwidth")
-    if not (rows and cols and clock and hbm):
+    rows = _positive(meta.get("pe_num_rows") or meta.get("tensor_engine_num_rows"))
+    cols = _positive(meta.get("pe_num_cols") or meta.get("tensor_engine_num_cols"))
+    clock = _positive(meta.get("pe_clock_freq") or meta.get("tensor_engine_clock_freq"))
+    hbm = _positive(meta.get("hbm_ddr_bandwidth"))
+    if not (rows and cols and clock and hbm):  # absent, or no number a device reports: the TARGETS table
         return None
-    cores = meta.get("num_physical_cores") or lnc  # the physical cores behind the profiled logical core
+    cores = _positive(meta.get("num_physical_cores")) or lnc  # the physical cores behind the profiled logical core
     return {
         "bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * cores,
         "hbm_bytes_per_s": float(hbm),

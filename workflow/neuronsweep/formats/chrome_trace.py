@@ -449,8 +449,6 @@ class Events:
             self._metadata(row.get("name"), row.get("pid"), row.get("tid"), row.get("args"))
         if not rows.size:
             return True
-        self.counts["slices"] += int(x.sum())
-        self.counts["instants"] += int((~x).sum())
         key = self._keys(col, rows)
         name = self._ordinals(
             self.names, pc.fill_null(pc.take(col["name"], take), "") if "name" in col else pa.array([""] * rows.size)
@@ -469,6 +467,8 @@ class Events:
             if "args" in col and pa.types.is_struct(col["args"].type)
             else pa.array([{}] * rows.size, pa.struct([]))
         )
+        self.counts["slices"] += int(x.sum())
+        self.counts["instants"] += int((~x).sum())
         self._add(
             Part(np.where(x, SLICE, INSTANT).astype(np.int8), key, ts_ns, dur, name, cat, np.zeros(rows.size), args)
         )
@@ -722,7 +722,11 @@ def _fill(events: Events, source) -> None:
 def _batch(events: Events, raw: bytes) -> None:
     """One ndjson batch of events: Arrow's columns where they are exact, else the loop."""
     table = _parse(raw)
-    if table is None or not events.add_table(table, raw):
+    try:
+        fast = table is not None and events.add_table(table, raw)
+    except (pa.ArrowInvalid, UnicodeDecodeError):  # text that is not UTF-8 (Arrow's parser lets it through)
+        fast = False  # the loop's parser refuses it in one sentence
+    if not fast:
         records = json_records.batch_records(raw)
         events.add_dicts(records, *_stamps(raw, records))
 

@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 BLOCK = 16 << 20
+MAX_DEPTH = 512  # deeper nesting is refused: pyarrow's JSON parser crashes (SIGSEGV) near 10^4 levels
 KEY_WINDOW = 4096  # bytes before an array's `[` searched for its key
 KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 WHITESPACE = b" \t\r\n"
@@ -119,6 +120,8 @@ class _Structure:
         if after.size:
             if after.min() < 0:
                 raise NotJSON("not JSON (a bracket closes what was never opened)")
+            if after.max() > MAX_DEPTH:  # the C parsers behind (pyarrow's) recurse: a deep file would crash them
+                raise NotJSON(f"values nest deeper than {MAX_DEPTH} levels; no profiler writes that")
             self.depth = int(after[-1])
         return pos, chars, opens, after
 
@@ -283,15 +286,26 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
                 continue
             carry = data[cut + 1 :]
             if data[:cut].strip(WHITESPACE):
-                yield data[:cut].lstrip(WHITESPACE)
+                yield _shallow(data[:cut].lstrip(WHITESPACE))
     # the last record, then `]` and whatever follows the array
     cut = data.rfind(b"\n{")
     body, tail = (data[:cut].lstrip(WHITESPACE), data[cut + 1 :]) if cut >= 0 else (b"", data.lstrip(WHITESPACE))
     try:
         _, end = json.JSONDecoder().raw_decode(tail.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise NotJSON(f"the array's last record: {e}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise NotJSON(f"the array's last record: {type(e).__name__}") from None
     end = len(tail.decode("utf-8")[:end].encode("utf-8"))
     if not ARRAY_END.match(tail, end) or opening.search(tail, end):
         raise NotJSON("the array does not end after its last record, or comes again")
-    yield (body + b"\n" + tail[:end]) if body else tail[:end]
+    yield _shallow((body + b"\n" + tail[:end]) if body else tail[:end])
+
+
+def _shallow(batch: bytes) -> bytes:
+    """The batch, if no line of it opens MAX_DEPTH brackets (strings' too: a bound on its depth that
+    needs no string scan); else NotJSON, so `split` measures the true depth."""
+    a = np.frombuffer(batch, np.uint8)
+    opens = (a | 0x20) == LBRACE  # `{` and `[`
+    lines = np.r_[0, np.flatnonzero(a == NEWLINE) + 1]
+    if opens.size and np.add.reduceat(opens, lines[lines < opens.size]).max() >= MAX_DEPTH:
+        raise NotJSON("a record opens many brackets: its depth is measured the careful way")
+    return batch

@@ -19,6 +19,7 @@ files with union_by_name, which widens int64 + float64 to DOUBLE and anything + 
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -102,7 +103,10 @@ def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
         )
     except pa.ArrowInvalid:
         table = None
-    exact = _exact(table, con) if table is not None else None
+    try:
+        exact = _exact(table, con) if table is not None else None
+    except (UnicodeDecodeError, ValueError):  # a key that is not UTF-8; keys equal but for case (SQL)
+        exact = None
     if exact is not None:
         return exact
     return batch_table(json_records.batch_records(data))
@@ -113,6 +117,8 @@ def _exact(table: pa.Table, con=None) -> pa.Table | None:
     import pyarrow.compute as pc
 
     keep, as_text = [], []
+    if len({n.lower() for n in table.column_names}) < table.num_columns:
+        return None  # SQL names are not case-sensitive: the loop's table keeps both as they are
     for name, col in zip(table.column_names, table.columns):
         kind = col.type
         if pa.types.is_null(kind):
@@ -167,7 +173,18 @@ class _Files:
 
 def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), firsts=("summary", "metadata")) -> None:
     """The profile's `arrays` as `<key>-NNNN.parquet` files and the first record of each of `firsts`
-    as `<key>.parquet`, in one pass over the file (see the module docstring)."""
+    as `<key>.parquet`, in one pass over the file (see the module docstring). A damaged file is one
+    sentence naming it, whichever decoder found the damage."""
+    try:
+        _write_tables(path, out_dir, arrays, firsts)
+    except (ValueError, UnicodeDecodeError, RecursionError, pa.ArrowException) as e:
+        raise UserError(
+            f"{path} is not a readable legacy profile ({type(e).__name__}: {str(e).splitlines()[0][:100]}); "
+            "view the profile again."
+        ) from None
+
+
+def _write_tables(path: Path, out_dir: Path, arrays, firsts) -> None:
     import duckdb
     import pyarrow.parquet as pq
 
@@ -206,6 +223,20 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
             pq.write_table(batch_table([record]), out_dir / f"{key}.parquet")
 
 
+@contextmanager
+def _readable(path: Path, what: str):
+    """What the streaming JSON decoders (ijson, json) raise on a damaged file, as one sentence."""
+    import ijson
+
+    try:
+        yield
+    except (ijson.JSONError, UnicodeDecodeError, RecursionError, ValueError) as e:
+        said = str(e).splitlines()[0][:80] if str(e) else ""
+        raise UserError(
+            f"{path}: its {what} is not readable JSON ({type(e).__name__}: {said}); view the profile again."
+        ) from None
+
+
 def array_to_parquet(path: Path, key: str, out_dir: Path) -> list[Path]:
     """Stream the top-level array `key` of a legacy profile JSON into Parquet files in out_dir;
     returns the files written (none when the array is absent or empty)."""
@@ -226,7 +257,7 @@ def array_to_parquet(path: Path, key: str, out_dir: Path) -> list[Path]:
         writer.write_table(table)
 
     batch: list[dict] = []
-    with open(path, "rb") as handle:
+    with _readable(path, key), open(path, "rb") as handle:
         for record in ijson.items(handle, f"{key}.item", use_float=True):
             batch.append(record if isinstance(record, dict) else {"value": record})
             if len(batch) >= BATCH:
@@ -243,7 +274,7 @@ def first_record(path: Path, key: str) -> dict | None:
     """`key[0]` of a legacy profile JSON (summary, metadata), streamed: the file may be huge."""
     import ijson
 
-    with open(path, "rb") as handle:
+    with _readable(path, key), json_records.open_bytes(path) as handle:
         for record in ijson.items(handle, f"{key}.item", use_float=True):
             return record
     return None
@@ -271,14 +302,14 @@ def small_array(path: Path, key: str) -> list | None:
                     try:
                         value, _ = json.JSONDecoder().raw_decode(text)
                         return value
-                    except json.JSONDecodeError:  # runs past this window: stream it
+                    except (json.JSONDecodeError, RecursionError):  # runs past this window: stream it
                         break
                 at = chunk.find(needle, at + 1)
         handle.seek(0)
         try:
             items = list(ijson.items(handle, f"{key}.item", use_float=True))
-        except ijson.JSONError:  # not a JSON document (summary-json's output starts with log lines)
-            return None
+        except (ijson.JSONError, UnicodeDecodeError, RecursionError):  # not a JSON document (summary-json's
+            return None  # output starts with log lines), or damaged: the array is absent
     return items or None
 
 
@@ -292,6 +323,6 @@ def skipped(path: Path) -> str | None:
     if SKIPPED.encode() not in head:
         return None
     try:
-        return json.loads(Path(path).read_text()).get(SKIPPED)
-    except (ValueError, AttributeError):
+        return str(json.loads(Path(path).read_text()).get(SKIPPED))
+    except (ValueError, AttributeError, RecursionError):
         return None

@@ -10,6 +10,7 @@ without them is refused, never read as a summary whose every metric is null.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from neuronsweep.errors import UserError
@@ -22,6 +23,8 @@ def parse(text: str, source: str = "summary") -> dict:
         raise UserError(f"{source}: no JSON object found; was the view run with --output-format summary-json?")
     try:
         obj = json.loads(text[start:])
+    except RecursionError:
+        raise UserError(f"{source}: values nested deeper than Python can read; not a Neuron summary.") from None
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{source}: the summary JSON is malformed ({exc.msg} at char {start + exc.pos}); rerun the view stage."
@@ -47,6 +50,56 @@ def unwrap(obj, source: str = "summary") -> dict:
     raise UserError(f"{source}: expected a JSON object of summary counters, found {type(obj).__name__}.")
 
 
+INVALID = "neuronsweep_invalid_fields"  # field -> why it was left out (validate)
+
+
+def _rule(field: str) -> tuple[str, float, float] | None:
+    """What a summary field holds, by the Neuron tools' naming: (what, low, high); None: anything."""
+    if field.endswith("_percent"):
+        return "a fraction 0..1", 0.0, 1.0  # the tools write fractions (real inf2 files)
+    if field.endswith(("_time", "_bytes", "_count", "_flops")) or field == "pe_clock_freq":
+        return "a number >= 0", 0.0, math.inf
+    return None
+
+
+def finite_number(value) -> float | None:
+    """A finite number as JSON gives it (a numeric string too); None otherwise (bool, text, list, NaN)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value) if isinstance(value, (int, float, str)) else None
+    except (ValueError, OverflowError):
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def validate(summary: dict, source: str) -> dict:
+    """The summary with every field whose name says what it holds checked (type, finite, range): a
+    field that cannot be true is left out, with why under INVALID; total_time must be a positive
+    number, or the file is refused in one sentence."""
+    clean, invalid = {}, {}
+    for field, value in summary.items():
+        rule = _rule(str(field))
+        if rule is None or value is None:
+            clean[field] = value
+            continue
+        what, low, high = rule
+        number = finite_number(value)
+        if number is None or not low <= number <= high:
+            invalid[field] = f"the summary's {field} is {json.dumps(value)[:60]}, not {what}: left out"
+        else:
+            clean[field] = int(number) if isinstance(value, int) and not isinstance(value, bool) else number
+    total = clean.get("total_time")
+    if "total_time" in invalid or (total is not None and total <= 0):
+        raise UserError(
+            f"{source}: total_time is {json.dumps(summary.get('total_time'))[:60]}, not a time above 0 s; "
+            "the profile is damaged or not a Neuron summary (view the capture again)."
+        )
+    if invalid:
+        clean[INVALID] = invalid
+    return clean
+
+
 def load(path: str | Path) -> dict:
     """The summary counters of any summary file: raw or unwrapped summary-json, or a legacy full
     profile (streamed when large); refuses a file that holds no summary times."""
@@ -59,6 +112,8 @@ def load(path: str | Path) -> dict:
         summary = first_record(path, "summary") or {}
     else:
         summary = parse(path.read_text(errors="replace"), str(path))
+    if not isinstance(summary, dict):
+        raise UserError(f"{path}: its summary is a {type(summary).__name__}, not an object of counters.")
     missing = [k for k in REQUIRED if summary.get(k) is None]
     if missing:
         raise UserError(
@@ -66,4 +121,4 @@ def load(path: str | Path) -> dict:
             "summary.json, the output of `view --output-format summary-json`, or a legacy "
             "`--output-format json` profile."
         )
-    return summary
+    return validate(summary, str(path))

@@ -200,7 +200,35 @@ E_CAT_IIDS, E_ANNOTATIONS, E_TYPE, E_NAME_IID, E_TRACK, E_CATS, E_NAME, E_COUNTE
 )
 E_LEGACY_TIMESTAMPS = (1, 16)
 E_FLOW_IDS, E_TERMINATING_FLOW_IDS, E_FLOW_IDS_OLD, E_TERMINATING_FLOW_IDS_OLD = 47, 48, 36, 42
+V, L, F64 = protoscan.VARINT, protoscan.LEN, protoscan.I64
+# the wire types of the fields read (perfetto_trace.proto): any other is a damaged or foreign message
+PACKET_WIRES = {
+    P_TIMESTAMP: {V},
+    P_SEQ: {V},
+    P_EVENT: {L},
+    P_INTERNED: {L},
+    P_FLAGS: {V},
+    P_DEFAULTS: {L},
+    P_TRACK: {L},
+}
+EVENT_WIRES = {
+    E_CAT_IIDS: {V, L},
+    E_ANNOTATIONS: {L},
+    E_TYPE: {V},
+    E_NAME_IID: {V},
+    E_TRACK: {V},
+    E_CATS: {L},
+    E_NAME: {L},
+    E_COUNTER: {V},
+    E_DOUBLE_COUNTER: {F64},
+    E_FLOW_IDS: {F64},
+    E_TERMINATING_FLOW_IDS: {F64},
+    E_FLOW_IDS_OLD: {V},
+    E_TERMINATING_FLOW_IDS_OLD: {V},
+}
 A_NAME_IID, A_BOOL, A_UINT, A_INT, A_DOUBLE, A_STRING, A_NAME = 1, 2, 3, 4, 5, 6, 10
+ANNOTATION_WIRES = {A_NAME_IID: {V}, A_BOOL: {V}, A_UINT: {V}, A_INT: {V}, A_DOUBLE: {F64}, A_STRING: {L}, A_NAME: {L}}
+INT64_MAX = 2**63 - 1
 
 
 @dataclass
@@ -231,10 +259,21 @@ class _Reader:
     def fail(self, what: str):
         raise UserError(f"{self.path}: {what}")
 
+    def wires(self, fields: protoscan.Fields, expected: dict, what: str) -> None:
+        """Refuse a field read here written with another wire type (its value would be misread)."""
+        for num, wires in expected.items():
+            bad = (fields.num == num) & ~np.isin(fields.wire, list(wires))
+            if bad.any():
+                self.fail(
+                    f"field {num} of a {what} has wire type {int(fields.wire[bad][0])}, not "
+                    f"{' or '.join(map(str, sorted(wires)))}: not a Perfetto trace this reader can trust; recreate it."
+                )
+
     def chunk(self, raw: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
         buf = protoscan.padded(raw)
         n = starts.size
         pf = protoscan.scan(buf, starts, ends)
+        self.wires(pf, PACKET_WIRES, "TracePacket")
         if pf.where(P_COMPRESSED).any():
             self.fail(
                 "compressed packets are not supported by this reader; decompress the trace with trace_processor first."
@@ -242,7 +281,10 @@ class _Reader:
         clock, _ = pf.last(P_CLOCK, n)
         if clock.any():
             self.fail("packets with a non-default clock (timestamp_clock_id) are not supported.")
-        ts = pf.last(P_TIMESTAMP, n, dtype=np.int64)[0]
+        raw_ts = pf.last(P_TIMESTAMP, n)[0]
+        if (raw_ts > np.uint64(INT64_MAX)).any():
+            self.fail(f"a packet's timestamp {int(raw_ts.max())} is past 2^63-1 ns; recreate the trace.")
+        ts = raw_ts.astype(np.int64)
         gen = self._generations(pf.last(P_SEQ, n)[0], pf.last(P_FLAGS, n)[0])
         for i in np.unique(pf.msg[np.isin(pf.num, (P_INTERNED, P_DEFAULTS, P_TRACK))]).tolist():
             self._stateful(TracePacket.FromString(raw[starts[i] : ends[i]]), self.gens[gen[i]], self.packets_seen + i)
@@ -269,14 +311,14 @@ class _Reader:
     def _stateful(self, p: TracePacket, g: _Generation, number: int) -> None:
         """The rare packets decoded whole: interned names, packet defaults, track descriptors."""
         if p.HasField("interned_data"):
-            g.names.update({e.iid: e.name for e in p.interned_data.event_names})
-            g.cats.update({e.iid: e.name for e in p.interned_data.event_categories})
-            g.ann.update({e.iid: e.name for e in p.interned_data.debug_annotation_names})
+            g.names.update({e.iid: _text(e.name) for e in p.interned_data.event_names})
+            g.cats.update({e.iid: _text(e.name) for e in p.interned_data.event_categories})
+            g.ann.update({e.iid: _text(e.name) for e in p.interned_data.debug_annotation_names})
         if p.HasField("trace_packet_defaults") and p.trace_packet_defaults.HasField("track_event_defaults"):
             g.default_track.append((number, p.trace_packet_defaults.track_event_defaults.track_uuid))
         if p.HasField("track_descriptor"):
             td = p.track_descriptor
-            name = td.name or td.static_name or td.thread.thread_name or td.process.process_name
+            name = _text(td.name or td.static_name or td.thread.thread_name or td.process.process_name)
             self.tracks[td.uuid] = Track(
                 uuid=td.uuid,
                 name=name,
@@ -289,6 +331,7 @@ class _Reader:
     def _events(self, buf, raw, packet, at, length, ts, gen) -> None:
         n = packet.size
         ef = protoscan.scan(buf, at, at + length)
+        self.wires(ef, EVENT_WIRES, "TrackEvent")
         if np.isin(ef.num, E_LEGACY_TIMESTAMPS).any():
             self.fail("legacy TrackEvent timestamps are not supported by this reader.")
         kind = ef.last(E_TYPE, n, dtype=np.int64)[0]
@@ -382,8 +425,16 @@ class _Reader:
         paired = np.flatnonzero(closes & follows)
         begins, ends = be[paired - 1], be[paired]
         dur[slice_of[begins] - base] = ev_ts[ends] - ev_ts[begins]
+        if (ev_ts[ends] < ev_ts[begins]).any():
+            j = int(np.flatnonzero(ev_ts[ends] < ev_ts[begins])[0])
+            self.fail(
+                f"a slice END at ts={int(ev_ts[ends[j]])} comes before its BEGIN at ts={int(ev_ts[begins[j]])} "
+                f"on track {int(track[ends[j]])}; recreate the trace."
+            )
         for i in np.flatnonzero(closes & ~follows).tolist():  # ends a slice opened in an earlier chunk
             s = int(stack[e_tk[i], e_level[i] - 1])
+            if int(ev_ts[be[i]]) < sl.ts[s]:
+                self.fail(f"a slice END at ts={int(ev_ts[be[i]])} comes before its BEGIN at ts={sl.ts[s]}.")
             sl.dur[s] = int(ev_ts[be[i]]) - sl.ts[s]
 
         d = np.where(is_b, depth - 1, depth)[opens]  # each new slice's depth: its parent is at level d
@@ -483,6 +534,7 @@ class _Reader:
             return
         m = event.size
         af = protoscan.scan(buf, at, at + length)
+        self.wires(af, ANNOTATION_WIRES, "DebugAnnotation")
         iid, _ = af.last(A_NAME_IID, m)
         inline = af.where(A_NAME, protoscan.LEN)
         inline_names = dict(zip(af.msg[inline].tolist(), protoscan.text(raw, af.at[inline], af.value[inline])))
@@ -506,9 +558,16 @@ class _Reader:
         self.slices.arg_value += values.tolist()
 
 
+def _text(value) -> str:
+    """A string field as text: the protobuf runtime hands over bytes where they are not UTF-8."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def read(path: str | Path) -> DecodedTrace:
     """The trace's tracks, slices (as columns) and counters."""
     data = Path(path).read_bytes()
+    if not data:
+        raise UserError(f"{path}: is empty (0 bytes), not a Perfetto trace; recreate it (rerun the view stage).")
     reader = _Reader(path)
     for start, raw, starts, ends in _chunks(data, path):
         try:

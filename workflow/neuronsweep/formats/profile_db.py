@@ -18,6 +18,7 @@ A run folder (or several workloads) gives the same tables with a leading workloa
 from __future__ import annotations
 
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,6 +44,16 @@ DEFAULT_TRACK_PATTERNS = [
     ("xla_compile", r"(?i)^xla compile"),
     ("cpu_thread", r"(?i)^thread \d+|python"),
 ]
+# columns of the legacy instruction and dma tables that hold integers (ns, bytes) derived tables compute on
+NUMERIC_COLUMNS = (
+    "timestamp",
+    "duration",
+    "evt_wait_time",
+    "transfer_size",
+    "transfer_bytes",
+    "start_ts",
+    "duration_ns",
+)
 VIEW_FILES = ("trace.pftrace", "parquet", "profile.json", "summary.json")
 REGEXP = re.compile(r"([\w.]+)\s+REGEXP\s+('(?:[^']|'')*')", re.IGNORECASE)
 
@@ -221,16 +232,23 @@ class ProfileDB:
         self.con.execute(f"SET temp_directory = '{self._spill.name}'")
         self.patterns = patterns
         self.tables: dict[str, list[str]] = {}  # table -> the per-source relations behind it
+        self.sources: list[str] = []  # what was loaded, for messages
 
-    def _add(self, table: str, workload_id: str, data, materialize: bool = True) -> None:
+    def _add(self, table: str, workload_id: str, data, materialize: bool = True, source=None) -> None:
         """Store `data` (an Arrow table, or a SQL relation text) for one workload under `table`; a
         relation on files (parquet) stays a view unless materialize is asked."""
         part = f"part_{sum(map(len, self.tables.values()))}"  # DuckDB names are case-insensitive
         if isinstance(data, str):
             kind = "TABLE" if materialize else "VIEW"
-            self.con.execute(
-                f'CREATE TEMP {kind} "{part}" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM {data}'
-            )
+            try:
+                self.con.execute(
+                    f'CREATE TEMP {kind} "{part}" AS SELECT {sql_text(workload_id)} AS workload_id, * FROM {data}'
+                )
+            except duckdb.Error as exc:  # a damaged file behind the relation: its footer, its columns
+                raise UserError(
+                    f"{source or data}: not readable as the table {table} ({str(exc).splitlines()[0]}); "
+                    "make it again (rerun the view stage) or remove it."
+                ) from None
         else:
             self.con.register("_incoming", data)
             self.con.execute(
@@ -269,13 +287,15 @@ class ProfileDB:
             self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
         self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
 
-    def _add_json(self, path: Path, workload_id: str, with_summary: bool = True) -> None:
+    def _add_json(self, path: Path, workload_id: str, with_summary: bool = True, alone: bool = False) -> None:
         """A legacy full-profile JSON: instruction and dma streamed into Parquet (legacy_json), and its
-        one-record summary and metadata; parsed once and cached beside it (table_cache)."""
+        one-record summary and metadata; parsed once and cached beside it (table_cache). `alone`: the
+        file is all that was asked for, so one without any of those is refused (in a view folder it may
+        be the marker of a json export the tool could not make)."""
 
         def make(out: Path) -> None:
             legacy_json.write_tables(path, out)
-            if not any(out.iterdir()):
+            if alone and not any(out.iterdir()):
                 raise UserError(
                     f"{path}: neither a Neuron profile (no instruction, dma or summary in it) nor a Chrome "
                     f"trace ({chrome_trace.NOT_A_TRACE}); point `query` at a profile or a trace."
@@ -285,10 +305,32 @@ class ProfileDB:
         for key in ("instruction", "dma"):
             files = sorted(folder.glob(f"{key}-*.parquet"))
             if files:
-                self._add(key, workload_id, read_parquet(files), materialize=False)
+                self._add(key, workload_id, self._numeric(path, key, read_parquet(files)), materialize=False)
         for key in ("summary", "metadata")[0 if with_summary else 1 :]:
             if (folder / f"{key}.parquet").is_file():
                 self._add(key, workload_id, read_parquet([folder / f"{key}.parquet"]), materialize=False)
+
+    def _numeric(self, path: Path, key: str, relation: str) -> str:
+        """`relation` with the times and sizes the derived tables compute on as integers: a column the
+        profile wrote a non-number into became text, and each value that is not a number becomes
+        NULL, counted in one line on stderr (it never fails a query, nor is it read as 0)."""
+        types = dict(
+            self.con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {relation})").fetchall()
+        )
+        text = [c for c in NUMERIC_COLUMNS if types.get(c) == "VARCHAR"]
+        if not text:
+            return relation
+        cast = {c: f'coalesce(TRY_CAST("{c}" AS BIGINT), TRY_CAST(TRY_CAST("{c}" AS DOUBLE) AS BIGINT))' for c in text}
+        for c, expr in cast.items():
+            bad, first = self.con.execute(
+                f'SELECT count(*), any_value("{c}") FROM {relation} WHERE "{c}" IS NOT NULL AND {expr} IS NULL'
+            ).fetchone()
+            if bad:
+                print(
+                    f"{path}: {bad} {key} {c} values are not numbers (first: {first!r}); read as null", file=sys.stderr
+                )
+        replaced = ", ".join(f'{e} AS "{c}"' for c, e in cast.items())
+        return f"(SELECT * REPLACE ({replaced}) FROM {relation})"
 
     def load_view(self, view_dir: Path, workload_id: str) -> None:
         if (view_dir / "trace.pftrace").is_file():
@@ -299,7 +341,7 @@ class ProfileDB:
             for f in sorted(parquet.rglob("*.parquet")):
                 groups.setdefault(re.sub(r"_\d+$", "", f.stem), []).append(str(f))
             for name, files in groups.items():
-                self._add(name, workload_id, read_parquet(files), materialize=False)
+                self._add(name, workload_id, read_parquet(files), materialize=False, source=", ".join(files))
         summary = view_dir / "summary.json"
         if (view_dir / "profile.json").is_file() and not parquet.is_dir():  # parquet is the same data, official
             self._add_json(view_dir / "profile.json", workload_id, with_summary=not summary.is_file())
@@ -309,14 +351,15 @@ class ProfileDB:
     def load(self, path: str | Path) -> ProfileDB:
         """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
         path = Path(path)
+        self.sources.append(str(path))
         if path.is_file() and path.suffix == ".pftrace":
             self._add_pftrace(path, path.stem)
         elif path.is_file() and path.suffix == ".parquet":
-            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, read_parquet([path]), materialize=False)
+            self._add(re.sub(r"_\d+$", "", path.stem), path.stem, read_parquet([path]), materialize=False, source=path)
         elif path.is_file() and path.suffix in (".json", ".gz") and chrome_trace.looks_like(path):
             self._add_chrome(path, path.name.removesuffix(".gz").removesuffix(".json"))
         elif path.is_file() and path.suffix == ".json":
-            self._add_json(path, path.stem)
+            self._add_json(path, path.stem, alone=True)
         elif path.is_dir() and any((path / name).exists() for name in VIEW_FILES):  # a view folder
             self.load_view(path, path.parent.name)
         elif path.is_dir():  # a workload folder, a backend folder, or a run folder
@@ -343,7 +386,8 @@ class ProfileDB:
         """Create the unified views (call once after loading)."""
         for table, parts in self.tables.items():
             union = " UNION ALL BY NAME ".join(f'SELECT * FROM "{p}"' for p in parts)
-            self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {union}')
+            name = table.replace('"', '""')  # a table named after a file may hold any character
+            self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {union}')
         if "slice" in self.tables:
             self.con.execute(
                 "CREATE OR REPLACE TEMP VIEW thread_track AS SELECT * FROM track WHERE type = 'thread_track'"
@@ -369,5 +413,6 @@ class ProfileDB:
             return self.con.execute(REGEXP.sub(r"regexp_matches(\1, \2)", text))
         except duckdb.Error as exc:
             raise UserError(
-                f"query failed: {str(exc).splitlines()[0]}; tables here: {', '.join(sorted(self.tables))}."
+                f"query over {', '.join(self.sources) or 'nothing'} failed: {str(exc).splitlines()[0]}; "
+                f"tables here: {', '.join(sorted(self.tables))}."
             ) from None

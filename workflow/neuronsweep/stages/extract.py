@@ -6,6 +6,8 @@ Neuron summary `*_percent` fields are fractions 0..1; they become `_pct` (0..100
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -108,6 +110,10 @@ def compute(
     m["single_io"] = capture.single_io if capture else None
     if m["single_io"] is None:
         notes["single_io"] = "only neuron captures have a --single-io mode"
+    for key, value in m.items():  # a number that cannot be true is never written (NaN is not even JSON)
+        if isinstance(value, float) and not math.isfinite(value):
+            m[key] = None
+            notes[key] = f"came out {value} from the inputs; left null"
     m["spec"] = spec
     m["notes"] = notes
     return m
@@ -120,7 +126,8 @@ def _profile_counters(m: dict, summary: dict, backend: str, notes: dict) -> None
             value = summary.get(field)
             m[key] = None if value is None else value * scale
             if value is None:
-                why = BACKENDS[backend].device_counters_missing if device_only else None
+                why = summary.get(neuron_summary.INVALID, {}).get(field)
+                why = why or (BACKENDS[backend].device_counters_missing if device_only else None)
                 notes[key] = why or f"the {backend} profile summary has no '{field}' field"
 
 
@@ -314,15 +321,25 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
             notes[key] = BACKENDS[backend].device_counters_missing
         return out
     usage = usage or {}
-    rows = usage.get("nc_mem_usage")
+    rows = [r for r in usage.get("nc_mem_usage") or () if isinstance(r, dict)]
     for key, types in HBM_USAGE.items():
-        found = [r.get("amount_bytes") for r in rows or () if r.get("usage_type") in types]
-        out[key] = sum(found) if found else None
+        found = [r.get("amount_bytes") for r in rows if r.get("usage_type") in types]
+        amounts = [neuron_summary.finite_number(a) for a in found]
+        if found and any(a is None or a < 0 for a in amounts):
+            out[key] = None
+            notes[key] = f"the legacy profile's nc_mem_usage amounts {json.dumps(found)[:80]} are not all bytes >= 0"
+            continue
+        out[key] = sum(amounts) if found else None
         if not found:
             notes[key] = f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE
-    series = usage.get("instruction_usage")
+    series = [r for r in usage.get("instruction_usage") or () if isinstance(r, dict)]
     for key, kind in (("sbuf_peak_usage_pct", "sb"), ("psum_peak_usage_pct", "psum")):
-        values = [r["usage_avg"] for r in series or () if r.get("type") == kind and r.get("usage_avg") is not None]
+        raw = [r.get("usage_avg") for r in series if r.get("type") == kind and r.get("usage_avg") is not None]
+        values = [neuron_summary.finite_number(v) for v in raw]
+        if any(v is None or not 0 <= v <= 1 for v in values):
+            out[key] = None
+            notes[key] = f"the legacy profile's instruction_usage {kind} values are not all fractions 0..1"
+            continue
         out[key] = 100.0 * max(values) if values else None
         if not values:
             notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_USAGE
@@ -662,12 +679,7 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
     with open(summary_json, "rb") as handle:
         if not handle.read(64).lstrip().startswith(b"{"):  # raw summary-json starts with log lines
             return None
-    import ijson
-
-    try:
-        return legacy_json.first_record(summary_json, "metadata")
-    except ijson.JSONError:
-        return None
+    return legacy_json.first_record(summary_json, "metadata")  # a damaged file: one sentence naming it
 
 
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")

@@ -1,0 +1,255 @@
+"""A seeded mutation corpus of real profiles (tests/data) through every reader: each damaged file is
+read correctly or refused in one sentence naming it; never a traceback, a hang, a file left behind
+or a number that cannot be true."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+
+from neuronsweep.errors import UserError
+
+CASES = int(os.environ.get("FUZZ_CASES", 150))  # mutations per format; 1500 found nothing more on 2026-11-24
+HOSTILE = [
+    b"NaN",
+    b"-1",
+    b"1e400",
+    b"true",
+    b'"x"',
+    b"[]",
+    b"{}",
+    b"null",
+    b'""',
+    b"-0.5",
+    b"42",
+    b"18446744073709551621",
+]
+NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _legacy(tmp: Path) -> Path:
+    """A small legacy profile cut from a real inf2 one (every top-level key, a few records each)."""
+    whole = json.loads((DATA / "neuron" / "inf2-profiles" / "profile_128x128x136.json").read_text())
+    small = {k: v[:40] if isinstance(v, list) else v for k, v in whole.items()}
+    path = tmp / "legacy.json"
+    path.write_text(json.dumps(small))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, bytes]:
+    import pyarrow.parquet as pq
+
+    from neuronsweep.formats.legacy_json import write_tables
+    from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
+
+    tmp = tmp_path_factory.mktemp("corpus")
+    chrome_to_pftrace(DATA / "chrome" / "eager_backward.json", tmp / "t.pftrace")
+    legacy = _legacy(tmp)
+    (tmp / "tables").mkdir()
+    write_tables(legacy, tmp / "tables")
+    instruction = pq.read_table(next((tmp / "tables").glob("instruction-*.parquet")))
+    pq.write_table(instruction, tmp / "Instruction.parquet")
+    return {
+        "chrome": (DATA / "chrome" / "eager_backward.json").read_bytes(),
+        "legacy": legacy.read_bytes(),
+        "summary": (DATA / "neuron" / "trn1-summary-excerpt.json").read_bytes(),
+        "pftrace": (tmp / "t.pftrace").read_bytes(),
+        "parquet": (tmp / "Instruction.parquet").read_bytes(),
+    }
+
+
+def mutate(data: bytes, rng: random.Random, text: bool) -> bytes:
+    kinds = ["truncate", "flip", "duplicate", "delete"] + (["number", "insert", "deep"] if text else [])
+    kind = rng.choice(kinds)
+    at = rng.randrange(len(data))
+    if kind == "truncate":
+        return data[:at]
+    if kind == "flip":
+        out = bytearray(data)
+        for _ in range(rng.randrange(1, 6)):
+            out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
+        return bytes(out)
+    if kind == "duplicate":
+        return data[:at] + data[at : at + rng.randrange(1, 400)] + data[at:]
+    if kind == "delete":
+        return data[:at] + data[at + rng.randrange(1, 400) :]
+    if kind == "number":  # several numbers become hostile values
+        spots = list(NUMBER.finditer(data))
+        out = data
+        for m in sorted(rng.sample(spots, min(len(spots), rng.randrange(1, 8))), key=lambda m: -m.start()):
+            out = out[: m.start()] + rng.choice(HOSTILE) + out[m.end() :]
+        return out
+    if kind == "insert":
+        return data[:at] + rng.choice([b'"', b",", b"]", b"{", b'"k": ', b"\xff\xfe", b"\x00"]) + data[at:]
+    depth = rng.choice([600, 20_000])  # deep: nested lists where a value was
+    spots = list(NUMBER.finditer(data))
+    m = rng.choice(spots)
+    return data[: m.start()] + b"[" * depth + b"]" * depth + data[m.end() :]
+
+
+def read(fmt: str, path: Path, out: Path):
+    """The reader a user meets for each format: convert, query, extract."""
+    from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
+    from neuronsweep.formats.profile_db import ProfileDB
+    from neuronsweep.stages import extract
+
+    if fmt == "chrome":
+        counts = chrome_to_pftrace(path, out / "t.pftrace")
+        assert all(v >= 0 for v in counts.values() if isinstance(v, int))
+    elif fmt == "summary":
+        values = json.loads((extract.run(path, out / "metrics.json") and (out / "metrics.json")).read_text())
+        for key, value in values.items():
+            if isinstance(value, float):
+                assert math.isfinite(value), key
+                if key.endswith(("_s", "_bytes")):
+                    assert value >= 0, (key, value)
+    elif fmt == "pftrace":
+        db = ProfileDB().load(path)
+        assert db.sql("SELECT count(*) FROM slice WHERE dur < -1 OR ts < 0").fetchone()[0] == 0
+    else:
+        db = ProfileDB().load(path)
+        table = "instruction" if fmt == "legacy" else "Instruction"
+        db.sql(f"SELECT count(*) FROM {table}").fetchall()
+
+
+def _alarm(*_):
+    raise TimeoutError("a reader hung")
+
+
+@pytest.mark.parametrize("fmt", ["chrome", "legacy", "summary", "pftrace", "parquet"])
+def test_damaged_profiles_are_read_or_refused_in_one_sentence(fmt, corpus, tmp_path):
+    rng = random.Random(f"{fmt}-29")
+    suffix = {"chrome": ".json", "legacy": ".json", "summary": ".json", "pftrace": ".pftrace", "parquet": ".parquet"}
+    failures, outcomes = [], set()
+    signal.signal(signal.SIGALRM, _alarm)
+    for i in range(CASES):
+        case = tmp_path / f"case{i}"
+        (case / "out").mkdir(parents=True)
+        path = case / f"{ {'parquet': 'Instruction', 'summary': 'summary'}.get(fmt, 'profile') }{suffix[fmt]}"
+        path.write_bytes(mutate(corpus[fmt], rng, fmt not in ("pftrace", "parquet")))
+        signal.alarm(30)
+        try:
+            read(fmt, path, case / "out")
+            outcomes.add("read")
+        except UserError as e:
+            outcomes.add("refused")
+            said = str(e)
+            if path.name not in said or "\n" in said:
+                failures.append(f"case {i}: {said!r}")
+        except Exception as e:  # noqa: BLE001 - what the test is here to find
+            failures.append(f"case {i}: {type(e).__name__}: {str(e)[:200]}")
+        finally:
+            signal.alarm(0)
+        left = [p.name for p in case.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".trace-events")]
+        if left:
+            failures.append(f"case {i}: left behind {left}")
+    assert not failures, "\n".join(failures)
+    assert outcomes == {"read", "refused"}  # the mutations both keep files readable and break them
+
+
+def _extract(summary: dict | str, tmp: Path):
+    from neuronsweep.stages import extract
+
+    path = tmp / "s.json"
+    path.write_text(summary if isinstance(summary, str) else json.dumps(summary))
+    extract.run(path, tmp / "o" / "metrics.json")
+    return json.loads((tmp / "o" / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("total", ['""', "[1]", "{}", "-0.0018", "0", "true", "NaN", "Infinity", "1e400"])
+def test_a_total_time_that_cannot_be_true_refuses_the_summary(total, tmp_path):
+    with pytest.raises(UserError, match=r"s.json: total_time is .*, not a time above 0 s"):
+        _extract(f'{{"n_1": {{"total_time": {total}}}}}', tmp_path)
+
+
+def test_summary_fields_are_checked_in_one_place_null_with_the_reason(tmp_path):
+    m = _extract(
+        {"n_1": {"total_time": "0.0018", "total_active_time_percent": 42, "hbm_read_bytes": -5, "model_flops": []}},
+        tmp_path,
+    )
+    assert m["profile_total_time_s"] == 0.0018  # a number written as text is still that number
+    assert m["profile_active_pct"] is None and "is 42, not a fraction 0..1" in m["notes"]["profile_active_pct"]
+    assert m["hbm_read_bytes"] is None and "is -5, not a number >= 0" in m["notes"]["hbm_read_bytes"]
+    assert m["profile_flops_tool"] is None and "model_flops is []" in m["notes"]["profile_flops_tool"]
+
+
+def test_damaged_parquet_and_odd_file_names(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    good = tmp_path / 'q"x.parquet'
+    pq.write_table(pa.table({"a": [1, 2]}), good)
+    assert ProfileDB().load(good).sql('SELECT sum(a) FROM "q""x"').fetchone() == (3,)
+    for name, data in (("T.parquet", b"x"), ("E.parquet", b""), ("cut.parquet", good.read_bytes()[:-10])):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(UserError, match=rf"{name}: not readable as the table"):
+            ProfileDB().load(tmp_path / name)
+
+
+def test_a_legacy_column_with_a_non_number_is_read_as_null_and_counted(tmp_path, capfd):
+    """One instruction whose duration is text: the derived tables still compute (on the others)."""
+    from neuronsweep.analysis import derived
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    whole = json.loads((DATA / "neuron" / "inf2-profiles" / "profile_128x128x136.json").read_text())
+    whole["instruction"][3]["duration"] = "abc"
+    (tmp_path / "view").mkdir()
+    (tmp_path / "view" / "profile.json").write_text(json.dumps(whole))
+    db = ProfileDB().load(tmp_path / "view")
+    assert derived.engine_busy(db) is not None
+    assert "1 instruction duration values are not numbers (first: 'abc'); read as null" in capfd.readouterr().err
+
+
+def test_deep_nesting_is_one_sentence_for_every_json_reader(tmp_path):
+    from neuronsweep.formats import neuron_summary
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "legacy.json").write_text(f'{{"instruction": [{{"a": {deep}}}], "summary": [{{"total_time": 1}}]}}')
+    with pytest.raises(UserError, match="legacy.json is not a readable legacy profile .*deeper than 512 levels"):
+        ProfileDB().load(tmp_path / "legacy.json")
+    (tmp_path / "summary.json").write_text(f'{{"n_1": {{"total_time": {deep}}}}}')
+    with pytest.raises(UserError, match="summary.json: values nested deeper than Python can read"):
+        neuron_summary.load(tmp_path / "summary.json")
+
+
+def test_pftrace_that_cannot_be_true_is_refused(tmp_path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    from neuronsweep.formats.pftrace_reader import read
+
+    def trace(*events) -> Path:
+        t = Trace()
+        for ts, kind in events:
+            p = t.packet.add(timestamp=ts, trusted_packet_sequence_id=1)
+            p.track_event.type, p.track_event.track_uuid = kind, 1
+            if kind == TrackEvent.TYPE_SLICE_BEGIN:
+                p.track_event.name = "s"
+        path = tmp_path / "t.pftrace"
+        path.write_bytes(t.SerializeToString())
+        return path
+
+    with pytest.raises(UserError, match="t.pftrace: a slice END at ts=1000 comes before its BEGIN at ts=5000"):
+        read(trace((5000, TrackEvent.TYPE_SLICE_BEGIN), (1000, TrackEvent.TYPE_SLICE_END)))
+    with pytest.raises(UserError, match="timestamp 9223372036854775813 is past 2"):
+        read(trace((2**63 + 5, TrackEvent.TYPE_INSTANT)))
+    (tmp_path / "empty.pftrace").write_bytes(b"")
+    with pytest.raises(UserError, match="empty.pftrace: is empty"):
+        read(tmp_path / "empty.pftrace")
+    # field 9 (the event's type) written as a length-delimited field: misread before, refused now
+    event = bytes([9 << 3 | 2, 1, 0x41, 11 << 3 | 0, 1])
+    packet = bytes([8 << 3, 5, 10 << 3, 1, 11 << 3 | 2, len(event)]) + event
+    (tmp_path / "wire.pftrace").write_bytes(bytes([0x0A, len(packet)]) + packet)
+    with pytest.raises(UserError, match="wire.pftrace: field 9 of a TrackEvent has wire type 2, not 0"):
+        read(tmp_path / "wire.pftrace")
