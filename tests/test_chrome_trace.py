@@ -111,48 +111,26 @@ def test_every_stamp_count_and_duration_survives_to_the_nanosecond(trace, gz, tm
     assert "not_converted" not in counts
 
 
+def convert(tmp: Path, name: str, events: list[str]) -> tuple[dict, ProfileDB]:
+    counts = chrome_to_pftrace(write(tmp / f"{name}.json", events), tmp / f"{name}.pftrace")
+    return counts, tables(tmp / f"{name}.pftrace")
+
+
 def test_the_reproductions_of_the_issue(tmp_path):
     """Epoch stamps keep their nanoseconds; back-to-back slices stay siblings whole; slices that
     overlap on one thread keep their whole duration on a track beside it, counted."""
-    write(tmp_path / "a.json", ['{"ph":"X","name":"e","pid":1,"tid":1,"ts":1666149715033200,"dur":10}'])
-    chrome_to_pftrace(tmp_path / "a.json", tmp_path / "a.pftrace")
-    assert tables(tmp_path / "a.pftrace").sql("SELECT ts, dur FROM slice").fetchall() == [(1666149715033200000, 10000)]
-
-    write(
-        tmp_path / "b.json",
-        [
-            '{"ph":"X","name":"a","pid":1,"tid":1,"ts":1712183498123456.1,"dur":0.1}',
-            '{"ph":"X","name":"b","pid":1,"tid":1,"ts":1712183498123456.2,"dur":0.1}',
-        ],
-    )
-    chrome_to_pftrace(tmp_path / "b.json", tmp_path / "b.pftrace")
-    rows = tables(tmp_path / "b.pftrace").sql("SELECT name, ts, dur, depth FROM slice ORDER BY ts").fetchall()
+    _, db = convert(tmp_path, "a", ['{"ph":"X","name":"e","pid":1,"tid":1,"ts":1666149715033200,"dur":10}'])
+    assert db.sql("SELECT ts, dur FROM slice").fetchall() == [(1666149715033200000, 10000)]
+    x = '{{"ph":"X","name":"{}","pid":1,"tid":1,"ts":{},"dur":{}}}'.format
+    _, db = convert(tmp_path, "b", [x("a", "1712183498123456.1", "0.1"), x("b", "1712183498123456.2", "0.1")])
+    rows = db.sql("SELECT name, ts, dur, depth FROM slice ORDER BY ts").fetchall()
     assert rows == [("a", 1712183498123456100, 100, 0), ("b", 1712183498123456200, 100, 0)]
-
-    write(
-        tmp_path / "c.json",
-        [
-            '{"ph":"X","name":"A","pid":1,"tid":1,"ts":1679055439000001,"dur":10}',
-            '{"ph":"X","name":"B","pid":1,"tid":1,"ts":1679055439000011,"dur":1000000}',
-        ],
-    )
-    chrome_to_pftrace(tmp_path / "c.json", tmp_path / "c.pftrace")
-    rows = tables(tmp_path / "c.pftrace").sql("SELECT name, dur, depth, track_id FROM slice ORDER BY ts").fetchall()
+    _, db = convert(tmp_path, "c", [x("A", 1679055439000001, 10), x("B", 1679055439000011, 1000000)])
+    rows = db.sql("SELECT name, dur, depth, track_id FROM slice ORDER BY ts").fetchall()
     assert rows == [("A", 10_000, 0, 1), ("B", 1_000_000_000, 0, 1)]  # siblings, B whole
-
-    write(
-        tmp_path / "d.json",
-        [
-            '{"ph":"X","name":"collective","pid":1,"tid":1,"ts":1679055439000000,"dur":500}',
-            '{"ph":"X","name":"frame","pid":1,"tid":1,"ts":1679055438999900,"dur":300}',
-        ],
-    )
-    counts = chrome_to_pftrace(tmp_path / "d.json", tmp_path / "d.pftrace")
-    db = tables(tmp_path / "d.pftrace")
-    rows = db.sql(
-        "SELECT s.name, s.dur, t.name FROM slice s JOIN track t ON s.track_id = t.id ORDER BY s.ts"
-    ).fetchall()
-    assert rows == [("frame", 300_000, "1/1"), ("collective", 500_000, "1/1 (overlapping 1)")]
+    counts, db = convert(tmp_path, "d", [x("collective", 1679055439000000, 500), x("frame", 1679055438999900, 300)])
+    rows = db.sql("SELECT s.name, s.dur, t.name FROM slice s JOIN track t ON s.track_id = t.id ORDER BY s.ts")
+    assert rows.fetchall() == [("frame", 300_000, "1/1"), ("collective", 500_000, "1/1 (overlapping 1)")]
     assert counts["overlapping"] == 1
 
 
@@ -253,8 +231,9 @@ def test_hostile_ids_values_and_stamps_are_mapped_or_named(tmp_path, capfd):
         (b'{"schemaVersion": 1}', "no traceEvents and not a JSON array of events"),
         (b"hello", "not JSON (no traceEvents and not a JSON array of events)"),
         (b'{"traceEvents": [{"ph": "X"', "is not a readable Chrome trace (the JSON ends inside"),
-        (gzip.compress(b'{"traceEvents": [{"ph": "X"')[:-5], "is not a readable Chrome trace"),
+        (gzip.compress(b'{"traceEvents": [{"ph": "X"', mtime=0)[:-5], "is not a readable Chrome trace"),
     ],
+    ids=["empty", "blank", "no traceEvents", "not JSON", "cut short", "gzip cut short"],
 )
 def test_what_is_not_a_chrome_trace_is_one_sentence(content, said, tmp_path):
     (tmp_path / "trace.json").write_bytes(content)
@@ -374,3 +353,14 @@ def test_stamps_past_int64_nanoseconds_and_true_are_named_not_wrapped(tmp_path):
     assert rows == [("fine", 9_000_000_000_000_000_000)]
     assert counts["not_converted"]["events whose ts is not a number (or past 2^63 ns)"]["count"] == 2
     assert counts["not_converted"]["complete events whose dur is not a number (or past 2^63 ns)"]["count"] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(ns=st.integers(0, 10**15))
+def test_the_xla_trace_writers_float_stamps_read_back_exactly(ns):
+    """The xla capture writes `(t - first call) / 1000.0` µs (backends/xla_program.py): below 10^15 ns
+    (11 days from the first call) a float's shortest text is the exact 3-decimal value, so the
+    converter's decimal reading gives back every nanosecond."""
+    from neuronsweep.formats.chrome_trace import exact_ns
+
+    assert exact_ns(json.loads(json.dumps(ns / 1000.0), parse_float=Decimal)) == ns

@@ -9,6 +9,7 @@ import math
 import os
 import random
 import re
+import resource
 import signal
 from pathlib import Path
 
@@ -131,6 +132,7 @@ def test_damaged_profiles_are_read_or_refused_in_one_sentence(fmt, corpus, tmp_p
     suffix = {"chrome": ".json", "legacy": ".json", "summary": ".json", "pftrace": ".pftrace", "parquet": ".parquet"}
     failures, outcomes = [], set()
     signal.signal(signal.SIGALRM, _alarm)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for i in range(CASES):
         case = tmp_path / f"case{i}"
         (case / "out").mkdir(parents=True)
@@ -153,6 +155,8 @@ def test_damaged_profiles_are_read_or_refused_in_one_sentence(fmt, corpus, tmp_p
         if left:
             failures.append(f"case {i}: left behind {left}")
     assert not failures, "\n".join(failures)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+    assert grown_mb < 1024, f"a damaged file took {grown_mb:.0f} MB more than the readers' baseline"
     assert outcomes == {"read", "refused"}  # the mutations both keep files readable and break them
 
 
