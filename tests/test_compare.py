@@ -92,3 +92,47 @@ def pytest_approx(x):
     import pytest
 
     return pytest.approx(x, rel=1e-9)
+
+
+def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finished_run, tmp_path):
+    """Every NKI case has only its profiled device time: one execution, no spread. compare judged it on
+    zero noise (any difference 'slower'), the ranking left it unjudged; the one rule (analysis/verdict.py)
+    leaves it unjudged in both, and so does a case with fewer than 3 timed samples."""
+    wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
+    a = _variant(finished_run, tmp_path, "a")
+    b = _variant(finished_run, tmp_path, "b")
+    for folder, factor in ((a, 1.0), (b, 1.3)):
+        summary = pd.read_csv(folder / "summary.csv")
+        row = summary["workload_id"] == wid
+        summary.loc[row, ["latency_median_s", "latency_spread_s"]] = None
+        summary.loc[row, "profile_total_time_s"] = 1e-3 * factor
+        summary.loc[row, "noisy"] = False
+        summary.loc[summary["workload_id"] != wid, "latency_n"] = 2
+        summary.to_csv(folder / "summary.csv", index=False)
+    proc = _compare(a, b, "--out", str(tmp_path / "cmp"), "--fail-on-regression", "1")
+    assert proc.returncode == 0, proc.stdout
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("workload_id")
+    assert table.loc[wid, "verdict"] == "not judged (no spread: a single profiled execution)"
+    assert table.loc[wid, "change_pct"] == pytest_approx(30.0)
+    assert set(table.drop(index=wid)["verdict"]) <= {"not judged (2 samples)", "noisy: not judged"}
+
+    from neuronsweep.analysis import ranking
+
+    rows = pd.DataFrame(
+        {
+            "suite": "matmul",
+            "status": "ok",
+            "m": 1,
+            "k": 1,
+            "n": 1,
+            "flops": 1.0,
+            "latency_median_s": [None, 1e-3, 1e-3],
+            "profile_total_time_s": [2e-3, None, None],
+            "latency_spread_s": [None, 1e-5, 1e-5],
+            "latency_n": [None, 10, 2],
+        }
+    )
+    assert ranking.compare(rows)["significant"].tolist() == [None, False, None]  # 2 samples: not judged
+    rows.loc[2, "latency_n"] = 10
+    rows.loc[2, "latency_median_s"] = 2e-3
+    assert ranking.compare(rows)["significant"].tolist() == [None, False, True]

@@ -4,12 +4,15 @@ much, and whether the difference exceeds the measurement spread (otherwise it is
 Equal work (same FLOPs: dtypes or impls of one shape, loop patterns of one size) compares time;
 different work (tiling offsets, LLM buckets) compares throughput (FLOP/s); collectives compare the
 dtypes of one operation, world and message size. Time is the framework
-median where measured, else the profiled device time; spread is max(IQR, range of round medians).
+median where measured, else the profiled device time; whether a difference is called out is
+analysis/verdict.py's rule, the one `neuronsweep compare` uses.
 """
 
 from __future__ import annotations
 
 import pandas as pd
+
+from neuronsweep.analysis import verdict
 
 GROUPS = {  # suite -> columns that define "comparable"
     "matmul": ["m", "k", "n"],
@@ -21,13 +24,14 @@ GROUPS = {  # suite -> columns that define "comparable"
 }
 
 
-def _time(row) -> tuple[float | None, str | None, float | None]:
+def _time(row) -> tuple[float | None, str | None, float | None, int | None]:
+    """(time, basis, spread, samples): the framework median where measured, else the device time."""
     if pd.notna(row.get("latency_median_s")):
         spread = row.get("latency_spread_s")
-        return row["latency_median_s"], "latency_median_s", spread if pd.notna(spread) else None
+        return row["latency_median_s"], "latency_median_s", spread if pd.notna(spread) else None, row.get("latency_n")
     if pd.notna(row.get("profile_total_time_s")):
-        return row["profile_total_time_s"], "profile_total_time_s", None
-    return None, None, None
+        return row["profile_total_time_s"], "profile_total_time_s", None, None
+    return None, None, None, None
 
 
 def compare(table: pd.DataFrame) -> pd.DataFrame:
@@ -48,13 +52,15 @@ def compare(table: pd.DataFrame) -> pd.DataFrame:
                 continue
             equal_work = grp["flops"].nunique(dropna=False) <= 1  # collectives: no FLOPs, equal bytes
             # cost per unit of work: time (equal work) or time per FLOP (different work)
-            cost = {i: (t if equal_work else t / grp.loc[i, "flops"]) for i, t, _, _ in timed}
-            rel_spread = {i: (s / t if s is not None else None) for i, t, _, s in timed}
+            cost = {i: (t if equal_work else t / grp.loc[i, "flops"]) for i, t, _, _, _ in timed}
+            rel_spread = {i: (s / t if s is not None else None) for i, t, _, s, _ in timed}
+            samples = {i: n for i, _, _, _, n in timed}
             best = min(cost, key=cost.get)
-            for rank, (i, t, basis, _) in enumerate(sorted(timed, key=lambda x: cost[x[0]]), start=1):
+            for rank, (i, t, basis, _, _) in enumerate(sorted(timed, key=lambda x: cost[x[0]]), start=1):
                 ratio = cost[i] / cost[best]
-                spreads = [rel_spread[i], rel_spread[best]]
-                sig = None if None in spreads else bool(ratio - 1 > max(spreads)) if i != best else False
+                # the rule compare uses (analysis/verdict.py), on costs relative to the best
+                said, beyond = verdict.judge(1.0, rel_spread[best], samples[best], ratio, rel_spread[i], samples[i])
+                sig = None if said.startswith("not judged") else beyond
                 out.loc[i, ["group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"]] = [
                     label,
                     t,

@@ -2,9 +2,9 @@
 
 Two finished runs (results/<run> folders) are matched by workload id. For each workload measured in
 both: the time of A and B on the same basis (framework median where both have it, else the profiled
-device time), their ratio, and whether the difference is beyond both runs' measured spread (the
-larger of the two: max(IQR, range of round medians), as inside one run); a case flagged noisy in
-either run is shown but not judged. Every other numeric metric that changed by more than the timing
+device time), their ratio, and the verdict of analysis/verdict.py, the rule the within-run ranking
+uses too: beyond the larger measured spread, or not judged (noisy, a device time with no spread, too
+few samples). Every other numeric metric that changed by more than the timing
 noise (or at all, where both runs agree exactly) is listed too. The toolchain versions and the config
 differences of A and B come first, so "SDK 2.27 vs 2.28" or "optlevel 2 vs 3" is visible before any
 number. Times are compared only when both runs used the same backend.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from neuronsweep.analysis import verdict
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
 from neuronsweep.report.page import page
@@ -104,10 +105,6 @@ def _basis(ra, rb) -> str | None:
     return None
 
 
-def _spread(row, basis: str) -> float:
-    return (_num(row.get("latency_spread_s")) or 0.0) if basis == "latency_median_s" else 0.0
-
-
 def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per workload, one row per changed metric)."""
     rows, changes = [], []
@@ -133,20 +130,13 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
             rows.append(row)
             continue
         ta, tb = _num(ra[basis]), _num(rb[basis])
-        noise = max(_spread(ra, basis), _spread(rb, basis))
-        noisy = bool(
-            ra.get("noisy") is True
-            or str(ra.get("noisy")) == "True"
-            or rb.get("noisy") is True
-            or str(rb.get("noisy")) == "True"
-        )
-        beyond = abs(tb - ta) > noise
+        timed = basis == "latency_median_s"  # a profiled device time has no spread: never judged
+        sa, sb = (_num(r.get("latency_spread_s")) if timed else None for r in (ra, rb))
+        na, nb = (r.get("latency_n") if timed else None for r in (ra, rb))
+        noisy = verdict.flag(ra.get("noisy")) or verdict.flag(rb.get("noisy"))
+        judged, beyond = verdict.judge(ta, sa, na, tb, sb, nb, noisy)
+        noise = max(sa, sb) if sa is not None and sb is not None else None
         change = (tb / ta - 1) * 100 if ta else None
-        verdict = (
-            "noisy: not judged"
-            if noisy
-            else ("unchanged (within noise)" if not beyond else "slower" if tb > ta else "faster")
-        )
         row.update(
             basis=basis,
             time_a_s=ta,
@@ -154,8 +144,8 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
             ratio_b_over_a=tb / ta if ta else None,
             change_pct=change,
             noise_s=noise,
-            beyond_noise=beyond and not noisy,
-            verdict=verdict,
+            beyond_noise=beyond,
+            verdict=judged,
         )
         rows.append(row)
         rel_noise = max(_num(ra.get("latency_rel_spread")) or 0.0, _num(rb.get("latency_rel_spread")) or 0.0)
