@@ -364,3 +364,21 @@ def test_the_xla_trace_writers_float_stamps_read_back_exactly(ns):
     from neuronsweep.formats.chrome_trace import exact_ns
 
     assert exact_ns(json.loads(json.dumps(ns / 1000.0), parse_float=Decimal)) == ns
+
+
+def test_the_report_lists_cases_whose_trace_was_not_drawn_as_recorded(tmp_path):
+    from neuronsweep.stages.report import _conversion
+
+    (tmp_path / "w1" / "view").mkdir(parents=True)
+    (tmp_path / "w2" / "view").mkdir(parents=True)
+    negative = {"complete events with a negative duration": {"count": 1, "first": "'x' at ts 5"}}
+    counts = {"slices": 5, "overlapping": 2, "not_converted": negative}
+    (tmp_path / "w1" / "view" / "view.json").write_text(json.dumps({"pftrace_counts": counts}))
+    (tmp_path / "w2" / "view" / "view.json").write_text(json.dumps({"pftrace_counts": {"slices": 5}}))
+    assert _conversion(tmp_path, ["w1", "w2", "w3"]).to_dict("records") == [
+        {
+            "workload_id": "w1",
+            "slices beside their thread": 2,
+            "not converted": "1 complete events with a negative duration (first: 'x' at ts 5)",
+        }
+    ]
