@@ -382,3 +382,14 @@ def test_the_report_lists_cases_whose_trace_was_not_drawn_as_recorded(tmp_path):
             "not converted": "1 complete events with a negative duration (first: 'x' at ts 5)",
         }
     ]
+
+
+def test_flow_events_with_no_slice_to_bind_to_are_named(tmp_path):
+    events = [
+        '{"ph":"X","name":"a","pid":1,"tid":1,"ts":0,"dur":5}',
+        '{"ph":"f","id":1,"cat":"c","name":"f","pid":1,"tid":1,"ts":7}',  # no slice begins after it
+        '{"ph":"s","id":2,"cat":"c","name":"s","pid":1,"tid":2,"ts":9}',  # no slice open on its thread
+    ]
+    counts, db = convert(tmp_path, "t", events)
+    assert counts["not_converted"] == {"flow events with no slice to bind to": {"count": 2, "first": "at ts 7"}}
+    assert counts["flows"] == 0 and db.sql("SELECT count(*) FROM flow").fetchone() == (0,)

@@ -62,6 +62,7 @@ CLEARED = bytes([TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEE
 # ------------------------------------------------------------------------------------ the trace
 
 NEVER = 2**63 - 1  # the end of a slice that does not end (a B never closed)
+UNBOUND = "flow events with no slice to bind to"
 SYNTHETIC_ID = 1 << 30  # ids given to pids and tids Perfetto cannot hold count up from here
 PID_RANGE, TID_RANGE = (-(2**31), 2**31), (-(2**63), 2**63)  # ProcessDescriptor.pid int32; ThreadDescriptor.tid int64
 
@@ -171,7 +172,7 @@ class _Lanes:
     def __init__(self):
         self.stacks: list[list[tuple]] = [[]]
         self.track = None
-        self.pending: list[int] = []  # flow events waiting for the next slice on self.track
+        self.pending: list[tuple[int, int]] = []  # (seq, ts) of flow events waiting for the next slice
         self.bound: list[tuple[int, int]] = []  # (flow event seq, slice seq)
         self.unbound: list[tuple[int, int]] = []  # (flow event seq, ts)
 
@@ -217,14 +218,14 @@ class _Lanes:
             start=lo,
         ):
             if trk != current:
-                self.unbound += [(p, b) for p in pending]
+                self.unbound += pending
                 pending, stacks, current = [], [[]], trk
             if c == self.SLICE:
-                self.bound += [(p, s) for p in pending]
+                self.bound += [(p, s) for p, _ in pending]
                 pending = []
                 lane_out[i] = _place(stacks, (f, s, b))
             elif c == self.NEXT:
-                pending.append(s)
+                pending.append((s, b))
             else:
                 innermost = None
                 for stack in stacks:
@@ -239,7 +240,7 @@ class _Lanes:
         self.stacks, self.track, self.pending = stacks, current, pending
 
     def finish(self) -> None:
-        self.unbound += [(p, 0) for p in self.pending]
+        self.unbound += self.pending
         self.pending = []
 
 
@@ -343,7 +344,7 @@ def _flows(events: chrome_trace.Events, lanes: _Lanes) -> None:
     db.execute("CREATE OR REPLACE TABLE flows (seq BIGINT, flows UBIGINT[])")
     if lanes.unbound:
         ts = lanes.unbound[0][1]
-        events.problem("flow events with no slice to bind to", f"at ts {chrome_trace.us_text(ts)}", len(lanes.unbound))
+        events.problem(UNBOUND, f"at ts {chrome_trace.us_text(ts)}", len(lanes.unbound))
     if not lanes.bound:
         events.counts["flows"] = 0
         return
@@ -517,6 +518,7 @@ def write(events: chrome_trace.Events, out: str | Path) -> dict:
 
 def _write(events: chrome_trace.Events, path: Path) -> None:
     events.counts.pop("overlapping", None)  # counted again on a second try
+    events.problems.pop(UNBOUND, None)
     with open(path, "wb", buffering=1 << 20) as handle:
         _nest(events)
         uuids, kept = _Tracks(handle).of_keys(events)
