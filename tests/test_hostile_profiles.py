@@ -257,3 +257,14 @@ def test_pftrace_that_cannot_be_true_is_refused(tmp_path):
     (tmp_path / "wire.pftrace").write_bytes(bytes([0x0A, len(packet)]) + packet)
     with pytest.raises(UserError, match="wire.pftrace: field 9 of a TrackEvent has wire type 2, not 0"):
         read(tmp_path / "wire.pftrace")
+
+
+def test_device_metadata_gives_peaks_only_from_numbers_above_zero():
+    from neuronsweep.analysis.roofline import metadata_peaks
+    from neuronsweep.formats.neuron_summary import metadata
+
+    real = json.loads((DATA / "neuron" / "inf2-profiles" / "profile_128x128x136.json").read_text())["metadata"][0]
+    assert metadata_peaks(metadata(real))["bf16_flops_per_s"] == pytest.approx(91.7504e12)  # the tool's own peak
+    for bad in ("fast", "", [2.8], -2.8, 0, float("nan"), True):
+        assert metadata_peaks(metadata({**real, "pe_clock_freq": bad})) is None, bad
+    assert metadata_peaks(metadata({**real, "pe_clock_freq": "2.8"}))["bf16_flops_per_s"] == pytest.approx(91.7504e12)

@@ -354,7 +354,7 @@ class Events:
             pid = _hashable(e.get("pid"))
             if k == COUNTER:
                 for series, v in sorted((e.get("args") or {}).items()) if isinstance(e.get("args"), dict) else ():
-                    number = _number(v)
+                    number = json_records.finite_number(v)
                     if number is None:
                         self.problem("counter values that are not numbers", f"{label}.{series} = {v!r}")
                         continue
@@ -568,19 +568,6 @@ class Events:
 def _hashable(value):
     """A JSON value usable in a track key (lists and objects as their JSON text)."""
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
-
-
-def _number(v) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(Decimal(v.strip()))
-        except (InvalidOperation, ValueError):
-            return None
-    return None
 
 
 def _flow_id(e: dict) -> tuple:

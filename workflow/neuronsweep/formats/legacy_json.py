@@ -323,6 +323,7 @@ def skipped(path: Path) -> str | None:
     if SKIPPED.encode() not in head:
         return None
     try:
-        return str(json.loads(Path(path).read_text()).get(SKIPPED))
+        why = json.loads(Path(path).read_text()).get(SKIPPED)
     except (ValueError, AttributeError, RecursionError):
         return None
+    return why if isinstance(why, str) else None

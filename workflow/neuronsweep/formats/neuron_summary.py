@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from neuronsweep.errors import UserError
+from neuronsweep.formats import json_records
 from neuronsweep.formats.legacy_json import first_record
 
 
@@ -56,21 +57,10 @@ INVALID = "neuronsweep_invalid_fields"  # field -> why it was left out (validate
 def _rule(field: str) -> tuple[str, float, float] | None:
     """What a summary field holds, by the Neuron tools' naming: (what, low, high); None: anything."""
     if field.endswith("_percent"):
-        return "a fraction 0..1", 0.0, 1.0  # the tools write fractions (real inf2 files)
+        return "a fraction 0..1", 0.0, 1.0 + 1e-9  # the tools write fractions (real inf2 files); rounding
     if field.endswith(("_time", "_bytes", "_count", "_flops")) or field == "pe_clock_freq":
         return "a number >= 0", 0.0, math.inf
     return None
-
-
-def finite_number(value) -> float | None:
-    """A finite number as JSON gives it (a numeric string too); None otherwise (bool, text, list, NaN)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value) if isinstance(value, (int, float, str)) else None
-    except (ValueError, OverflowError):
-        return None
-    return number if number is not None and math.isfinite(number) else None
 
 
 def validate(summary: dict, source: str) -> dict:
@@ -84,7 +74,7 @@ def validate(summary: dict, source: str) -> dict:
             clean[field] = value
             continue
         what, low, high = rule
-        number = finite_number(value)
+        number = json_records.finite_number(value)
         if number is None or not low <= number <= high:
             invalid[field] = f"the summary's {field} is {json.dumps(value)[:60]}, not {what}: left out"
         else:
@@ -97,6 +87,31 @@ def validate(summary: dict, source: str) -> dict:
         )
     if invalid:
         clean[INVALID] = invalid
+    return clean
+
+
+PEAK_FIELDS = (  # the device metadata the roofline's peaks come from (analysis/roofline.metadata_peaks)
+    "pe_num_rows",
+    "pe_num_cols",
+    "pe_clock_freq",
+    "tensor_engine_num_rows",
+    "tensor_engine_num_cols",
+    "tensor_engine_clock_freq",
+    "hbm_ddr_bandwidth",
+    "num_physical_cores",
+)
+
+
+def metadata(meta: dict | None) -> dict | None:
+    """The profile's device metadata with each peak field a number above 0 or left out (a damaged
+    file never gives a peak: the target's table does, with its source)."""
+    if not meta:
+        return meta
+    clean = {k: v for k, v in meta.items() if k not in PEAK_FIELDS}
+    for field in PEAK_FIELDS:
+        number = json_records.finite_number(meta.get(field))
+        if number is not None and number > 0:
+            clean[field] = int(number) if number.is_integer() and not isinstance(meta[field], float) else number
     return clean
 
 

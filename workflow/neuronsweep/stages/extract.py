@@ -16,7 +16,7 @@ from neuronsweep.analysis import derived, roofline
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
-from neuronsweep.formats import legacy_json, neuron_summary, profile_schema
+from neuronsweep.formats import json_records, legacy_json, neuron_summary, profile_schema
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 from neuronsweep.host.targets import TARGETS, target_family
 from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
@@ -324,7 +324,7 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
     rows = [r for r in usage.get("nc_mem_usage") or () if isinstance(r, dict)]
     for key, types in HBM_USAGE.items():
         found = [r.get("amount_bytes") for r in rows if r.get("usage_type") in types]
-        amounts = [neuron_summary.finite_number(a) for a in found]
+        amounts = [json_records.finite_number(a) for a in found]
         if found and any(a is None or a < 0 for a in amounts):
             out[key] = None
             notes[key] = f"the legacy profile's nc_mem_usage amounts {json.dumps(found)[:80]} are not all bytes >= 0"
@@ -335,7 +335,7 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
     series = [r for r in usage.get("instruction_usage") or () if isinstance(r, dict)]
     for key, kind in (("sbuf_peak_usage_pct", "sb"), ("psum_peak_usage_pct", "psum")):
         raw = [r.get("usage_avg") for r in series if r.get("type") == kind and r.get("usage_avg") is not None]
-        values = [neuron_summary.finite_number(v) for v in raw]
+        values = [json_records.finite_number(v) for v in raw]
         if any(v is None or not 0 <= v <= 1 for v in values):
             out[key] = None
             notes[key] = f"the legacy profile's instruction_usage {kind} values are not all fractions 0..1"
@@ -675,11 +675,11 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
         cursor = db.con.execute("SELECT * FROM metadata LIMIT 1")
         names = [d[0] for d in cursor.description]
         row = cursor.fetchone()
-        return {k: v for k, v in zip(names, row) if k != "workload_id"} if row else None
+        return neuron_summary.metadata({k: v for k, v in zip(names, row) if k != "workload_id"}) if row else None
     with open(summary_json, "rb") as handle:
         if not handle.read(64).lstrip().startswith(b"{"):  # raw summary-json starts with log lines
             return None
-    return legacy_json.first_record(summary_json, "metadata")  # a damaged file: one sentence naming it
+    return neuron_summary.metadata(legacy_json.first_record(summary_json, "metadata"))  # damaged: one sentence
 
 
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
