@@ -1,11 +1,13 @@
 """Comparisons inside each suite: who is fastest among scenarios that do comparable work, by how
-much, and whether the difference exceeds the measurement spread (otherwise it is not called out).
+much, and whether the difference is beyond the noise of the timed samples (otherwise it is not called
+out).
 
 Equal work (same FLOPs: dtypes or impls of one shape, loop patterns of one size) compares time;
 different work (tiling offsets, LLM buckets) compares throughput (FLOP/s); collectives compare the
 dtypes of one operation, world and message size. Time is the framework
 median where measured, else the profiled device time; whether a difference is called out is
-analysis/verdict.py's rule, the one `neuronsweep compare` uses.
+analysis/verdict.py's rule (rank test on the samples, Holm over the group, a minimum effect), the one
+`neuronsweep compare` uses.
 """
 
 from __future__ import annotations
@@ -24,18 +26,25 @@ GROUPS = {  # suite -> columns that define "comparable"
 }
 
 
-def _time(row) -> tuple[float | None, str | None, float | None, int | None]:
-    """(time, basis, spread, samples): the framework median where measured, else the device time."""
+def _time(row) -> tuple[float | None, str | None]:
+    """(time, basis): the framework median where measured, else the device time."""
     if pd.notna(row.get("latency_median_s")):
-        spread = row.get("latency_spread_s")
-        return row["latency_median_s"], "latency_median_s", spread if pd.notna(spread) else None, row.get("latency_n")
+        return row["latency_median_s"], "latency_median_s"
     if pd.notna(row.get("profile_total_time_s")):
-        return row["profile_total_time_s"], "profile_total_time_s", None, None
-    return None, None, None, None
+        return row["profile_total_time_s"], "profile_total_time_s"
+    return None, None
 
 
-def compare(table: pd.DataFrame) -> pd.DataFrame:
-    """Adds group, time_s, time_basis, rank_in_group, x_of_best and significant to the ok rows."""
+def _costs(samples: dict, row, per: float) -> list[float] | None:
+    """A case's timed samples as costs (per FLOP where the group's work differs); None: no samples."""
+    timed = samples.get(row.get("workload_id"))
+    return None if timed is None else [t * per for t in timed]
+
+
+def compare(table: pd.DataFrame, samples: dict | None = None) -> pd.DataFrame:
+    """Adds group, time_s, time_basis, rank_in_group, x_of_best and significant to the ok rows.
+    `samples`: workload id -> its timed samples (a device time has none, and is ranked, never judged)."""
+    samples = samples or {}
     out = table.copy()
     for col in ("group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"):
         out[col] = pd.Series([None] * len(out), dtype="object")
@@ -52,21 +61,26 @@ def compare(table: pd.DataFrame) -> pd.DataFrame:
                 continue
             equal_work = grp["flops"].nunique(dropna=False) <= 1  # collectives: no FLOPs, equal bytes
             # cost per unit of work: time (equal work) or time per FLOP (different work)
-            cost = {i: (t if equal_work else t / grp.loc[i, "flops"]) for i, t, _, _, _ in timed}
-            rel_spread = {i: (s / t if s is not None else None) for i, t, _, s, _ in timed}
-            samples = {i: n for i, _, _, _, n in timed}
+            per = {i: 1.0 if equal_work else 1.0 / grp.loc[i, "flops"] for i, _, _ in timed}
+            cost = {i: t * per[i] for i, t, _ in timed}
             best = min(cost, key=cost.get)
-            for rank, (i, t, basis, _, _) in enumerate(sorted(timed, key=lambda x: cost[x[0]]), start=1):
-                ratio = cost[i] / cost[best]
-                # the rule compare uses (analysis/verdict.py), on costs relative to the best
-                said, beyond = verdict.judge(1.0, rel_spread[best], samples[best], ratio, rel_spread[i], samples[i])
-                sig = None if said.startswith("not judged") else beyond
+            order = sorted(timed, key=lambda x: cost[x[0]])
+
+            # the rule compare uses (analysis/verdict.py): each against the best, Holm over the group
+            costs = {i: _costs(samples, grp.loc[i], per[i]) for i, _, _ in timed}
+            said = verdict.judge([(costs[best], costs[i], False) for i, _, _ in order[1:]])
+            for rank, (i, t, basis) in enumerate(order, start=1):
+                sig = None
+                if rank > 1 and said[rank - 2].judged:
+                    sig = said[rank - 2].beyond
+                elif rank == 1 and verdict.unjudged(costs[i]) is None:
+                    sig = False
                 out.loc[i, ["group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"]] = [
                     label,
                     t,
                     basis,
                     rank,
-                    ratio,
+                    cost[i] / cost[best],
                     sig,
                 ]
     return out

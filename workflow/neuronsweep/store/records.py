@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import sys
@@ -228,3 +229,15 @@ class MetricsRecord:
             spec=data.get("spec"),
             provenance=data.get("provenance") or {},
         )
+
+
+def timed_samples(workload_dir: Path) -> list[float] | None:
+    """Every timed sample of a case's capture (all rounds), for the rank tests of compare, history and
+    the ranking; None when the capture recorded none (a device time only) or cannot be read: the case
+    is then not judged, and the rest of the run still is."""
+    try:
+        latency = json.loads((Path(workload_dir) / "capture" / CaptureRecord.FILE).read_text()).get("latency")
+        samples = [float(s) for s in (latency or {}).get("samples_s") or []]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return [s for s in samples if math.isfinite(s) and s > 0] or None
