@@ -13,6 +13,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -230,3 +232,38 @@ def pytest_collection_modifyitems(config, items):
     # the long tests first: the two xdist workers then finish together on short ones, not one waiting on
     # a long test handed out last (the Slurm test first: its jobs mostly wait on the scheduler)
     items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, "test_slurm" not in i.nodeid))
+
+
+def run_variant(run: Path, dest: Path, slower=None, factor=1.0, iterations=None, backend=None, seed=0, name=None):
+    """A copy of the finished run's result folder, changed as a new SDK might change it: every case gets
+    30 timed samples with 1 % noise around its median (the tiny sweep times 3, too few to judge), the
+    `slower` one `factor` times longer, its profile's aten::mm self time likewise (what a slower kernel
+    looks like in tables/opcodes.csv); `name` renames the run (plan.json)."""
+    shutil.copytree(run, dest)
+    summary = pd.read_csv(dest / "summary.csv")
+    for i, row in summary.iterrows():
+        wid, f = row["workload_id"], factor if row["workload_id"] == slower else 1.0
+        capture = dest / "cpu" / "workloads" / wid / "capture" / "capture.json"
+        record = json.loads(capture.read_text())
+        times = row["latency_median_s"] * f * np.exp(0.01 * np.random.default_rng([seed, i]).standard_normal(30))
+        record["latency"]["samples_s"] = list(times)
+        capture.write_text(json.dumps(record))
+        summary.loc[i, "latency_median_s"] = float(np.median(times))
+        summary.loc[i, ["noisy", "latency_rel_spread", "latency_n"]] = [False, 0.02, 30]
+        summary.loc[i, "achieved_flops_per_s"] = row["achieved_flops_per_s"] / f
+        ops = dest / "cpu" / "workloads" / wid / "tables" / "opcodes.csv"
+        table = pd.read_csv(ops)
+        table.loc[table["name"] == "aten::mm", "self_ns"] *= f
+        table.to_csv(ops, index=False)
+    if backend:
+        summary["backend"] = backend
+    summary.to_csv(dest / "summary.csv", index=False)
+    plan = json.loads((dest / "plan.json").read_text())
+    if iterations:
+        plan["config"]["capture"]["iterations"] = iterations
+    if name:
+        plan["run"] = plan["config"]["run"] = name
+    if backend:
+        plan["backend"] = backend
+    (dest / "plan.json").write_text(json.dumps(plan))
+    return dest

@@ -4,11 +4,12 @@ B is faster or slower beyond both runs' noise; --fail-on-regression PCT makes CI
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
+import numpy as np
 import pandas as pd
-from conftest import BIN
+import pytest
+from conftest import BIN, run_variant
 
 RUN = "results/t"
 
@@ -17,58 +18,43 @@ def _compare(a, b, *args):
     return subprocess.run([str(BIN / "neuronsweep"), "compare", str(a), str(b), *args], capture_output=True, text=True)
 
 
-def _variant(finished_run, tmp_path, name, slower=None, factor=1.0, iterations=None, backend=None):
-    """A copy of the finished run's result folder, its summary changed as a new SDK might change it.
-    The changed workload is marked calm (the tiny test sweep's 3 iterations are often noisy, and a
-    noisy case is listed but not judged)."""
-    dest = tmp_path / name
-    shutil.copytree(finished_run / RUN, dest)
-    summary = pd.read_csv(dest / "summary.csv")
-    if slower is not None:
-        row = summary["workload_id"] == slower
-        summary.loc[row, "latency_median_s"] *= factor
-        summary.loc[row, "achieved_flops_per_s"] /= factor
-        summary.loc[row, "noisy"] = False
-        summary.loc[row, "latency_rel_spread"] = 0.05
-        summary.loc[row, "latency_spread_s"] = 0.05 * summary.loc[row, "latency_median_s"] / factor
-    if backend:
-        summary["backend"] = backend
-    summary.to_csv(dest / "summary.csv", index=False)
-    plan = json.loads((dest / "plan.json").read_text())
-    if iterations:
-        plan["config"]["capture"]["iterations"] = iterations
-    if backend:
-        plan["backend"] = backend
-    (dest / "plan.json").write_text(json.dumps(plan))
-    return dest
+def _variant(finished_run, tmp_path, name, **changes):
+    return run_variant(finished_run / RUN, tmp_path / name, **changes)
 
 
-def test_a_slower_workload_is_named_with_its_noise_and_fails_the_regression_gate(finished_run, tmp_path):
+def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(finished_run, tmp_path):
     wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
-    a = _variant(finished_run, tmp_path, "a", slower=wid, factor=1.0)
-    summary = pd.read_csv(a / "summary.csv")
-    spread = summary["latency_spread_s"].iloc[0]
-    median = summary["latency_median_s"].iloc[0]
-    factor = 1 + max(0.5, 3 * spread / median)  # well beyond the measured spread
-    b = _variant(finished_run, tmp_path, "b", slower=wid, factor=factor, iterations=7)
+    a = _variant(finished_run, tmp_path, "a", seed=1)
+    b = _variant(finished_run, tmp_path, "b", slower=wid, factor=1.3, iterations=7, seed=2)
     proc = _compare(a, b, "--out", str(tmp_path / "cmp"), "--fail-on-regression", "10")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
     assert "torch: 2." in out and "config differences:" in out and "capture.iterations: 3 vs 7" in out
-    assert f"slower  {(factor - 1) * 100:+7.1f}%  {wid}" in out
-    assert out.strip().splitlines()[-1].startswith("regression: 1 workload(s) slower by more than 10.0% beyond noise")
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("workload_id")
-    assert table.loc[wid, "verdict"] == "slower" and table.loc[wid, "ratio_b_over_a"] == pytest_approx(factor)
-    others = table.drop(index=wid)
-    assert set(others["verdict"]) <= {"unchanged (within noise)", "noisy: not judged"}
+    row = table.loc[wid]
+    assert row["verdict"] == "slower" and row["ratio_b_over_a"] == pytest.approx(1.3, rel=0.02)
+    assert row["ratio_ci_low"] < 1.3 < row["ratio_ci_high"] and row["p_holm"] < 0.05 and row["n_b"] == 30
+    assert f"slower    {row['change_pct']:+.1f}%  {wid}" in out and "95% CI of B/A" in out
+    assert out.strip().splitlines()[-1].startswith("regression: 1 workload(s) slower by more than 10.0%")
+    assert set(table.drop(index=wid)["verdict"]) <= {"unchanged (within noise)", "unchanged (below the minimum effect)"}
     metrics = pd.read_csv(tmp_path / "cmp" / "compare_metrics.csv")
     assert {"achieved_flops_per_s"} <= set(metrics.loc[metrics["workload_id"] == wid, "metric"])
-    assert "<h1>neuron-sweep: B against A</h1>" in (tmp_path / "cmp" / "compare.html").read_text()
+    # what changed inside: aten::mm, ranked first, with the whole change of its table
+    ops = pd.read_csv(tmp_path / "cmp" / "compare_ops.csv")
+    top = ops[ops["dimension"].str.startswith("op")].iloc[0]
+    assert top["workload_id"] == wid and top["key"] == "cpu_thread / aten::mm" and top["share_of_change"] == 1.0
+    assert not top["count_changed"] and "most of it: op (aten op on cpu, opcode on neuron) cpu_thread / aten::mm" in out
+    page = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "<h1>neuron-sweep: B against A</h1>" in page and f"<h3>{wid} (slower)</h3>" in page
+    assert page.index("cpu_thread / aten::mm") > page.index(f"<h3>{wid}")
     # the same comparison without the gate, and a run against itself, exit 0
     assert _compare(a, b, "--out", str(tmp_path / "cmp2")).returncode == 0
     same = _compare(a, a, "--out", str(tmp_path / "cmp3"), "--fail-on-regression", "0")
     verdicts = next(line for line in same.stdout.splitlines() if line.startswith("workloads: "))
     assert same.returncode == 0 and "config: the same" in same.stdout and "slower" not in verdicts
+    # a 1.3x change is below a 40 % minimum effect
+    high = _compare(a, b, "--out", str(tmp_path / "cmp4"), "--min-effect", "40", "--fail-on-regression", "10")
+    assert high.returncode == 0 and "1 unchanged (below the minimum effect)" in high.stdout
 
 
 def test_runs_of_different_backends_are_not_compared_on_time(finished_run, tmp_path):
@@ -88,38 +74,36 @@ def test_a_folder_that_is_not_a_run_is_one_sentence(tmp_path):
     )
 
 
-def pytest_approx(x):
-    import pytest
-
-    return pytest.approx(x, rel=1e-9)
-
-
 def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finished_run, tmp_path):
     """Every NKI case has only its profiled device time: one execution, no spread. compare judged it on
     zero noise (any difference 'slower'), the ranking left it unjudged; the one rule (analysis/verdict.py)
-    leaves it unjudged in both, and so does a case with fewer than 3 timed samples."""
+    leaves it unjudged in both, and so does a case with fewer than 5 timed samples."""
     wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
     a = _variant(finished_run, tmp_path, "a")
-    b = _variant(finished_run, tmp_path, "b")
+    b = _variant(finished_run, tmp_path, "b", seed=1)
     for folder, factor in ((a, 1.0), (b, 1.3)):
         summary = pd.read_csv(folder / "summary.csv")
+        for other in summary["workload_id"]:
+            capture = folder / "cpu" / "workloads" / other / "capture" / "capture.json"
+            record = json.loads(capture.read_text())
+            record["latency"]["samples_s"] = None if other == wid else record["latency"]["samples_s"][:2]
+            capture.write_text(json.dumps(record))
         row = summary["workload_id"] == wid
         summary.loc[row, ["latency_median_s", "latency_spread_s"]] = None
         summary.loc[row, "profile_total_time_s"] = 1e-3 * factor
-        summary.loc[row, "noisy"] = False
-        summary.loc[summary["workload_id"] != wid, "latency_n"] = 2
         summary.to_csv(folder / "summary.csv", index=False)
     proc = _compare(a, b, "--out", str(tmp_path / "cmp"), "--fail-on-regression", "1")
     assert proc.returncode == 0, proc.stdout
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("workload_id")
     assert table.loc[wid, "verdict"] == "not judged (no spread: a single profiled execution)"
-    assert table.loc[wid, "change_pct"] == pytest_approx(30.0)
-    assert set(table.drop(index=wid)["verdict"]) <= {"not judged (2 samples)", "noisy: not judged"}
+    assert table.loc[wid, "change_pct"] == pytest.approx(30.0)
+    assert set(table.drop(index=wid)["verdict"]) == {"not judged (2 samples)"}
 
     from neuronsweep.analysis import ranking
 
     rows = pd.DataFrame(
         {
+            "workload_id": ["device", "w1", "w2"],
             "suite": "matmul",
             "status": "ok",
             "m": 1,
@@ -128,11 +112,11 @@ def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finishe
             "flops": 1.0,
             "latency_median_s": [None, 1e-3, 1e-3],
             "profile_total_time_s": [2e-3, None, None],
-            "latency_spread_s": [None, 1e-5, 1e-5],
-            "latency_n": [None, 10, 2],
         }
     )
-    assert ranking.compare(rows)["significant"].tolist() == [None, False, None]  # 2 samples: not judged
-    rows.loc[2, "latency_n"] = 10
+    calm = list(1e-3 * np.exp(0.01 * np.random.default_rng(0).standard_normal(30)))
+    samples = {"w1": calm, "w2": calm[:2]}
+    assert ranking.compare(rows, samples)["significant"].tolist() == [None, False, None]  # 2 samples: not judged
     rows.loc[2, "latency_median_s"] = 2e-3
-    assert ranking.compare(rows)["significant"].tolist() == [None, False, True]
+    samples["w2"] = [2 * t for t in calm]
+    assert ranking.compare(rows, samples)["significant"].tolist() == [None, False, True]

@@ -100,10 +100,10 @@ def test_report_renders_hovers_sorts_and_filters(browser, finished_run, tmp_path
     col = headers.index("time_s")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", table)
     table.find_elements(By.CSS_SELECTOR, "th")[col].click()
-    times = [
-        float(r.find_elements(By.TAG_NAME, "td")[col].text) for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
-    ]
+    cells = [r.find_elements(By.TAG_NAME, "td")[col] for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    times = [float(c.get_attribute("data-v")) for c in cells]  # shown in human units, sorted on the value
     assert times == sorted(times) and len(times) >= 2
+    assert all(re.fullmatch(r"[\d.]+ (ns|us|ms|s)", c.text) for c in cells), [c.text for c in cells]
     box = browser.find_element(By.CSS_SELECTOR, "input.filter")
     box.send_keys("m16-k16", Keys.TAB)
     visible = [r for r in table.find_elements(By.CSS_SELECTOR, "tbody tr") if r.is_displayed()]

@@ -21,8 +21,10 @@ import pandas as pd
 from neuronsweep.analysis import verdict
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
-from neuronsweep.report.page import page
+from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
+from neuronsweep.runs import profile_diff
+from neuronsweep.store.records import timed_samples
 
 NOT_METRICS = {
     "latency_n",
@@ -52,6 +54,10 @@ class Run:
         self.backend = self.plan["backend"]
         self.rows = pd.read_csv(summary).drop_duplicates("workload_id").set_index("workload_id")
         self.config = self.plan.get("config")
+        self.workloads = self.folder / self.backend / "workloads"
+
+    def samples(self, wid: str) -> list[float] | None:
+        return timed_samples(self.workloads / wid)
 
     def toolchains(self) -> dict[str, str]:
         """Package -> version(s), from the build records of this run's workloads."""
@@ -105,9 +111,10 @@ def _basis(ra, rb) -> str | None:
     return None
 
 
-def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per workload, one row per changed metric)."""
-    rows, changes = [], []
+def compare(a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per workload, one row per changed metric). The workloads timed on both sides are one
+    family for the correction (analysis/verdict.py)."""
+    rows, changes, family = [], [], []
     for wid in sorted(set(a.rows.index) | set(b.rows.index)):
         ra = a.rows.loc[wid] if wid in a.rows.index else None
         rb = b.rows.loc[wid] if wid in b.rows.index else None
@@ -116,9 +123,9 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
             "status_a": None if ra is None else ra["status"],
             "status_b": None if rb is None else rb["status"],
         }
+        rows.append(row)
         if ra is None or rb is None or ra["status"] != "ok" or rb["status"] != "ok":
             row["verdict"] = "only in A" if rb is None else "only in B" if ra is None else "not measured in both"
-            rows.append(row)
             continue
         basis = _basis(ra, rb)
         if a.backend != b.backend or basis is None:
@@ -127,27 +134,18 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
                 if a.backend != b.backend
                 else "not comparable (no common time)"
             )
-            rows.append(row)
             continue
         ta, tb = _num(ra[basis]), _num(rb[basis])
-        timed = basis == "latency_median_s"  # a profiled device time has no spread: never judged
-        sa, sb = (_num(r.get("latency_spread_s")) if timed else None for r in (ra, rb))
-        na, nb = (r.get("latency_n") if timed else None for r in (ra, rb))
+        timed = basis == "latency_median_s"  # a profiled device time has no samples: never judged
         noisy = verdict.flag(ra.get("noisy")) or verdict.flag(rb.get("noisy"))
-        judged, beyond = verdict.judge(ta, sa, na, tb, sb, nb, noisy)
-        noise = max(sa, sb) if sa is not None and sb is not None else None
-        change = (tb / ta - 1) * 100 if ta else None
+        family.append((row, (a.samples(wid) if timed else None, b.samples(wid) if timed else None, noisy)))
         row.update(
             basis=basis,
             time_a_s=ta,
             time_b_s=tb,
             ratio_b_over_a=tb / ta if ta else None,
-            change_pct=change,
-            noise_s=noise,
-            beyond_noise=beyond,
-            verdict=judged,
+            change_pct=(tb / ta - 1) * 100 if ta else None,
         )
-        rows.append(row)
         rel_noise = max(_num(ra.get("latency_rel_spread")) or 0.0, _num(rb.get("latency_rel_spread")) or 0.0)
         for metric in sorted(set(ra.index) & set(rb.index)):
             va, vb = _num(ra[metric]), _num(rb[metric])
@@ -165,6 +163,19 @@ def compare(a: Run, b: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
                         "noise_rel": rel_noise,
                     }
                 )
+    for (row, _), said in zip(family, verdict.judge([pair for _, pair in family], min_effect=min_effect)):
+        if said.ratio is not None and said.p_value is not None:  # judged on the samples: their medians
+            row.update(ratio_b_over_a=said.ratio, change_pct=(said.ratio - 1) * 100)
+        row.update(
+            n_a=said.n_a,
+            n_b=said.n_b,
+            ratio_ci_low=said.ci_low,
+            ratio_ci_high=said.ci_high,
+            p_value=said.p_value,
+            p_holm=said.p_adjusted,
+            beyond_noise=said.beyond,
+            verdict=said.said,
+        )
     return pd.DataFrame(rows), pd.DataFrame(
         changes, columns=["workload_id", "metric", "a", "b", "change_pct", "noise_rel"]
     )
@@ -187,48 +198,114 @@ def header(a: Run, b: Run) -> list[str]:
     return lines
 
 
-def _html(head: list[str], table: pd.DataFrame, changes: pd.DataFrame) -> str:
+def _inside(a: Run, b: Run, table: pd.DataFrame) -> pd.DataFrame:
+    """profile_diff over every workload judged slower or faster."""
+    judged = table[table["verdict"].isin([verdict.SLOWER, verdict.FASTER])] if len(table) else table
+    parts = [
+        profile_diff.diff(r.workload_id, r.verdict, a.workloads / r.workload_id, b.workloads / r.workload_id)
+        for r in judged.itertuples()
+    ]
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=profile_diff.COLUMNS)
+
+
+def _inside_html(ops: pd.DataFrame, top: int = 8) -> list[str]:
+    parts = ["<h2>What changed inside the workloads that got slower or faster</h2>"]
+    if not len(ops):
+        return parts + ["<p>none judged slower or faster, or no profile tables on both sides</p>"]
+    parts.append(
+        "<p class=muted>From each run's profile tables (one profiled execution each): per opcode, engine, "
+        "DMA queue and source line, the time in A and B, the delta and its share of the table's total "
+        f"change, largest first (the top {top} of each; compare_ops.csv has every row).</p>"
+    )
+    for wid, rows in ops.groupby("workload_id", sort=False):
+        parts.append(f"<h3>{html.escape(str(wid))} ({html.escape(str(rows['verdict'].iloc[0]))})</h3>")
+        changed = rows[rows["count_changed"].astype(bool)]
+        if len(changed):
+            parts.append(
+                "<p><b>Counts changed</b> (other instructions or calls: a different program, not the same one "
+                "run slower): "
+                + html.escape(
+                    "; ".join(
+                        f"{r.key}: {_count(r.count_a)} -> {_count(r.count_b)}" for r in changed.head(top).itertuples()
+                    )
+                )
+                + "</p>"
+            )
+        for _, part in rows.groupby("dimension", sort=False):
+            parts.append(html_table(part.head(top).drop(columns=["workload_id", "verdict"])))
+    return parts
+
+
+def _count(value) -> str:
+    return "absent" if pd.isna(value) else f"{value:,.0f}"
+
+
+def _in_units(changes: pd.DataFrame) -> pd.DataFrame:
+    """a and b in their metric's unit (the page only; compare_metrics.csv keeps SI values)."""
+    return changes.assign(
+        a=[human(m, v) for m, v in zip(changes["metric"], changes["a"])],
+        b=[human(m, v) for m, v in zip(changes["metric"], changes["b"])],
+    )
+
+
+def _html(head: list[str], table: pd.DataFrame, changes: pd.DataFrame, ops: pd.DataFrame) -> str:
     return page(
         "neuron-sweep compare",
         [
             "<h1>neuron-sweep: B against A</h1>",
             f"<pre>{html.escape(chr(10).join(head))}</pre>",
             "<h2>Workloads</h2>",
+            "<p class=muted>slower / faster: the rank test on both runs' timed samples rejects after Holm's "
+            "correction over the workloads and the medians differ by at least the minimum effect "
+            "(docs/comparing-runs.md).</p>",
             html_table(table),
+            *_inside_html(ops),
             "<h2>Metrics that changed beyond the timing noise</h2>",
-            html_table(changes) if len(changes) else "<p>none</p>",
+            html_table(_in_units(changes)) if len(changes) else "<p>none</p>",
         ],
     )
 
 
-def run(folder_a: Path, folder_b: Path, out: Path, fail_on_regression: float | None = None) -> tuple[list[str], int]:
-    """Write compare.csv, compare_metrics.csv and compare.html into `out`; returns the lines to print and
-    the exit code (1 when --fail-on-regression PCT and a workload is slower by more than PCT beyond noise)."""
+def run(
+    folder_a: Path,
+    folder_b: Path,
+    out: Path,
+    fail_on_regression: float | None = None,
+    min_effect_pct: float = verdict.MIN_EFFECT * 100,
+) -> tuple[list[str], int]:
+    """Write compare.csv, compare_metrics.csv, compare_ops.csv and compare.html into `out`; returns the
+    lines to print and the exit code (1 when --fail-on-regression PCT and a workload is judged slower by
+    more than PCT)."""
+    if not min_effect_pct >= 0:
+        raise UserError(f"--min-effect {min_effect_pct}: give a percentage of 0 or more (default 2).")
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
-    table, changes = compare(a, b)
+    table, changes = compare(a, b, min_effect=min_effect_pct / 100)
+    ops = _inside(a, b, table)
     out.mkdir(parents=True, exist_ok=True)
-    for name, df in (("compare.csv", table), ("compare_metrics.csv", changes)):
+    for name, df in (("compare.csv", table), ("compare_metrics.csv", changes), ("compare_ops.csv", ops)):
         with replacing(out / name) as tmp:
             df.to_csv(tmp, index=False)
     with replacing(out / "compare.html") as tmp:
-        tmp.write_text(_html(lines, table, changes))
+        tmp.write_text(_html(lines, table, changes, ops))
     counts = table["verdict"].value_counts().to_dict() if len(table) else {}
     lines.append("workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-    judged = (
-        table[table["beyond_noise"].fillna(False).astype(bool)]
-        if "beyond_noise" in table
-        else pd.DataFrame(columns=["workload_id", "verdict", "change_pct", "time_a_s", "time_b_s", "noise_s"])
-    )
-    for _, r in judged.sort_values("change_pct", ascending=False).iterrows():
+    judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
+    for _, r in (judged.sort_values("change_pct", ascending=False) if len(judged) else judged).iterrows():
         lines.append(
-            f"  {r['verdict']:7} {r['change_pct']:+7.1f}%  {r['workload_id']}  "
-            f"({r['time_a_s'] * 1e6:,.1f} -> {r['time_b_s'] * 1e6:,.1f} us, noise {r['noise_s'] * 1e6:,.1f} us)"
+            f"  {r['verdict']:7} {r['change_pct']:+7.1f}%  {r['workload_id']}  ({human('time_s', r['time_a_s'])} -> "
+            f"{human('time_s', r['time_b_s'])}, 95% CI of B/A {r['ratio_ci_low']:.3f}..{r['ratio_ci_high']:.3f}, "
+            f"Holm p {r['p_holm']:.2g})"
         )
-    lines.append(f"wrote {out / 'compare.csv'}, {out / 'compare_metrics.csv'} and {out / 'compare.html'}")
+        top = ops[ops["workload_id"] == r["workload_id"]].head(1)
+        if len(top):
+            t = top.iloc[0]
+            lines.append(f"          most of it: {t['dimension']} {t['key']} {human('delta_ns', t['delta_ns'])}")
+    lines.append(f"wrote {out / 'compare.csv'}, compare_metrics.csv, compare_ops.csv and compare.html")
     code = 0
     if fail_on_regression is not None and len(judged):
-        worse = judged[(judged["verdict"] == "slower") & (judged["change_pct"] > fail_on_regression)]
+        worse = judged[(judged["verdict"] == verdict.SLOWER) & (judged["change_pct"] > fail_on_regression)]
         if len(worse):
             lines.append(
                 f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% beyond "
