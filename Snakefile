@@ -17,6 +17,7 @@ include: "workflow/rules/capture.smk"
 include: "workflow/rules/view.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/history.smk"
 include: "workflow/rules/report.smk"
 
 

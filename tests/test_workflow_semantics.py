@@ -54,7 +54,7 @@ def test_adding_one_shape_runs_only_that_shape(run_copy):
     new = "matmul-m8-k16-n16-fp32"
     per_case = [(r, w) for r, w in run.jobs if w is not None]
     assert sorted(per_case) == sorted([(s, new) for s in ("build", "capture", "view", "extract")])
-    assert run.rules == ["aggregate", "build", "capture", "extract", "plan", "report", "view"]
+    assert run.rules == ["aggregate", "build", "capture", "extract", "history", "plan", "report", "view"]
     table = pd.read_csv(run_copy / "results" / "t" / "summary.csv")
     assert len(table) == 3 and set(table["status"]) == {"ok"}
 
@@ -65,8 +65,9 @@ def test_deleting_one_metrics_reruns_only_its_extract_and_aggregate(run_copy):
     assert run.jobs and sorted(j for j in run.jobs if j[0] != "all") == [
         ["aggregate", None],
         ["extract", WIDS[0]],
+        ["history", None],
         ["report", None],
-    ]  # the report follows the aggregate
+    ]  # the history and the report follow the aggregate
 
 
 def test_one_metrics_target_builds_one_case_alone(tmp_path):
@@ -97,7 +98,7 @@ def test_host_settings_reach_the_jobs_and_rerun_no_case(run_copy):
     cfg["timeouts"] = {"capture": 1234}
     cfg["capture"]["device_lock"] = str(run_copy / "other.lock")
     run = snakemake(run_copy, config=cfg)
-    assert run.rules == ["aggregate", "plan", "report"], run.output[-2000:]  # plan.json keeps the config
+    assert run.rules == ["aggregate", "history", "plan", "report"], run.output[-2000:]  # plan.json keeps the config
     run = snakemake(run_copy, "--forcerun", "capture", f"results/t/cpu/workloads/{WIDS[0]}/metrics.json")
     capture = json.loads((workload(run_copy, WIDS[0]) / "capture" / "capture.json").read_text())
     assert capture["settings"]["timeout_s"] == 1234 and capture["settings"]["device_lock"].endswith("other.lock")
@@ -191,7 +192,7 @@ def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
 
     run = snakemake(tmp_path, "-n", config=tiny_config(tmp_path))
     assert run.rules == sorted(
-        ["aggregate", "calibrate", "plan", "report"] + ["build", "capture", "view", "extract"] * 2
+        ["aggregate", "calibrate", "history", "plan", "report"] + ["build", "capture", "view", "extract"] * 2
     )
     captures = run.output.split("rule capture:")[1:]
     assert len(captures) == 2 and all("neuron_device=1" in block.split("\n\n")[0] for block in captures)

@@ -224,7 +224,39 @@ def cmd_compare(args) -> int:
     from neuronsweep.runs import compare as compare_runs
 
     out = Path(args.out) if args.out else Path(args.run_b) / f"compare-{Path(args.run_a).name}"
-    lines, code = compare_runs.run(Path(args.run_a), Path(args.run_b), out, args.fail_on_regression)
+    lines, code = compare_runs.run(Path(args.run_a), Path(args.run_b), out, args.fail_on_regression, args.min_effect)
+    print("\n".join(lines))
+    return code
+
+
+def cmd_history(args) -> int:
+    from neuronsweep.runs import history
+
+    if args.last < 1:
+        raise UserError(f"--last {args.last}: give a number of runs of 1 or more.")
+    if not args.min_effect >= 0:
+        raise UserError(f"--min-effect {args.min_effect}: give a percentage of 0 or more (default 2).")
+    if args.record:  # the workflow's history rule: add the run, say which entry it is
+        from neuronsweep.atomic import write_json
+
+        path, new = history.append(Path(args.record).parent, args.store and Path(args.store))
+        write_json(Path(args.record), {"entry": str(path), "added": new})
+        print(f"{'added to' if new else 'already in'} the history: {path}")
+        try:
+            print("\n".join(history.run(path.parent.parent, [], [], None, None, args.last, args.min_effect)[0]))
+        except UserError as exc:  # the page is a view: a damaged store never fails the sweep
+            print(f"history.html not drawn: {exc}")
+        return 0
+    store = Path(args.store) if args.store else Path("results") / "history"
+    lines, code = history.run(
+        store,
+        args.runs,
+        [Path(f) for f in args.add],
+        Path(args.out) if args.out else None,
+        args.fail_on_regression,
+        args.last,
+        args.min_effect,
+    )
     print("\n".join(lines))
     return code
 
@@ -407,15 +439,39 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("run_a", help="results/<run> folder: the baseline")
     p.add_argument("run_b", help="results/<run> folder: the candidate")
     p.add_argument(
-        "--out", help="folder for compare.csv, compare_metrics.csv, compare.html (default: RUN_B/compare-<A>)"
+        "--out",
+        help="folder for compare.csv, compare_metrics.csv, compare_ops.csv, compare.html (default: RUN_B/compare-<A>)",
     )
     p.add_argument(
         "--fail-on-regression",
         type=float,
         metavar="PCT",
-        help="exit 1 when a workload is slower by more than PCT %% beyond both runs' noise",
+        help="exit 1 when a workload is judged slower (rank test, Holm) by more than PCT %%",
+    )
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=2.0,
+        metavar="PCT",
+        help="smallest change of the median called slower or faster (default 2 %%)",
     )
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("history", help="every workload's time over the runs in results/history, with its change points")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="only these runs (their names); default every run")
+    p.add_argument("--store", help="the history folder (default: results/history)")
+    p.add_argument("--add", nargs="+", default=[], metavar="FOLDER", help="add finished results/<run> folders first")
+    p.add_argument("--out", help="where to write the page (default: STORE/history.html)")
+    p.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when the newest run is judged slower than the runs before it by more than PCT %%",
+    )
+    p.add_argument("--last", type=int, default=1, metavar="N", help="the gate's baseline: the N runs before the newest")
+    p.add_argument("--min-effect", type=float, default=2.0, metavar="PCT", help="smallest step reported (default 2 %%)")
+    p.add_argument("--record", help=argparse.SUPPRESS)  # the workflow's history rule: results/<run>/history.json
+    p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("status", help="a sweep's progress per stage (done, running, failed, waiting) and the time left")
     p.add_argument("run", help="results/<run> folder")

@@ -4,6 +4,7 @@ rule report:
         summary=SUMMARY,
         targets=rules.aggregate.output.targets,
         plan=rules.plan.output[0],
+        history=rules.history.output[0],  # the page links results/history/history.html
     output:
         report(f"{RUN}/report.html", caption="../report/figures.rst", category="neuron-sweep"),
     log:

@@ -189,6 +189,11 @@ def _sentence(error, source: str) -> str:
     if v == "pattern":
         what = PATTERN_WORDS.get(val, f"match the pattern {val}")
         return f"{source}: key '{key}' = {error.instance!r} must {what}; fix the value."
+    if v == "not" and "const" in val:
+        return (
+            f"{source}: key '{key}' must not be {val['const']!r}, a folder neuron-sweep keeps "
+            "(results/history); choose another."
+        )
     if v == "minLength":
         return f"{source}: key '{key}' must not be empty; give a value or remove the key for its default."
     if v == "maxLength":

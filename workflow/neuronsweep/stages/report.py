@@ -176,6 +176,25 @@ def _figure(name: str, fig) -> str:
     return f'<div class="figure" data-figure="{name}">{body}</div>'
 
 
+def _across_runs(run_dir: Path) -> str:
+    """Links to the history page (results/history/history.html) and to the comparisons made into this
+    run's folder (`neuronsweep compare A <this run>` writes compare-<A>/compare.html), relative to
+    report.html."""
+    links = []
+    if (run_dir.parent / "history" / "history.html").is_file():
+        links.append('<a href="../history/history.html">history</a> (every run of results/, change points)')
+    for page_ in sorted(run_dir.glob("compare-*/compare.html")):
+        rel = page_.relative_to(run_dir).as_posix()
+        links.append(f'<a href="{html.escape(rel)}">{html.escape(page_.parent.name)}</a>')
+    if not links:
+        return ""
+    return (
+        "<p>Across runs: "
+        + ", ".join(links)
+        + ". <span class=muted>neuronsweep compare A B; neuronsweep history.</span></p>"
+    )
+
+
 def _links(wids: pd.Series, run_dir: Path, backend: str) -> pd.Series:
     """Per case: its folder, its metrics.json and (where one was written) its .pftrace, relative to
     report.html so the links work wherever results/<run> is copied."""
@@ -289,6 +308,7 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         "a series; drag to zoom, double-click to reset; the camera icon saves a PNG. Click a table header "
         f"to sort, type in the box above it to filter. {html.escape(PERFETTO_HINT)}.</p>",
     ]
+    parts.append(_across_runs(run_dir))
     recs = recommendations(table_)
     parts.append(
         "<h2>Recommendations</h2><ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in recs) + "</ul>"

@@ -1,0 +1,85 @@
+"""analysis/verdict.py: the one rule for "is B different from A" (rank test on the timed samples,
+Holm's correction over the family, a minimum effect), and analysis/changepoints.py on synthetic
+series with known steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuronsweep.analysis import changepoints, verdict
+
+
+def samples(median: float, rel_sd: float, seed: int, n: int = 30) -> list[float]:
+    return list(median * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(n)))
+
+
+def test_a_ten_percent_change_is_slower_with_its_interval_and_an_equal_one_is_not():
+    a = samples(1e-3, 0.02, 1)
+    slower, same, tiny = samples(1.1e-3, 0.02, 2), samples(1e-3, 0.02, 3), samples(1.01e-3, 0.001, 4, n=2000)
+    base = samples(1e-3, 0.001, 5, n=2000)
+    v = verdict.judge([(a, slower, False), (a, same, False), (base, tiny, False)])
+    assert v[0].said == "slower" and v[0].beyond and v[0].p_adjusted < 0.05
+    assert v[0].ci_low < 1.1 < v[0].ci_high and v[0].ratio == pytest.approx(1.1, rel=0.02)
+    assert v[1].said == "unchanged (within noise)" and not v[1].beyond
+    # 1 % with 2,000 samples a side is certain, and still below the 2 % minimum effect
+    assert v[2].p_adjusted < 1e-6 and v[2].said == "unchanged (below the minimum effect)"
+    assert verdict.judge([(base, tiny, False)], min_effect=0.005)[0].said == "slower"
+    assert verdict.judge([(slower, a, False)])[0].said == "faster"
+
+
+def test_what_cannot_be_judged_says_why():
+    a = samples(1e-3, 0.02, 1)
+    v = verdict.judge([(None, None, False), (a, a[:4], False), (a, samples(2e-3, 0.02, 2), True)])
+    assert [x.said for x in v] == [verdict.NO_SPREAD, "not judged (4 samples)", "noisy: not judged"]
+    assert not any(x.beyond or x.judged for x in v) and v[2].ratio == pytest.approx(2.0, rel=0.05)
+
+
+def test_holm_adjusts_in_order_and_is_monotone():
+    assert verdict.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert verdict.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    # twenty cases with the same p: one alone would be slower, twenty together are not
+    a, b = samples(1e-3, 0.05, 1, n=8), samples(1.08e-3, 0.05, 2, n=8)
+    alone = verdict.judge([(a, b, False)])[0]
+    assert alone.said == "slower" and 0.001 < alone.p_value < 0.05 / 20 * 20
+    family = verdict.judge([(a, b, False)] * 20)
+    assert all(v.p_adjusted == pytest.approx(min(1, 20 * alone.p_value)) for v in family)
+
+
+def test_the_interval_is_the_same_for_the_same_runs():
+    a, b = samples(1e-3, 0.05, 1), samples(1.05e-3, 0.05, 2)
+    assert verdict.judge([(a, b, False)])[0].ci_low == verdict.judge([(a, b, False)])[0].ci_low
+
+
+def noisy_series(n: int, seed: int, steps: dict[int, float], rel_sd: float = 0.01) -> list[float]:
+    x = 1e-3 * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(n))
+    for at, factor in steps.items():
+        x[at:] *= factor
+    return list(x)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_four_runs_with_a_planted_step_find_that_step_and_no_other(seed):
+    assert changepoints.find(noisy_series(4, seed, {2: 1.2})) == [2]
+    assert changepoints.find(noisy_series(4, seed, {3: 0.8})) == [3]  # the newest run, alone after its step
+
+
+def test_steps_in_a_long_series_and_none_in_a_flat_one():
+    assert changepoints.find(noisy_series(12, 7, {4: 1.1, 9: 0.9})) == [4, 9]
+    assert changepoints.find([1e-3] * 6) == []  # exact repeats (a device time): no noise, no step
+    assert changepoints.find([1e-3, 1e-3, 1.015e-3, 1.015e-3]) == []  # 1.5 %: below the minimum effect
+    assert changepoints.find([1e-3]) == [] and changepoints.find([1e-3, float("nan")]) == []
+
+
+def test_the_error_rates_the_module_states():
+    """The rates in changepoints' docstring, on 300 seeded series each (1 % noise between runs)."""
+    found = sum(changepoints.find(noisy_series(4, s, {2: 1.2})) == [2] for s in range(300))
+    exact = sum(changepoints.find(noisy_series(12, s, {4: 1.1, 9: 0.9})) == [4, 9] for s in range(300))
+    false4 = sum(bool(changepoints.find(noisy_series(4, s, {}))) for s in range(300))
+    false12 = sum(bool(changepoints.find(noisy_series(12, s, {}))) for s in range(300))
+    assert found == 300 and exact >= 285 and false4 <= 0.08 * 300 and false12 <= 0.09 * 300, (
+        found,
+        exact,
+        false4,
+        false12,
+    )
