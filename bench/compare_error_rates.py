@@ -1,0 +1,130 @@
+"""Benchmark: how often `neuronsweep compare` raises a false alarm, and how often it finds a real change.
+
+    python bench/compare_error_rates.py [--runs 6] [--config config/examples/smoke.yaml] [--effect 10]
+
+Runs the sweep RUNS times back to back (one compile cache, so only the first run compiles), then:
+- A/A: every pair of runs is compared with `--fail-on-regression 5`. Goal: no pair fails (exit 1).
+  Also counted: cases called slower or faster at all (at the default 2 % minimum effect).
+- A/B: every pair again, B's timed samples multiplied by 1 + EFFECT/100 (the summary's medians
+  likewise): a change of exactly known size on top of the noise of a real second run, which is what a
+  slower build looks like to the test. (A workload made to do 10 % more work does not take exactly
+  10 % longer on a CPU with caches, so it could not tell a miss from a smaller change.) Goal: the
+  change is detected (`slower`) in >= 95 % of the cases that are not flagged noisy.
+Prints one JSON line and the figures beside their goals; exits 1 when a goal is not met. Runs in a
+temporary directory, so it never touches results/ or your compile cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def sweep(work: Path, config: Path, run: str) -> Path:
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(work)]
+    cmd += ["--configfile", str(config), "--config", f"run={run}", f"cache_dir={work}/cache", "--cores", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"the sweep {run} failed:\n{proc.stderr[-3000:]}")
+    return work / "results" / run
+
+
+def slowed(run: Path, dest: Path, factor: float) -> Path:
+    """A copy of `run` whose every timed sample (and median) is `factor` times longer."""
+    shutil.copytree(run, dest)
+    for path in dest.glob("*/workloads/*/capture/capture.json"):
+        record = json.loads(path.read_text())
+        latency = record.get("latency") or {}
+        if latency.get("samples_s"):
+            latency["samples_s"] = [s * factor for s in latency["samples_s"]]
+            path.write_text(json.dumps(record))
+    summary = pd.read_csv(dest / "summary.csv")
+    for column in ("latency_median_s", "latency_spread_s", "latency_iqr_s", "latency_min_s", "time_s"):
+        if column in summary:
+            summary[column] = summary[column] * factor
+    summary.to_csv(dest / "summary.csv", index=False)
+    return dest
+
+
+def compare(a: Path, b: Path, out: Path, gate: float) -> tuple[int, pd.DataFrame]:
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "compare", str(a), str(b), "--out", str(out), "--fail-on-regression", str(gate)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode not in (0, 1):
+        sys.exit(f"compare failed:\n{proc.stderr}")
+    return proc.returncode, pd.read_csv(out / "compare.csv")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--config", type=Path, default=REPO / "config" / "examples" / "smoke.yaml")
+    ap.add_argument("--effect", type=float, default=10.0, help="the injected change, percent")
+    ap.add_argument("--gate", type=float, default=5.0, help="--fail-on-regression of the A/A pairs")
+    ap.add_argument("--keep", type=Path, help="keep the runs and comparisons in this folder (default: a temporary one)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep.resolve() if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        runs = [sweep(work, args.config.resolve(), f"aa{i}") for i in range(args.runs)]
+        aa_failed = aa_alarms = aa_cases = ab_found = ab_cases = ab_noisy = 0
+        for i, (a, b) in enumerate(itertools.combinations(runs, 2)):
+            code, table = compare(a, b, work / f"cmp-aa{i}", args.gate)
+            judged = table[~table["verdict"].str.startswith(("not judged", "noisy", "not ", "only "))]
+            aa_failed += code
+            aa_cases += len(judged)
+            aa_alarms += int(judged["verdict"].isin(["slower", "faster"]).sum())
+            slower = slowed(b, work / f"slow{i}", 1 + args.effect / 100)
+            _, table = compare(a, slower, work / f"cmp-ab{i}", args.gate)
+            noisy = table["verdict"] == "noisy: not judged"
+            ab_noisy += int(noisy.sum())
+            measured = table[~noisy & (table["status_a"] == "ok") & (table["status_b"] == "ok")]
+            ab_cases += len(measured)
+            ab_found += int((measured["verdict"] == "slower").sum())
+    pairs = args.runs * (args.runs - 1) // 2
+    detected = ab_found / ab_cases if ab_cases else 0.0
+    result = {
+        "bench": "compare_error_rates",
+        "config": str(args.config),
+        "runs": args.runs,
+        "pairs": pairs,
+        "aa_pairs_failing_gate": aa_failed,
+        "aa_gate_pct": args.gate,
+        "aa_cases_judged": aa_cases,
+        "aa_cases_called_slower_or_faster": aa_alarms,
+        "ab_effect_pct": args.effect,
+        "ab_cases_not_noisy": ab_cases,
+        "ab_cases_noisy": ab_noisy,
+        "ab_detected": ab_found,
+        "ab_detection_rate": round(detected, 3),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    print(json.dumps(result))
+    print(
+        f"A/A: {aa_failed} of {pairs} pairs fail --fail-on-regression {args.gate:g} (goal 0); "
+        f"{aa_alarms} of {aa_cases} judged cases called slower or faster at the 2 % minimum effect"
+    )
+    print(
+        f"A/B (+{args.effect:g} %): detected in {ab_found} of {ab_cases} cases not flagged noisy = "
+        f"{100 * detected:.1f} % (goal >= 95 %); {ab_noisy} noisy"
+    )
+    return 0 if aa_failed == 0 and detected >= 0.95 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
