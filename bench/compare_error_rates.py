@@ -42,14 +42,15 @@ def sweep(work: Path, config: Path, run: str) -> Path:
 
 
 def slowed(run: Path, dest: Path, factor: float) -> Path:
-    """A copy of `run` whose every timed sample (and median) is `factor` times longer."""
+    """A copy of `run` whose every timed sample (and round median, and median) is `factor` times longer."""
     shutil.copytree(run, dest)
     for path in dest.glob("*/workloads/*/capture/capture.json"):
         record = json.loads(path.read_text())
         latency = record.get("latency") or {}
-        if latency.get("samples_s"):
-            latency["samples_s"] = [s * factor for s in latency["samples_s"]]
-            path.write_text(json.dumps(record))
+        for key in ("samples_s", "round_medians_s"):
+            if latency.get(key):
+                latency[key] = [s * factor for s in latency[key]]
+        path.write_text(json.dumps(record))
     summary = pd.read_csv(dest / "summary.csv")
     for column in ("latency_median_s", "latency_spread_s", "latency_iqr_s", "latency_min_s", "time_s"):
         if column in summary:

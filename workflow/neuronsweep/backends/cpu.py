@@ -1,13 +1,15 @@
 """CPU backend: PyTorch on the host CPU, measured for real.
 
 build   torch.export the workload to a .pt2 (export uses meta tensors, so no input memory is needed)
-capture load the .pt2, warm up, run num_exec executions with the nth under torch.profiler, then time
-        `iterations` executions one by one (perf_counter_ns)
+capture load the .pt2, warm up, run num_exec executions with the nth under torch.profiler, then warm
+        up again and time `repeats` x `iterations` executions one by one (perf_counter_ns)
 view    Chrome trace -> .pftrace, and a summary with the Neuron summary's field names and units
 """
 
 from __future__ import annotations
 
+import gc
+import math
 import platform
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
 ARTIFACT_FORMAT = "torch.export .pt2, v2"
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
+WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
 
 
 def _torch_dtype(torch, name: str):
@@ -91,42 +94,63 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     spec = build.spec
     kind = kind_of(spec)
     working_set = _check_memory(spec)
-    torch.set_num_threads(settings.threads)
     module = torch.export.load(str(build_dir / ARTIFACT)).module()
+    torch.set_num_threads(settings.threads)
     gen = torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), _torch_dtype(torch, spec["dtype"])
-    inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    names = kind.input_names(spec)
+    args = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in names]
+
+    def timed(executions: int) -> list[float]:
+        samples = [0.0] * executions
+        for i in range(executions):
+            t0 = time.perf_counter_ns()
+            module(*args)
+            samples[i] = (time.perf_counter_ns() - t0) * 1e-9
+        return samples
 
     nth, prof = settings.nth_exec, None
     with torch.inference_mode():
-        names = kind.input_names(spec)
-        correctness = check(spec, dict(zip(names, inputs)), module(*inputs))  # once, before the warm-up
-        for _ in range(settings.warmup):
-            module(*inputs)
+        correctness = check(spec, dict(zip(names, args)), module(*args))  # once, before the warm-up
+        _warm_then_time(timed, settings.warmup, 0)
         for i in range(1, settings.num_exec + 1):
             if i != nth:
-                module(*inputs)
+                module(*args)
                 continue
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
                 with record_function(f"{EXEC_MARK}{i}"):
-                    module(*inputs)
-        samples = []
-        for _ in range(settings.repeats * settings.iterations):
-            t0 = time.perf_counter_ns()
-            module(*inputs)
-            samples.append((time.perf_counter_ns() - t0) * 1e-9)
+                    module(*args)
+        # warm already: one run, then the loop itself until WARMUP_MIN_S (the profiler's exit stalls it)
+        samples = _warm_then_time(timed, 1, settings.repeats * settings.iterations)
     with replacing(out_dir / TRACE) as tmp:
         prof.export_chrome_trace(str(tmp))
     return {
         "profiler": f"torch.profiler (torch {torch.__version__})",
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
         "latency": latency_stats(samples, settings.repeats),
+        "warmup_min_s": WARMUP_MIN_S,
         "correctness": correctness,
         "threads": torch.get_num_threads(),
         "working_set_bytes": working_set,
         "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
     }
+
+
+def _warm_then_time(timed, warmup: int, iterations: int) -> list[float]:
+    """`iterations` timed runs after `warmup` runs and at least WARMUP_MIN_S of runs. `timed(n)` is the
+    timing loop run n times; the warm-up runs that loop itself and its last runs are the first of the
+    timed call: a loop that had not run made the 1st and 8th timed runs of a 55 us case 1.5x slower
+    (Python 3.11 specializes a loop's bytecode during its first executions), which a round of 10
+    runs turned into a spread that flagged most small cases noisy."""
+    first = timed(max(1, warmup))  # also says how long one run takes
+    per = max(sorted(first)[len(first) // 2], 1e-9)
+    more = max(1, math.ceil((WARMUP_MIN_S - sum(first)) / per))
+    gc.disable()  # as timeit does: a collection inside a timed run is not the workload's time
+    try:
+        return timed(more + iterations)[more:]
+    finally:
+        gc.enable()
 
 
 def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
