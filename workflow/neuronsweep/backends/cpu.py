@@ -34,6 +34,7 @@ TRACE = BACKENDS["cpu"].artifacts["capture"]
 ARTIFACT_FORMAT = "torch.export .pt2, v2"
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
 WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
+LEAD_S = 0.01  # untimed runs at the start of the timing loop's call (one at least)
 
 
 def _torch_dtype(torch, name: str):
@@ -120,7 +121,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
                 with record_function(f"{EXEC_MARK}{i}"):
                     module(*args)
-        # warm already: one run, then the loop itself until WARMUP_MIN_S (the profiler's exit stalls it)
+        # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
         samples = _warm_then_time(timed, 1, settings.repeats * settings.iterations)
     with replacing(out_dir / TRACE) as tmp:
         prof.export_chrome_trace(str(tmp))
@@ -139,16 +140,18 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 
 def _warm_then_time(timed, warmup: int, iterations: int) -> list[float]:
     """`iterations` timed runs after `warmup` runs and at least WARMUP_MIN_S of runs. `timed(n)` is the
-    timing loop run n times; the warm-up runs that loop itself and its last runs are the first of the
-    timed call: a loop that had not run made the 1st and 8th timed runs of a 55 us case 1.5x slower
-    (Python 3.11 specializes a loop's bytecode during its first executions), which a round of 10
-    runs turned into a spread that flagged most small cases noisy."""
-    first = timed(max(1, warmup))  # also says how long one run takes
-    per = max(sorted(first)[len(first) // 2], 1e-9)
-    more = max(1, math.ceil((WARMUP_MIN_S - sum(first)) / per))
+    timing loop run n times; the warm-up runs that loop itself, and the call that times also runs
+    LEAD_S of untimed runs first: a loop that had not run made the 1st and 8th timed runs of a 55 us
+    case 1.5x slower (Python 3.11 specializes a loop's bytecode during its first executions), and the
+    first run of each call stayed slow now and then, which in rounds of 10 flagged small cases noisy."""
+    deadline = time.perf_counter() + WARMUP_MIN_S
+    last = timed(max(1, warmup))
+    while time.perf_counter() < deadline:
+        last = timed(max(1, warmup))
+    lead = math.ceil(LEAD_S / max(min(last), 1e-9))
     gc.disable()  # as timeit does: a collection inside a timed run is not the workload's time
     try:
-        return timed(more + iterations)[more:]
+        return timed(lead + iterations)[lead:]
     finally:
         gc.enable()
 
