@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,25 @@ def test_two_processes_storing_one_key_leave_one_good_entry(tmp_path):
     assert hashlib.sha256((entry / "model.pt2").read_bytes()).hexdigest() == meta["sha256"]
     for i in range(2):  # each build got the published artifact
         assert (tmp_path / f"b{i}" / "model.pt2").read_bytes() == (entry / "model.pt2").read_bytes()
+
+
+def test_the_warm_up_runs_the_timing_loop_for_its_minimum_time_and_the_lead_is_not_timed():
+    import gc
+
+    from neuronsweep.backends import cpu
+
+    calls = []
+
+    def timed(n: int) -> list[float]:  # a loop whose runs take 1 ms, numbered by when they ran
+        calls.append((n, gc.isenabled(), time.perf_counter()))
+        time.sleep(n * 1e-3)
+        done = sum(c[0] for c in calls)
+        return [float(i) for i in range(done - n, done)]
+
+    t0 = time.perf_counter()
+    samples = cpu._warm_then_time(timed, 2, 7)
+    *warm, (n, gc_on, started) = calls
+    assert started - t0 >= cpu.WARMUP_MIN_S and all(w[0] == 2 and w[1] for w in warm)
+    lead = n - 7  # 10 ms of 1 ms runs lead the timing call, untimed
+    assert lead >= 1 and samples == [float(i) for i in range(sum(w[0] for w in warm) + lead, sum(c[0] for c in calls))]
+    assert not gc_on and gc.isenabled()  # the collector is off while timing, and on again after
