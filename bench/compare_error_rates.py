@@ -1,6 +1,6 @@
 """Benchmark: how often `neuronsweep compare` raises a false alarm, and how often it finds a real change.
 
-    python bench/compare_error_rates.py [--runs 6] [--config config/examples/smoke.yaml] [--effect 10]
+    python bench/compare_error_rates.py [--runs 6] [--config config/examples/regression.yaml] [--effect 10]
 
 Runs the sweep RUNS times back to back (one compile cache, so only the first run compiles), then:
 - A/A: every pair of runs is compared with `--fail-on-regression 5`. Goal: no pair fails (exit 1).
@@ -73,7 +73,8 @@ def compare(a: Path, b: Path, out: Path, gate: float) -> tuple[int, pd.DataFrame
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=6)
-    ap.add_argument("--config", type=Path, default=REPO / "config" / "examples" / "smoke.yaml")
+    # the smoke sweep's shapes with each round in a fresh process: what a regression gate runs
+    ap.add_argument("--config", type=Path, default=REPO / "config" / "examples" / "regression.yaml")
     ap.add_argument("--effect", type=float, default=10.0, help="the injected change, percent")
     ap.add_argument("--gate", type=float, default=5.0, help="--fail-on-regression of the A/A pairs")
     ap.add_argument("--keep", type=Path, help="keep the runs and comparisons in this folder (default: a temporary one)")

@@ -21,6 +21,7 @@ def test_defaults_are_filled():
         "warmup": 5,
         "iterations": 30,
         "repeats": 3,
+        "rounds_in_processes": False,
         "num_exec": 2,
         "nth_exec": 2,
         "device_lock": "/tmp/neuron-sweep-device.lock",
@@ -42,7 +43,7 @@ def test_defaults_are_filled():
         (
             {"capture": {"warmp": 3}},
             "unknown key 'capture.warmp'; allowed keys here are device_lock, isolation, iterations, nth_exec, "
-            "num_exec, repeats, slots, warmup",
+            "num_exec, repeats, rounds_in_processes, slots, warmup",
         ),
         ({"bakend": "cpu"}, "unknown key 'bakend'"),
         ({"backend": "gpu"}, "key 'backend' must be one of auto, cpu, neuron, xla, not 'gpu'"),

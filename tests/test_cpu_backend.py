@@ -15,6 +15,7 @@ from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.backends import cpu
 from neuronsweep.errors import UserError
 from neuronsweep.store.cache import file_sha256
+from neuronsweep.store.records import timing
 
 SPEC = {"kind": "matmul", "m": 24, "k": 40, "n": 8, "dtype": "bf16"}
 
@@ -65,6 +66,19 @@ def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     trace = json.loads((cap / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert "neuronsweep.exec_2" in names and "aten::mm" in names
+
+    # capture.rounds_in_processes: each round in a fresh interpreter; the test then runs per process
+    apart = tmp_path / "runB" / "apart"
+    args = ("--warmup", 1, "--iterations", 4, "--repeats", 3, "--num-exec", 3, "--nth-exec", 2, "--threads", 1)
+    ns("capture", "--build", b, "--out", apart, *args, "--rounds-in-processes")
+    sep = json.loads((apart / "capture.json").read_text())
+    assert len(set(sep["round_pids"])) == 3 and sep["latency"]["rounds_in_processes"] is True
+    assert rec["round_pids"] is None and rec["latency"]["rounds_in_processes"] is False
+    workload = tmp_path / "workloads" / "w"  # what compare reads: <workload>/capture/capture.json
+    (workload / "capture").mkdir(parents=True)
+    (workload / "capture" / "capture.json").write_text((apart / "capture.json").read_text())
+    split = timing(workload)
+    assert len(split.samples) == 12 and split.rounds == sep["latency"]["round_medians_s"]
 
     view = tmp_path / "runB" / "view"
     ns("view", "--capture", cap, "--out", view)

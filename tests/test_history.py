@@ -9,8 +9,11 @@ import os
 import re
 import subprocess
 
+import numpy as np
 import pandas as pd
 from conftest import BIN, run_variant
+
+from neuronsweep.runs import history
 
 RUN = "results/t"
 
@@ -70,3 +73,29 @@ def test_four_runs_with_a_planted_step_show_that_step_and_the_gate_judges_the_ne
     )
     empty = _history("--store", str(tmp_path / "none"))
     assert empty.returncode == 2 and "no history yet" in empty.stderr
+
+
+def test_the_gate_tests_per_process_when_every_run_timed_its_rounds_apart():
+    rng = np.random.default_rng(7)
+
+    def entry(name: str, level: float, rounds: bool | float = True) -> dict:
+        medians = list(level * np.exp(0.03 * rng.standard_normal(5)))
+        return {
+            "run": name,
+            "entry": name,
+            "finished_at": name,
+            "backend": "cpu",
+            "workload_id": "w",
+            "status": "ok",
+            "time_s": level,
+            "noisy": False,
+            "samples_s": [m for m in medians for _ in range(10)],
+            "round_medians_s": medians if rounds is True else rounds,
+        }
+
+    apart = pd.DataFrame([entry("a", 1e-3), entry("b", 1e-3), entry("c", 1.2e-3)])
+    lines, code = history.gate(apart, 10, 2, 0.02)
+    assert code == 1 and "tested on processes" in lines[1], lines
+    older = pd.DataFrame([entry("a", 1e-3, float("nan")), entry("b", 1e-3), entry("c", 1.2e-3)])  # no rounds
+    lines, code = history.gate(older, 10, 2, 0.02)
+    assert code == 1 and "tested on samples" in lines[1], lines

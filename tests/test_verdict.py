@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from neuronsweep.analysis import changepoints, verdict
+from neuronsweep.store.records import Timing
 
 
 def samples(median: float, rel_sd: float, seed: int, n: int = 30) -> list[float]:
@@ -47,6 +48,34 @@ def test_holm_adjusts_in_order_and_is_monotone():
     assert {v.said for v in family} == {"unchanged (within noise)"}
 
 
+def rounds(median: float, rel_sd: float, seed: int, k: int) -> list[float]:
+    return list(median * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(k)))
+
+
+def test_with_rounds_in_processes_the_process_is_what_is_tested():
+    # each run's samples agree within 1 %, but its three processes sit 5 % apart around one level:
+    # the samples alone call the same code different, the processes do not
+    def run(seed: int, level: float) -> Timing:
+        medians = rounds(level, 0.05, seed, 3)
+        return Timing([s for j, m in enumerate(medians) for s in samples(m, 0.01, 10 * seed + j, 10)], medians)
+
+    a, b = run(1, 1e-3), run(2, 1e-3)
+    assert verdict.judge([(a.samples, b.samples, False)])[0].beyond  # the samples alone: a false alarm
+    same = verdict.judge([(a, b, False)])[0]
+    assert same.unit == "processes" and (same.n_a, same.n_b) == (3, 3) and same.said == "unchanged (within noise)"
+    # 30 % across five processes a side, 3 % apart: slower, inside the t-test's interval
+    a5, b5 = Timing([1.0] * 50, rounds(1e-3, 0.03, 3, 5)), Timing([1.3] * 50, rounds(1.3e-3, 0.03, 4, 5))
+    slower = verdict.judge([(a5, b5, False)])[0]
+    assert slower.said == "slower" and slower.unit == "processes" and slower.ci_low < 1.3 < slower.ci_high
+    # fewer than MIN_ROUNDS a side: the samples are tested
+    few = verdict.judge([(Timing(a.samples, a.rounds[:2]), b, False)])[0]
+    assert few.unit == "samples" and few.n_a == 30
+    # rounds without spread: equal is unchanged, different is beyond doubt
+    flat = Timing([1e-3] * 9, [1e-3] * 3)
+    assert verdict.judge([(flat, flat, False)])[0].said == "unchanged (within noise)"
+    assert verdict.judge([(flat, flat.scaled(1.1), False)])[0].said == "slower"
+
+
 def test_the_interval_is_the_same_for_the_same_runs():
     a, b = samples(1e-3, 0.05, 1), samples(1.05e-3, 0.05, 2)
     assert verdict.judge([(a, b, False)])[0].ci_low == verdict.judge([(a, b, False)])[0].ci_low
@@ -84,3 +113,14 @@ def test_the_error_rates_the_module_states():
         false4,
         false12,
     )
+
+
+def test_the_gate_fails_only_when_the_whole_interval_is_past_the_margin():
+    # 6 % slower, but the interval reaches down to 2 %: not confidently more than 5 % slower
+    assert not verdict.fails_gate("slower", 1.02, 5) and verdict.fails_gate("slower", 1.02, 1)
+    assert verdict.fails_gate("slower", 1.25, 10) and not verdict.fails_gate("faster", 1.25, 10)
+    assert not verdict.fails_gate("slower", None, 0) and not verdict.fails_gate("slower", float("nan"), 0)
+    # a real 30 % regression across eight processes a side clears a 10 % gate
+    a, b = Timing([1.0] * 80, rounds(1e-3, 0.04, 5, 8)), Timing([1.3] * 80, rounds(1.3e-3, 0.04, 6, 8))
+    v = verdict.judge([(a, b, False)])[0]
+    assert verdict.fails_gate(v.said, v.ci_low, 10) and not verdict.fails_gate(v.said, v.ci_low, 35)

@@ -140,6 +140,7 @@ def cmd_capture(args) -> None:
         timeout_s=args.timeout,
         attempt=args.attempt,
         single_io=args.single_io,
+        rounds_in_processes=args.rounds_in_processes,
         options=_options(args.options),
         slots=args.slots,
         isolation=args.isolation,
@@ -393,6 +394,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
     p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
     p.add_argument(
+        "--rounds-in-processes", action="store_true", help="cpu: time each round in a fresh process of its own"
+    )
+    p.add_argument(
         "--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture"
     )
     _slot_args(p)
@@ -446,7 +450,7 @@ def parser() -> argparse.ArgumentParser:
         "--fail-on-regression",
         type=float,
         metavar="PCT",
-        help="exit 1 when a workload is judged slower (rank test, Holm) by more than PCT %%",
+        help="exit 1 when a workload is judged slower and its 95%% interval of B/A lies above 1 + PCT/100",
     )
     p.add_argument(
         "--min-effect",
@@ -466,7 +470,7 @@ def parser() -> argparse.ArgumentParser:
         "--fail-on-regression",
         type=float,
         metavar="PCT",
-        help="exit 1 when the newest run is judged slower than the runs before it by more than PCT %%",
+        help="exit 1 when the newest run is judged slower than the runs before it, its 95%% interval above 1 + PCT/100",
     )
     p.add_argument("--last", type=int, default=1, metavar="N", help="the gate's baseline: the N runs before the newest")
     p.add_argument("--min-effect", type=float, default=2.0, metavar="PCT", help="smallest step reported (default 2 %%)")

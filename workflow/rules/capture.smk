@@ -28,6 +28,7 @@ rule capture:
         repeats=CAPTURE["repeats"],
         num_exec=CAPTURE["num_exec"],
         nth_exec=CAPTURE["nth_exec"],
+        in_processes="--rounds-in-processes" if CAPTURE["rounds_in_processes"] else "",
         options=options("capture"),
         build=subpath(input.record, parent=True),
         out=subpath(output.record, parent=True),
@@ -35,7 +36,7 @@ rule capture:
         "neuronsweep capture --build {params.build:q} --out {params.out:q} "
         "--warmup {params.warmup} --iterations {params.iterations} --repeats {params.repeats} "
         "--num-exec {params.num_exec} --nth-exec {params.nth_exec} --threads {threads} "
-        "--attempt {resources.attempt} --options {params.options:q} > {log:q} 2>&1"
+        "--attempt {resources.attempt} {params.in_processes} --options {params.options:q} > {log:q} 2>&1"
 
 
 rule calibrate:

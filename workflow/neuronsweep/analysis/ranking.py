@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from neuronsweep.analysis import verdict
+from neuronsweep.store.records import Timing
 
 GROUPS = {  # suite -> columns that define "comparable"
     "matmul": ["m", "k", "n"],
@@ -35,15 +36,15 @@ def _time(row) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _costs(samples: dict, row, per: float) -> list[float] | None:
-    """A case's timed samples as costs (per FLOP where the group's work differs); None: no samples."""
+def _costs(samples: dict, row, per: float) -> Timing | None:
+    """A case's timing as costs (per FLOP where the group's work differs); None: no samples."""
     timed = samples.get(row.get("workload_id"))
-    return None if timed is None else [t * per for t in timed]
+    return None if timed is None else verdict.as_timing(timed).scaled(per)
 
 
 def compare(table: pd.DataFrame, samples: dict | None = None) -> pd.DataFrame:
     """Adds group, time_s, time_basis, rank_in_group, x_of_best and significant to the ok rows.
-    `samples`: workload id -> its timed samples (a device time has none, and is ranked, never judged)."""
+    `samples`: workload id -> its Timing (a device time has none, and is ranked, never judged)."""
     samples = samples or {}
     out = table.copy()
     for col in ("group", "time_s", "time_basis", "rank_in_group", "x_of_best", "significant"):

@@ -8,9 +8,11 @@ import statistics
 NOISY_REL_SPREAD = 0.25
 
 
-def latency_stats(samples_s: list[float], rounds: int = 1) -> dict:
+def latency_stats(samples_s: list[float], rounds: int = 1, in_processes: bool = False) -> dict:
     """Median, IQR (p75 - p25, inclusive quantiles), min, max, mean, n and every sample; with several
-    rounds (config `repeats`), each round's median and the spread: max(IQR, range of round medians)."""
+    rounds (config `repeats`), each round's median and the spread: max(IQR, range of round medians).
+    `in_processes`: each round ran in a fresh process of its own (cpu, capture.rounds_in_processes),
+    so the round medians are replicates of the code that analysis/verdict.py tests."""
     q1, _, q3 = statistics.quantiles(samples_s, n=4, method="inclusive") if len(samples_s) > 1 else (samples_s[0],) * 3
     per = len(samples_s) // rounds
     round_medians = [statistics.median(samples_s[i * per : (i + 1) * per]) for i in range(rounds)]
@@ -26,5 +28,6 @@ def latency_stats(samples_s: list[float], rounds: int = 1) -> dict:
         "rounds": rounds,
         "round_medians_s": round_medians,
         "spread_s": max(q3 - q1, max(round_medians) - min(round_medians)),
+        "rounds_in_processes": in_processes,
         "samples_s": samples_s,
     }

@@ -2,15 +2,18 @@
 
 build   torch.export the workload to a .pt2 (export uses meta tensors, so no input memory is needed)
 capture load the .pt2, warm up, run num_exec executions with the nth under torch.profiler, then warm
-        up again and time `repeats` x `iterations` executions one by one (perf_counter_ns)
+        up again and time `repeats` x `iterations` executions one by one (perf_counter_ns); with
+        capture.rounds_in_processes each round in a fresh interpreter (cpu_round.py)
 view    Chrome trace -> .pftrace, and a summary with the Neuron summary's field names and units
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from neuronsweep.analysis.intervals import union_length
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
 from neuronsweep.backends import BACKENDS, gloo
-from neuronsweep.backends.common import EXEC_MARK, profiled_span
+from neuronsweep.backends.common import EXEC_MARK, profiled_span, run_tool
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import chrome_trace
@@ -121,14 +124,20 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
                 with record_function(f"{EXEC_MARK}{i}"):
                     module(*args)
-        # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
-        samples = _warm_then_time(timed, 1, settings.repeats * settings.iterations)
+        if not settings.rounds_in_processes:
+            # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
+            samples = _warm_then_time(timed, 1, settings.repeats * settings.iterations)
     with replacing(out_dir / TRACE) as tmp:
         prof.export_chrome_trace(str(tmp))
+    pids = []
+    if settings.rounds_in_processes:
+        rounds = [_round_in_process(build_dir, settings, r) for r in range(1, settings.repeats + 1)]
+        samples, pids = [s for r in rounds for s in r["samples"]], [r["pid"] for r in rounds]
     return {
         "profiler": f"torch.profiler (torch {torch.__version__})",
         "profiler_flops": sum(int(e.flops or 0) for e in prof.key_averages()),
-        "latency": latency_stats(samples, settings.repeats),
+        "latency": latency_stats(samples, settings.repeats, in_processes=settings.rounds_in_processes),
+        "round_pids": pids or None,
         "warmup_min_s": WARMUP_MIN_S,
         "correctness": correctness,
         "threads": torch.get_num_threads(),
@@ -136,6 +145,42 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
     }
+
+
+def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
+    """One timed round in this process, from nothing: backends/cpu_round.py runs it in a fresh one."""
+    import torch
+
+    spec = BuildRecord.read(build_dir).spec
+    kind = kind_of(spec)
+    module = torch.export.load(str(build_dir / ARTIFACT)).module()
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    shapes, dtype = kind.tensor_shapes(spec), _torch_dtype(torch, spec["dtype"])
+    args = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+
+    def timed(executions: int) -> list[float]:
+        samples = [0.0] * executions
+        for i in range(executions):
+            t0 = time.perf_counter_ns()
+            module(*args)
+            samples[i] = (time.perf_counter_ns() - t0) * 1e-9
+        return samples
+
+    with torch.inference_mode():
+        return _warm_then_time(timed, warmup, iterations)
+
+
+def _round_in_process(build_dir: Path, settings: CaptureSettings, r: int) -> dict:
+    """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
+    two at once (they would share the cores they measure); this process waits idle meanwhile."""
+    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", str(build_dir)]
+    argv += [str(settings.threads), str(settings.warmup), str(settings.iterations)]
+    proc = run_tool(argv, settings.timeout_s, f"capture: timed round {r} in its own process")
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise UserError(f"capture: timed round {r} in its own process failed: {why}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _warm_then_time(timed, warmup: int, iterations: int) -> list[float]:

@@ -24,7 +24,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
 from neuronsweep.runs import profile_diff
-from neuronsweep.store.records import timed_samples
+from neuronsweep.store.records import Timing, timing
 
 NOT_METRICS = {
     "latency_n",
@@ -56,8 +56,8 @@ class Run:
         self.config = self.plan.get("config")
         self.workloads = self.folder / self.backend / "workloads"
 
-    def samples(self, wid: str) -> list[float] | None:
-        return timed_samples(self.workloads / wid)
+    def samples(self, wid: str) -> Timing | None:
+        return timing(self.workloads / wid)
 
     def toolchains(self) -> dict[str, str]:
         """Package -> version(s), from the build records of this run's workloads."""
@@ -164,7 +164,7 @@ def compare(a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT) -> tuple[pd.
                     }
                 )
     for (row, _), said in zip(family, verdict.judge([pair for _, pair in family], min_effect=min_effect)):
-        if said.ratio is not None and said.p_value is not None:  # judged on the samples: their medians
+        if said.ratio is not None and said.p_value is not None:  # judged: the ratio the test gives
             row.update(ratio_b_over_a=said.ratio, change_pct=(said.ratio - 1) * 100)
         row.update(
             n_a=said.n_a,
@@ -173,6 +173,7 @@ def compare(a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT) -> tuple[pd.
             ratio_ci_high=said.ci_high,
             p_value=said.p_value,
             p_holm=said.p_adjusted,
+            tested_on=said.unit,
             beyond_noise=said.beyond,
             verdict=said.said,
         )
@@ -305,11 +306,14 @@ def run(
     lines.append(f"wrote {out / 'compare.csv'}, compare_metrics.csv, compare_ops.csv and compare.html")
     code = 0
     if fail_on_regression is not None and len(judged):
-        worse = judged[(judged["verdict"] == verdict.SLOWER) & (judged["change_pct"] > fail_on_regression)]
+        gate = [
+            verdict.fails_gate(v, low, fail_on_regression) for v, low in zip(judged["verdict"], judged["ratio_ci_low"])
+        ]
+        worse = judged[gate]
         if len(worse):
             lines.append(
-                f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% beyond "
-                f"noise (worst {worse['change_pct'].max():+.1f}%: "
+                f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% with 95% "
+                f"confidence (worst {worse['change_pct'].max():+.1f}%: "
                 f"{worse.sort_values('change_pct').iloc[-1]['workload_id']})"
             )
             code = 1

@@ -31,6 +31,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
 from neuronsweep.runs.compare import Run
+from neuronsweep.store.records import Timing
 
 ENTRY_COLUMNS = [
     "run",
@@ -48,6 +49,7 @@ ENTRY_COLUMNS = [
     "time_s",
     "noisy",
     "samples_s",
+    "round_medians_s",
 ]
 
 
@@ -97,6 +99,7 @@ def entry(run_dir: Path) -> pd.DataFrame:
         basis = (
             "latency_median_s" if timed else "profile_total_time_s" if pd.notna(r.get("profile_total_time_s")) else None
         )
+        timing = run.samples(wid) if timed and r["status"] == "ok" else None
         rows.append(
             {
                 **common,
@@ -105,7 +108,8 @@ def entry(run_dir: Path) -> pd.DataFrame:
                 "basis": basis,
                 "time_s": float(r[basis]) if basis and r["status"] == "ok" else None,
                 "noisy": verdict.flag(r.get("noisy")),
-                "samples_s": run.samples(wid) if timed and r["status"] == "ok" else None,
+                "samples_s": timing and timing.samples,
+                "round_medians_s": timing and timing.rounds,
             }
         )
     return pd.DataFrame(rows, columns=ENTRY_COLUMNS)
@@ -145,6 +149,7 @@ def load(store: Path, runs: list[str] | None = None) -> pd.DataFrame:
         except (OSError, ValueError) as exc:  # one damaged entry costs its own run
             print(f"{path}: not a readable history entry ({exc}); skipped. Delete it, or add the run again.")
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ENTRY_COLUMNS)
+    df = df.reindex(columns=list(dict.fromkeys([*ENTRY_COLUMNS, *df.columns])))  # entries of older versions
     if runs:
         unknown = sorted(set(runs) - set(df["run"]))
         if unknown:
@@ -245,7 +250,9 @@ def write_html(ok: pd.DataFrame, out: Path) -> Path:
 
 
 def gate(df: pd.DataFrame, pct: float, last: int, min_effect: float) -> tuple[list[str], int]:
-    """The newest entry against the pooled samples of the `last` entries before it (same backend)."""
+    """The newest entry against the pooled samples of the `last` entries before it (same backend);
+    where every one of them timed its rounds in processes of their own, against their pooled round
+    medians: each earlier process is a replicate of the earlier code."""
     newest = df["entry"].iloc[-1]
     new = df[df["entry"] == newest]
     earlier = df[(df["entry"] != newest) & (df["backend"] == new["backend"].iloc[0])]
@@ -258,24 +265,32 @@ def gate(df: pd.DataFrame, pct: float, last: int, min_effect: float) -> tuple[li
         past = base[(base["workload_id"] == r.workload_id) & (base["status"] == "ok")]
         if not len(past):
             continue
-        pooled = [s for samples in past["samples_s"] if samples is not None for s in samples] or None
-        mine = list(r.samples_s) if r.samples_s is not None else None
-        pairs.append((pooled, mine, bool(r.noisy) or bool(past["noisy"].any())))
+        mine = new[new["workload_id"] == r.workload_id]
+        pairs.append((_pooled(past), _pooled(mine), bool(r.noisy) or bool(past["noisy"].any())))
         wids.append(r.workload_id)
     said = verdict.judge(pairs, min_effect=min_effect)
-    worse = [(w, v) for w, v in zip(wids, said) if v.said == verdict.SLOWER and (v.ratio - 1) * 100 > pct]
+    worse = [(w, v) for w, v in zip(wids, said) if verdict.fails_gate(v.said, v.ci_low, pct)]
     lines = [
         f"regression gate: {new['run'].iloc[0]} ({new['finished_at'].iloc[0]}) against the pooled samples of the "
         f"{len(base_entries)} run(s) before it: {sum(v.judged for v in said)} judged, "
         f"{sum(v.said == verdict.SLOWER for v in said)} slower, {sum(v.said == verdict.FASTER for v in said)} faster"
     ]
     for w, v in sorted(worse, key=lambda x: -x[1].ratio):
-        lines.append(f"  slower {100 * (v.ratio - 1):+.1f}%  {w}  (Holm p {v.p_adjusted:.2g})")
+        lines.append(f"  slower {100 * (v.ratio - 1):+.1f}%  {w}  (Holm p {v.p_adjusted:.2g}, tested on {v.unit})")
     if worse:
         lines.append(
-            f"regression: {len(worse)} workload(s) slower by more than {pct}% than the last {len(base_entries)} run(s)"
+            f"regression: {len(worse)} workload(s) slower by more than {pct}% with 95% confidence than the last "
+            f"{len(base_entries)} run(s)"
         )
     return lines, 1 if worse else 0
+
+
+def _pooled(entries: pd.DataFrame) -> Timing | None:
+    """The samples of these entries together, and their round medians where every entry has them."""
+    samples = [s for x in entries["samples_s"] if x is not None for s in x]
+    rounds = [x for x in entries["round_medians_s"] if x is not None and not isinstance(x, float) and len(x)]
+    pooled = [m for x in rounds for m in x] if len(rounds) == len(entries) else None  # NaN: an older entry
+    return Timing(samples, pooled) if samples else None
 
 
 def render(ok: pd.DataFrame) -> list[str]:

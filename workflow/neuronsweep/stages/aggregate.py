@@ -19,7 +19,7 @@ from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.store.failures import latest_failure
-from neuronsweep.store.records import MetricsRecord, timed_samples
+from neuronsweep.store.records import MetricsRecord, timing
 from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
 
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
@@ -144,7 +144,7 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
     workloads_dir = plan_json.parent / plan["backend"] / "workloads"
     table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows
     cols = LEAD_COLUMNS + [c for c in table.columns if c not in LEAD_COLUMNS]
-    samples = {wid: timed_samples(workloads_dir / wid) for wid in table["workload_id"]}
+    samples = {wid: timing(workloads_dir / wid) for wid in table["workload_id"]}
     table = compare.compare(best_host_peaks(table[cols].copy(), plan), samples)
     with replacing(out) as tmp:
         table.to_csv(tmp, index=False)

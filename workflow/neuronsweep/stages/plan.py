@@ -378,6 +378,8 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
     ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
     imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
+    if cap.get("rounds_in_processes") and plan.backend == "cpu":  # each round imports torch again
+        imports_s += n * cap["repeats"] * probe["torch_import_s"]
     dtypes = {s["dtype"] for s in plan.workloads.values()}
     calib_s = caps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
     total = compute_s + imports_s + calib_s

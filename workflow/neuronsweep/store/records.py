@@ -231,13 +231,32 @@ class MetricsRecord:
         )
 
 
-def timed_samples(workload_dir: Path) -> list[float] | None:
-    """Every timed sample of a case's capture (all rounds), for the rank tests of compare, history and
-    the ranking; None when the capture recorded none (a device time only) or cannot be read: the case
-    is then not judged, and the rest of the run still is."""
+@dataclass(frozen=True)
+class Timing:
+    """One case's timed samples, and its round medians when each round ran in a fresh process of its
+    own (then the process is what analysis/verdict.py tests)."""
+
+    samples: list[float]
+    rounds: list[float] | None = None
+
+    def scaled(self, factor: float) -> Timing:
+        return Timing([s * factor for s in self.samples], self.rounds and [r * factor for r in self.rounds])
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def timing(workload_dir: Path) -> Timing | None:
+    """Every timed sample of a case's capture (all rounds), and the round medians when each round ran
+    in a process of its own, for the tests of compare, history and the ranking; None when the capture
+    recorded no samples (a device time only) or cannot be read: the case is then not judged, and the
+    rest of the run still is."""
     try:
-        latency = json.loads((Path(workload_dir) / "capture" / CaptureRecord.FILE).read_text()).get("latency")
-        samples = [float(s) for s in (latency or {}).get("samples_s") or []]
+        latency = json.loads((Path(workload_dir) / "capture" / CaptureRecord.FILE).read_text()).get("latency") or {}
+        samples = [float(s) for s in latency.get("samples_s") or []]
+        rounds = [float(r) for r in latency.get("round_medians_s") or []] if latency.get("rounds_in_processes") else []
     except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return [s for s in samples if math.isfinite(s) and s > 0] or None
+    samples = [s for s in samples if math.isfinite(s) and s > 0]
+    rounds = [r for r in rounds if math.isfinite(r) and r > 0]
+    return Timing(samples, rounds or None) if samples else None

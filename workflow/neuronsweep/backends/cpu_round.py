@@ -1,0 +1,30 @@
+"""One cpu timed round in a fresh interpreter (capture.rounds_in_processes), run by backends/cpu.py:
+
+    python -m neuronsweep.backends.cpu_round BUILD_DIR THREADS WARMUP ITERATIONS
+
+prints {"samples": [...], "pid": N} as its last line. A fresh interpreter, not a fork: forked rounds
+kept their parent's level (five rounds within 2 %, the next capture's 17 % away), because what moves
+a small case between processes (where the libraries, the heap and the program land) is drawn when a
+process starts, and a fork inherits it (Mytkowicz et al., "Producing wrong data without doing
+anything obviously wrong!", ASPLOS 2009).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from neuronsweep.backends import cpu
+
+
+def main(argv: list[str]) -> int:
+    build_dir, threads, warmup, iterations = Path(argv[0]), *map(int, argv[1:4])
+    samples = cpu.time_round(build_dir, threads, warmup, iterations)
+    print(json.dumps({"samples": samples, "pid": os.getpid()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
