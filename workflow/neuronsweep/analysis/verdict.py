@@ -25,8 +25,8 @@ t-test because a rank test on 3 or 5 rounds a side cannot reach Holm's threshold
 0.1 and 0.008), and a slow outlier process widens its interval (fewer calls, never more). At least
 MIN_ROUNDS rounds a side, else the samples are tested.
 
-On the samples, the change reported is the ratio of medians B / A with a 95 % bootstrap percentile interval (SciPy,
-seeded: the same runs give the same interval). A side without samples (a profiled device time: one
+On the samples, the change reported is the ratio of medians B / A with a 95 % bootstrap percentile
+interval (SciPy, seeded: the same runs give the same interval). A side without samples (a profiled device time: one
 execution, as every NKI case has), with fewer than MIN_SAMPLES samples (5 against 5 is the smallest
 pair whose most extreme ordering reaches p < 0.05 with room for a correction), or flagged noisy is
 not judged, with the reason.
