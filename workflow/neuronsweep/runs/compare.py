@@ -257,9 +257,10 @@ def _html(head: list[str], table: pd.DataFrame, changes: pd.DataFrame, ops: pd.D
             "<h1>neuron-sweep: B against A</h1>",
             f"<pre>{html.escape(chr(10).join(head))}</pre>",
             "<h2>Workloads</h2>",
-            "<p class=muted>slower / faster: the rank test on both runs' timed samples rejects after Holm's "
-            "correction over the workloads and the medians differ by at least the minimum effect "
-            "(docs/comparing-runs.md).</p>",
+            "<p class=muted>slower / faster: the test on both runs' timings (<code>tested_on</code>: the timed "
+            "samples, or the rounds where each ran in a process of its own) rejects after Holm's correction over the "
+            "workloads and the change is at least the minimum effect; the regression gate also needs the "
+            "95 % interval wholly past its margin (docs/comparing-runs.md).</p>",
             html_table(table),
             *_inside_html(ops),
             "<h2>Metrics that changed beyond the timing noise</h2>",
