@@ -100,19 +100,8 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     working_set = _check_memory(spec)
     module = torch.export.load(str(build_dir / ARTIFACT)).module()
     torch.set_num_threads(settings.threads)
-    gen = torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), _torch_dtype(torch, spec["dtype"])
-    names = kind.input_names(spec)
-    args = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in names]
-
-    def timed(executions: int) -> list[float]:
-        samples = [0.0] * executions
-        for i in range(executions):
-            t0 = time.perf_counter_ns()
-            module(*args)
-            samples[i] = (time.perf_counter_ns() - t0) * 1e-9
-        return samples
-
+    names, args = kind.input_names(spec), _inputs(torch, spec)
+    timed = _timing_loop(module, args)
     nth, prof = settings.nth_exec, None
     with torch.inference_mode():
         correctness = check(spec, dict(zip(names, args)), module(*args))  # once, before the warm-up
@@ -152,12 +141,21 @@ def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> l
     import torch
 
     spec = BuildRecord.read(build_dir).spec
-    kind = kind_of(spec)
     module = torch.export.load(str(build_dir / ARTIFACT)).module()
     torch.set_num_threads(threads)
-    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        return _warm_then_time(_timing_loop(module, _inputs(torch, spec)), warmup, iterations)
+
+
+def _inputs(torch, spec: dict) -> list:
+    """The case's inputs, the same values in every process (seeded)."""
+    kind, gen = kind_of(spec), torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), _torch_dtype(torch, spec["dtype"])
-    args = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+
+
+def _timing_loop(module, args: list):
+    """timed(n): n executions, each timed alone (perf_counter_ns), in seconds."""
 
     def timed(executions: int) -> list[float]:
         samples = [0.0] * executions
@@ -167,8 +165,7 @@ def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> l
             samples[i] = (time.perf_counter_ns() - t0) * 1e-9
         return samples
 
-    with torch.inference_mode():
-        return _warm_then_time(timed, warmup, iterations)
+    return timed
 
 
 def _round_in_process(build_dir: Path, settings: CaptureSettings, r: int) -> dict:
