@@ -120,3 +120,11 @@ def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finishe
     rows.loc[2, "latency_median_s"] = 2e-3
     samples["w2"] = [2 * t for t in calm]
     assert ranking.compare(rows, samples)["significant"].tolist() == [None, False, True]
+
+
+def test_a_negative_minimum_effect_is_one_sentence_for_compare_and_history(tmp_path):
+    for command in (["compare", "a", "b"], ["history"]):
+        proc = subprocess.run(
+            [str(BIN / "neuronsweep"), *command, "--min-effect", "-1"], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert proc.returncode == 2 and "--min-effect is '-1'; give a percentage of 0 or more" in proc.stderr

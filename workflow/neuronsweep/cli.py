@@ -79,6 +79,17 @@ def _slots(text: str) -> str | int:
     raise argparse.ArgumentTypeError(f"--slots is {text!r}; pass auto or a whole number of at least 1.")
 
 
+def _percentage(text: str) -> float:
+    """--min-effect of compare and history: a percentage of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"--min-effect is {text!r}; give a percentage of 0 or more (default 2).")
+    return value
+
+
 def _slot_args(p) -> None:
     p.add_argument(
         "--slots",
@@ -235,8 +246,6 @@ def cmd_history(args) -> int:
 
     if args.last < 1:
         raise UserError(f"--last {args.last}: give a number of runs of 1 or more.")
-    if not args.min_effect >= 0:
-        raise UserError(f"--min-effect {args.min_effect}: give a percentage of 0 or more (default 2).")
     if args.record:  # the workflow's history rule: add the run, say which entry it is
         from neuronsweep.atomic import write_json
 
@@ -454,7 +463,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--min-effect",
-        type=float,
+        type=_percentage,
         default=2.0,
         metavar="PCT",
         help="smallest change of the median called slower or faster (default 2 %%)",
@@ -473,7 +482,9 @@ def parser() -> argparse.ArgumentParser:
         help="exit 1 when the newest run is judged slower than the runs before it, its 95%% interval above 1 + PCT/100",
     )
     p.add_argument("--last", type=int, default=1, metavar="N", help="the gate's baseline: the N runs before the newest")
-    p.add_argument("--min-effect", type=float, default=2.0, metavar="PCT", help="smallest step reported (default 2 %%)")
+    p.add_argument(
+        "--min-effect", type=_percentage, default=2.0, metavar="PCT", help="smallest step reported (default 2 %%)"
+    )
     p.add_argument("--record", help=argparse.SUPPRESS)  # the workflow's history rule: results/<run>/history.json
     p.set_defaults(func=cmd_history)
 

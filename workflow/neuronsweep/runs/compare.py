@@ -277,10 +277,8 @@ def run(
     min_effect_pct: float = verdict.MIN_EFFECT * 100,
 ) -> tuple[list[str], int]:
     """Write compare.csv, compare_metrics.csv, compare_ops.csv and compare.html into `out`; returns the
-    lines to print and the exit code (1 when --fail-on-regression PCT and a workload is judged slower by
-    more than PCT)."""
-    if not min_effect_pct >= 0:
-        raise UserError(f"--min-effect {min_effect_pct}: give a percentage of 0 or more (default 2).")
+    lines to print and the exit code (1 when --fail-on-regression PCT and a workload fails the gate:
+    analysis/verdict.py's fails_gate)."""
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
     table, changes = compare(a, b, min_effect=min_effect_pct / 100)
