@@ -31,6 +31,7 @@ KEY_WINDOW = 4096  # bytes before an array's `[` searched for its key
 KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 WHITESPACE = b" \t\r\n"
 NEWLINES_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
+NOT_OPEN_OR_NEWLINE = bytes(c for c in range(256) if c not in b"{[\n")  # deleted by _shallow
 LONG_INT = re.compile(rb"[0-9]{20}")
 LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b'{}[]"\\,\n'
 
@@ -315,10 +316,11 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
 
 def _shallow(batch: bytes) -> bytes:
     """The batch, if no line of it opens MAX_DEPTH brackets (strings' too: a bound on its depth that
-    needs no string scan); else NotJSON, so `split` measures the true depth."""
-    a = np.frombuffer(batch, np.uint8)
-    opens = (a | 0x20) == LBRACE  # `{` and `[`
-    lines = np.r_[0, np.flatnonzero(a == NEWLINE) + 1]
-    if opens.size and np.add.reduceat(opens, lines[lines < opens.size]).max() >= MAX_DEPTH:
+    needs no string scan); else NotJSON, so `split` measures the true depth. Counted on the batch
+    with all but `{`, `[` and newlines deleted (a C loop, about 30x faster than numpy masks over
+    every byte): the longest line of what is left is the most brackets a line opens."""
+    left = np.frombuffer(batch.translate(None, NOT_OPEN_OR_NEWLINE), np.uint8)
+    newlines = np.r_[-1, np.flatnonzero(left == NEWLINE), left.size]
+    if np.diff(newlines).max() - 1 >= MAX_DEPTH:
         raise NotJSON("a record opens many brackets: its depth is measured the careful way")
     return batch
