@@ -32,12 +32,12 @@ from neuronsweep.formats.protowire import (
     EMPTY,
     annotation,
     field,
-    fixed,
+    fixed_part,
     join,
-    length_prefixed,
     ragged,
+    rows_of,
     varint,
-    varints,
+    varint_part,
 )
 
 BEGIN, END, INSTANT, COUNTER = (
@@ -440,7 +440,10 @@ def _flow_ids(flows: pa.Array) -> pa.Array:
 
 
 def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, interning: _Interning) -> pa.Array:
-    """A chunk of _packets' rows, each length-delimited as a Trace's `packet` field."""
+    """A chunk of _packets' rows, each length-delimited as a Trace's `packet` field. The fields of
+    fixed size either side of the annotations are made in two gathers (protowire.rows_of) and the
+    lengths of the TrackEvent and the packet from the parts' lengths, so each byte is copied into
+    a row once and the row once more into the packet (the join)."""
     kind = batch["type"].to_numpy().astype(np.int64)
     named = (kind == BEGIN) | (kind == INSTANT)
     counter = kind == COUNTER
@@ -450,24 +453,32 @@ def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, int
     if kept is not None:  # the original pid and tid of tracks whose ids Perfetto could not hold
         annotations = join(annotations, pc.if_else(pa.array(named), pc.take(kept, pa.array(key)), EMPTY))
     value = np.where(counter, batch["value"].to_numpy(), 0.0).astype("<f8").view(np.uint8).reshape(-1, 8)
-    parts = [
-        varints(cat, CATEGORY_IID, cat > 0),
-        annotations,
-        varints(kind, TYPE),
-        varints(name, NAME_IID, named),
-        varints(uuids[key], TRACK_UUID),
-        fixed(DOUBLE_COUNTER, value, counter),
-    ]
-    if batch["flows"].null_count < batch.num_rows:
-        parts.append(_flow_ids(batch["flows"]))
-    payload = join(
-        varints(batch["ts"].to_numpy(), TIMESTAMP),
-        SEQUENCE + varint(SEQ_ID),
-        length_prefixed(TRACK_EVENT, join(*parts)),
-        interned,
-        NEEDS_STATE,
+    flows = _flow_ids(batch["flows"]) if batch["flows"].null_count < batch.num_rows else None
+    after = (  # the TrackEvent's fields after its annotations, in field-number order
+        varint_part(kind, TYPE),
+        varint_part(name, NAME_IID, named),
+        varint_part(uuids[key], TRACK_UUID),
+        fixed_part(DOUBLE_COUNTER, value, counter),
     )
-    return length_prefixed(PACKET, payload)
+    category = varint_part(cat, CATEGORY_IID, cat > 0)
+    track_event = category[1] + _lengths(annotations) + sum(n for _, n in after) + _lengths(flows)
+    header = varint_part(track_event, TRACK_EVENT)
+    stamp = varint_part(batch["ts"].to_numpy(), TIMESTAMP)
+    sequence = SEQUENCE + varint(SEQ_ID)
+    packet = stamp[1] + len(sequence) + header[1] + track_event + _lengths(interned) + len(NEEDS_STATE)
+    before = rows_of(
+        varint_part(packet, PACKET),
+        stamp,
+        fixed_part(sequence, np.zeros((kind.size, 0), np.uint8)),
+        header,
+        category,
+    )
+    parts = [before, annotations, rows_of(*after)] + ([flows] if flows is not None else [])
+    return join(*parts, interned, NEEDS_STATE)
+
+
+def _lengths(column: pa.Array | None) -> np.ndarray | int:
+    return 0 if column is None else pc.binary_length(column).to_numpy().astype(np.int64)
 
 
 def _write_column(handle, packets: pa.Array, first: bool) -> None:

@@ -62,36 +62,51 @@ def ragged(lengths: np.ndarray, data) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), lengths.size, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _rows(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """A binary column of each row's first `lengths` bytes of `matrix`."""
-    return ragged(lengths, matrix[np.arange(matrix.shape[1]) < lengths[:, None]])
+# A part of a row: an (n, w) uint8 matrix and each row's length (its first bytes are the row's).
+# Parts side by side are written with one gather (rows_of): a packet's dozen fields cost one copy.
 
 
-def varints(values, tag: bytes = b"", mask=None) -> pa.Array:
+def varint_part(values, tag: bytes = b"", mask=None) -> tuple[np.ndarray, np.ndarray]:
     """Each row `tag` + the varint of its value (negative int64 as two's complement), empty where
-    `mask` is False."""
+    `mask` is False; as wide as the largest value needs."""
     v = np.asarray(values).astype(np.uint64)
-    t = len(tag)
-    out = np.zeros((v.size, t + 10), np.uint8)
+    t, top = len(tag), int(v.max()) if v.size else 0
+    width = max(1, -(-top.bit_length() // 7))
+    out = np.empty((v.size, t + width), np.uint8)
     out[:, :t] = np.frombuffer(tag, np.uint8)
     lengths = np.full(v.size, t + 1, np.int64)
-    for k in range(10):
+    for k in range(width):
         rest = v >> np.uint64(7)
         more = rest > 0
         out[:, t + k] = (v & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
         lengths += more
         v = rest
-        if not more.any():
-            break
     if mask is not None:
         lengths[~mask] = 0
-    return _rows(out, lengths)
+    return out, lengths
+
+
+def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row `tag` + its fixed-size payload (an (n, k) uint8 array), empty where `mask` is False."""
+    out = np.concatenate([np.broadcast_to(np.frombuffer(tag, np.uint8), (payload.shape[0], len(tag))), payload], 1)
+    return out, np.full(out.shape[0], out.shape[1], np.int64) if mask is None else np.where(mask, out.shape[1], 0)
+
+
+def rows_of(*parts: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+    """A binary column of each row's parts one after another: one matrix, one mask, one gather."""
+    matrix = np.concatenate([m for m, _ in parts], 1)
+    keep = np.concatenate([np.arange(m.shape[1]) < n[:, None] for m, n in parts], 1)
+    return ragged(sum(n for _, n in parts), matrix[keep])
+
+
+def varints(values, tag: bytes = b"", mask=None) -> pa.Array:
+    """varint_part as a binary column."""
+    return rows_of(varint_part(values, tag, mask))
 
 
 def fixed(tag: bytes, payload: np.ndarray, mask: np.ndarray) -> pa.Array:
-    """Each row `tag` + its fixed-size payload (an (n, k) uint8 array), empty where `mask` is False."""
-    out = np.concatenate([np.broadcast_to(np.frombuffer(tag, np.uint8), (payload.shape[0], len(tag))), payload], 1)
-    return _rows(out, np.where(mask, out.shape[1], 0))
+    """fixed_part as a binary column."""
+    return rows_of(fixed_part(tag, payload, mask))
 
 
 def join(*parts) -> pa.Array:
