@@ -426,18 +426,19 @@ class Events:
         is_i = pc.is_in(ph, pa.array(["i", "I"])).to_numpy(zero_copy_only=False)
         is_m = pc.equal(ph, "M").to_numpy(zero_copy_only=False)
         rows = np.flatnonzero(is_x | is_i)
-        take = pa.array(rows)
-        ts = pc.take(col["ts"], take) if "ts" in col else None
+        if rows.size < len(ph):  # else (a profiler's usual batch) the columns as they are
+            col = {n: pc.take(c, pa.array(rows)) for n, c in col.items()}
+        ts = col["ts"] if "ts" in col else None
         if (
             ts is None
             or ts.null_count
-            or pc.take(col["pid"], take).null_count
-            or pc.take(col["tid"], take).null_count
-            or ("s" in col and pc.any(pc.is_in(pc.take(col["s"], take), pa.array(["g", "p"]))).as_py())
+            or col["pid"].null_count
+            or col["tid"].null_count
+            or ("s" in col and pc.any(pc.is_in(col["s"], pa.array(["g", "p"]))).as_py())
         ):
             return False  # the loop says what to skip, and scopes instants
         ts_ns, ts_ok = _decimal_ns(ts)
-        dur_ns, dur_ok = _decimal_ns(pc.take(col["dur"], take)) if "dur" in col else (None, None)
+        dur_ns, dur_ok = _decimal_ns(col["dur"]) if "dur" in col else (None, None)
         x = is_x[rows]
         if not ts_ok.all() or (dur_ok is not None and not dur_ok[x].all()):
             return False  # past int64 nanoseconds: the loop names them
@@ -449,12 +450,12 @@ class Events:
             self._metadata(row.get("name"), row.get("pid"), row.get("tid"), row.get("args"))
         if not rows.size:
             return True
-        key = self._keys(col, rows)
+        key = self._keys(col)
         name = self._ordinals(
-            self.names, pc.fill_null(pc.take(col["name"], take), "") if "name" in col else pa.array([""] * rows.size)
+            self.names, pc.fill_null(col["name"], "") if "name" in col else pa.array([""] * rows.size)
         )
         if "cat" in col:
-            cats = pc.take(col["cat"], take)
+            cats = col["cat"]
             cat = np.where(
                 pc.fill_null(pc.not_equal(cats, ""), False).to_numpy(zero_copy_only=False),
                 self._ordinals(self.cats, pc.fill_null(cats, "")),
@@ -463,7 +464,7 @@ class Events:
         else:
             cat = np.full(rows.size, -1, np.int64)
         args = (
-            pc.take(col["args"], take)
+            col["args"]
             if "args" in col and pa.types.is_struct(col["args"].type)
             else pa.array([{}] * rows.size, pa.struct([]))
         )
@@ -479,10 +480,10 @@ class Events:
         ids = np.array([self._ordinal(table, v) for v in encoded.dictionary.to_pylist()], np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)]
 
-    def _keys(self, col: dict, rows: np.ndarray) -> np.ndarray:
+    def _keys(self, col: dict) -> np.ndarray:
         """Each row's track ordinal; new tracks numbered in order of their first row, as the loop does."""
-        pid = pc.take(col["pid"], pa.array(rows)).to_numpy(zero_copy_only=False)
-        tid = pc.take(col["tid"], pa.array(rows)).to_numpy(zero_copy_only=False)
+        pid = col["pid"].to_numpy(zero_copy_only=False)
+        tid = col["tid"].to_numpy(zero_copy_only=False)
         if pid.min() >= 0 and pid.max() < 1 << 31 and tid.min() >= 0 and tid.max() < 1 << 32:  # one int each
             pairs, first, inverse = np.unique((pid << 32) | tid, return_index=True, return_inverse=True)
             pair_keys = [("thread", p >> 32, p & 0xFFFFFFFF) for p in pairs.tolist()]
