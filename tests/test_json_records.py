@@ -136,3 +136,14 @@ def test_a_profile_cut_short_is_refused_in_one_sentence(cut, tmp_path):
     path.write_bytes(whole[: int(len(whole) * cut)])
     with pytest.raises(UserError, match=r"profile.json is not a readable legacy profile \(.*cut short.*run the view"):
         fast(path, tmp_path / "out")
+
+
+def test_the_depth_guard_bounds_each_lines_brackets_strings_included():
+    """quick_split's guard: a line opening MAX_DEPTH brackets (`{` or `[`, counted inside strings
+    too) sends the file to the careful splitter; fewer on every line, the batch passes unchanged."""
+    limit = json_records.MAX_DEPTH
+    fine = b'{"a": [1, {"b": 2}]}\n{"s": "' + b"[" * (limit - 2) + b'"}\n' + b"[" * (limit - 1)
+    assert json_records._shallow(fine) is fine
+    for deep in (b"{}\n" + b"{" * limit, b'{"s": "' + b"[" * (limit - 1) + b'"}\n{}', b"[" * limit):
+        with pytest.raises(json_records.NotJSON, match="opens many brackets"):
+            json_records._shallow(deep)
