@@ -12,7 +12,7 @@ import pytest
 from conftest import BIN
 
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.backends import cpu
+from neuronsweep.backends import cpu, cpu_timing
 from neuronsweep.errors import UserError
 from neuronsweep.store.cache import file_sha256
 from neuronsweep.store.records import timing
@@ -196,10 +196,19 @@ def test_two_processes_storing_one_key_leave_one_good_entry(tmp_path):
         assert (tmp_path / f"b{i}" / "model.pt2").read_bytes() == (entry / "model.pt2").read_bytes()
 
 
+def test_a_timed_round_in_its_own_process_imports_none_of_the_trace_readers():
+    """Each round of capture.rounds_in_processes pays its imports: the readers (DuckDB, pyarrow,
+    pandas) cost it about a third of a second and measure nothing."""
+    code = (
+        "import sys; import neuronsweep.backends.cpu_round; "
+        "print(sorted(m for m in ('duckdb', 'pyarrow', 'pandas', 'scipy') if m in sys.modules))"
+    )
+    out = subprocess.run([str(BIN / "python"), "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_warm_up_runs_the_timing_loop_for_its_minimum_time_and_the_lead_is_not_timed():
     import gc
-
-    from neuronsweep.backends import cpu
 
     calls = []
 
@@ -210,9 +219,9 @@ def test_the_warm_up_runs_the_timing_loop_for_its_minimum_time_and_the_lead_is_n
         return [float(i) for i in range(done - n, done)]
 
     t0 = time.perf_counter()
-    samples = cpu._warm_then_time(timed, 2, 7)
+    samples = cpu_timing.warm_then_time(timed, 2, 7)
     *warm, (n, gc_on, started) = calls
-    assert started - t0 >= cpu.WARMUP_MIN_S and all(w[0] == 2 and w[1] for w in warm)
+    assert started - t0 >= cpu_timing.WARMUP_MIN_S and all(w[0] == 2 and w[1] for w in warm)
     lead = n - 7  # 10 ms of 1 ms runs lead the timing call, untimed
     assert lead >= 1 and samples == [float(i) for i in range(sum(w[0] for w in warm) + lead, sum(c[0] for c in calls))]
     assert not gc_on and gc.isenabled()  # the collector is off while timing, and on again after

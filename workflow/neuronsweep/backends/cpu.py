@@ -9,11 +9,7 @@ view    Chrome trace -> .pftrace, and a summary with the Neuron summary's field 
 
 from __future__ import annotations
 
-import gc
-import json
-import math
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +18,15 @@ from neuronsweep.analysis.intervals import union_length
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
 from neuronsweep.backends import BACKENDS, gloo
-from neuronsweep.backends.common import EXEC_MARK, profiled_span, run_tool
+from neuronsweep.backends.common import EXEC_MARK, profiled_span
+from neuronsweep.backends.cpu_timing import (
+    WARMUP_MIN_S,
+    inputs,
+    round_in_process,
+    timing_loop,
+    torch_dtype,
+    warm_then_time,
+)
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import chrome_trace
@@ -30,18 +34,12 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import TORCH_DTYPES, kind_of, working_set_bytes, workload_id
+from neuronsweep.workloads import kind_of, working_set_bytes, workload_id
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
 ARTIFACT_FORMAT = "torch.export .pt2, v2"
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
-WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
-LEAD_S = 0.01  # untimed runs at the start of the timing loop's call (one at least)
-
-
-def _torch_dtype(torch, name: str):
-    return getattr(torch, TORCH_DTYPES[name])
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
@@ -53,7 +51,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
     def export(entry: Path) -> tuple[Path, dict]:
         shapes = kind.tensor_shapes(spec)
-        dtype = _torch_dtype(torch, spec["dtype"])
+        dtype = torch_dtype(torch, spec["dtype"])
         example = tuple(torch.empty(shapes[n], dtype=dtype, device="meta") for n in kind.input_names(spec))
         t0 = time.perf_counter()
         program = torch.export.export(kind.torch_module(spec), example)
@@ -100,12 +98,12 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     working_set = _check_memory(spec)
     module = torch.export.load(str(build_dir / ARTIFACT)).module()
     torch.set_num_threads(settings.threads)
-    names, args = kind.input_names(spec), _inputs(torch, spec)
-    timed = _timing_loop(module, args)
+    names, args = kind.input_names(spec), inputs(torch, spec)
+    timed = timing_loop(module, args)
     nth, prof = settings.nth_exec, None
     with torch.inference_mode():
         correctness = check(spec, dict(zip(names, args)), module(*args))  # once, before the warm-up
-        _warm_then_time(timed, settings.warmup, 0)
+        warm_then_time(timed, settings.warmup, 0)
         for i in range(1, settings.num_exec + 1):
             if i != nth:
                 module(*args)
@@ -115,12 +113,15 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
                     module(*args)
         if not settings.rounds_in_processes:
             # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
-            samples = _warm_then_time(timed, 1, settings.repeats * settings.iterations)
+            samples = warm_then_time(timed, 1, settings.repeats * settings.iterations)
     with replacing(out_dir / TRACE) as tmp:
         prof.export_chrome_trace(str(tmp))
     pids = []
     if settings.rounds_in_processes:
-        rounds = [_round_in_process(build_dir, settings, r) for r in range(1, settings.repeats + 1)]
+        rounds = [
+            round_in_process(build_dir, settings.threads, settings.warmup, settings.iterations, settings.timeout_s, r)
+            for r in range(1, settings.repeats + 1)
+        ]
         samples, pids = [s for r in rounds for s in r["samples"]], [r["pid"] for r in rounds]
     return {
         "profiler": f"torch.profiler (torch {torch.__version__})",
@@ -134,68 +135,6 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
     }
-
-
-def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
-    """One timed round in this process, from nothing: backends/cpu_round.py runs it in a fresh one."""
-    import torch
-
-    spec = BuildRecord.read(build_dir).spec
-    module = torch.export.load(str(build_dir / ARTIFACT)).module()
-    torch.set_num_threads(threads)
-    with torch.inference_mode():
-        return _warm_then_time(_timing_loop(module, _inputs(torch, spec)), warmup, iterations)
-
-
-def _inputs(torch, spec: dict) -> list:
-    """The case's inputs, the same values in every process (seeded)."""
-    kind, gen = kind_of(spec), torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), _torch_dtype(torch, spec["dtype"])
-    return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
-
-
-def _timing_loop(module, args: list):
-    """timed(n): n executions, each timed alone (perf_counter_ns), in seconds."""
-
-    def timed(executions: int) -> list[float]:
-        samples = [0.0] * executions
-        for i in range(executions):
-            t0 = time.perf_counter_ns()
-            module(*args)
-            samples[i] = (time.perf_counter_ns() - t0) * 1e-9
-        return samples
-
-    return timed
-
-
-def _round_in_process(build_dir: Path, settings: CaptureSettings, r: int) -> dict:
-    """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
-    two at once (they would share the cores they measure); this process waits idle meanwhile."""
-    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", str(build_dir)]
-    argv += [str(settings.threads), str(settings.warmup), str(settings.iterations)]
-    proc = run_tool(argv, settings.timeout_s, f"capture: timed round {r} in its own process")
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise UserError(f"capture: timed round {r} in its own process failed: {why}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _warm_then_time(timed, warmup: int, iterations: int) -> list[float]:
-    """`iterations` timed runs after `warmup` runs and at least WARMUP_MIN_S of runs. `timed(n)` is the
-    timing loop run n times; the warm-up runs that loop itself, and the call that times also runs
-    LEAD_S of untimed runs first: a loop that had not run made the 1st and 8th timed runs of a 55 us
-    case 1.5x slower (Python 3.11 specializes a loop's bytecode during its first executions), and the
-    first run of each call stayed slow now and then, which in rounds of 10 flagged small cases noisy."""
-    deadline = time.perf_counter() + WARMUP_MIN_S
-    last = timed(max(1, warmup))
-    while time.perf_counter() < deadline:
-        last = timed(max(1, warmup))
-    lead = math.ceil(LEAD_S / max(min(last), 1e-9))
-    gc.disable()  # as timeit does: a collection inside a timed run is not the workload's time
-    try:
-        return timed(lead + iterations)[lead:]
-    finally:
-        gc.enable()
 
 
 def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:

@@ -16,12 +16,12 @@ import os
 import sys
 from pathlib import Path
 
-from neuronsweep.backends import cpu
+from neuronsweep.backends import cpu_timing
 
 
 def main(argv: list[str]) -> int:
     build_dir, threads, warmup, iterations = Path(argv[0]), *map(int, argv[1:4])
-    samples = cpu.time_round(build_dir, threads, warmup, iterations)
+    samples = cpu_timing.time_round(build_dir, threads, warmup, iterations)
     print(json.dumps({"samples": samples, "pid": os.getpid()}))
     return 0
 

@@ -1,0 +1,87 @@
+"""The cpu backend's timing loop, on its own so a timed round in a fresh interpreter (cpu_round.py)
+imports torch and nothing else heavy: backends/cpu.py pulls in the trace readers (DuckDB, pyarrow,
+pandas), which cost every round about a third of a second for nothing it measures."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from neuronsweep.backends import BACKENDS
+from neuronsweep.backends.common import run_tool
+from neuronsweep.errors import UserError
+from neuronsweep.store.records import BuildRecord
+from neuronsweep.workloads import TORCH_DTYPES, kind_of
+
+ARTIFACT = BACKENDS["cpu"].artifacts["build"]
+WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
+LEAD_S = 0.01  # untimed runs at the start of the timing loop's call (one at least)
+
+
+def torch_dtype(torch, name: str):
+    return getattr(torch, TORCH_DTYPES[name])
+
+
+def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
+    """One timed round in this process, from nothing: backends/cpu_round.py runs it in a fresh one."""
+    import torch
+
+    spec = BuildRecord.read(build_dir).spec
+    module = torch.export.load(str(build_dir / ARTIFACT)).module()
+    torch.set_num_threads(threads)
+    with torch.inference_mode():
+        return warm_then_time(timing_loop(module, inputs(torch, spec)), warmup, iterations)
+
+
+def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int) -> dict:
+    """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
+    two at once (they would share the cores they measure); the caller waits idle meanwhile."""
+    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", str(build_dir), str(threads), str(warmup)]
+    proc = run_tool([*argv, str(iterations)], timeout_s, f"capture: timed round {r} in its own process")
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise UserError(f"capture: timed round {r} in its own process failed: {why}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def inputs(torch, spec: dict) -> list:
+    """The case's inputs, the same values in every process (seeded)."""
+    kind, gen = kind_of(spec), torch.Generator().manual_seed(0)
+    shapes, dtype = kind.tensor_shapes(spec), torch_dtype(torch, spec["dtype"])
+    return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+
+
+def timing_loop(module, args: list):
+    """timed(n): n executions, each timed alone (perf_counter_ns), in seconds."""
+
+    def timed(executions: int) -> list[float]:
+        samples = [0.0] * executions
+        for i in range(executions):
+            t0 = time.perf_counter_ns()
+            module(*args)
+            samples[i] = (time.perf_counter_ns() - t0) * 1e-9
+        return samples
+
+    return timed
+
+
+def warm_then_time(timed, warmup: int, iterations: int) -> list[float]:
+    """`iterations` timed runs after `warmup` runs and at least WARMUP_MIN_S of runs. `timed(n)` is the
+    timing loop run n times; the warm-up runs that loop itself, and the call that times also runs
+    LEAD_S of untimed runs first: a loop that had not run made the 1st and 8th timed runs of a 55 us
+    case 1.5x slower (Python 3.11 specializes a loop's bytecode during its first executions), and the
+    first run of each call stayed slow now and then, which in rounds of 10 flagged small cases noisy."""
+    deadline = time.perf_counter() + WARMUP_MIN_S
+    last = timed(max(1, warmup))
+    while time.perf_counter() < deadline:
+        last = timed(max(1, warmup))
+    lead = math.ceil(LEAD_S / max(min(last), 1e-9))
+    gc.disable()  # as timeit does: a collection inside a timed run is not the workload's time
+    try:
+        return timed(lead + iterations)[lead:]
+    finally:
+        gc.enable()
