@@ -128,3 +128,72 @@ def test_a_negative_minimum_effect_is_one_sentence_for_compare_and_history(tmp_p
             [str(BIN / "neuronsweep"), *command, "--min-effect", "-1"], capture_output=True, text=True, cwd=tmp_path
         )
         assert proc.returncode == 2 and "--min-effect is '-1'; give a percentage of 0 or more" in proc.stderr
+
+
+def test_interleaved_judges_both_programs_timed_again_in_turns_not_the_stored_timings(finished_run, tmp_path):
+    """--interleaved N: both runs' programs timed again here, N fresh processes a side. B's stored
+    timings say 3x slower, which fails the gate; its program is A's, so what is judged with
+    --interleaved are the new rounds (3 processes a side of the sweep's 3 iterations each)."""
+    wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
+    a = _variant(finished_run, tmp_path, "a", seed=1)
+    b = _variant(finished_run, tmp_path, "b", slower=wid, factor=3.0, seed=2)
+    summary = pd.read_csv(b / "summary.csv")  # B without the other workload: 6 processes, not 12
+    summary[summary["workload_id"] == wid].to_csv(b / "summary.csv", index=False)
+    assert _compare(a, b, "--out", str(tmp_path / "stored"), "--fail-on-regression", "10").returncode == 1
+    again = _compare(a, b, "--out", str(tmp_path / "again"), "--interleaved", "3")
+    assert again.returncode == 0, again.stderr
+    assert "taken again on this host for the 1 workload(s) timed in both, 3 rounds a side" in again.stdout
+    assert "interleaved: round 3 of 3 done" in again.stderr
+    table = pd.read_csv(tmp_path / "again" / "compare.csv").set_index("workload_id")
+    assert (table["verdict"] == "only in A").sum() == 1
+    table, stored = table.loc[[wid]], summary.set_index("workload_id")
+    assert set(table["timed"]) == {"again, interleaved"}
+    assert table.loc[wid, "time_b_s"] != pytest.approx(stored.loc[wid, "latency_median_s"], rel=1e-9)
+    noisy = table["verdict"].str.startswith("noisy")  # a case is judged on its processes, else counted in samples
+    assert set(table.loc[~noisy, "tested_on"]) <= {"processes"} and set(table.loc[~noisy, "n_b"]) <= {3}
+    assert set(table.loc[noisy, "n_a"]) <= {9} and set(table.loc[noisy, "n_b"]) <= {9}
+
+
+def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(finished_run, tmp_path, monkeypatch):
+    """The order of one retime: every round times each side of each workload once, in an order drawn
+    per pair (both orders occur), with A's threads, warm-up and iterations for both sides, while the
+    device lock is held; a round twice as slow as the rest flags its case noisy."""
+    from neuronsweep.errors import UserError
+    from neuronsweep.host import devicelock
+    from neuronsweep.runs import compare, interleave
+
+    a_dir = _variant(finished_run, tmp_path, "a")
+    b_dir = _variant(finished_run, tmp_path, "b", iterations=7)
+    a, b = compare.Run(a_dir), compare.Run(b_dir)
+    wids = compare.timed_in_both(a, b)
+    settings = json.loads((a.workloads / wids[0] / "capture" / "capture.json").read_text())["settings"]
+    lock = settings["device_lock"]
+    calls = []
+
+    def fake_round(build_dir, threads, warmup, iterations, timeout_s, r):
+        calls.append((r, build_dir, threads, warmup, iterations, devicelock.holder(lock)))
+        slow = 2.0 if (r == 2 and build_dir.parent.name == wids[0] and build_dir.parents[3] == b_dir) else 1.0
+        return {"samples": [1e-5 * slow * (1 + 0.001 * i) for i in range(iterations)], "pid": 1}
+
+    monkeypatch.setattr(interleave, "round_in_process", fake_round)
+    got = interleave.retime(a, b, wids, 6, seed=0, say=lambda _: None)
+    assert len(calls) == 6 * 2 * len(wids)
+    for r in range(1, 7):
+        this = [c[1] for c in calls if c[0] == r]
+        assert sorted(map(str, this)) == sorted(str(run.workloads / w / "build") for run in (a, b) for w in wids)
+    firsts = {str(calls[i][1].parents[3]) for i in range(0, len(calls), 2)}
+    assert firsts == {str(a_dir), str(b_dir)}  # A went first in some pairs, B in others
+    assert {(c[2], c[3], c[4]) for c in calls} == {(settings["threads"], settings["warmup"], settings["iterations"])}
+    assert all(c[5] != "free" for c in calls) and devicelock.holder(lock) == "free"
+    ta, tb, noisy = got[wids[0]]
+    assert len(ta.samples) == len(tb.samples) == 6 * settings["iterations"] and len(tb.rounds) == 6
+    assert noisy and not got[wids[1]][2]
+    # what cannot be timed again is one sentence
+    with pytest.raises(UserError, match="at least 3 rounds a side"):
+        interleave.retime(a, b, wids, 2)
+    (b.workloads / wids[1] / "build" / interleave.ARTIFACT).unlink()
+    with pytest.raises(UserError, match=r"model.pt2: missing, so .* cannot be timed again; run the sweep for b again"):
+        interleave.retime(a, b, wids, 3)
+    neuron = compare.Run(_variant(finished_run, tmp_path, "n", backend="neuron"))
+    with pytest.raises(UserError, match="this one ran on neuron, whose programs need their device"):
+        interleave.retime(a, neuron, wids, 3)

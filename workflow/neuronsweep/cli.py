@@ -236,7 +236,9 @@ def cmd_compare(args) -> int:
     from neuronsweep.runs import compare as compare_runs
 
     out = Path(args.out) if args.out else Path(args.run_b) / f"compare-{Path(args.run_a).name}"
-    lines, code = compare_runs.run(Path(args.run_a), Path(args.run_b), out, args.fail_on_regression, args.min_effect)
+    lines, code = compare_runs.run(
+        Path(args.run_a), Path(args.run_b), out, args.fail_on_regression, args.min_effect, args.interleaved
+    )
     print("\n".join(lines))
     return code
 
@@ -467,6 +469,13 @@ def parser() -> argparse.ArgumentParser:
         default=2.0,
         metavar="PCT",
         help="smallest change of the median called slower or faster (default 2 %%)",
+    )
+    p.add_argument(
+        "--interleaved",
+        type=int,
+        metavar="N",
+        help="cpu: time both runs' programs again here, N rounds a side, A and B in turns (each a fresh "
+        "process), and judge those rounds: the machine's drift between the runs then falls on both sides",
     )
     p.set_defaults(func=cmd_compare)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +24,7 @@ from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
 from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
-from neuronsweep.runs import profile_diff
+from neuronsweep.runs import interleave, profile_diff
 from neuronsweep.store.records import Timing, timing
 
 NOT_METRICS = {
@@ -111,10 +112,27 @@ def _basis(ra, rb) -> str | None:
     return None
 
 
-def compare(a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
+def timed_in_both(a: Run, b: Run) -> list[str]:
+    """The workloads measured in both runs by a framework timing (what --interleaved times again)."""
+    if a.backend != b.backend:
+        return []
+    both = sorted(set(a.rows.index) & set(b.rows.index))
+    return [
+        w
+        for w in both
+        if a.rows.loc[w]["status"] == "ok" == b.rows.loc[w]["status"]
+        and _basis(a.rows.loc[w], b.rows.loc[w]) == "latency_median_s"
+    ]
+
+
+def compare(
+    a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT, timings: dict | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per workload, one row per changed metric). The workloads timed on both sides are one
-    family for the correction (analysis/verdict.py)."""
+    family for the correction (analysis/verdict.py). `timings`: per workload id (A's Timing, B's
+    Timing, noisy) taken again (runs/interleave.py), judged instead of the stored ones."""
     rows, changes, family = [], [], []
+    timings = timings or {}
     for wid in sorted(set(a.rows.index) | set(b.rows.index)):
         ra = a.rows.loc[wid] if wid in a.rows.index else None
         rb = b.rows.loc[wid] if wid in b.rows.index else None
@@ -138,9 +156,15 @@ def compare(a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT) -> tuple[pd.
         ta, tb = _num(ra[basis]), _num(rb[basis])
         timed = basis == "latency_median_s"  # a profiled device time has no samples: never judged
         noisy = verdict.flag(ra.get("noisy")) or verdict.flag(rb.get("noisy"))
-        family.append((row, (a.samples(wid) if timed else None, b.samples(wid) if timed else None, noisy)))
+        if timed and wid in timings:
+            again_a, again_b, noisy = timings[wid]
+            family.append((row, (again_a, again_b, noisy)))
+            ta, tb = statistics.median(again_a.samples), statistics.median(again_b.samples)
+        else:
+            family.append((row, (a.samples(wid) if timed else None, b.samples(wid) if timed else None, noisy)))
         row.update(
             basis=basis,
+            timed="again, interleaved" if timed and wid in timings else "stored",
             time_a_s=ta,
             time_b_s=tb,
             ratio_b_over_a=tb / ta if ta else None,
@@ -275,13 +299,24 @@ def run(
     out: Path,
     fail_on_regression: float | None = None,
     min_effect_pct: float = verdict.MIN_EFFECT * 100,
+    interleaved: int | None = None,
 ) -> tuple[list[str], int]:
     """Write compare.csv, compare_metrics.csv, compare_ops.csv and compare.html into `out`; returns the
     lines to print and the exit code (1 when --fail-on-regression PCT and a workload fails the gate:
-    analysis/verdict.py's fails_gate)."""
+    analysis/verdict.py's fails_gate). `interleaved`: rounds a side to time both runs' programs again
+    in turns here (runs/interleave.py) instead of judging their stored timings."""
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
-    table, changes = compare(a, b, min_effect=min_effect_pct / 100)
+    timings = None
+    if interleaved:
+        wids = timed_in_both(a, b)
+        timings = interleave.retime(a, b, wids, interleaved)
+        lines.append(
+            f"timings: taken again on this host for the {len(wids)} workload(s) timed in both, {interleaved} "
+            "rounds a side, A and B in turns (each round a fresh process, A's capture settings); the stored "
+            "timings are not judged"
+        )
+    table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings)
     ops = _inside(a, b, table)
     out.mkdir(parents=True, exist_ok=True)
     for name, df in (("compare.csv", table), ("compare_metrics.csv", changes), ("compare_ops.csv", ops)):

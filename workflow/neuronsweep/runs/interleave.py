@@ -1,0 +1,106 @@
+"""`neuronsweep compare A B --interleaved N`: time both runs' built programs again, here and now, N
+rounds each, A and B alternating in fresh processes, and judge on those rounds instead of the stored ones.
+
+Why: two runs timed minutes (or a month) apart differ by the machine's moment as well as by their
+code. On our 2-vCPU hosts a small case's level moved 2-4 % between back-to-back runs of the same
+code, beyond what its rounds' spread accounts for, so a +10 % change showed as anything from +3 % to
++14 % and was found in 15 to 20 of 20 cases (docs/comparing-runs.md). Rounds of A and B taken in
+turns share that moment, and what still differs between the sides is the programs: Abedi and
+Brecht's randomized multiple interleaved trials ("Conducting repeatable experiments in highly
+variable cloud computing environments", ICPE 2017). Each pair's order is drawn at random (seeded),
+so a slow start or a drift within the session falls on both sides alike; the workloads take turns
+too. Each round is a fresh interpreter (backends/cpu_round.py), the unit analysis/verdict.py tests.
+
+cpu runs only: a neuron or xla run's programs run on its device or runtime, and their profiles hold
+one execution each; capture them again there.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+
+from neuronsweep.analysis.stats import NOISY_REL_SPREAD, latency_stats
+from neuronsweep.atomic import read_json
+from neuronsweep.backends import BACKENDS
+from neuronsweep.backends.cpu_timing import round_in_process
+from neuronsweep.config.schema import schema_default
+from neuronsweep.errors import UserError
+from neuronsweep.host import devicelock
+from neuronsweep.store.records import Timing
+
+ARTIFACT = BACKENDS["cpu"].artifacts["build"]
+MIN_ROUNDS = 3  # as analysis/verdict.py's per-process test needs a side
+DEFAULT_TIMEOUT_S = 3600  # a round's time limit where the capture did not record its own
+
+
+def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[str, tuple[Timing, Timing, bool]]:
+    """Per workload id: (A's timing, B's timing, noisy), from `rounds` fresh processes a side taken in
+    turns, with A's capture settings (threads, warm-up, iterations) for both, under the device lock so
+    that no capture runs beside them. `a`, `b`: runs/compare.py's Run."""
+    if rounds < MIN_ROUNDS:
+        raise UserError(f"--interleaved {rounds}: at least {MIN_ROUNDS} rounds a side are needed for a test.")
+    for run in (a, b):
+        if run.backend != "cpu":
+            raise UserError(
+                f"{run.folder}: --interleaved times cpu runs again, and this one ran on {run.backend}, whose "
+                "programs need their device; compare the stored timings (without --interleaved)."
+            )
+    if not wids:
+        return {}
+    plan = []  # (wid, side, build dir)
+    for wid in wids:
+        for side, run in (("a", a), ("b", b)):
+            build = run.workloads / wid / "build"
+            if not (build / ARTIFACT).is_file():
+                raise UserError(
+                    f"{build / ARTIFACT}: missing, so {wid} cannot be timed again; run the sweep for "
+                    f"{run.folder.name} again (snakemake rebuilds it), or compare without --interleaved."
+                )
+            plan.append((wid, side, build))
+    settings = {wid: _settings(a.workloads / wid) for wid in wids}
+    rng = random.Random(seed)
+    samples: dict[tuple[str, str], list[list[float]]] = {(w, s): [] for w, s, _ in plan}
+    builds = {(w, s): d for w, s, d in plan}
+    lock = settings[wids[0]]["device_lock"] or schema_default("capture.device_lock")
+    say = say or (lambda line: print(line, file=sys.stderr))
+    t0 = time.monotonic()
+    with devicelock.held(lock, "neuronsweep compare --interleaved"):
+        for r in range(1, rounds + 1):
+            for wid in rng.sample(wids, len(wids)):
+                for side in rng.sample(["a", "b"], 2):
+                    s = settings[wid]
+                    got = round_in_process(
+                        builds[(wid, side)], s["threads"], s["warmup"], s["iterations"], s["timeout_s"], r
+                    )
+                    samples[(wid, side)].append(got["samples"])
+            say(f"interleaved: round {r} of {rounds} done ({time.monotonic() - t0:.0f} s)")
+    out = {}
+    for wid in wids:
+        sides = []
+        noisy = False
+        for side in ("a", "b"):
+            per_round = samples[(wid, side)]
+            flat = [x for got in per_round for x in got]
+            stats = latency_stats(flat, len(per_round), in_processes=True)
+            noisy = noisy or stats["spread_s"] > NOISY_REL_SPREAD * stats["median_s"]
+            sides.append(Timing(flat, stats["round_medians_s"]))
+        out[wid] = (sides[0], sides[1], noisy)
+    return out
+
+
+def _settings(workload_dir: Path) -> dict:
+    """The timing settings A's capture used."""
+    try:
+        settings = read_json(workload_dir / "capture" / "capture.json")["settings"]
+        return {k: int(settings[k]) for k in ("threads", "warmup", "iterations")} | {
+            "timeout_s": settings.get("timeout_s") or DEFAULT_TIMEOUT_S,
+            "device_lock": settings.get("device_lock"),
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(
+            f"{workload_dir / 'capture' / 'capture.json'}: no readable capture settings, so the case cannot be "
+            "timed again as it was; run the sweep again."
+        ) from None
