@@ -10,6 +10,13 @@ Runs the sweep RUNS times back to back (one compile cache, so only the first run
   slower build looks like to the test. (A workload made to do 10 % more work does not take exactly
   10 % longer on a CPU with caches, so it could not tell a miss from a smaller change.) Goal: the
   change is detected (`slower`) in >= 95 % of the cases that are not flagged noisy.
+With --interleaved N each pair is judged as `neuronsweep compare --interleaved N` judges it: both
+runs' programs timed again, N rounds a side in turns (runs/interleave.py), A/A on those rounds and
+A/B on the same rounds with B's multiplied by 1 + EFFECT/100. The sweeps' own timings are not used,
+so the smoke config (no rounds in processes) is enough:
+
+    python bench/compare_error_rates.py --runs 5 --interleaved 8 --config config/examples/smoke.yaml
+
 Prints one JSON line and the figures beside their goals; exits 1 when a goal is not met. Runs in a
 temporary directory, so it never touches results/ or your compile cache.
 """
@@ -70,6 +77,25 @@ def compare(a: Path, b: Path, out: Path, gate: float) -> tuple[int, pd.DataFrame
     return proc.returncode, pd.read_csv(out / "compare.csv")
 
 
+def interleaved_pair(a: Path, b: Path, rounds: int, seed: int, gate: float, effect: float) -> dict:
+    """One pair judged on rounds taken again in turns: the A/A figures, then A/B with B's rounds
+    slowed by exactly `effect` percent."""
+    from neuronsweep.analysis import verdict
+    from neuronsweep.runs import compare, interleave
+
+    ra, rb = compare.Run(a), compare.Run(b)
+    timings = interleave.retime(ra, rb, compare.timed_in_both(ra, rb), rounds, seed=seed, say=lambda _: None)
+    aa, _ = compare.compare(ra, rb, timings=timings)
+    slowed_b = {w: (ta, tb.scaled(1 + effect / 100), noisy) for w, (ta, tb, noisy) in timings.items()}
+    ab, _ = compare.compare(ra, rb, timings=slowed_b)
+    return {
+        "rounds": {w: {"a": ta.rounds, "b": tb.rounds, "noisy": noisy} for w, (ta, tb, noisy) in timings.items()},
+        "aa": aa,
+        "aa_failed": int(any(verdict.fails_gate(v, low, gate) for v, low in zip(aa["verdict"], aa["ratio_ci_low"]))),
+        "ab": ab,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=6)
@@ -77,6 +103,12 @@ def main() -> int:
     ap.add_argument("--config", type=Path, default=REPO / "config" / "examples" / "regression.yaml")
     ap.add_argument("--effect", type=float, default=10.0, help="the injected change, percent")
     ap.add_argument("--gate", type=float, default=5.0, help="--fail-on-regression of the A/A pairs")
+    ap.add_argument(
+        "--interleaved",
+        type=int,
+        metavar="N",
+        help="judge each pair on N rounds a side timed again in turns (compare --interleaved N)",
+    )
     ap.add_argument("--keep", type=Path, help="keep the runs and comparisons in this folder (default: a temporary one)")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -86,13 +118,23 @@ def main() -> int:
         runs = [sweep(work, args.config.resolve(), f"aa{i}") for i in range(args.runs)]
         aa_failed = aa_alarms = aa_cases = ab_found = ab_cases = ab_noisy = 0
         for i, (a, b) in enumerate(itertools.combinations(runs, 2)):
-            code, table = compare(a, b, work / f"cmp-aa{i}", args.gate)
+            if args.interleaved:
+                got = interleaved_pair(a, b, args.interleaved, i, args.gate, args.effect)
+                code, table = got["aa_failed"], got["aa"]
+                for name in ("aa", "ab"):
+                    got[name].to_csv(work / f"interleaved-{name}{i}.csv", index=False)
+                (work / f"interleaved-rounds{i}.json").write_text(json.dumps(got["rounds"]))
+            else:
+                code, table = compare(a, b, work / f"cmp-aa{i}", args.gate)
             judged = table[~table["verdict"].str.startswith(("not judged", "noisy", "not ", "only "))]
             aa_failed += code
             aa_cases += len(judged)
             aa_alarms += int(judged["verdict"].isin(["slower", "faster"]).sum())
-            slower = slowed(b, work / f"slow{i}", 1 + args.effect / 100)
-            _, table = compare(a, slower, work / f"cmp-ab{i}", args.gate)
+            if args.interleaved:
+                table = got["ab"]
+            else:
+                slower = slowed(b, work / f"slow{i}", 1 + args.effect / 100)
+                _, table = compare(a, slower, work / f"cmp-ab{i}", args.gate)
             noisy = table["verdict"] == "noisy: not judged"
             ab_noisy += int(noisy.sum())
             measured = table[~noisy & (table["status_a"] == "ok") & (table["status_b"] == "ok")]
@@ -104,6 +146,7 @@ def main() -> int:
         "bench": "compare_error_rates",
         "config": str(args.config),
         "runs": args.runs,
+        "interleaved_rounds": args.interleaved,
         "pairs": pairs,
         "aa_pairs_failing_gate": aa_failed,
         "aa_gate_pct": args.gate,
