@@ -41,10 +41,11 @@ def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int
     """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
     two at once (they would share the cores they measure); the caller waits idle meanwhile."""
     argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", str(build_dir), str(threads), str(warmup)]
-    proc = run_tool([*argv, str(iterations)], timeout_s, f"capture: timed round {r} in its own process")
+    what = f"timed round {r} of {build_dir} in its own process"
+    proc = run_tool([*argv, str(iterations)], timeout_s, what)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise UserError(f"capture: timed round {r} in its own process failed: {why}")
+        raise UserError(f"{what} failed: {why}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

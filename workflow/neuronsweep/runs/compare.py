@@ -308,7 +308,7 @@ def run(
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
     timings = None
-    if interleaved:
+    if interleaved is not None:
         wids = timed_in_both(a, b)
         timings = interleave.retime(a, b, wids, interleaved)
         lines.append(
