@@ -157,7 +157,8 @@ def test_interleaved_judges_both_programs_timed_again_in_turns_not_the_stored_ti
 def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(finished_run, tmp_path, monkeypatch):
     """The order of one retime: every round times each side of each workload once, in an order drawn
     per pair (both orders occur), with A's threads, warm-up and iterations for both sides, while the
-    device lock is held; a round twice as slow as the rest flags its case noisy."""
+    device lock is held; a round twice as slow as the rest flags its case noisy. Refused in one
+    sentence: fewer than 3 rounds, a program missing, a run built with another torch, a neuron run."""
     from neuronsweep.errors import UserError
     from neuronsweep.host import devicelock
     from neuronsweep.runs import compare, interleave
@@ -194,6 +195,11 @@ def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(fi
     (b.workloads / wids[1] / "build" / interleave.ARTIFACT).unlink()
     with pytest.raises(UserError, match=r"model.pt2: missing, so .* cannot be timed again; run the sweep for b again"):
         interleave.retime(a, b, wids, 3)
+    other = _variant(finished_run, tmp_path, "t")  # built with another torch: that change is not timed here
+    record = next(other.glob("cpu/workloads/*/build/build.json"))
+    record.write_text(json.dumps({**json.loads(record.read_text()), "toolchain": {"torch": "2.12.0+cpu"}}))
+    with pytest.raises(UserError, match=r"built with torch 2.12.0\+cpu, and --interleaved would run its program"):
+        interleave.retime(a, compare.Run(other), wids, 3)
     neuron = compare.Run(_variant(finished_run, tmp_path, "n", backend="neuron"))
     with pytest.raises(UserError, match="this one ran on neuron, whose programs need their device"):
         interleave.retime(a, neuron, wids, 3)

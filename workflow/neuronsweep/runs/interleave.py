@@ -12,14 +12,17 @@ so a slow start or a drift within the session falls on both sides alike; the wor
 too. Each round is a fresh interpreter (backends/cpu_round.py), the unit analysis/verdict.py tests.
 
 cpu runs only: a neuron or xla run's programs run on its device or runtime, and their profiles hold
-one execution each; capture them again there.
+one execution each; capture them again there. Both programs run on this environment's torch, so
+runs built with another torch (an SDK release, on cpu) are refused: that change would not be timed.
 """
 
 from __future__ import annotations
 
+import platform
 import random
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD, latency_stats
@@ -48,6 +51,7 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
                 f"{run.folder}: --interleaved times cpu runs again, and this one ran on {run.backend}, whose "
                 "programs need their device; compare the stored timings (without --interleaved)."
             )
+    _same_toolchain(a, b)
     if not wids:
         return {}
     plan = []  # (wid, side, build dir)
@@ -76,7 +80,8 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
                         builds[(wid, side)], s["threads"], s["warmup"], s["iterations"], s["timeout_s"], r
                     )
                     samples[(wid, side)].append(got["samples"])
-            say(f"interleaved: round {r} of {rounds} done ({time.monotonic() - t0:.0f} s)")
+            spent = time.monotonic() - t0
+            say(f"interleaved: round {r} of {rounds} done ({spent:.0f} s; about {spent / r * (rounds - r):.0f} s left)")
     out = {}
     for wid in wids:
         sides = []
@@ -89,6 +94,22 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
             sides.append(Timing(flat, stats["round_medians_s"]))
         out[wid] = (sides[0], sides[1], noisy)
     return out
+
+
+def _same_toolchain(a, b) -> None:
+    """Both programs run on this environment's torch and Python: refuse runs built with others, whose
+    change (a new torch is what an SDK release is on cpu) timing them here would not measure."""
+    here = {"torch": metadata.version("torch"), "python": platform.python_version()}
+    for run in (a, b):
+        built = run.toolchains()
+        for package, version in here.items():
+            if built.get(package, version) != version:
+                raise UserError(
+                    f"{run.folder}: built with {package} {built[package]}, and --interleaved would run its "
+                    f"program on this environment's {package} {version}, which does not measure a change of "
+                    f"{package}; compare the stored timings (without --interleaved), or install {package} "
+                    f"{built[package]} here."
+                )
 
 
 def _settings(workload_dir: Path) -> dict:
