@@ -101,14 +101,15 @@ def _same_toolchain(a, b) -> None:
     change (a new torch is what an SDK release is on cpu) timing them here would not measure."""
     here = {"torch": metadata.version("torch"), "python": platform.python_version()}
     for run in (a, b):
-        built = run.toolchains()
+        built = run.toolchains()  # package -> "v1, v2" over the run's workloads
         for package, version in here.items():
-            if built.get(package, version) != version:
+            other = [v for v in built.get(package, version).split(", ") if v != version]
+            if other:
                 raise UserError(
-                    f"{run.folder}: built with {package} {built[package]}, and --interleaved would run its "
+                    f"{run.folder}: built with {package} {other[0]}, and --interleaved would run its "
                     f"program on this environment's {package} {version}, which does not measure a change of "
                     f"{package}; compare the stored timings (without --interleaved), or install {package} "
-                    f"{built[package]} here."
+                    f"{other[0]} here."
                 )
 
 
