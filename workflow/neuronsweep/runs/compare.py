@@ -311,11 +311,11 @@ def run(
     if interleaved is not None:
         wids = timed_in_both(a, b)
         timings = interleave.retime(a, b, wids, interleaved)
-        lines.append(
-            f"timings: taken again on this host for the {len(wids)} workload(s) timed in both, {interleaved} "
-            "rounds a side, A and B in turns (each round a fresh process, A's capture settings); the stored "
-            "timings are not judged"
-        )
+        lines += [
+            f"timings: taken again on this host for the {len(wids)} workload(s) timed in both, "
+            f"{interleaved} rounds a side,",
+            "  A and B in turns (each round a fresh process, A's capture settings); the stored ones are not judged",
+        ]
     table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings)
     ops = _inside(a, b, table)
     out.mkdir(parents=True, exist_ok=True)
