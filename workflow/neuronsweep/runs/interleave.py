@@ -26,16 +26,14 @@ from importlib import metadata
 from pathlib import Path
 
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD, latency_stats
+from neuronsweep.analysis.verdict import MIN_ROUNDS
 from neuronsweep.atomic import read_json
-from neuronsweep.backends import BACKENDS
-from neuronsweep.backends.cpu_timing import round_in_process
+from neuronsweep.backends.cpu_timing import ARTIFACT, round_in_process
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.store.records import Timing
 
-ARTIFACT = BACKENDS["cpu"].artifacts["build"]
-MIN_ROUNDS = 3  # as analysis/verdict.py's per-process test needs a side
 DEFAULT_TIMEOUT_S = 3600  # a round's time limit where the capture did not record its own
 
 
@@ -54,20 +52,17 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     _same_toolchain(a, b)
     if not wids:
         return {}
-    plan = []  # (wid, side, build dir)
-    for wid in wids:
-        for side, run in (("a", a), ("b", b)):
-            build = run.workloads / wid / "build"
-            if not (build / ARTIFACT).is_file():
-                raise UserError(
-                    f"{build / ARTIFACT}: missing, so {wid} cannot be timed again; run the sweep for "
-                    f"{run.folder.name} again (snakemake rebuilds it), or compare without --interleaved."
-                )
-            plan.append((wid, side, build))
+    builds = {(wid, side): run.workloads / wid / "build" for wid in wids for side, run in (("a", a), ("b", b))}
+    for (wid, side), build in builds.items():
+        if not (build / ARTIFACT).is_file():
+            raise UserError(
+                f"{build / ARTIFACT}: missing, so {wid} cannot be timed again; run the sweep for "
+                f"{(a if side == 'a' else b).folder.name} again (snakemake rebuilds it), or compare without "
+                "--interleaved."
+            )
     settings = {wid: _settings(a.workloads / wid) for wid in wids}
     rng = random.Random(seed)
-    samples: dict[tuple[str, str], list[list[float]]] = {(w, s): [] for w, s, _ in plan}
-    builds = {(w, s): d for w, s, d in plan}
+    samples: dict[tuple[str, str], list[list[float]]] = {key: [] for key in builds}
     lock = settings[wids[0]]["device_lock"] or schema_default("capture.device_lock")
     say = say or (lambda line: print(line, file=sys.stderr))
     t0 = time.monotonic()
