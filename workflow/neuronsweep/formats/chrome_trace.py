@@ -54,8 +54,7 @@ from neuronsweep.formats import json_records, protowire
 SLICE, INSTANT, COUNTER, BEGIN, END, FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT = range(9)
 FLOWS = (FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT)
 UNFINISHED = -1  # the dur of a B never ended
-FAST_ARGS = (pa.types.is_int64, pa.types.is_boolean, pa.types.is_string, pa.types.is_null)
-FAST_PHASES = pa.array(["X", "i", "I", "M"])
+FAST_PHASES = pa.array(["X", "i", "I", "M", "s", "t", "f"])
 STAMP = pa.decimal128(38, 9)  # how ts and dur are parsed: 29 digits of microseconds, 9 after the point
 STAMPS = pa.schema([("ts", STAMP), ("dur", STAMP)])
 MEMORY_MB = 64  # DuckDB's share at first; it spills the rest of a trace to the temporary folder
@@ -203,7 +202,7 @@ class Events:
 
     def clear(self) -> None:
         self.db.execute("DELETE FROM ev")
-        self.rows = 0
+        self.rows = self.ann_bytes = 0
         self.keys: dict = {}
         self.names: dict = {}
         self.cats: dict = {}
@@ -237,8 +236,11 @@ class Events:
     def sort_memory(self) -> None:
         """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
         block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
-        measured here, 16 bytes a row is (16 M slices sorted under 256 MB)."""
-        self._memory(min(max(self.memory_mb, 16 * self.rows >> 20), max(self.memory_mb, _cap_mb())))
+        measured here, 16 bytes a row is (16 M slices sorted under 256 MB), and twice the args' bytes,
+        which the sort carries (torch.profiler's shapes: 175 bytes an op; 306 k ops needed 112 MB),
+        and a quarter more."""
+        need = 5 * (16 * self.rows + 2 * self.ann_bytes) // 4 >> 20
+        self._memory(min(max(self.memory_mb, need), max(self.memory_mb, _cap_mb())))
 
     def grow(self, what: str) -> None:
         """After DuckDB ran out of its share doing `what`: twice the share (said on stderr), up to
@@ -267,10 +269,11 @@ class Events:
                     raise
                 self.grow(what)
 
-    def _add(self, part: Part) -> None:
-        """One batch's rows into `ev`, its args encoded."""
+    def _add(self, part: Part, annotated: pa.Array | None = None) -> None:
+        """One batch's rows into `ev`, its args encoded (unless `annotated` already holds them)."""
         n = part.kind.size
-        annotated = protowire.annotations(part.args)
+        if annotated is None:
+            annotated = protowire.annotations(part.args)
         named = part.kind != COUNTER
         if not named.all():  # the loop's batches: counters have no args, the others' rows in order
             rows = np.cumsum(named) - 1
@@ -293,6 +296,7 @@ class Events:
         self.execute(f"{self.source}: storing {self.rows + n} trace events", "INSERT INTO ev SELECT * FROM batch")
         self.db.unregister("batch")
         self.rows += n
+        self.ann_bytes += protowire.data_bytes(annotated)
 
     def slices_around(self, name: str) -> tuple[dict[str, np.ndarray], int] | None:
         """The complete ('X') events that overlap or touch the first one called `name` (columns
@@ -420,14 +424,23 @@ class Events:
         """The fast path: False (and nothing added) where the batch's columns are not exactly its JSON."""
         if not _fast(t, raw):
             return False
-        ph = t["ph"].combine_chunks()
         col = {n: t[n].combine_chunks() for n in t.column_names}
-        is_x = pc.equal(ph, "X").to_numpy(zero_copy_only=False)
-        is_i = pc.is_in(ph, pa.array(["i", "I"])).to_numpy(zero_copy_only=False)
+        ph = col["ph"]
+        kind = np.full(len(ph), -1, np.int8)  # -1: metadata, not a row of `ev`
+        for phase, k in PHASES.items():
+            kind[pc.equal(ph, phase).to_numpy(zero_copy_only=False)] = k
+        is_f = pc.equal(ph, "f").to_numpy(zero_copy_only=False)
+        if is_f.any():  # 'f' binds to the slice enclosing it with bp "e", else to the next one
+            enclosing = (
+                pc.fill_null(pc.equal(col["bp"], "e"), False).to_numpy(zero_copy_only=False) if "bp" in col else False
+            )
+            kind[is_f] = np.where(enclosing, FLOW_IN, FLOW_IN_NEXT)[is_f] if "bp" in col else FLOW_IN_NEXT
         is_m = pc.equal(ph, "M").to_numpy(zero_copy_only=False)
-        rows = np.flatnonzero(is_x | is_i)
+        rows = np.flatnonzero(kind >= 0)
         if rows.size < len(ph):  # else (a profiler's usual batch) the columns as they are
             col = {n: pc.take(c, pa.array(rows)) for n, c in col.items()}
+        kind = kind[rows]
+        flow = np.isin(kind, FLOWS)
         ts = col["ts"] if "ts" in col else None
         if (
             ts is None
@@ -435,16 +448,25 @@ class Events:
             or col["pid"].null_count
             or col["tid"].null_count
             or ("s" in col and pc.any(pc.is_in(col["s"], pa.array(["g", "p"]))).as_py())
+            or (flow.any() and ("id" not in col or pc.any(pc.is_null(pc.filter(col["id"], flow))).as_py()))
         ):
-            return False  # the loop says what to skip, and scopes instants
+            return False  # the loop says what to skip, scopes instants and names a flow without an id
         ts_ns, ts_ok = _decimal_ns(ts)
         dur_ns, dur_ok = _decimal_ns(col["dur"]) if "dur" in col else (None, None)
-        x = is_x[rows]
+        x = kind == SLICE
         if not ts_ok.all() or (dur_ok is not None and not dur_ok[x].all()):
             return False  # past int64 nanoseconds: the loop names them
         dur = np.where(x, np.where(dur_ok, dur_ns, 0), 0) if dur_ns is not None else np.zeros(rows.size, np.int64)
         if (dur < 0).any():
             return False  # the loop names them
+        args = (
+            col["args"]
+            if "args" in col and pa.types.is_struct(col["args"].type)
+            else pa.array([{}] * rows.size, pa.struct([]))
+        )
+        annotated = protowire.annotations(args)
+        if annotated is None:
+            return False  # an arg whose text only the loop makes exactly
         for r in np.flatnonzero(is_m).tolist():
             row = t.slice(r, 1).to_pylist()[0]
             self._metadata(row.get("name"), row.get("pid"), row.get("tid"), row.get("args"))
@@ -462,22 +484,20 @@ class Events:
                 -1,
             )
         else:
-            cat = np.full(rows.size, -1, np.int64)
-        args = (
-            col["args"]
-            if "args" in col and pa.types.is_struct(col["args"].type)
-            else pa.array([{}] * rows.size, pa.struct([]))
-        )
+            cats, cat = pa.nulls(rows.size, pa.string()), np.full(rows.size, -1, np.int64)
+        fid = np.full(rows.size, -1, np.int64)
+        if flow.any():  # a flow's identity: (cat, id) as text, as _flow_id makes it
+            pairs = pc.binary_join_element_wise(pc.fill_null(cats, ""), pc.cast(col["id"], pa.string()), "\x00")
+            fid[flow] = self._ordinals(self.flow_ids, pc.filter(pairs, flow), lambda v: tuple(v.split("\x00", 1)))
         self.counts["slices"] += int(x.sum())
-        self.counts["instants"] += int((~x).sum())
-        self._add(
-            Part(np.where(x, SLICE, INSTANT).astype(np.int8), key, ts_ns, dur, name, cat, np.zeros(rows.size), args)
-        )
+        self.counts["instants"] += int((kind == INSTANT).sum())
+        self.counts["flow_events"] += int(flow.sum())
+        self._add(Part(kind, key, ts_ns, dur, name, cat, np.zeros(rows.size), args, fid), annotated)
         return True
 
-    def _ordinals(self, table: dict, values: pa.Array) -> np.ndarray:
+    def _ordinals(self, table: dict, values: pa.Array, as_key=lambda v: v) -> np.ndarray:
         encoded = values.dictionary_encode()
-        ids = np.array([self._ordinal(table, v) for v in encoded.dictionary.to_pylist()], np.int64)
+        ids = np.array([self._ordinal(table, as_key(v)) for v in encoded.dictionary.to_pylist()], np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)]
 
     def _keys(self, col: dict) -> np.ndarray:
@@ -591,12 +611,12 @@ def _fast(t: pa.Table, raw: bytes) -> bool:
         return False
     if not all(types[k] == STAMP for k in ("ts", "dur") if k in types):
         return False
-    if not all(pa.types.is_string(types[k]) for k in ("name", "cat", "s") if k in types):
+    if not all(pa.types.is_string(types[k]) for k in ("name", "cat", "s", "bp") if k in types):
         return False
+    if "id2" in types or not (pa.types.is_int64(types.get("id", pa.int64())) or pa.types.is_string(types["id"])):
+        return False  # a flow's id the loop reads (_flow_id)
     args = types.get("args", pa.null())
-    if pa.types.is_null(args):
-        return True
-    return pa.types.is_struct(args) and all(any(ok(f.type) for ok in FAST_ARGS) for f in args)
+    return pa.types.is_null(args) or pa.types.is_struct(args)  # which args it holds: protowire.annotations
 
 
 def _parse(raw: bytes) -> pa.Table | None:
@@ -614,6 +634,7 @@ def _parse(raw: bytes) -> pa.Table | None:
 
 TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 SNIFF = 4 << 20  # bytes of a JSON file looked at to tell a Chrome trace from a Neuron profile
+LOOP_BYTES = 1 << 16  # a batch Arrow cannot read is halved down to this, then read by the loop
 
 
 def looks_like(path: Path) -> bool:
@@ -708,15 +729,23 @@ def _fill(events: Events, source) -> None:
 
 
 def _batch(events: Events, raw: bytes) -> None:
-    """One ndjson batch of events: Arrow's columns where they are exact, else the loop."""
+    """One ndjson batch of events: Arrow's columns where they are exact, else each half the same way,
+    down to LOOP_BYTES, which the loop reads: a few odd events (torch.profiler's global instants with
+    text pids, say) send only their neighbourhood to the loop, not their whole batch."""
     table = _parse(raw)
     try:
         fast = table is not None and events.add_table(table, raw)
     except (pa.ArrowInvalid, UnicodeDecodeError):  # text that is not UTF-8 (Arrow's parser lets it through)
         fast = False  # the loop's parser refuses it in one sentence
-    if not fast:
-        records = json_records.batch_records(raw)
-        events.add_dicts(records, *_stamps(raw, records))
+    if fast:
+        return
+    middle = raw.find(b"\n", len(raw) // 2)
+    if len(raw) > LOOP_BYTES and middle > 0:
+        _batch(events, raw[:middle])  # in order: rows are numbered as they are added
+        _batch(events, raw[middle + 1 :])
+        return
+    records = json_records.batch_records(raw)
+    events.add_dicts(records, *_stamps(raw, records))
 
 
 def _floats(value):

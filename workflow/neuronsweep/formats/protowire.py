@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from neuronsweep.formats import arrow_json
+
 EMPTY = pa.scalar(b"", pa.large_binary())
 # DebugAnnotation (perfetto_trace.proto): its value fields and name, and TrackEvent.debug_annotations
 ANN_BOOL, ANN_INT, ANN_DOUBLE, ANN_STRING, ANN_NAME = b"\x10", b"\x20", b"\x29", b"\x32", b"\x52"
@@ -92,6 +94,11 @@ def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[np.ndarray, 
     return out, np.full(out.shape[0], out.shape[1], np.int64) if mask is None else np.where(mask, out.shape[1], 0)
 
 
+def data_bytes(column: pa.Array) -> int:
+    """The bytes a binary column's rows hold."""
+    return pc.sum(pc.binary_length(column)).as_py() or 0
+
+
 def rows_of(*parts: tuple[np.ndarray, np.ndarray]) -> pa.Array:
     """A binary column of each row's parts one after another: one matrix, one mask, one gather."""
     matrix = np.concatenate([m for m, _ in parts], 1)
@@ -123,31 +130,43 @@ def length_prefixed(tag: bytes, payload: pa.Array, mask=None) -> pa.Array:
     return whole if mask is None else pc.if_else(pa.array(mask), whole, EMPTY)
 
 
-def _struct_annotations(args: pa.StructArray) -> pa.Array:
-    """From an Arrow struct of int64, bool or string children (the Chrome trace reader's fast
-    path): the bytes `annotation` makes of the same values."""
-    out = ragged(np.zeros(len(args), np.int64), b"")
+def _struct_annotations(args: pa.StructArray) -> pa.Array | None:
+    """From an Arrow struct (the Chrome trace reader's fast path): the bytes `annotation` makes of
+    the same values; None where a child's values are not all ones it makes exactly here (floats:
+    Arrow parses 1 and 1.5 both as doubles, where the loop keeps 1 an int). The fixed-size fields
+    of each child are one gather (rows_of), and all children one join."""
+    n = len(args)
     parent = args.is_valid().to_numpy(zero_copy_only=False)
+    none = np.zeros((n, 0), np.uint8)
+    pieces = []
     for i, f in enumerate(args.type):
         child = pc.struct_field(args, [i])
         valid = parent & child.is_valid().to_numpy(zero_copy_only=False)
         if not valid.any():
             continue
-        if pa.types.is_int64(f.type):
-            value = varints(child.fill_null(0).to_numpy(zero_copy_only=False), ANN_INT, valid)
-        elif pa.types.is_boolean(f.type):
-            flag = child.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)[:, None]
-            value = fixed(ANN_BOOL, flag, valid)
-        else:  # string
-            text = pc.fill_null(child, "").cast(pa.large_binary())
-            value = length_prefixed(ANN_STRING, text, valid)
-        body = join(value, field(ANN_NAME, f.name.encode()))
-        out = join(out, length_prefixed(ANNOTATION, body, valid))
-    return out
+        name = fixed_part(field(ANN_NAME, f.name.encode()), none, valid)
+        if pa.types.is_int64(f.type) or pa.types.is_boolean(f.type):
+            if pa.types.is_int64(f.type):
+                value = varint_part(child.fill_null(0).to_numpy(zero_copy_only=False), ANN_INT, valid)
+            else:
+                value = fixed_part(
+                    ANN_BOOL, child.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)[:, None], valid
+                )
+            pieces.append(rows_of(varint_part(value[1] + name[1], ANNOTATION, valid), value, name))
+            continue
+        text = child if pa.types.is_string(f.type) else arrow_json.text(child)  # a list as its JSON text
+        if text is None:
+            return None
+        text = pc.if_else(pa.array(valid), text.cast(pa.large_binary()), EMPTY)
+        size = varint_part(pc.binary_length(text).to_numpy(), ANN_STRING, valid)
+        body = size[1] + np.where(valid, pc.binary_length(text).to_numpy(), 0) + name[1]
+        pieces += [rows_of(varint_part(body, ANNOTATION, valid), size), text, rows_of(name)]
+    return join(*pieces) if pieces else ragged(np.zeros(n, np.int64), b"")
 
 
-def annotations(args: pa.StructArray | list) -> pa.Array:
-    """Each row's TrackEvent.debug_annotations, from an Arrow struct column or a list of dicts."""
+def annotations(args: pa.StructArray | list) -> pa.Array | None:
+    """Each row's TrackEvent.debug_annotations, from an Arrow struct column (None: see
+    _struct_annotations) or a list of dicts."""
     if isinstance(args, pa.StructArray):
         return _struct_annotations(args)
     encoded = [b"".join([annotation(k, v) for k, v in a.items()]) for a in args]
