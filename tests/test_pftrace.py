@@ -361,8 +361,8 @@ def _stack_reference(events):
 def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
     """Ends and begins at one time, zero-length slices, equal starts and a child outliving its parent,
     on several tracks: each track's packets (and its lanes' beside it) in the order a stack emits
-    them, no slice cut, the file in time order, whether the sorts stream out a few rows at a time or
-    all at once."""
+    them (so in time order), no slice cut, whether the sort streams out a few rows at a time or all
+    at once. Across tracks the file is not in time order: trace_processor sorts all events."""
     import random
 
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
@@ -395,7 +395,7 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
             return td.thread.tid, 0
         return tracks[td.parent_uuid].thread.tid, int(td.name.rsplit(" ", 1)[1][:-1])
 
-    names, got, stamps = {}, {}, []
+    names, got = {}, {}
     for p in packets:
         if not p.HasField("track_event"):
             continue
@@ -405,10 +405,8 @@ def test_slices_nest_as_a_stack_emits_them(seed, chunk, tmp_path, monkeypatch):
         got.setdefault((7, *uuid(ev.track_uuid)), []).append(
             (p.timestamp, kind, names[ev.name_iid] if kind == "BEGIN" else None)
         )
-        stamps.append(p.timestamp)
     want = _stack_reference(events)
     assert got == want and any(k[2] for k in want) == any(k[2] for k in got)
-    assert stamps == sorted(stamps)
 
 
 def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_path, monkeypatch):
@@ -577,6 +575,47 @@ def test_the_lanes_carried_from_chunk_to_chunk_are_those_of_one_pass(monkeypatch
             lo = hi
         assert got == want, rows
     assert True in paths and False in paths
+
+
+def test_flow_events_bound_in_chunks_with_numpy_are_bound_as_one_pass_of_the_loop(monkeypatch):
+    """Flow events among slices that nest, cut into chunks anywhere: the slices they bind to (the
+    innermost one open at their time, or the next one to begin) and those left unbound are the
+    stack loop's over all rows at once."""
+    import random
+
+    import numpy as np
+
+    from neuronsweep.formats import pftrace_writer as pftrace
+
+    fast = []
+    bind = pftrace._Lanes._bind
+    monkeypatch.setattr(pftrace._Lanes, "_bind", lambda self, *a: fast.append(1) or bind(self, *a))
+    L = pftrace._Lanes
+    for seed in range(300):
+        rng = random.Random(seed)
+        rows = [
+            (rng.randrange(2), s, L.SLICE, s + rng.choice([size, 0]))
+            for size in (2 ** rng.randrange(5) for _ in range(30))
+            for s in [rng.randrange(0, 64, size)]
+        ]
+        rows += [
+            (rng.randrange(2), t, c, t)
+            for t, c in ((rng.randrange(70), rng.choice([L.NEXT, L.ENCLOSING])) for _ in range(15))
+        ]
+        rows = [(*r, i) for i, r in enumerate(rows)]
+        rows.sort(key=lambda r: (r[0], r[1], r[2], -r[3], r[4]))
+        track, start, cls, end, seq = (np.array(c, np.int64) for c in zip(*rows))
+        one = L()
+        one._loop(cls, seq, start, end, track, np.full(len(rows), -1), 0, len(rows))
+        one.finish()
+        chunked, lo = L(), 0
+        while lo < len(rows):
+            hi = min(len(rows), lo + rng.randrange(1, 20))
+            chunked(cls[lo:hi], seq[lo:hi], start[lo:hi], end[lo:hi], track[lo:hi])
+            lo = hi
+        chunked.finish()
+        assert sorted(chunked.bound) == sorted(one.bound) and sorted(chunked.unbound) == sorted(one.unbound), rows
+    assert len(fast) > 100  # most chunks bound their flow events with numpy
 
 
 def test_a_trace_too_large_for_the_memory_share_is_sorted_again_with_more(tmp_path, monkeypatch, capsys):

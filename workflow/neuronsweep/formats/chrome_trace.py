@@ -202,7 +202,7 @@ class Events:
 
     def clear(self) -> None:
         self.db.execute("DELETE FROM ev")
-        self.rows = self.ann_bytes = 0
+        self.rows = 0
         self.keys: dict = {}
         self.names: dict = {}
         self.cats: dict = {}
@@ -236,11 +236,8 @@ class Events:
     def sort_memory(self) -> None:
         """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
         block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
-        measured here, 16 bytes a row is (16 M slices sorted under 256 MB), and twice the args' bytes,
-        which the sort carries (torch.profiler's shapes: 175 bytes an op; 306 k ops needed 112 MB),
-        and a quarter more."""
-        need = 5 * (16 * self.rows + 2 * self.ann_bytes) // 4 >> 20
-        self._memory(min(max(self.memory_mb, need), max(self.memory_mb, _cap_mb())))
+        measured here, 16 bytes a row is (16 M slices sorted under 256 MB)."""
+        self._memory(min(max(self.memory_mb, 16 * self.rows >> 20), max(self.memory_mb, _cap_mb())))
 
     def grow(self, what: str) -> None:
         """After DuckDB ran out of its share doing `what`: twice the share (said on stderr), up to
@@ -296,7 +293,6 @@ class Events:
         self.execute(f"{self.source}: storing {self.rows + n} trace events", "INSERT INTO ev SELECT * FROM batch")
         self.db.unregister("batch")
         self.rows += n
-        self.ann_bytes += protowire.data_bytes(annotated)
 
     def slices_around(self, name: str) -> tuple[dict[str, np.ndarray], int] | None:
         """The complete ('X') events that overlap or touch the first one called `name` (columns
@@ -650,6 +646,9 @@ def read(source, spill_dir: str | Path | None = None) -> Events:
     """A trace's events (close them, or use them as a context manager): `source` is a Chrome trace
     dict or list, or a JSON file's path (plain or gzip); their table lives in a temporary folder in
     `spill_dir`. What could not be converted is said in one line on stderr (Events.said)."""
+    # Arrow's default allocator (jemalloc) hands the pages of each freed batch back to the OS and
+    # faults them in again for the next: glibc's keeps them, half the system time on a real trace
+    pa.set_memory_pool(pa.system_memory_pool())
     events = Events(spill_dir, str(source) if isinstance(source, (str, Path)) else "a Chrome trace")
     try:
         _fill(events, source)

@@ -1,17 +1,22 @@
 """Write Chrome trace JSON (torch.profiler's export) as a Perfetto .pftrace.
 
 Why not hand the JSON to the Perfetto UI? The Neuron tools emit .pftrace, and one format downstream
-means one reader (analysis/pftrace_reader.py) and one set of SQL. Complete events ('X') become
-BEGIN/END slices on one track per (pid, tid), nested strictly (a child that outlives its parent
-after us->ns rounding is clamped); instants ('i') become instant events; counters ('C') become
-counter tracks; args become debug annotations. Names and categories are interned.
+means one reader (formats/pftrace_reader.py) and one set of SQL. Complete events ('X') and B/E pairs
+become BEGIN/END slices on one track per (pid, tid); a slice that does not nest there goes whole
+to a track beside it (no duration is cut); instants ('i') become instant events; counters ('C')
+counter tracks; flow events flow ids on the slices they bind to; args debug annotations. Names and
+categories are interned.
 
 A million-slice trace is normal, and memory must not grow with it: the events wait in a DuckDB
-table on disk (chrome_trace.py), two sorts there put them in order (per track for the nesting
-stack, then by time), and each sort streams out in chunks that are encoded with numpy and
-pyarrow (protowire.py) straight into the file. The bytes are those the protobuf classes would
-write (tests serialize the parsed file again and compare); the classes themselves cost about 3 us
-a packet and write only the few track descriptors.
+table on disk (chrome_trace.py), one sort there puts each track's events in the order a nesting
+stack meets them (a second, before it, binds flow events to slices where there are any), and the
+sort streams out in chunks that are encoded with numpy and pyarrow (protowire.py) straight into
+the file, track by track. The file is in time order per track, not across tracks: trace_processor
+sorts every event by time (stably, so a track's order among equal times stays), and
+pftrace_reader pairs a track's BEGINs and ENDs in file order; a global time order cost a second
+sort of twice the rows. The bytes are those the protobuf classes would write (tests serialize the
+parsed file again and compare); the classes themselves cost about 3 us a packet and write only the
+few track descriptors.
 """
 
 from __future__ import annotations
@@ -85,10 +90,19 @@ def _remap(values, bounds) -> dict:
 
 
 class _Tracks:
-    """Track descriptors, written as they are made (a few, with the protobuf classes)."""
+    """Track descriptors, written as they are made (a few, with the protobuf classes): every key
+    known after reading, then each lane beside a thread as the nesting finds it, before the first
+    packet on it."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, events: chrome_trace.Events):
         self.handle, self.next_uuid = handle, 1
+        threads = [k for k in events.keys if k[0] == "thread"]
+        self.pids = _remap([k[1] for k in threads] + [k[1] for k in events.keys if k[0] == "process"], PID_RANGE)
+        self.tids = _remap([k[2] for k in threads], TID_RANGE)
+        self.processes: dict = {}
+        self.uuids: list[int] = []
+        self.names: list[str | None] = []
+        self.kept: list[bytes] = []  # per key: the debug annotations keeping a pid or tid Perfetto cannot hold
 
     def write(self, body: bytes) -> None:
         self.handle.write(PACKET + varint(len(body)) + body)
@@ -111,47 +125,42 @@ class _Tracks:
         self.write(p.SerializeToString())
         return uuid
 
-    def of_keys(self, events: chrome_trace.Events) -> tuple[np.ndarray, list[bytes]]:
-        """A uuid per track key, described in the keys' order (a thread's process first), and per
-        key the debug annotations that keep a pid or tid Perfetto cannot hold (text, past its range)
-        on every event of its track, beside the id it was given."""
-        threads = [k for k in events.keys if k[0] == "thread"]
-        pids = _remap([k[1] for k in threads] + [k[1] for k in events.keys if k[0] == "process"], PID_RANGE)
-        tids = _remap([k[2] for k in threads], TID_RANGE)
-        processes: dict = {}
-        uuids, names, kept = [], [], []
+    def _process(self, events: chrome_trace.Events, raw) -> int:
+        if raw not in self.processes:
+            name = events.proc_names.get(raw) or (raw if isinstance(raw, str) else f"process {raw}")
+            self.processes[raw] = self.add(name, pid=self.pids.get(raw, raw))
+        return self.processes[raw]
 
-        def process(raw) -> int:
-            if raw not in processes:
-                name = events.proc_names.get(raw) or (raw if isinstance(raw, str) else f"process {raw}")
-                processes[raw] = self.add(name, pid=pids.get(raw, raw))
-            return processes[raw]
-
-        for key in events.keys:
+    def describe(self, events: chrome_trace.Events) -> tuple[np.ndarray, pa.Array | None]:
+        """Describe the keys not described yet, in the keys' order (a thread's process first); returns
+        a uuid per key and, where any track keeps an original pid or tid, its annotations per key."""
+        pids, tids = self.pids, self.tids
+        for key in list(events.keys)[len(self.uuids) :]:
             extra, name = b"", None
             if key[0] == "counter":
                 _, _, counter, series = key
                 uuid = self.add(f"{counter}.{series}", counter_unit="")
             elif key[0] == "lane":  # slices of a thread that do not nest in it: a track beside it
                 _, base, lane = key
-                name = f"{names[base]} (overlapping {lane})"
-                uuid, extra = self.add(name, parent=uuids[base]), kept[base]
+                name = f"{self.names[base]} (overlapping {lane})"
+                uuid, extra = self.add(name, parent=self.uuids[base]), self.kept[base]
             elif key[0] == "global":
                 uuid = self.add("global instants")
             elif key[0] == "process":
-                uuid = process(key[1])
+                uuid = self._process(events, key[1])
                 extra = annotation("chrome pid", _text(key[1])) if key[1] in pids else b""
             else:
                 _, pid, tid = key
                 name = events.thread_names.get((pid, tid)) or f"{pid}/{tid}"
-                uuid = self.add(name, pid=pids.get(pid, pid), tid=tids.get(tid, tid), parent=process(pid))
+                uuid = self.add(name, pid=pids.get(pid, pid), tid=tids.get(tid, tid), parent=self._process(events, pid))
                 extra = (annotation("chrome pid", _text(pid)) if pid in pids else b"") + (
                     annotation("chrome tid", _text(tid)) if tid in tids else b""
                 )
-            uuids.append(uuid)
-            names.append(name)
-            kept.append(extra)
-        return np.array(uuids, np.uint64), kept
+            self.uuids.append(uuid)
+            self.names.append(name)
+            self.kept.append(extra)
+        kept = pa.array(self.kept, pa.large_binary()) if any(self.kept) else None
+        return np.array(self.uuids, np.uint64), kept
 
 
 def _text(value) -> str:
@@ -164,8 +173,8 @@ class _Lanes:
     one), so no duration is cut. Flow events sorted among them are bound as the Trace Event Format
     says: 's', 't' and 'f' with bp "e" to the innermost slice open at their time, other 'f' to the
     next slice that begins. The lanes' stacks of open (end, seq, start) are carried from chunk to
-    chunk. Slices that already nest (a profiler's usual output), with no flow event among them, are
-    found with numpy; otherwise the stacks run per slice, in Python."""
+    chunk. Slices that already nest (a profiler's usual output) are found, and the flow events
+    among them bound, with numpy (_bind); otherwise the stacks run per slice, in Python."""
 
     SLICE, NEXT, ENCLOSING = 1, 0, 2  # classes of the rows (flow events binding to the next slice sort first)
 
@@ -189,10 +198,13 @@ class _Lanes:
             j = k
         if j == n:
             return lane
-        if not self.pending and (cls[j:] == self.SLICE).all() and _nested(start[j:], end[j:], track[j:]):
-            lane[j:] = 0
-            last = n - 1
-            on = np.flatnonzero((track[j:] == track[last]) & (end[j:] > start[last])) + j
+        sl = np.flatnonzero(cls[j:] == self.SLICE) + j
+        if not self.pending and sl.size and _nested(start[sl], end[sl], track[sl]):
+            lane[sl] = 0
+            if sl.size < n - j:
+                self._bind(cls, seq, start, end, track, sl, np.flatnonzero(cls[j:] != self.SLICE) + j)
+            last = sl[-1]
+            on = sl[(track[sl] == track[last]) & (end[sl] > start[last])]
             on = on[on < last]
             self.stacks = [
                 [
@@ -201,9 +213,45 @@ class _Lanes:
                 ]
             ]
             self.track = track[last]
+            if track[n - 1] != self.track:  # the chunk ends on a track with flow events only
+                self.stacks, self.track = [[]], track[n - 1]
         else:
             self._loop(cls, seq, start, end, track, lane, j, n)
         return lane
+
+    def _bind(self, cls, seq, start, end, track, sl, fl) -> None:
+        """Flow events `fl` among slices `sl` that nest (rows of one chunk, none reaching the carried
+        stacks), bound as _loop binds them, with numpy: one enclosing its time walks up from the last
+        slice before it through the parents; one binding to the next slice takes the next row's."""
+        st, en, tr = start[sl], end[sl], track[sl]
+        m, level = sl.size, _levels(st, en, tr)
+        span = int(level.max()) + 2
+        comp = np.sort((tr.astype(np.int64) * span + level) * m + np.arange(m))
+        query = (tr.astype(np.int64) * span + level - 1) * m + np.arange(m)
+        at = np.searchsorted(comp, query) - 1
+        found = (at >= 0) & (comp[np.maximum(at, 0)] // m == query // m) & (level > 0)
+        parent = np.where(found, comp[np.maximum(at, 0)] % m, -1)
+        before = np.searchsorted(sl, fl) - 1  # the last slice before each flow event (index into sl)
+        t, b = track[fl], start[fl]
+        enclosing = cls[fl] == self.ENCLOSING
+        to = np.full(fl.size, -1, np.int64)
+        cand = before.copy()
+        walk = enclosing & (cand >= 0) & (tr[np.maximum(cand, 0)] == t)
+        while walk.any():
+            hit = walk & (en[np.maximum(cand, 0)] > b)
+            to[hit] = cand[hit]
+            walk &= ~hit
+            cand[walk] = parent[cand[walk]]
+            walk &= cand >= 0
+        nxt = before + 1
+        follows = ~enclosing & (nxt < m) & (tr[np.minimum(nxt, m - 1)] == t)
+        to[follows] = nxt[follows]
+        waits = ~enclosing & ~follows & (t == track[-1])  # the chunk's last track goes on: the next slice may come
+        ok = to >= 0
+        self.bound += list(zip(seq[fl[ok]].tolist(), seq[sl[to[ok]]].tolist()))
+        lost = ~ok & ~waits
+        self.unbound += list(zip(seq[fl[lost]].tolist(), b[lost].tolist()))
+        self.pending = list(zip(seq[fl[waits]].tolist(), b[waits].tolist()))
 
     def _loop(self, cls, seq, start, end, track, lane_out, lo, hi) -> None:
         stacks, current, pending = self.stacks, self.track, self.pending
@@ -258,81 +306,70 @@ def _place(stacks: list[list[tuple]], entry: tuple) -> int:
     return len(stacks) - 1
 
 
-def _nested(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> bool:
-    """Whether slices in (track, start, longer first) order nest already, so one stack per track
-    would take them all: with begins and ends in the order the stack meets them (_packets' ties),
-    each level of nesting depth holds each slice's begin followed by its own end."""
+def _order(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Begins and ends of slices in (track, start, longer first) order, in the order a nesting stack
+    meets them (_track_order's ties), and the depth after each; row i < n is slice i's begin."""
     n = start.size
     i = np.arange(n)
     zero = end == start
     cls = np.concatenate([np.ones(n, np.int8), zero.astype(np.int8)])
     sub = np.concatenate([2 * i, np.where(zero, 2 * i + 1, -i)])
     order = np.lexsort((sub, cls, np.concatenate([start, end]), np.concatenate([track, track])))
+    return order, np.cumsum(np.where(order < n, 1, -1))
+
+
+def _levels(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
+    """Each slice's nesting depth among these (0: none of them encloses it), for slices that nest."""
+    order, depth = _order(start, end, track)
+    level = np.empty(start.size, np.int64)
+    begin = order < start.size
+    level[order[begin]] = depth[begin] - 1
+    return level
+
+
+def _nested(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> bool:
+    """Whether slices in (track, start, longer first) order nest already, so one stack per track
+    would take them all: with begins and ends in the order the stack meets them, each level of
+    nesting depth holds each slice's begin followed by its own end."""
+    n = start.size
+    order, depth = _order(start, end, track)
     begin = order < n
-    depth = np.cumsum(np.where(begin, 1, -1))
     level = np.where(begin, depth - 1, depth)
     by_level = order[np.argsort(level, kind="stable")]
     return bool((by_level[0::2] < n).all() and (by_level[0::2] + n == by_level[1::2]).all())
 
 
-def _nest(events: chrome_trace.Events) -> None:
-    """Table `nested`: every slice with its lane's track key, its end (`ce`; NEVER for one that does
-    not end) and its rank in (track, start, longer first, input) order, which is the order a
-    nesting stack emits a track's slices in; table `streams`: each slice track's first slice, which
-    orders tracks whose events share a time; table `flows`: the flow ids each slice's BEGIN carries."""
-    db = events.db
-    db.execute(
-        "CREATE OR REPLACE TABLE nested (seq BIGINT, key INTEGER, ts BIGINT, ce BIGINT, rank BIGINT, "
-        "name INTEGER, cat INTEGER, ann BLOB)"
+def _sorted(events: chrome_trace.Events, kinds: tuple, flows: bool = False):
+    """Rows of these kinds in (track, start, class, longer first, input) order, streamed in chunks:
+    the order a nesting stack meets a track's slices in. Classes (_Lanes): instants, counters and
+    flow events binding to the next slice first, then slices, then flow events binding to the slice
+    around them."""
+    slice_ = chrome_trace.SLICE
+    ce = f"CASE WHEN kind = {slice_} AND dur < 0 THEN {NEVER} WHEN kind = {slice_} THEN ts + dur ELSE ts END"
+    cls = (
+        f"CASE kind WHEN {chrome_trace.SLICE} THEN {_Lanes.SLICE} WHEN {chrome_trace.FLOW_IN_NEXT} THEN {_Lanes.NEXT} "
+        f"WHEN {chrome_trace.INSTANT} THEN {_Lanes.NEXT} WHEN {chrome_trace.COUNTER} THEN {_Lanes.NEXT} "
+        f"ELSE {_Lanes.ENCLOSING} END"
     )
-    ce = f"CASE WHEN dur < 0 THEN {NEVER} ELSE ts + dur END"
-    slices = (
-        f"SELECT {_Lanes.SLICE} AS cls, seq, key, ts, {ce} AS ce, name, cat, ann FROM ev "
-        f"WHERE kind = {chrome_trace.SLICE}"
+    columns = "seq, key, ts, ce" if flows else "seq, kind, key, ts, ce, name, cat, value, ann, flows"
+    ids, joined = (
+        ("flows.flows", "LEFT JOIN flows USING (seq)") if events.counts.get("flows") else ("NULL::UBIGINT[]", "")
     )
-    has_flows = events.counts["flow_events"] > 0
-    if has_flows:
-        flow_kinds = ", ".join(map(str, chrome_trace.FLOWS))
-        slices += (
-            f" UNION ALL SELECT CASE kind WHEN {chrome_trace.FLOW_IN_NEXT} THEN {_Lanes.NEXT} "
-            f"ELSE {_Lanes.ENCLOSING} END, seq, key, ts, ts, -1, -1, NULL FROM ev WHERE kind IN ({flow_kinds})"
-        )
-    order = "key, ts, cls, ce DESC, seq" if has_flows else "key, ts, ce DESC, seq"
-    stream = db.cursor().sql(f"SELECT * FROM ({slices}) ORDER BY {order}").to_arrow_reader(CHUNK)
-    lanes, rank, lane_keys = _Lanes(), 0, {}
-    for batch in stream:
-        cls, key = batch["cls"].to_numpy(), batch["key"].to_numpy()
-        lane = lanes(cls, batch["seq"].to_numpy(), batch["ts"].to_numpy(), batch["ce"].to_numpy(), key)
-        is_slice = cls == _Lanes.SLICE
-        rows = np.flatnonzero(is_slice)
-        lane, key = lane[rows], key[rows].astype(np.int64)
-        for k, ln in set(zip(key[lane > 0].tolist(), lane[lane > 0].tolist())):
-            lane_keys[(k, ln)] = events._ordinal(events.keys, ("lane", k, ln))
-        if (lane > 0).any():
-            key = np.array([lane_keys[(k, ln)] if ln else k for k, ln in zip(key.tolist(), lane.tolist())], np.int64)
-            events.counts["overlapping"] = events.counts.get("overlapping", 0) + int((lane > 0).sum())
-        batch = batch.filter(pa.array(is_slice)) if not is_slice.all() else batch
-        n = batch.num_rows
-        db.register(
-            "rows",
-            pa.table(
-                {
-                    "seq": batch["seq"],
-                    "key": key.astype(np.int32),
-                    "ts": batch["ts"],
-                    "ce": batch["ce"],
-                    "rank": np.arange(rank, rank + n),
-                    "name": batch["name"],
-                    "cat": batch["cat"],
-                    "ann": batch["ann"],
-                }
-            ),
-        )
-        events.execute(f"{events.source}: nesting slices", "INSERT INTO nested SELECT * FROM rows")
-        db.unregister("rows")
-        rank += n
+    source = f"SELECT {cls} AS cls, ev.*, {ce} AS ce, {ids} AS flows FROM ev {joined}"
+    query = (
+        f"SELECT cls, {columns} FROM ({source}) WHERE kind IN ({', '.join(map(str, kinds))}) "
+        "ORDER BY key, ts, cls, ce DESC, seq"
+    )
+    return events.db.cursor().sql(query).to_arrow_reader(CHUNK)
+
+
+def _bind_flows(events: chrome_trace.Events) -> None:
+    """Table `flows` (seq, flows): each slice's flow ids, found by a pass of the nesting over slices
+    and flow events (_Lanes binds them); its lanes are found again by the pass that writes."""
+    lanes = _Lanes()
+    for batch in _sorted(events, (chrome_trace.SLICE, *chrome_trace.FLOWS), flows=True):
+        lanes(*(batch[c].to_numpy() for c in ("cls", "seq", "ts", "ce", "key")))
     lanes.finish()
-    db.execute("CREATE OR REPLACE TABLE streams AS SELECT key, min(seq) AS first FROM nested GROUP BY key")
     _flows(events, lanes)
 
 
@@ -370,30 +407,79 @@ def _flows(events: chrome_trace.Events, lanes: _Lanes) -> None:
     ).fetchall()[0][0]
 
 
-def _packets(events: chrome_trace.Events) -> str:
-    """Every track event in the order written: by time; ties by stream (each instant or counter its
-    own, in input order, then one per slice track, in order of its first slice), then within a
-    track slice by slice as a nesting stack emits them: at one time ends before begins and inner
-    ends first; a zero-length slice ends right after it begins. The ties are one integer, as
-    (stream * 2 + class) * span + sub, which DuckDB sorts faster than four keys (0.5 s, not 0.8 s,
-    for 2 M packets); it stays inside 64 bits below about 10^8 events."""
-    n, rows = events.counts["slices"], events.rows
-    span = 3 * n + 2
-    track = f"2 * ({rows} + first) * {span} + {n}"  # a slice track's stream, class 0
-    flows, joined = ("flows", "LEFT JOIN flows USING (seq)") if events.counts.get("flows") else ("NULL", "")
-    return f"""
-SELECT ts, type, key, name, cat, value, ann, flows FROM (
-    SELECT ts, CASE kind WHEN {chrome_trace.INSTANT} THEN {INSTANT} ELSE {COUNTER} END AS type, key, name, cat,
-           value, ann, NULL::UBIGINT[] AS flows, 2 * seq * {span} + {n} AS tie
-    FROM ev WHERE kind IN ({chrome_trace.INSTANT}, {chrome_trace.COUNTER})
-    UNION ALL
-    SELECT ts, {BEGIN}, key, name, cat, 0.0, ann, {flows}, {track} + {span} + 2 * rank
-    FROM nested JOIN streams USING (key) {joined}
-    UNION ALL
-    SELECT ce, {END}, key, -1, -1, 0.0, NULL, NULL,
-           CASE WHEN ce = ts THEN {track} + {span} + 2 * rank + 1 ELSE {track} - rank END
-    FROM nested JOIN streams USING (key) WHERE ce < {NEVER}
-) ORDER BY ts, tie"""
+class _Ends:
+    """The ENDs of slices whose BEGIN is written and whose END cannot be yet: a later chunk may still
+    begin a slice on their track before they end."""
+
+    def __init__(self):
+        self.key = self.base = self.end = self.rank = self.start = np.zeros(0, np.int64)
+
+    def add(self, key, base, end, rank, start) -> None:
+        self.key, self.base, self.end, self.rank, self.start = (
+            np.concatenate([a, b.astype(np.int64)])
+            for a, b in zip((self.key, self.base, self.end, self.rank, self.start), (key, base, end, rank, start))
+        )
+
+    def take(self, until: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The ENDs before `until` (per END), removed; slices that never end stay."""
+        now = (self.end < until) & (self.end < NEVER)
+        out = tuple(a[now] for a in (self.key, self.end, self.rank, self.start))
+        self.key, self.base, self.end, self.rank, self.start = (
+            a[~now] for a in (self.key, self.base, self.end, self.rank, self.start)
+        )
+        return out
+
+
+def _track_order(events: chrome_trace.Events, batch: pa.RecordBatch, lanes: _Lanes, ends: _Ends, rank: int, goes_on):
+    """One chunk of the sorted rows as packets in the order written: per track (a thread, or a lane
+    beside it), by time; at one time instants and counters first, then ends (inner first), then
+    begins (outer first), a zero-length slice's end right after its begin. The file is not in time
+    order across tracks: trace_processor sorts every event by time (stably, so this order stays
+    among equal times on a track), and pftrace_reader pairs a track's events in file order.
+    Returns the packets' columns (as _encode takes them) and the next rank."""
+    kind, key = batch["kind"].to_numpy(), batch["key"].to_numpy().astype(np.int64)
+    ts, ce = batch["ts"].to_numpy(), batch["ce"].to_numpy()
+    rows = np.flatnonzero(kind == chrome_trace.SLICE)
+    seq = batch["seq"].to_numpy()
+    lane = lanes(np.full(rows.size, _Lanes.SLICE), seq[rows], ts[rows], ce[rows], key[rows])
+    out = key.copy()
+    if (lane > 0).any():
+        out[rows] = [
+            events._ordinal(events.keys, ("lane", k, ln)) if ln else k
+            for k, ln in zip(key[rows].tolist(), lane.tolist())
+        ]
+        events.counts["overlapping"] = events.counts.get("overlapping", 0) + int((lane > 0).sum())
+    rank_of = rank + np.arange(rows.size)
+    ends.add(out[rows], key[rows], ce[rows], rank_of, ts[rows])
+    # an END waits while the chunk's last track goes on: (key, ts) of its next row, None at the end
+    until = np.full(ends.end.size, NEVER, np.int64)
+    if goes_on is not None:
+        until[ends.base == goes_on[0]] = goes_on[1]
+    e_key, e_end, e_rank, e_start = ends.take(until)
+    points = np.flatnonzero(kind != chrome_trace.SLICE)
+    zero = e_end == e_start
+    track = np.concatenate([out[rows], e_key, out[points]])
+    time = np.concatenate([ts[rows], e_end, ts[points]])
+    cls = np.concatenate([np.full(rows.size, 2), np.where(zero, 2, 1), np.zeros(points.size, np.int64)])
+    sub = np.concatenate([2 * rank_of, np.where(zero, 2 * e_rank + 1, -e_rank), seq[points]])
+    src = np.concatenate([rows, np.full(e_key.size, -1), points])  # the chunk's row, -1 for an END
+    order = np.lexsort((sub, cls, time, track))
+    src, is_end = src[order], order >= rows.size
+    is_end[order >= rows.size + e_key.size] = False
+    pick = pa.array(src, mask=src < 0)
+    typ = np.where(is_end, END, np.where(kind[np.maximum(src, 0)] == chrome_trace.INSTANT, INSTANT, COUNTER))
+    typ[~is_end & (kind[np.maximum(src, 0)] == chrome_trace.SLICE)] = BEGIN
+    columns = {
+        "ts": time[order],
+        "type": typ,
+        "key": track[order],
+        "name": np.where(is_end, -1, batch["name"].to_numpy()[np.maximum(src, 0)]),
+        "cat": np.where(is_end, -1, batch["cat"].to_numpy()[np.maximum(src, 0)]),
+        "value": np.where(is_end, 0.0, batch["value"].to_numpy()[np.maximum(src, 0)]),
+        "ann": _array(pc.take(batch["ann"], pick)),
+        "flows": _array(pc.take(batch["flows"], pick)),
+    }
+    return pa.record_batch(columns), rank + rows.size
 
 
 class _Interning:
@@ -401,6 +487,7 @@ class _Interning:
     the packet that uses it first (as a writer interning on the fly does), chunk after chunk."""
 
     def __init__(self, events: chrome_trace.Events):
+        self.events = events
         # one more than the table: index -1 (none) stays iid 0
         self.tables = [
             (INTERNED_CATEGORY, list(events.cats), np.zeros(len(events.cats) + 1, np.int64)),
@@ -528,16 +615,43 @@ def write(events: chrome_trace.Events, out: str | Path) -> dict:
 
 
 def _write(events: chrome_trace.Events, path: Path) -> None:
+    """One sort of the events (two where flows must be bound first), each chunk nested, ordered per
+    track and encoded straight into the file."""
     events.counts.pop("overlapping", None)  # counted again on a second try
     events.problems.pop(UNBOUND, None)
     with open(path, "wb", buffering=1 << 20) as handle:
-        _nest(events)
-        uuids, kept = _Tracks(handle).of_keys(events)
-        kept = pa.array(kept, pa.large_binary()) if any(kept) else None
-        interning, first = _Interning(events), True
-        for batch in events.db.cursor().sql(_packets(events)).to_arrow_reader(CHUNK):
-            _write_column(handle, _encode(batch, uuids, kept, interning), first)
-            first = first and not batch.num_rows
+        events.counts["flows"] = 0
+        if events.counts["flow_events"]:
+            _bind_flows(events)
+        tracks, interning, first = _Tracks(handle, events), _Interning(events), True
+        lanes, ends, rank = _Lanes(), _Ends(), 0
+        stream = iter(_sorted(events, (chrome_trace.SLICE, chrome_trace.INSTANT, chrome_trace.COUNTER)))
+        held = None  # the rows of one (track, time) a chunk ended in: written with the rest of that time
+        for batch in stream:
+            batch = pa.Table.from_batches([batch])
+            batch = pa.concat_tables([held, batch]) if held is not None and held.num_rows else batch
+            key, ts = batch["key"].to_numpy(), batch["ts"].to_numpy()
+            differs = np.flatnonzero((key != key[-1]) | (ts != ts[-1]))
+            cut = int(differs[-1]) + 1 if differs.size else 0
+            held = batch.slice(cut)
+            if cut:
+                packets, rank = _track_order(events, batch.slice(0, cut), lanes, ends, rank, (key[-1], ts[-1]))
+                first = _written(handle, packets, tracks, interning, first)
+        if held is not None:
+            packets, rank = _track_order(events, held, lanes, ends, rank, None)
+            _written(handle, packets, tracks, interning, first)
+
+
+def _array(column) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _written(handle, packets: pa.RecordBatch, tracks: _Tracks, interning: _Interning, first: bool) -> bool:
+    """Encode and write a chunk's packets (the lanes it opened described first); whether the next
+    packet is still the sequence's first."""
+    uuids, kept = tracks.describe(interning.events)
+    _write_column(handle, _encode(packets, uuids, kept, interning), first)
+    return first and not packets.num_rows
 
 
 def chrome_to_pftrace(trace, out: str | Path) -> dict:

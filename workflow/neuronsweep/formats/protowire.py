@@ -94,11 +94,6 @@ def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[np.ndarray, 
     return out, np.full(out.shape[0], out.shape[1], np.int64) if mask is None else np.where(mask, out.shape[1], 0)
 
 
-def data_bytes(column: pa.Array) -> int:
-    """The bytes a binary column's rows hold."""
-    return pc.sum(pc.binary_length(column)).as_py() or 0
-
-
 def rows_of(*parts: tuple[np.ndarray, np.ndarray]) -> pa.Array:
     """A binary column of each row's parts one after another: one matrix, one mask, one gather."""
     matrix = np.concatenate([m for m, _ in parts], 1)
