@@ -52,7 +52,7 @@ BEGIN, END, INSTANT, COUNTER = (
     TrackEvent.TYPE_COUNTER,
 )
 SEQ_ID = 0x5EEB  # trusted_packet_sequence_id: one sequence for the whole file
-CHUNK = 1 << 18  # rows streamed out of a sort and encoded at a time
+CHUNK = 1 << 13  # rows streamed out of the sort and encoded at a time (more cost page faults, not less CPU)
 
 # Field tags of the messages written (perfetto_trace.proto), in field-number order, which is the
 # order the protobuf classes serialize them in.
@@ -351,11 +351,8 @@ def _sorted(events: chrome_trace.Events, kinds: tuple, flows: bool = False):
         f"WHEN {chrome_trace.INSTANT} THEN {_Lanes.NEXT} WHEN {chrome_trace.COUNTER} THEN {_Lanes.NEXT} "
         f"ELSE {_Lanes.ENCLOSING} END"
     )
-    columns = "seq, key, ts, ce" if flows else "seq, kind, key, ts, ce, name, cat, value, ann, flows"
-    ids, joined = (
-        ("flows.flows", "LEFT JOIN flows USING (seq)") if events.counts.get("flows") else ("NULL::UBIGINT[]", "")
-    )
-    source = f"SELECT {cls} AS cls, ev.*, {ce} AS ce, {ids} AS flows FROM ev {joined}"
+    columns = "seq, key, ts, ce" if flows else "seq, kind, key, ts, ce, name, cat, value, ann"
+    source = f"SELECT {cls} AS cls, *, {ce} AS ce FROM ev"
     query = (
         f"SELECT cls, {columns} FROM ({source}) WHERE kind IN ({', '.join(map(str, kinds))}) "
         "ORDER BY key, ts, cls, ce DESC, seq"
@@ -407,6 +404,29 @@ def _flows(events: chrome_trace.Events, lanes: _Lanes) -> None:
     ).fetchall()[0][0]
 
 
+class _FlowIds:
+    """Table `flows` in memory (one row per slice a flow event binds to: far fewer than the events),
+    each chunk's flow ids looked up by seq; a join in the sort carried them at a memory cost growing
+    with every event's args."""
+
+    def __init__(self, events: chrome_trace.Events):
+        table = (
+            events.db.sql("SELECT seq, flows FROM flows ORDER BY seq").to_arrow_reader(CHUNK).read_all()
+            if events.counts["flows"]
+            else None
+        )
+        self.seq = np.zeros(0, np.int64) if table is None else table["seq"].to_numpy()
+        self.ids = None if table is None else _array(table["flows"])
+
+    def of(self, seq: np.ndarray, none: np.ndarray) -> pa.Array:
+        """Each row's flow ids (null where it has none, or where `none`)."""
+        if self.ids is None:
+            return pa.nulls(seq.size, pa.list_(pa.uint64()))
+        at = np.minimum(np.searchsorted(self.seq, seq), self.seq.size - 1)
+        miss = none | (self.seq[at] != seq)
+        return pc.take(self.ids, pa.array(at, mask=miss))
+
+
 class _Ends:
     """The ENDs of slices whose BEGIN is written and whose END cannot be yet: a later chunk may still
     begin a slice on their track before they end."""
@@ -430,7 +450,9 @@ class _Ends:
         return out
 
 
-def _track_order(events: chrome_trace.Events, batch: pa.RecordBatch, lanes: _Lanes, ends: _Ends, rank: int, goes_on):
+def _track_order(
+    events: chrome_trace.Events, batch, lanes: _Lanes, ends: _Ends, flow_ids: _FlowIds, rank: int, goes_on
+):
     """One chunk of the sorted rows as packets in the order written: per track (a thread, or a lane
     beside it), by time; at one time instants and counters first, then ends (inner first), then
     begins (outer first), a zero-length slice's end right after its begin. The file is not in time
@@ -477,7 +499,7 @@ def _track_order(events: chrome_trace.Events, batch: pa.RecordBatch, lanes: _Lan
         "cat": np.where(is_end, -1, batch["cat"].to_numpy()[np.maximum(src, 0)]),
         "value": np.where(is_end, 0.0, batch["value"].to_numpy()[np.maximum(src, 0)]),
         "ann": _array(pc.take(batch["ann"], pick)),
-        "flows": _array(pc.take(batch["flows"], pick)),
+        "flows": flow_ids.of(batch["seq"].to_numpy()[np.maximum(src, 0)], src < 0),
     }
     return pa.record_batch(columns), rank + rows.size
 
@@ -624,7 +646,7 @@ def _write(events: chrome_trace.Events, path: Path) -> None:
         if events.counts["flow_events"]:
             _bind_flows(events)
         tracks, interning, first = _Tracks(handle, events), _Interning(events), True
-        lanes, ends, rank = _Lanes(), _Ends(), 0
+        lanes, ends, flow_ids, rank = _Lanes(), _Ends(), _FlowIds(events), 0
         stream = iter(_sorted(events, (chrome_trace.SLICE, chrome_trace.INSTANT, chrome_trace.COUNTER)))
         held = None  # the rows of one (track, time) a chunk ended in: written with the rest of that time
         for batch in stream:
@@ -635,10 +657,12 @@ def _write(events: chrome_trace.Events, path: Path) -> None:
             cut = int(differs[-1]) + 1 if differs.size else 0
             held = batch.slice(cut)
             if cut:
-                packets, rank = _track_order(events, batch.slice(0, cut), lanes, ends, rank, (key[-1], ts[-1]))
+                packets, rank = _track_order(
+                    events, batch.slice(0, cut), lanes, ends, flow_ids, rank, (key[-1], ts[-1])
+                )
                 first = _written(handle, packets, tracks, interning, first)
         if held is not None:
-            packets, rank = _track_order(events, held, lanes, ends, rank, None)
+            packets, rank = _track_order(events, held, lanes, ends, flow_ids, rank, None)
             _written(handle, packets, tracks, interning, first)
 
 
