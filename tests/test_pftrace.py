@@ -614,7 +614,8 @@ def test_flow_events_bound_in_chunks_with_numpy_are_bound_as_one_pass_of_the_loo
             chunked(cls[lo:hi], seq[lo:hi], start[lo:hi], end[lo:hi], track[lo:hi])
             lo = hi
         chunked.finish()
-        assert sorted(chunked.bound) == sorted(one.bound) and sorted(chunked.unbound) == sorted(one.unbound), rows
+        bound = sorted(map(tuple, chunked.pairs().tolist()))
+        assert bound == sorted(one.bound) and sorted(chunked.unbound) == sorted(one.unbound), rows
     assert len(fast) > 100  # most chunks bound their flow events with numpy
 
 

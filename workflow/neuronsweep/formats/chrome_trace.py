@@ -64,10 +64,10 @@ NOT_A_TRACE = "no traceEvents and not a JSON array of events"
 # seq: the event's position among those kept, in input order; kind: above; key: the track's ordinal
 # in Events.keys; ts, dur in ns; name, cat: ordinals in Events.names and Events.cats (-1: none, and
 # every counter); value: a counter's; ann: a slice's or instant's TrackEvent.debug_annotations as
-# bytes (NULL for counters); fid: a flow event's ordinal in Events.flow_ids
+# bytes (NULL for counters); fkey: a flow event's identity, its cat and id as text (_flow_key)
 TABLE = (
     "CREATE TABLE ev (seq BIGINT, kind TINYINT, key INTEGER, ts BIGINT, dur BIGINT, name INTEGER, "
-    "cat INTEGER, value DOUBLE, ann BLOB, fid BIGINT)"
+    "cat INTEGER, value DOUBLE, ann BLOB, fkey VARCHAR)"
 )
 PHASES = {"X": SLICE, "B": BEGIN, "E": END, "i": INSTANT, "I": INSTANT, "s": FLOW_OUT, "t": FLOW_STEP}
 
@@ -168,7 +168,7 @@ class Part:
     cat: np.ndarray  # ordinal in Events.cats, -1 for none
     value: np.ndarray  # counters only
     args: pa.StructArray | list  # per row that is not a counter, in order
-    fid: np.ndarray | None = None  # flow events' ordinal in Events.flow_ids (-1 otherwise)
+    fkey: pa.Array | None = None  # flow events' identity (_flow_key; null otherwise)
 
 
 class Events:
@@ -206,7 +206,6 @@ class Events:
         self.keys: dict = {}
         self.names: dict = {}
         self.cats: dict = {}
-        self.flow_ids: dict = {}  # (cat, id) of a flow -> ordinal
         self.proc_names: dict = {}
         self.thread_names: dict = {}
         self.counts = {"slices": 0, "instants": 0, "counters": 0, "flow_events": 0, "unfinished": 0, "skipped": 0}
@@ -286,7 +285,7 @@ class Events:
                 "cat": part.cat.astype(np.int32),
                 "value": part.value,
                 "ann": annotated,
-                "fid": np.full(n, -1, np.int64) if part.fid is None else part.fid,
+                "fkey": pa.nulls(n, pa.string()) if part.fkey is None else part.fkey,
             }
         )
         self.db.register("batch", batch)
@@ -330,7 +329,7 @@ class Events:
     def add_dicts(self, events: list, ts_ns: list | None = None, dur_ns: list | None = None) -> None:
         """The loop: any JSON the trace holds. `ts_ns`/`dur_ns`: each event's stamps read exactly
         from the file's text (_stamps); without them (events given as Python objects), from the values."""
-        kind, key, ts, dur, name, cat, value, args, fid = [], [], [], [], [], [], [], [], []
+        kind, key, ts, dur, name, cat, value, args, fkey = [], [], [], [], [], [], [], [], []
         counts = self.counts
         for i, e in enumerate(events):
             ph = e.get("ph") if isinstance(e, dict) else None
@@ -365,7 +364,7 @@ class Events:
                     name.append(-1)
                     cat.append(-1)
                     value.append(number)
-                    fid.append(-1)
+                    fkey.append(None)
                     counts["counters"] += 1
                 continue
             d = 0
@@ -398,7 +397,7 @@ class Events:
             name.append(self._ordinal(self.names, str(e.get("name") or "")))
             cat.append(self._ordinal(self.cats, str(e["cat"])) if e.get("cat") else -1)
             value.append(0.0)
-            fid.append(self._ordinal(self.flow_ids, _flow_id(e)) if k in FLOWS else -1)
+            fkey.append(_flow_key(e) if k in FLOWS else None)
             a = e.get("args")
             args.append(a if isinstance(a, dict) else {} if a is None else {"args": a})
         if kind:
@@ -412,7 +411,7 @@ class Events:
                     np.array(cat, np.int64),
                     np.array(value, np.float64),
                     args,
-                    np.array(fid, np.int64),
+                    pa.array(fkey, pa.string()),
                 )
             )
 
@@ -481,19 +480,19 @@ class Events:
             )
         else:
             cats, cat = pa.nulls(rows.size, pa.string()), np.full(rows.size, -1, np.int64)
-        fid = np.full(rows.size, -1, np.int64)
-        if flow.any():  # a flow's identity: (cat, id) as text, as _flow_id makes it
+        fkey = None
+        if flow.any():  # a flow's identity: its cat and id as text, as _flow_key makes it
             pairs = pc.binary_join_element_wise(pc.fill_null(cats, ""), pc.cast(col["id"], pa.string()), "\x00")
-            fid[flow] = self._ordinals(self.flow_ids, pc.filter(pairs, flow), lambda v: tuple(v.split("\x00", 1)))
+            fkey = pc.if_else(pa.array(flow), pairs, pa.scalar(None, pa.string()))
         self.counts["slices"] += int(x.sum())
         self.counts["instants"] += int((kind == INSTANT).sum())
         self.counts["flow_events"] += int(flow.sum())
-        self._add(Part(kind, key, ts_ns, dur, name, cat, np.zeros(rows.size), args, fid), annotated)
+        self._add(Part(kind, key, ts_ns, dur, name, cat, np.zeros(rows.size), args, fkey), annotated)
         return True
 
-    def _ordinals(self, table: dict, values: pa.Array, as_key=lambda v: v) -> np.ndarray:
+    def _ordinals(self, table: dict, values: pa.Array) -> np.ndarray:
         encoded = values.dictionary_encode()
-        ids = np.array([self._ordinal(table, as_key(v)) for v in encoded.dictionary.to_pylist()], np.int64)
+        ids = np.array([self._ordinal(table, v) for v in encoded.dictionary.to_pylist()], np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)]
 
     def _keys(self, col: dict) -> np.ndarray:
@@ -587,13 +586,13 @@ def _hashable(value):
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
-def _flow_id(e: dict) -> tuple:
+def _flow_key(e: dict) -> str:
     """The identity a flow event shares with the rest of its flow: `id` (or id2's local or global)
-    within its category, as the Trace Event Format scopes it."""
+    within its category, as the Trace Event Format scopes it; as text, `cat` NUL `id`."""
     ident = e.get("id")
     if ident is None and isinstance(e.get("id2"), dict):
         ident = e["id2"].get("local", e["id2"].get("global"))
-    return (str(e.get("cat") or ""), str(ident))
+    return f"{e.get('cat') or ''}\x00{ident}"
 
 
 def _fast(t: pa.Table, raw: bytes) -> bool:
@@ -610,7 +609,7 @@ def _fast(t: pa.Table, raw: bytes) -> bool:
     if not all(pa.types.is_string(types[k]) for k in ("name", "cat", "s", "bp") if k in types):
         return False
     if "id2" in types or not (pa.types.is_int64(types.get("id", pa.int64())) or pa.types.is_string(types["id"])):
-        return False  # a flow's id the loop reads (_flow_id)
+        return False  # a flow's id the loop reads (_flow_key)
     args = types.get("args", pa.null())
     return pa.types.is_null(args) or pa.types.is_struct(args)  # which args it holds: protowire.annotations
 
@@ -646,9 +645,7 @@ def read(source, spill_dir: str | Path | None = None) -> Events:
     """A trace's events (close them, or use them as a context manager): `source` is a Chrome trace
     dict or list, or a JSON file's path (plain or gzip); their table lives in a temporary folder in
     `spill_dir`. What could not be converted is said in one line on stderr (Events.said)."""
-    # Arrow's default allocator (jemalloc) hands the pages of each freed batch back to the OS and
-    # faults them in again for the next: glibc's keeps them, half the system time on a real trace
-    pa.set_memory_pool(pa.system_memory_pool())
+    _keep_freed_pages()
     events = Events(spill_dir, str(source) if isinstance(source, (str, Path)) else "a Chrome trace")
     try:
         _fill(events, source)
@@ -665,6 +662,17 @@ def read(source, spill_dir: str | Path | None = None) -> Events:
     if events.said():
         print(events.said(), file=sys.stderr)
     return events
+
+
+def _keep_freed_pages() -> None:
+    """Arrow's allocator (jemalloc) hands the pages of each freed batch back to the OS a moment
+    later and faults them in again for the next batch: a third of the converter's time on a real
+    trace went to the kernel. Kept, they serve the next batch; memory stays flat in trace size (glibc's
+    allocator, tried too, grew 25 MB per million events)."""
+    try:
+        pa.jemalloc_set_decay_ms(-1)
+    except (pa.ArrowNotImplementedError, NotImplementedError):  # a pyarrow built without jemalloc
+        pass
 
 
 def _fill(events: Events, source) -> None:

@@ -182,7 +182,8 @@ class _Lanes:
         self.stacks: list[list[tuple]] = [[]]
         self.track = None
         self.pending: list[tuple[int, int]] = []  # (seq, ts) of flow events waiting for the next slice
-        self.bound: list[tuple[int, int]] = []  # (flow event seq, slice seq)
+        self.bound: list[tuple[int, int]] = []  # (flow event seq, slice seq), bound by _loop
+        self.bound_parts: list[np.ndarray] = []  # (n, 2) arrays of the same, bound by _bind
         self.unbound: list[tuple[int, int]] = []  # (flow event seq, ts)
 
     def __call__(self, cls, seq, start, end, track) -> np.ndarray:
@@ -248,7 +249,7 @@ class _Lanes:
         to[follows] = nxt[follows]
         waits = ~enclosing & ~follows & (t == track[-1])  # the chunk's last track goes on: the next slice may come
         ok = to >= 0
-        self.bound += list(zip(seq[fl[ok]].tolist(), seq[sl[to[ok]]].tolist()))
+        self.bound_parts.append(np.stack([seq[fl[ok]], seq[sl[to[ok]]]], 1).astype(np.int64))
         lost = ~ok & ~waits
         self.unbound += list(zip(seq[fl[lost]].tolist(), b[lost].tolist()))
         self.pending = list(zip(seq[fl[waits]].tolist(), b[waits].tolist()))
@@ -290,6 +291,10 @@ class _Lanes:
     def finish(self) -> None:
         self.unbound += self.pending
         self.pending = []
+
+    def pairs(self) -> np.ndarray:
+        """Every (flow event seq, slice seq) bound, as one (n, 2) array (16 bytes a flow event)."""
+        return np.concatenate([np.array(self.bound, np.int64).reshape(-1, 2), *self.bound_parts])
 
 
 def _place(stacks: list[list[tuple]], entry: tuple) -> int:
@@ -379,21 +384,22 @@ def _flows(events: chrome_trace.Events, lanes: _Lanes) -> None:
     if lanes.unbound:
         ts = lanes.unbound[0][1]
         events.problem(UNBOUND, f"at ts {chrome_trace.us_text(ts)}", len(lanes.unbound))
-    if not lanes.bound:
+    pairs = lanes.pairs()
+    if not pairs.size:
         events.counts["flows"] = 0
         return
-    fseq, slice_seq = (np.array(c, np.int64) for c in zip(*lanes.bound))
+    fseq, slice_seq = pairs[:, 0], pairs[:, 1]
     db.register("bound", pa.table({"fseq": fseq, "slice": slice_seq}))
     flow_kinds = ", ".join(map(str, chrome_trace.FLOWS))
     events.execute(
         f"{events.source}: binding flows",
         f"""CREATE OR REPLACE TABLE flows AS
         WITH f AS (
-            SELECT seq AS fseq, fid, ts,
+            SELECT seq AS fseq, fkey, ts,
                    sum(CASE WHEN kind = {chrome_trace.FLOW_OUT} THEN 1 ELSE 0 END)
-                       OVER (PARTITION BY fid ORDER BY ts, seq ROWS UNBOUNDED PRECEDING) AS chain
+                       OVER (PARTITION BY fkey ORDER BY ts, seq ROWS UNBOUNDED PRECEDING) AS chain
             FROM ev WHERE kind IN ({flow_kinds})),
-        u AS (SELECT fseq, CAST(dense_rank() OVER (ORDER BY fid, chain) AS UBIGINT) AS uuid FROM f)
+        u AS (SELECT fseq, CAST(dense_rank() OVER (ORDER BY fkey, chain) AS UBIGINT) AS uuid FROM f)
         SELECT slice AS seq, list(DISTINCT uuid ORDER BY uuid) AS flows
         FROM bound JOIN u USING (fseq) GROUP BY slice""",
     )
