@@ -202,7 +202,7 @@ class Events:
 
     def clear(self) -> None:
         self.db.execute("DELETE FROM ev")
-        self.rows = 0
+        self.rows = self.ann_bytes = 0
         self.keys: dict = {}
         self.names: dict = {}
         self.cats: dict = {}
@@ -235,8 +235,10 @@ class Events:
     def sort_memory(self) -> None:
         """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
         block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
-        measured here, 16 bytes a row is (16 M slices sorted under 256 MB)."""
-        self._memory(min(max(self.memory_mb, 16 * self.rows >> 20), max(self.memory_mb, _cap_mb())))
+        measured here, 16 bytes a row is (16 M slices sorted under 256 MB), and an eighth of the args'
+        bytes the sort carries (3 M torch.profiler events with 514 MB of args needed 80 MB)."""
+        need = 16 * self.rows + self.ann_bytes // 8 >> 20
+        self._memory(min(max(self.memory_mb, need), max(self.memory_mb, _cap_mb())))
 
     def grow(self, what: str) -> None:
         """After DuckDB ran out of its share doing `what`: twice the share (said on stderr), up to
@@ -292,6 +294,7 @@ class Events:
         self.execute(f"{self.source}: storing {self.rows + n} trace events", "INSERT INTO ev SELECT * FROM batch")
         self.db.unregister("batch")
         self.rows += n
+        self.ann_bytes += pc.sum(pc.binary_length(annotated)).as_py() or 0
 
     def slices_around(self, name: str) -> tuple[dict[str, np.ndarray], int] | None:
         """The complete ('X') events that overlap or touch the first one called `name` (columns
