@@ -236,8 +236,8 @@ class Events:
         """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
         block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
         measured here, 16 bytes a row is (16 M slices sorted under 256 MB), and an eighth of the args'
-        bytes the sort carries (3 M torch.profiler events with 514 MB of args needed 80 MB)."""
-        need = 16 * self.rows + self.ann_bytes // 8 >> 20
+        bytes the sort carries past 32 a row (3 M torch.profiler events with 514 MB of args needed 80 MB)."""
+        need = 16 * self.rows + max(0, self.ann_bytes - 32 * self.rows) // 8 >> 20
         self._memory(min(max(self.memory_mb, need), max(self.memory_mb, _cap_mb())))
 
     def grow(self, what: str) -> None:
