@@ -578,7 +578,7 @@ class Events:
         self.db.register("pairs", table)
         self.execute(
             f"{self.source}: pairing B and E events",
-            f"INSERT INTO ev SELECT seq, {SLICE}, key, ts, dur, name, cat, 0.0, ann, -1 FROM pairs",
+            f"INSERT INTO ev SELECT seq, {SLICE}, key, ts, dur, name, cat, 0.0, ann, NULL FROM pairs",
         )
         self.db.unregister("pairs")
         self.db.execute(f"DELETE FROM ev WHERE kind IN ({BEGIN}, {END})")

@@ -344,7 +344,7 @@ def _nested(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> bool:
     return bool((by_level[0::2] < n).all() and (by_level[0::2] + n == by_level[1::2]).all())
 
 
-def _sorted(events: chrome_trace.Events, kinds: tuple, flows: bool = False):
+def _sorted(events: chrome_trace.Events, kinds: tuple, keys_only: bool = False):
     """Rows of these kinds in (track, start, class, longer first, input) order, streamed in chunks:
     the order a nesting stack meets a track's slices in. Classes (_Lanes): instants, counters and
     flow events binding to the next slice first, then slices, then flow events binding to the slice
@@ -356,7 +356,7 @@ def _sorted(events: chrome_trace.Events, kinds: tuple, flows: bool = False):
         f"WHEN {chrome_trace.INSTANT} THEN {_Lanes.NEXT} WHEN {chrome_trace.COUNTER} THEN {_Lanes.NEXT} "
         f"ELSE {_Lanes.ENCLOSING} END"
     )
-    columns = "seq, key, ts, ce" if flows else "seq, kind, key, ts, ce, name, cat, value, ann"
+    columns = "seq, key, ts, ce" if keys_only else "seq, kind, key, ts, ce, name, cat, value, ann"
     source = f"SELECT {cls} AS cls, *, {ce} AS ce FROM ev"
     query = (
         f"SELECT cls, {columns} FROM ({source}) WHERE kind IN ({', '.join(map(str, kinds))}) "
@@ -369,7 +369,7 @@ def _bind_flows(events: chrome_trace.Events) -> None:
     """Table `flows` (seq, flows): each slice's flow ids, found by a pass of the nesting over slices
     and flow events (_Lanes binds them); its lanes are found again by the pass that writes."""
     lanes = _Lanes()
-    for batch in _sorted(events, (chrome_trace.SLICE, *chrome_trace.FLOWS), flows=True):
+    for batch in _sorted(events, (chrome_trace.SLICE, *chrome_trace.FLOWS), keys_only=True):
         lanes(*(batch[c].to_numpy() for c in ("cls", "seq", "ts", "ce", "key")))
     lanes.finish()
     _flows(events, lanes)
@@ -505,7 +505,7 @@ def _track_order(
         "cat": np.where(is_end, -1, batch["cat"].to_numpy()[np.maximum(src, 0)]),
         "value": np.where(is_end, 0.0, batch["value"].to_numpy()[np.maximum(src, 0)]),
         "ann": _array(pc.take(batch["ann"], pick)),
-        "flows": flow_ids.of(batch["seq"].to_numpy()[np.maximum(src, 0)], src < 0),
+        "flows": flow_ids.of(seq[np.maximum(src, 0)], src < 0),
     }
     return pa.record_batch(columns), rank + rows.size
 
@@ -515,7 +515,6 @@ class _Interning:
     the packet that uses it first (as a writer interning on the fly does), chunk after chunk."""
 
     def __init__(self, events: chrome_trace.Events):
-        self.events = events
         # one more than the table: index -1 (none) stays iid 0
         self.tables = [
             (INTERNED_CATEGORY, list(events.cats), np.zeros(len(events.cats) + 1, np.int64)),
@@ -666,20 +665,20 @@ def _write(events: chrome_trace.Events, path: Path) -> None:
                 packets, rank = _track_order(
                     events, batch.slice(0, cut), lanes, ends, flow_ids, rank, (key[-1], ts[-1])
                 )
-                first = _written(handle, packets, tracks, interning, first)
+                first = _written(handle, events, packets, tracks, interning, first)
         if held is not None:
             packets, rank = _track_order(events, held, lanes, ends, flow_ids, rank, None)
-            _written(handle, packets, tracks, interning, first)
+            _written(handle, events, packets, tracks, interning, first)
 
 
 def _array(column) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _written(handle, packets: pa.RecordBatch, tracks: _Tracks, interning: _Interning, first: bool) -> bool:
+def _written(handle, events, packets: pa.RecordBatch, tracks: _Tracks, interning: _Interning, first: bool) -> bool:
     """Encode and write a chunk's packets (the lanes it opened described first); whether the next
     packet is still the sequence's first."""
-    uuids, kept = tracks.describe(interning.events)
+    uuids, kept = tracks.describe(events)
     _write_column(handle, _encode(packets, uuids, kept, interning), first)
     return first and not packets.num_rows
 
