@@ -260,14 +260,22 @@ class _Reader:
         raise UserError(f"{self.path}: {what}")
 
     def wires(self, fields: protoscan.Fields, expected: dict, what: str) -> None:
-        """Refuse a field read here written with another wire type (its value would be misread)."""
+        """Refuse a field read here written with another wire type (its value would be misread).
+        One lookup in a (field number, wire type) table, not a pass over the fields per number."""
+        top = max(expected) + 1
+        allowed = np.ones((top + 1, 8), bool)  # the last row: fields not read here, any wire type
         for num, wires in expected.items():
-            bad = (fields.num == num) & ~np.isin(fields.wire, list(wires))
-            if bad.any():
-                self.fail(
-                    f"field {num} of a {what} has wire type {int(fields.wire[bad][0])}, not "
-                    f"{' or '.join(map(str, sorted(wires)))}: not a Perfetto trace this reader can trust; recreate it."
-                )
+            allowed[num] = False
+            allowed[num, list(wires)] = True
+        row = np.where(fields.num < top, fields.num, top)
+        bad = np.flatnonzero(~allowed[row, fields.wire & 7])
+        if bad.size:
+            num, wire = int(fields.num[bad[0]]), int(fields.wire[bad[0]])
+            wanted = " or ".join(map(str, sorted(expected[num])))
+            self.fail(
+                f"field {num} of a {what} has wire type {wire}, not {wanted}: not a Perfetto trace this reader "
+                "can trust; recreate it."
+            )
 
     def chunk(self, raw: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
         buf = protoscan.padded(raw)
