@@ -96,11 +96,20 @@ def traces(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(trace=traces(), gz=st.booleans())
-def test_every_stamp_count_and_duration_survives_to_the_nanosecond(trace, gz, tmp_path_factory):
+@given(trace=traces(), gz=st.booleans(), chunk=st.sampled_from([3, 17, None]))
+def test_every_stamp_count_and_duration_survives_to_the_nanosecond(trace, gz, chunk, tmp_path_factory):
+    """Per name, the count and total duration of slices; every stamp of slices, instants and counters;
+    every flow: as the source says, whether the sort streams out a few rows at a time or all at once."""
+    from neuronsweep.formats import pftrace_writer
+
     events, expect, stamps, flows, counters, instants = trace
     tmp = tmp_path_factory.mktemp("t")
-    counts = chrome_to_pftrace(write(tmp / "trace.json", events, gz), tmp / "t.pftrace")
+    default = pftrace_writer.CHUNK
+    pftrace_writer.CHUNK = chunk or default
+    try:
+        counts = chrome_to_pftrace(write(tmp / "trace.json", events, gz), tmp / "t.pftrace")
+    finally:
+        pftrace_writer.CHUNK = default
     db = tables(tmp / "t.pftrace")
     got = db.sql("SELECT name, count(*), sum(dur)::BIGINT FROM slice WHERE name <> 'mark' GROUP BY name").fetchall()
     assert {n: [c, d] for n, c, d in got} == {n: list(v) for n, v in expect.items()}
