@@ -11,14 +11,16 @@ Decimal numbers. The same integers come out whichever path read an event.
 Speed. A million-op trace is about 100 MB of JSON; `json.load` alone costs 2.5 us an event and a
 dict per event. Here the `traceEvents` array is cut into record batches without decoding it
 (json_records.py) and pyarrow's JSON reader (C++) parses each batch into columns. A batch whose
-columns Arrow cannot give exactly as the JSON wrote them goes through orjson and a loop instead:
-phases other than complete events and instants, pid/tid that are not integers, a `null`, args
-holding lists, objects or floats (Arrow makes 1 and 1.5 both doubles; the loop keeps 1 an int).
-Both paths fill the same columns, so what is written does not depend on which one read a batch.
+columns Arrow cannot give exactly as the JSON wrote them is halved, down to LOOP_BYTES, and what
+is left goes through orjson and a loop: B/E and counter phases, pid/tid that are not integers, a
+`null`, args holding objects or floats (Arrow makes 1 and 1.5 both doubles; the loop keeps 1 an int),
+lists with such values (arrow_json.py makes the others' text). Both paths fill the same columns, so
+what is written does not depend on which one read a batch.
 
 Each batch goes straight into a DuckDB table (`ev`, below) in a temporary folder beside the output,
-under a memory limit: a Chrome trace interleaves tracks, so nesting, B/E pairing and time order need
-sorts over the whole trace, and DuckDB's sort spills to disk where a numpy sort would hold every event.
+under a memory limit: a Chrome trace interleaves tracks, so nesting and B/E pairing need a sort over
+the whole trace, and DuckDB's sort spills to disk where a numpy sort would hold every event.
+
 
 Kept: complete events ('X'), B/E pairs (matched per thread in time order, as the format says;
 a B never ended stays a slice that does not end), instants ('i'/'I', thread, process or global),

@@ -494,18 +494,21 @@ def _track_order(
     order = np.lexsort((sub, cls, time, track))
     src, is_end = src[order], order >= rows.size
     is_end[order >= rows.size + e_key.size] = False
-    pick = pa.array(src, mask=src < 0)
-    typ = np.where(is_end, END, np.where(kind[np.maximum(src, 0)] == chrome_trace.INSTANT, INSTANT, COUNTER))
-    typ[~is_end & (kind[np.maximum(src, 0)] == chrome_trace.SLICE)] = BEGIN
+    at, pick = np.maximum(src, 0), pa.array(src, mask=src < 0)
+    typ = np.where(
+        is_end,
+        END,
+        np.select([kind[at] == chrome_trace.SLICE, kind[at] == chrome_trace.INSTANT], [BEGIN, INSTANT], COUNTER),
+    )
     columns = {
         "ts": time[order],
         "type": typ,
         "key": track[order],
-        "name": np.where(is_end, -1, batch["name"].to_numpy()[np.maximum(src, 0)]),
-        "cat": np.where(is_end, -1, batch["cat"].to_numpy()[np.maximum(src, 0)]),
-        "value": np.where(is_end, 0.0, batch["value"].to_numpy()[np.maximum(src, 0)]),
+        "name": np.where(is_end, -1, batch["name"].to_numpy()[at]),
+        "cat": np.where(is_end, -1, batch["cat"].to_numpy()[at]),
+        "value": np.where(is_end, 0.0, batch["value"].to_numpy()[at]),
         "ann": _array(pc.take(batch["ann"], pick)),
-        "flows": flow_ids.of(seq[np.maximum(src, 0)], src < 0),
+        "flows": flow_ids.of(seq[at], src < 0),
     }
     return pa.record_batch(columns), rank + rows.size
 
@@ -544,7 +547,7 @@ class _Interning:
 
 def _flow_ids(flows: pa.Array) -> pa.Array:
     """Each row's TrackEvent.flow_ids (repeated fixed64, one field per id), from a list column."""
-    flows = flows.combine_chunks() if isinstance(flows, pa.ChunkedArray) else flows
+    flows = _array(flows)
     counts = pc.fill_null(pc.list_value_length(flows), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     ids = pc.list_flatten(flows).to_numpy(zero_copy_only=False).astype("<u8")
     body = np.concatenate(
@@ -554,7 +557,7 @@ def _flow_ids(flows: pa.Array) -> pa.Array:
 
 
 def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, interning: _Interning) -> pa.Array:
-    """A chunk of _packets' rows, each length-delimited as a Trace's `packet` field. The fields of
+    """A chunk of _track_order's rows, each length-delimited as a Trace's `packet` field. The fields of
     fixed size either side of the annotations are made in two gathers (protowire.rows_of) and the
     lengths of the TrackEvent and the packet from the parts' lengths, so each byte is copied into
     a row once and the row once more into the packet (the join)."""

@@ -153,8 +153,9 @@ def _struct_annotations(args: pa.StructArray) -> pa.Array | None:
         if text is None:
             return None
         text = pc.if_else(pa.array(valid), text.cast(pa.large_binary()), EMPTY)
-        size = varint_part(pc.binary_length(text).to_numpy(), ANN_STRING, valid)
-        body = size[1] + np.where(valid, pc.binary_length(text).to_numpy(), 0) + name[1]
+        length = pc.binary_length(text).to_numpy()  # 0 where not valid (EMPTY)
+        size = varint_part(length, ANN_STRING, valid)
+        body = size[1] + length + name[1]
         pieces += [rows_of(varint_part(body, ANNOTATION, valid), size), text, rows_of(name)]
     return join(*pieces) if pieces else ragged(np.zeros(n, np.int64), b"")
 
