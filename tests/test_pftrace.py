@@ -461,6 +461,34 @@ def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_p
     assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
 
 
+@pytest.mark.parametrize("null", [{"n": None}, {"n": [1, None]}, {"n": {"x": None}}], ids=["arg", "in-list", "nested"])
+def test_a_json_null_where_every_row_has_the_key_is_read_as_the_loop_reads_it(tmp_path, null):
+    """The fast path looks for `null` in the text only where Arrow's columns hold a null: a null
+    nested in a key every event has (and every key the fast path names present) must be found there
+    too: struct children, list values."""
+    usual = (
+        {"n": [1, 2]} if isinstance(null["n"], list) else {"n": {"x": 1}} if isinstance(null["n"], dict) else {"n": 1}
+    )
+    events = [
+        {
+            "ph": "X",
+            "cat": "op",
+            "name": "op",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10 * i,
+            "dur": 5,
+            "args": null if i == 3 else usual,
+        }
+        for i in range(8)
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))  # no metadata: it has no cat (a null column)
+    chrome_to_pftrace(path, tmp_path / "file.pftrace")
+    chrome_to_pftrace(events, tmp_path / "dicts.pftrace")
+    assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
+
+
 def test_a_chrome_trace_that_is_not_json_is_one_sentence(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text('{"traceEvents": [{"ph": "X", "ts": 1')

@@ -288,7 +288,10 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
             raise NotJSON("the array was not found at the start of the file")
         buf = head[found.end() :]
         while True:
-            data = (carry + buf).translate(NEWLINES_TO_SPACES).replace(b"},{", b"}\n{")  # compact JSON
+            data = carry + buf
+            if b"\n" in data or b"\r" in data:  # compact JSON has none: looking is cheaper than a copy
+                data = data.translate(NEWLINES_TO_SPACES)
+            data = data.replace(b"},{", b"}\n{")  # compact JSON
             if SEPARATOR.search(data):  # pretty-printed: whitespace around the commas
                 data = SEPARATOR.sub(b"}\n{", data)
             buf = handle.read(BLOCK)

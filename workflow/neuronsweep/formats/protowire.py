@@ -95,10 +95,15 @@ def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[np.ndarray, 
 
 
 def rows_of(*parts: tuple[np.ndarray, np.ndarray]) -> pa.Array:
-    """A binary column of each row's parts one after another: one matrix, one mask, one gather."""
+    """A binary column of each row's parts one after another: one matrix, one mask, one gather.
+    The mask compares each column's place in its part with the row's length of that part, the
+    lengths gathered as bytes (a comparison per part, broadcast, cost five times as much)."""
     matrix = np.concatenate([m for m, _ in parts], 1)
-    keep = np.concatenate([np.arange(m.shape[1]) < n[:, None] for m, n in parts], 1)
-    return ragged(sum(n for _, n in parts), matrix[keep])
+    small = np.uint8 if matrix.shape[1] < 256 else np.int64
+    lengths = np.stack([n for _, n in parts], 1).astype(small)
+    part = np.repeat(np.arange(len(parts)), [m.shape[1] for m, _ in parts])
+    place = np.concatenate([np.arange(m.shape[1], dtype=small) for m, _ in parts])
+    return ragged(sum(n for _, n in parts), matrix[place < lengths[:, part]])
 
 
 def varints(values, tag: bytes = b"", mask=None) -> pa.Array:
