@@ -64,46 +64,58 @@ def ragged(lengths: np.ndarray, data) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), lengths.size, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-# A part of a row: an (n, w) uint8 matrix and each row's length (its first bytes are the row's).
-# Parts side by side are written with one gather (rows_of): a packet's dozen fields cost one copy.
+# A part of a row: its blocks of bytes side by side (bytes: the same in every row; a uint8 array of
+# a byte per row, or of k bytes per row) and each row's length (its first bytes are the row's).
+# Parts side by side are written into one matrix and gathered once (rows_of): a packet's dozen
+# fields cost one copy.
 
 
-def varint_part(values, tag: bytes = b"", mask=None) -> tuple[np.ndarray, np.ndarray]:
+def varint_part(values, tag: bytes = b"", mask=None) -> tuple[list, np.ndarray]:
     """Each row `tag` + the varint of its value (negative int64 as two's complement), empty where
     `mask` is False; as wide as the largest value needs."""
     v = np.asarray(values).astype(np.uint64)
-    t, top = len(tag), int(v.max()) if v.size else 0
-    width = max(1, -(-top.bit_length() // 7))
-    out = np.empty((v.size, t + width), np.uint8)
-    out[:, :t] = np.frombuffer(tag, np.uint8)
-    lengths = np.full(v.size, t + 1, np.int64)
-    for k in range(width):
+    width = max(1, -(-(int(v.max()) if v.size else 0).bit_length() // 7))
+    blocks: list = [tag]
+    lengths = np.full(v.size, len(tag) + 1, np.int64)
+    for _ in range(width):
         rest = v >> np.uint64(7)
         more = rest > 0
-        out[:, t + k] = (v & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
+        blocks.append((v & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7))
         lengths += more
         v = rest
     if mask is not None:
         lengths[~mask] = 0
-    return out, lengths
+    return blocks, lengths
 
 
-def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[np.ndarray, np.ndarray]:
+def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[list, np.ndarray]:
     """Each row `tag` + its fixed-size payload (an (n, k) uint8 array), empty where `mask` is False."""
-    out = np.concatenate([np.broadcast_to(np.frombuffer(tag, np.uint8), (payload.shape[0], len(tag))), payload], 1)
-    return out, np.full(out.shape[0], out.shape[1], np.int64) if mask is None else np.where(mask, out.shape[1], 0)
+    width = len(tag) + payload.shape[1]
+    return [tag, payload], np.full(payload.shape[0], width, np.int64) if mask is None else np.where(mask, width, 0)
 
 
-def rows_of(*parts: tuple[np.ndarray, np.ndarray]) -> pa.Array:
+def _width(block) -> int:
+    return len(block) if isinstance(block, bytes) else 1 if block.ndim == 1 else block.shape[1]
+
+
+def rows_of(*parts: tuple[list, np.ndarray]) -> pa.Array:
     """A binary column of each row's parts one after another: one matrix, one mask, one gather.
-    The mask compares each column's place in its part with the row's length of that part, the
-    lengths gathered as bytes (a comparison per part, broadcast, cost five times as much)."""
-    matrix = np.concatenate([m for m, _ in parts], 1)
-    small = np.uint8 if matrix.shape[1] < 256 else np.int64
-    lengths = np.stack([n for _, n in parts], 1).astype(small)
-    part = np.repeat(np.arange(len(parts)), [m.shape[1] for m, _ in parts])
-    place = np.concatenate([np.arange(m.shape[1], dtype=small) for m, _ in parts])
-    return ragged(sum(n for _, n in parts), matrix[place < lengths[:, part]])
+    The blocks are written straight into the matrix (a matrix per part, joined, cost a copy more);
+    the mask compares each column's place in its part with the row's length of that part, gathered
+    as bytes (a comparison per part, broadcast, cost five times as much)."""
+    n = parts[0][1].size
+    widths = [sum(map(_width, blocks)) for blocks, _ in parts]
+    matrix = np.empty((n, sum(widths)), np.uint8)
+    j = 0
+    for block in (b for blocks, _ in parts for b in blocks):
+        w = _width(block)
+        matrix[:, j : j + w] = np.frombuffer(block, np.uint8) if isinstance(block, bytes) else block.reshape(n, w)
+        j += w
+    small = np.uint8 if j < 256 else np.int64
+    lengths = np.stack([length for _, length in parts], 1).astype(small)
+    place = np.concatenate([np.arange(w, dtype=small) for w in widths])
+    keep = place < lengths[:, np.repeat(np.arange(len(parts)), widths)]
+    return ragged(sum(length for _, length in parts), matrix[keep])
 
 
 def varints(values, tag: bytes = b"", mask=None) -> pa.Array:
