@@ -560,7 +560,8 @@ def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, int
     """A chunk of _track_order's rows, each length-delimited as a Trace's `packet` field. The fields of
     fixed size either side of the annotations are made in two gathers (protowire.rows_of) and the
     lengths of the TrackEvent and the packet from the parts' lengths, so each byte is copied into
-    a row once and the row once more into the packet (the join)."""
+    a row once and the row once more into the packet (the join: its cost grows with its parts, so
+    where no packet of the chunk has flows or interned data the last field joins the second gather)."""
     kind = batch["type"].to_numpy().astype(np.int64)
     named = (kind == BEGIN) | (kind == INSTANT)
     counter = kind == COUNTER
@@ -569,29 +570,26 @@ def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, int
     key = batch["key"].to_numpy()
     if kept is not None:  # the original pid and tid of tracks whose ids Perfetto could not hold
         annotations = join(annotations, pc.if_else(pa.array(named), pc.take(kept, pa.array(key)), EMPTY))
-    value = np.where(counter, batch["value"].to_numpy(), 0.0).astype("<f8").view(np.uint8).reshape(-1, 8)
     flows = _flow_ids(batch["flows"]) if batch["flows"].null_count < batch.num_rows else None
-    after = (  # the TrackEvent's fields after its annotations, in field-number order
+    after = [  # the TrackEvent's fields after its annotations, in field-number order
         varint_part(kind, TYPE),
         varint_part(name, NAME_IID, named),
         varint_part(uuids[key], TRACK_UUID),
-        fixed_part(DOUBLE_COUNTER, value, counter),
-    )
+    ]
+    if counter.any():  # ten bytes a row, kept by few rows: a column of the gather only where one is
+        value = np.where(counter, batch["value"].to_numpy(), 0.0).astype("<f8").view(np.uint8).reshape(-1, 8)
+        after.append(fixed_part(DOUBLE_COUNTER, value, counter))
     category = varint_part(cat, CATEGORY_IID, cat > 0)
     track_event = category[1] + _lengths(annotations) + sum(n for _, n in after) + _lengths(flows)
     header = varint_part(track_event, TRACK_EVENT)
     stamp = varint_part(batch["ts"].to_numpy(), TIMESTAMP)
-    sequence = SEQUENCE + varint(SEQ_ID)
-    packet = stamp[1] + len(sequence) + header[1] + track_event + _lengths(interned) + len(NEEDS_STATE)
-    before = rows_of(
-        varint_part(packet, PACKET),
-        stamp,
-        fixed_part(sequence, np.zeros((kind.size, 0), np.uint8)),
-        header,
-        category,
-    )
-    parts = [before, annotations, rows_of(*after)] + ([flows] if flows is not None else [])
-    return join(*parts, interned, NEEDS_STATE)
+    sequence, none = SEQUENCE + varint(SEQ_ID), np.zeros((kind.size, 0), np.uint8)
+    interned_length = _lengths(interned)
+    packet = stamp[1] + len(sequence) + header[1] + track_event + interned_length + len(NEEDS_STATE)
+    before = rows_of(varint_part(packet, PACKET), stamp, fixed_part(sequence, none), header, category)
+    if flows is None and not interned_length.any():  # the usual chunk: the last field in the same gather
+        return join(before, annotations, rows_of(*after, fixed_part(NEEDS_STATE, none)))
+    return join(before, annotations, rows_of(*after), *([flows] if flows is not None else []), interned, NEEDS_STATE)
 
 
 def _lengths(column: pa.Array | None) -> np.ndarray | int:
