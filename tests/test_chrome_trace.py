@@ -319,12 +319,22 @@ def test_convert_and_query_a_chrome_trace_from_the_command_line(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("indent", [None, 1])
+def _mixed(trace: dict) -> str:
+    """Compact for the first blocks, then pretty-printed: the split decides on whitespace around the
+    commas from the first block, so what follows is split with the loop's help."""
+    events = [json.dumps(e) for e in trace["traceEvents"]]
+    rest = {k: v for k, v in trace.items() if k != "traceEvents"}
+    return (
+        '{"traceEvents": [' + ",".join(events[:25]) + ",\n  " + ",\n  ".join(events[25:]) + "], " + json.dumps(rest)[1:]
+    )
+
+
+@pytest.mark.parametrize("indent", [None, 1, "mixed"])
 def test_the_quick_split_is_read_again_carefully_where_it_cut_wrong(indent, tmp_path, monkeypatch):
-    """The optimistic split (every `}, {` a record edge) on compact and pretty files with a key after
-    the array: where a string or a nested list holds `}, {` (the loop re-joins a cut inside a batch;
-    a cut at a batch's edge sends the file to the careful split), the bytes written equal those of
-    the events given as objects; where nothing does, the careful split is never needed."""
+    """The optimistic split (every `}, {` a record edge) on compact, pretty and mixed files with a key
+    after the array: where a string or a nested list holds `}, {` (the loop re-joins a cut inside a
+    batch; a cut at a batch's edge sends the file to the careful split), the bytes written equal
+    those of the events given as objects; where nothing does, the careful split is never needed."""
     from neuronsweep.formats import json_records
 
     careful = []
@@ -336,7 +346,7 @@ def test_the_quick_split_is_read_again_carefully_where_it_cut_wrong(indent, tmp_
     for events, cut_wrong in ((plain, False), (quirky, True)):
         careful.clear()
         trace = {"traceEvents": events, "traceName": "x"}
-        (tmp_path / "t.json").write_text(json.dumps(trace, indent=indent))
+        (tmp_path / "t.json").write_text(_mixed(trace) if indent == "mixed" else json.dumps(trace, indent=indent))
         chrome_to_pftrace(tmp_path / "t.json", tmp_path / "file.pftrace")
         chrome_to_pftrace(trace, tmp_path / "dicts.pftrace")
         assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()

@@ -277,10 +277,13 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
     """Optimistic `split` of one array of objects, for files where no string or nested value holds
     `}` `,` `{` (a Chrome trace's events): newlines become spaces, every `}, {` a newline. A cut
     inside a string or a nested value leaves lines that are not JSON objects, so pyarrow refuses
-    such a batch and the loop reads it again joined (batch_records undoes the cut); only a batch
+    such a batch and the loop reads it again joined (batch_records undoes the cut). Whitespace
+    around the commas is looked for in the first block only (a writer keeps one style; the search
+    costs a sixth of the split), and in any block with no `},{`: a file that changes style after
+    its first block leaves lines of several records, which the loop reads as well. Only a batch
     edge or the array's end in the wrong place fails here (NotJSON), and the caller reads the file
     with `split` instead. `opening` finds the array's `[` (its match ends there)."""
-    carry = b""
+    carry, pretty = b"", None  # pretty: records separated with whitespace, as the first block shows
     with open_bytes(path) as handle:
         head = handle.read(BLOCK)
         found = opening.search(head)
@@ -292,7 +295,9 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
             if b"\n" in data or b"\r" in data:  # compact JSON has none: looking is cheaper than a copy
                 data = data.translate(NEWLINES_TO_SPACES)
             data = data.replace(b"},{", b"}\n{")  # compact JSON
-            if SEPARATOR.search(data):  # pretty-printed: whitespace around the commas
+            if pretty is None:
+                pretty = bool(SEPARATOR.search(data))
+            if pretty or b"}\n{" not in data:  # whitespace around the commas
                 data = SEPARATOR.sub(b"}\n{", data)
             buf = handle.read(BLOCK)
             if not buf:
@@ -301,9 +306,9 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
             if cut < 0:
                 carry = data
                 continue
-            carry = data[cut + 1 :]
-            if data[:cut].strip(WHITESPACE):
-                yield _shallow(data[:cut].lstrip(WHITESPACE))
+            carry, body = data[cut + 1 :], data[:cut].lstrip(WHITESPACE)
+            if body.rstrip(WHITESPACE):  # the same bytes object where there is nothing to strip: no copy
+                yield _shallow(body)
     # the last record, then `]` and whatever follows the array
     cut = data.rfind(b"\n{")
     body, tail = (data[:cut].lstrip(WHITESPACE), data[cut + 1 :]) if cut >= 0 else (b"", data.lstrip(WHITESPACE))
