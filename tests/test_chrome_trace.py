@@ -218,6 +218,42 @@ def test_torch_profilers_list_args_and_flows_take_the_columnar_path_and_match_th
     assert len(columns["flows"]) == sum(e.get("ph") == "f" for e in events) > 0
 
 
+def test_stamps_finer_than_a_nanosecond_switch_the_columns_to_nine_places_once(tmp_path, monkeypatch):
+    """Stamps are parsed with three places (Kineto's); the first batch with a digit below the
+    nanosecond's is parsed again with nine, and so is every batch after it: no event goes to the
+    loop, one parse is repeated, and the nanoseconds (rounded half to even) are the loop's."""
+    from neuronsweep.formats import chrome_trace, json_records
+
+    monkeypatch.setattr(json_records, "BLOCK", 2048)  # about twenty events a batch
+    events = [
+        {"ph": "X", "cat": "op", "name": f"op{i % 3}", "pid": 1, "tid": 1, "ts": f"@{i}", "dur": "@d"}
+        for i in range(200)
+    ]
+    text = json.dumps({"traceEvents": events})
+    for i in range(200):  # three places for the first 60 events, then six and four: half a ns, to even
+        ts = f"1712183498{10 * i:06d}.{i:03d}" + ("" if i < 60 else "500")
+        text = text.replace(f'"@{i}"', ts, 1).replace('"@d"', "2.5" if i < 60 else "1.0025", 1)
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    parses, looped = [], []
+    read_json, loop = chrome_trace.pj.read_json, chrome_trace.Events.add_dicts
+    monkeypatch.setattr(chrome_trace.pj, "read_json", lambda *a, **k: parses.append(1) or read_json(*a, **k))
+    monkeypatch.setattr(chrome_trace.Events, "add_dicts", lambda self, *a: looped.append(1) or loop(self, *a))
+    chrome_to_pftrace(path, tmp_path / "columns.pftrace")
+    batches = sum(1 for _ in json_records.quick_split(path, chrome_trace.TRACE_EVENTS))
+    assert not looped and len(parses) == batches + 1
+    monkeypatch.setattr(chrome_trace.Events, "add_table", lambda self, t, raw: False)
+    chrome_to_pftrace(path, tmp_path / "loop.pftrace")
+    columns, loop_only = (_everything(tables(tmp_path / f"{n}.pftrace")) for n in ("columns", "loop"))
+    assert columns == loop_only
+    durs, stamps = Counter(), set()
+    for (ts, dur, *_), count in columns["slices"].items():
+        durs[dur] += count
+        stamps.add(ts)
+    assert durs == {2500: 60, 1002: 140}
+    assert {1712183498000590059, 1712183498000610062} <= stamps  # ...610.0615 us: 61.5 ns, to even
+
+
 def test_begin_end_pairs_unfinished_and_unmatched(tmp_path):
     events = [
         '{"ph":"B","name":"outer","pid":1,"tid":1,"ts":10,"args":{"from_b":1}}',

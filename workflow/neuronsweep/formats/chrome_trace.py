@@ -57,20 +57,20 @@ SLICE, INSTANT, COUNTER, BEGIN, END, FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT 
 FLOWS = (FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT)
 UNFINISHED = -1  # the dur of a B never ended
 FAST_PHASES = pa.array(["X", "i", "I", "M", "s", "t", "f"])
-STAMP = pa.decimal128(38, 9)  # how ts and dur are parsed: 29 digits of microseconds, 9 after the point
+# How ts and dur are parsed: microseconds with 3 places (Kineto's), whose unscaled integer is the
+# nanoseconds, or, from a trace's first finer stamp on, with 9 (29 digits of microseconds)
+NS, STAMP = pa.decimal128(38, 3), pa.decimal128(38, 9)
 STAMPS = pa.schema([("ts", STAMP), ("dur", STAMP)])
-# what the fast path reads as these types (a batch where one is not fails to parse and is halved);
-# named, Arrow's parser infers less (7% of its time); other keys it infers
-FIELDS = pa.schema(
-    [
-        ("ph", pa.string()),
-        ("name", pa.string()),
-        ("cat", pa.string()),
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        *STAMPS,
-    ]
-)
+
+
+def _fields(stamp: pa.DataType) -> pa.Schema:
+    """What the fast path reads as these types (a batch where one is not fails to parse and is
+    halved); named, Arrow's parser infers less (7% of its time); other keys it infers."""
+    common = [("ph", pa.string()), ("name", pa.string()), ("cat", pa.string()), ("pid", pa.int64())]
+    return pa.schema([*common, ("tid", pa.int64()), ("ts", stamp), ("dur", stamp)])
+
+
+FIELDS, FINE_FIELDS = _fields(NS), _fields(STAMP)
 # DuckDB's share at first; it spills the rest of a trace to the temporary folder. A million
 # slices' table fits in 128 MB (at 64 it wrote 86 MB to disk and read them back: 4% of the time)
 MEMORY_MB = 128
@@ -137,10 +137,13 @@ def _decimal_ns(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     n = len(col)
     if not n:
         return np.zeros(0, np.int64), np.zeros(0, bool)
-    try:  # no digit below a nanosecond (Kineto writes three decimals): the cast alone is exact
-        r = col.cast(pa.decimal128(38, 3))
-    except pa.ArrowInvalid:
-        r = pc.round(col, ndigits=3, round_mode="half_to_even").cast(pa.decimal128(38, 3), safe=False)
+    if col.type == NS:  # parsed with three places: nothing to rescale
+        r = col
+    else:
+        try:  # no digit below a nanosecond: the cast alone is exact
+            r = col.cast(NS)
+        except pa.ArrowInvalid:
+            r = pc.round(col, ndigits=3, round_mode="half_to_even").cast(NS, safe=False)
     words = np.frombuffer(r.buffers()[1], np.int64)[2 * r.offset : 2 * (r.offset + n)].reshape(n, 2)
     ns = words[:, 0].copy()
     ok = (words[:, 1] == ns >> 63) & r.is_valid().to_numpy(zero_copy_only=False)
@@ -201,6 +204,7 @@ class Events:
 
     def __init__(self, spill_dir: str | Path | None = None, source: str = "a Chrome trace"):
         self.source = source  # for messages
+        self.fields = FIELDS  # how Arrow parses a batch (_parse)
         folder = Path(spill_dir or tempfile.gettempdir())
         folder.mkdir(parents=True, exist_ok=True)
         remove_stale(folder, SPILL_PREFIX)  # a killed writer's table
@@ -627,7 +631,7 @@ def _fast(t: pa.Table, raw: bytes) -> bool:
         return False
     if not all(pa.types.is_int64(types.get(k, pa.null())) for k in ("pid", "tid")):
         return False
-    if not all(types[k] == STAMP for k in ("ts", "dur") if k in types):
+    if not all(types[k] in (NS, STAMP) for k in ("ts", "dur") if k in types):
         return False
     if not all(pa.types.is_string(types[k]) for k in ("name", "cat", "s", "bp") if k in types):
         return False
@@ -650,15 +654,21 @@ def _holds_null(column: pa.ChunkedArray | pa.Array) -> bool:
     return False
 
 
-def _parse(raw: bytes) -> pa.Table | None:
-    try:
-        return pj.read_json(
-            pa.BufferReader(raw),
-            read_options=pj.ReadOptions(use_threads=False, block_size=len(raw) + 1),
-            parse_options=pj.ParseOptions(explicit_schema=FIELDS),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+def _parse(raw: bytes, events: Events) -> pa.Table | None:
+    """Arrow's columns of a batch (None: it cannot read them as `events.fields` says). A stamp with
+    digits below a nanosecond's place fails the parse with 3 places: that batch and the rest of the
+    trace are parsed with 9 (rescaling each stamp cost 5% of the converter's time)."""
+    while True:
+        try:
+            return pj.read_json(
+                pa.BufferReader(raw),
+                read_options=pj.ReadOptions(use_threads=False, block_size=len(raw) + 1),
+                parse_options=pj.ParseOptions(explicit_schema=events.fields),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            if events.fields is FINE_FIELDS or "decimal" not in str(e):
+                return None
+            events.fields = FINE_FIELDS
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -775,7 +785,7 @@ def _batch(events: Events, raw: bytes) -> None:
     """One ndjson batch of events: Arrow's columns where they are exact, else each half the same way,
     down to LOOP_BYTES, which the loop reads: a few odd events (torch.profiler's global instants with
     text pids, say) send only their neighbourhood to the loop, not their whole batch."""
-    table = _parse(raw)
+    table = _parse(raw, events)
     try:
         fast = table is not None and events.add_table(table, raw)
     except (pa.ArrowInvalid, UnicodeDecodeError):  # text that is not UTF-8 (Arrow's parser lets it through)
