@@ -461,6 +461,35 @@ def test_a_trace_file_reads_the_same_in_batches_parsed_fast_or_by_the_loop(tmp_p
     assert (tmp_path / "file.pftrace").read_bytes() == (tmp_path / "dicts.pftrace").read_bytes()
 
 
+def test_track_descriptors_and_constants_are_the_protobuf_classes_bytes(tmp_path):
+    """The writer encodes every packet itself: descriptors of threads with negative and remapped
+    ids, processes, counters, global instants and lanes beside a thread re-serialize to the same
+    bytes with perfetto's classes, and its enum values are theirs."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+    from neuronsweep.formats import pftrace_writer as w
+
+    events = [
+        {"ph": "X", "name": "a", "pid": -5, "tid": -7, "ts": 1, "dur": 10},
+        {"ph": "X", "name": "over", "pid": -5, "tid": -7, "ts": 5, "dur": 10},  # a lane beside the thread
+        {"ph": "X", "name": "b", "pid": 2**40, "tid": "stream 7", "ts": 1, "dur": 2},
+        {"ph": "i", "s": "p", "name": "p", "pid": 3, "ts": 2},
+        {"ph": "i", "s": "g", "name": "g", "pid": 3, "ts": 2},
+        {"ph": "C", "name": "mem", "pid": 3, "ts": 3, "args": {"bytes": 7}},
+    ]
+    out = tmp_path / "t.pftrace"
+    chrome_to_pftrace(chrome(events), out)
+    data = out.read_bytes()
+    assert Trace.FromString(data).SerializeToString() == data
+    kinds = (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER)
+    assert (w.BEGIN, w.END, w.INSTANT, w.COUNTER) == kinds
+    flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+    assert w.CLEARED == bytes([flags]) and w.NEEDS_STATE == TracePacket(sequence_flags=2).SerializeToString()
+    packets = Trace.FromString(data).packet
+    threads = {p.track_descriptor.thread.tid for p in packets if p.track_descriptor.HasField("thread")}
+    assert -7 in threads and sum(p.track_descriptor.HasField("counter") for p in packets) == 1
+
+
 @pytest.mark.parametrize("null", [{"n": None}, {"n": [1, None]}, {"n": {"x": None}}], ids=["arg", "in-list", "nested"])
 def test_a_json_null_where_every_row_has_the_key_is_read_as_the_loop_reads_it(tmp_path, null):
     """The fast path looks for `null` in the text only where Arrow's columns hold a null: a null

@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
 from neuronsweep.atomic import replacing
 from neuronsweep.errors import UserError
@@ -45,12 +44,7 @@ from neuronsweep.formats.protowire import (
     varint_part,
 )
 
-BEGIN, END, INSTANT, COUNTER = (
-    TrackEvent.TYPE_SLICE_BEGIN,
-    TrackEvent.TYPE_SLICE_END,
-    TrackEvent.TYPE_INSTANT,
-    TrackEvent.TYPE_COUNTER,
-)
+BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type (tests check them against the protobuf classes)
 SEQ_ID = 0x5EEB  # trusted_packet_sequence_id: one sequence for the whole file
 CHUNK = 1 << 13  # rows streamed out of the sort and encoded at a time (more cost page faults, not less CPU)
 
@@ -61,7 +55,18 @@ CATEGORY_IID, TYPE, NAME_IID, TRACK_UUID, DOUBLE_COUNTER = b"\x18", b"\x48", b"\
 INTERNED_CATEGORY, INTERNED_NAME, IID, NAME = b"\x0a", b"\x12", b"\x08", b"\x12"
 FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
 NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE, after the first packet
-CLEARED = bytes([TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE])
+CLEARED = b"\x03"  # SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE: the first packet's flags
+# TracePacket.track_descriptor and the TrackDescriptor fields written, in field-number order
+DESCRIPTOR, UUID, TRACK_NAME, PROCESS, THREAD, PARENT, COUNTER_TRACK = (
+    b"\xe2\x03",
+    b"\x08",
+    b"\x12",
+    b"\x1a",
+    b"\x22",
+    b"\x28",
+    b"\x42",
+)
+PID, TID, THREAD_NAME, PROCESS_NAME, UNIT_NAME = b"\x08", b"\x10", b"\x2a", b"\x32", b"\x32"
 
 
 # ------------------------------------------------------------------------------------ the trace
@@ -90,9 +95,10 @@ def _remap(values, bounds) -> dict:
 
 
 class _Tracks:
-    """Track descriptors, written as they are made (a few, with the protobuf classes): every key
-    known after reading, then each lane beside a thread as the nesting finds it, before the first
-    packet on it."""
+    """Track descriptors, written as they are made: every key known after reading, then each lane
+    beside a thread as the nesting finds it, before the first packet on it. Encoded here as the
+    protobuf classes would (tests compare), which cost a twentieth of a million-slice conversion
+    to import."""
 
     def __init__(self, handle, events: chrome_trace.Events):
         self.handle, self.next_uuid = handle, 1
@@ -109,20 +115,19 @@ class _Tracks:
 
     def add(self, name: str, pid=None, tid=None, counter_unit: str | None = None, parent: int | None = None) -> int:
         uuid, self.next_uuid = self.next_uuid, self.next_uuid + 1
-        p = TracePacket()
-        td = p.track_descriptor
-        td.uuid = uuid
-        if parent is not None:
-            td.parent_uuid = parent
-        if pid is not None and tid is not None:
-            td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tid, name
+        body = UUID + varint(uuid)
+        if pid is not None and tid is not None:  # int32 and int64: a negative one as ten bytes
+            ids = PID + varint(pid & 0xFFFFFFFFFFFFFFFF) + TID + varint(tid & 0xFFFFFFFFFFFFFFFF)
+            body += field(THREAD, ids + field(THREAD_NAME, name.encode()))
         elif pid is not None:
-            td.process.pid, td.process.process_name = pid, name
+            body += field(PROCESS, PID + varint(pid & 0xFFFFFFFFFFFFFFFF) + field(PROCESS_NAME, name.encode()))
         else:
-            td.name = name
+            body += field(TRACK_NAME, name.encode())
+        if parent is not None:
+            body += PARENT + varint(parent)
         if counter_unit is not None:
-            td.counter.unit_name = counter_unit
-        self.write(p.SerializeToString())
+            body += field(COUNTER_TRACK, field(UNIT_NAME, counter_unit.encode()))
+        self.write(field(DESCRIPTOR, body))
         return uuid
 
     def _process(self, events: chrome_trace.Events, raw) -> int:
