@@ -699,6 +699,7 @@ def test_a_trace_too_large_for_the_memory_share_is_sorted_again_with_more(tmp_pa
     path.write_text(json.dumps(chrome(events)))
     assert chrome_to_pftrace(path, tmp_path / "roomy.pftrace")["slices"] == 30_000
     monkeypatch.setattr(chrome_trace, "MEMORY_MB", 1)
+    monkeypatch.setattr(chrome_trace, "SORT_MB", 1)
     chrome_to_pftrace(path, tmp_path / "tight.pftrace")
     said = capsys.readouterr().err
     assert "trace.json: storing" in said and "needs more than 1 MB; again with 2 MB" in said

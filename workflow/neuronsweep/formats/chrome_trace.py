@@ -72,9 +72,11 @@ def _fields(stamp: pa.DataType) -> pa.Schema:
 
 
 FIELDS, FINE_FIELDS = _fields(NS), _fields(STAMP)
-# DuckDB's share at first; it spills the rest of a trace to the temporary folder. A million
-# slices' table fits in 128 MB (at 64 it wrote 86 MB to disk and read them back: 4% of the time)
-MEMORY_MB = 128
+# DuckDB's share while the trace is read (it spills the rest of the table to the temporary folder),
+# and at least while it is sorted, once the batches' memory is given back: a million slices sort
+# without spilling at 160 MB (at 64 the sort wrote and read back 86 MB, 4% of the converter's time),
+# and the sort's peak stays below the read's (memory flat in trace size)
+MEMORY_MB, SORT_MB = 64, 160
 SPILL_PREFIX = ".trace-events."
 DICTS_AT_ONCE = 1 << 16  # events of a trace given as a list, per batch
 NOT_A_TRACE = "no traceEvents and not a JSON array of events"
@@ -257,11 +259,13 @@ class Events:
         return f"{self.source}: not converted: {'; '.join(parts)}"
 
     def sort_memory(self) -> None:
-        """DuckDB's share for sorting the table: its sort spills runs to disk but merges them with a
-        block of each in memory, so past about 4 M slices (8 M packets) 64 MB is not enough;
-        measured here, 16 bytes a row is (16 M slices sorted under 256 MB), and an eighth of the args'
-        bytes the sort carries past 32 a row (3 M torch.profiler events with 514 MB of args needed 80 MB)."""
-        need = 16 * self.rows + max(0, self.ann_bytes - 32 * self.rows) // 8 >> 20
+        """DuckDB's share for sorting the table (Arrow's pages kept for the batches handed back
+        first): SORT_MB, or more where its sort needs it: it spills runs to disk but merges them
+        with a block of each in memory; measured here, 16 bytes a row is enough (16 M slices sorted
+        under 256 MB), and an eighth of the args' bytes the sort carries past 32 a row (3 M
+        torch.profiler events with 514 MB of args needed 80 MB)."""
+        need = max(SORT_MB, 16 * self.rows + max(0, self.ann_bytes - 32 * self.rows) // 8 >> 20)
+        pa.default_memory_pool().release_unused()
         self._memory(min(max(self.memory_mb, need), max(self.memory_mb, _cap_mb())))
 
     def grow(self, what: str) -> None:
