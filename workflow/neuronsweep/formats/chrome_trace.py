@@ -32,7 +32,6 @@ phases this converter does not know. gzip or plain input is told by content, not
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -715,24 +714,15 @@ def read(source, spill_dir: str | Path | None = None) -> Events:
     return events
 
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-
-
 def _keep_freed_pages() -> None:
     """Arrow's allocator (jemalloc) hands the pages of each freed batch back to the OS a moment
     later and faults them in again for the next batch: a third of the converter's time on a real
     trace went to the kernel. Kept, they serve the next batch; memory stays flat in trace size (glibc's
-    allocator, tried too, grew 25 MB per million events). Python's own blocks of text (a batch is
-    16 MB, copied a few times) come from glibc's malloc, which unmaps or trims such blocks on free:
-    kept below 64 MB and trimmed past 128 MB free, they fault in once, not once a batch."""
+    allocator, tried too, grew 25 MB per million events); Events.sort_memory hands them back."""
     try:
         pa.jemalloc_set_decay_ms(-1)
     except (pa.ArrowNotImplementedError, NotImplementedError):  # a pyarrow built without jemalloc
         pass
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # glibc's; absent elsewhere (macOS)
-    if mallopt is not None:
-        mallopt(M_MMAP_THRESHOLD, 64 << 20)
-        mallopt(M_TRIM_THRESHOLD, 128 << 20)
 
 
 def _fill(events: Events, source) -> None:
