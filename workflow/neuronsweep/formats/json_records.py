@@ -289,8 +289,8 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
         found = opening.search(head)
         if not found:
             raise NotJSON("the array was not found at the start of the file")
-        buf = head[found.end() :]
-        while True:
+        buf = head[found.end() :] or handle.read(BLOCK)
+        while buf:
             data = carry + buf
             if b"\n" in data or b"\r" in data:  # compact JSON has none: looking is cheaper than a copy
                 data = data.translate(NEWLINES_TO_SPACES)
@@ -299,16 +299,14 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
                 pretty = bool(SEPARATOR.search(data))
             if pretty or b"}\n{" not in data:  # whitespace around the commas
                 data = SEPARATOR.sub(b"}\n{", data)
-            buf = handle.read(BLOCK)
-            if not buf:
-                break
             cut = data.rfind(b"\n{")
-            if cut < 0:
-                carry = data
-                continue
-            carry, body = data[cut + 1 :], data[:cut].lstrip(WHITESPACE)
+            carry, body = (data[cut + 1 :], data[:cut].lstrip(WHITESPACE)) if cut >= 0 else (data, b"")
+            data = buf = None  # only the batch is kept while it is read: the next block is read after
             if body.rstrip(WHITESPACE):  # the same bytes object where there is nothing to strip: no copy
                 yield _shallow(body)
+            body = None
+            buf = handle.read(BLOCK)
+        data = carry
     # the last record, then `]` and whatever follows the array
     cut = data.rfind(b"\n{")
     body, tail = (data[:cut].lstrip(WHITESPACE), data[cut + 1 :]) if cut >= 0 else (b"", data.lstrip(WHITESPACE))
