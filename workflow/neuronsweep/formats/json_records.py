@@ -324,7 +324,11 @@ def _shallow(batch: bytes) -> bytes:
     """The batch, if no line of it opens MAX_DEPTH brackets (strings' too: a bound on its depth that
     needs no string scan); else NotJSON, so `split` measures the true depth. Counted on the batch
     with all but `{`, `[` and newlines deleted (a C loop: 0.06 s over 119 MB, where numpy masks
-    over every byte took 0.6 s): the longest line of what is left is the most brackets a line opens."""
+    over every byte took 0.6 s): the longest line of what is left is the most brackets a line opens.
+    A batch whose lines are all shorter than MAX_DEPTH bytes (a profiler's usual) needs no count."""
+    lines = np.r_[-1, np.flatnonzero(np.frombuffer(batch, np.uint8) == NEWLINE), len(batch)]
+    if np.diff(lines).max() - 1 < MAX_DEPTH:
+        return batch
     left = np.frombuffer(batch.translate(None, NOT_OPEN_OR_NEWLINE), np.uint8)
     newlines = np.r_[-1, np.flatnonzero(left == NEWLINE), left.size]
     if np.diff(newlines).max() - 1 >= MAX_DEPTH:
