@@ -306,10 +306,8 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
                 yield _shallow(body)
             body = None
             buf = handle.read(BLOCK)
-        data = carry
-    # the last record, then `]` and whatever follows the array
-    cut = data.rfind(b"\n{")
-    body, tail = (data[:cut].lstrip(WHITESPACE), data[cut + 1 :]) if cut >= 0 else (b"", data.lstrip(WHITESPACE))
+    # the last record (what is carried holds no record edge), then `]` and whatever follows the array
+    tail = carry.lstrip(WHITESPACE)
     try:
         _, end = json.JSONDecoder().raw_decode(tail.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
@@ -317,7 +315,7 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
     end = len(tail.decode("utf-8")[:end].encode("utf-8"))
     if not ARRAY_END.match(tail, end) or opening.search(tail, end):
         raise NotJSON("the array does not end after its last record, or comes again")
-    yield _shallow((body + b"\n" + tail[:end]) if body else tail[:end])
+    yield _shallow(tail[:end])
 
 
 def _shallow(batch: bytes) -> bytes:

@@ -318,8 +318,8 @@ def _place(stacks: list[list[tuple]], entry: tuple) -> int:
 
 def _lexsort(keys: tuple) -> np.ndarray:
     """np.lexsort (the last key first, stable), as one stable argsort of the keys packed into one
-    integer where their ranges fit in 63 bits (a chunk's usually do): a sort pass per key cost
-    four times as much. Small packed values (depths) sort by radix."""
+    integer where their ranges fit in 63 bits (a chunk's usually do): np.lexsort's pass per key
+    cost 1.7x as much on a chunk's begins and ends. Small packed values (depths) sort by radix (4x)."""
     lows = [int(k.min()) if k.size else 0 for k in keys]
     bits = [(int(k.max()) - low).bit_length() if k.size else 0 for k, low in zip(keys, lows)]
     if sum(bits) > 63:
