@@ -118,28 +118,11 @@ def rows_of(*parts: tuple[list, np.ndarray]) -> pa.Array:
     return ragged(sum(length for _, length in parts), matrix[keep])
 
 
-def varints(values, tag: bytes = b"", mask=None) -> pa.Array:
-    """varint_part as a binary column."""
-    return rows_of(varint_part(values, tag, mask))
-
-
-def fixed(tag: bytes, payload: np.ndarray, mask: np.ndarray) -> pa.Array:
-    """fixed_part as a binary column."""
-    return rows_of(fixed_part(tag, payload, mask))
-
-
 def join(*parts) -> pa.Array:
     """Each row the concatenation of the parts' rows (bytes: the same in every row)."""
     return pc.binary_join_element_wise(
         *(pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p for p in parts), EMPTY
     )
-
-
-def length_prefixed(tag: bytes, payload: pa.Array, mask=None) -> pa.Array:
-    """Each row a length-delimited field: `tag`, the payload's length, the payload."""
-    lengths = pc.binary_length(payload).to_numpy()
-    whole = join(varints(lengths, tag), payload)
-    return whole if mask is None else pc.if_else(pa.array(mask), whole, EMPTY)
 
 
 def _struct_annotations(args: pa.StructArray) -> pa.Array | None:
