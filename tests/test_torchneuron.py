@@ -75,14 +75,60 @@ def test_target_auto_is_the_machine_and_a_wrong_target_or_lnc_is_one_sentence():
     assert neuron_setup.settle_target(options(), inf2)[:2] == ("inf2", 1)
     with pytest.raises(UserError, match=r"^config key 'neuron.target' is trn1, but this machine is a trn2.48xlarge "):
         neuron_setup.settle_target(options(target="trn1"), trn2)
-    with pytest.raises(UserError, match=r"'neuron.lnc' is 1, but this machine's runtime runs LNC 2"):
-        neuron_setup.settle_target(options(lnc=1), trn2)
     with pytest.raises(UserError, match=r"neuronx-cc accepts only LNC 1 for inf2"):
         neuron_setup.settle_target(options(lnc=2), inf2)
-    with pytest.raises(UserError, match=r"neuron.target is auto, but neuron-ls does not name a known instance"):
+    with pytest.raises(UserError, match=r"neuron.target is auto, but neuron-ls does not name a Trainium or Infer"):
         neuron_setup.settle_target(options(), neuron_ls.Machine(chips=((0, 1),)))
     trn1n = neuron_ls.Machine(instance_type="trn1n.32xlarge")
     assert neuron_setup.settle_target(options(target="trn1"), trn1n)[0] == "trn1"  # one chip, more network
+
+
+def test_lnc_1_on_a_trn2_listed_at_lnc_2_runs_per_process_on_the_physical_cores():
+    """Logical NeuronCore configuration: NEURON_LOGICAL_NC_CONFIG is a per-process runtime setting."""
+    trn2 = real_machine("neuron-ls-trn2.48xlarge-one-device")
+    target, lnc, why = neuron_setup.settle_target(options(lnc=1), trn2)
+    assert (target, lnc) == ("trn2", 1) and "per process on the runtime's LNC 2 cores" in why
+    _, why = neuron_setup.settle(options(lnc=1), machine=trn2, need_route=False)
+    assert why["machine_lnc"] == 2  # the slots keep numbering the cores as neuron-ls does
+    at_lnc_1 = neuron_ls.Machine(instance_type="trn2.48xlarge", lnc=1, chips=(tuple(range(8)),))
+    with pytest.raises(UserError, match=r"'neuron.lnc' is 2, coarser than the LNC 1 this machine's runtime"):
+        neuron_setup.settle_target(options(lnc=2), at_lnc_1)
+
+
+@pytest.mark.parametrize(
+    "instance, family",
+    [
+        ("trn2n.48xlarge", "trn2"),  # the instance the neuron-ls docs print in every example
+        ("trn2u.48xlarge", "trn2"),  # the Trn2 UltraServer's
+        ("trn3u.48xlarge", "trn3"),
+        ("trn3.48xlarge", "trn3"),
+        ("trn1n.32xlarge", "trn1n"),
+        ("trn1.2xlarge", "trn1"),
+        ("inf2.48xlarge", "inf2"),
+        ("inf1.xlarge", None),
+        ("m7i.xlarge", None),
+    ],
+)
+def test_instance_types_map_to_their_chip_by_the_ec2_naming_rule(instance, family):
+    assert target_family(instance) == family
+
+
+def test_an_instance_family_without_a_target_is_named_with_the_key_to_set():
+    with pytest.raises(UserError, match=r"inf1.xlarge is a inf1 instance, which neuron-sweep has no target for; set con"):
+        neuron_setup.settle_target(options(), neuron_ls.Machine(instance_type="inf1.xlarge"))
+    assert neuron_setup.settle_target(options(), neuron_ls.Machine(instance_type="trn2n.48xlarge"))[:2] == ("trn2", 2)
+
+
+@pytest.mark.parametrize("listing", ["neuron-ls-trn2.48xlarge-one-device", "neuron-ls-inf2.xlarge"])
+def test_the_default_config_and_every_example_plan_on_real_trn2_and_inf2_listings(listing):
+    from neuronsweep.config import schema
+
+    machine = real_machine(listing)
+    for path in [REPO / "config" / "config.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]:
+        cfg = schema.load(str(path))
+        assert cfg["neuron"]["target"] == "auto", path
+        settled, why = neuron_setup.settle(cfg["neuron"], machine=machine, need_route=False)
+        assert settled["target"] == target_family(machine.instance_type), (path, why)
 
 
 def test_trn3_is_a_target_with_its_sourced_figures():
@@ -92,6 +138,9 @@ def test_trn3_is_a_target_with_its_sourced_figures():
     assert (t.hbm_bytes(1), t.nki_platform) == (144 * 2**30 / 8, "trn3")
     assert "trainium3.rst" in t.source and "2.56 TB/sec" in t.chip_link_source
     assert {TARGETS[n].nki_platform for n in ("trn1", "trn1n")} == {"trn1"}
+    # the two AWS pages disagree on HBM (4.9 vs 4.7 TB/s): the newer one, and both named in the peak's source
+    assert t.hbm_bytes_per_s == pytest.approx(4.7e12 / 4)
+    assert "2026-03-09" in t.peak_source and "4.9 TB/s" in t.peak_source
 
 
 # what the probe child reports, as on real environments
@@ -282,3 +331,14 @@ def test_a_configured_target_the_machine_is_not_is_refused_before_any_job(tmp_pa
     )
     assert proc.returncode != 0 and not (tmp_path / "results").exists()
     assert "config key 'neuron.target' is trn1, but this machine is a trn2.48xlarge" in proc.stdout + proc.stderr
+
+
+def test_doctor_says_which_target_and_lnc_it_resolved_from_neuron_ls():
+    from neuronsweep.doctor import instance_line
+
+    trn2 = real_machine("neuron-ls-trn2.48xlarge-one-device")
+    line = instance_line(options(), trn2)
+    assert line == "target trn2 (neuron-ls: trn2.48xlarge), runtime LNC 2: 4 logical NeuronCores = 8 physical"
+    assert instance_line(options(lnc=1), trn2).endswith("; processes run at LNC 1 (neuron.lnc)")
+    assert instance_line(options(), real_machine("neuron-ls-inf2.xlarge")).startswith("target inf2 (neuron-ls: inf2")
+    assert "config key 'neuron.target' is trn1" in instance_line(options(target="trn1"), trn2)

@@ -10,7 +10,7 @@ from neuronsweep.backends import nccom_test, neuron, neuron_profiler
 from neuronsweep.backends.common import default_threads, package_versions, run_tool
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
-from neuronsweep.host import caps, devicelock, slots
+from neuronsweep.host import caps, devicelock, neuron_ls, slots
 
 
 def _first_line(argv: list[str]) -> str:
@@ -45,11 +45,32 @@ def report(config_path: str) -> str:
         lines.append(f"a run of {config_path} would use: {name} ({why})")
         lock = cfg["capture"]["device_lock"]
         lines.append(f"device lock {lock}: {devicelock.holder(lock)}")
+        lines.append(instance_line(cfg["neuron"], neuron_ls.discover()))
         lines.append(_slot_pool(cfg, name))
         lines += _host_rates(cfg)
     except UserError as exc:
         lines.append(f"config: {exc}")
     return "\n".join(lines)
+
+
+def instance_line(section: dict, machine: neuron_ls.Machine) -> str:
+    """What a neuron run would settle here: "target trn2 (neuron-ls: trn2.48xlarge), runtime LNC 2: 4
+    logical NeuronCores = 8 physical" (and the processes' LNC where the config sets another)."""
+    from neuronsweep.backends import neuron_setup
+
+    if not (machine.instance_type or machine.chips):
+        return f"neuron target: not settled ({machine.found})"
+    try:
+        target, lnc, _ = neuron_setup.settle_target(section, machine)
+    except UserError as exc:
+        return f"neuron target: {exc}"
+    runtime = neuron_setup.machine_lnc({**section, "target": target}, machine)
+    logical = sum(map(len, machine.chips))
+    line = (
+        f"target {target} (neuron-ls: {machine.instance_type or 'no instance type'}), runtime LNC {runtime}: "
+        f"{logical} logical NeuronCores = {logical * runtime} physical"
+    )
+    return line + (f"; processes run at LNC {lnc} (neuron.lnc)" if lnc != runtime else "")
 
 
 def _slot_pool(cfg: dict, backend: str) -> str:

@@ -292,7 +292,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     # what is still auto is settled on this machine (a cluster node, a build run by hand)
     nki_impl = spec.get("impl") == "nki"
     options, setup = neuron_setup.settle(settings.options, check_route=False, need_route=not nki_impl)
-    slot_lnc = lnc(options)  # the LNC the slots number their cores at: the machine's
+    slot_lnc = setup["machine_lnc"]  # the LNC the slots number their cores at: the machine's (neuron-ls)
     if nki_impl:
         options = {**options, "lnc": NKI_LNC}
     settings = replace(settings, options=options)

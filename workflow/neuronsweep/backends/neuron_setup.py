@@ -21,7 +21,7 @@ import sys
 
 from neuronsweep.errors import UserError
 from neuronsweep.host import neuron_ls
-from neuronsweep.host.targets import TARGETS, same_chip, target_family
+from neuronsweep.host.targets import TARGETS, instance_chip, same_chip, target_family
 
 ROUTES = ("torchneuron", "xla")
 SETTLED_ENV = "NEURONSWEEP_NEURON_SETTLED"  # what the planner settled, for the jobs that read the Snakefile again
@@ -109,17 +109,26 @@ def choose_route(requested: str, probe: dict) -> tuple[str, str]:
 
 
 def settle_target(options: dict, machine: neuron_ls.Machine) -> tuple[str, int, str]:
-    """(target, lnc, why) for this machine: `auto` is the instance family neuron-ls names; a configured
-    target or LNC the machine is not is refused, as is an LNC the target's compiler rejects."""
+    """(target, lnc, why) for this machine: `auto` is the instance family neuron-ls names (trn2n and trn2u
+    are trn2: the letters after the generation are the network or packaging, not the chip); a configured
+    target the machine is not is refused. The LNC is a per-process runtime setting (Logical NeuronCore
+    configuration: NEURON_LOGICAL_NC_CONFIG with --logical-nc-config), so a configured LNC finer than the
+    runtime's default runs on the physical cores under the slot's logical ones; refused are only an LNC
+    the target's compiler rejects (2 on trn1/inf2, NCC_EARG001) and one coarser than the cores neuron-ls
+    numbers (our slots hold the cores neuron-ls lists)."""
     configured, lnc = options["target"], options["lnc"]
     family = target_family(machine.instance_type)
     where = f"neuron-ls says {machine.instance_type}" if machine.instance_type else machine.found
+    known = ", ".join(t for t in TARGETS if t != "trn1n")
     if configured == "auto":
         if not family:
-            raise UserError(
-                f"neuron.target is auto, but neuron-ls does not name a known instance type here ({where}); "
-                f"set neuron.target to one of {', '.join(t for t in TARGETS if t != 'trn1n')}."
+            chip = instance_chip(machine.instance_type)
+            what = (
+                f"{machine.instance_type} is a {chip} instance, which neuron-sweep has no target for"
+                if chip
+                else f"neuron-ls does not name a Trainium or Inferentia instance type here ({where})"
             )
+            raise UserError(f"neuron.target is auto, but {what}; set config key 'neuron.target' to one of {known}.")
         target, why = family, f"neuron.target auto -> {family} ({where})"
     else:
         if family and not same_chip(configured, family):
@@ -129,20 +138,27 @@ def settle_target(options: dict, machine: neuron_ls.Machine) -> tuple[str, int, 
             )
         target, why = configured, f"neuron.target {configured} set in config" + (f" ({where})" if family else "")
     row = TARGETS[target]
-    if lnc and machine.lnc and lnc != machine.lnc:
-        raise UserError(
-            f"config key 'neuron.lnc' is {lnc}, but this machine's runtime runs LNC {machine.lnc} "
-            f"({machine.sources.get('lnc')}); the compiler's LNC must equal the runtime's: set neuron.lnc: null "
-            f"or {machine.lnc}."
-        )
-    lnc = lnc or machine.lnc or row.default_lnc
-    if lnc not in row.lnc_choices:
+    machine_lnc = machine.lnc or row.default_lnc
+    if lnc and lnc not in row.lnc_choices:
         raise UserError(
             f"config key 'neuron.lnc' is {lnc}, but neuronx-cc accepts only LNC {'/'.join(map(str, row.lnc_choices))} "
             f"for {target} (NCC_EARG001); set neuron.lnc: null."
         )
-    source = machine.sources.get("lnc") or ("neuron.lnc in config" if options["lnc"] else f"the {target} default")
-    return target, lnc, f"{why}, LNC {lnc} ({source})"
+    if lnc and machine.lnc and lnc > machine.lnc:
+        raise UserError(
+            f"config key 'neuron.lnc' is {lnc}, coarser than the LNC {machine.lnc} this machine's runtime numbers "
+            f"its cores at ({machine.sources.get('lnc')}), and the capture slots hold the cores neuron-ls lists; "
+            f"set neuron.lnc: null or {machine.lnc}, or start the run with NEURON_LOGICAL_NC_CONFIG={lnc} set."
+        )
+    lnc = lnc or machine_lnc
+    source = "neuron.lnc in config" if options["lnc"] else machine.sources.get("lnc") or f"the {target} default"
+    per_process = f", per process on the runtime's LNC {machine_lnc} cores" if lnc != machine_lnc else ""
+    return target, lnc, f"{why}, LNC {lnc} ({source}{per_process})"
+
+
+def machine_lnc(options: dict, machine: neuron_ls.Machine) -> int:
+    """The LNC neuron-ls numbers this machine's cores at (the slots' numbering), else the target's default."""
+    return machine.lnc or TARGETS[options["target"]].default_lnc
 
 
 def settle(
@@ -159,6 +175,7 @@ def settle(
     options, why = dict(options), {}
     machine = machine if machine is not None else neuron_ls.discover()
     options["target"], options["lnc"], why["target"] = settle_target(options, machine)
+    why["machine_lnc"] = machine_lnc(options, machine)
     if need_route and (options["route"] == "auto" or check_route):
         options, route_why = settle_route(options, probe)
         why.update(route_why)

@@ -4,6 +4,7 @@ the roofline, the device slots, the neuron backend and the report."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 
@@ -24,6 +25,7 @@ class Target:
         "the Neuron docs give NeuronLink-v2 no bandwidth figure (trn1-arch.rst, trainium.rst, inferentia2.rst)"
     )
 
+    hbm_source: str = ""  # where hbm_stack_bytes_per_s comes from, where it is not in `source`
     fp32_ratio: float = 4.0  # bf16 peak / fp32 peak: 4 on NeuronCore-v2 and -v3
     nki_platform: str = "trn1"  # NEURON_PLATFORM_TARGET_OVERRIDE for standalone NKI (nki.isa.nc_version)
     lnc_choices: tuple[int, ...] = (1,)  # what neuronx-cc accepts for --logical-nc-config (NCC_EARG001)
@@ -48,6 +50,11 @@ class Target:
     @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_stack_bytes_per_s
+
+    @property
+    def peak_source(self) -> str:
+        """Every peak's source: TensorE and memory, each from the page it was read from."""
+        return f"{self.source}; {self.hbm_source}" if self.hbm_source else self.source
 
 
 _V2 = (
@@ -78,16 +85,17 @@ TARGETS = {
     "trn3": Target(
         "trn3",
         671e12 / 8,
-        4.9e12 / 4,
+        4.7e12 / 4,
         2,
         "NeuronCore-v4: 671 BF16/FP16/TF32 dense TFLOPS per chip of 8 cores = 83.9 TFLOPS per physical core, "
         "183 FP32 TFLOPS per chip (trainium3.rst), times the LNC (neuronx-cc defaults to LNC 2 on Trn2 and "
-        "later: NCC_EVRF066); MBU over one HBM stack: 4.9 TB/s per chip over its 4 stacks (trainium3.rst: "
-        "144 GiB, 4.9 TB/s; the NKI Trainium3 guide says 4.7 TB/s); no profile of a trn3 checked these",
+        "later: NCC_EVRF066); no profile of a trn3 checked these",
         hbm_bytes_per_core=144 * 2**30 / 8,
         cores_per_chip=8,
         chip_link_bytes_per_s=2.56e12,
         chip_link_source="NeuronLink-v4: 2.56 TB/sec per device (trainium3.rst)",
+        hbm_source="MBU over one HBM stack: 4.7 TB/s per chip over its 4 stacks (NKI guide trainium3_arch.rst, "
+        "modified 2026-03-09, the newer page; trainium3.rst, modified 2025-12-02, says 4.9 TB/s)",
         fp32_ratio=671 / 183,
         nki_platform="trn3",
         lnc_choices=(1, 2),
@@ -102,7 +110,25 @@ def same_chip(a: str, b: str) -> bool:
     return a == b or {a, b} <= {"trn1", "trn1n"}
 
 
+# EC2 instance type names: family, generation, optional capability letters, then the size after the dot
+# (EC2 "Instance type naming conventions": trn1n = trn1 + network, trn2u = the Trn2 UltraServer's, ...).
+# The chip is the family and generation; the letters change the network or packaging, not the NeuronCore.
+INSTANCE = re.compile(r"^(?P<chip>(?:trn|inf)\d+)(?P<options>[a-z-]*)$")
+
+
+def instance_chip(instance_type: str | None) -> str | None:
+    """'trn2n.48xlarge' -> 'trn2', 'trn3u.48xlarge' -> 'trn3', 'inf1.xlarge' -> 'inf1' (a Neuron family we
+    may have no target for); None for a name that is no Trainium or Inferentia instance."""
+    m = INSTANCE.match(str(instance_type or "").split(".")[0].strip().lower())
+    return m.group("chip") if m else None
+
+
 def target_family(instance_type: str | None) -> str | None:
-    """'inf2.xlarge' -> 'inf2', 'trn1n.32xlarge' -> 'trn1n'; None when unknown (a stand-in, a cpu name)."""
+    """The target of an instance type: 'inf2.xlarge' -> 'inf2', 'trn2n.48xlarge' -> 'trn2', 'trn1n.32xlarge'
+    -> 'trn1n' (its own row, one chip with trn1); None when the chip has no target here (inf1, a stand-in's
+    or a cpu's name)."""
     family = str(instance_type or "").split(".")[0].strip().lower()
-    return family if family in TARGETS else None
+    if family in TARGETS:
+        return family
+    chip = instance_chip(instance_type)
+    return chip if chip in TARGETS else None

@@ -32,7 +32,7 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         build.backend,
         f"capture {build.workload_id} -> {out_dir}",
         build.target,
-        build.details.get("lnc"),
+        build.details.get("slot_lnc", build.details.get("lnc")),
         cores=build.spec.get("world", 1),
     ) as (settings, span):
         before = caps.load_snapshot()

@@ -511,7 +511,7 @@ def neuron_peaks(build: BuildRecord | None, summary: dict, metadata: dict | None
         "hbm_bytes_per_s": row.hbm_bytes_per_s,
         "target": target,
         "lnc": lnc,
-        "source": f"{row.source} (neuron.target {target}, LNC {lnc}; the view had no profile metadata)",
+        "source": f"{row.peak_source} (neuron.target {target}, LNC {lnc}; the view had no profile metadata)",
     }
 
 
