@@ -190,8 +190,8 @@ def test_the_package_probe_on_the_standin_environments(tmp_path, monkeypatch, wh
             neuron_setup.choose_route("auto", probe)
 
 
-def build(tmp: Path, spec: dict, out: str, **opts) -> dict:
-    env = {**os.environ, **torchneuron_env(tmp)}
+def build(tmp: Path, spec: dict, out: str, env_extra: dict | None = None, **opts) -> dict:
+    env = {**os.environ, **torchneuron_env(tmp), **(env_extra or {})}
     argv = [str(BIN / "neuronsweep"), "build", "--backend", "neuron", "--spec", json.dumps(spec)]
     argv += ["--options", json.dumps(opts), "--out", str(tmp / out)]
     host = json.dumps({"cache_dir": str(tmp / "cache"), "device_lock": str(tmp / "device.lock")})
@@ -213,11 +213,15 @@ def test_each_build_compiles_in_a_neff_cache_of_its_own_since_torchneurons_key_i
     o1 = build(tmp_path, SPEC, "o1", optlevel=1)
     assert o2["route"] == o1["route"] == "torchneuron" and o2["target"] == "trn2" and o2["lnc"] == 2
     assert o2["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and o2["env"]["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] == "1"
-    assert neff_header(tmp_path / "o2" / "model.neff")["cc_flags"].startswith("--target trn2 -O2")
-    assert neff_header(tmp_path / "o1" / "model.neff")["cc_flags"].startswith("--target trn2 -O1")
+    # TorchNeuron passes the target, the LNC, -O2, --model-type and --auto-cast itself: NEURON_CC_FLAGS carries
+    # only what the config changes, and build.json the compiler's whole command line
+    own = "--target trn2 --logical-nc-config 2 -O2 --model-type transformer --auto-cast=none"
+    assert neff_header(tmp_path / "o2" / "model.neff")["cc_flags"] == own == o2["compiler_flags"]
+    assert o2["cc_flags"] == "" and o1["cc_flags"] == "-O1" and o1["compiler_flags"] == f"{own} -O1"
+    assert neff_header(tmp_path / "o1" / "model.neff")["cc_flags"] == f"{own} -O1"
     assert o1["neff_cache"] != o2["neff_cache"] and not o2["recompiled_on_second_call"]
     assert o2["correctness"]["correct"] and o2["correctness"]["max_rel_error"] < 1e-6
-    assert [n for n, _ in o2["capture_inputs"]][:2] == ["a", "b"]
+    assert o2["capture_inputs"] is None  # the NEFF's input names are its own, not the PyTorch arguments
     # the same graph with other flags in one shared folder: the real cache hands back the first NEFF
     shared = tmp_path / "shared"
     shutil.copytree(o2["neff_cache"], shared)
@@ -227,6 +231,19 @@ def test_each_build_compiles_in_a_neff_cache_of_its_own_since_torchneurons_key_i
     child += ["--out", str(tmp_path / "r.json"), "--neff-cache", str(shared)]
     subprocess.run([str(BIN / "python"), *child], check=True, env=env, capture_output=True)
     assert json.loads((tmp_path / "r.json").read_text())["first_call"] == []  # nothing compiled: a stale -O2 NEFF
+
+
+@pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
+def test_an_inherited_neff_cache_switch_does_not_hide_the_neff_and_lnc_1_runs_per_process(tmp_path):
+    record = build(tmp_path, SPEC, "b", env_extra={"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"}, lnc=1)
+    assert record["lnc"] == 1 and record["slot_lnc"] == 2 and record["env"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    assert neff_header(tmp_path / "b" / "model.neff")["lnc"] == 1 and record["visible_cores"] == "0-7"  # the chip slot's 4 logical cores = 8 physical
+    # a capture that names an input the NEFF does not declare is refused, as the runtime would
+    env = {**os.environ, **torchneuron_env(tmp_path), "NEURON_LOGICAL_NC_CONFIG": "1"}
+    (tmp_path / "a.npy").write_bytes(b"")
+    argv = ["neuron-explorer", "capture", "-n", str(tmp_path / "b" / "model.neff"), "-s", str(tmp_path / "p.ntff")]
+    proc = subprocess.run([*argv, "a", str(tmp_path / "a.npy")], capture_output=True, text=True, env=env)
+    assert proc.returncode != 0 and "input 'a' is not an input of model.neff (its inputs: input0, input1" in proc.stderr
 
 
 @pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)

@@ -97,6 +97,31 @@ def cc_flags(options: dict) -> str:
     return " ".join(flags)
 
 
+# TorchNeuron's own compiler flags ("torch.compile on Neuron", SDK 2.33): it passes --target (from the
+# runtime), the LNC (from NEURON_LOGICAL_NC_CONFIG), -O2, --model-type transformer and --auto-cast=none
+# itself, then appends NEURON_CC_FLAGS, so the last value of a flag wins.
+TORCHNEURON_DEFAULT_FLAGS = ("-O2", "--model-type transformer", "--auto-cast=none")
+
+
+def torchneuron_cc_flags(options: dict) -> str:
+    """NEURON_CC_FLAGS on the TorchNeuron route: only what the config sets to another value than the
+    flags TorchNeuron passes itself (passing those again would say twice what is already said)."""
+    flags = [] if options["optlevel"] == 2 else [f"-O{options['optlevel']}"]
+    if auto_cast(options) != "none":
+        flags.append(f"--auto-cast {auto_cast(options)}")
+    if options["disable_dge"]:
+        flags.append("--disable-dge")
+    if options["extra_cc_flags"]:
+        flags.append(options["extra_cc_flags"])
+    return " ".join(flags)
+
+
+def torchneuron_effective_flags(options: dict) -> str:
+    """The compiler's command line as TorchNeuron makes it: its own flags, then NEURON_CC_FLAGS."""
+    own = [f"--target {options['target']}", f"--logical-nc-config {lnc(options)}", *TORCHNEURON_DEFAULT_FLAGS]
+    return " ".join([*own, torchneuron_cc_flags(options)]).strip()
+
+
 # ---------------------------------------------------------------------------------------- build
 
 
@@ -158,9 +183,10 @@ def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_co
     """TorchNeuron's environment ("TorchNeuron environment variables", SDK 2.33): the build's own NEFF
     cache, artifacts kept, no silent fallback to CPU execution, the runtime's LNC equal to the compiler's."""
     env = tool_env(visible_cores)
+    env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)  # inherited, it would leave no NEFF to attribute
     env.update(
         {
-            "NEURON_CC_FLAGS": cc_flags(options),
+            "NEURON_CC_FLAGS": torchneuron_cc_flags(options),
             "TORCH_NEURONX_NEFF_CACHE_DIR": str(neff_cache),
             "TORCH_NEURONX_DEBUG_DIR": str(debug_dir),
             "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1",
@@ -184,7 +210,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     if collective:
         result = torchneuron_collective.run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
     else:
-        result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, inputs_dir=entry / "inputs")
+        result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
     listed = neff_cache / "rank_0" if collective else neff_cache
     digests = result["digests"]
     first = {digests[p]: p for p in result["first_call"]}  # distinct NEFFs by content
@@ -214,13 +240,16 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
         "torch_neuronx": result["torch_neuronx"],
         "device": result["device"],
         "correctness": rank_checks(workdir, spec) if collective else result.get("correctness"),
-        "capture_inputs": result.get("inputs"),
+        # a NEFF's input names are its own ("Neuron Explorer reads each input name and size from the NEFF"),
+        # not the PyTorch argument names: the capture passes none (zero-filled buffers of the right size);
+        # the output was checked here, on the workload's own tensors
+        "capture_inputs": None,
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
 
 
 def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options) -> dict:
-    """Run torchneuron_program in `workdir`; options: inputs_dir, warmup, iterations, repeats, inspect_nth."""
+    """Run torchneuron_program in `workdir`; options: check, warmup, iterations, repeats, inspect_nth."""
     workdir = workdir.resolve()
     args = child_args(spec, workdir / "result.json", neff_cache=neff_cache, **options)
     run_child("torchneuron_program", args, spec, workdir, env, "TorchNeuron run", timeout_s)
@@ -297,7 +326,8 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         options = {**options, "lnc": NKI_LNC}
     settings = replace(settings, options=options)
     versions = package_versions(NEURON_PACKAGES)
-    flags = cc_flags(options)
+    torchneuron = not nki_impl and options["route"] == "torchneuron"
+    flags = torchneuron_cc_flags(options) if torchneuron else cc_flags(options)
     route = _compile_nki if nki_impl else ROUTES[options["route"]]
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
@@ -319,6 +349,8 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "backend": "neuron",
         "route": "nki" if nki_impl else options["route"],
         "cc_flags": flags,
+        "target": options["target"],  # TorchNeuron takes both from the runtime, not from NEURON_CC_FLAGS
+        "lnc": lnc(options),
         "xla_debug": xla_debug(options),
         "versions": versions,
         "format": ARTIFACT_FORMAT,
@@ -356,6 +388,10 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "compiler": "NKI kernel (nki.jit)" if nki_impl else COMPILERS[options["route"]],
         "artifact_format": ARTIFACT_FORMAT,
         "cc_flags": flags,
+        "compiler_flags": torchneuron_effective_flags(options) if torchneuron else flags,
+        "compiler_flags_source": "TorchNeuron's own flags, then NEURON_CC_FLAGS (torch.compile on Neuron)"
+        if torchneuron
+        else "NEURON_CC_FLAGS",
         "target": options["target"],
         "auto_cast": auto_cast(options),
         "lnc": lnc(options),

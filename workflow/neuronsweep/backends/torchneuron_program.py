@@ -59,31 +59,12 @@ def first_two_calls(call, neff_cache: str) -> tuple[object, dict]:
     }
 
 
-def save_inputs(named: list[tuple[str, object]], folder: Path) -> list[list[str]]:
-    """Each tensor as NAME FILE for `capture`: .npy, or raw .bin for bf16 (which .npy cannot hold)."""
-    import numpy as np
-    import torch
-
-    folder.mkdir(parents=True, exist_ok=True)
-    saved = []
-    for name, tensor in named:
-        host = tensor.detach().cpu().contiguous()
-        if host.dtype == torch.bfloat16:
-            path = folder / f"{name}.bin"
-            host.view(torch.int16).numpy().tofile(path)
-        else:
-            path = folder / f"{name}.npy"
-            np.save(path, host.numpy())
-        saved.append([name, str(path)])
-    return saved
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--neff-cache", required=True, help="TORCH_NEURONX_NEFF_CACHE_DIR, listed around each call")
-    ap.add_argument("--inputs-dir", help="save the inputs here by name, for capture")
+    ap.add_argument("--check", type=int, default=0, help="1: check the output against float64 (the build)")
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--iterations", type=int, help="absent: no timing")
     ap.add_argument("--repeats", type=int)
@@ -102,8 +83,6 @@ def main(argv=None) -> int:
     shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
     host_module = kind.torch_module(spec)
     host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
-    named = [(n, x) for n, x in zip(kind.input_names(spec), host_inputs, strict=True)]
-    named += [(f"param.{n}", p.clone()) for n, p in host_module.state_dict().items()]
     module = host_module.to("neuron")  # in place: the module's weights move to the device
     inputs = [x.to("neuron") for x in host_inputs]
     torch.neuron.synchronize()
@@ -126,8 +105,7 @@ def main(argv=None) -> int:
         "torch_neuronx": getattr(torch_neuronx, "__version__", None),
         "device": str(inputs[0].device),
     }
-    if args.inputs_dir:
-        result["inputs"] = save_inputs(named, Path(args.inputs_dir))
+    if args.check:
         result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), out.cpu())
     calls = 2
     if args.inspect_nth:

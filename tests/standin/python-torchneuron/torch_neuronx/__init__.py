@@ -10,8 +10,13 @@ which a Python-only device cannot have), and grad mode must be off on the device
 ask C++ for the device's guard). Neither matters to an inference benchmark; both fail loudly.
 
 The compile backend, as the docs and the real cache behave:
-- NEURON_CC_FLAGS must carry `--target trn2|trn3` (TorchNeuron has no trn1/inf2); the compile's LNC is
-  `--logical-nc-config`/`--lnc`, else 2;
+- the compiler's command line is TorchNeuron's own flags, then NEURON_CC_FLAGS appended ("torch.compile on
+  Neuron"): `--target` from the runtime (the machine neuron-ls lists: trn2 or trn3 only, TorchNeuron has no
+  trn1/inf2), `--logical-nc-config` from NEURON_LOGICAL_NC_CONFIG (else the machine's), `-O2 --model-type
+  transformer --auto-cast=none`; the last value of a flag wins, and the NEFF records the whole line;
+- a NEFF's input names are its own (`input0`, `input1`, ...: the docs name none, so not the PyTorch
+  argument names), recorded in the NEFF for the profiler's capture to check;
+- TORCH_NEURONX_NEFF_DISABLE_CACHE=1 writes no NEFF to TORCH_NEURONX_NEFF_CACHE_DIR;
 - one NEFF per compiled graph in TORCH_NEURONX_NEFF_CACHE_DIR (default /tmp/neff_cache), sharded
   `ab/cd/<key>.neff`; the key hashes the graph and its input shapes only, NOT the flags nor the compiler
   version (so a shared folder hands back a NEFF compiled with other flags); a copy under
@@ -139,15 +144,22 @@ torch._register_device_module("neuron", device_module)
 # ------------------------------------------------------------------------------- the compile backend
 
 
+def _last(flags: str, pattern: str, default: str) -> str:
+    found = re.findall(pattern, flags)
+    return found[-1] if found else default
+
+
 def _cc_flags() -> tuple[str, int]:
-    flags = os.environ.get("NEURON_CC_FLAGS", "")
-    m = re.search(r"--target[ =](\S+)", flags)
-    if not m or m.group(1) not in TARGETS:
-        raise RuntimeError(
-            f"neuronx-cc: TorchNeuron compiles for --target {'|'.join(TARGETS)} (NEURON_CC_FLAGS={flags!r})"
-        )
-    lnc = re.search(r"(?:--logical-nc-config|--lnc|-lnc)[ =](\d)", flags)
-    return flags, int(lnc.group(1)) if lnc else 2
+    """The compiler's command line: TorchNeuron's own flags, then NEURON_CC_FLAGS (the last value wins)."""
+    target = standin_cores.MACHINE
+    if target not in TARGETS:
+        raise RuntimeError(f"torch_neuronx: TorchNeuron runs on {'|'.join(TARGETS)} only; this machine is {target}")
+    own = f"--target {target} --logical-nc-config {_runtime_lnc()} -O2 --model-type transformer --auto-cast=none"
+    flags = f"{own} {os.environ.get('NEURON_CC_FLAGS', '')}".strip()
+    target = _last(flags, r"--target[ =](\S+)", target)
+    if target not in TARGETS:
+        raise RuntimeError(f"neuronx-cc: TorchNeuron compiles for --target {'|'.join(TARGETS)} ({flags!r})")
+    return flags, int(_last(flags, r"(?:--logical-nc-config|--lnc|-lnc)[ =](\d)", "2"))
 
 
 def _ops(gm) -> list:
@@ -177,7 +189,9 @@ def _compile(gm, example_inputs) -> Path:
     signature = [[list(t.shape), str(t.dtype)] for t in example_inputs]
     key = hashlib.sha256((gm.code + json.dumps(signature)).encode()).hexdigest()  # no flags: as the real key
     neff = _neff_cache() / key[:2] / key[2:4] / f"{key}.neff"
-    if neff.is_file():
+    if os.environ.get("TORCH_NEURONX_NEFF_DISABLE_CACHE") == "1":
+        neff = Path(os.environ.get("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend")) / "uncached" / f"{key}.neff"
+    elif neff.is_file():
         print(f"torch_neuronx: NEFF cache hit {neff}")
         return neff
     header = {
@@ -187,6 +201,7 @@ def _compile(gm, example_inputs) -> Path:
         "cc_flags": flags,
         "lnc": lnc,
         "inputs": signature,
+        "input_names": [f"input{i}" for i in range(len(signature))],
     }
     neff.parent.mkdir(parents=True, exist_ok=True)
     tmp = neff.with_suffix(f".{os.getpid()}.tmp")

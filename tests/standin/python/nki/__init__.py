@@ -9,6 +9,7 @@ A kernel launches at LNC 1 unless called as `kernel[lnc](...)` (the nki.jit docs
 LNC"), and the launch must match the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's,
 2 on the trn2 stand-in) or the call fails as the runtime does; the NEFF records the launch's LNC."""
 
+import inspect
 import json
 import os
 from pathlib import Path
@@ -44,6 +45,7 @@ def jit(fn):
                 "ops": ops,
                 "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"),
                 "lnc": grid,
+                "input_names": list(inspect.signature(fn).parameters),  # the kernel's arguments
             }
             Path(_ARTIFACTS).mkdir(parents=True, exist_ok=True)
             if any(Path(_ARTIFACTS).iterdir()):  # neuronx-cc refuses to compile into a used folder

@@ -34,7 +34,7 @@ def benchmark(warmup=10, iters=100, save_neff_name=None, save_trace_name=None, a
 
             def __call__(self, lhsT, rhs):
                 (k, m), (_, n) = lhsT.shape, rhs.shape
-                header = {"graph": fn.__name__, "ops": [["matmul", [[m, k], [k, n]]]]}
+                header = {"graph": fn.__name__, "ops": [["matmul", [[m, k], [k, n]]]], "input_names": ["lhsT", "rhs"]}
                 Path(save_neff_name).write_bytes(b"NEFF\0" + json.dumps(header).encode())
                 Bench.benchmark_result = _Result([10.0 + i for i in range(iters)])
                 return lhsT.astype(np.float32).T @ rhs.astype(np.float32)
