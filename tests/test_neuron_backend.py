@@ -230,13 +230,14 @@ def test_multi_case_sweep_on_neuron(neuron_run):
 
 
 def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tmp_path):
-    """--ingest-only only on the parquet export (the stand-in's explorer keeps serving after a json or
-    perfetto export, so those are stopped once written); a tool after SDK 2.33 has no json export: the
+    """No --ingest-only with -n/-s (documented only as `view -d DIR --ingest-only`; the stand-in refuses it):
+    the stand-in's explorer keeps serving after every export, so each is stopped once written; a tool after
+    SDK 2.33 has no json export: the
     case stands, view.json says why, and the memory fields read from it are null with that reason."""
     d = wdir(neuron_run, WIDS[0])
     views = json.loads((d / "view" / "view.json").read_text())["commands"]
     assert set(views) == {"summary-json", "parquet", "json", "perfetto"}
-    assert all(("--ingest-only" in argv) == (fmt == "parquet") for fmt, argv in views.items())
+    assert not any("--ingest-only" in argv for argv in views.values())
     env = {**os.environ, **standin_env(tmp_path, STANDIN_NO_JSON="1")}
     options = json.dumps({"profiler": "neuron-explorer", "json": True, "parquet": True, "pftrace": False})
     ns = [str(BIN / "neuronsweep")]
@@ -402,9 +403,11 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     refused = json.loads((tmp_path / "strict" / "view.json").read_text())
     assert refused["session"] is None and "nor inspect output" in refused["session_why"]
     assert len(refused["ranks"]) == 4
-    # the combined view (guide: `view -n file.neff -d output`) over the folder the capture wrote
+    # the combined view (guide: `view -d output`, no -n) over the folder the capture wrote, the NEFF copied
+    # in as the capture how-to says (a stand-in `view -d` given -n refuses it)
     session = view["session"]
-    assert session["argv"][3:6] == [str(neff.resolve()), "-d", str((tmp_path / "cap" / "raw").resolve())]
+    assert session["argv"][2:4] == ["-d", str((tmp_path / "cap" / "raw").resolve())] and "-n" not in session["argv"]
+    assert list((tmp_path / "cap" / "raw").glob("neff_*.neff"))
     assert session["system_pftrace"] == "session/system_profile.pftrace"
     [device] = session["device_pftraces"]
     assert device.startswith("session/device_profile_model_") and device.endswith(".pftrace")
@@ -725,8 +728,14 @@ def test_explorer_view_would_serve_forever_so_exports_are_stopped_once_written(t
     rec = neuron_profiler.view_profile(
         neff, ntff, out, ViewSettings.from_section({"profiler": "neuron-explorer", "json": True}, 60)
     )
-    # --ingest-only only where the docs show it (parquet); json and perfetto are stopped once written
-    assert {fmt for fmt, argv in rec["commands"].items() if "--ingest-only" in argv} == {"parquet"}
+    # --ingest-only is documented with -d only: every export here is stopped once written
+    assert not any("--ingest-only" in argv for argv in rec["commands"].values())
+    refused = subprocess.run(
+        ["neuron-explorer", "view", "-n", neff, "-s", ntff, "--output-format", "parquet", "--ingest-only"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "--ingest-only is used with -d" in refused.stderr
     assert (out / "trace.pftrace").is_file() and (out / "parquet" / "Metadata.parquet").is_file()
     assert json.loads((out / "profile.json").read_text())["summary"][0]["total_time"] > 0  # complete, not cut
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"

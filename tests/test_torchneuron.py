@@ -114,7 +114,7 @@ def test_instance_types_map_to_their_chip_by_the_ec2_naming_rule(instance, famil
 
 
 def test_an_instance_family_without_a_target_is_named_with_the_key_to_set():
-    with pytest.raises(UserError, match=r"inf1.xlarge is a inf1 instance, which neuron-sweep has no target for; set con"):
+    with pytest.raises(UserError, match=r"inf1.xlarge is a inf1 instance, which neuron-sweep has no target for; set"):
         neuron_setup.settle_target(options(), neuron_ls.Machine(instance_type="inf1.xlarge"))
     assert neuron_setup.settle_target(options(), neuron_ls.Machine(instance_type="trn2n.48xlarge"))[:2] == ("trn2", 2)
 
@@ -237,7 +237,9 @@ def test_each_build_compiles_in_a_neff_cache_of_its_own_since_torchneurons_key_i
 def test_an_inherited_neff_cache_switch_does_not_hide_the_neff_and_lnc_1_runs_per_process(tmp_path):
     record = build(tmp_path, SPEC, "b", env_extra={"TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"}, lnc=1)
     assert record["lnc"] == 1 and record["slot_lnc"] == 2 and record["env"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
-    assert neff_header(tmp_path / "b" / "model.neff")["lnc"] == 1 and record["visible_cores"] == "0-7"  # the chip slot's 4 logical cores = 8 physical
+    assert (
+        neff_header(tmp_path / "b" / "model.neff")["lnc"] == 1 and record["visible_cores"] == "0-7"
+    )  # 4 logical = 8 physical
     # a capture that names an input the NEFF does not declare is refused, as the runtime would
     env = {**os.environ, **torchneuron_env(tmp_path), "NEURON_LOGICAL_NC_CONFIG": "1"}
     (tmp_path / "a.npy").write_bytes(b"")
@@ -253,9 +255,14 @@ def test_a_graph_that_compiles_again_on_the_second_call_is_flagged(tmp_path):
 
 
 @pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
-def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tmp_path):
+@pytest.mark.parametrize("model_trace", ["0", "1"])
+def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tmp_path, model_trace):
+    """The pages disagree on which inspect mode a PyTorch-native process needs: model mode first (the
+    get-started page's reading, STANDIN_INSPECT_MODEL_TRACE=1), session mode where model wrote no device
+    trace (the distributed how-to's reading for PJRT runtimes, the stand-in's default)."""
     build(tmp_path, SPEC, "build")
-    env = {**os.environ, **torchneuron_env(tmp_path, STANDIN_REFUSE_TORCH_COMPILE="1")}
+    knobs = {"STANDIN_REFUSE_TORCH_COMPILE": "1", "STANDIN_INSPECT_MODEL_TRACE": model_trace}
+    env = {**os.environ, **torchneuron_env(tmp_path, **knobs)}
     env[HOST_ENV] = json.dumps({"cache_dir": str(tmp_path / "cache"), "device_lock": str(tmp_path / "device.lock")})
     opts = json.dumps({"profiler": "neuron-explorer"})
     capture = [str(BIN / "neuronsweep"), "capture", "--build", str(tmp_path / "build"), "--out", str(tmp_path / "cap")]
@@ -263,8 +270,15 @@ def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tm
     subprocess.run([*capture, "--options", opts], check=True, env=env, capture_output=True)
     record = json.loads((tmp_path / "cap" / "capture.json").read_text())
     assert "NEFF load error" in record["capture_refused"] and record["profiler"].startswith("Neuron Runtime inspect")
-    assert record["inspect_env"]["NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP"] == "2"
-    assert record["ntff_written_as"].endswith("_instid_0_vnc_0.ntff") and record["latency"]["n"] == 3
+    if model_trace == "1":
+        assert record["inspect_mode"] == "model" and record["ntff_written_as"].endswith("_instid_0_vnc_0.ntff")
+        assert record["inspect_env"]["NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP"] == "2"
+    else:
+        assert record["inspect_mode"] == "session" and record["ntff_written_as"] == "profile_nc_0_session_0.ntff"
+        assert record["inspect_modes_tried"]["model"].startswith("no device trace")
+        assert "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP" not in record["inspect_env"]  # model-only
+        assert "every execution" in record["profile_scope"]
+    assert record["latency"]["n"] == 3
     view = [str(BIN / "neuronsweep"), "view", "--capture", str(tmp_path / "cap"), "--out", str(tmp_path / "view")]
     subprocess.run([*view, "--options", opts], check=True, env=env, capture_output=True)
     assert json.loads((tmp_path / "view" / "summary.json").read_text())["model_flops"] == 2 * 32 * 64 * 16
@@ -273,6 +287,35 @@ def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tm
     assert record["dge_notifications"] and record["inspect_env"]["NEURON_RT_ENABLE_DGE_NOTIFICATIONS"] == "1"
     tracker = json.dumps({"profiler": "neuron-explorer", "memory_tracker": True})
     subprocess.run([*view[:-1], str(tmp_path / "view-tracker"), "--options", tracker], check=True, env=env)
+
+
+def neff_file(path: Path, **header) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"NEFF\0" + json.dumps(header).encode())
+    return path
+
+
+def test_inspect_outputs_pair_as_each_modes_layout_shows_them(tmp_path):
+    """model: neff_<h>.neff beside <h>_instid_0_vnc_<c>.ntff (get-started); session: neff_<h>_vnc_<c>.neff
+    beside profile_nc_<c>_session_0.ntff under <instance>_pid_<pid>/<timestamp>/ (the capture how-to)."""
+    from neuronsweep.backends.neuron_profiler import pair_inspect_outputs
+
+    ours = neff_file(tmp_path / "build.neff", uuid="a")
+    model = tmp_path / "model" / "i-0_pid_7"
+    neff_file(model / "neff_123.neff", uuid="a")
+    (model / "123_instid_0_vnc_0.ntff").write_bytes(b"NTFF")
+    neff_file(model / "neff_456.neff", uuid="b")  # another NEFF of the process, with its own profile
+    (model / "456_instid_0_vnc_0.ntff").write_bytes(b"NTFF")
+    assert pair_inspect_outputs(tmp_path / "model", ours, "model").name == "123_instid_0_vnc_0.ntff"
+    session = tmp_path / "session" / "i-0_pid_7" / "20261125_101010"
+    neff_file(session / "neff_123_vnc_2.neff", uuid="a")
+    (session / "profile_nc_2_session_0.ntff").write_bytes(b"NTFF")
+    (session / "profile_nc_3_session_0.ntff").write_bytes(b"NTFF")  # another core's
+    assert pair_inspect_outputs(tmp_path / "session", ours, "session").name == "profile_nc_2_session_0.ntff"
+    assert pair_inspect_outputs(tmp_path / "session", ours, "model") is None  # no model layout there
+    other = neff_file(tmp_path / "other.neff", uuid="c")  # another compilation of the same graph
+    with pytest.raises(UserError, match="belong to NEFFs of another compilation"):
+        pair_inspect_outputs(tmp_path / "session", other, "session")
 
 
 def sweep_config(tmp: Path, route: str) -> dict:
@@ -317,7 +360,10 @@ def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_prof
     snakemake(tmp_path, config=cfg, env=torchneuron_env(tmp_path, STANDIN_FAIL_MATCH="allreduce"))
     summary = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("op")
     assert set(summary["status"]) == {"ok"} and summary["busbw_bytes_per_s"].gt(0).all()
-    for op, funcol, how in [("all_reduce", "all_reduce", "inspect"), ("all_gather", "all_gather_into_tensor", "raw")]:
+    for op, funcol, how in [
+        ("all_reduce", "all_reduce", "inspect/session"),
+        ("all_gather", "all_gather_into_tensor", "raw"),
+    ]:
         case = tmp_path / "results" / "t" / "neuron" / "workloads" / summary.loc[op, "workload_id"]
         build = json.loads((case / "build" / "build.json").read_text())
         assert build["route"] == "torchneuron" and Path(build["neff_cache"]).name == "rank_0"
@@ -329,9 +375,12 @@ def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_prof
         assert cap["latency"]["recompiles_during_timing"] == 0
         assert [r["ntff"] for r in cap["ranks"]] == ["profile_rank_0.ntff", "profile_rank_1.ntff"]
         assert cap.get("session_dir", "raw") == how
-        if how == "inspect":
-            assert "NEFF load error" in cap["capture_refused"]
-            assert [r["written_as"] for r in cap["ranks"]] == ["inspect/rank_0", "inspect/rank_1"]
+        if how.startswith("inspect"):
+            assert "NEFF load error" in cap["capture_refused"] and cap["inspect_mode"] == "session"
+            assert [r["written_as"] for r in cap["ranks"]] == ["inspect/session/rank_0", "inspect/session/rank_1"]
+            # every rank compiled its own NEFF (a uuid per compilation): each rank's profile pairs with its own
+            neffs = [neff_header(r["neff"]) for r in cap["ranks"]]
+            assert neffs[0]["uuid"] != neffs[1]["uuid"] and build["rank_neffs"] == [r["neff"] for r in cap["ranks"]]
         else:
             assert cap["argv"][cap["argv"].index("--collectives-workers-per-node") + 1] == "2"
         view = json.loads((case / "view" / "view.json").read_text())

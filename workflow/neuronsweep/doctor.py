@@ -26,8 +26,8 @@ def report(config_path: str) -> str:
     lines = [f"host: {platform.node()} {platform.machine()}, python {platform.python_version()}"]
     count, found = backends.neuron_inventory()
     lines.append(f"neuron devices: {count} ({found})")
-    neuron_ls = shutil.which("neuron-ls") or shutil.which("neuron-ls", path=backends.NEURON_TOOL_DIR)
-    lines.append(f"neuron-ls: {_first_line([neuron_ls]) if neuron_ls else 'not found'}")
+    lister = shutil.which("neuron-ls") or shutil.which("neuron-ls", path=backends.NEURON_TOOL_DIR)
+    lines.append(f"neuron-ls: {_first_line([lister]) if lister else 'not found'}")
     for tool in backends.PROFILERS:
         path = shutil.which(tool) or shutil.which(tool, path=backends.NEURON_TOOL_DIR)
         lines.append(f"{tool}: {path + ' (' + _first_line([path, '--version']) + ')' if path else 'not found'}")

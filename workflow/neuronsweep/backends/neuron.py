@@ -46,6 +46,7 @@ from neuronsweep.backends.common import (
     run_child,
 )
 from neuronsweep.backends.neuron_profiler import (
+    INSPECT_MODES,
     NTFF,
     CaptureRefused,
     capture_neff,
@@ -228,6 +229,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     neff = next(iter(first.values()))
     return {
         "neff_source": neff,
+        **({"rank_neffs": rank_neffs(neff_cache, spec["world"])} if collective else {}),
         "candidates": [{"path": p, "phase": "first call"} for p in result["first_call"]]
         + [{"path": p, "phase": "second call"} for p in result["second_call"]],
         "compile_s": max(0.0, result["first_call_s"] - result["second_call_s"]),
@@ -246,6 +248,17 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
         "capture_inputs": None,
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
+
+
+def rank_neffs(neff_cache: Path, world: int) -> list[str | None]:
+    """Each rank's own NEFF (rank_<r>/ of the build's NEFF cache): ranks compile separately and every
+    compilation carries its own uuid (profile schema reference, NeffHeader), so rank r's profile pairs only
+    with rank r's NEFF. None where a rank left other than one NEFF (its pairing then fails saying so)."""
+    out = []
+    for r in range(world):
+        found = sorted(str(p) for p in (neff_cache / f"rank_{r}").rglob("*.neff"))
+        out.append(found[0] if len(found) == 1 else None)
+    return out
 
 
 def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options) -> dict:
@@ -488,37 +501,61 @@ def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: P
 
 
 def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str) -> dict:
-    """The runtime's own profiler (SDK 2.33 inspect mode) where the profiler's capture refuses the NEFF:
-    the workload runs nth times in TorchNeuron, the runtime profiles execution nth, and the NTFF is paired
-    with its NEFF by the hash both names carry; the pair must be the build's NEFF (same content). A
-    collective's ranks each profile into inspect/rank_<r>/; rank 0's NTFF is the capture's own, and
-    every rank's is kept as profile_rank_<r>.ntff, as a multi-worker capture keeps them."""
-    raw = fresh(out_dir / "inspect")
-    env = inspect_env(raw, settings)
-    started = time.time()
-    rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec)
-    if build.spec["kind"] == "collective":
-        ranks = []
-        for r in range(build.spec["world"]):
-            shutil.copyfile(pair_inspect_outputs(raw / f"rank_{r}", neff), out_dir / f"profile_rank_{r}.ntff")
-            ranks.append({"rank": r, "ntff": f"profile_rank_{r}.ntff", "written_as": f"inspect/rank_{r}"})
-        ntff = out_dir / "profile_rank_0.ntff"
+    """The runtime's own profiler (SDK 2.33 inspect mode) where the profiler's capture refuses the NEFF. The
+    two documented device modes are tried in turn, since the pages disagree on which a PyTorch-native
+    process needs: `model` (the workload runs nth times, the runtime profiles execution nth), then, where no
+    device trace appeared, `session` (every execution of the process in one NTFF). The NTFF is paired with
+    its NEFF as that mode's layout pairs them, the NEFF the build's. A collective's ranks each profile into
+    inspect/<mode>/rank_<r>/, each paired with its own NEFF; rank 0's NTFF is the capture's own, and every
+    rank's is kept as profile_rank_<r>.ntff, as a multi-worker capture keeps them."""
+    collective = build.spec["kind"] == "collective"
+    world = build.spec.get("world", 1)
+    own = build.details.get("rank_neffs") or [str(neff)] * world
+    started, tried = time.time(), {}
+    for mode in INSPECT_MODES:
+        raw = fresh(out_dir / "inspect" / mode)
+        env = inspect_env(raw, settings, mode)
+        rerun_torchneuron(build, settings, out_dir, env, inspect_nth=settings.nth_exec if mode == "model" else None)
+        folders = [raw / f"rank_{r}" for r in range(world)] if collective else [raw]
+        pairs = [pair_inspect_outputs(f, Path(own[r] or neff), mode) for r, f in enumerate(folders)]
+        if all(pairs):
+            break
+        tried[mode] = f"no device trace for {sum(p is None for p in pairs)} of {len(pairs)} process(es)"
     else:
-        ntff, ranks = pair_inspect_outputs(raw, neff), None
-    shutil.copyfile(ntff, out_dir / NTFF)
+        raise UserError(
+            f"case {build.workload_id}: the profiler refused the NEFF ({refused}) and the runtime's inspect mode "
+            f"wrote no device trace in either documented mode ({'; '.join(f'{m}: {w}' for m, w in tried.items())}); "
+            "run neuronsweep doctor --field-test and attach its archive to a bug report."
+        )
+    ranks = None
+    if collective:
+        ranks = []
+        for r, ntff in enumerate(pairs):
+            shutil.copyfile(ntff, out_dir / f"profile_rank_{r}.ntff")
+            ranks.append(
+                {"rank": r, "ntff": f"profile_rank_{r}.ntff", "written_as": f"inspect/{mode}/rank_{r}", "neff": own[r]}
+            )
+    shutil.copyfile(pairs[0], out_dir / NTFF)
     return {
         "profiler": "Neuron Runtime inspect mode (NEURON_RT_INSPECT_*)",
         "profiler_version": None,
         "argv": None,
+        "inspect_mode": mode,
+        "inspect_modes_tried": {**tried, mode: "device trace written"},
+        **(
+            {"profile_scope": "session mode: the NTFF holds every execution of the workload in its process"}
+            if mode == "session"
+            else {}
+        ),
         "inspect_env": {k: v for k, v in env.items() if k.startswith(("NEURON_RT_INSPECT", "NEURON_RT_ENABLE_DGE"))},
         "dge_notifications": "NEURON_RT_ENABLE_DGE_NOTIFICATIONS" in env,
         "capture_refused": refused,
         "exit_status": 0,
         "capture_wall_s": time.time() - started,
-        "ntff_written_as": ntff.name,
+        "ntff_written_as": pairs[0].name,
         "neff": str(neff),
         "neff_sha256": hashlib.sha256(neff.read_bytes()).hexdigest(),
-        **({"ranks": ranks, "session_dir": "inspect"} if ranks else {}),
+        **({"ranks": ranks, "session_dir": f"inspect/{mode}"} if ranks else {}),
         "single_io": False,
         "outputs_valid": True,
         "inputs": "the workload's own tensors, in TorchNeuron",
@@ -583,7 +620,8 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
         if settings.pftrace:  # the guide's combined view, over the folder the capture wrote the ranks to
             session = capture_dir / cap.details.get("session_dir", "raw")
             try:
-                result["session"] = view_session(neff, session, out_dir, settings)
+                neffs = [neff, *(Path(r["neff"]) for r in cap.details["ranks"] if r.get("neff"))]
+                result["session"] = view_session(neffs, session, out_dir, settings)
             except UserError as e:  # documented for inspect output; the per-rank views stand without it
                 result["session"], result["session_why"] = None, str(e)
     return result

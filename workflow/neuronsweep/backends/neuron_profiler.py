@@ -111,15 +111,21 @@ class CaptureRefused(UserError):
 NEFF_REFUSED = re.compile(r"nrt_load\b|NEFF load error|not a valid NEFF|unsupported NEFF", re.IGNORECASE)
 
 
-def inspect_env(out: Path, settings: CaptureSettings) -> dict:
-    """The runtime's inspect mode (Neuron Explorer environment variables, SDK 2.33): device profile of one
-    model execution, the first nth-1 executions as warm-up, DGE notifications as the capture asks."""
+INSPECT_MODES = ("model", "session")  # NEURON_RT_INSPECT_DEVICE_PROFILE's device modes, tried in this order
+
+
+def inspect_env(out: Path, settings: CaptureSettings, mode: str = "model") -> dict:
+    """The runtime's inspect mode (Neuron Explorer environment variables, SDK 2.33). `model`: the first
+    execution of each NEFF per core after NUM_WARMUP (model-only) executions, "best for compiled-graph
+    workloads"; `session`: every execution on a core in one NTFF, which the distributed how-to calls
+    required on PJRT runtimes (PyTorch native) for a device trace. DGE notifications as the capture asks."""
     env = {
         "NEURON_RT_INSPECT_ENABLE": "1",
         "NEURON_RT_INSPECT_OUTPUT_DIR": str(out.resolve()),
-        "NEURON_RT_INSPECT_DEVICE_PROFILE": "model",
-        "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP": str(settings.nth_exec - 1),
+        "NEURON_RT_INSPECT_DEVICE_PROFILE": mode,
     }
+    if mode == "model":
+        env["NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP"] = str(settings.nth_exec - 1)
     if dge_notifications(settings):
         env["NEURON_RT_ENABLE_DGE_NOTIFICATIONS"] = "1"
     return env
@@ -131,21 +137,35 @@ def dge_notifications(settings: CaptureSettings) -> bool:
     return bool(settings.options.get("enable_dge_notifs", True) or settings.options.get("memory_tracker"))
 
 
-def pair_inspect_outputs(folder: Path, neff: Path) -> Path:
-    """The NTFF the inspect mode wrote for this NEFF: `<h>_instid_0_vnc_0.ntff` beside `neff_<h>.neff`,
-    the NEFF's content the build's. Anything else (no pair, several) fails with what was found."""
-    digest = _sha256(neff)
-    pairs = []
-    for copy in sorted(folder.rglob("neff_*.neff")):
-        h = copy.stem.removeprefix("neff_")
-        ntffs = sorted(copy.parent.glob(f"{h}_instid_*_vnc_*.ntff"))
-        if _sha256(copy) == digest and ntffs:
-            pairs += ntffs
+# Each mode's files, as the pages show them: model `neff_<h>.neff` beside `<h>_instid_<i>_vnc_<c>.ntff`
+# (Neuron Explorer get-started); session `neff_<h>_vnc_<c>.neff` beside `profile_nc_<c>_session_<s>.ntff`
+# under `<instance>_pid_<pid>/<timestamp>/` (the capture how-to's expected output).
+INSPECT_LAYOUTS = {
+    "model": (re.compile(r"^neff_(?P<key>\d+)\.neff$"), "{key}_instid_*_vnc_*.ntff"),
+    "session": (re.compile(r"^neff_\d+_vnc_(?P<key>\d+)\.neff$"), "profile_nc_{key}_session_*.ntff"),
+}
+
+
+def pair_inspect_outputs(folder: Path, neff: Path, mode: str = "model") -> Path | None:
+    """The NTFF the inspect mode wrote for this NEFF, paired as its layout pairs them (the hash in both
+    names for model, the core for session), the NEFF copy's content the build's. None when the runtime
+    wrote no device trace; several, or NEFFs of another compilation only, fail with what was found."""
+    digest, (neff_name, ntff_glob) = _sha256(neff), INSPECT_LAYOUTS[mode]
+    pairs, others = [], []
+    for copy in sorted(folder.rglob("*.neff")):
+        m = neff_name.match(copy.name)
+        if not m:
+            continue
+        ntffs = sorted(copy.parent.glob(ntff_glob.format(key=m.group("key"))))
+        (pairs if _sha256(copy) == digest else others).extend(ntffs)
+    found = sorted(p.name for p in folder.rglob("*") if p.suffix in (".neff", ".ntff"))
+    if not pairs and not others:
+        return None
     if len(pairs) != 1:
-        found = sorted(p.name for p in folder.rglob("*") if p.suffix in (".neff", ".ntff"))
         raise UserError(
-            f"{neff}: the runtime's inspect mode left {len(pairs)} profile(s) of this NEFF in {folder} "
-            f"(found: {found or 'nothing'}); expected one <hash>_instid_0_vnc_0.ntff beside neff_<hash>.neff."
+            f"{neff}: the runtime's inspect mode ({mode}) left {len(pairs)} profile(s) of this NEFF in {folder} "
+            f"(found: {found}); expected one, paired as the {mode} layout pairs them"
+            + (": the others belong to NEFFs of another compilation." if others and not pairs else ".")
         )
     return pairs[0]
 
@@ -277,7 +297,9 @@ def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> lis
 
 def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, settings: ViewSettings) -> list[dict]:
     """A multi-worker capture viewed per rank: each rank's summary-json in out_dir/ranks/rank_<r>/, with
-    the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary)."""
+    the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary). Each rank's NTFF is
+    viewed with that rank's own NEFF where the rank compiled its own (`neff` in the rank's entry: every
+    compilation carries its own uuid), else with the capture's."""
     import dataclasses
 
     only_summary = dataclasses.replace(settings, parquet=False, json=False, pftrace=False)
@@ -285,7 +307,8 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
     for r in ranks:
         folder = out_dir / "ranks" / f"rank_{r['rank']}"
         folder.mkdir(parents=True, exist_ok=True)
-        summary = view_profile(neff, capture_dir / r["ntff"], folder, only_summary)["summary"]
+        own = Path(r["neff"]) if r.get("neff") else neff
+        summary = view_profile(own, capture_dir / r["ntff"], folder, only_summary)["summary"]
         write_json(folder / "summary.json", summary)
         out.append(
             {
@@ -302,19 +325,23 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
 SESSION_OUTPUTS = ("system_profile.pftrace", "device_profile_model_*.pftrace")  # `view -d` with perfetto
 
 
-def view_session(neff: Path, session_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
-    """The combined collectives view of a multi-worker capture: `view -n NEFF -d <session dir>` with
-    perfetto output, which writes system_profile.pftrace and one device_profile_model_<id>.pftrace
-    into its working directory (the guide's names), here out_dir/session/: every rank on one timeline
-    in ui.perfetto.dev, and queryable like any view."""
+def view_session(neffs: list[Path], session_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    """The combined view of every rank: `view -d <session dir>` with perfetto output (the documented form:
+    no -n, the NEFFs are read from the folder), which writes system_profile.pftrace and one
+    device_profile_model_<id>.pftrace per NEFF into its working directory (the guide's names), here
+    out_dir/session/: every rank on one timeline in ui.perfetto.dev, and queryable like any view. A folder
+    without the ranks' NEFFs (a multi-worker capture's) gets them copied in, as the capture how-to says."""
     profiler = resolve_profiler(settings.profiler)
     folder = (out_dir / "session").resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    present = {_sha256(p) for p in session_dir.rglob("*.neff")}
+    for neff in neffs:
+        if _sha256(neff) not in present:
+            shutil.copyfile(neff, session_dir / f"neff_{_sha256(neff)[:16]}.neff")
+            present.add(_sha256(neff))
     argv = [
         profiler,
         "view",
-        "-n",
-        str(neff.resolve()),
         "-d",
         str(session_dir.resolve()),
         "--output-format",
@@ -404,8 +431,8 @@ def view_profile(
 ) -> dict:
     """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
     runs in out_dir with a time limit. neuron-explorer's view may keep serving its UI and API after
-    writing: parquet gets --ingest-only (where the docs show it), the other exports are stopped once
-    their file has stopped growing. A json export the tool no longer has (after SDK 2.33) is skipped
+    writing: every export is stopped once its output has stopped growing (--ingest-only is documented only
+    as `view -d DIR --ingest-only`, not with -n/-s). A json export the tool no longer has (after SDK 2.33) is skipped
     with the reason; parquet is the source of the tables."""
     profiler = resolve_profiler(settings.profiler)
     known = captured_with[1] if captured_with and captured_with[0] == profiler else None  # the tool's version
@@ -452,11 +479,8 @@ def view_profile(
     for fmt, target, extra in wanted:
         explorer = is_explorer(profiler)
         fallback = out_dir / DEFAULT_OUTPUT.get(fmt, "")
-        try:
-            if explorer and fmt == "parquet":  # --ingest-only: the documented way to write parquet and exit
-                run(fmt, ["--output-file", str(target), *extra, "--ingest-only"])
-            else:  # neuron-explorer may keep serving after writing: stopped once its output is complete
-                run(fmt, ["--output-file", str(target), *extra], written=[target, fallback] if explorer else None)
+        try:  # neuron-explorer may keep serving after writing: stopped once its output is complete
+            run(fmt, ["--output-file", str(target), *extra], written=[target, fallback] if explorer else None)
         except UserError as e:
             if fmt != "json":
                 raise

@@ -25,11 +25,20 @@ The compile backend, as the docs and the real cache behave:
 - a failed compile raises unless TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 (then it runs eagerly);
 - executing a NEFF whose LNC differs from the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's,
   bin/neuron-ls) fails as the runtime does;
-- the runtime's inspect mode (NEURON_RT_INSPECT_ENABLE=1, NEURON_RT_INSPECT_DEVICE_PROFILE=model,
-  NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP=N, NEURON_RT_INSPECT_OUTPUT_DIR) profiles execution N+1 of
-  each NEFF: `neff_<h>.neff` and `<h>_instid_0_vnc_0.ntff` in an `i-<id>_pid_<pid>/` folder of the output
-  folder (the Explorer guide's layout; model mode takes values 1 or model); a rank's NTFF says its rank
-  and core, as a multi-worker capture's do.
+- the runtime's inspect mode (NEURON_RT_INSPECT_ENABLE=1, NEURON_RT_INSPECT_OUTPUT_DIR), in the two device
+  modes of NEURON_RT_INSPECT_DEVICE_PROFILE, each written as its page shows it:
+  `model` (or 1): execution NUM_WARMUP+1 of each NEFF per core as `neff_<h>.neff` beside
+  `<h>_instid_0_vnc_<core>.ntff` in `i-<id>_pid_<pid>/` (Neuron Explorer get-started). The distributed
+  how-to says session mode is "required on PJRT runtimes (PyTorch native, JAX) for the runtime to emit the
+  device trace", so here, a PyTorch-native process, model mode writes the system trace (`ntrace.pb`,
+  `trace_info.pb`) and no device trace; STANDIN_INSPECT_MODEL_TRACE=1 takes the get-started page's reading
+  (a device trace in model mode) instead. The docs disagree; a device settles it (the field test's line).
+  `session`: every execution of the process on core c in one `profile_nc_<c>_session_0.ntff` beside
+  `neff_<h>_vnc_<c>.neff` under `i-<id>_pid_<pid>/<timestamp>/` (the capture how-to's expected output);
+  NUM_WARMUP is model-only and refused with session, as a setting that does not apply.
+  A rank's NTFF says its rank and core, as a multi-worker capture's do.
+- every NEFF carries a uuid of its compilation (profile schema reference, NeffHeader): two compilations of
+  one graph (two ranks) are two NEFFs, and a view pairing an NTFF with the other one is refused.
 
 The `neuron` process group ("How to use torch.distributed on Neuron"): gloo on the host data, so the
 ranks exchange real values; under torchrun an unset NEURON_RT_VISIBLE_CORES becomes LOCAL_RANK (the
@@ -44,6 +53,7 @@ import re
 import shutil
 import time
 import types
+import uuid
 from pathlib import Path
 
 import standin_cores
@@ -57,6 +67,7 @@ torch.utils.rename_privateuse1_backend("neuron")
 NEURON = torch.device("neuron", 0)
 TARGETS = ("trn2", "trn3")
 _claimed = []
+_session = None  # the inspect session's timestamp folder, one per process
 
 
 def _claim():
@@ -202,6 +213,7 @@ def _compile(gm, example_inputs) -> Path:
         "lnc": lnc,
         "inputs": signature,
         "input_names": [f"input{i}" for i in range(len(signature))],
+        "uuid": uuid.uuid4().hex,  # per compilation (NeffHeader)
     }
     neff.parent.mkdir(parents=True, exist_ok=True)
     tmp = neff.with_suffix(f".{os.getpid()}.tmp")
@@ -241,31 +253,44 @@ class _Executable:
         if os.environ.get("NEURON_RT_INSPECT_ENABLE") != "1":
             return
         mode = os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE", "0")
+        root = Path(os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "./output"))
+        root = root / f"i-0000000000000000_pid_{os.getpid()}"
+        root.mkdir(parents=True, exist_ok=True)
+        for name in ("ntrace.pb", "trace_info.pb"):  # the system profile (on whenever inspect is)
+            (root / name).write_bytes(b"system trace (stand-in)")
+        data = self.neff.read_bytes()
+        h = str(int(hashlib.md5(data).hexdigest()[:12], 16))
+        core = standin_cores.visible()[0]
+        body = {
+            "ntff_version": 6,
+            "neff_sha256": hashlib.sha256(data).hexdigest(),
+            "single_io": False,
+            "dge_notifs": os.environ.get("NEURON_RT_ENABLE_DGE_NOTIFICATIONS") == "1",
+            "inspect": mode,
+        }
+        if "RANK" in os.environ:  # a worker of a collective: where it ran, as the capture's rank profiles say
+            body.update(rank=int(os.environ["RANK"]), nc_idx=core % standin_cores.CORES_PER_DEVICE)
+            body["nd_idx"] = core // standin_cores.CORES_PER_DEVICE
+        if mode == "session":
+            if "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP" in os.environ:
+                raise RuntimeError("NRT: NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP applies to model mode only")
+            global _session
+            _session = _session or time.strftime("%Y%m%d_%H%M%S")
+            out = root / _session
+            out.mkdir(exist_ok=True)
+            (out / f"neff_{h}_vnc_{core}.neff").write_bytes(data)
+            # the whole session on this core: every execution so far, rewritten as the session goes on
+            body["executions"] = self.executions
+            (out / f"profile_nc_{core}_session_0.ntff").write_bytes(b"NTFF\0" + json.dumps(body).encode())
+            return
         warmup = int(os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", "0"))
         if mode not in ("1", "model") or self.executions != warmup + 1:
             return
-        # as the Explorer guide shows them: output/i-<instance id>_pid_<pid>/neff_<h>.neff beside
-        # <h>_instid_0_vnc_0.ntff, <h> a decimal number
-        out = Path(os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "./output")) / f"i-0000000000000000_pid_{os.getpid()}"
-        out.mkdir(parents=True, exist_ok=True)
-        data = self.neff.read_bytes()
-        h = str(int(hashlib.md5(data).hexdigest()[:12], 16))
-        (out / f"neff_{h}.neff").write_bytes(data)
-        rank = {}
-        if "RANK" in os.environ:  # a worker of a collective: where it ran, as the capture's rank profiles say
-            core = standin_cores.visible()[0]
-            rank = {"rank": int(os.environ["RANK"]), "nc_idx": core % standin_cores.CORES_PER_DEVICE}
-            rank["nd_idx"] = core // standin_cores.CORES_PER_DEVICE
-        body = {
-            **rank,
-            "ntff_version": 6,
-            "neff_sha256": hashlib.sha256(data).hexdigest(),
-            "num_exec": self.executions,
-            "single_io": False,
-            "dge_notifs": os.environ.get("NEURON_RT_ENABLE_DGE_NOTIFICATIONS") == "1",
-            "inspect": True,
-        }
-        (out / f"{h}_instid_0_vnc_0.ntff").write_bytes(b"NTFF\0" + json.dumps(body).encode())
+        if os.environ.get("STANDIN_INSPECT_MODEL_TRACE") != "1":
+            return  # PJRT (PyTorch native): no device trace in model mode (the distributed how-to)
+        (root / f"neff_{h}.neff").write_bytes(data)
+        body["num_exec"] = self.executions
+        (root / f"{h}_instid_0_vnc_{core}.ntff").write_bytes(b"NTFF\0" + json.dumps(body).encode())
 
 
 def neuron_backend(gm, example_inputs):
