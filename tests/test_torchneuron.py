@@ -408,3 +408,32 @@ def test_doctor_says_which_target_and_lnc_it_resolved_from_neuron_ls():
     assert instance_line(options(lnc=1), trn2).endswith("; processes run at LNC 1 (neuron.lnc)")
     assert instance_line(options(), real_machine("neuron-ls-inf2.xlarge")).startswith("target inf2 (neuron-ls: inf2")
     assert "config key 'neuron.target' is trn1" in instance_line(options(target="trn1"), trn2)
+
+
+NKI_SPEC = {"kind": "matmul", "m": 256, "k": 256, "n": 1024, "dtype": "bf16", "impl": "nki"}
+
+
+def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_unsupported():
+    from neuronsweep import kernels
+
+    assert kernels.unsupported(NKI_SPEC, "trn2", (0, 7, 0)) is None
+    assert kernels.unsupported(NKI_SPEC, "inf2", (0, 5, 0)) is None  # SDK 2.31's nki still compiles for inf2
+    why = kernels.unsupported(NKI_SPEC, "inf2", (0, 7, 0))
+    assert why.startswith("NKI 0.7.0 (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target is inf2")
+    huge = {**NKI_SPEC, "m": 16384, "k": 16384, "n": 16384}  # 128 x 128 x 32 tiles
+    assert "would unroll 524288 matmul instructions" in kernels.unsupported(huge, "trn2", (0, 7, 0))
+    mlp = {"kind": "mlp", "b": 1, "s": 128, "h": 1024, "i": 512, "dtype": "bf16", "impl": "nki"}
+    assert kernels.for_spec(mlp).unrolled(mlp) == 3 * 8 * 4 and kernels.unsupported(mlp, "trn2", (0, 7, 0)) is None
+
+
+@pytest.mark.workflow  # runs the stages' real commands (an NKI build on the stand-in)
+def test_nki_0_7_kernels_loop_with_python_range_not_the_deprecated_iterators(tmp_path):
+    """NKI 0.7 deprecates nl.affine_range/sequential_range/static_range (plain Python range, unrolled when
+    traced): the stand-in of SDK 2.33 warns and records any call in the NEFF, as a check on our kernels."""
+    record = build(tmp_path, NKI_SPEC, "nki")
+    assert record["route"] == "nki" and record["correctness"]["correct"]
+    assert "deprecated_calls" not in neff_header(tmp_path / "nki" / "model.neff")
+    env = {**os.environ, **torchneuron_env(tmp_path)}
+    probe = "import nki.language as nl; list(nl.affine_range(2)); print(nl.DEPRECATED_CALLS)"
+    out = subprocess.run([str(BIN / "python"), "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "['nl.affine_range']", out.stderr  # the stand-in does catch the old iterator

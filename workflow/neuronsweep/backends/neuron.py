@@ -61,7 +61,7 @@ from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSett
 from neuronsweep.errors import UserError
 from neuronsweep.host import slots
 from neuronsweep.host.targets import TARGETS
-from neuronsweep.kernels import for_spec
+from neuronsweep.kernels import unsupported as nki_unsupported
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.workloads import workload_id
@@ -271,12 +271,9 @@ def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, time
 
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
-    why = for_spec(spec).supported(spec)
+    why = nki_unsupported(spec, settings.options["target"])
     if why:
-        raise UserError(
-            f"case {workload_id(spec)}: the NKI {spec['kind']} kernel does not handle this shape "
-            f"({why}); use impl: compiler for it."
-        )
+        raise UserError(f"case {workload_id(spec)}: {why}; use impl: compiler for it.")
     workdir = out_dir.resolve() / "nki"
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = fresh(workdir / "artifacts")

@@ -26,6 +26,42 @@ ARG_NAMES = ("lhsT", "rhs")
 P, TN_MAX = 128, 512  # partitions (contraction, stationary free), moving free size (one PSUM bank)
 
 
+def nki_version() -> tuple[int, ...] | None:
+    """The installed standalone `nki` package's version, from its metadata (no import), or None."""
+    import importlib.metadata
+    import re
+
+    try:
+        return tuple(int(x) for x in re.findall(r"\d+", importlib.metadata.version("nki"))[:3])
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+NKI_PYTHON_LOOPS = (0, 7)  # NKI 0.7 (SDK 2.33): affine/sequential/static_range deprecated, plain Python range
+
+
+def tile_loop(nl, api: str):
+    """The loop over tiles. NKI 0.7 deprecates nl.affine_range, sequential_range and static_range: they
+    default to Python `range` there, unrolled at specialization time ("NKI Loops"), so 0.7 kernels use
+    `range` itself; earlier releases keep affine_range (no loop-carried dependency: the compiler may
+    pipeline it). The compiled loop of 0.7 (nl.fori_loop) needs dynamic addressing (scalar_offset) that
+    these kernels do not use, so a grid point's unrolled size is bounded instead (MAX_UNROLLED)."""
+    version = nki_version() if api == "nki" else None
+    return range if version and version >= NKI_PYTHON_LOOPS else nl.affine_range
+
+
+# Unrolled nc_matmul instructions per kernel call beyond which a grid point is unsupported: every tile
+# loop unrolls when the kernel is traced (NKI 0.7), so compile time and the instruction stream grow with
+# the tile count. Our bound, not an SDK limit: 4,096 is an 8192^3 matmul's 64 x 16 x 64 / 16.
+MAX_UNROLLED = 4096
+
+
+def unrolled(spec: dict) -> int:
+    """nc_matmul instructions one call of the kernel issues (every loop unrolled)."""
+    m, k, n = spec["m"], spec["k"], spec["n"]
+    return max(1, m // P) * max(1, k // P) * max(1, n // TN_MAX)
+
+
 def load_nki():
     """(nki, nl, nisa, api): the standalone `nki` package (SDK 2.28+) or the legacy neuronxcc.nki."""
     try:
@@ -45,16 +81,17 @@ def load_nki():
 def make_kernel(decorate=None):
     """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...))."""
     nki, nl, nisa, api = load_nki()
+    loop = tile_loop(nl, api)
 
     def nki_matmul_tiled(lhsT, rhs):
         K, M = lhsT.shape
         _, N = rhs.shape
         result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
         tm, tk, tn = min(M, P), min(K, P), min(N, TN_MAX)
-        for m in nl.affine_range(M // tm):
-            for n in nl.affine_range(N // tn):
+        for m in loop(M // tm):
+            for n in loop(N // tn):
                 acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)  # no memset: see PSUM above
-                for k in nl.affine_range(K // tk):
+                for k in loop(K // tk):
                     lhs_tile = nl.ndarray((tk, tm), dtype=lhsT.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=lhs_tile, src=lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
                     rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronsweep.kernels.nki_matmul import load_nki
+from neuronsweep.kernels.nki_matmul import load_nki, tile_loop
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
 ARG_NAMES = ("xT", "w_gate", "w_up", "w_down")
@@ -23,18 +23,19 @@ SBUF_PARTITION_BYTES = 192 * 1024  # NeuronCore-v2: 24 MiB over 128 partitions (
 
 def make_kernel(decorate=None):
     nki, nl, nisa, api = load_nki()
+    loop = tile_loop(nl, api)
 
     def nki_gated_mlp(xT, w_gate, w_up, w_down):
         H, T = xT.shape
         I = w_gate.shape[1]  # noqa: E741
         outT = nl.ndarray((H, T), dtype=xT.dtype, buffer=nl.shared_hbm)
         tn = min(T, TN_MAX)
-        for t in nl.affine_range(T // tn):
+        for t in loop(T // tn):
             hT = nl.ndarray((P, (I // P) * tn), dtype=xT.dtype, buffer=nl.sbuf)
-            for i in nl.affine_range(I // P):
+            for i in loop(I // P):
                 gate = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
                 up = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)  # h=0 overwrites (nki_matmul)
-                for h in nl.affine_range(H // P):
+                for h in loop(H // P):
                     x_tile = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=x_tile, src=xT[h * P : (h + 1) * P, t * tn : (t + 1) * tn])
                     wg = nl.ndarray((P, P), dtype=w_gate.dtype, buffer=nl.sbuf)
@@ -46,9 +47,9 @@ def make_kernel(decorate=None):
                 act = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=act, op=nl.silu, data=gate)
                 nisa.tensor_tensor(dst=hT[:, i * tn : (i + 1) * tn], data1=act, data2=up, op=nl.multiply)
-            for m in nl.affine_range(H // P):
+            for m in loop(H // P):
                 acc = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
-                for i in nl.affine_range(I // P):
+                for i in loop(I // P):
                     wd = nl.ndarray((P, P), dtype=w_down.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=wd, src=w_down[i * P : (i + 1) * P, m * P : (m + 1) * P])
                     nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn : (i + 1) * tn])
@@ -80,6 +81,14 @@ def make_kernel(decorate=None):
         return outT
 
     return (decorate or nki.jit)(nki_gated_mlp if api == "nki" else nki_gated_mlp_legacy)
+
+
+def unrolled(spec: dict) -> int:
+    """nc_matmul instructions one call of the kernel issues (every loop unrolled): gate and up per
+    (token tile, I tile, H tile), down per (token tile, H tile, I tile)."""
+    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    tiles = max(1, t // TN_MAX)
+    return tiles * (2 * (i // P) * (h // P) + (h // P) * (i // P))
 
 
 def supported(spec: dict) -> str | None:

@@ -271,7 +271,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
             scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
             why = unsupported(spec, backend, slow_dtypes)
             if not why and spec.get("impl") == "nki":
-                why = kernels.unsupported(spec)
+                why = kernels.unsupported(spec, config.get("neuron", {}).get("target") if backend == "neuron" else None)
             if why:
                 skipped[sc.workload_id] = why
             else:

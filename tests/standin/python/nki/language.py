@@ -49,11 +49,38 @@ def ndarray(shape, dtype, buffer=sbuf, name=None):
     return tensor(data, buffer)
 
 
-def affine_range(n):
-    return range(n)
+DEPRECATED_CALLS = []  # the deprecated range iterators a kernel called while traced (NKI 0.7+)
 
 
-sequential_range = static_range = affine_range
+def _version() -> tuple:
+    import importlib.metadata
+    import re
+
+    try:
+        return tuple(int(x) for x in re.findall(r"\d+", importlib.metadata.version("nki"))[:3])
+    except importlib.metadata.PackageNotFoundError:
+        return (0, 5, 0)
+
+
+def _range(name):
+    """NKI 0.7 ("NKI Loops"): affine_range, sequential_range and static_range are deprecated and default to
+    Python range; before 0.7 they are the loop iterators. Either way the double runs them as range; under
+    0.7 it warns as the package does and the NEFF records the call (nki/__init__.py)."""
+
+    def iterate(start, stop=None, step=1):
+        if _version() >= (0, 7):
+            import warnings
+
+            DEPRECATED_CALLS.append(f"nl.{name}")
+            warnings.warn(
+                f"nl.{name} is deprecated in NKI 0.7 and defaults to Python range", DeprecationWarning, stacklevel=2
+            )
+        return range(start) if stop is None else range(start, stop, step)
+
+    return iterate
+
+
+affine_range, sequential_range, static_range = (_range(n) for n in ("affine_range", "sequential_range", "static_range"))
 
 
 def silu(x):
