@@ -23,14 +23,18 @@ CONTRACTS = (
     "MFU recomputed = tool's",
     "device time vs framework",
     "correctness",
+    "input names",
+    "inspect layout",
+    "compiler command line",
 )
 
 
 @pytest.mark.workflow  # runs the real workflow on the stand-in
 def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
     """One NKI kernel miscompiled (STANDIN_NKI_WRONG: 10 % off) fails its correctness line and the exit
-    status; every other contract of both routes passes or is skipped with the reason."""
-    env = {**os.environ, **torchneuron_env(tmp_path, STANDIN_NKI_WRONG="1")}
+    status; every other contract of both routes passes or is skipped with the reason. The collective's NEFF
+    is refused by the profiler (STANDIN_FAIL_MATCH), so its ranks go through the runtime's inspect mode."""
+    env = {**os.environ, **torchneuron_env(tmp_path, STANDIN_NKI_WRONG="1", STANDIN_FAIL_MATCH="allreduce")}
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(
         [str(BIN / "neuronsweep"), "doctor", "--field-test", "--out", str(tmp_path / "ft")],
@@ -43,9 +47,13 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert lines[0].startswith("PASS  route detection") and "torchneuron" in lines[0]
-    for route in ("torchneuron", "nki"):
+    for route in ("torchneuron", "nki", "collective"):
         named = [line for line in lines if f" {route}: " in line]
         assert [c for c in CONTRACTS if not any(f"{route}: {c}" in line for line in named)] == []
+    by_contract = {line[6:].split("  ")[0].strip(): line[:4] for line in lines}
+    assert by_contract["collective: per-rank NEFFs"] == "PASS" and by_contract["collective: inspect layout"] == "PASS"
+    assert by_contract["nki: LNC per process"] == "PASS" and by_contract["nki: NKI loops"] == "PASS"
+    assert by_contract["torchneuron: inspect layout"] == "SKIP"  # the profiler took its NEFF
     failed = [line for line in lines if line.startswith("FAIL")]
     assert len(failed) == 1 and "nki: correctness" in failed[0] and "(tolerance 0.03)" in failed[0]
     assert any(line.startswith("SKIP  nki: device time vs framework") for line in lines)  # NKI: no framework

@@ -555,7 +555,11 @@ def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(t
     assert "--ignore-exec-errors" not in cap["argv"]
     m = json.loads((d / "metrics.json").read_text())
     assert m["flops"] == m["profile_flops_tool"] == 2 * 128 * 256 * 512
-    assert m["latency_median_s"] is None and "outside a framework" in m["notes"]["latency_median_s"]
+    # no framework times an NKI kernel: every execution after the warm-up is profiled, and each one's device
+    # time is a sample (capture.num_exec = warmup + iterations, --profile-nth-exec 1)
+    assert m["latency_n"] == cap["settings"]["iterations"] and m["latency_median_s"] > 0
+    assert "device time per execution" in m["notes"]["latency_median_s"] and m["framework_overhead_s"] is None
+    assert cap["argv"][cap["argv"].index("--profile-nth-exec") + 1] == "1"
     assert build["nki_api"] == "nki" and build["correctness"]["max_rel_error"] == pytest.approx(0.1, rel=1e-3)
 
 

@@ -50,6 +50,7 @@ from neuronsweep.backends.neuron_profiler import (
     NTFF,
     CaptureRefused,
     capture_neff,
+    execution_samples,
     inspect_env,
     pair_inspect_outputs,
     tool_env,
@@ -571,8 +572,12 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         settings = replace(settings, runtime_lnc=neff_lnc, visible_cores=cores)
     neff = build_dir / ARTIFACT
     torchneuron = build.details.get("route") == "torchneuron"
+    nki = build.spec.get("impl") == "nki" and build.spec["kind"] != "collective"
+    if nki:  # every execution profiled: the warm-up, then `iterations` executions whose device times are samples
+        settings = replace(settings, num_exec=settings.warmup + settings.iterations, nth_exec=1)
     try:
-        record = capture_neff(neff, out_dir, settings, build.details.get("capture_inputs"))
+        kept = settings.warmup + 1 if nki else None
+        record = capture_neff(neff, out_dir, settings, build.details.get("capture_inputs"), kept=kept)
     except CaptureRefused as exc:
         if not torchneuron:
             raise
@@ -581,9 +586,9 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         record.update(collective_timing(build, settings, out_dir / "framework"))
     elif torchneuron:
         record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
-    elif build.spec.get("impl") == "nki":
-        record["latency"] = None
-        record["latency_note"] = "NKI kernels run outside a framework here; their device time is in the profile"
+    elif nki:  # no supported NKI timing API: the profiler's device time of each execution
+        record["latency"] = execution_samples(neff, out_dir, settings, settings.warmup + 1, settings.iterations)
+        record["latency_note"] = "NKI kernels run outside a framework here: each sample is one execution's device time"
     else:
         record["latency"] = framework_timing(build, settings, out_dir / "framework")
     record["threads"] = None

@@ -185,9 +185,14 @@ def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
 
 
 def capture_neff(
-    neff: Path, out_dir: Path, settings: CaptureSettings, inputs: list[tuple[str, str]] | None = None
+    neff: Path,
+    out_dir: Path,
+    settings: CaptureSettings,
+    inputs: list[tuple[str, str]] | None = None,
+    kept: int | None = None,
 ) -> dict:
-    """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff)."""
+    """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff:
+    the first profiled execution, or execution `kept` where every execution is profiled)."""
     profiler = resolve_profiler(settings.options["profiler"])
     raw = out_dir / "raw"
     shutil.rmtree(raw, ignore_errors=True)
@@ -249,8 +254,8 @@ def capture_neff(
         ntff = raw / ranks[0]["written_as"]
         shutil.copyfile(ntff, out_dir / NTFF)
     else:
-        ntff = find_ntff(raw, settings.num_exec, settings.nth_exec)
-        os.replace(ntff, out_dir / NTFF)
+        ntff = find_ntff(raw, settings.num_exec, kept or settings.nth_exec)
+        shutil.copyfile(ntff, out_dir / NTFF) if kept else os.replace(ntff, out_dir / NTFF)
     marker.unlink(missing_ok=True)
     return {
         "profiler": profiler,
@@ -269,6 +274,36 @@ def capture_neff(
         "outputs_valid": not single_io,
         "inputs": inputs or "zero-filled (--ignore-exec-errors)",
         "artifacts": {"ntff": NTFF},
+    }
+
+
+def execution_samples(neff: Path, capture_dir: Path, settings: CaptureSettings, first: int, count: int) -> dict:
+    """Every execution `first` .. `first + count - 1` of a capture that profiled each one (--profile-nth-exec 1:
+    raw/profile_exec_<k>.ntff), viewed as summary-json: each execution's device time (`total_time`) is a
+    sample. What an NKI kernel, which no framework times here, has instead of a framework timing."""
+    from neuronsweep.analysis.stats import latency_stats
+    from neuronsweep.config.settings import ViewSettings
+
+    view = ViewSettings(
+        profiler=settings.options.get("profiler", "auto"),
+        parquet=False,
+        json=False,
+        pftrace=False,
+        perfetto_flows=False,
+        timeout_s=settings.timeout_s,
+        runtime_lnc=settings.runtime_lnc,
+    )
+    samples = []
+    for k in range(first, first + count):
+        folder = capture_dir / "executions" / f"exec_{k}"
+        folder.mkdir(parents=True, exist_ok=True)
+        ntff = capture_dir / "raw" / expected_ntff(first + count - 1, k)
+        samples.append(float(view_profile(neff, ntff, folder, view)["summary"]["total_time"]))
+    return {
+        **latency_stats(samples),
+        "basis": "device time per execution: the profiler's total_time of each profiled execution, after "
+        f"{first - 1} unprofiled-for-timing warm-up execution(s), all in one process",
+        "executions": f"profile_exec_{first}..{first + count - 1}",
     }
 
 

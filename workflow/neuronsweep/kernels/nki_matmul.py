@@ -40,13 +40,13 @@ def nki_version() -> tuple[int, ...] | None:
 NKI_PYTHON_LOOPS = (0, 7)  # NKI 0.7 (SDK 2.33): affine/sequential/static_range deprecated, plain Python range
 
 
-def tile_loop(nl, api: str):
+def tile_loop(nl):
     """The loop over tiles. NKI 0.7 deprecates nl.affine_range, sequential_range and static_range: they
     default to Python `range` there, unrolled at specialization time ("NKI Loops"), so 0.7 kernels use
     `range` itself; earlier releases keep affine_range (no loop-carried dependency: the compiler may
     pipeline it). The compiled loop of 0.7 (nl.fori_loop) needs dynamic addressing (scalar_offset) that
     these kernels do not use, so a grid point's unrolled size is bounded instead (MAX_UNROLLED)."""
-    version = nki_version() if api == "nki" else None
+    version = nki_version()
     return range if version and version >= NKI_PYTHON_LOOPS else nl.affine_range
 
 
@@ -81,7 +81,7 @@ def load_nki():
 def make_kernel(decorate=None):
     """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...))."""
     nki, nl, nisa, api = load_nki()
-    loop = tile_loop(nl, api)
+    loop = tile_loop(nl) if api == "nki" else None  # the legacy spelling keeps nl.affine_range
 
     def nki_matmul_tiled(lhsT, rhs):
         K, M = lhsT.shape

@@ -23,7 +23,7 @@ SBUF_PARTITION_BYTES = 192 * 1024  # NeuronCore-v2: 24 MiB over 128 partitions (
 
 def make_kernel(decorate=None):
     nki, nl, nisa, api = load_nki()
-    loop = tile_loop(nl, api)
+    loop = tile_loop(nl) if api == "nki" else None  # the legacy spelling keeps nl.affine_range
 
     def nki_gated_mlp(xT, w_gate, w_up, w_down):
         H, T = xT.shape

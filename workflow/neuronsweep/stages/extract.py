@@ -202,7 +202,10 @@ def _framework_timing(m: dict, capture: CaptureRecord | None, backend: str, note
     if m["threads"] is None:
         notes["threads"] = f"the {backend} backend leaves threading to its runtime"
     device_s = {"neuron": m["profile_total_time_s"], "xla": m["execute_median_s"]}.get(backend)
-    if m["latency_median_s"] is not None and device_s is not None:
+    if lat.get("basis", "").startswith("device time per execution"):  # NKI: the samples are device times
+        m["framework_overhead_s"] = None
+        notes["framework_overhead_s"] = notes["latency_median_s"] = lat["basis"]
+    elif m["latency_median_s"] is not None and device_s is not None:
         m["framework_overhead_s"] = m["latency_median_s"] - device_s
     else:
         m["framework_overhead_s"] = None
