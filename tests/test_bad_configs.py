@@ -56,6 +56,7 @@ class Collect(logging.Handler):
         self.records.append(record)
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 @pytest.mark.parametrize("name", CASES)
 def test_refused_by_plan_in_one_sentence(tmp_path, name):
     """`neuronsweep plan` (its main, in this process: a start-up per file would cost more than the test)."""

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import pytest
 import yaml
 from conftest import BIN, tiny_config
 
@@ -24,6 +25,7 @@ HOLD = (
 )
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_a_waiting_step_names_the_holder_and_takes_over_when_it_dies(tmp_path, caplog, monkeypatch):
     lock = tmp_path / "device.lock"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True)

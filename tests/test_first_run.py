@@ -48,6 +48,7 @@ def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
     assert len(plan.make_plan(cfg, "neuron", caps.slow_dtypes(LAPTOP)).workloads) == 3
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
     first = caps.probe(tmp_path, 1)
     assert set(first["gemm_flops_per_s"]) == set(caps.DTYPES) and min(first["gemm_flops_per_s"].values()) > 0
@@ -57,6 +58,7 @@ def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
     assert set(caps.cpu_flags()) <= set(caps.RELEVANT_FLAGS)
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_plan_prints_an_estimate_and_doctor_the_rates(tmp_path):
     cfg = tiny_config(tmp_path, calibrated=False)
     (tmp_path / "c.yaml").write_text(json.dumps(cfg))

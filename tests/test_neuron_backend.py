@@ -667,6 +667,7 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
     assert bad.returncode != 0 and "has no attribute 'load'" in bad.stderr
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_a_failing_torch_xla_child_is_one_sentence_with_its_log(tmp_path):
     import importlib.util
 
@@ -808,6 +809,7 @@ def test_neuron_builds_hold_the_device_and_pin_their_cores(neuron_run):
     assert "Available:0" not in text
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(tmp_path):
     cfg = neuron_config(tmp_path)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -832,6 +834,7 @@ def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(
     assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_a_case_larger_than_a_neuroncores_hbm_is_refused_in_the_plan(tmp_path):
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 65536, "k": 65536, "n": 8}]}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -965,6 +968,7 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
     assert "fewer, larger messages" in page  # a small collective's overhead, in its own words
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
     from neuronsweep.backends import xla_collective
 

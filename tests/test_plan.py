@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 import yaml
 from conftest import BIN, private_cache
 
@@ -49,6 +50,7 @@ def test_plan_is_stable_across_orderings():
     assert a.to_dict() == b.to_dict()
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_cli_plan_json(tmp_path):
     (tmp_path / "c.yaml").write_text(
         yaml.safe_dump(

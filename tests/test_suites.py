@@ -223,6 +223,7 @@ def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
     assert metrics["correct"] is True and metrics["max_rel_error"] < 1e-5 and metrics["tolerance_rel"] == 1e-4
 
 
+@pytest.mark.torch  # the cpu plan probe or a torch child
 def test_nki_mlp_reference_is_the_gated_mlp_the_compiler_route_runs():
     import numpy as np
     import torch

@@ -6,7 +6,7 @@ import platform
 import shutil
 
 from neuronsweep import backends
-from neuronsweep.backends import nccom_test, neuron, neuron_profiler
+from neuronsweep.backends import nccom_test, neuron, neuron_profiler, neuron_setup
 from neuronsweep.backends.common import default_threads, package_versions, run_tool
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
@@ -56,8 +56,6 @@ def report(config_path: str) -> str:
 def instance_line(section: dict, machine: neuron_ls.Machine) -> str:
     """What a neuron run would settle here: "target trn2 (neuron-ls: trn2.48xlarge), runtime LNC 2: 4
     logical NeuronCores = 8 physical" (and the processes' LNC where the config sets another)."""
-    from neuronsweep.backends import neuron_setup
-
     if not (machine.instance_type or machine.chips):
         return f"neuron target: not settled ({machine.found})"
     try:

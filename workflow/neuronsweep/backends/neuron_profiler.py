@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
 from neuronsweep.backends.common import run_tool
@@ -281,9 +282,6 @@ def execution_samples(neff: Path, capture_dir: Path, settings: CaptureSettings, 
     """Every execution `first` .. `first + count - 1` of a capture that profiled each one (--profile-nth-exec 1:
     raw/profile_exec_<k>.ntff), viewed as summary-json: each execution's device time (`total_time`) is a
     sample. What an NKI kernel, which no framework times here, has instead of a framework timing."""
-    from neuronsweep.analysis.stats import latency_stats
-    from neuronsweep.config.settings import ViewSettings
-
     view = ViewSettings(
         profiler=settings.options.get("profiler", "auto"),
         parquet=False,
