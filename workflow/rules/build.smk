@@ -1,13 +1,15 @@
 rule build:
     """Compile one workload through the content-addressed cache (cpu: torch.export to .pt2;
     neuron: torch-xla + neuronx-cc to a NEFF, found through a compile cache of its own)."""
+    input:
+        user_code=user_sources,
     output:
         record=f"{WORKLOAD}/build/build.json",
         artifact=f"{WORKLOAD}/build/{ARTIFACT['build']}",
     log:
         f"{WORKLOAD}/logs/build.log",
     wildcard_constraints:
-        wid=f"(?!{COLLECTIVE_WID})[a-z0-9][a-z0-9.-]*",
+        wid=f"(?!{COLLECTIVE_WID})[a-z0-9][a-z0-9._-]*",
     conda:
         "../../envs/neuronsweep.yaml"
     resources:

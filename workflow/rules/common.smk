@@ -15,7 +15,7 @@ from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import estimate, plan_for
 from neuronsweep.config.settings import HOST_ENV
-from neuronsweep.workloads import canonical
+from neuronsweep.workloads import canonical, user_code
 
 # Jobs call the `neuronsweep` CLI installed beside this Snakemake, even when its venv is not
 # activated (a conda env from --sdm conda still comes first on PATH inside its jobs).
@@ -157,7 +157,7 @@ WORKLOAD = f"{RUN}/{BACKEND}/workloads/{{wid}}"  # one folder per workload: buil
 
 
 wildcard_constraints:
-    wid=r"[a-z0-9][a-z0-9.-]*",
+    wid=r"[a-z0-9][a-z0-9._-]*",
 
 
 def build_artifact(wid):
@@ -174,6 +174,16 @@ def spec_json(wildcards):
             f"workload '{wildcards.wid}' is not in the plan of {CONFIG_SOURCE}; add its shape to the "
             "config or pick an id from `neuronsweep plan`."
         ) from None
+
+
+def user_sources(wildcards):
+    """The source files of a user's function and NKI kernel (suites.custom): an input of the case's build,
+    so an edit rebuilds that suite's cases and what follows, and nothing else."""
+    spec = PLAN.workloads.get(wildcards.wid) or {}
+    if spec.get("kind") != "custom":
+        return []
+    refs = [spec["function"], *([spec["nki_kernel"]] if spec.get("nki_kernel") else [])]
+    return [str(user_code.source_file(ref)) for ref in refs]
 
 
 def aggregate_after_failure():

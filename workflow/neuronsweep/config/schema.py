@@ -205,8 +205,9 @@ def _sentence(error, source: str) -> str:
     return f"{source}: key '{key}': {error.message}; fix the value."
 
 
-def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Return a validated deep copy of `config` with schema defaults filled in."""
+def validate(config: dict[str, Any], source: str = "config", base: Path | None = None) -> dict[str, Any]:
+    """Return a validated deep copy of `config` with schema defaults filled in; the paths of users' code
+    in it made absolute against `base` (the config file's folder)."""
     if not isinstance(config, dict):
         raise UserError(f"{source}: the config must be a mapping of keys to values, not {type(config).__name__}.")
     from jsonschema import Draft202012Validator  # imported here: a cached validation never needs it
@@ -218,7 +219,26 @@ def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     if errors:
         raise UserError(_sentence(errors[0], source))
     _semantic_checks(cfg, source)
+    _resolve_user_code(cfg, base or Path.cwd())
     return cfg
+
+
+USER_CODE_KEYS = ("function", "nki_kernel", "module", "hf_config")  # suites.custom, suites.model
+
+
+def _resolve_user_code(cfg: dict, base: Path) -> None:
+    """`path/file.py:name` and `path/config.json` relative to the config file, as a user writes them;
+    `package.module:name` stays as it is (imported where the sweep runs)."""
+    for suite in ("custom", "model"):
+        for entry in cfg["suites"].get(suite, []):
+            for key in USER_CODE_KEYS:
+                value = entry.get(key)
+                if not isinstance(value, str):
+                    continue
+                target, sep, name = value.rpartition(":") if key != "hf_config" else (value, "", "")
+                if key == "hf_config" or target.endswith(".py") or "/" in target:
+                    path = (base / Path(target).expanduser()).resolve()
+                    entry[key] = f"{path}{sep}{name}"
 
 
 def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: Path | None = None) -> dict[str, Any]:
@@ -246,7 +266,7 @@ def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: 
             pass
     for name in files:
         read_yaml(name)
-    cfg = validate(config, source=source)
+    cfg = validate(config, source=source, base=Path(files[-1]).resolve().parent if files else None)
     if slot is not None:
         try:
             write_json(slot, {"key": key, "config": cfg})
@@ -295,7 +315,7 @@ def load(path: str | Path) -> dict[str, Any]:
     data = read_yaml(path)
     if data is None:
         raise UserError(f"{path}: the config file is empty; start from config/config.yaml.")
-    return validate(data, source=str(path))
+    return validate(data, source=str(path), base=Path(path).resolve().parent)
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

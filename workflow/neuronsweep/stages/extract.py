@@ -234,10 +234,13 @@ def _work_and_roofline(
     """The workload's analytic FLOPs and bytes, the rates they give, the Trainium tile model (neuron only)
     and the roofline; a collective has none of them (it moves data), a bare summary no spec to count."""
     if spec and not has_roofline(spec):
+        why = getattr(kind_of(spec), "no_roofline_why", None)
         for key in ANALYTIC + ROOFLINE:
             m[key] = None
             notes[key] = (
-                f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
+                why(spec)
+                if why
+                else f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
                 "see algbw_bytes_per_s and busbw_bytes_per_s"
             )
         return
@@ -248,6 +251,8 @@ def _work_and_roofline(
         return
     kind = kind_of(spec)
     flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+    if hasattr(kind, "counted_how"):  # a user's function: where its FLOPs and bytes came from
+        notes["flops"], notes["min_bytes"] = kind.counted_how(spec)
     m.update(
         flops=flops,
         achieved_flops_per_s=_ratio(flops, m["latency_median_s"]),

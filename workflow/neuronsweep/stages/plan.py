@@ -6,8 +6,13 @@ both rows and points them at the same workload id.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from neuronsweep import kernels
 from neuronsweep.backends.common import default_threads
@@ -16,12 +21,15 @@ from neuronsweep.host import caps, devicelock
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.workloads import (
     collective,
+    custom,
+    expressions,
     has_roofline,
     kind_of,
     loops,
     matmul,
     mlp,
     unsupported,
+    user_code,
     working_set_bytes,
     workload_id,
 )
@@ -249,6 +257,144 @@ def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
+def custom_cases(entry: dict, where: str) -> list[dict]:
+    """Every case of one custom entry: grid point x params x dtype, each input's shape evaluated there.
+    A shape or flops name the grid does not have is one sentence naming the entry."""
+    grid, params = entry["grid"], entry["params"]
+    for arg, shape in entry["inputs"].items():
+        for dim in shape:
+            try:
+                unknown = expressions.names(dim) - set(grid)
+            except expressions.ExpressionError as exc:
+                raise UserError(f"{where}: inputs.{arg} dimension {exc}; write an integer or an expression.") from None
+            if unknown:
+                raise UserError(
+                    f"{where}: inputs.{arg} uses {', '.join(sorted(unknown))}, which grid does not define "
+                    f"(it has {', '.join(grid) or 'no names'}); add it to grid or write the number."
+                )
+    if "flops" in entry:
+        try:
+            unknown = expressions.names(entry["flops"]) - set(grid)
+        except expressions.ExpressionError as exc:
+            raise UserError(f"{where}: flops {exc}; write an integer or an expression over grid names.") from None
+        if unknown:
+            raise UserError(f"{where}: flops uses {', '.join(sorted(unknown))}, which grid does not define; fix it.")
+    cases = []
+    for point in itertools.product(*grid.values()):
+        dims = dict(zip(grid, point))
+        for values in itertools.product(*params.values()):
+            try:
+                shapes = {
+                    a: [int(expressions.evaluate(d, dims)) for d in shape] for a, shape in entry["inputs"].items()
+                }
+                flops = int(expressions.evaluate(entry["flops"], dims)) if "flops" in entry else None
+            except expressions.ExpressionError as exc:
+                raise UserError(f"{where}: at {dims}, {exc}; fix the expression.") from None
+            if any(d < 1 for shape in shapes.values() for d in shape):
+                raise UserError(f"{where}: at {dims}, a shape {shapes} has a dimension below 1; fix the grid.")
+            for dtype, impl in itertools.product(entry["dtype"], entry["impl"]):
+                cases.append(
+                    {"dims": dims, "inputs": shapes, "params": dict(zip(params, values)), "dtype": dtype}
+                    | {"impl": impl, "flops": flops}
+                )
+    return cases
+
+
+def probe_custom(request: dict, cache_dir: str | None) -> dict:
+    """custom_probe.py in a child (torch and the user's code stay out of the planner), its answer kept
+    beside the compile cache while the request and the users' source files are the same."""
+    key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+    slot = Path(cache_dir).expanduser() / "custom-probe" / f"{key}.json" if cache_dir else None
+    if slot is not None and slot.is_file():
+        try:
+            return json.loads(slot.read_text())
+        except ValueError:
+            pass
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronsweep.workloads.custom_probe"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"suites.custom: looking at the functions failed ({last}); see the error above.") from None
+    if slot is not None and "error" not in answer:
+        slot.parent.mkdir(parents=True, exist_ok=True)
+        slot.write_text(json.dumps(answer))
+    return answer
+
+
+def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
+    """Each entry's cases as workloads of kind `custom`, what the probe found in their specs (output shapes,
+    counted FLOPs), the source files' hash with them (an edit rebuilds that entry's cases only)."""
+    request, digests = {"entries": []}, []
+    for i, entry in enumerate(entries):
+        where = f"suites.custom[{i}] ({entry['name']})"
+        refs = [entry["function"], *([entry["nki_kernel"]] if entry.get("nki_kernel") else [])]
+        for ref in refs:
+            try:
+                user_code.split(ref)
+            except ValueError as exc:
+                raise UserError(f"{where}: {exc}; write path/to/file.py:name or package.module:name.") from None
+            target, _ = user_code.split(ref)
+            if user_code.is_file(target) and not Path(target).is_file():
+                raise UserError(f"{where}: no such file {target}; give a path relative to the config file.")
+        if "nki" in entry["impl"] and not entry.get("nki_kernel"):
+            raise UserError(f"{where}: impl nki needs nki_kernel (FILE.py:NAME of the kernel); add it or drop nki.")
+        cases = custom_cases(entry, where)
+        digests.append(user_code.digest(refs))
+        request["entries"].append(
+            {
+                "where": where,
+                "function": entry["function"],
+                "nki_kernel": entry.get("nki_kernel"),
+                "input_names": list(entry["inputs"]),
+                "param_names": list(entry["params"]),
+                "cases": [{k: c[k] for k in ("inputs", "params", "dtype")} for c in cases],
+                "source_sha256": digests[-1],
+            }
+        )
+    answer = probe_custom(request, config.get("cache_dir"))
+    if "error" in answer:
+        raise UserError(answer["error"])
+    out = []
+    for entry, asked, found, digest in zip(entries, request["entries"], answer["entries"], digests):
+        for case, got in zip(custom_cases(entry, asked["where"]), found):
+            if case["flops"] is not None:
+                flops, source = case["flops"], f"the config: {entry['flops']}"
+            elif got.get("error"):
+                flops, source = None, f"not counted: the function raised on fake tensors ({got['error']})"
+            elif got.get("not_tensors"):
+                flops, source = None, f"not counted: the function {got['not_tensors']}"
+            elif got["flops"]:
+                flops, source = got["flops"], f"{custom.COUNTED_BY} (torch {answer['torch']})"
+            else:
+                flops, source = None, f"{custom.COUNTED_BY} counts no FLOPs for this function's ops"
+            spec = custom.spec(
+                entry["name"],
+                entry["function"],
+                digest,
+                case["dims"],
+                case["inputs"],
+                case["params"],
+                case["dtype"],
+                got.get("outputs") or [],
+                flops,
+                source,
+                case["impl"],
+                entry.get("nki_kernel"),
+            )
+            wid = workload_id(spec)
+            labels = {"name": entry["name"], **case["dims"], **case["params"], "dtype": case["dtype"]}
+            labels["impl"] = case["impl"]
+            out.append((Scenario(id=wid, suite=f"custom-{entry['name']}", workload_id=wid, labels=labels), spec))
+    return out
+
+
 SUITES = {
     "matmul": _matmul_scenarios,
     "tiling": _tiling_scenarios,
@@ -267,7 +413,8 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     workloads: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     for suite_name, suite in config["suites"].items():
-        for sc, spec in SUITES[suite_name](suite):
+        expanded = _custom_scenarios(suite, config) if suite_name == "custom" else SUITES[suite_name](suite)
+        for sc, spec in expanded:
             scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
             why = unsupported(spec, backend, slow_dtypes)
             if not why and spec.get("impl") == "nki":

@@ -13,10 +13,16 @@ import json
 import math
 from types import ModuleType
 
-from neuronsweep.workloads import collective, loops, matmul, mlp
+from neuronsweep.workloads import collective, custom, loops, matmul, mlp
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
-KINDS: dict[str, ModuleType] = {"matmul": matmul, "mlp": mlp, "loops": loops, "collective": collective}
+KINDS: dict[str, ModuleType] = {
+    "matmul": matmul,
+    "mlp": mlp,
+    "loops": loops,
+    "collective": collective,
+    "custom": custom,
+}
 
 
 def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
@@ -65,8 +71,10 @@ def kind_of(spec: dict) -> ModuleType:
 
 
 def has_roofline(spec: dict) -> bool:
-    """Whether the kind does work a roofline measures (FLOPs over bytes); a collective moves data."""
-    return getattr(kind_of(spec), "ROOFLINE", True)
+    """Whether the workload does work a roofline measures (FLOPs over bytes): a collective moves data, and
+    a user's function whose FLOPs nobody counted has none to place."""
+    kind = kind_of(spec)
+    return kind.has_roofline(spec) if hasattr(kind, "has_roofline") else getattr(kind, "ROOFLINE", True)
 
 
 def workload_id(spec: dict) -> str:

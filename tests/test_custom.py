@@ -1,0 +1,144 @@
+"""A user's own PyTorch function as a suite (suites.custom): a kernel file kept outside the repository,
+swept on cpu end to end; an edit of it rebuilds that suite's cases only; a function that raises fails its
+own cases only; every kind of bad input is one sentence before any job."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import snakemake, tiny_config
+
+from neuronsweep.config import schema
+from neuronsweep.errors import UserError
+from neuronsweep.stages.plan import make_plan
+from neuronsweep.workloads import expressions
+
+GELU_MM = """import torch
+
+
+def gelu_mm(x, w, alpha=1.0):
+    return torch.nn.functional.gelu(x @ w) * alpha
+
+
+def not_a_function():
+    pass
+
+
+NOT_CALLABLE = 3
+"""
+OTHERS = """import torch
+
+
+def boom(x):
+    raise ValueError("boom: the user's own bug")
+
+
+def as_dict(x):
+    return {"total": x.sum()}
+"""
+
+
+def kernels(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gelu_mm.py").write_text(GELU_MM)
+    (folder / "others.py").write_text(OTHERS)
+    return folder
+
+
+def entry(**over) -> dict:
+    return {
+        "name": "gelu_mm",
+        "function": "kernels/gelu_mm.py:gelu_mm",
+        "inputs": {"x": ["m", "k"], "w": ["k", "n"]},
+        "grid": {"m": [16, 32], "k": [16], "n": [8]},
+        "params": {"alpha": [1.0, 2.0]},
+        **over,
+    }
+
+
+def config(tmp: Path, entries: list[dict]) -> dict:
+    cfg = tiny_config(tmp, suites={"custom": entries})
+    return schema.validate(cfg, base=tmp)
+
+
+def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    folder = kernels(tmp_path / "elsewhere")  # outside the run's folder and the repository, as a user keeps it
+    entries = [
+        entry(function=f"{folder}/gelu_mm.py:gelu_mm"),
+        {"name": "boom", "function": f"{folder}/others.py:boom", "inputs": {"x": [4, 4]}},
+        {"name": "as_dict", "function": f"{folder}/others.py:as_dict", "inputs": {"x": [4, 4]}, "flops": 16},
+    ]
+    cfg = tiny_config(work, suites={"custom": entries})
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))  # the grid's order, as a user writes it
+    snakemake(work, "--keep-going", check=False)
+    summary = pd.read_csv(work / "results" / "t" / "summary.csv").set_index("workload_id")
+    ok = summary[summary["suite"] == "custom-gelu_mm"]
+    assert list(ok.index) == [
+        "custom-gelu_mm-m16-k16-n8-alpha1.0-fp32",
+        "custom-gelu_mm-m16-k16-n8-alpha2.0-fp32",
+        "custom-gelu_mm-m32-k16-n8-alpha1.0-fp32",
+        "custom-gelu_mm-m32-k16-n8-alpha2.0-fp32",
+    ]
+    assert set(ok["status"]) == {"ok"} and ok["correct"].all()
+    # FLOPs from PyTorch's counter on fake tensors: the matmul's 2*m*k*n (gelu and the scale count none)
+    assert list(ok["flops"]) == [2 * 16 * 16 * 8] * 2 + [2 * 32 * 16 * 8] * 2
+    m = json.loads((work / "results/t/cpu/workloads/custom-gelu_mm-m32-k16-n8-alpha2.0-fp32/metrics.json").read_text())
+    assert m["notes"]["flops"].startswith("torch.utils.flop_counter on fake tensors")
+    assert m["min_bytes"] == (32 * 16 + 16 * 8 + 32 * 8) * 4 and m["latency_median_s"] > 0
+    # the user's exception fails that case only, its last line the reason, its traceback in the log
+    boom = summary.loc["custom-boom-fp32"]
+    assert boom["status"] == "failed" and "ValueError: boom: the user's own bug" in boom["reason"]
+    log = (work / "results/t/cpu/workloads/custom-boom-fp32/logs/build.log").read_text()
+    assert "Traceback" in log and "others.py" in log
+    # a function whose output is no tensor runs, is measured, and is not judged
+    as_dict = json.loads((work / "results/t/cpu/workloads/custom-as_dict-fp32/metrics.json").read_text())
+    assert as_dict["correct"] is None and "returned dict, not a tensor" in as_dict["notes"]["correct"]
+    assert as_dict["flops"] == 16 and as_dict["notes"]["flops"] == "the config: 16"
+    # an edit of the user's file: only that suite's builds (and what follows) are stale, and -n says why
+    before = (folder / "gelu_mm.py").stat()
+    (folder / "gelu_mm.py").write_text(GELU_MM + "\n# tuned\n")
+    dry = snakemake(work, "-n", "--keep-going", check=False)
+    builds = sorted(w for rule, w in dry.jobs if rule == "build" and w != "custom-boom-fp32")  # failed: to do
+    assert builds == list(ok.index), dry.output[-3000:]  # not as_dict's, in the same folder but another file
+    assert f"Updated input files: {folder}/gelu_mm.py" in dry.output
+    (folder / "gelu_mm.py").write_text(GELU_MM)
+    os.utime(folder / "gelu_mm.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"function": "kernels/missing.py:gelu_mm"}, r"suites.custom\[0\] \(gelu_mm\): no such file .*missing.py"),
+        ({"function": "kernels/gelu_mm.py:nope"}, r"has no nope; check the name after the colon"),
+        ({"function": "kernels/gelu_mm.py:NOT_CALLABLE"}, r"NOT_CALLABLE is a int, not a function"),
+        ({"function": "kernels/gelu_mm.py"}, r"is not FILE.py:NAME or package.module:NAME"),
+        ({"inputs": {"x": ["m", "k"], "y": ["k", "n"]}}, r"input 'y' is not a parameter of gelu_mm\(x, w, alpha=1.0\)"),
+        ({"inputs": {"x": ["m", "q"], "w": ["k", "n"]}}, r"inputs.x uses q, which grid does not define"),
+        ({"params": {"beta": [1]}}, r"param 'beta' is not a keyword of gelu_mm"),
+        ({"flops": "2*m*k*z"}, r"flops uses z, which grid does not define"),
+        ({"flops": "__import__('os')"}, r"flops .* uses Call; only grid names, integers"),
+        ({"impl": ["compiler", "nki"]}, r"impl nki needs nki_kernel"),
+    ],
+)
+def test_each_bad_input_is_one_sentence_before_any_job(tmp_path, change, said):
+    kernels(tmp_path / "kernels")
+    with pytest.raises(UserError, match=said) as refused:
+        make_plan(config(tmp_path, [entry(**change)]), "cpu")
+    assert "\n" not in str(refused.value)
+
+
+def test_expressions_are_parsed_never_evaluated_as_python():
+    assert expressions.evaluate("2*m*k*n + k//2 - 1", {"m": 2, "k": 4, "n": 3}) == 49
+    assert expressions.names("(m + 1) ** 2") == {"m"}
+    for bad in ("m.__class__", "[m]", "m if m else 1", "1e3", "'a'"):
+        with pytest.raises(expressions.ExpressionError):
+            expressions.names(bad)
+    with pytest.raises(expressions.ExpressionError, match="divides by zero"):
+        expressions.evaluate("m // (k - k)", {"m": 1, "k": 2})

@@ -1,0 +1,141 @@
+"""A user's own PyTorch function as a workload (`suites.custom`): the inputs' shapes, the keyword params
+and the dtype make one case; its FLOPs come from the config's expression or from PyTorch's FLOP counter on
+fake tensors (counted when the run is planned, custom_probe.py), its bytes from its inputs and outputs.
+
+The spec carries what the plan found (output shapes, FLOPs and where they came from) and the sha256 of
+the function's source file, so an edit of that file changes the spec of that suite's cases only: their
+builds rerun, and the compile cache key changes with them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from neuronsweep.workloads.user_code import load
+
+COUNTED_BY = "torch.utils.flop_counter on fake tensors"
+
+
+def spec(
+    name: str,
+    function: str,
+    source_sha256: str,
+    dims: dict,
+    inputs: dict,
+    params: dict,
+    dtype: str,
+    outputs: list,
+    flops: int | None,
+    flops_source: str,
+    impl: str = "compiler",
+    nki_kernel: str | None = None,
+) -> dict:
+    s = {
+        "kind": "custom",
+        "name": name,
+        "function": function,
+        "source_sha256": source_sha256,
+        # pairs, not mappings: the id keeps the config's order through canonical (sorted-key) JSON
+        "dims": [[k, v] for k, v in dims.items()],
+        "inputs": [[k, list(v)] for k, v in inputs.items()],
+        "params": [[k, v] for k, v in params.items()],
+        "dtype": dtype,
+        "outputs": outputs,
+        "flops": flops,
+        "flops_source": flops_source,
+    }
+    if impl != "compiler":
+        s.update(impl=impl, nki_kernel=nki_kernel)
+    return s
+
+
+def _value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def workload_id(s: dict) -> str:
+    """custom-<name>-<dim><value>...-<param><value>...-<dtype>[-nki]: readable and stable."""
+    parts = [f"{k}{_value(v)}" for k, v in [*s["dims"], *s["params"]]]
+    ident = "-".join(["custom", s["name"], *parts, s["dtype"]]).lower()
+    return ident + ("-nki" if s.get("impl") == "nki" else "")
+
+
+def flops(s: dict) -> int | None:
+    return s["flops"]
+
+
+def has_roofline(s: dict) -> bool:
+    return bool(s["flops"])
+
+
+def no_roofline_why(s: dict) -> str:
+    return f"no FLOPs for {s['name']}: {s['flops_source']}; give the suite a flops expression"
+
+
+def counted_how(s: dict) -> tuple[str, str]:
+    """(where the FLOPs came from, where the bytes came from), for metrics.json's notes."""
+    return s["flops_source"], "every input read once and every output written once, at the case's dtype"
+
+
+def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    shapes = {n: tuple(shape) for n, shape in s["inputs"]}
+    return shapes | {f"out{i}": tuple(shape) for i, shape in enumerate(s["outputs"])}
+
+
+def input_names(s: dict) -> list[str]:
+    return [n for n, _ in s["inputs"]]
+
+
+def params(s: dict) -> dict:
+    return dict(s["params"])
+
+
+def min_bytes(s: dict, dtype_bytes: int) -> int:
+    return sum(math.prod(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
+
+
+def gemms(s: dict) -> list[tuple[int, int, int]]:
+    return []  # the tile model knows GEMMs; a user's function is whatever it is
+
+
+def torch_module(s: dict):
+    """The user's function as an nn.Module: forward takes the inputs in the config's order and calls the
+    function with them by name and with the case's params as keywords."""
+    import torch
+
+    fn, names, kwargs = load(s["function"]), input_names(s), params(s)
+
+    class UserFunction(torch.nn.Module):
+        def forward(self, *args):
+            return fn(**dict(zip(names, args, strict=True)), **kwargs)
+
+    return UserFunction()
+
+
+ROW_INPUT = None  # a user's function may mix rows: the whole output is checked
+
+
+class NotComparable(Exception):
+    """The function's output is not a tensor or a tuple of tensors: nothing to check it against."""
+
+
+def output_array(out):
+    """The output as one flat float64 array (a tensor, or a tuple or list of tensors, concatenated)."""
+    import numpy as np
+
+    parts = out if isinstance(out, tuple | list) else (out,)
+    if not parts or not all(hasattr(p, "detach") or isinstance(p, np.ndarray) for p in parts):
+        raise NotComparable(f"the function returned {type(out).__name__}, not a tensor or a tuple of tensors")
+    return np.concatenate(
+        [(p.detach().to("cpu").double().numpy() if hasattr(p, "detach") else p).ravel() for p in parts]
+    )
+
+
+def reference(s: dict, a: dict):
+    """The user's own function in float64 on the CPU, on the case's inputs: the reference every
+    implementation (the compiler's, an NKI kernel's) is checked against."""
+    import torch
+
+    fn = load(s["function"])
+    out = fn(**{n: torch.from_numpy(a[n]) for n in input_names(s)}, **params(s))
+    return output_array(out)
