@@ -112,6 +112,7 @@ def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds
     os.utime(folder / "gelu_mm.py", ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
+@pytest.mark.torch  # the plan looks at the function in a child that imports torch
 @pytest.mark.parametrize(
     "change, said",
     [

@@ -411,3 +411,25 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
         "collectives against message size (star: the knee, where busbw reaches half its best; dashed: nccom-test)",
         480,
     )
+
+
+def model_rollup(rolled: pd.DataFrame) -> go.Figure:
+    """Each forward's GEMM time (count x measured latency), stacked by GEMM: where a model's GEMM time goes."""
+    fig = go.Figure()
+    rolled = rolled.assign(forward=rolled[["phase", "batch", "seq", "dtype"]].astype(str).agg(" ".join, axis=1))
+    for j, (gemm, part) in enumerate(rolled.sort_values("forward").groupby("gemm", sort=False)):
+        fig.add_trace(
+            go.Bar(
+                x=part["forward"],
+                y=part["gemm_time_s"].astype(float) * 1e3,
+                name=gemm,
+                customdata=part[["count", "share_pct"]].astype(float),
+                marker=dict(color=COLOURS[j % len(COLOURS)]),
+                hovertemplate="<b>" + gemm + "</b> x %{customdata[0]:.0f}: %{y:,.4g} ms, %{customdata[1]:.0f} %"
+                "<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="phase, batch, seq, dtype")
+    fig.update_yaxes(title="GEMM time per forward, ms (count x measured latency)", rangemode="tozero")
+    return _layout(fig, "the model's GEMMs: count x measured latency, stacked (not the model's latency)")

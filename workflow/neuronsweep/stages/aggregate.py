@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from neuronsweep.analysis import model_rollup, roofline
 from neuronsweep.analysis import ranking as compare
-from neuronsweep.analysis import roofline
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
@@ -149,6 +149,8 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
     with replacing(out) as tmp:
         table.to_csv(tmp, index=False)
     for suite, part in table.groupby("suite"):  # per-suite views of the same rows, without empty columns
+        if str(suite).startswith("model-"):  # a model's GEMMs: their time rolled up per forward
+            part = model_rollup.rollup(part)
         with replacing(out.parent / "suites" / f"{suite}.csv") as tmp:
             part.dropna(axis=1, how="all").to_csv(tmp, index=False)
     if (table["suite"] == "loops").any():

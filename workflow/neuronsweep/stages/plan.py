@@ -300,18 +300,19 @@ def custom_cases(entry: dict, where: str) -> list[dict]:
     return cases
 
 
-def probe_custom(request: dict, cache_dir: str | None) -> dict:
-    """custom_probe.py in a child (torch and the user's code stay out of the planner), its answer kept
-    beside the compile cache while the request and the users' source files are the same."""
+def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
+    """custom_probe.py or model_probe.py in a child (torch, transformers and the user's code stay out of
+    the planner), its answer kept beside the compile cache while the request (which holds the hashes of
+    the files it reads) is the same."""
     key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
-    slot = Path(cache_dir).expanduser() / "custom-probe" / f"{key}.json" if cache_dir else None
+    slot = Path(cache_dir).expanduser() / module / f"{key}.json" if cache_dir else None
     if slot is not None and slot.is_file():
         try:
             return json.loads(slot.read_text())
         except ValueError:
             pass
     proc = subprocess.run(
-        [sys.executable, "-m", "neuronsweep.workloads.custom_probe"],
+        [sys.executable, "-m", f"neuronsweep.workloads.{module}"],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -321,7 +322,7 @@ def probe_custom(request: dict, cache_dir: str | None) -> dict:
         answer = json.loads(proc.stdout)
     except ValueError:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"suites.custom: looking at the functions failed ({last}); see the error above.") from None
+        raise UserError(f"{module}: looking at the users' code failed ({last}); see the error above.") from None
     if slot is not None and "error" not in answer:
         slot.parent.mkdir(parents=True, exist_ok=True)
         slot.write_text(json.dumps(answer))
@@ -358,7 +359,7 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
                 "source_sha256": digests[-1],
             }
         )
-    answer = probe_custom(request, config.get("cache_dir"))
+    answer = probe_child("custom_probe", request, config.get("cache_dir"))
     if "error" in answer:
         raise UserError(answer["error"])
     out = []
@@ -395,6 +396,62 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
     return out
 
 
+def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
+    """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
+    that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs."""
+    request = {"entries": []}
+    for i, entry in enumerate(entries):
+        where = f"suites.model[{i}] ({entry['name']})"
+        if ("hf_config" in entry) == ("module" in entry):
+            raise UserError(f"{where}: give exactly one of hf_config (a config.json) and module (FILE.py:NAME).")
+        source = entry.get("hf_config") or str(user_code.source_file(entry["module"]))
+        try:
+            digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+        except OSError:
+            raise UserError(f"{where}: no such file {source}; give a path relative to the config file.") from None
+        request["entries"].append(
+            {
+                "where": where,
+                **{k: entry[k] for k in ("hf_config", "module") if k in entry},
+                "sha256": digest,
+                "batch": entry["batch"],
+                "seq": entry["seq"],
+                "phases": entry["phases"],
+            }
+        )
+    answer = probe_child("model_probe", request, config.get("cache_dir"))
+    if "error" in answer:
+        raise UserError(answer["error"])
+    out = []
+    for entry, passes in zip(entries, answer["entries"]):
+        for one, dtype in itertools.product(passes, entry["dtype"]):
+            for g in one["gemms"]:
+                spec = matmul.spec(m=g["m"], k=g["k"], n=g["n"], dtype=dtype)
+                short = g["module"].replace("model.layers.*.", "").replace("*", "n")
+                gemm = f"{short}.{g['gemm']}" if g["gemm"] not in ("linear1",) else short
+                labels = {
+                    "model": entry["name"],
+                    "phase": one["phase"],
+                    "batch": one["batch"],
+                    "seq": one["seq"],
+                    "module": g["module"],
+                    "gemm": gemm,
+                    "count": g["count"],
+                    "m": g["m"],
+                    "k": g["k"],
+                    "n": g["n"],
+                    "dtype": dtype,
+                }
+                sid = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}-{gemm}-{dtype}"
+                out.append(
+                    (
+                        Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels),
+                        spec,
+                    )
+                )
+    return out
+
+
 SUITES = {
     "matmul": _matmul_scenarios,
     "tiling": _tiling_scenarios,
@@ -413,7 +470,8 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     workloads: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     for suite_name, suite in config["suites"].items():
-        expanded = _custom_scenarios(suite, config) if suite_name == "custom" else SUITES[suite_name](suite)
+        needs_config = {"custom": _custom_scenarios, "model": _model_scenarios}
+        expanded = needs_config[suite_name](suite, config) if suite_name in needs_config else SUITES[suite_name](suite)
         for sc, spec in expanded:
             scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
             why = unsupported(spec, backend, slow_dtypes)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.io as pio
 
+from neuronsweep.analysis import model_rollup
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
@@ -293,6 +294,21 @@ def _conversion(workloads_dir: Path, wids) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _model_section(suite: str, rows: pd.DataFrame) -> str:
+    """A model's roll-up: where its GEMM time goes per forward, a stacked figure and the table."""
+    rolled = model_rollup.rollup(rows)
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in model_rollup.headlines(rows))
+    cols = ["phase", "batch", "seq", "dtype", "gemm", "module", "count", "m", "k", "n", "latency_median_s"]
+    cols += ["gemm_time_s", "share_pct", "model_gemm_time_s", "status"]
+    return (
+        f"<h2>model {html.escape(suite.removeprefix('model-'))}: its GEMMs</h2><ul>{lines}</ul>"
+        "<p class=muted>The GEMMs' time, count x measured latency of each, not the model's latency: attention's "
+        "softmax, the norms, activations and communication are not in it.</p>"
+        + _figure(f"rollup_{suite}", figs.model_rollup(rolled[rolled["gemm_time_s"].notna()]))
+        + table(rolled[[c for c in cols if c in rolled]])
+    )
+
+
 def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | None = None) -> None:
     table_ = pd.read_csv(summary_csv)
     plan = read_json(plan_json)
@@ -332,6 +348,8 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         ]:
             if fig is not None:
                 parts.append(f"<h2>{title}</h2>" + _figure(name, fig))
+        for suite in sorted(s for s in table_["suite"].unique() if str(s).startswith("model-")):
+            parts.append(_model_section(suite, table_[table_["suite"] == suite]))
         for suite, rows in ok.groupby("suite"):
             collectives = suite == "collectives"
             fig = figs.collectives(rows) if collectives else figs.suite(suite, rows)

@@ -1,0 +1,158 @@
+"""The GEMMs a real model runs, found when the run is planned (suites.model), in a child process (torch and
+transformers stay out of the planner). The model is built from a Hugging Face `transformers` config read
+from a local file (nothing is downloaded) or from a user's function returning the module, under PyTorch's
+fake tensors (no weights, no memory: an 8B model traces in seconds), and run once per (phase, batch, seq):
+
+  prefill  input_ids [batch, seq], the cache filled; the LM head on the last position only
+           (`logits_to_keep=1`, as generation runs it)
+  decode   one new token per sequence against a KV cache of `seq` tokens (the prefill's cache)
+
+Every aten mm / addmm (a Linear) and bmm / baddbmm (attention in eager mode: its two batched GEMMs,
+scores and values) is recorded with the innermost module that ran it; a bmm of batch B counts as B GEMMs of
+its (M, K, N). Layer numbers are folded (`model.layers.*.mlp.down_proj`) and identical GEMMs counted.
+
+    python -m neuronsweep.workloads.model_probe < request.json > answer.json
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from neuronsweep.errors import UserError
+from neuronsweep.workloads.user_code import load
+
+GEMM_OPS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
+LAYER = re.compile(r"\.(\d+)(?=\.|$)")
+
+
+def build_model(entry: dict):
+    """The model under fake tensors, attention in eager mode (its GEMMs visible as bmm)."""
+    import torch
+
+    if entry.get("hf_config"):
+        try:
+            from transformers import AutoConfig, AutoModelForCausalLM
+        except ImportError:
+            raise UserError(
+                f"{entry['where']}: hf_config needs the transformers package; "
+                'install it with pip install -e ".[models]".'
+            ) from None
+        path = Path(entry["hf_config"])
+        if not path.is_file():
+            raise UserError(f"{entry['where']}: no such file {path}; give a config.json relative to the config file.")
+        try:
+            fields = json.loads(path.read_text())
+            config = AutoConfig.for_model(**fields)
+        except (ValueError, KeyError) as exc:
+            raise UserError(
+                f"{entry['where']}: {path} is not a transformers config ({exc}); check model_type."
+            ) from None
+        config._attn_implementation = "eager"
+        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    return load(entry["module"])()
+
+
+def _gemm(func, args) -> tuple[int, tuple[int, int, int]] | None:
+    """(how many, (M, K, N)) of an aten GEMM call, or None for any other op."""
+    name = func.overloadpacket.__name__
+    if name not in GEMM_OPS:
+        return None
+    a, b = (args[i] for i in GEMM_OPS[name])
+    if name in ("bmm", "baddbmm"):
+        return int(a.shape[0]), (int(a.shape[1]), int(a.shape[2]), int(b.shape[2]))
+    return 1, (int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))
+
+
+def trace(model, batch: int, seq: int, phase: str) -> list[dict]:
+    """The GEMMs of one forward of `phase`, counted per (module, which GEMM of that module's call, shape)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    stack: list[str] = []
+    seen: Counter = Counter()
+    calls: Counter = Counter()  # GEMMs so far in the innermost module's current call
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            found = _gemm(func, args)
+            if found is not None and recording[0]:
+                module = LAYER.sub(".*", stack[-1]) if stack else "(top level)"
+                calls[len(stack), module] += 1
+                op = "linear" if func.overloadpacket.__name__ in ("mm", "addmm") else "bmm"
+                seen[module, f"{op}{calls[len(stack), module]}", found[1]] += found[0]
+            return func(*args, **(kwargs or {}))
+
+    def enter(name):
+        def hook(module, inputs):
+            stack.append(name)
+            calls[len(stack), LAYER.sub(".*", name)] = 0
+
+        return hook
+
+    def leave(module, inputs, output):
+        stack.pop()
+
+    handles = []
+    for name, module in model.named_modules():
+        handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    params = inspect.signature(model.forward).parameters
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    cache_key = "cache" if "cache" in params else "past_key_values"
+    recording = [phase == "prefill"]
+    try:
+        with torch.no_grad(), Recorder():
+            out = model(input_ids=torch.zeros((batch, seq), dtype=torch.long), use_cache=True, **extra)
+            if phase == "decode":
+                cache = getattr(out, "cache", None) or out.past_key_values
+                recording[0] = True
+                model(
+                    input_ids=torch.zeros((batch, 1), dtype=torch.long), use_cache=True, **{cache_key: cache}, **extra
+                )
+    finally:
+        for h in handles:
+            h.remove()
+    return [
+        {"module": module, "gemm": which, "m": m, "k": k, "n": n, "count": count}
+        for (module, which, (m, k, n)), count in sorted(seen.items())
+    ]
+
+
+def probe(request: dict) -> dict:
+    import warnings
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    warnings.filterwarnings("ignore")  # transformers' deprecation notes are not the user's business here
+    answers = []
+    for entry in request["entries"]:
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                model = build_model(entry).eval()
+                answers.append(
+                    [
+                        {"phase": phase, "batch": b, "seq": s, "gemms": trace(model, b, s, phase)}
+                        for phase in entry["phases"]
+                        for b in entry["batch"]
+                        for s in entry["seq"]
+                    ]
+                )
+        except UserError as exc:
+            return {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - the model's code: one sentence for the planner
+            return {"error": f"{entry['where']}: tracing the model failed with {type(exc).__name__}: {exc}"[:500]}
+    return {"entries": answers, "torch": torch.__version__}
+
+
+def main() -> int:
+    json.dump(probe(json.load(sys.stdin)), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
