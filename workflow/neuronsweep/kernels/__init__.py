@@ -18,6 +18,11 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
     does not tile, a grid point that would unroll past MAX_UNROLLED, or a trn1/inf2 target under NKI 0.7+
     (`version`: the installed nki's, read from its metadata when not given)."""
+    if spec["kind"] == "custom":
+        return (
+            "building a suites.custom nki_kernel is not implemented yet (only impl: compiler runs your "
+            "function); its NKI case is listed, not measured"
+        )
     module = for_spec(spec)
     why = module.supported(spec)
     if why:
