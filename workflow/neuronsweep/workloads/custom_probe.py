@@ -11,12 +11,10 @@ the function for real and fails with the user's traceback, that case only.
 from __future__ import annotations
 
 import inspect
-import json
-import sys
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import TORCH_DTYPES
-from neuronsweep.workloads.user_code import load
+from neuronsweep.workloads.user_code import answer_stdin, load
 
 
 def _signature_problem(fn, where: str, inputs: list[str], params: list[str]) -> str | None:
@@ -83,10 +81,5 @@ def probe(request: dict) -> dict:
     return {"entries": answers, "torch": torch.__version__}
 
 
-def main() -> int:
-    json.dump(probe(json.load(sys.stdin)), sys.stdout)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(answer_stdin(probe))

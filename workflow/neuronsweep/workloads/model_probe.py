@@ -19,12 +19,11 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 from neuronsweep.errors import UserError
-from neuronsweep.workloads.user_code import load
+from neuronsweep.workloads.user_code import answer_stdin, load
 
 GEMM_OPS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
 LAYER = re.compile(r"\.(\d+)(?=\.|$)")
@@ -149,10 +148,5 @@ def probe(request: dict) -> dict:
     return {"entries": answers, "torch": torch.__version__}
 
 
-def main() -> int:
-    json.dump(probe(json.load(sys.stdin)), sys.stdout)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(answer_stdin(probe))

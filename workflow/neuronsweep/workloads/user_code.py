@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -90,3 +91,9 @@ def load(ref: str):
     if not callable(obj):
         raise UserError(f"{ref}: {name} is a {type(obj).__name__}, not a function; name a function.")
     return obj
+
+
+def answer_stdin(probe) -> int:
+    """A plan-time child's main (custom_probe, model_probe): the request as JSON on stdin, the answer on stdout."""
+    json.dump(probe(json.load(sys.stdin)), sys.stdout)
+    return 0
