@@ -138,3 +138,35 @@ def test_expressions_are_parsed_never_evaluated_as_python():
             expressions.names(bad)
     with pytest.raises(expressions.ExpressionError, match="divides by zero"):
         expressions.evaluate("m // (k - k)", {"m": 1, "k": 2})
+
+
+@pytest.mark.torch
+def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself(tmp_path):
+    """The same function through TorchNeuron (the trn2 stand-in of SDK 2.33), its output against the
+    function in float64."""
+    import subprocess
+
+    from conftest import BIN, torchneuron_env
+
+    from neuronsweep.config.settings import HOST_ENV
+
+    kernels(tmp_path / "kernels")
+    [(_, spec)] = [
+        (w, s)
+        for w, s in make_plan(
+            config(tmp_path, [entry(grid={"m": [16], "k": [16], "n": [8]}, params={})]), "cpu"
+        ).workloads.items()
+    ]
+    env = {
+        **os.environ,
+        **torchneuron_env(tmp_path),
+        HOST_ENV: json.dumps({"cache_dir": str(tmp_path / "cache"), "device_lock": str(tmp_path / "lock")}),
+    }
+    argv = [str(BIN / "neuronsweep"), "build", "--backend", "neuron", "--spec", json.dumps(spec)]
+    proc = subprocess.run(
+        [*argv, "--options", "{}", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    build = json.loads((tmp_path / "b" / "build.json").read_text())
+    assert build["route"] == "torchneuron" and build["correctness"]["correct"]
+    assert build["correctness"]["reference"] == "the function itself in float64 on the CPU, same inputs"

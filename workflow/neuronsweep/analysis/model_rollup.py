@@ -32,8 +32,10 @@ def headlines(part: pd.DataFrame) -> list[str]:
             lines.append(f"{model} {phase} at batch {batch}, seq {seq} ({dtype}): not every GEMM was measured")
             continue
         top = group.sort_values("share_pct", ascending=False).iloc[0]
+        total = float(group["model_gemm_time_s"].iloc[0])
+        spent = f"{total:.3g} s" if total >= 1 else f"{total * 1e3:.3g} ms"
         lines.append(
             f"{model} {phase} at batch {batch}, seq {seq} ({dtype}): {top['share_pct']:.0f} % of its GEMM time "
-            f"in {top['gemm']} ({group['model_gemm_time_s'].iloc[0] * 1e3:.3g} ms of GEMMs per forward)"
+            f"in {top['gemm']} ({spent} of GEMMs per forward)"
         )
     return lines

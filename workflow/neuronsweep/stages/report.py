@@ -331,6 +331,8 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         if recs
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
+    for suite in sorted(s for s in table_["suite"].unique() if str(s).startswith("model-")):  # a model's GEMMs first
+        parts.append(_model_section(suite, table_[table_["suite"] == suite]))
     if len(ok):
         targets = _targets(targets_csv)
         ok = ok.assign(files=_links(ok["workload_id"], run_dir, plan["backend"]))
@@ -348,8 +350,6 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         ]:
             if fig is not None:
                 parts.append(f"<h2>{title}</h2>" + _figure(name, fig))
-        for suite in sorted(s for s in table_["suite"].unique() if str(s).startswith("model-")):
-            parts.append(_model_section(suite, table_[table_["suite"] == suite]))
         for suite, rows in ok.groupby("suite"):
             collectives = suite == "collectives"
             fig = figs.collectives(rows) if collectives else figs.suite(suite, rows)
