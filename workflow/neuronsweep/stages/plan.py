@@ -335,6 +335,7 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
     request, digests = {"entries": []}, []
     for i, entry in enumerate(entries):
         where = f"suites.custom[{i}] ({entry['name']})"
+        cases = custom_cases(entry, where)  # the config's own mistakes first, then the files it names
         refs = [entry["function"], *([entry["nki_kernel"]] if entry.get("nki_kernel") else [])]
         for ref in refs:
             try:
@@ -346,7 +347,6 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
                 raise UserError(f"{where}: no such file {target}; give a path relative to the config file.")
         if "nki" in entry["impl"] and not entry.get("nki_kernel"):
             raise UserError(f"{where}: impl nki needs nki_kernel (FILE.py:NAME of the kernel); add it or drop nki.")
-        cases = custom_cases(entry, where)
         digests.append(user_code.digest(refs))
         request["entries"].append(
             {
