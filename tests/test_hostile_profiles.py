@@ -106,6 +106,8 @@ def read(fmt: str, path: Path, out: Path):
     if fmt == "chrome":
         counts = chrome_to_pftrace(path, out / "t.pftrace")
         assert all(v >= 0 for v in counts.values() if isinstance(v, int))
+        db = ProfileDB().load(out / "t.pftrace")  # never a file our own reader refuses
+        assert db.sql("SELECT count(*) FROM slice WHERE ts < 0").fetchone()[0] == 0
     elif fmt == "summary":
         values = json.loads((extract.run(path, out / "metrics.json") and (out / "metrics.json")).read_text())
         for key, value in values.items():
@@ -226,6 +228,19 @@ def test_deep_nesting_is_one_sentence_for_every_json_reader(tmp_path):
     (tmp_path / "summary.json").write_text(f'{{"n_1": {{"total_time": {deep}}}}}')
     with pytest.raises(UserError, match="summary.json: values nested deeper than Python can read"):
         neuron_summary.load(tmp_path / "summary.json")
+
+
+def test_a_negative_stamp_is_not_converted_and_the_file_reads_back(tmp_path):
+    from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    events = [{"ph": "X", "name": "early", "ts": -5, "dur": 2, "pid": 1, "tid": 1}]
+    events += [{"ph": "X", "name": "op", "ts": 10 + i, "dur": 1, "pid": 1, "tid": 1} for i in range(3)]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    counts = chrome_to_pftrace(tmp_path / "t.json", tmp_path / "t.pftrace")
+    assert counts["slices"] == 3 and any("negative ts" in p for p in counts.get("not_converted", {})), counts
+    rows = ProfileDB().load(tmp_path / "t.pftrace").sql("SELECT name, ts FROM slice ORDER BY ts").fetchall()
+    assert [name for name, _ in rows] == ["op"] * 3 and rows[0][1] == 10_000
 
 
 def test_pftrace_that_cannot_be_true_is_refused(tmp_path):

@@ -26,8 +26,9 @@ Kept: complete events ('X'), B/E pairs (matched per thread in time order, as the
 a B never ended stays a slice that does not end), instants ('i'/'I', thread, process or global),
 counters ('C', one value per series), flow events ('s'/'t'/'f', bound to slices by the writer).
 Not converted, and counted and named (`Events.problems`), never silently changed: negative
-durations, stamps that are not numbers, counter values that are not numbers, an E with no B open,
-phases this converter does not know. gzip or plain input is told by content, not by name.
+durations and negative stamps (a .pftrace timestamp is unsigned), stamps that are not numbers,
+counter values that are not numbers, an E with no B open, phases this converter does not know.
+gzip or plain input is told by content, not by name.
 """
 
 from __future__ import annotations
@@ -381,6 +382,11 @@ class Events:
             if t is None:
                 self.problem("events whose ts is not a number (or past 2^63 ns)", f"{label} with ts {e.get('ts')!r}")
                 continue
+            if t < 0:  # a .pftrace stamp is unsigned: written, it would wrap past 2^63 and be refused on reading
+                self.problem(
+                    "events with a negative ts (a .pftrace timestamp is unsigned)", f"{label} at ts {us_text(t)}"
+                )
+                continue
             pid = _hashable(e.get("pid"))
             if k == COUNTER:
                 for series, v in sorted((e.get("args") or {}).items()) if isinstance(e.get("args"), dict) else ():
@@ -479,8 +485,8 @@ class Events:
         ts_ns, ts_ok = _decimal_ns(ts)
         dur_ns, dur_ok = _decimal_ns(col["dur"]) if "dur" in col else (None, None)
         x = kind == SLICE
-        if not ts_ok.all() or (dur_ok is not None and not dur_ok[x].all()):
-            return False  # past int64 nanoseconds: the loop names them
+        if not ts_ok.all() or (dur_ok is not None and not dur_ok[x].all()) or (ts_ns < 0).any():
+            return False  # past int64 nanoseconds, or before zero: the loop names them
         dur = np.where(x, np.where(dur_ok, dur_ns, 0), 0) if dur_ns is not None else np.zeros(rows.size, np.int64)
         if (dur < 0).any():
             return False  # the loop names them
