@@ -230,6 +230,17 @@ def test_deep_nesting_is_one_sentence_for_every_json_reader(tmp_path):
         neuron_summary.load(tmp_path / "summary.json")
 
 
+@pytest.mark.parametrize("key", ["summary", "metadata"])
+def test_a_list_of_lists_where_a_legacy_object_belongs_is_one_sentence(key, tmp_path):
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    whole = json.loads(_legacy(tmp_path).read_text())
+    whole[key] = [[1, 2], [3]]
+    (tmp_path / "bad.json").write_text(json.dumps(whole))
+    with pytest.raises(UserError, match=rf"bad.json: its {key} holds a list where an object of fields belongs"):
+        ProfileDB().load(tmp_path / "bad.json")
+
+
 def test_a_negative_stamp_is_not_converted_and_the_file_reads_back(tmp_path):
     from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
     from neuronsweep.formats.profile_db import ProfileDB

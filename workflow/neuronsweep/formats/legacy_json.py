@@ -219,6 +219,11 @@ def _write_tables(path: Path, out_dir: Path, arrays, firsts) -> None:
             record = json_records.loads(found.first[key])
         else:
             record = None
+        if record is not None and not isinstance(record, dict):  # summary, metadata: one object each
+            raise UserError(
+                f"{path}: its {key} holds a {type(record).__name__} where an object of fields belongs; the "
+                "profile is damaged: view the capture again."
+            )
         if record:
             pq.write_table(batch_table([record]), out_dir / f"{key}.parquet")
 
