@@ -241,6 +241,27 @@ def test_a_list_of_lists_where_a_legacy_object_belongs_is_one_sentence(key, tmp_
         ProfileDB().load(tmp_path / "bad.json")
 
 
+@pytest.mark.parametrize(
+    "column, values, kind",
+    [("duration_ns", ["3", "4"], "VARCHAR"), ("start_ts", [[1], [2]], "BIGINT[]"), ("engine", [1, 2], "BIGINT")],
+)
+def test_a_parquet_column_of_the_wrong_type_is_one_sentence_before_any_sql(column, values, kind, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuronsweep.stages import extract
+
+    view = tmp_path / "view"
+    (view / "parquet").mkdir(parents=True)
+    (view / "summary.json").write_bytes((DATA / "neuron" / "trn1-summary-excerpt.json").read_bytes())
+    columns = {"start_ts": [1, 2], "end_ts": [4, 6], "duration_ns": [3, 4], "engine": ["Tensor", "Vector"]}
+    pq.write_table(
+        pa.table({**columns, "opcode": ["MATMUL", "ADD"], column: values}), view / "parquet" / "Instruction.parquet"
+    )
+    with pytest.raises(UserError, match=rf"the Instruction table's {column} column is {re.escape(kind)}, where"):
+        extract.run(view / "summary.json", tmp_path / "metrics.json")
+
+
 def test_a_negative_stamp_is_not_converted_and_the_file_reads_back(tmp_path):
     from neuronsweep.formats.pftrace_writer import chrome_to_pftrace
     from neuronsweep.formats.profile_db import ProfileDB

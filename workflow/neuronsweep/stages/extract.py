@@ -16,6 +16,7 @@ from neuronsweep.analysis import derived, roofline
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
+from neuronsweep.errors import UserError
 from neuronsweep.formats import json_records, legacy_json, neuron_summary, profile_schema
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 from neuronsweep.host.targets import TARGETS, target_family
@@ -753,6 +754,10 @@ def run(
     build = BuildRecord.read(build_json) if build_json else None
     calibration = read_json(calibration_json) if calibration_json else None
     db = view_db(summary_json.parent, track_patterns)
+    if db is not None:  # a damaged parquet column is one sentence before any SQL binds it
+        wrong = profile_schema.type_problems(db, summary.get("profile_schema_version"), summary_json.parent)
+        if wrong:
+            raise UserError(f"{wrong[0]}.")
     metadata = profile_metadata(db, summary_json)
     usage = None
     if capture is None or capture.backend == "neuron":  # only Neuron profiles have device memory
