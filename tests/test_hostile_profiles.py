@@ -230,6 +230,22 @@ def test_deep_nesting_is_one_sentence_for_every_json_reader(tmp_path):
         neuron_summary.load(tmp_path / "summary.json")
 
 
+@pytest.mark.parametrize("total", ['"abc"', '"0.0018"', "18446744073709551621", "[[1, 2]]"])
+def test_a_legacy_summarys_total_time_goes_through_the_summary_checks(total, tmp_path):
+    """The legacy profile's embedded summary is validated like summary-json output: a number written as
+    text is that number, anything else one sentence; never a TypeError from the arithmetic."""
+    from neuronsweep.stages import extract
+
+    path = _legacy(tmp_path)
+    path.write_text(path.read_text().replace('"total_time": ', f'"total_time": {total}, "was": ', 1))
+    try:
+        extract.run(path, tmp_path / "metrics.json", profile_json=path)
+    except UserError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(path))
+    else:
+        assert json.loads((tmp_path / "metrics.json").read_text())["profile_total_time_s"] > 0
+
+
 @pytest.mark.parametrize("key", ["summary", "metadata"])
 def test_a_list_of_lists_where_a_legacy_object_belongs_is_one_sentence(key, tmp_path):
     from neuronsweep.formats.profile_db import ProfileDB
