@@ -332,17 +332,17 @@ def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
 def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
     """Each entry's cases as workloads of kind `custom`, what the probe found in their specs (output shapes,
     counted FLOPs), the source files' hash with them (an edit rebuilds that entry's cases only)."""
-    request, digests = {"entries": []}, []
+    request, digests, all_cases = {"entries": []}, [], []
     for i, entry in enumerate(entries):
         where = f"suites.custom[{i}] ({entry['name']})"
         cases = custom_cases(entry, where)  # the config's own mistakes first, then the files it names
+        all_cases.append(cases)
         refs = [entry["function"], *([entry["nki_kernel"]] if entry.get("nki_kernel") else [])]
         for ref in refs:
             try:
-                user_code.split(ref)
+                target, _ = user_code.split(ref)
             except ValueError as exc:
                 raise UserError(f"{where}: {exc}; write path/to/file.py:name or package.module:name.") from None
-            target, _ = user_code.split(ref)
             if user_code.is_file(target) and not Path(target).is_file():
                 raise UserError(f"{where}: no such file {target}; give a path relative to the config file.")
         if "nki" in entry["impl"] and not entry.get("nki_kernel"):
@@ -363,8 +363,8 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
     if "error" in answer:
         raise UserError(answer["error"])
     out = []
-    for entry, asked, found, digest in zip(entries, request["entries"], answer["entries"], digests):
-        for case, got in zip(custom_cases(entry, asked["where"]), found):
+    for entry, cases, found, digest in zip(entries, all_cases, answer["entries"], digests):
+        for case, got in zip(cases, found):
             if case["flops"] is not None:
                 flops, source = case["flops"], f"the config: {entry['flops']}"
             elif got.get("error"):
