@@ -170,3 +170,12 @@ def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself
     build = json.loads((tmp_path / "b" / "build.json").read_text())
     assert build["route"] == "torchneuron" and build["correctness"]["correct"]
     assert build["correctness"]["reference"] == "the function itself in float64 on the CPU, same inputs"
+
+
+def test_a_users_function_has_no_tile_count_rather_than_zero():
+    from neuronsweep.analysis import roofline
+    from neuronsweep.workloads import custom
+
+    spec = custom.spec("f", "x.py:f", "0", {"m": 4}, {"x": [4, 4]}, {}, "fp32", [[4, 4]], 128, "the config: 128")
+    assert custom.gemms(spec) == [] and roofline.tiles(custom.gemms(spec))["tiles_total"] is None
+    assert custom.workload_id(spec) == "custom-f-m4-fp32" and custom.min_bytes(spec, 4) == 2 * 16 * 4

@@ -59,7 +59,7 @@ def tiles(gemms: list[tuple[int, int, int]]) -> dict:
         "tiles_m": single[0],
         "tiles_k": single[1],
         "tiles_n": single[2],
-        "tiles_total": sum(tm * tk * tn for tm, tk, tn in per),
+        "tiles_total": sum(tm * tk * tn for tm, tk, tn in per) if per else None,  # no GEMM known: unknown, not 0
         "tile_utilization_pct": 100.0 * useful / padded if padded else None,
     }
 

@@ -263,9 +263,13 @@ def _work_and_roofline(
     )
     if backend == "neuron":
         m.update(roofline.tiles(kind.gemms(spec)))
-        for key in ("tiles_m", "tiles_k", "tiles_n"):
+        for key in ("tiles_m", "tiles_k", "tiles_n", "tiles_total"):
             if m[key] is None:
-                notes[key] = f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+                notes[key] = (
+                    f"the tile model counts GEMMs, and a {spec['kind']} workload names none"
+                    if not kind.gemms(spec)
+                    else f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+                )
     else:
         for key in TILES:
             m[key] = None
