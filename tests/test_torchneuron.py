@@ -282,6 +282,11 @@ def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tm
     view = [str(BIN / "neuronsweep"), "view", "--capture", str(tmp_path / "cap"), "--out", str(tmp_path / "view")]
     subprocess.run([*view, "--options", opts], check=True, env=env, capture_output=True)
     assert json.loads((tmp_path / "view" / "summary.json").read_text())["model_flops"] == 2 * 32 * 64 * 16
+    extract = [str(BIN / "neuronsweep"), "extract", "--summary-json", str(tmp_path / "view" / "summary.json")]
+    extract += ["--capture-json", str(tmp_path / "cap" / "capture.json"), "--out", str(tmp_path / "m.json")]
+    subprocess.run(extract, check=True, env=env, capture_output=True)
+    note = json.loads((tmp_path / "m.json").read_text())["notes"].get("profile_total_time_s", "")
+    assert ("every execution" in note) == (model_trace == "0")  # a session profile holds several executions
     # DGE notifications by default, in inspect mode by the runtime's variable: the Memory Tracker's view
     # takes this capture (no --enable-dge-notifs in an argv it never had)
     assert record["dge_notifications"] and record["inspect_env"]["NEURON_RT_ENABLE_DGE_NOTIFICATIONS"] == "1"

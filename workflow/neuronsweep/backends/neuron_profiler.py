@@ -256,7 +256,10 @@ def capture_neff(
         shutil.copyfile(ntff, out_dir / NTFF)
     else:
         ntff = find_ntff(raw, settings.num_exec, kept or settings.nth_exec)
-        shutil.copyfile(ntff, out_dir / NTFF) if kept else os.replace(ntff, out_dir / NTFF)
+        if kept:  # raw/ keeps every execution: the others are samples (execution_samples)
+            shutil.copyfile(ntff, out_dir / NTFF)
+        else:
+            os.replace(ntff, out_dir / NTFF)
     marker.unlink(missing_ok=True)
     return {
         "profiler": profiler,
@@ -300,7 +303,7 @@ def execution_samples(neff: Path, capture_dir: Path, settings: CaptureSettings, 
     return {
         **latency_stats(samples),
         "basis": "device time per execution: the profiler's total_time of each profiled execution, after "
-        f"{first - 1} unprofiled-for-timing warm-up execution(s), all in one process",
+        f"{first - 1} warm-up execution(s) (profiled, not counted), all in one process",
         "executions": f"profile_exec_{first}..{first + count - 1}",
     }
 

@@ -770,6 +770,8 @@ def run(
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
     values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets)
+    if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
+        values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []
     if missing:  # a column the schema lacks: named, and the tables that need it are not written
         values["notes"]["profile_schema"] = " ".join(f"{m}." for m in missing)
