@@ -65,11 +65,16 @@ def probe(request: dict) -> dict:
         where = entry["where"]
         try:
             fn = load(entry["function"])
-            nki = load(entry["nki_kernel"]) if entry.get("nki_kernel") else None
         except UserError as exc:
             return {"error": f"{where}: {exc}"}
         except Exception as exc:  # noqa: BLE001 - importing the user's file ran its code
             return {"error": f"{where}: importing {entry['function']} failed with {type(exc).__name__}: {exc}"}
+        try:  # an NKI kernel's module imports `nki`, which only a Neuron machine has: checked where it imports
+            nki = load(entry["nki_kernel"]) if entry.get("nki_kernel") else None
+        except ImportError:
+            nki = None
+        except UserError as exc:
+            return {"error": f"{where} (nki_kernel): {exc}"}
         problem = _signature_problem(fn, where, entry["input_names"], entry["param_names"])
         if problem:
             return {"error": problem}

@@ -74,22 +74,23 @@ def trace(model, batch: int, seq: int, phase: str) -> list[dict]:
 
     stack: list[str] = []
     seen: Counter = Counter()
-    calls: Counter = Counter()  # GEMMs so far in the innermost module's current call
+    calls: Counter = Counter()  # GEMMs of each kind so far in the innermost module's current call
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             found = _gemm(func, args)
             if found is not None and recording[0]:
                 module = LAYER.sub(".*", stack[-1]) if stack else "(top level)"
-                calls[len(stack), module] += 1
                 op = "linear" if func.overloadpacket.__name__ in ("mm", "addmm") else "bmm"
-                seen[module, f"{op}{calls[len(stack), module]}", found[1]] += found[0]
+                calls[len(stack), module, op] += 1
+                seen[module, f"{op}{calls[len(stack), module, op]}", found[1]] += found[0]
             return func(*args, **(kwargs or {}))
 
     def enter(name):
         def hook(module, inputs):
             stack.append(name)
-            calls[len(stack), LAYER.sub(".*", name)] = 0
+            for op in ("linear", "bmm"):  # a new call of the module numbers its GEMMs from 1 again
+                calls[len(stack), LAYER.sub(".*", name), op] = 0
 
         return hook
 
