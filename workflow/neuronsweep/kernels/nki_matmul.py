@@ -52,7 +52,8 @@ def tile_loop(nl):
 
 # Unrolled nc_matmul instructions per kernel call beyond which a grid point is unsupported: every tile
 # loop unrolls when the kernel is traced (NKI 0.7), so compile time and the instruction stream grow with
-# the tile count. Our bound, not an SDK limit: 4,096 is an 8192^3 matmul's 64 x 16 x 64 / 16.
+# the tile count. Our bound, not an SDK limit (none is documented): a 4096 x 4096 x 4096 matmul is
+# 32 x 32 x 8 = 8,192 of them and is unsupported; 2048 x 4096 x 4096 (4,096) is the largest square-ish case.
 MAX_UNROLLED = 4096
 
 
