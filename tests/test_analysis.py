@@ -190,7 +190,9 @@ def test_perfetto_names_extract_arg_and_seed_000_sql(view_dir):
     assert db.sql("SELECT value FROM counter").fetchall() == [(12.5,)]
     assert db.sql("SELECT name FROM counter_track").fetchall() == [("DMA Throughput",)]
     with pytest.raises(
-        UserError, match="query over .* failed: .* tables here: args, counter, flow, slice, summary, track"
+        UserError,
+        match="query over .* failed: .* tables here: args, counter, counter_track, flow, instant, process, slice, "
+        "slice_self_dur, summary, thread, thread_slice, thread_track, top_ops, track, track_busy",
     ):
         db.sql("SELECT * FROM no_such_table")
 
@@ -286,8 +288,11 @@ def test_two_physical_cores_of_a_logical_core_keep_their_own_timelines(tmp_path)
 
 
 def test_query_rejects_what_is_not_a_profile(tmp_path):
-    with pytest.raises(UserError, match="not a profile"):
+    with pytest.raises(UserError, match="nothing.txt: no such file or folder"):
         ProfileDB().load(tmp_path / "nothing.txt")
+    (tmp_path / "notes.txt").write_text("my notes")
+    with pytest.raises(UserError, match="notes.txt: not a profile"):
+        ProfileDB().load(tmp_path / "notes.txt")
 
 
 def rows(**groups):
@@ -308,14 +313,19 @@ def rows(**groups):
     return pd.DataFrame(out)
 
 
-def samples(median: float, rel_sd: float, seed: int, n: int = 30) -> list[float]:
-    """Timed samples around a median, as a capture records them (seeded: the test cannot flake)."""
+def samples(median: float, rel_sd: float, seed: int, n: int = 6):
+    """n rounds in processes of their own around a median, 5 timed samples each within 1 % of its
+    round, as a capture with rounds_in_processes records them (seeded: the test cannot flake)."""
     import numpy as np
 
-    return list(median * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(n)))
+    from neuronsweep.store.records import Timing
+
+    rng = np.random.default_rng(seed)
+    rounds = list(median * np.exp(rel_sd * rng.standard_normal(n)))
+    return Timing([r * (1 + 0.01 * rng.standard_normal()) for r in rounds for _ in range(5)], rounds)
 
 
-def test_comparisons_rank_and_call_out_only_beyond_the_noise_of_the_samples():
+def test_comparisons_rank_and_call_out_only_beyond_the_noise_between_processes():
     t = compare.compare(
         rows(
             vmap=("loops", 100, 1.0e-3, 0.1e-3, {"size": "small", "dtype": "fp32"}),

@@ -96,6 +96,11 @@ def test_the_gate_tests_per_process_when_every_run_timed_its_rounds_apart():
     apart = pd.DataFrame([entry("a", 1e-3), entry("b", 1e-3), entry("c", 1.2e-3)])
     lines, code = history.gate(apart, 10, 2, 0.02)
     assert code == 1 and "tested on processes" in lines[1], lines
-    older = pd.DataFrame([entry("a", 1e-3, float("nan")), entry("b", 1e-3), entry("c", 1.2e-3)])  # no rounds
+    # an earlier run without rounds is one process of its own: its median joins the earlier processes
+    older = pd.DataFrame([entry("a", 1e-3, float("nan")), entry("b", 1e-3), entry("c", 1.2e-3)])
     lines, code = history.gate(older, 10, 2, 0.02)
-    assert code == 1 and "tested on samples" in lines[1], lines
+    assert code == 1 and "tested on processes" in lines[1], lines
+    # the newest run timed in one process: not judged, so not gated, and said
+    newest_alone = pd.DataFrame([entry("a", 1e-3), entry("b", 1e-3), entry("c", 1.5e-3, None)])
+    lines, code = history.gate(newest_alone, 10, 2, 0.02)
+    assert code == 0 and "0 judged" in lines[0] and lines[-1].startswith("gate: 1 workload(s) of the newest run"), lines

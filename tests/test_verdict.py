@@ -1,5 +1,5 @@
-"""analysis/verdict.py: the one rule for "is B different from A" (rank test on the timed samples,
-Holm's correction over the family, a minimum effect), and analysis/changepoints.py on synthetic
+"""analysis/verdict.py: the one rule for "is B different from A" (a test on processes, never on one
+process's samples; Holm's correction over the family, a minimum effect), and analysis/changepoints.py on synthetic
 series with known steps."""
 
 from __future__ import annotations
@@ -15,24 +15,57 @@ def samples(median: float, rel_sd: float, seed: int, n: int = 30) -> list[float]
     return list(median * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(n)))
 
 
-def test_a_ten_percent_change_is_slower_with_its_interval_and_an_equal_one_is_not():
-    a = samples(1e-3, 0.02, 1)
-    slower, same, tiny = samples(1.1e-3, 0.02, 2), samples(1e-3, 0.02, 3), samples(1.01e-3, 0.001, 4, n=2000)
-    base = samples(1e-3, 0.001, 5, n=2000)
-    v = verdict.judge([(a, slower, False), (a, same, False), (base, tiny, False)])
-    assert v[0].said == "slower" and v[0].beyond and v[0].p_adjusted < 0.05
-    assert v[0].ci_low < 1.1 < v[0].ci_high and v[0].ratio == pytest.approx(1.1, rel=0.02)
+def rounds(median: float, rel_sd: float, seed: int, k: int) -> list[float]:
+    return list(median * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(k)))
+
+
+def in_processes(median: float, rel_sd: float, seed: int, k: int = 8) -> Timing:
+    """k rounds, each a process whose level is drawn (rel_sd), its 10 samples within 1 % of it."""
+    medians = rounds(median, rel_sd, seed, k)
+    return Timing([s for j, m in enumerate(medians) for s in samples(m, 0.01, 10 * seed + j, 10)], medians)
+
+
+def test_a_ten_percent_change_across_processes_is_slower_with_its_interval_and_an_equal_one_is_not():
+    a = in_processes(1e-3, 0.02, 1)
+    slower, same = in_processes(1.1e-3, 0.02, 2), in_processes(1e-3, 0.02, 3)
+    v = verdict.judge([(a, slower, False), (a, same, False)])
+    assert v[0].said == "slower" and v[0].beyond and v[0].p_adjusted < 0.05 and v[0].unit == "processes"
+    assert v[0].ci_low < 1.1 < v[0].ci_high and v[0].ratio == pytest.approx(1.1, rel=0.03)
     assert v[1].said == "unchanged (within noise)" and not v[1].beyond
-    # 1 % with 2,000 samples a side is certain, and still below the 2 % minimum effect
-    assert v[2].p_adjusted < 1e-6 and v[2].said == "unchanged (below the minimum effect)"
-    assert verdict.judge([(base, tiny, False)], min_effect=0.005)[0].said == "slower"
     assert verdict.judge([(slower, a, False)])[0].said == "faster"
+    # 1 % across processes that agree within 0.1 %: certain, and still below the 2 % minimum effect
+    base, tiny = in_processes(1e-3, 0.001, 4, 12), in_processes(1.01e-3, 0.001, 5, 12)
+    small = verdict.judge([(base, tiny, False)])[0]
+    assert small.p_adjusted < 1e-6 and small.said == "unchanged (below the minimum effect)"
+    assert verdict.judge([(base, tiny, False)], min_effect=0.005)[0].said == "slower"
+
+
+def test_one_process_a_side_is_never_judged_however_many_samples_agree():
+    """The default run of old: 30 samples of one process a side. Two runs of the same code sit 8 %
+    apart because their processes do; the samples agree within 1 %, so a test on them would be
+    certain. It is not judged: the ratio, and no p-value or interval."""
+    a, b = samples(1e-3, 0.01, 1), samples(1.08e-3, 0.01, 2)
+    v = verdict.judge([(a, b, False), (Timing(a), Timing(b), False)])
+    for x in v:
+        assert x.said == verdict.ONE_PROCESS and not x.judged and not x.beyond
+        assert x.p_value is None and x.ci_low is None and x.ratio == pytest.approx(1.08, rel=0.02)
+    assert not verdict.fails_gate(v[0].said, v[0].ci_low, 5)
+    # one side in processes, the other not: still one process on that side
+    assert verdict.judge([(in_processes(1e-3, 0.02, 3), b, False)])[0].said == verdict.ONE_PROCESS
 
 
 def test_what_cannot_be_judged_says_why():
-    a = samples(1e-3, 0.02, 1)
-    v = verdict.judge([(None, None, False), (a, a[:4], False), (a, samples(2e-3, 0.02, 2), True)])
-    assert [x.said for x in v] == [verdict.NO_SPREAD, "not judged (4 samples)", "noisy: not judged"]
+    a = in_processes(1e-3, 0.02, 1)
+    two = Timing(a.samples, a.rounds[:2])
+    v = verdict.judge(
+        [(None, None, False), (a, two, False), (a, in_processes(2e-3, 0.02, 2), True), (None, a.samples, False)]
+    )
+    assert [x.said for x in v] == [
+        verdict.NO_SPREAD,
+        "not judged (2 processes a side; 3 needed)",
+        "noisy: not judged",
+        verdict.NO_SPREAD,
+    ]
     assert not any(x.beyond or x.judged for x in v) and v[2].ratio == pytest.approx(2.0, rel=0.05)
 
 
@@ -40,36 +73,24 @@ def test_holm_adjusts_in_order_and_is_monotone():
     assert verdict.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert verdict.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
     # twenty cases with the same p: one alone would be slower, twenty together are not
-    a, b = samples(1e-3, 0.05, 1, n=8), samples(1.08e-3, 0.05, 2, n=8)
+    a, b = in_processes(1e-3, 0.03, 4, 6), in_processes(1.08e-3, 0.03, 14, 6)
     alone = verdict.judge([(a, b, False)])[0]
-    assert alone.said == "slower" and 0.05 / 20 < alone.p_value < 0.05
+    assert alone.said == "slower" and 0.05 / 20 < alone.p_value < 0.05, alone
     family = verdict.judge([(a, b, False)] * 20)
     assert all(v.p_adjusted == pytest.approx(min(1, 20 * alone.p_value)) for v in family)
     assert {v.said for v in family} == {"unchanged (within noise)"}
 
 
-def rounds(median: float, rel_sd: float, seed: int, k: int) -> list[float]:
-    return list(median * np.exp(rel_sd * np.random.default_rng(seed).standard_normal(k)))
-
-
 def test_with_rounds_in_processes_the_process_is_what_is_tested():
     # each run's samples agree within 1 %, but its three processes sit 5 % apart around one level:
-    # the samples alone call the same code different, the processes do not
-    def run(seed: int, level: float) -> Timing:
-        medians = rounds(level, 0.05, seed, 3)
-        return Timing([s for j, m in enumerate(medians) for s in samples(m, 0.01, 10 * seed + j, 10)], medians)
-
-    a, b = run(1, 1e-3), run(2, 1e-3)
-    assert verdict.judge([(a.samples, b.samples, False)])[0].beyond  # the samples alone: a false alarm
+    # the processes do not call the same code different
+    a, b = in_processes(1e-3, 0.05, 1, 3), in_processes(1e-3, 0.05, 2, 3)
     same = verdict.judge([(a, b, False)])[0]
     assert same.unit == "processes" and (same.n_a, same.n_b) == (3, 3) and same.said == "unchanged (within noise)"
     # 30 % across five processes a side, 3 % apart: slower, inside the t-test's interval
     a5, b5 = Timing([1.0] * 50, rounds(1e-3, 0.03, 3, 5)), Timing([1.3] * 50, rounds(1.3e-3, 0.03, 4, 5))
     slower = verdict.judge([(a5, b5, False)])[0]
     assert slower.said == "slower" and slower.unit == "processes" and slower.ci_low < 1.3 < slower.ci_high
-    # fewer than MIN_ROUNDS a side: the samples are tested
-    few = verdict.judge([(Timing(a.samples, a.rounds[:2]), b, False)])[0]
-    assert few.unit == "samples" and few.n_a == 30
     # rounds without spread: equal is unchanged, different is beyond doubt
     flat = Timing([1e-3] * 9, [1e-3] * 3)
     assert verdict.judge([(flat, flat, False)])[0].said == "unchanged (within noise)"
@@ -77,7 +98,7 @@ def test_with_rounds_in_processes_the_process_is_what_is_tested():
 
 
 def test_the_interval_is_the_same_for_the_same_runs():
-    a, b = samples(1e-3, 0.05, 1), samples(1.05e-3, 0.05, 2)
+    a, b = in_processes(1e-3, 0.05, 1), in_processes(1.05e-3, 0.05, 2)
     assert verdict.judge([(a, b, False)])[0].ci_low == verdict.judge([(a, b, False)])[0].ci_low
 
 

@@ -1,12 +1,12 @@
 """Comparisons inside each suite: who is fastest among scenarios that do comparable work, by how
-much, and whether the difference is beyond the noise of the timed samples (otherwise it is not called
-out).
+much, and whether the difference is beyond the noise between processes (otherwise it is not called
+out; one process a case, as a run without rounds in processes has, is never called out).
 
 Equal work (same FLOPs: dtypes or impls of one shape, loop patterns of one size) compares time;
 different work (tiling offsets, LLM buckets) compares throughput (FLOP/s); collectives compare the
 dtypes of one operation, world and message size. Time is the framework
 median where measured, else the profiled device time; whether a difference is called out is
-analysis/verdict.py's rule (rank test on the samples, Holm over the group, a minimum effect), the one
+analysis/verdict.py's rule (a test on the processes, Holm over the group, a minimum effect), the one
 `neuronsweep compare` uses.
 """
 

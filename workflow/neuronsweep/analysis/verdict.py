@@ -1,35 +1,33 @@
 """The one rule for "is B different from A", used by the within-run ranking (ranking.py), by
 `neuronsweep compare` (runs/compare.py) and by `neuronsweep history` (runs/history.py).
 
-Judged on the timed samples of both sides (every sample of capture.json's latency, all rounds):
+A test needs independent units, and the unit of a timing is the process it ran in, not the sample:
+on our 2-vCPU hosts a 55 us case's level moved 5-15 % from one process (one run) to the next while
+its samples inside one agreed within a few percent, so a test on the samples of one process a side
+called two runs of the same code different in 13 of 20 cases (docs/comparing-runs.md). Where the
+program, the libraries and the heap land is drawn when a process starts (Mytkowicz et al., ASPLOS
+2009); the process is the unit of replication (Kalibera and Jones, "Rigorous benchmarking in
+reasonable time", ISMM 2013). So:
 
-- a two-sided Mann-Whitney U test (SciPy): no assumption on the shape of a latency distribution,
-  whose long right tail makes a t-test's mean the wrong summary;
+- a case is judged only where both sides timed at least MIN_ROUNDS rounds, each in a fresh process
+  of its own (cpu `capture.rounds_in_processes`, the default; or `compare --interleaved N`, which
+  times both sides again in turns). The test is Welch's t-test on the logs of the round medians,
+  the change the ratio of their geometric means with the t-test's 95 % interval. A t-test because a
+  rank test on 3 or 5 rounds a side cannot reach Holm's thresholds (its smallest p is 0.1 and
+  0.008), and a slow outlier process widens its interval (fewer calls, never more);
+- one process a side (samples without process rounds: a one-process capture, an NKI profile's
+  executions) is `not judged`, with the ratio of medians and no p-value or interval: nothing in such
+  a run can tell the code from the process;
 - the p-values of one family (a run's cases in compare, one group in the ranking) are corrected with
   Holm's step-down method: the gate `--fail-on-regression` asks "did anything get slower", a
   family-wise question, and one false alarm fails somebody's release build. Holm bounds the chance of
-  any false alarm (the family-wise error rate) under any dependence between the cases (they share one
-  machine), and is never less powerful than Bonferroni; Benjamini-Hochberg bounds only the expected
-  share of false alarms among the alarms, which is the wrong promise for a gate;
-- and the change must reach a minimum effect (default 2 %): with thousands of samples any difference
-  is "significant", and a 0.3 % shift is not a regression anyone acts on.
+  any false alarm under any dependence between the cases (they share one machine); Benjamini-Hochberg
+  bounds only the expected share of false alarms among the alarms, the wrong promise for a gate;
+- and the change must reach a minimum effect (default 2 %): a 0.3 % shift is not a regression
+  anyone acts on.
 
-Where both sides timed each round in a fresh process of its own (cpu, capture.rounds_in_processes)
-the unit tested is the process, not the sample: a Welch t-test on the logs of the round medians,
-with its interval of the ratio of geometric means. The samples of one process test that process,
-not the code: on our 2-vCPU hosts a 55 us case's level moved 5-15 % from one process (one run) to
-the next while its samples inside one agreed within a few percent, so a rank test on the samples
-called two runs of the same code different in 13 of 20 cases. The process as the unit of
-replication is Kalibera and Jones's rule ("Rigorous benchmarking in reasonable time", ISMM 2013); a
-t-test because a rank test on 3 or 5 rounds a side cannot reach Holm's thresholds (its smallest p is
-0.1 and 0.008), and a slow outlier process widens its interval (fewer calls, never more). At least
-MIN_ROUNDS rounds a side, else the samples are tested.
-
-On the samples, the change reported is the ratio of medians B / A with a 95 % bootstrap percentile
-interval (SciPy, seeded: the same runs give the same interval). A side without samples (a profiled device time: one
-execution, as every NKI case has), with fewer than MIN_SAMPLES samples (5 against 5 is the smallest
-pair whose most extreme ordering reaches p < 0.05 with room for a correction), or flagged noisy is
-not judged, with the reason.
+A side without samples (a profiled device time: one execution) or flagged noisy is not judged
+either, with the reason.
 """
 
 from __future__ import annotations
@@ -42,11 +40,9 @@ from scipy import stats
 
 from neuronsweep.store.records import Timing
 
-MIN_SAMPLES = 5  # timed samples each side needs before the rank test can say anything
-MIN_ROUNDS = 3  # rounds in processes of their own each side needs to be tested per process
+MIN_ROUNDS = 3  # rounds in processes of their own each side needs before it is tested
 ALPHA = 0.05  # family-wise error rate after Holm's correction
-MIN_EFFECT = 0.02  # smallest change of the median called slower or faster (--min-effect)
-RESAMPLES = 2000  # bootstrap resamples for the interval of the ratio of medians
+MIN_EFFECT = 0.02  # smallest change called slower or faster (--min-effect)
 
 UNCHANGED, SMALL, SLOWER, FASTER, NOISY = (
     "unchanged (within noise)",
@@ -56,6 +52,7 @@ UNCHANGED, SMALL, SLOWER, FASTER, NOISY = (
     "noisy: not judged",
 )
 NO_SPREAD = "not judged (no spread: a single profiled execution)"
+ONE_PROCESS = "not judged (one process a side: its samples test that process, not the code)"
 
 
 def flag(value) -> bool:
@@ -71,10 +68,10 @@ def flag(value) -> bool:
 class Verdict:
     said: str
     beyond: bool = False  # slower or faster
-    p_value: float | None = None  # the rank test's, before the correction
+    p_value: float | None = None  # the t-test's, before the correction
     p_adjusted: float | None = None  # Holm's, over the family
-    ratio: float | None = None  # median B / median A
-    ci_low: float | None = None  # 95 % bootstrap interval of that ratio
+    ratio: float | None = None  # judged: geometric mean of B's round medians / A's; else median B / median A
+    ci_low: float | None = None  # the t-test's 95 % interval of that ratio
     ci_high: float | None = None
     n_a: int | None = None  # units tested: samples, or processes
     n_b: int | None = None
@@ -90,12 +87,15 @@ def as_timing(side) -> Timing | None:
     return side if side is None or isinstance(side, Timing) else Timing(list(side))
 
 
-def unjudged(samples) -> str | None:
-    """Why one side cannot be judged (None: it can)."""
-    if samples is None:
+def unjudged(side) -> str | None:
+    """Why one side cannot be judged (None: it can): no samples, or fewer than MIN_ROUNDS processes."""
+    if side is None:
         return NO_SPREAD
-    if len(samples) < MIN_SAMPLES:
-        return f"not judged ({len(samples)} samples)"
+    rounds = len(side.rounds or ())
+    if rounds == 0:
+        return ONE_PROCESS
+    if rounds < MIN_ROUNDS:
+        return f"not judged ({rounds} processes a side; {MIN_ROUNDS} needed)"
     return None
 
 
@@ -109,50 +109,31 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def _ratio_of_medians(a, b, axis=-1):
-    return np.median(b, axis=axis) / np.median(a, axis=axis)
-
-
-def _interval(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float]:
-    res = stats.bootstrap(
-        (a, b),
-        _ratio_of_medians,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        vectorized=True,
-        random_state=np.random.default_rng(seed),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
 def judge(pairs: list[tuple], min_effect: float = MIN_EFFECT, alpha: float = ALPHA) -> list[Verdict]:
-    """One family of comparisons: pairs of (A, B, noisy), each side a Timing or a list of samples, or
-    None for a time with no distribution. Returns a Verdict each, in order."""
+    """One family of comparisons: pairs of (A, B, noisy), each side a Timing (a plain list: samples of
+    one process), or None for a time with no distribution. Returns a Verdict each, in order; an
+    unjudged one keeps the ratio of medians, without a p-value or an interval."""
     out: list[Verdict | None] = [None] * len(pairs)
     tested: list[tuple] = []
     for i, (a, b, noisy) in enumerate(pairs):
         a, b = as_timing(a), as_timing(b)
-        why = unjudged(a) or unjudged(b)
-        if why or noisy:
+        why = [unjudged(a), unjudged(b)]
+        if any(why) or noisy:
             ratio = None
             if a is not None and b is not None and len(a) and len(b):
                 ratio = float(np.median(b.samples) / np.median(a.samples))
-            out[i] = Verdict(NOISY if noisy and not why else why, ratio=ratio, n_a=_len(a), n_b=_len(b))
+            said = NO_SPREAD if NO_SPREAD in why else why[0] or why[1] or NOISY
+            out[i] = Verdict(said, ratio=ratio, n_a=_units(a), n_b=_units(b), unit=_unit(a, b))
             continue
-        if min(len(a.rounds or ()), len(b.rounds or ())) >= MIN_ROUNDS:
-            tested.append((i, *_per_process(a.rounds, b.rounds), len(a.rounds), len(b.rounds), "processes"))
-            continue
-        x, y = np.asarray(a.samples, dtype=float), np.asarray(b.samples, dtype=float)
-        p = float(stats.mannwhitneyu(y, x, alternative="two-sided").pvalue)
-        tested.append((i, p, float(_ratio_of_medians(x, y)), _interval(x, y, seed=i), len(x), len(y), "samples"))
-    for (i, p, ratio, (low, high), na, nb, unit), adjusted in zip(tested, holm([t[1] for t in tested])):
+        tested.append((i, *_per_process(a.rounds, b.rounds), len(a.rounds), len(b.rounds)))
+    for (i, p, ratio, (low, high), na, nb), adjusted in zip(tested, holm([t[1] for t in tested])):
         if adjusted >= alpha:
             said = UNCHANGED
         elif abs(ratio - 1) < min_effect:
             said = SMALL
         else:
             said = SLOWER if ratio > 1 else FASTER
-        out[i] = Verdict(said, said in (SLOWER, FASTER), p, adjusted, ratio, low, high, na, nb, unit)
+        out[i] = Verdict(said, said in (SLOWER, FASTER), p, adjusted, ratio, low, high, na, nb, "processes")
     return out
 
 
@@ -180,5 +161,12 @@ def fails_gate(said: str, ci_low, pct: float) -> bool:
         return False
 
 
-def _len(samples) -> int | None:
-    return None if samples is None else len(samples)
+def _units(side) -> int | None:
+    """What a side has to test: its processes where it has them, else its samples."""
+    return None if side is None else len(side.rounds or ()) or len(side)
+
+
+def _unit(a, b) -> str | None:
+    if a is None or b is None:
+        return None
+    return "processes" if a.rounds and b.rounds else "samples"

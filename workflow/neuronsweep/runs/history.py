@@ -21,6 +21,7 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -136,6 +137,13 @@ def append(run_dir: Path, store: Path | None = None) -> tuple[Path, bool]:
 
 def load(store: Path, runs: list[str] | None = None) -> pd.DataFrame:
     """Every entry of the store (of the named runs only, when given), oldest first."""
+    folders = [r for r in runs or [] if Path(r).is_dir()]
+    if folders:
+        hint = f"--store {folders[0]}" if (Path(folders[0]) / "entries").is_dir() else f"--add {folders[0]}"
+        raise UserError(
+            f"{folders[0]} is a folder, not a run name; a history folder goes with --store and a finished run's "
+            f"folder with --add: neuronsweep history {hint}."
+        )
     files = sorted((Path(store) / "entries").glob("*.parquet"))
     if not files:
         raise UserError(
@@ -239,7 +247,8 @@ def write_html(ok: pd.DataFrame, out: Path) -> Path:
         f'<div class="figure">{body}</div>',
         "<h2>Change points</h2>",
         "<p class=muted>PELT on each workload's log time over the runs, with a step of at least the minimum effect "
-        "(docs/comparing-runs.md). Where to look; `neuronsweep compare` of the two runs judges it on the samples.</p>",
+        "(docs/comparing-runs.md). Where to look; `neuronsweep compare` of the two runs judges it, timing "
+        "both again in turns.</p>",
         html_table(steps) if len(steps) else "<p>none</p>",
         "<h2>Runs</h2>",
         html_table(runs, escape=False),
@@ -282,15 +291,28 @@ def gate(df: pd.DataFrame, pct: float, last: int, min_effect: float) -> tuple[li
             f"regression: {len(worse)} workload(s) slower by more than {pct}% with 95% confidence than the last "
             f"{len(base_entries)} run(s)"
         )
+    one = sum(v.said == verdict.ONE_PROCESS for v in said)
+    if one:
+        lines.append(
+            f"gate: {one} workload(s) of the newest run timed in one process were not judged, so not gated "
+            "(time its rounds in processes of their own: capture.rounds_in_processes: true)"
+        )
     return lines, 1 if worse else 0
 
 
 def _pooled(entries: pd.DataFrame) -> Timing | None:
-    """The samples of these entries together, and their round medians where every entry has them."""
-    samples = [s for x in entries["samples_s"] if x is not None for s in x]
-    rounds = [x for x in entries["round_medians_s"] if x is not None and not isinstance(x, float) and len(x)]
-    pooled = [m for x in rounds for m in x] if len(rounds) == len(entries) else None  # NaN: an older entry
-    return Timing(samples, pooled) if samples else None
+    """The samples of these entries together, and their processes: each entry's round medians where it
+    timed its rounds in processes of their own, else (among several runs) its median, since each run
+    is a process of its own. One entry without rounds is one process: not judged."""
+    samples, processes = [], []
+    for got, rounds in zip(entries["samples_s"], entries["round_medians_s"]):
+        mine = [] if got is None or isinstance(got, float) else list(got)
+        samples += mine
+        if rounds is not None and not isinstance(rounds, float) and len(rounds):
+            processes += list(rounds)
+        elif mine and len(entries) > 1:
+            processes.append(float(np.median(mine)))
+    return Timing(samples, processes or None) if samples else None
 
 
 def render(ok: pd.DataFrame) -> list[str]:

@@ -8,7 +8,7 @@ shares of one table add up to 1 (for self times, the sum of the deltas is the ch
 time). A count that differs (instructions per opcode, calls per aten op) is called out: the same
 workload compiled to other instructions (other tiling, another compiler) is a different program, not
 the same one run slower. Both sides are one profiled execution each, so a small delta is within that
-execution's noise: the ranking says where to look, the verdict on the samples says whether to.
+execution's noise: the ranking says where to look, the verdict on the processes says whether to.
 """
 
 from __future__ import annotations
