@@ -234,26 +234,40 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, "test_slurm" not in i.nodeid))
 
 
-def run_variant(run: Path, dest: Path, slower=None, factor=1.0, iterations=None, backend=None, seed=0, name=None):
+def run_variant(
+    run: Path, dest: Path, slower=None, factor=1.0, iterations=None, backend=None, seed=0, name=None, processes=6
+):
     """A copy of the finished run's result folder, changed as a new SDK might change it: every case gets
-    30 timed samples with 1 % noise around its median (the tiny sweep times 3, too few to judge), the
-    `slower` one `factor` times longer, its profile's aten::mm self time likewise (what a slower kernel
-    looks like in tables/opcodes.csv); `name` renames the run (plan.json)."""
+    `processes` rounds, each a process of its own whose level is drawn 2 % around the case's median with
+    5 samples 1 % around that level (`processes=0`: one process of 30 samples, which compare does not
+    judge), the `slower` one `factor` times longer, its profile's aten::mm self time longer by that change (what
+    a slower kernel looks like in tables/opcodes.csv); `name` renames the run (plan.json)."""
     shutil.copytree(run, dest)
     summary = pd.read_csv(dest / "summary.csv")
     for i, row in summary.iterrows():
         wid, f = row["workload_id"], factor if row["workload_id"] == slower else 1.0
         capture = dest / "cpu" / "workloads" / wid / "capture" / "capture.json"
         record = json.loads(capture.read_text())
-        times = row["latency_median_s"] * f * np.exp(0.01 * np.random.default_rng([seed, i]).standard_normal(30))
-        record["latency"]["samples_s"] = list(times)
+        rng = np.random.default_rng([seed, i])
+        levels = row["latency_median_s"] * f * np.exp(0.02 * rng.standard_normal(max(processes, 1)))
+        if not processes:
+            levels[:] = row["latency_median_s"] * f
+        each = 30 // max(processes, 1)
+        rounds = [level * np.exp(0.01 * rng.standard_normal(each)) for level in levels]
+        times = np.concatenate(rounds)
+        record["latency"].update(
+            samples_s=list(times),
+            round_medians_s=[float(np.median(r)) for r in rounds] if processes else None,
+            rounds_in_processes=bool(processes),
+        )
         capture.write_text(json.dumps(record))
         summary.loc[i, "latency_median_s"] = float(np.median(times))
         summary.loc[i, ["noisy", "latency_rel_spread", "latency_n"]] = [False, 0.02, 30]
         summary.loc[i, "achieved_flops_per_s"] = row["achieved_flops_per_s"] / f
         ops = dest / "cpu" / "workloads" / wid / "tables" / "opcodes.csv"
         table = pd.read_csv(ops)
-        table.loc[table["name"] == "aten::mm", "self_ns"] *= f
+        # the kernel takes the extra time: its self time grows by the change of the median
+        table.loc[table["name"] == "aten::mm", "self_ns"] += (f - 1) * row["latency_median_s"] * 1e9
         table.to_csv(ops, index=False)
     if backend:
         summary["backend"] = backend

@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from conftest import BIN, run_variant
 
+from neuronsweep.analysis import verdict
+from neuronsweep.store.records import Timing
+
 RUN = "results/t"
 
 
 def _compare(a, b, *args):
-    return subprocess.run([str(BIN / "neuronsweep"), "compare", str(a), str(b), *args], capture_output=True, text=True)
+    """compare on the stored timings (--stored) unless told --interleaved: by default compare times
+    both runs' programs again, which the variants' synthetic timings are not about."""
+    stored = [] if "--interleaved" in args else ["--stored"]
+    return subprocess.run(
+        [str(BIN / "neuronsweep"), "compare", str(a), str(b), *args, *stored], capture_output=True, text=True
+    )
 
 
 def _variant(finished_run, tmp_path, name, **changes):
@@ -33,7 +42,8 @@ def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(fi
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("workload_id")
     row = table.loc[wid]
     assert row["verdict"] == "slower" and row["ratio_b_over_a"] == pytest.approx(1.3, rel=0.02)
-    assert row["ratio_ci_low"] < 1.3 < row["ratio_ci_high"] and row["p_holm"] < 0.05 and row["n_b"] == 30
+    assert row["ratio_ci_low"] < 1.3 < row["ratio_ci_high"] and row["p_holm"] < 0.05 and row["n_b"] == 6
+    assert row["tested_on"] == "processes"
     assert f"slower    {row['change_pct']:+.1f}%  {wid}" in out and "95% CI of B/A" in out
     assert out.strip().splitlines()[-1].startswith("regression: 1 workload(s) slower by more than 10.0%")
     assert set(table.drop(index=wid)["verdict"]) <= {"unchanged (within noise)", "unchanged (below the minimum effect)"}
@@ -47,6 +57,15 @@ def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(fi
     page = (tmp_path / "cmp" / "compare.html").read_text()
     assert "<h1>neuron-sweep: B against A</h1>" in page and f"<h3>{wid} (slower)</h3>" in page
     assert page.index("cpu_thread / aten::mm") > page.index(f"<h3>{wid}")
+    # the verdicts, then the forest plot, then the table (verdict first, times in their unit), the runs last
+    assert (
+        page.index("<b>1 slower, 0 faster</b>")
+        < page.index("per workload (95 % interval where judged)")
+        < page.index("<th>verdict</th>")
+    )
+    assert page.index("<th>verdict</th>") < page.index("<th>change</th>") < page.index("<th>workload</th>")
+    assert "time_a_ns" not in page and "e-" not in page.split("<th>verdict</th>")[1].split("</table>")[0]
+    assert page.index("<h2>The two runs</h2>") > page.index("<h2>Workloads</h2>")
     # the same comparison without the gate, and a run against itself, exit 0
     assert _compare(a, b, "--out", str(tmp_path / "cmp2")).returncode == 0
     same = _compare(a, a, "--out", str(tmp_path / "cmp3"), "--fail-on-regression", "0")
@@ -55,6 +74,46 @@ def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(fi
     # a 1.3x change is below a 40 % minimum effect
     high = _compare(a, b, "--out", str(tmp_path / "cmp4"), "--min-effect", "40", "--fail-on-regression", "10")
     assert high.returncode == 0 and "1 unchanged (below the minimum effect)" in high.stdout
+
+
+def test_one_process_a_side_is_reported_not_judged_and_never_fails_the_gate(finished_run, tmp_path):
+    """Two back-to-back default runs of old: one process a case, B's 8 % higher because its process
+    drew another level, its 30 samples agreeing within 1 %. A test on those samples was certain
+    (p 1e-9) and failed the gate; now: the ratio, `not judged`, the command that judges, exit 0."""
+    wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
+    a = _variant(finished_run, tmp_path, "a", seed=1, processes=0)
+    b = _variant(finished_run, tmp_path, "b", slower=wid, factor=1.08, seed=2, processes=0)
+    proc = _compare(a, b, "--out", str(tmp_path / "cmp"), "--fail-on-regression", "5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("workload_id")
+    assert set(table["verdict"]) == {"not judged (one process a side: its samples test that process, not the code)"}
+    assert table["p_holm"].isna().all() and table["ratio_ci_low"].isna().all()
+    assert table.loc[wid, "change_pct"] == pytest.approx(8.0, abs=1.5)
+    assert "Holm p" not in proc.stdout and "CI of" not in proc.stdout and "confidence" not in proc.stdout
+    assert f"To judge them: neuronsweep compare {a} {b} --interleaved 8" in proc.stdout
+    assert "gate: 2 workload(s) timed in one process a side were not judged, so not gated" in proc.stdout
+
+
+@pytest.mark.parametrize("op_factor", [0.5, 10.0])
+def test_an_op_delta_of_the_wrong_sign_or_ten_times_the_change_explains_nothing(finished_run, tmp_path, op_factor):
+    """B is judged 30 % slower; its profile's aten::mm moved the other way (x0.5) or by ten times
+    the change (x10 of its self time would be): no op is named as the explanation."""
+    from neuronsweep.runs import compare
+
+    wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
+    a = _variant(finished_run, tmp_path, "a", seed=1)
+    b = _variant(finished_run, tmp_path, "b", slower=wid, factor=1.3, seed=2)
+    row = pd.read_csv(tmp_path / "a" / "summary.csv").set_index("workload_id").loc[wid]
+    change_ns = 0.3 * row["latency_median_s"] * 1e9
+    delta = -0.5 * change_ns if op_factor < 1 else 10 * change_ns
+    ops = pd.DataFrame([{"workload_id": wid, "dimension": "op", "key": "cpu_thread / aten::mm", "delta_ns": delta}])
+    said = compare.explanation({"workload_id": wid, "ratio_b_over_a": 1.3, "time_a_s": row["latency_median_s"]}, ops)
+    assert said.startswith("no op explains it: the largest delta (op cpu_thread / aten::mm"), said
+    agrees = ops.assign(delta_ns=0.9 * change_ns)
+    assert compare.explanation(
+        {"workload_id": wid, "ratio_b_over_a": 1.3, "time_a_s": row["latency_median_s"]}, agrees
+    ).startswith("most of it: op cpu_thread / aten::mm")
+    assert a and b
 
 
 def test_runs_of_different_backends_are_not_compared_on_time(finished_run, tmp_path):
@@ -77,7 +136,7 @@ def test_a_folder_that_is_not_a_run_is_one_sentence(tmp_path):
 def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finished_run, tmp_path):
     """Every NKI case has only its profiled device time: one execution, no spread. compare judged it on
     zero noise (any difference 'slower'), the ranking left it unjudged; the one rule (analysis/verdict.py)
-    leaves it unjudged in both, and so does a case with fewer than 5 timed samples."""
+    leaves it unjudged in both, and so does a case with fewer than 3 processes a side."""
     wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
     a = _variant(finished_run, tmp_path, "a")
     b = _variant(finished_run, tmp_path, "b", seed=1)
@@ -86,7 +145,8 @@ def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finishe
         for other in summary["workload_id"]:
             capture = folder / "cpu" / "workloads" / other / "capture" / "capture.json"
             record = json.loads(capture.read_text())
-            record["latency"]["samples_s"] = None if other == wid else record["latency"]["samples_s"][:2]
+            record["latency"]["samples_s"] = None if other == wid else record["latency"]["samples_s"][:10]
+            record["latency"]["round_medians_s"] = record["latency"]["round_medians_s"][:2]
             capture.write_text(json.dumps(record))
         row = summary["workload_id"] == wid
         summary.loc[row, ["latency_median_s", "latency_spread_s"]] = None
@@ -97,7 +157,7 @@ def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finishe
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("workload_id")
     assert table.loc[wid, "verdict"] == "not judged (no spread: a single profiled execution)"
     assert table.loc[wid, "change_pct"] == pytest.approx(30.0)
-    assert set(table.drop(index=wid)["verdict"]) == {"not judged (2 samples)"}
+    assert set(table.drop(index=wid)["verdict"]) == {"not judged (2 processes a side; 3 needed)"}
 
     from neuronsweep.analysis import ranking
 
@@ -115,11 +175,15 @@ def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finishe
         }
     )
     calm = list(1e-3 * np.exp(0.01 * np.random.default_rng(0).standard_normal(30)))
-    samples = {"w1": calm, "w2": calm[:2]}
-    assert ranking.compare(rows, samples)["significant"].tolist() == [None, False, None]  # 2 samples: not judged
+    apart = Timing(calm, calm[:6])  # six processes of their own
+    samples = {"w1": apart, "w2": Timing(calm, calm[:2])}
+    assert ranking.compare(rows, samples)["significant"].tolist() == [None, False, None]  # 2 processes: not judged
     rows.loc[2, "latency_median_s"] = 2e-3
-    samples["w2"] = [2 * t for t in calm]
+    samples["w2"] = apart.scaled(2)
     assert ranking.compare(rows, samples)["significant"].tolist() == [None, False, True]
+    # within one run as between two: one process's samples never make "faster than" significant
+    one = {"w1": calm, "w2": [2 * t for t in calm]}
+    assert ranking.compare(rows, one)["significant"].tolist() == [None, None, None]
 
 
 def test_a_negative_minimum_effect_is_one_sentence_for_compare_and_history(tmp_path):
@@ -149,14 +213,48 @@ def test_interleaved_judges_both_programs_timed_again_in_turns_not_the_stored_ti
     table, stored = table.loc[[wid]], summary.set_index("workload_id")
     assert set(table["timed"]) == {"again, interleaved"}
     assert table.loc[wid, "time_b_s"] != pytest.approx(stored.loc[wid, "latency_median_s"], rel=1e-9)
-    noisy = table["verdict"].str.startswith("noisy")  # a case is judged on its processes, else counted in samples
+    noisy = table["verdict"].str.startswith("noisy")  # judged or noisy: counted in processes
     assert set(table.loc[~noisy, "tested_on"]) <= {"processes"} and set(table.loc[~noisy, "n_b"]) <= {3}
-    assert set(table.loc[noisy, "n_a"]) <= {9} and set(table.loc[noisy, "n_b"]) <= {9}
+    assert set(table.loc[noisy, "n_a"]) <= {3} and set(table.loc[noisy, "n_b"]) <= {3}
+
+
+def test_by_default_compare_times_both_cpu_runs_again_and_stored_judges_the_stored(finished_run, tmp_path, monkeypatch):
+    """Two default runs (one process a case): compare times both runs' programs again in turns, 8
+    rounds a side, and judges those; --stored judges the stored ones (not judged: one process a side);
+    a run built with another torch cannot be timed again here: the stored timings stand, and it says so."""
+    from neuronsweep.runs import compare, interleave
+
+    a = _variant(finished_run, tmp_path, "a", seed=1, processes=0)
+    b = _variant(finished_run, tmp_path, "b", seed=2, processes=0)
+    asked = []
+
+    def fake_retime(ra, rb, wids, rounds, seed=0, say=None):
+        asked.append((wids, rounds))
+        level = [1e-4 * (1 + 0.01 * i) for i in range(rounds)]
+        return {w: (Timing(level * 3, level), Timing(level * 3, level), False) for w in wids}
+
+    monkeypatch.setattr(interleave, "retime", fake_retime)
+    lines, code = compare.run(a, b, tmp_path / "cmp", fail_on_regression=5)
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert asked == [(compare.timed_in_both(compare.Run(a), compare.Run(b)), 8)] and code == 0
+    assert set(table["timed"]) == {"again, interleaved"} and set(table["verdict"]) == {"unchanged (within noise)"}
+    assert any(line.startswith("timings: both runs' programs timed again here for the 2 workload(s)") for line in lines)
+    lines, code = compare.run(a, b, tmp_path / "cmp2", fail_on_regression=5, stored=True)
+    assert len(asked) == 1 and code == 0
+    assert set(pd.read_csv(tmp_path / "cmp2" / "compare.csv")["verdict"]) == {verdict.ONE_PROCESS}
+    monkeypatch.undo()
+    record = next(b.glob("cpu/workloads/*/build/build.json"))
+    record.write_text(json.dumps({**json.loads(record.read_text()), "toolchain": {"torch": "2.12.0+cpu"}}))
+    lines, code = compare.run(a, b, tmp_path / "cmp3", fail_on_regression=5)
+    assert code == 0 and any(
+        line.startswith("not timed again (") and "built with torch 2.12.0+cpu" in line for line in lines
+    )
 
 
 def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(finished_run, tmp_path, monkeypatch):
-    """The order of one retime: every round times each side of each workload once, in an order drawn
-    per pair (both orders occur), with A's threads, warm-up and iterations for both sides, while the
+    """The order of one retime: every round times each side in one fresh process that times every
+    workload once, the sides' order and the workloads' drawn per round, with A's threads, warm-up and
+    iterations for both sides, while the
     device lock is held; a round twice as slow as the rest flags its case noisy. Refused in one
     sentence: fewer than 3 rounds, a program missing, a run built with another torch, a neuron run."""
     from neuronsweep.errors import UserError
@@ -171,21 +269,28 @@ def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(fi
     lock = settings["device_lock"]
     calls = []
 
-    def fake_round(build_dir, threads, warmup, iterations, timeout_s, r):
-        calls.append((r, build_dir, threads, warmup, iterations, devicelock.holder(lock)))
-        slow = 2.0 if (r == 2 and build_dir.parent.name == wids[0] and build_dir.parents[3] == b_dir) else 1.0
-        return {"samples": [1e-5 * slow * (1 + 0.001 * i) for i in range(iterations)], "pid": 1}
+    def fake_rounds(jobs, timeout_s, r):
+        calls.append((r, [Path(j["build"]) for j in jobs], jobs, devicelock.holder(lock)))
+        out = []
+        for job in jobs:
+            build_dir = Path(job["build"])
+            slow = 2.0 if (r == 2 and build_dir.parent.name == wids[0] and build_dir.parents[3] == b_dir) else 1.0
+            out.append([1e-5 * slow * (1 + 0.001 * i) for i in range(job["iterations"])])
+        return {"samples": out, "pid": 1}
 
-    monkeypatch.setattr(interleave, "round_in_process", fake_round)
+    monkeypatch.setattr(interleave, "rounds_in_process", fake_rounds)
     got = interleave.retime(a, b, wids, 6, seed=0, say=lambda _: None)
-    assert len(calls) == 6 * 2 * len(wids)
+    assert len(calls) == 6 * 2  # one process a side and round, timing every workload once
     for r in range(1, 7):
-        this = [c[1] for c in calls if c[0] == r]
+        this = [build for c in calls if c[0] == r for build in c[1]]
         assert sorted(map(str, this)) == sorted(str(run.workloads / w / "build") for run in (a, b) for w in wids)
-    firsts = {str(calls[i][1].parents[3]) for i in range(0, len(calls), 2)}
-    assert firsts == {str(a_dir), str(b_dir)}  # A went first in some pairs, B in others
-    assert {(c[2], c[3], c[4]) for c in calls} == {(settings["threads"], settings["warmup"], settings["iterations"])}
-    assert all(c[5] != "free" for c in calls) and devicelock.holder(lock) == "free"
+    firsts = {str(calls[i][1][0].parents[3]) for i in range(0, len(calls), 2)}
+    assert firsts == {str(a_dir), str(b_dir)}  # A went first in some rounds, B in others
+    orders = {tuple(p.parent.name for p in c[1]) for c in calls}
+    assert len(orders) > 1  # the workloads took turns too
+    timing = {(j["threads"], j["warmup"], j["iterations"]) for c in calls for j in c[2]}
+    assert timing == {(settings["threads"], settings["warmup"], settings["iterations"])}
+    assert all(c[3] != "free" for c in calls) and devicelock.holder(lock) == "free"
     ta, tb, noisy = got[wids[0]]
     assert len(ta.samples) == len(tb.samples) == 6 * settings["iterations"] and len(tb.rounds) == 6
     assert noisy and not got[wids[1]][2]
@@ -203,3 +308,11 @@ def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(fi
     neuron = compare.Run(_variant(finished_run, tmp_path, "n", backend="neuron"))
     with pytest.raises(UserError, match="this one ran on neuron, whose programs need their device"):
         interleave.retime(a, neuron, wids, 3)
+
+
+def test_a_whole_run_moving_one_way_is_called_drift_not_code():
+    from neuronsweep.runs import compare
+
+    assert compare.drift(pd.DataFrame({"change_pct": [5.0, 6.0, 4.0, 7.0, -1.0]}), 2.0) == (4, 5, 5.0)
+    assert compare.drift(pd.DataFrame({"change_pct": [5.0, -6.0, 0.0, 3.0]}), 2.0) is None
+    assert compare.drift(pd.DataFrame({"change_pct": [5.0, 6.0]}), 2.0) is None  # two cases say nothing

@@ -237,7 +237,13 @@ def cmd_compare(args) -> int:
 
     out = Path(args.out) if args.out else Path(args.run_b) / f"compare-{Path(args.run_a).name}"
     lines, code = compare_runs.run(
-        Path(args.run_a), Path(args.run_b), out, args.fail_on_regression, args.min_effect, args.interleaved
+        Path(args.run_a),
+        Path(args.run_b),
+        out,
+        args.fail_on_regression,
+        args.min_effect,
+        args.interleaved,
+        stored=args.stored,
     )
     print("\n".join(lines))
     return code
@@ -288,18 +294,13 @@ def cmd_query(args) -> None:
 
     db = ProfileDB(patterns_from(_options(args.track_patterns))).load(args.path)
     if not args.sql:
-        for name in sorted(db.tables):
+        for name in db.names:
             cols = [r[0] for r in db.con.execute(f'DESCRIBE "{name}"').fetchall()]
             print(f"{name}: {', '.join(cols)}")
         return
-    table = db.sql(args.sql).df()
-    if args.csv:
-        table.to_csv(sys.stdout, index=False)
-    else:
-        import pandas as pd
+    from neuronsweep.report import query_text
 
-        with pd.option_context("display.max_rows", args.max_rows, "display.max_columns", None, "display.width", 200):
-            print(table.to_string(index=False, max_rows=args.max_rows))
+    query_text.write(db.sql(args.sql), args.max_rows, args.csv)
 
 
 def cmd_convert(args) -> None:
@@ -310,7 +311,10 @@ def cmd_convert(args) -> None:
         raise UserError(f"{src}: no such file; pass a Chrome trace (.json or .json.gz, torch.profiler's export).")
     stem = src.name.removesuffix(".gz").removesuffix(".json")
     out = Path(args.out) if args.out else src.with_name(f"{stem}.pftrace")
-    counts = pftrace_writer.chrome_to_pftrace(src, out)
+    from neuronsweep.formats.json_records import gzip_damage
+
+    with gzip_damage(src):
+        counts = pftrace_writer.chrome_to_pftrace(src, out)
     said = ", ".join(f"{counts[k]} {k}" for k in ("slices", "instants", "counters", "flows") if counts.get(k))
     if counts.get("overlapping"):
         said += f" ({counts['overlapping']} slices on tracks beside their thread)"
@@ -475,7 +479,13 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="cpu: time both runs' programs again here, N rounds a side, A and B in turns (each a fresh "
-        "process), and judge those rounds: the machine's drift between the runs then falls on both sides",
+        "process), and judge those rounds: the machine's drift between the runs then falls on both sides. "
+        "Done by default, 8 rounds, for two cpu runs whose programs are there",
+    )
+    p.add_argument(
+        "--stored",
+        action="store_true",
+        help="judge the stored timings, never time again (fast; one process a side is then not judged)",
     )
     p.set_defaults(func=cmd_compare)
 
@@ -510,7 +520,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
-    p.add_argument("--max-rows", type=int, default=60)
+    p.add_argument(
+        "--max-rows", type=int, default=60, help="print the first N rows, then how many more (0: all; default 60)"
+    )
     p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
     p.set_defaults(func=cmd_query)
 

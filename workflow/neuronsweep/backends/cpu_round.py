@@ -1,8 +1,10 @@
 """One cpu timed round in a fresh interpreter (capture.rounds_in_processes), run by backends/cpu.py:
 
     python -m neuronsweep.backends.cpu_round BUILD_DIR THREADS WARMUP ITERATIONS
+    python -m neuronsweep.backends.cpu_round --many '[{"build": ..., "threads": ..., ...}, ...]'
 
-prints {"samples": [...], "pid": N} as its last line. A fresh interpreter, not a fork: forked rounds
+prints {"samples": [...], "pid": N} as its last line (with --many, one list of samples per program:
+compare's interleaved rounds, runs/interleave.py). A fresh interpreter, not a fork: forked rounds
 kept their parent's level (five rounds within 2 %, the next capture's 17 % away), because what moves
 a small case between processes (where the libraries, the heap and the program land) is drawn when a
 process starts, and a fork inherits it (Mytkowicz et al., "Producing wrong data without doing
@@ -20,6 +22,10 @@ from neuronsweep.backends import cpu_timing
 
 
 def main(argv: list[str]) -> int:
+    if argv[0] == "--many":
+        samples = cpu_timing.time_rounds(json.loads(argv[1]))
+        print(json.dumps({"samples": samples, "pid": os.getpid()}))
+        return 0
     build_dir, threads, warmup, iterations = Path(argv[0]), *map(int, argv[1:4])
     samples = cpu_timing.time_round(build_dir, threads, warmup, iterations)
     print(json.dumps({"samples": samples, "pid": os.getpid()}))

@@ -37,6 +37,30 @@ def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> l
         return warm_then_time(timing_loop(module, inputs(torch, spec)), warmup, iterations)
 
 
+def time_rounds(jobs: list[dict]) -> list[list[float]]:
+    """One timed round of each job ({"build", "threads", "warmup", "iterations"}) in this process, in
+    the order given, each program loaded, timed and dropped before the next: compare's interleaved
+    rounds time every workload of one side in one fresh interpreter (rounds_in_process)."""
+    out = []
+    for job in jobs:
+        out.append(time_round(Path(job["build"]), int(job["threads"]), int(job["warmup"]), int(job["iterations"])))
+        gc.collect()
+    return out
+
+
+def rounds_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
+    """Round r of several programs in one fresh interpreter (cpu_round.py --many): {"samples": one list
+    per job, "pid"}. Importing torch once for all of them is what makes re-timing a whole run
+    affordable (about 1.5 s a process, where a program's round is a fraction of a second)."""
+    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", "--many", json.dumps(jobs)]
+    what = f"timed round {r} of {len(jobs)} program(s) in one process"
+    proc = run_tool(argv, timeout_s, what)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise UserError(f"{what} failed: {why}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int) -> dict:
     """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
     two at once (they would share the cores they measure); the caller waits idle meanwhile."""

@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from neuronsweep.backends import BACKENDS
 from neuronsweep.host.targets import TARGETS
+from neuronsweep.workloads.dtypes import TORCH_DTYPES
 
 ENGINE_COLS = [
     "tensor_engine_active_pct",
@@ -23,6 +24,12 @@ ENGINE_COLS = [
 ]
 COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 NOISY = "#c44e52"
+
+
+def dtype_colour(dtype: str) -> str:
+    """One colour per dtype in every figure (bf16 was blue on one roofline and orange on the next)."""
+    names = list(TORCH_DTYPES)
+    return COLOURS[names.index(dtype) if dtype in names else len(names)]
 
 
 def _layout(fig: go.Figure, title: str, height: int = 460) -> go.Figure:
@@ -103,8 +110,8 @@ def roofline(rows: pd.DataFrame, platform: str) -> go.Figure | None:
     fig = go.Figure()
     ai = rows["arithmetic_intensity_flops_per_byte"].astype(float)
     xs = _roof_x(ai, (rows["peak_flops_per_s"] / rows["peak_bytes_per_s"]).astype(float))
-    for j, (dtype, part) in enumerate(rows.groupby("dtype")):
-        colour = COLOURS[j % len(COLOURS)]
+    for dtype, part in rows.groupby("dtype"):
+        colour = dtype_colour(dtype)
         peak, bw = float(part["peak_flops_per_s"].max()), float(part["peak_bytes_per_s"].median())
         _add_roof(fig, xs, peak, bw, dtype, colour)
         achieved = part["flops"].astype(float) / part["roofline_time_s"].astype(float) / 1e9
@@ -145,7 +152,7 @@ def target_rooflines(targets: pd.DataFrame) -> go.Figure | None:
         bw = t.hbm_bytes_per_s
         xs = _roof_x(ai_all, pd.Series([t.peak_flops(d) / bw for d in dtypes]))
         for dtype, part in part_t.groupby("dtype", sort=False):
-            colour, label = COLOURS[dtypes.index(dtype) % len(COLOURS)], dtype
+            colour, label = dtype_colour(dtype), dtype
             _add_roof(fig, xs, t.peak_flops(dtype), bw, label, colour, row=1, col=col)
             fig.data[-2].showlegend = col == 1
             ideal = part[["ideal_compute_s", "ideal_memory_s"]].max(axis=1)
@@ -204,10 +211,14 @@ def breakdown(rows: pd.DataFrame, workloads_dir: Path) -> go.Figure:
         )
         top = steps if xla else (pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else [])
         series = {op: [float(shares.get(w, pd.Series(dtype=float)).get(op, 0)) for w in wids] for op in top}
+        # the rest, so each bar reaches 100 % of what was profiled (a workload without tables: none)
+        series["other"] = [
+            max(0.0, 100 - sum(v[i] for v in series.values())) if w in shares else 0.0 for i, w in enumerate(wids)
+        ]
         xlabel = (
             "% of the profiled calls' wall time per step (XLA compiles inside mark_step)"
             if xla
-            else "% of profiled aten op self time, top 5 ops (cpu has no engine counters)"
+            else "% of profiled aten op self time: the top 5 ops and the rest (cpu has no engine counters)"
         )
     for j, (name, vals) in enumerate(series.items()):
         fig.add_trace(
@@ -250,7 +261,12 @@ def framework_device(rows: pd.DataFrame) -> go.Figure | None:
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="ms", type=axis_type(both))
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
-    return _layout(fig, "framework time against device time", max(360, 26 * len(rows) + 140))
+    title = "framework time against device time"
+    if rows["backend"].iloc[0] == "cpu":  # both are host times; the profiled one carries the profiler
+        title += (
+            " (cpu: the profiled time includes torch.profiler's own cost per op, so it sits above the framework time)"
+        )
+    return _layout(fig, title, max(360, 26 * len(rows) + 140))
 
 
 def suite(name: str, rows: pd.DataFrame) -> go.Figure:
@@ -276,8 +292,11 @@ def suite(name: str, rows: pd.DataFrame) -> go.Figure:
         if name == "tiling":
             for edge in sorted({b * m for b in set(rows["boundary"]) for m in set(rows["multiple"])}):
                 fig.add_vline(x=edge, line=dict(color="grey", width=0.6, dash="dot"))
-        fig.update_xaxes(type="log", title="M (rows = batch x seq or batch)" if name == "llm" else "dimension value")
-        fig.update_yaxes(title="achieved GFLOP/s")
+        if name == "llm":
+            fig.update_xaxes(type="log", title="M (rows = batch x seq or batch)")
+        else:  # whole dimensions around a boundary: a linear axis with integer ticks
+            fig.update_xaxes(type="linear", title="dimension value", tickformat="d")
+        fig.update_yaxes(title="achieved GFLOP/s", rangemode="tozero")  # from 0: 13 % must not look like 3x
         return _layout(fig, f"{name}: throughput against size")
     rows = rows.sort_values(["group", "time_s"])
     ms = rows["time_s"].astype(float) * 1e3
@@ -433,3 +452,73 @@ def model_rollup(rolled: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title="phase, batch, seq, dtype")
     fig.update_yaxes(title="GEMM time per forward, ms (count x measured latency)", rangemode="tozero")
     return _layout(fig, "the model's GEMMs: count x measured latency, stacked (not the model's latency)")
+
+
+def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
+    """compare's forest plot: each workload's B/A ratio, its 95 % interval where it was judged (filled,
+    coloured by verdict), the ratio alone where it was not (hollow, grey), 1 and the margin drawn.
+    None when no workload has a ratio."""
+    rows = table.dropna(subset=["ratio_b_over_a"]) if "ratio_b_over_a" in table else table.iloc[:0]
+    if not len(rows):
+        return None
+    rows = rows.sort_values("ratio_b_over_a")
+    fig = go.Figure()
+    groups = (
+        ("slower", rows["verdict"] == "slower", "#c44e52", "circle"),
+        ("faster", rows["verdict"] == "faster", "#55a868", "circle"),
+        ("unchanged", rows["verdict"].str.startswith("unchanged"), "#4c72b0", "circle"),
+        (
+            "not judged (ratio only)",
+            ~rows["verdict"].str.startswith(("slower", "faster", "unchanged")),
+            "#8c8c8c",
+            "circle-open",
+        ),
+    )
+    for name, mask, colour, symbol in groups:
+        part = rows[mask]
+        if not len(part):
+            continue
+        low, high = part.get("ratio_ci_low"), part.get("ratio_ci_high")
+        bars = None
+        if low is not None and high is not None and low.notna().any():
+            bars = dict(
+                type="data",
+                symmetric=False,
+                array=(high - part["ratio_b_over_a"]).fillna(0).to_numpy(),
+                arrayminus=(part["ratio_b_over_a"] - low).fillna(0).to_numpy(),
+                color=colour,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=part["ratio_b_over_a"],
+                y=part["workload_id"],
+                mode="markers",
+                name=name,
+                marker=dict(color=colour, symbol=symbol, size=9, line=dict(width=2, color=colour)),
+                error_x=bars,
+                customdata=part[["verdict"]].to_numpy(),
+                hovertemplate="%{y}<br>B/A %{x:.3f}<br>%{customdata[0]}<extra></extra>",
+            )
+        )
+    fig.add_vline(x=1, line=dict(color="#222", width=1))
+    for side in (1, -1):
+        fig.add_vline(x=1 + side * margin_pct / 100, line=dict(color="#999", dash="dash", width=1))
+    fig.add_annotation(
+        x=1 + margin_pct / 100,
+        y=1,
+        yref="paper",
+        text=f"{margin_name} ±{margin_pct:g} %",
+        showarrow=False,
+        xanchor="right",
+        yanchor="bottom",
+        font=dict(size=10, color="#777"),
+    )
+    fig = _layout(fig, "B / A per workload (95 % interval where judged)", height=140 + 26 * len(rows))
+    fig.update_yaxes(categoryorder="array", categoryarray=list(rows["workload_id"]))  # by ratio, not by verdict
+    ends = [*rows["ratio_b_over_a"], 1 - margin_pct / 100, 1 + margin_pct / 100]
+    for column in ("ratio_ci_low", "ratio_ci_high"):
+        ends += list(rows[column].dropna()) if column in rows else []
+    pad = 0.05 * (max(ends) - min(ends))
+    fig.update_xaxes(title="time of B / time of A", range=[min(ends) - pad, max(ends) + pad])
+    fig.update_yaxes(automargin=True)
+    return fig

@@ -12,7 +12,6 @@ number. Times are compared only when both runs used the same backend.
 
 from __future__ import annotations
 
-import html
 import json
 import statistics
 from pathlib import Path
@@ -22,9 +21,8 @@ import pandas as pd
 from neuronsweep.analysis import verdict
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
-from neuronsweep.report.page import human, page
-from neuronsweep.report.page import table as html_table
-from neuronsweep.runs import interleave, profile_diff
+from neuronsweep.report.page import human
+from neuronsweep.runs import compare_page, interleave, profile_diff
 from neuronsweep.store.records import Timing, timing
 
 NOT_METRICS = {
@@ -234,63 +232,85 @@ def _inside(a: Run, b: Run, table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=profile_diff.COLUMNS)
 
 
-def _inside_html(ops: pd.DataFrame, top: int = 8) -> list[str]:
-    parts = ["<h2>What changed inside the workloads that got slower or faster</h2>"]
-    if not len(ops):
-        return parts + ["<p>none judged slower or faster, or no profile tables on both sides</p>"]
-    parts.append(
-        "<p class=muted>From each run's profile tables (one profiled execution each): per opcode, engine, "
-        "DMA queue and source line, the time in A and B, the delta and its share of the table's total "
-        f"change, largest first (the top {top} of each; compare_ops.csv has every row).</p>"
+def retime_by_default(a: Run, b: Run) -> tuple[dict | None, list[str]]:
+    """Both cpu runs' programs timed again in turns, interleave.DEFAULT_ROUNDS a side: the mode that
+    met the goals (docs/comparing-runs.md). Stored timings of two runs differ by the machine's moment
+    as well as by the code, even with rounds in processes (two default runs four minutes apart: 11 and
+    18 % on two cases whose three processes a side agreed within 2 %). Where it cannot be done (a
+    program missing, another torch), the stored timings stand and the line says why."""
+    wids = timed_in_both(a, b)
+    if not wids:
+        return None, []
+    rounds = interleave.DEFAULT_ROUNDS
+    try:
+        timings = interleave.retime(a, b, wids, rounds)
+    except UserError as exc:
+        return None, [f"not timed again ({exc}); the stored timings are judged where they can be"]
+    return timings, [
+        f"timings: both runs' programs timed again here for the {len(wids)} workload(s) timed in both, "
+        f"{rounds} rounds a side,",
+        "  A and B in turns (each round a fresh process, A's capture settings); --stored judges the stored ones",
+    ]
+
+
+EXPLAINS_WITHIN = 2.0  # an op explains a change when its delta is within this factor of it, same sign
+
+
+def explanation(row, ops: pd.DataFrame) -> str:
+    """The op that explains a judged change, named only when its delta agrees with the change in sign
+    and within EXPLAINS_WITHIN in size: both profiles are one execution each, and an op delta 50x the
+    timed change (or of the other sign) explains nothing about it."""
+    top = ops[ops["workload_id"] == row["workload_id"]].head(1)
+    if not len(top):
+        return "inside: no profile tables on both sides"
+    t = top.iloc[0]
+    change_ns = (row["ratio_b_over_a"] - 1) * row["time_a_s"] * 1e9
+    share = t["delta_ns"] / change_ns if change_ns else float("nan")
+    where = f"{t['dimension']} {t['key']} {human('delta_ns', t['delta_ns'])}"
+    if 1 / EXPLAINS_WITHIN <= share <= EXPLAINS_WITHIN:
+        return f"most of it: {where}"
+    return (
+        f"no op explains it: the largest delta ({where}, one profiled execution a side) is not within "
+        f"{EXPLAINS_WITHIN:g}x of the change ({human('delta_ns', change_ns)}); compare_ops.csv has every row"
     )
-    for wid, rows in ops.groupby("workload_id", sort=False):
-        parts.append(f"<h3>{html.escape(str(wid))} ({html.escape(str(rows['verdict'].iloc[0]))})</h3>")
-        changed = rows[rows["count_changed"].astype(bool)]
-        if len(changed):
-            parts.append(
-                "<p><b>Counts changed</b> (other instructions or calls: a different program, not the same one "
-                "run slower): "
-                + html.escape(
-                    "; ".join(
-                        f"{r.key}: {_count(r.count_a)} -> {_count(r.count_b)}" for r in changed.head(top).itertuples()
-                    )
-                )
-                + "</p>"
-            )
-        for _, part in rows.groupby("dimension", sort=False):
-            parts.append(html_table(part.head(top).drop(columns=["workload_id", "verdict"])))
-    return parts
 
 
-def _count(value) -> str:
-    return "absent" if pd.isna(value) else f"{value:,.0f}"
+def drift(table: pd.DataFrame, min_effect_pct: float) -> tuple[int, int, float] | None:
+    """(moved the same way, compared, median change %) when at least 3 workloads were compared and
+    at least 80 % moved the same way past the minimum effect: the signature of the machine's moment
+    (docs/comparing-runs.md), not of a change of code, which moves the workloads it touches."""
+    pct = table["change_pct"].dropna() if "change_pct" in table else pd.Series(dtype=float)
+    if len(pct) < 3:
+        return None
+    up, down = int((pct >= min_effect_pct).sum()), int((pct <= -min_effect_pct).sum())
+    same = max(up, down)
+    return (same, len(pct), float(pct.median())) if same >= 0.8 * len(pct) else None
 
 
-def _in_units(changes: pd.DataFrame) -> pd.DataFrame:
-    """a and b in their metric's unit (the page only; compare_metrics.csv keeps SI values)."""
-    return changes.assign(
-        a=[human(m, v) for m, v in zip(changes["metric"], changes["a"])],
-        b=[human(m, v) for m, v in zip(changes["metric"], changes["b"])],
-    )
+def judging_command(a: Run, b: Run) -> str:
+    if a.backend == b.backend == "cpu":
+        return f"neuronsweep compare {a.folder} {b.folder} --interleaved {interleave.DEFAULT_ROUNDS}"
+    return "time both runs with rounds in processes of their own (a cpu run: capture.rounds_in_processes: true)"
 
 
-def _html(head: list[str], table: pd.DataFrame, changes: pd.DataFrame, ops: pd.DataFrame) -> str:
-    return page(
-        "neuron-sweep compare",
-        [
-            "<h1>neuron-sweep: B against A</h1>",
-            f"<pre>{html.escape(chr(10).join(head))}</pre>",
-            "<h2>Workloads</h2>",
-            "<p class=muted>slower / faster: the test on both runs' timings (<code>tested_on</code>: the timed "
-            "samples, or the rounds where each ran in a process of its own) rejects after Holm's correction over the "
-            "workloads and the change is at least the minimum effect; the regression gate also needs the "
-            "95 % interval wholly past its margin (docs/comparing-runs.md).</p>",
-            html_table(table),
-            *_inside_html(ops),
-            "<h2>Metrics that changed beyond the timing noise</h2>",
-            html_table(_in_units(changes)) if len(changes) else "<p>none</p>",
-        ],
-    )
+def hints(a: Run, b: Run, table: pd.DataFrame, min_effect_pct: float, retimed: bool) -> list[str]:
+    """One line each: what was not judged and the one command that would judge it; a drift of the
+    whole run."""
+    lines = []
+    one = int((table["verdict"] == verdict.ONE_PROCESS).sum()) if len(table) else 0
+    if one:
+        lines.append(
+            f"not judged: {one} workload(s) timed in one process a side (its samples test that process, not the "
+            f"code; ratios only). To judge them: {judging_command(a, b)}"
+        )
+    moved = drift(table, min_effect_pct)
+    if moved and not retimed:
+        same, n, median = moved
+        lines.append(
+            f"drift: {same} of {n} workloads moved the same way (median {median:+.1f}%), the signature of the "
+            f"machine's moment rather than of code. Time both again in turns: {judging_command(a, b)}"
+        )
+    return lines
 
 
 def run(
@@ -300,11 +320,14 @@ def run(
     fail_on_regression: float | None = None,
     min_effect_pct: float = verdict.MIN_EFFECT * 100,
     interleaved: int | None = None,
+    stored: bool = False,
 ) -> tuple[list[str], int]:
     """Write compare.csv, compare_metrics.csv, compare_ops.csv and compare.html into `out`; returns the
     lines to print and the exit code (1 when --fail-on-regression PCT and a workload fails the gate:
     analysis/verdict.py's fails_gate). `interleaved`: rounds a side to time both runs' programs again
-    in turns here (runs/interleave.py) instead of judging their stored timings."""
+    in turns here (runs/interleave.py) instead of judging their stored timings. Without it, two cpu
+    runs with their programs are timed again so, 8 rounds a side; `stored`: never (one process a side
+    is then not judged)."""
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
     timings = None
@@ -316,14 +339,18 @@ def run(
             f"{interleaved} rounds a side,",
             "  A and B in turns (each round a fresh process, A's capture settings); the stored ones are not judged",
         ]
+    elif not stored:
+        timings, said = retime_by_default(a, b)
+        lines += said
     table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings)
     ops = _inside(a, b, table)
     out.mkdir(parents=True, exist_ok=True)
     for name, df in (("compare.csv", table), ("compare_metrics.csv", changes), ("compare_ops.csv", ops)):
         with replacing(out / name) as tmp:
             df.to_csv(tmp, index=False)
+    notes = hints(a, b, table, min_effect_pct, retimed=timings is not None)
     with replacing(out / "compare.html") as tmp:
-        tmp.write_text(_html(lines, table, changes, ops))
+        tmp.write_text(compare_page.render(lines, notes, table, changes, ops, fail_on_regression, min_effect_pct))
     counts = table["verdict"].value_counts().to_dict() if len(table) else {}
     lines.append("workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
     judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
@@ -331,19 +358,20 @@ def run(
         lines.append(
             f"  {r['verdict']:7} {r['change_pct']:+7.1f}%  {r['workload_id']}  ({human('time_s', r['time_a_s'])} -> "
             f"{human('time_s', r['time_b_s'])}, 95% CI of B/A {r['ratio_ci_low']:.3f}..{r['ratio_ci_high']:.3f}, "
-            f"Holm p {r['p_holm']:.2g})"
+            f"Holm p {r['p_holm']:.2g}, {r['n_a']:.0f} vs {r['n_b']:.0f} processes)"
         )
-        top = ops[ops["workload_id"] == r["workload_id"]].head(1)
-        if len(top):
-            t = top.iloc[0]
-            lines.append(f"          most of it: {t['dimension']} {t['key']} {human('delta_ns', t['delta_ns'])}")
+        lines.append("          " + explanation(r, ops))
+    lines += notes
     lines.append(f"wrote {out / 'compare.csv'}, compare_metrics.csv, compare_ops.csv and compare.html")
     code = 0
-    if fail_on_regression is not None and len(judged):
-        gate = [
-            verdict.fails_gate(v, low, fail_on_regression) for v, low in zip(judged["verdict"], judged["ratio_ci_low"])
-        ]
-        worse = judged[gate]
+    if fail_on_regression is not None:
+        worse = judged.iloc[:0]
+        if len(judged):
+            gate = [
+                verdict.fails_gate(v, low, fail_on_regression)
+                for v, low in zip(judged["verdict"], judged["ratio_ci_low"])
+            ]
+            worse = judged[gate]
         if len(worse):
             lines.append(
                 f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% with 95% "
@@ -351,4 +379,10 @@ def run(
                 f"{worse.sort_values('change_pct').iloc[-1]['workload_id']})"
             )
             code = 1
+        unjudged = int((table["verdict"] == verdict.ONE_PROCESS).sum()) if len(table) else 0
+        if unjudged:
+            lines.append(
+                f"gate: {unjudged} workload(s) timed in one process a side were not judged, so not gated"
+                + ("" if code else "; no judged workload regressed")
+            )
     return lines, code

@@ -7,9 +7,11 @@ code, beyond what its rounds' spread accounts for, so a +10 % change showed as a
 +14 % and was found in 15 to 20 of 20 cases (docs/comparing-runs.md). Rounds of A and B taken in
 turns share that moment, and what still differs between the sides is the programs: Abedi and
 Brecht's randomized multiple interleaved trials ("Conducting repeatable experiments in highly
-variable cloud computing environments", ICPE 2017). Each pair's order is drawn at random (seeded),
-so a slow start or a drift within the session falls on both sides alike; the workloads take turns
-too. Each round is a fresh interpreter (backends/cpu_round.py), the unit analysis/verdict.py tests.
+variable cloud computing environments", ICPE 2017). In each round the order of A and B is drawn at
+random (seeded), so a slow start or a drift within the session falls on both sides alike, and one
+fresh interpreter a side times every workload once, in an order drawn too (backends/cpu_round.py
+--many): the process is the unit analysis/verdict.py tests, and importing torch once a side and
+round, not once a workload, is what lets `compare` do this by default on a whole run.
 
 cpu runs only: a neuron or xla run's programs run on its device or runtime, and their profiles hold
 one execution each; capture them again there. Both programs run on this environment's torch, so
@@ -28,12 +30,13 @@ from pathlib import Path
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD, latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
 from neuronsweep.atomic import read_json
-from neuronsweep.backends.cpu_timing import ARTIFACT, round_in_process
+from neuronsweep.backends.cpu_timing import ARTIFACT, rounds_in_process
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.store.records import Timing
 
+DEFAULT_ROUNDS = 8  # compare's default for one-process runs: the rounds the bench measured (docs/comparing-runs.md)
 DEFAULT_TIMEOUT_S = 3600  # a round's time limit where the capture did not record its own
 
 
@@ -66,15 +69,15 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     lock = settings[wids[0]]["device_lock"] or schema_default("capture.device_lock")
     say = say or (lambda line: print(line, file=sys.stderr))
     t0 = time.monotonic()
+    timeout = max(s["timeout_s"] for s in settings.values())
     with devicelock.held(lock, "neuronsweep compare --interleaved"):
         for r in range(1, rounds + 1):
-            for wid in rng.sample(wids, len(wids)):
-                for side in rng.sample(["a", "b"], 2):
-                    s = settings[wid]
-                    got = round_in_process(
-                        builds[(wid, side)], s["threads"], s["warmup"], s["iterations"], s["timeout_s"], r
-                    )
-                    samples[(wid, side)].append(got["samples"])
+            for side in rng.sample(["a", "b"], 2):
+                order = rng.sample(wids, len(wids))
+                jobs = [{"build": str(builds[(wid, side)]), **_timing(settings[wid])} for wid in order]
+                got = rounds_in_process(jobs, timeout, r)
+                for wid, taken in zip(order, got["samples"]):
+                    samples[(wid, side)].append(taken)
             spent = time.monotonic() - t0
             say(f"interleaved: round {r} of {rounds} done ({spent:.0f} s; about {spent / r * (rounds - r):.0f} s left)")
     out = {}
@@ -89,6 +92,10 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
             sides.append(Timing(flat, stats["round_medians_s"]))
         out[wid] = (sides[0], sides[1], noisy)
     return out
+
+
+def _timing(settings: dict) -> dict:
+    return {k: settings[k] for k in ("threads", "warmup", "iterations")}
 
 
 def _same_toolchain(a, b) -> None:
