@@ -197,10 +197,13 @@ def test_damaged_parquet_and_odd_file_names(tmp_path):
     good = tmp_path / 'q"x.parquet'
     pq.write_table(pa.table({"a": [1, 2]}), good)
     assert ProfileDB().load(good).sql('SELECT sum(a) FROM "q""x"').fetchone() == (3,)
-    for name, data in (("T.parquet", b"x"), ("E.parquet", b""), ("cut.parquet", good.read_bytes()[:-10])):
+    for name, data in (("T.parquet", b"x"), ("cut.parquet", good.read_bytes()[:-10])):
         (tmp_path / name).write_bytes(data)
         with pytest.raises(UserError, match=rf"{name}: not readable as the table"):
             ProfileDB().load(tmp_path / name)
+    (tmp_path / "E.parquet").write_bytes(b"")
+    with pytest.raises(UserError, match=r"E.parquet: is empty \(0 bytes\)"):
+        ProfileDB().load(tmp_path / "E.parquet")
 
 
 def test_a_legacy_column_with_a_non_number_is_read_as_null_and_counted(tmp_path, capfd):

@@ -18,12 +18,16 @@ import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import orjson
+
+from neuronsweep.errors import UserError
 
 BLOCK = 16 << 20
 MAX_DEPTH = 512  # deeper nesting is refused: pyarrow's JSON parser crashes (SIGSEGV) near 10^4 levels
@@ -37,6 +41,24 @@ LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b'{}[]"\\
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+@contextmanager
+def gzip_damage(path: Path):
+    """A damaged gzip file (truncated, corrupt) as one sentence instead of zlib's traceback."""
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        what = "it ends early: truncated" if isinstance(exc, EOFError) else f"corrupt: {exc}"
+        raise UserError(
+            f"{path}: a damaged gzip file ({what}); compress the trace again from its original, or pass it "
+            "uncompressed."
+        ) from None
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == GZIP_MAGIC
 
 
 def open_bytes(path: Path):

@@ -164,7 +164,7 @@ def _chunks(data: bytes, path: str | Path):
     except (IndexError, DecodeError) as exc:
         raise UserError(
             f"{path}: not a readable Perfetto trace (truncated or damaged near byte {pos}: "
-            f"{type(exc).__name__}); recreate it (rerun the view stage)."
+            f"{type(exc).__name__}); {remedy(path)}"
         ) from None
 
 
@@ -571,18 +571,25 @@ def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def remedy(path: str | Path) -> str:
+    """What to do about an unreadable trace: a sweep's own (in a view folder) is made again by its
+    stage; a file the user brought is not a trace, and rerunning a stage would not change it."""
+    if Path(path).parent.name == "view":
+        return "recreate it (rerun the view stage)."
+    return "pass a trace that Perfetto or `neuronsweep convert` wrote (a .pftrace is a protobuf file, not text)."
+
+
 def read(path: str | Path) -> DecodedTrace:
     """The trace's tracks, slices (as columns) and counters."""
     data = Path(path).read_bytes()
     if not data:
-        raise UserError(f"{path}: is empty (0 bytes), not a Perfetto trace; recreate it (rerun the view stage).")
+        raise UserError(f"{path}: is empty (0 bytes), not a Perfetto trace; {remedy(path)}")
     reader = _Reader(path)
     for start, raw, starts, ends in _chunks(data, path):
         try:
             reader.chunk(raw, starts, ends)
         except (protoscan.DecodeError, DecodeError):
             raise UserError(
-                f"{path}: not a readable Perfetto trace (damaged after byte {start}); "
-                "recreate it (rerun the view stage)."
+                f"{path}: not a readable Perfetto trace (damaged after byte {start}); {remedy(path)}"
             ) from None
     return DecodedTrace(tracks=reader.tracks, slices=reader.slices, counters=reader.counters, flows=reader.flows)

@@ -1,8 +1,10 @@
 """Any profile, view folder or whole run as DuckDB tables, with Perfetto's table and column names.
 
 Sources, whichever a view folder holds:
-  trace.pftrace   decoded without trace_processor (pftrace_reader): slice, track, thread_track,
-                  counter_track, counter, args, flow, plus track_class (our classification)
+  trace.pftrace   decoded without trace_processor (pftrace_reader): slice, track, counter, args,
+                  flow, with PERFETTO_VIEWS over them (thread_track, counter_track, thread, process,
+                  thread_slice, instant, slice_self_dur, track_busy, top_ops), plus track_class (our
+                  classification). A Chrome trace is converted to one first.
   parquet/        neuron-explorer tables, read directly (Instruction, DmaPacket, Summary, ...; split
                   tables such as BirInstruction_0/_1 become one); on xla the HLO Instruction table
   profile.json    legacy full profile: instruction and dma streamed into Parquet a batch at a time
@@ -28,7 +30,14 @@ import pyarrow as pa
 
 from neuronsweep.config.schema import check_regexes
 from neuronsweep.errors import UserError
-from neuronsweep.formats import chrome_trace, legacy_json, neuron_summary, pftrace_reader, pftrace_writer
+from neuronsweep.formats import (
+    chrome_trace,
+    json_records,
+    legacy_json,
+    neuron_summary,
+    pftrace_reader,
+    pftrace_writer,
+)
 from neuronsweep.formats.table_cache import tables_for
 
 # Track name -> class; first match wins; names no pattern matches are reported as unknown.
@@ -221,6 +230,38 @@ def read_parquet(files) -> str:
     return f"read_parquet([{', '.join(sql_text(f) for f in files)}], union_by_name=true)"
 
 
+# Perfetto trace_processor's names beside the tables (its `thread`, `process`, `thread_track`,
+# `counter_track`, `instant`, and `thread_slice` of older releases), and the answers HTA gives in one call:
+# each slice's self time (`slice_self_dur`, Perfetto's stdlib name), each track's busy time as the
+# union of its slices' intervals (`track_busy`: overlapping slices count once), and the ops ranked by
+# self time (`top_ops`). Every join keeps workload_id: ids restart in each workload's profile.
+PERFETTO_VIEWS = {
+    "thread_track": "SELECT id, name, type, utid, upid, workload_id FROM track WHERE type = 'thread_track'",
+    "counter_track": "SELECT id, name, parent_id, type, NULL AS unit, workload_id FROM track "
+    "WHERE type = 'counter_track'",
+    "instant": "SELECT ts, track_id, name, arg_set_id, workload_id FROM slice WHERE dur = 0",
+    "thread": "SELECT DISTINCT utid, utid AS tid, upid, name, workload_id FROM track WHERE type = 'thread_track'",
+    "process": "SELECT DISTINCT upid, upid AS pid, workload_id FROM track WHERE upid IS NOT NULL",
+    "thread_slice": "SELECT s.*, t.utid, t.upid FROM slice s JOIN track t "
+    "ON t.id = s.track_id AND t.workload_id = s.workload_id AND t.type = 'thread_track'",
+    "slice_self_dur": "SELECT s.workload_id, s.id, s.name, s.dur, greatest(s.dur - coalesce(c.child_dur, 0), 0) "
+    "AS self_dur FROM slice s LEFT JOIN (SELECT workload_id, parent_id, sum(dur) AS child_dur FROM slice "
+    "WHERE parent_id IS NOT NULL GROUP BY ALL) c ON c.parent_id = s.id AND c.workload_id = s.workload_id",
+    "track_busy": "WITH s AS (SELECT workload_id, track_id, ts, ts + dur AS e FROM slice WHERE dur > 0), "
+    "o AS (SELECT *, max(e) OVER (PARTITION BY workload_id, track_id ORDER BY ts, e "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM s), "
+    "g AS (SELECT *, sum(CASE WHEN reach IS NULL OR ts > reach THEN 1 ELSE 0 END) OVER (PARTITION BY "
+    "workload_id, track_id ORDER BY ts, e ROWS UNBOUNDED PRECEDING) AS island FROM o), "
+    "i AS (SELECT workload_id, track_id, island, min(ts) AS a, max(e) AS b, count(*) AS n FROM g GROUP BY ALL) "
+    "SELECT i.workload_id, i.track_id, t.name AS track_name, sum(b - a) AS busy_dur, max(b) - min(a) AS span_dur, "
+    "sum(n) AS slices FROM i LEFT JOIN track t ON t.id = i.track_id AND t.workload_id = i.workload_id "
+    "GROUP BY ALL ORDER BY busy_dur DESC",
+    "top_ops": "SELECT *, round(100.0 * self_dur / sum(self_dur) OVER (PARTITION BY workload_id), 2) AS self_pct "
+    "FROM (SELECT workload_id, name, count(*) AS calls, sum(self_dur) AS self_dur, sum(dur) AS total_dur "
+    "FROM slice_self_dur GROUP BY workload_id, name) ORDER BY self_dur DESC",
+}
+
+
 class ProfileDB:
     """A DuckDB connection holding the tables of one or more view folders."""
 
@@ -284,7 +325,13 @@ class ProfileDB:
 
         folder = tables_for(path, make, Path(self._spill.name))
         for name in ("slice", "track", "args", "counter", "flow"):
-            self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
+            data = read_parquet([folder / f"{name}.parquet"])
+            if name == "args":  # trace_processor keys a JSON trace's args as args.<name> (debug.<name> in protobuf)
+                data = (
+                    "(SELECT * REPLACE (regexp_replace(key, '^debug\\.', 'args.') AS key, "
+                    f"regexp_replace(flat_key, '^debug\\.', 'args.') AS flat_key) FROM {data})"
+                )
+            self._add(name, workload_id, data, materialize=False)
         self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
 
     def _add_json(self, path: Path, workload_id: str, with_summary: bool = True, alone: bool = False) -> None:
@@ -352,6 +399,23 @@ class ProfileDB:
         """A .pftrace, a view folder, a workload folder, or a run folder (every workload)."""
         path = Path(path)
         self.sources.append(str(path))
+        if not path.exists():
+            raise UserError(
+                f"{path}: no such file or folder; pass a profile (.pftrace, .parquet, .json), a Chrome trace "
+                "(.json, .json.gz), a view or workload folder, or a run folder (results/<run>)."
+            )
+        if path.is_file() and path.stat().st_size == 0:
+            raise UserError(f"{path}: is empty (0 bytes); pass the file the profiler wrote.")
+        with json_records.gzip_damage(path):
+            self._load(path)
+        if not self.tables:
+            raise UserError(
+                f"{path}: no profile tables found (no trace.pftrace, parquet/, profile.json or summary.json)."
+            )
+        self.finish()
+        return self
+
+    def _load(self, path: Path) -> None:
         if path.is_file() and path.suffix == ".pftrace":
             self._add_pftrace(path, path.stem)
         elif path.is_file() and path.suffix == ".parquet":
@@ -370,17 +434,16 @@ class ProfileDB:
             )
             for view in views:
                 self.load_view(view, view.parent.name)
+        elif path.is_file() and json_records.is_gzip(path):
+            raise UserError(
+                f"{path}: a gzip file whose content is not a Chrome trace (no traceEvents at its start); pass "
+                "torch.profiler's export (.json or .json.gz)."
+            )
         else:
             raise UserError(
                 f"{path}: not a profile (.pftrace, .parquet, .json), a Chrome trace (.json, .json.gz), a view "
                 "or workload folder, or a run folder; point `query` at one of those."
             )
-        if not self.tables:
-            raise UserError(
-                f"{path}: no profile tables found (no trace.pftrace, parquet/, profile.json or summary.json)."
-            )
-        self.finish()
-        return self
 
     def finish(self) -> None:
         """Create the unified views (call once after loading)."""
@@ -389,23 +452,19 @@ class ProfileDB:
             name = table.replace('"', '""')  # a table named after a file may hold any character
             self.con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {union}')
         if "slice" in self.tables:
-            self.con.execute(
-                "CREATE OR REPLACE TEMP VIEW thread_track AS SELECT * FROM track WHERE type = 'thread_track'"
-            )
-            self.con.execute(
-                "CREATE OR REPLACE TEMP VIEW counter_track AS "
-                "SELECT id, name, parent_id, type, NULL AS unit, workload_id FROM track "
-                "WHERE type = 'counter_track'"
-            )
-            self.con.execute(
-                "CREATE OR REPLACE TEMP VIEW instant AS "
-                "SELECT ts, track_id, name, arg_set_id, workload_id FROM slice WHERE dur = 0"
-            )
+            for name, body in PERFETTO_VIEWS.items():
+                self.con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {body}")
             self.con.execute(
                 "CREATE OR REPLACE MACRO EXTRACT_ARG(set_id, k) AS (SELECT coalesce(string_value, "
                 "CAST(int_value AS VARCHAR), CAST(real_value AS VARCHAR)) FROM args "
                 "WHERE arg_set_id = set_id AND key = k LIMIT 1)"
             )
+
+    @property
+    def names(self) -> list[str]:
+        """Every table and view a query can name."""
+        views = list(PERFETTO_VIEWS) if "slice" in self.tables else []
+        return sorted(set(self.tables) | set(views), key=str.lower)
 
     def sql(self, text: str):
         """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""
@@ -414,5 +473,5 @@ class ProfileDB:
         except duckdb.Error as exc:
             raise UserError(
                 f"query over {', '.join(self.sources) or 'nothing'} failed: {str(exc).splitlines()[0]}; "
-                f"tables here: {', '.join(sorted(self.tables))}."
+                f"tables here: {', '.join(self.names)}."
             ) from None
