@@ -31,6 +31,24 @@ def test_the_docs_site_builds_strict(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "config-reference" / "index.html").is_file()
+    # every list item written renders as one: a list right after a paragraph line is a run-on
+    # paragraph to MkDocs (Python-Markdown needs the blank line; GitHub does not)
+    for page in sorted((REPO / "docs").glob("*.md")):
+        site = tmp_path / "site" / ("" if page.stem == "index" else page.stem) / "index.html"
+        article = site.read_text().split("<article", 1)[1].split("</article>", 1)[0]
+        written, rendered = len(list_items(page.read_text())), article.count("<li")
+        assert rendered == written, f"docs/{page.name}: {written} list items written, {rendered} rendered"
+
+
+def list_items(markdown: str) -> list[str]:
+    """The list items of a page, outside code blocks: lines starting with -, * or 1."""
+    items, fence = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"^\s*(?:[-*+]|\d+\.)\s+\S", line):
+            items.append(line)
+    return items
 
 
 def test_the_readme_is_a_short_start_whose_links_resolve():
