@@ -267,3 +267,79 @@ def test_noise_keeps_a_case_out_of_comparisons_but_not_out_of_its_diagnosis():
     assert not any("takes 3.00x" in r for r in recs)  # no comparison built on a noisy time
     assert any(r.startswith("slow-noisy: recompilation detected (10 compiles in 10 timed calls)") for r in recs)
     assert any("(noisy): slow-noisy" in r for r in recs)
+
+
+def test_a_dtype_has_one_colour_in_every_figure_and_bars_reach_100_percent(tmp_path):
+    """bf16 was blue on the host roofline and orange on the targets'; cpu's "where the time goes"
+    bars stopped at 67-76 % (the top 5 ops only); the tiling chart started its y-axis at 740."""
+    rows = pd.DataFrame(
+        {
+            "workload_id": ["a", "b"],
+            "scenario_id": ["a", "b"],
+            "dtype": ["bf16", "fp32"],
+            "backend": "cpu",
+            "flops": [2e9, 2e9],
+            "min_bytes": [1e6, 1e6],
+            "arithmetic_intensity_flops_per_byte": [2e3, 2e3],
+            "roofline_time_s": [1e-3, 2e-3],
+            "peak_flops_per_s": [1e12, 5e11],
+            "peak_bytes_per_s": [1e11, 1e11],
+            "roofline_efficiency_pct": [50.0, 50.0],
+            "roofline_bound": ["compute", "compute"],
+        }
+    )
+    host = report_figures.roofline(rows, "cpu")
+    targets = rows.assign(ideal_compute_s=1e-3, ideal_memory_s=1e-4, target="trn2").iloc[::-1]  # fp32 first
+    modelled = report_figures.target_rooflines(targets)
+    colour = {
+        fig: {t.name: (t.marker.color if t.mode == "markers" else t.line.color) for t in f.data}
+        for fig, f in (("host", host), ("targets", modelled))
+    }
+    assert colour["host"]["bf16 workloads"] == colour["targets"]["bf16 workloads"] != colour["host"]["fp32 workloads"]
+
+    ops = tmp_path / "a" / "tables"
+    ops.mkdir(parents=True)
+    names = [f"aten::op{i}" for i in range(7)]
+    pd.DataFrame({"class": "cpu_thread", "name": names, "self_ns": [30, 20, 15, 10, 10, 8, 7]}).to_csv(
+        ops / "opcodes.csv", index=False
+    )
+    for col in report_figures.ENGINE_COLS:
+        rows[col] = None
+    bars = report_figures.breakdown(rows.iloc[:1], tmp_path)
+    assert [t.name for t in bars.data][-1] == "other"
+    assert sum(t.x[0] for t in bars.data) == pytest.approx(100.0) and bars.data[-1].x[0] == pytest.approx(15.0)
+
+    tiling = pd.DataFrame(
+        {
+            "value": [511, 512, 513],
+            "dim": "k",
+            "boundary": 512,
+            "multiple": 1,
+            "scenario_id": ["t1", "t2", "t3"],
+            "achieved_flops_per_s": [850e9, 760e9, 740e9],
+            "time_s": [1e-3, 1e-3, 1e-3],
+        }
+    )
+    chart = report_figures.suite("tiling", tiling)
+    assert chart.layout.yaxis.rangemode == "tozero"
+    assert chart.layout.xaxis.type == "linear" and chart.layout.xaxis.tickformat == "d"
+
+
+def test_scenarios_sharing_a_workload_get_one_recommendation_naming_both():
+    row = {
+        "status": "ok",
+        "backend": "cpu",
+        "suite": "llm",
+        "workload_id": "matmul-m512-k2048-n8192-bf16",
+        "roofline_bound": "memory",
+        "arithmetic_intensity_flops_per_byte": 10.0,
+        "ridge_flops_per_byte": 40.0,
+        "significant": False,
+        "x_of_best": 1.0,
+        "noisy": False,
+        "recompilation_detected": False,
+        "bound_class": "memory",
+    }
+    table = pd.DataFrame([{**row, "scenario_id": "llm-ffn_up"}, {**row, "scenario_id": "llm-ffn_gate"}])
+    recs = [r for r in report.recommendations(table) if "memory-bound" in r]
+    assert len(recs) == 1 and recs[0].startswith("llm-ffn_up and llm-ffn_gate (one workload) is memory-bound")

@@ -53,12 +53,20 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     return recs
 
 
+def _per_workload(rows: pd.DataFrame):
+    """(label, row) once per workload: scenarios that share one (ffn_up and ffn_gate of an llm) are one
+    measurement, said once with every scenario named."""
+    for _, part in rows.groupby("workload_id" if "workload_id" in rows else "scenario_id", sort=False):
+        names = list(dict.fromkeys(part["scenario_id"]))
+        yield (names[0] if len(names) == 1 else " and ".join(names) + " (one workload)"), part.iloc[0]
+
+
 def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str]:
     recs = []
-    for _, r in ok[ok["roofline_bound"] == "memory"].iterrows():
+    for label, r in _per_workload(ok[ok["roofline_bound"] == "memory"]):
         attainable = r["arithmetic_intensity_flops_per_byte"] / r["ridge_flops_per_byte"] * 100
         recs.append(
-            f"{r['scenario_id']} is memory-bound: arithmetic intensity "
+            f"{label} is memory-bound: arithmetic intensity "
             f"{r['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B is below the ridge "
             f"{r['ridge_flops_per_byte']:.1f}, so at most {attainable:.0f}% of peak compute is reachable; "
             "batch more rows (larger M) or fuse it with its neighbours" + _host_only(r) + "."
@@ -80,7 +88,7 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
             f"[{r['group']}]: {_us(r['time_s'])} against {_us(best['time_s'])}, beyond the spread "
             f"({_us(r.get('latency_spread_s'))} / {_us(best.get('latency_spread_s'))}){extra}."
         )
-    for _, r in ok[ok.get("recompilation_detected", pd.Series(dtype=object)) == True].iterrows():  # noqa: E712
+    for label, r in _per_workload(ok[ok.get("recompilation_detected", pd.Series(dtype=object)) == True]):  # noqa: E712
         during = r.get("recompiles_during_timing")
         counted = (
             f"{int(during)} compiles in {int(r['latency_n'])} timed calls"
@@ -88,18 +96,18 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
             else "the kernel recompiled on a repeated call"
         )
         recs.append(
-            f"{r['scenario_id']}: recompilation detected ({counted}); every call pays compile time: "
+            f"{label}: recompilation detected ({counted}); every call pays compile time: "
             "keep shapes and baked-in Python values fixed between calls, or cache the kernel."
         )
     recs += _collective_recommendations(ok)
-    for _, r in ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"].iterrows():
+    for label, r in _per_workload(ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"]):
         advice = (
             "the collective's fixed cost dominates at this size: fewer, larger messages (bucketed) amortize "
             "it (see the knee)"
             if r.get("suite") == "collectives"
             else "launch, synchronization and compiles dominate: batch more work per call"
         )
-        recs.append(f"{r['scenario_id']}: overhead-bound ({r['bound_evidence']}): {advice}.")
+        recs.append(f"{label}: overhead-bound ({r['bound_evidence']}): {advice}.")
     return recs
 
 
