@@ -99,3 +99,25 @@ def test_recompile_suite_runs_on_lazy_tensor_backends_only():
     on_xla = make_plan(config.validate({"suites": suites}), "xla")
     assert len(on_xla.workloads) == 3 and not on_xla.unsupported
     assert on_xla.workloads["matmul-m64-k64-n64-fp32-varies-pythonint"]["varies"] == "python_int"
+
+
+def test_scenarios_sort_their_numbers_as_numbers():
+    cfg = config.validate({"suites": {"matmul": {"grid": {"m": [1, 128, 16, 2], "k": [8], "n": [8]}}}})
+    ids = [s.id for s in make_plan(cfg, "cpu").scenarios]
+    assert ids == [f"matmul-m{m}-k8-n8-fp32" for m in (1, 2, 16, 128)]
+
+
+def test_a_missing_config_names_the_folder_it_looked_in(tmp_path):
+    proc = subprocess.run([str(BIN / "neuronsweep"), "plan"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert f"config/config.yaml: no such config file in {tmp_path}; run from the repository's folder" in proc.stderr
+
+
+def test_a_folder_given_to_history_as_a_run_name_points_to_store_or_add(tmp_path):
+    (tmp_path / "hist" / "entries").mkdir(parents=True)
+    (tmp_path / "run").mkdir()
+    for folder, hint in (("hist", "--store"), ("run", "--add")):
+        proc = subprocess.run(
+            [str(BIN / "neuronsweep"), "history", str(tmp_path / folder)], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert proc.returncode == 2 and f"neuronsweep history {hint} {tmp_path / folder}." in proc.stderr, proc.stderr

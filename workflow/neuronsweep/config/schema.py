@@ -301,7 +301,11 @@ def read_yaml(path: str | Path):
     try:
         return yaml.load(path.read_text(), Loader=_StrictLoader)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such config file; pass an existing file with --config.") from None
+        where = "" if path.is_absolute() else f" in {Path.cwd()}"
+        raise UserError(
+            f"{path}: no such config file{where}; run from the repository's folder, or pass an existing file "
+            "with --config."
+        ) from None
     except UserError as exc:
         raise UserError(f"{path}: {exc}.") from None
     except yaml.YAMLError as exc:

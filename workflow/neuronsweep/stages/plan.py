@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -64,6 +65,11 @@ class Plan:
             "workloads": self.workloads,
             "unsupported": self.unsupported,
         }
+
+
+def natural(text: str) -> tuple:
+    """A sort key that orders the numbers in an id as numbers: b1, b2, b16, b128 (not b1, b128, b16)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
@@ -486,7 +492,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
             "nothing to run: the suites of the config expand to no scenario (every tiling value "
             "boundary * multiple + offset is below 1?); widen a grid or add a shape."
         )
-    ordered = sorted(scenarios.values(), key=lambda s: (s.suite, s.id))
+    ordered = sorted(scenarios.values(), key=lambda s: (s.suite, natural(s.id)))
     return Plan(
         run=config["run"],
         backend=backend,
