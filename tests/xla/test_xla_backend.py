@@ -19,7 +19,7 @@ pytest.importorskip(
     "in a venv of their own (.ci/run does it)",
 )
 
-from conftest import snakemake, tiny_config  # noqa: E402
+from conftest import REPO, snakemake, tiny_config  # noqa: E402
 
 from neuronsweep.formats.pftrace_reader import read as read_pftrace
 from neuronsweep.stages import extract
@@ -27,6 +27,7 @@ from neuronsweep.store.records import BuildRecord
 
 STATIC, INT, FLOAT = (f"matmul-m128-k128-n128-fp32{s}" for s in ("", "-varies-pythonint", "-varies-pythonfloat"))
 MLP = "mlp-b1-s32-h64-i128-fp32"
+CUSTOM = "custom-gelu_mm-k16-m16-n8-alpha2.0-fp32"  # the grid in the order the written config has it
 TIMED = 2 * 3  # repeats x iterations
 
 
@@ -45,6 +46,15 @@ def xla_config(tmp: Path) -> dict:
         suites={
             "recompile": {"shapes": [{"m": 128, "k": 128, "n": 128}]},
             "mlp": {"configs": [{"b": 1, "s": 32, "h": 64, "i": 128}]},
+            "custom": [  # a user's function (docs/your-code.md), the example's file
+                {
+                    "name": "gelu_mm",
+                    "function": f"{REPO}/config/examples/kernels/gelu_mm.py:gelu_mm",
+                    "inputs": {"x": ["m", "k"], "w": ["k", "n"]},
+                    "grid": {"m": [16], "k": [16], "n": [8]},
+                    "params": {"alpha": [2.0]},
+                }
+            ],
         },
     )
 
@@ -66,8 +76,18 @@ def rows(work: Path) -> dict[str, dict]:
 
 
 def test_every_case_finishes_and_a_rerun_has_nothing_to_do(xla_run):
-    assert {wid: r["status"] for wid, r in rows(xla_run).items()} == dict.fromkeys([MLP, STATIC, INT, FLOAT], "ok")
+    assert {wid: r["status"] for wid, r in rows(xla_run).items()} == dict.fromkeys([MLP, STATIC, INT, FLOAT, CUSTOM], "ok")
     assert snakemake(xla_run, "-n").rules == []
+
+
+def test_a_users_function_runs_on_xla_checked_against_itself_in_float64(xla_run):
+    """suites.custom on the xla backend: the user's function through torch-xla, its output checked
+    against the same function run in float64 on the CPU, timed and profiled like the built-in kinds."""
+    row = rows(xla_run)[CUSTOM]
+    assert row["status"] == "ok" and row["correct"] in ("True", "true"), row
+    assert float(row["latency_median_s"]) > 0 and int(float(row["flops"])) == 2 * 16 * 16 * 8
+    metrics = json.loads((wdir(xla_run, CUSTOM) / "metrics.json").read_text())
+    assert metrics["backend"] == "xla" and metrics["latency_n"] == TIMED
 
 
 def test_build_attributes_the_dumped_module_of_the_workload_graph(xla_run):
