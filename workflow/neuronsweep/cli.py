@@ -1,5 +1,6 @@
-"""The `neuronsweep` command: one subcommand per stage. Snakemake rules call these, so every stage
-also runs by hand with the same arguments (each record's `command` field shows them)."""
+"""neuronsweep: where the time goes, for a whole sweep of workloads. `snakemake --cores 1` runs a
+sweep; these commands plan, follow, compare and query it, and each stage the workflow runs is a
+command too, runnable by hand with the arguments its record's `command` field shows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from neuronsweep import __version__, backends
@@ -69,6 +73,11 @@ def cmd_plan(args) -> None:
     for sc in p["scenarios"]:
         why = p["unsupported"].get(sc["workload_id"])
         print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))
+
+
+def _add_plan(p) -> None:
+    p.add_argument("--config", default="config/config.yaml", help="the sweep's config file")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (the plan.json format)")
 
 
 def _slots(text: str) -> str | int:
@@ -136,6 +145,23 @@ def cmd_build(args) -> None:
         log.warning(f"warning: {rec.recompilation_flag}")
 
 
+def _add_build(p) -> None:
+    p.add_argument("--spec", required=True, help="workload spec as JSON, or @FILE")
+    p.add_argument("--backend", default="cpu", choices=backends.NAMES, help="the backend to build for")
+    p.add_argument("--out", required=True, help="build directory to write")
+    p.add_argument(
+        "--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")), help="the compile cache"
+    )
+    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
+    p.add_argument(
+        "--device-lock",
+        default=host_setting("device_lock", DEFAULT_LOCK),
+        help="neuron: OS lock held while the build runs on the device",
+    )
+    _slot_args(p)
+    _timeout_arg(p, "build")
+
+
 def cmd_capture(args) -> None:
     from neuronsweep.config.settings import CaptureSettings
     from neuronsweep.stages import capture
@@ -173,6 +199,42 @@ def cmd_capture(args) -> None:
     log.info(f"capture {rec.workload_id}: {timing} -> {args.out}")
 
 
+def _add_capture(p) -> None:
+    p.add_argument("--build", help="build directory (holds build.json)")
+    p.add_argument("--neff", help="or any NEFF file (neuron; no framework timing)")
+    p.add_argument("--out", required=True, help="capture directory to write")
+    p.add_argument("--warmup", type=int, default=schema_default("capture.warmup"), help="executions discarded first")
+    p.add_argument(
+        "--iterations", type=int, default=schema_default("capture.iterations"), help="timed executions a round"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=schema_default("capture.repeats"), help="rounds of --iterations timed executions"
+    )
+    p.add_argument(
+        "--num-exec", type=int, default=schema_default("capture.num_exec"), help="executions in the profiled run"
+    )
+    p.add_argument("--nth-exec", type=int, default=schema_default("capture.nth_exec"), help="the profiled one of them")
+    p.add_argument("--threads", type=int, default=default_threads(), help="cpu: torch's intra-op threads")
+    p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
+    p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
+    p.add_argument(
+        "--rounds-in-processes", action="store_true", help="cpu: time each round in a fresh process of its own"
+    )
+    p.add_argument(
+        "--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture"
+    )
+    _slot_args(p)
+    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
+    for flag, kind, what in (
+        ("workers-per-node", int, "workers on this node (turns collectives on)"),
+        ("worker-count", int, "workers across all nodes (turns collectives on)"),
+        ("worker-start-id", int, "global id of this node's first worker (default 0)"),
+        ("profile-id", str, "the worker to profile, or all (default all)"),
+    ):
+        p.add_argument(f"--collectives-{flag}", type=kind, help=f"neuron, a collectives NEFF: {what}")
+    _timeout_arg(p, "capture")
+
+
 def _collectives(args) -> dict | None:
     """The --collectives-* options; a worker count or workers per node turns collectives mode on, as
     in the profiler itself."""
@@ -206,6 +268,15 @@ def cmd_view(args) -> None:
     log.info(f"view {rec.workload_id}: summary.json, {rec.pftrace or 'no pftrace'} -> {args.out}")
 
 
+def _add_view(p) -> None:
+    p.add_argument("--capture", help="capture directory (holds capture.json)")
+    p.add_argument("--neff", help="or a NEFF ...")
+    p.add_argument("--ntff", help="... and its NTFF (neuron)")
+    p.add_argument("--out", required=True, help="view directory to write")
+    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: formats)")
+    _timeout_arg(p, "view")
+
+
 def cmd_extract(args) -> None:
     from neuronsweep.stages import extract
 
@@ -225,11 +296,28 @@ def cmd_extract(args) -> None:
     )
 
 
+def _add_extract(p) -> None:
+    p.add_argument("--summary-json", required=True, help="a view's summary.json, or raw summary-json output")
+    p.add_argument("--profile-json", help="legacy full-profile JSON (streamed) for fields the summary lacks")
+    p.add_argument("--capture-json", help="the capture's capture.json (timing, settings)")
+    p.add_argument("--build-json", help="the build's build.json (spec, toolchain)")
+    p.add_argument("--calibration", help="cpu: the host's measured peaks (neuronsweep calibrate) for the roofline")
+    p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify profile tracks")
+    p.add_argument("--out", required=True, help="the metrics.json to write")
+
+
 def cmd_report(args) -> None:
     from neuronsweep.stages import report
 
     report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.targets) if args.targets else None)
     log.info(f"report: {args.out}")
+
+
+def _add_report(p) -> None:
+    p.add_argument("--summary", required=True, help="the run's summary.csv")
+    p.add_argument("--plan", required=True, help="the run's plan.json")
+    p.add_argument("--out", required=True, help="the report.html to write")
+    p.add_argument("--targets", help="roofline_targets.csv: the workloads modelled on trn1, inf2, trn2")
 
 
 def cmd_compare(args) -> int:
@@ -247,6 +335,41 @@ def cmd_compare(args) -> int:
     )
     print("\n".join(lines))
     return code
+
+
+def _add_compare(p) -> None:
+    p.add_argument("run_a", help="results/<run> folder: the baseline")
+    p.add_argument("run_b", help="results/<run> folder: the candidate")
+    p.add_argument(
+        "--out",
+        help="folder for compare.csv, compare_metrics.csv, compare_ops.csv, compare.html (default: RUN_B/compare-<A>)",
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a workload is judged slower and its 95%% interval of B/A lies above 1 + PCT/100",
+    )
+    p.add_argument(
+        "--min-effect",
+        type=_percentage,
+        default=2.0,
+        metavar="PCT",
+        help="smallest change called slower or faster, percent",
+    )
+    p.add_argument(
+        "--interleaved",
+        type=int,
+        metavar="N",
+        help="cpu: time both runs' programs again here, N rounds a side, A and B in turns (each a fresh "
+        "process), and judge those rounds: the machine's drift between the runs then falls on both sides. "
+        "Done by default, 8 rounds, for two cpu runs whose programs are there",
+    )
+    p.add_argument(
+        "--stored",
+        action="store_true",
+        help="judge the stored timings, never time again (fast; one process a side is then not judged)",
+    )
 
 
 def cmd_history(args) -> int:
@@ -279,6 +402,22 @@ def cmd_history(args) -> int:
     return code
 
 
+def _add_history(p) -> None:
+    p.add_argument("runs", nargs="*", metavar="RUN", help="only these runs (their names); default every run")
+    p.add_argument("--store", help="the history folder (default: results/history)")
+    p.add_argument("--add", nargs="+", default=[], metavar="FOLDER", help="add finished results/<run> folders first")
+    p.add_argument("--out", help="where to write the page (default: STORE/history.html)")
+    p.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when the newest run is judged slower than the runs before it, its 95%% interval above 1 + PCT/100",
+    )
+    p.add_argument("--last", type=int, default=1, metavar="N", help="the gate's baseline: the N runs before the newest")
+    p.add_argument("--min-effect", type=_percentage, default=2.0, metavar="PCT", help="smallest step reported, percent")
+    p.add_argument("--record", help=argparse.SUPPRESS)  # the workflow's history rule: results/<run>/history.json
+
+
 def cmd_status(args) -> None:
     from neuronsweep.runs import status
 
@@ -287,6 +426,11 @@ def cmd_status(args) -> None:
         raise UserError(f"{run_dir}: no plan.json; pass a results/<run> folder of a sweep that has started.")
     summary = status.summarize(run_dir)
     print(json.dumps(summary, indent=2) if args.json else status.render(summary))
+
+
+def _add_status(p) -> None:
+    p.add_argument("run", help="results/<run> folder")
+    p.add_argument("--json", action="store_true", help="print it as JSON, for scripts")
 
 
 def cmd_query(args) -> None:
@@ -301,6 +445,18 @@ def cmd_query(args) -> None:
     from neuronsweep.report import query_text
 
     query_text.write(db.sql(args.sql), args.max_rows, args.csv)
+
+
+def _add_query(p) -> None:
+    p.add_argument(
+        "path",
+        help=".pftrace / .parquet / profile .json / Chrome trace .json[.gz], a view or workload folder, "
+        "or results/<run>",
+    )
+    p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    p.add_argument("--max-rows", type=int, default=60, help="print the first N rows, then how many more (0: all)")
+    p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
 
 
 def cmd_convert(args) -> None:
@@ -321,6 +477,11 @@ def cmd_convert(args) -> None:
     log.info(f"{src} -> {out}: {said or 'no events'}")
 
 
+def _add_convert(p) -> None:
+    p.add_argument("trace", help="the Chrome trace (plain or gzip, told by content)")
+    p.add_argument("out", nargs="?", help="the .pftrace to write (default: beside the trace, <name>.pftrace)")
+
+
 def cmd_calibrate(args) -> None:
     from neuronsweep.atomic import write_json
     from neuronsweep.backends import cpu
@@ -339,6 +500,20 @@ def cmd_calibrate(args) -> None:
     )
 
 
+def _add_calibrate(p) -> None:
+    p.add_argument("--out", required=True, help="the calibration.json to write")
+    p.add_argument("--threads", type=int, default=default_threads(), help="torch's intra-op threads")
+    p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
+    p.add_argument(
+        "--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")), help="the compile cache"
+    )
+    p.add_argument(
+        "--device-lock",
+        default=host_setting("device_lock", DEFAULT_LOCK),
+        help="OS lock held while measuring (no capture beside it)",
+    )
+
+
 def cmd_doctor(args) -> int:
     if args.field_test:
         from neuronsweep import fieldtest
@@ -348,6 +523,17 @@ def cmd_doctor(args) -> int:
 
     print(doctor.report(args.config))
     return 0
+
+
+def _add_doctor(p) -> None:
+    p.add_argument("--config", default="config/config.yaml", help="the config whose backend and target it resolves")
+    p.add_argument(
+        "--field-test",
+        action="store_true",
+        help="compile, capture and view a small bf16 matmul through every route here and check each "
+        "contract the project assumes (PASS/FAIL/SKIP), writing field-test.tar.gz for a bug report",
+    )
+    p.add_argument("--out", default="field-test", help="with --field-test: where its run and bundle go")
 
 
 def cmd_aggregate(args) -> None:
@@ -360,6 +546,14 @@ def cmd_aggregate(args) -> None:
         log.info(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
 
 
+def _add_aggregate(p) -> None:
+    p.add_argument("--plan", required=True, help="results/<run>/plan.json")
+    p.add_argument("--out", required=True, help="the summary.csv to write")
+    p.add_argument(
+        "--targets-out", help="also write the tile model and ideal times of every workload on trn1, inf2, trn2"
+    )
+
+
 def _timeout_arg(p, stage: str) -> None:
     p.add_argument(
         "--timeout",
@@ -369,200 +563,177 @@ def _timeout_arg(p, stage: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Command:
+    help: str  # one line in `neuronsweep --help`
+    description: str  # what it is for, in `neuronsweep COMMAND --help`
+    examples: tuple[str, ...]
+    add: Callable  # its arguments
+    run: Callable  # cmd_<name>
+    user: bool = True  # False: a stage the workflow runs (listed apart)
+
+
+COMMANDS = {
+    "plan": Command(
+        "expand a config into scenarios and unique workloads",
+        "Validates the config as the workflow does, then lists every scenario, the workload it runs and "
+        "what the backend cannot run (with the reason), an estimate of the time, and the capture slots.",
+        ("neuronsweep plan --config config/examples/smoke.yaml", "neuronsweep plan --json > plan.json"),
+        _add_plan,
+        cmd_plan,
+    ),
+    "status": Command(
+        "a sweep's progress per stage (done, running, failed, waiting) and the time left",
+        "Reads what the stages wrote: works beside a running Snakemake, a Slurm run, or after one.",
+        ("neuronsweep status results/default", "neuronsweep status results/default --json"),
+        _add_status,
+        cmd_status,
+    ),
+    "compare": Command(
+        "two runs side by side: versions, config, and which workloads got faster or slower",
+        "Toolchain versions and config differences first, then per workload the ratio B/A and the "
+        "verdict: two cpu runs' programs are timed again here in turns (8 fresh processes a side) and "
+        "judged on those processes; --stored judges the stored timings. Writes compare.csv and "
+        "compare.html (docs/comparing-runs.md).",
+        (
+            "neuronsweep compare results/default results/again",
+            "neuronsweep compare results/default results/again --fail-on-regression 5",
+        ),
+        _add_compare,
+        cmd_compare,
+    ),
+    "history": Command(
+        "every workload's time over the runs in results/history, with its change points",
+        "Every finished sweep adds itself to results/history; this prints each workload's series and its "
+        "change points, writes history.html, and gates the newest run against the ones before it.",
+        ("neuronsweep history", "neuronsweep history --fail-on-regression 5 --last 3"),
+        _add_history,
+        cmd_history,
+    ),
+    "query": Command(
+        "SQL (DuckDB) over a profile, view folder, workload or whole run",
+        "Perfetto's table names (slice, track, thread, args, ...) and views for the first questions "
+        "(top_ops, slice_self_dur, track_busy); PATH alone lists the tables and their columns.",
+        (
+            'neuronsweep query trace.json.gz "SELECT * FROM top_ops" --max-rows 10',
+            'neuronsweep query results/default "SELECT workload_id, sum(dur) FROM slice GROUP BY ALL"',
+        ),
+        _add_query,
+        cmd_query,
+    ),
+    "convert": Command(
+        "a Chrome trace (torch.profiler's .json or .json.gz) as a Perfetto .pftrace, exactly",
+        "Every slice to the nanosecond, with its args and flows; open the result in ui.perfetto.dev.",
+        ("neuronsweep convert trace.json.gz", "neuronsweep convert trace.json out.pftrace"),
+        _add_convert,
+        cmd_convert,
+    ),
+    "doctor": Command(
+        "what Neuron devices and tools are here, and which backend a run would use",
+        "Devices, tools and versions, the instance's target and LNC; --field-test checks each contract the "
+        "project assumes on a real instance and writes a bundle for a bug report.",
+        ("neuronsweep doctor", "neuronsweep doctor --field-test"),
+        _add_doctor,
+        cmd_doctor,
+    ),
+    "build": Command(
+        "compile one workload (cached)",
+        "The workflow's build rule: one workload spec to its program (a .pt2 on cpu, a NEFF on neuron) "
+        "and build.json, through the compile cache.",
+        ('neuronsweep build --spec \'{"kind":"matmul","m":128,"k":128,"n":128,"dtype":"fp32"}\' --out build',),
+        _add_build,
+        cmd_build,
+        user=False,
+    ),
+    "capture": Command(
+        "profile the nth execution of a built workload and time it",
+        "The workflow's capture rule: the profiled execution (--nth-exec of --num-exec) and the timed rounds.",
+        ("neuronsweep capture --build build --out capture --iterations 30 --repeats 3",),
+        _add_capture,
+        cmd_capture,
+        user=False,
+    ),
+    "view": Command(
+        "convert a capture into summary.json and a .pftrace",
+        "The workflow's view rule: the profiler's output as summary.json, trace.pftrace and (neuron) parquet.",
+        ("neuronsweep view --capture capture --out view",),
+        _add_view,
+        cmd_view,
+        user=False,
+    ),
+    "extract": Command(
+        "normalize one workload's records into metrics.json",
+        "The workflow's extract rule: every metric of one case, null with a reason where not measured.",
+        (
+            "neuronsweep extract --summary-json view/summary.json --capture-json capture/capture.json "
+            "--out metrics.json",
+        ),
+        _add_extract,
+        cmd_extract,
+        user=False,
+    ),
+    "aggregate": Command(
+        "one summary.csv row per scenario, failures with their reason",
+        "The workflow's aggregate rule: every case's metrics.json, or its failure, as one table.",
+        ("neuronsweep aggregate --plan results/default/plan.json --out results/default/summary.csv",),
+        _add_aggregate,
+        cmd_aggregate,
+        user=False,
+    ),
+    "report": Command(
+        "report.html (self-contained, interactive) from summary.csv",
+        "The workflow's report rule: figures, rankings and recommendations from summary.csv.",
+        ("neuronsweep report --summary summary.csv --plan plan.json --out report.html",),
+        _add_report,
+        cmd_report,
+        user=False,
+    ),
+    "calibrate": Command(
+        "measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)",
+        "The workflow's calibration rule (cpu): a GEMM per dtype and a copy, under the device lock.",
+        ("neuronsweep calibrate --out calibration.json --dtypes fp32,bf16",),
+        _add_calibrate,
+        cmd_calibrate,
+        user=False,
+    ),
+}
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written; each option's default shown where it has one."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (
+            action.default not in (None, False, [], argparse.SUPPRESS)
+            and "default" not in text
+            and action.option_strings
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="neuronsweep", description=__doc__)
+    stages = ", ".join(n for n, c in COMMANDS.items() if not c.user)
+    ap = argparse.ArgumentParser(
+        prog="neuronsweep",
+        description=__doc__,
+        epilog=textwrap.fill(f"run by the workflow (each also by hand; neuronsweep STAGE --help): {stages}", 100),
+        formatter_class=_Help,
+    )
     ap.add_argument("--version", action="version", version=__version__)
-    sub = ap.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("plan", help="expand a config into scenarios and unique workloads")
-    p.add_argument("--config", default="config/config.yaml")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON (the plan.json format)")
-    p.set_defaults(func=cmd_plan)
-
-    p = sub.add_parser("build", help="compile one workload (cached)")
-    p.add_argument("--spec", required=True, help="workload spec as JSON, or @FILE")
-    p.add_argument("--backend", default="cpu", choices=backends.NAMES)
-    p.add_argument("--out", required=True, help="build directory to write")
-    p.add_argument("--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")))
-    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: target, flags)")
-    p.add_argument(
-        "--device-lock",
-        default=host_setting("device_lock", DEFAULT_LOCK),
-        help="neuron: OS lock held while the build runs on the device",
-    )
-    _slot_args(p)
-    _timeout_arg(p, "build")
-    p.set_defaults(func=cmd_build)
-
-    p = sub.add_parser("capture", help="profile the nth execution of a built workload and time it")
-    p.add_argument("--build", help="build directory (holds build.json)")
-    p.add_argument("--neff", help="or any NEFF file (neuron; no framework timing)")
-    p.add_argument("--out", required=True, help="capture directory to write")
-    p.add_argument("--warmup", type=int, default=schema_default("capture.warmup"))
-    p.add_argument("--iterations", type=int, default=schema_default("capture.iterations"))
-    p.add_argument(
-        "--repeats", type=int, default=schema_default("capture.repeats"), help="rounds of --iterations timed executions"
-    )
-    p.add_argument("--num-exec", type=int, default=schema_default("capture.num_exec"))
-    p.add_argument("--nth-exec", type=int, default=schema_default("capture.nth_exec"))
-    p.add_argument("--threads", type=int, default=default_threads())
-    p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt; after a device OOM, 2 adds --single-io")
-    p.add_argument("--single-io", action="store_true", help="neuron: capture with --single-io (outputs not valid)")
-    p.add_argument(
-        "--rounds-in-processes", action="store_true", help="cpu: time each round in a fresh process of its own"
-    )
-    p.add_argument(
-        "--device-lock", default=host_setting("device_lock", DEFAULT_LOCK), help="OS lock file held during the capture"
-    )
-    _slot_args(p)
-    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: profiler)")
-    for flag, kind, what in (
-        ("workers-per-node", int, "workers on this node (turns collectives on)"),
-        ("worker-count", int, "workers across all nodes (turns collectives on)"),
-        ("worker-start-id", int, "global id of this node's first worker (default 0)"),
-        ("profile-id", str, "the worker to profile, or all (default all)"),
-    ):
-        p.add_argument(f"--collectives-{flag}", type=kind, help=f"neuron, a collectives NEFF: {what}")
-    _timeout_arg(p, "capture")
-    p.set_defaults(func=cmd_capture)
-
-    p = sub.add_parser("view", help="convert a capture into summary.json and a .pftrace")
-    p.add_argument("--capture", help="capture directory (holds capture.json)")
-    p.add_argument("--neff", help="or a NEFF ...")
-    p.add_argument("--ntff", help="... and its NTFF (neuron)")
-    p.add_argument("--out", required=True, help="view directory to write")
-    p.add_argument("--options", default="{}", help="the backend's config section as JSON (neuron: formats)")
-    _timeout_arg(p, "view")
-    p.set_defaults(func=cmd_view)
-
-    p = sub.add_parser("extract", help="normalize one workload's records into metrics.json")
-    p.add_argument("--summary-json", required=True, help="a view's summary.json, or raw summary-json output")
-    p.add_argument("--profile-json", help="legacy full-profile JSON (streamed) for fields the summary lacks")
-    p.add_argument("--capture-json")
-    p.add_argument("--build-json")
-    p.add_argument("--calibration", help="cpu: the host's measured peaks (neuronsweep calibrate) for the roofline")
-    p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify profile tracks")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_extract)
-
-    p = sub.add_parser("report", help="report.html (self-contained, interactive) from summary.csv")
-    p.add_argument("--summary", required=True)
-    p.add_argument("--plan", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--targets", help="roofline_targets.csv: the workloads modelled on trn1, inf2, trn2")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser(
-        "compare", help="two runs side by side: versions, config, and which workloads got faster or slower"
-    )
-    p.add_argument("run_a", help="results/<run> folder: the baseline")
-    p.add_argument("run_b", help="results/<run> folder: the candidate")
-    p.add_argument(
-        "--out",
-        help="folder for compare.csv, compare_metrics.csv, compare_ops.csv, compare.html (default: RUN_B/compare-<A>)",
-    )
-    p.add_argument(
-        "--fail-on-regression",
-        type=float,
-        metavar="PCT",
-        help="exit 1 when a workload is judged slower and its 95%% interval of B/A lies above 1 + PCT/100",
-    )
-    p.add_argument(
-        "--min-effect",
-        type=_percentage,
-        default=2.0,
-        metavar="PCT",
-        help="smallest change of the median called slower or faster (default 2 %%)",
-    )
-    p.add_argument(
-        "--interleaved",
-        type=int,
-        metavar="N",
-        help="cpu: time both runs' programs again here, N rounds a side, A and B in turns (each a fresh "
-        "process), and judge those rounds: the machine's drift between the runs then falls on both sides. "
-        "Done by default, 8 rounds, for two cpu runs whose programs are there",
-    )
-    p.add_argument(
-        "--stored",
-        action="store_true",
-        help="judge the stored timings, never time again (fast; one process a side is then not judged)",
-    )
-    p.set_defaults(func=cmd_compare)
-
-    p = sub.add_parser("history", help="every workload's time over the runs in results/history, with its change points")
-    p.add_argument("runs", nargs="*", metavar="RUN", help="only these runs (their names); default every run")
-    p.add_argument("--store", help="the history folder (default: results/history)")
-    p.add_argument("--add", nargs="+", default=[], metavar="FOLDER", help="add finished results/<run> folders first")
-    p.add_argument("--out", help="where to write the page (default: STORE/history.html)")
-    p.add_argument(
-        "--fail-on-regression",
-        type=float,
-        metavar="PCT",
-        help="exit 1 when the newest run is judged slower than the runs before it, its 95%% interval above 1 + PCT/100",
-    )
-    p.add_argument("--last", type=int, default=1, metavar="N", help="the gate's baseline: the N runs before the newest")
-    p.add_argument(
-        "--min-effect", type=_percentage, default=2.0, metavar="PCT", help="smallest step reported (default 2 %%)"
-    )
-    p.add_argument("--record", help=argparse.SUPPRESS)  # the workflow's history rule: results/<run>/history.json
-    p.set_defaults(func=cmd_history)
-
-    p = sub.add_parser("status", help="a sweep's progress per stage (done, running, failed, waiting) and the time left")
-    p.add_argument("run", help="results/<run> folder")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("query", help="SQL (DuckDB) over a profile, view folder, workload or whole run")
-    p.add_argument(
-        "path",
-        help=".pftrace / .parquet / profile .json / Chrome trace .json[.gz], a view or workload folder, "
-        "or results/<run>",
-    )
-    p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
-    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
-    p.add_argument(
-        "--max-rows", type=int, default=60, help="print the first N rows, then how many more (0: all; default 60)"
-    )
-    p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
-    p.set_defaults(func=cmd_query)
-
-    p = sub.add_parser(
-        "convert", help="a Chrome trace (torch.profiler's .json or .json.gz) as a Perfetto .pftrace, exactly"
-    )
-    p.add_argument("trace", help="the Chrome trace (plain or gzip, told by content)")
-    p.add_argument("out", nargs="?", help="the .pftrace to write (default: beside the trace, <name>.pftrace)")
-    p.set_defaults(func=cmd_convert)
-
-    p = sub.add_parser("calibrate", help="measure the host CPU's peak FLOP/s and bandwidth for the roofline (cached)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=default_threads())
-    p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
-    p.add_argument("--cache-dir", default=host_setting("cache_dir", schema_default("cache_dir")))
-    p.add_argument(
-        "--device-lock",
-        default=host_setting("device_lock", DEFAULT_LOCK),
-        help="OS lock held while measuring (no capture beside it)",
-    )
-    p.set_defaults(func=cmd_calibrate)
-
-    p = sub.add_parser("doctor", help="what Neuron devices and tools are here, and which backend a run would use")
-    p.add_argument("--config", default="config/config.yaml")
-    p.add_argument(
-        "--field-test",
-        action="store_true",
-        help="compile, capture and view a small bf16 matmul through every route here and check each "
-        "contract the project assumes (PASS/FAIL/SKIP), writing field-test.tar.gz for a bug report",
-    )
-    p.add_argument("--out", default="field-test", help="with --field-test: where its run and bundle go")
-    p.set_defaults(func=cmd_doctor)
-
-    p = sub.add_parser("aggregate", help="one summary.csv row per scenario, failures with their reason")
-    p.add_argument("--plan", required=True, help="results/<run>/plan.json")
-    p.add_argument("--out", required=True)
-    p.add_argument(
-        "--targets-out", help="also write the tile model and ideal times of every workload on trn1, inf2, trn2"
-    )
-    p.set_defaults(func=cmd_aggregate)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    for name, command in COMMANDS.items():
+        listed = {"help": command.help} if command.user else {}  # stage commands: runnable, not listed
+        p = sub.add_parser(
+            name,
+            **listed,
+            description=textwrap.fill(f"{command.help[0].upper()}{command.help[1:]}. {command.description}", 100),
+            epilog="example:\n  " + "\n  ".join(command.examples),
+            formatter_class=_Help,
+        )
+        command.add(p)
+        p.set_defaults(func=command.run)
     return ap
 
 
