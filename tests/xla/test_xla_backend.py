@@ -76,7 +76,9 @@ def rows(work: Path) -> dict[str, dict]:
 
 
 def test_every_case_finishes_and_a_rerun_has_nothing_to_do(xla_run):
-    assert {wid: r["status"] for wid, r in rows(xla_run).items()} == dict.fromkeys([MLP, STATIC, INT, FLOAT, CUSTOM], "ok")
+    assert {wid: r["status"] for wid, r in rows(xla_run).items()} == dict.fromkeys(
+        [MLP, STATIC, INT, FLOAT, CUSTOM], "ok"
+    )
     assert snakemake(xla_run, "-n").rules == []
 
 
