@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 
@@ -121,3 +122,36 @@ def test_a_folder_given_to_history_as_a_run_name_points_to_store_or_add(tmp_path
             [str(BIN / "neuronsweep"), "history", str(tmp_path / folder)], capture_output=True, text=True, cwd=tmp_path
         )
         assert proc.returncode == 2 and f"neuronsweep history {hint} {tmp_path / folder}." in proc.stderr, proc.stderr
+
+
+def test_a_run_is_settled_once_and_a_later_load_takes_the_settlement(monkeypatch):
+    """stages/run_setup.settle_run, as common.smk and `neuronsweep plan` call it, without Snakemake:
+    the target and route are read from the machine once; a later load of the workflow, handed that
+    settlement, reads nothing again and plans the same; off Neuron nothing is settled."""
+    from neuronsweep import backends
+    from neuronsweep.backends import neuron_setup
+    from neuronsweep.stages.run_setup import settle_run
+
+    reads = []
+    monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("neuron", "backend neuron: a device"))
+    monkeypatch.setattr(
+        neuron_setup,
+        "settle",
+        lambda section, need_route: (reads.append("target") or {**section, "target": "trn2"}, {"target": "trn2 here"}),
+    )
+    monkeypatch.setattr(neuron_setup, "needs_route", lambda workloads: True)
+    monkeypatch.setattr(
+        neuron_setup,
+        "settle_route",
+        lambda section: (reads.append("route") or {**section, "route": "torchneuron"}, {"route": "torchneuron here"}),
+    )
+    cfg = {"backend": "auto", "suites": {"matmul": {"shapes": [{"m": 128, "k": 128, "n": 128}]}}}
+    first = settle_run(config.validate(copy.deepcopy(cfg)))
+    assert reads == ["target", "route"] and first.config["neuron"]["target"] == "trn2"
+    assert first.settled["to"]["route"] == "torchneuron" and first.log_lines()[1:] == ["trn2 here", "torchneuron here"]
+    again = settle_run(config.validate(copy.deepcopy(cfg)), settled=json.loads(json.dumps(first.settled)))
+    assert reads == ["target", "route"] and again.plan_json() == first.plan_json()
+    cluster = settle_run(config.validate(copy.deepcopy(cfg)), local=False)  # each job settles on its node
+    assert reads == ["target", "route"] and cluster.settled is None
+    monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("cpu", "backend cpu"))
+    assert settle_run(config.validate(copy.deepcopy(cfg))).settled is None

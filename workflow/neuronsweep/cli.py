@@ -43,25 +43,16 @@ def _spec(text: str) -> dict:
 
 
 def cmd_plan(args) -> None:
-    from neuronsweep.backends import neuron_setup
     from neuronsweep.host import slots
     from neuronsweep.stages import plan
+    from neuronsweep.stages.run_setup import settle_run
 
-    cfg = config.load(args.config)
-    name, why = backends.resolve(cfg["backend"])
-    setup = {}
-    if name == "neuron":  # the instance and route, as the workflow settles them
-        cfg["neuron"], setup = neuron_setup.settle(cfg["neuron"], need_route=False)
-    the_plan, probe = plan.plan_for(cfg, name)
-    if name == "neuron" and neuron_setup.needs_route(the_plan.workloads.values()):
-        cfg["neuron"], route_setup = neuron_setup.settle_route(cfg["neuron"])
-        setup.update(route_setup)
-    p = {**the_plan.to_dict(), "backend_reason": why, "neuron_setup": setup, "config": cfg}
-    for line in (why, setup.get("target"), setup.get("route")):
-        if line:
-            log.warning(line)  # stderr: stdout is the plan itself (JSON with --json)
-    log.warning(plan.estimate(the_plan, cfg, probe))
-    log.warning(f"captures: {slots.for_config(cfg, name).describe()}")
+    run = settle_run(config.load(args.config))  # as the workflow settles it
+    p = json.loads(run.plan_json())
+    for line in run.log_lines():
+        log.warning(line)  # stderr: stdout is the plan itself (JSON with --json)
+    log.warning(plan.estimate(run.plan, run.config, run.host_probe))
+    log.warning(f"captures: {slots.for_config(run.config, run.backend).describe()}")
     if args.json:
         print(json.dumps(p, indent=2))
         return

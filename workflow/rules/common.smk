@@ -13,7 +13,8 @@ from neuronsweep.config import schema as ns_config
 from neuronsweep.host import slots
 from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
-from neuronsweep.stages.plan import estimate, plan_for
+from neuronsweep.stages.plan import estimate
+from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.config.settings import HOST_ENV
 from neuronsweep.workloads import canonical, user_code
 
@@ -65,41 +66,27 @@ try:
     # Snakemake's YAML reader silently keeps the last of duplicate keys: the files are read again strictly;
     # the validated config is kept in .snakemake/ for the next start while nothing it depends on changes
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
-    # under a cluster executor the devices are on the nodes, not here: each job finds its own
-    BACKEND, BACKEND_REASON = backends.resolve(CONFIG["backend"], local=not CLUSTER)
-    # target, LNC and route read from this machine (a cluster's jobs settle them on their node); once per
-    # run: a job that reads this file again (a `run:` rule's subprocess) takes them from the environment
-    NEURON_SETUP, SETTLED = {}, json.loads(os.environ.get(neuron_setup.SETTLED_ENV) or "null")
-    if BACKEND == "neuron" and not CLUSTER:
-        if SETTLED and SETTLED["from"] == CONFIG["neuron"]:
-            CONFIG["neuron"], NEURON_SETUP = SETTLED["to"], SETTLED["why"]
-        else:
-            SETTLED = {"from": CONFIG["neuron"]}
-            CONFIG["neuron"], NEURON_SETUP = neuron_setup.settle(CONFIG["neuron"], need_route=False)
-    PLAN, HOST_PROBE = plan_for(CONFIG, BACKEND)
-    if BACKEND == "neuron" and not CLUSTER and "to" not in SETTLED:
-        if neuron_setup.needs_route(PLAN.workloads.values()):
-            CONFIG["neuron"], route_setup = neuron_setup.settle_route(CONFIG["neuron"])
-            NEURON_SETUP.update(route_setup)
-        os.environ[neuron_setup.SETTLED_ENV] = json.dumps({**SETTLED, "to": CONFIG["neuron"], "why": NEURON_SETUP})
+    # under a cluster executor the devices are on the nodes, not here: each job settles on its own;
+    # here once per run: a later load of this file (a `run:` rule's subprocess) takes it from the environment
+    SETUP = settle_run(
+        CONFIG, local=not CLUSTER, settled=json.loads(os.environ.get(neuron_setup.SETTLED_ENV) or "null")
+    )
+    if SETUP.settled:
+        os.environ[neuron_setup.SETTLED_ENV] = json.dumps(SETUP.settled)
+    BACKEND, BACKEND_REASON, NEURON_SETUP = SETUP.backend, SETUP.backend_reason, SETUP.neuron_setup
+    PLAN, HOST_PROBE = SETUP.plan, SETUP.host_probe
     SLOTS = None if CLUSTER else slots.for_config(CONFIG, BACKEND)
 except UserError as exc:
     raise WorkflowError(str(exc)) from None
-logger.info(BACKEND_REASON)
-for why in (NEURON_SETUP.get("target"), NEURON_SETUP.get("route")):
-    if why:
-        logger.info(why)
+for line in SETUP.log_lines():
+    logger.info(line)
 logger.info(estimate(PLAN, CONFIG, HOST_PROBE))
 if SLOTS is not None:
     logger.info(f"captures: {SLOTS.describe()}")
     if workflow.global_resources.get("neuron_device").value is None:  # so Snakemake runs one job per slot
         workflow.register_resource("neuron_device", len(SLOTS))
 
-# the config goes with the plan, so `neuronsweep compare` can say what differs between two runs
-PLAN_JSON = json.dumps(
-    {**PLAN.to_dict(), "backend_reason": BACKEND_REASON, "neuron_setup": NEURON_SETUP, "config": CONFIG},
-    separators=(",", ":"),
-)
+PLAN_JSON = SETUP.plan_json()
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs

@@ -1,0 +1,67 @@
+"""A run's setup, settled once for the workflow (workflow/rules/common.smk) and for `neuronsweep plan`:
+the backend this machine gives the config, the Neuron target, LNC and route read from it, and the
+plan with its host probe. One function, so that the plan a user previews is the plan Snakemake runs.
+
+Settling reads neuron-ls and the installed packages; a job that loads the workflow again (a `run:`
+rule's subprocess, a second Snakemake in the same session) takes the settlement from the environment
+instead (`settled`, neuron_setup.SETTLED_ENV), so every job of a run sees the same target and route.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from neuronsweep import backends
+from neuronsweep.backends import neuron_setup
+from neuronsweep.stages.plan import Plan, plan_for
+
+
+@dataclass
+class RunSetup:
+    config: dict  # the validated config, its neuron section settled on this machine
+    backend: str
+    backend_reason: str  # one line: why this backend
+    neuron_setup: dict  # what was settled and why (target, route), for plan.json and the log
+    plan: Plan
+    host_probe: dict | None  # cpu: the dtype probe the plan rests on
+    settled: dict | None  # the settlement to hand to later loads of the workflow (None: nothing settled here)
+
+    def plan_json(self) -> str:
+        """plan.json: the plan, with the config (so `compare` can say what differs) and the setup."""
+        record = {
+            **self.plan.to_dict(),
+            "backend_reason": self.backend_reason,
+            "neuron_setup": self.neuron_setup,
+            "config": self.config,
+        }
+        return json.dumps(record, separators=(",", ":"))
+
+    def log_lines(self) -> list[str]:
+        return [
+            line
+            for line in (self.backend_reason, self.neuron_setup.get("target"), self.neuron_setup.get("route"))
+            if line
+        ]
+
+
+def settle_run(config: dict, local: bool = True, settled: dict | None = None) -> RunSetup:
+    """The setup of a validated `config` (changed in place: its neuron section settled). `local`: the
+    jobs run on this machine (False under a cluster executor: each job settles on its node).
+    `settled`: a settlement an earlier load of the workflow made for this same config."""
+    backend, why = backends.resolve(config["backend"], local=local)
+    setup: dict = {}
+    settle_here = backend == "neuron" and local
+    if settle_here:
+        if settled and settled.get("from") == config["neuron"] and "to" in settled:
+            config["neuron"], setup = settled["to"], settled["why"]
+        else:
+            settled = {"from": config["neuron"]}
+            config["neuron"], setup = neuron_setup.settle(config["neuron"], need_route=False)
+    plan, probe = plan_for(config, backend)
+    if settle_here and settled is not None and "to" not in settled:
+        if neuron_setup.needs_route(plan.workloads.values()):
+            config["neuron"], route = neuron_setup.settle_route(config["neuron"])
+            setup.update(route)
+        settled = {**settled, "to": config["neuron"], "why": setup}
+    return RunSetup(config, backend, why, setup, plan, probe, settled if settle_here else None)
