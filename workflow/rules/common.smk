@@ -25,6 +25,11 @@ os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.envir
 DEFAULT_PROFILE = yaml.safe_load((Path(workflow.basedir) / "workflow/profiles/default/config.yaml").read_text())
 
 
+# Snakemake 9 gives a Snakefile no public way to set an execution setting, and does not load
+# workflow/profiles/default on its own (see its header): these two reach the only handles there are,
+# the scheduler's keepgoing and the DAG's force_incomplete, and do nothing where a version lacks them.
+
+
 def apply_default_profile_keep_going():
     """keep-going from the default profile; execution settings exist only once the scheduler does."""
     scheduler = getattr(workflow, "scheduler", None)
