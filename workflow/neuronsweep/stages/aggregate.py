@@ -139,7 +139,17 @@ def targets_table(plan: dict) -> pd.DataFrame:
 
 
 def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataFrame:
-    """Aggregate the run described by plan.json; metrics are read from <plan dir>/<backend>/workloads/."""
+    """Aggregate a run: one row per scenario, from each case's metrics.json or its failure record.
+
+    Args:
+        plan_json: the run's plan.json; metrics are read from <plan dir>/<backend>/workloads/.
+        out: the summary.csv to write (suites/<suite>.csv go beside it).
+        targets_out: also write the tile model and ideal times of every workload on the Trainium and
+            Inferentia targets (roofline_targets.csv).
+
+    Returns:
+        The summary table as written.
+    """
     plan = read_json(plan_json)
     workloads_dir = plan_json.parent / plan["backend"] / "workloads"
     table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows

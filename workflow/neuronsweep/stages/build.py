@@ -13,6 +13,19 @@ from neuronsweep.workloads import workload_id
 
 
 def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, settings: BuildSettings) -> BuildRecord:
+    """Build one workload: the backend compiles it through the compile cache into out_dir.
+
+    Args:
+        spec: the workload spec (workloads/: kind, shape, dtype, ...), as plan.json lists it.
+        backend: cpu, xla or neuron.
+        out_dir: the case's build/ folder; build.json and the artifact go there.
+        cache_dir: the compile cache shared by every run (store/cache.py).
+        settings: the build's timeout, device lock and slot, and the backend's config section.
+
+    Returns:
+        The BuildRecord written as out_dir/build.json: artifact, digest, toolchain, compile time,
+        cache hit, the backend's own fields.
+    """
     started = time.time()
     impl = backends.load(backend)
     out_dir.mkdir(parents=True, exist_ok=True)

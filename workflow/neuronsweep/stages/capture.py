@@ -20,7 +20,19 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 
 def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRecord:
-    """Capture the workload built in build_dir (its build.json says which backend)."""
+    """Capture the workload built in build_dir (its build.json says which backend): the profiled
+    execution and the timed rounds.
+
+    Args:
+        build_dir: the case's build/ folder (build.json and the artifact).
+        out_dir: the case's capture/ folder; capture.json and the profile go there.
+        settings: warm-up, iterations, rounds, the profiled execution, threads, the device lock and
+            slot, and the backend's config section.
+
+    Returns:
+        The CaptureRecord written as out_dir/capture.json: latency samples and statistics, the
+        profile's artifacts, correctness, the host's state.
+    """
     started = time.time()
     build = BuildRecord.read(build_dir)
     build.verify_artifact(build_dir)

@@ -747,6 +747,21 @@ def run(
     calibration_json: Path | None = None,
     track_patterns: dict | None = None,
 ) -> MetricsRecord:
+    """Extract one case's metrics: latency, FLOPs and bytes, roofline, engine activity, memory,
+    collectives; every number the records do not hold is null with its reason in notes.
+
+    Args:
+        summary_json: the view's summary.json (or a profiler's raw summary-json output).
+        out: the metrics.json to write; the case's tables/ go beside it.
+        capture_json: the capture record (timing, settings, correctness), where there is one.
+        build_json: the build record (spec, toolchain, compile time), where there is one.
+        profile_json: a legacy full-profile JSON for fields summary.json lacks.
+        calibration_json: cpu: the host's measured peaks (neuronsweep calibrate).
+        track_patterns: {class: regex} to classify the profile's tracks.
+
+    Returns:
+        The MetricsRecord written to out.
+    """
     started = time.time()
     summary = neuron_summary.load(summary_json)
     json_skipped = legacy_json.skipped(profile_json) if profile_json else None

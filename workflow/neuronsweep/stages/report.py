@@ -318,6 +318,14 @@ def _model_section(suite: str, rows: pd.DataFrame) -> str:
 
 
 def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | None = None) -> None:
+    """Write report.html: one self-contained page of figures, rankings and recommendations.
+
+    Args:
+        summary_csv: the run's summary.csv (aggregate).
+        plan_json: the run's plan.json (backend, config, unsupported cases).
+        out_html: the page to write.
+        targets_csv: roofline_targets.csv, for the figure of the workloads on the targets.
+    """
     table_ = pd.read_csv(summary_csv)
     plan = read_json(plan_json)
     run_dir = plan_json.parent

@@ -22,6 +22,16 @@ def _finish(out_dir: Path, started: float, result: dict, **fields) -> ViewRecord
 
 
 def run(capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewRecord:
+    """View one capture: the profiler's output as summary.json, trace.pftrace and (neuron) parquet.
+
+    Args:
+        capture_dir: the case's capture/ folder (capture.json names the backend and the profile).
+        out_dir: the case's view/ folder.
+        settings: the timeout and the backend's config section (neuron: the output formats).
+
+    Returns:
+        The ViewRecord written as out_dir/view.json: which files were written and how long it took.
+    """
     started = time.time()
     cap = CaptureRecord.read(capture_dir)
     impl = backends.load(cap.backend)
