@@ -1,5 +1,5 @@
 """The code lints clean: `snakemake --lint` has no notes, snakefmt and ruff would change nothing (120
-columns, pyproject.toml), and the package's import layers hold. The workflow is linted on
+columns, pyproject.toml), the package's import layers hold, and its typed packages type-check. The workflow is linted on
 config/examples/smoke.yaml, the sweep the README runs as its second example."""
 
 from __future__ import annotations
@@ -78,3 +78,9 @@ def test_only_the_cli_imports_the_package_inside_functions():
                     if any(n.split(".")[0] == "neuronsweep" for n in names) or getattr(inner, "level", 0):
                         lazy.append(f"{path.relative_to(REPO)}:{inner.lineno}")
     assert not lazy, f"imports of the package inside functions: {lazy}"
+
+
+def test_the_typed_packages_type_check():
+    """mypy on pyproject.toml [tool.mypy] files: store, config, analysis, stages and the backend registry."""
+    proc = subprocess.run([str(BIN / "mypy")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

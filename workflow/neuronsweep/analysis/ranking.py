@@ -38,8 +38,8 @@ def _time(row) -> tuple[float | None, str | None]:
 
 def _costs(samples: dict, row, per: float) -> Timing | None:
     """A case's timing as costs (per FLOP where the group's work differs); None: no samples."""
-    timed = samples.get(row.get("workload_id"))
-    return None if timed is None else verdict.as_timing(timed).scaled(per)
+    timing = verdict.as_timing(samples.get(row.get("workload_id")))
+    return None if timing is None else timing.scaled(per)
 
 
 def compare(table: pd.DataFrame, samples: dict | None = None) -> pd.DataFrame:
@@ -63,8 +63,8 @@ def compare(table: pd.DataFrame, samples: dict | None = None) -> pd.DataFrame:
             equal_work = grp["flops"].nunique(dropna=False) <= 1  # collectives: no FLOPs, equal bytes
             # cost per unit of work: time (equal work) or time per FLOP (different work)
             per = {i: 1.0 if equal_work else 1.0 / grp.loc[i, "flops"] for i, _, _ in timed}
-            cost = {i: t * per[i] for i, t, _ in timed}
-            best = min(cost, key=cost.get)
+            cost = {i: float(t) * per[i] for i, t, _ in timed if t is not None}
+            best = min(cost, key=lambda i: cost[i])
             order = sorted(timed, key=lambda x: cost[x[0]])
 
             # the rule compare uses (analysis/verdict.py): each against the best, Holm over the group

@@ -125,6 +125,7 @@ def judge(pairs: list[tuple], min_effect: float = MIN_EFFECT, alpha: float = ALP
             said = NO_SPREAD if NO_SPREAD in why else why[0] or why[1] or NOISY
             out[i] = Verdict(said, ratio=ratio, n_a=_units(a), n_b=_units(b), unit=_unit(a, b))
             continue
+        assert a is not None and b is not None and a.rounds and b.rounds  # unjudged() said both have them
         tested.append((i, *_per_process(a.rounds, b.rounds), len(a.rounds), len(b.rounds)))
     for (i, p, ratio, (low, high), na, nb), adjusted in zip(tested, holm([t[1] for t in tested])):
         if adjusted >= alpha:
@@ -134,7 +135,7 @@ def judge(pairs: list[tuple], min_effect: float = MIN_EFFECT, alpha: float = ALP
         else:
             said = SLOWER if ratio > 1 else FASTER
         out[i] = Verdict(said, said in (SLOWER, FASTER), p, adjusted, ratio, low, high, na, nb, "processes")
-    return out
+    return [v for v in out if v is not None]  # every pair has its verdict by now
 
 
 def _per_process(a: list[float], b: list[float]) -> tuple[float, float, tuple[float, float]]:

@@ -1,10 +1,7 @@
 """Backends behind one small interface.
 
-A backend module provides
-  build(spec, out_dir, cache, BuildSettings) -> dict
-  capture(BuildRecord, build_dir, CaptureSettings, out_dir) -> dict
-  view(CaptureRecord, capture_dir, out_dir, ViewSettings) -> dict
-(settings.py, records.py); the dicts they return become the typed records' fields and details.
+A backend module provides what BackendModule (below) types: build, capture and view (settings.py,
+records.py); the dicts they return become the typed records' fields and details.
 BACKENDS below describes each one (its artifacts, stage options, what it cannot measure and why,
 how the report shows it), so the rules, extract and the report use them without importing the
 backend (and torch).
@@ -21,12 +18,36 @@ import importlib
 import importlib.util
 import shutil
 from dataclasses import dataclass, field
-from types import ModuleType
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
 
 from neuronsweep.config.schema import section_defaults
 from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR, chips
+
+if TYPE_CHECKING:  # the records import the backends' descriptions: types only, no cycle at run time
+    from neuronsweep.config.settings import BuildSettings, CaptureSettings
+    from neuronsweep.store.cache import CompileCache
+    from neuronsweep.store.records import BuildRecord, CaptureRecord
+
+
+class BackendModule(Protocol):
+    """The contract of backends/cpu.py, xla.py and neuron.py, as the stages (stages/build, capture,
+    view) call it."""
+
+    def build(self, spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+        """Compile `spec` (through the cache) into out_dir: the artifact's name and the record's fields."""
+        ...
+
+    def capture(self, build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+        """Profile and time the built program into out_dir: the capture record's fields."""
+        ...
+
+    def view(self, cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+        """Turn the capture's profile into summary.json, trace.pftrace (and parquet): the view's fields."""
+        ...
+
 
 NAMES = ("cpu", "neuron", "xla")
 COLLECTIVE_PLAN = "collective.json"
@@ -90,10 +111,11 @@ def resolve(requested: str, local: bool = True) -> tuple[str, str]:
     return "cpu", f"backend auto -> cpu: no neuron-explorer or neuron-profile on PATH or in {NEURON_TOOL_DIR}"
 
 
-def load(name: str) -> ModuleType:
+def load(name: str) -> BackendModule:
+    """The backend module `name`, imported now (it may import torch)."""
     if name not in NAMES:
         raise UserError(f"unknown backend '{name}'; use one of: {', '.join(NAMES)}.")
-    return importlib.import_module(f"{__name__}.{name}")
+    return cast("BackendModule", importlib.import_module(f"{__name__}.{name}"))
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def _alternative(alt: dict) -> str:
 def _sentence(error, source: str) -> str:
     """One sentence for one jsonschema error: what is wrong, which key, how to fix it."""
     key = _key(error.absolute_path)
-    v, val = error.validator, error.validator_value
+    v, val = error.validator, error.validator_value  # val: the schema's value for v (a list, a type name, ...)
     if v == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
@@ -170,8 +170,8 @@ def _sentence(error, source: str) -> str:
     if v == "anyOf" and key.startswith("suites."):
         return f"{source}: suite '{key}' needs a 'grid' or a 'shapes' list; add one of them."
     if v == "anyOf" and all("const" in alt or "type" in alt for alt in val):
-        allowed = " or ".join(map(_alternative, val))
-        return f"{source}: key '{key}' must be {allowed}, not {error.instance!r}; fix the value."
+        either = " or ".join(map(_alternative, val))
+        return f"{source}: key '{key}' must be {either}, not {error.instance!r}; fix the value."
     if v == "type":
         return f"{source}: key '{key}' must be of type {val}, not {error.instance!r}; fix the value."
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -275,7 +275,7 @@ def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: 
     return cfg
 
 
-class _StrictLoader(_LOADER):
+class _StrictLoader(_LOADER):  # type: ignore[misc,valid-type]  # CSafeLoader where libyaml is there
     """YAML that refuses a key given twice in one mapping (PyYAML silently keeps the last one, which
     drops a whole `suites:` or `capture:` section without a word)."""
 

@@ -342,7 +342,7 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
             out[key] = None
             notes[key] = f"the legacy profile's nc_mem_usage amounts {json.dumps(found)[:80]} are not all bytes >= 0"
             continue
-        out[key] = sum(amounts) if found else None
+        out[key] = sum(a for a in amounts if a is not None) if found else None
         if not found:
             notes[key] = f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE
     series = [r for r in usage.get("instruction_usage") or () if isinstance(r, dict)]
@@ -353,7 +353,7 @@ def _memory(usage: dict | None, backend: str, notes: dict) -> dict:
             out[key] = None
             notes[key] = f"the legacy profile's instruction_usage {kind} values are not all fractions 0..1"
             continue
-        out[key] = 100.0 * max(values) if values else None
+        out[key] = 100.0 * max(v for v in values if v is not None) if values else None
         if not values:
             notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_USAGE
     return out
@@ -582,7 +582,7 @@ def _roofline(
         out.update(roofline.raised_to_achieved(m["flops"], m["min_bytes"], peak_f, peak_b, measured, source))
     elif out["roofline_efficiency_pct"] > 100:
         notes["roofline_efficiency_pct"] = (
-            f"above 100%: this run beat the {peaks['target']} peak it is "
+            f"above 100%: this run beat the {(peaks or {}).get('target')} peak it is "
             "measured against; check the target and the profile's time basis"
         )
     return out
@@ -600,7 +600,7 @@ def _busiest_engine_time(m: dict) -> tuple[float | None, str]:
             times[name] = value
     if not times:
         return None, "an engine's active time"
-    top = max(times, key=times.get)
+    top = max(times, key=lambda name: times[name])
     return times[top], f"{top}_active_time"
 
 
@@ -612,8 +612,10 @@ def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict
     """MFU and MBU recomputed from raw fields (beside the tool's mfu_tool_pct / mbu_tool_pct), and the
     bound class: overhead when the device is active under IDLE_PCT of the profiled call (neuron:
     engines, xla: XLA execute), else the busiest engine or DMA (neuron), else the roofline bound."""
-    out = {"mfu_recomputed_pct": None, "mbu_recomputed_pct": None, "bound_class": None, "bound_evidence": None}
-    busy = {}
+    out: dict[str, float | str | None] = dict.fromkeys(
+        ("mfu_recomputed_pct", "mbu_recomputed_pct", "bound_class", "bound_evidence")
+    )
+    busy: dict[str, float] = {}
     if peaks is not None:
         flops = m.get("profile_flops_tool") or m.get("flops")
         total = m["profile_total_time_s"]
@@ -622,9 +624,8 @@ def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict
         hbm = (m["hbm_read_bytes"] or 0) + (m["hbm_write_bytes"] or 0)
         if total and m["hbm_read_bytes"] is not None:  # over one HBM stack, as the profiler's MBU
             out["mbu_recomputed_pct"] = 100.0 * hbm / total / peaks["hbm_bytes_per_s"]
-        busy = {e: m.get(f"{e}_engine_active_time_s") for e in ENGINES if e != "sync"}
-        busy["dma"] = m.get("dma_active_time_s")
-        busy = {k: v for k, v in busy.items() if v is not None}
+        names = {e: f"{e}_engine_active_time_s" for e in ENGINES if e != "sync"} | {"dma": "dma_active_time_s"}
+        busy = {name: m[key] for name, key in names.items() if m.get(key) is not None}
     else:
         for key in ("mfu_recomputed_pct", "mbu_recomputed_pct"):
             notes[key] = f"the {backend} backend has no tool MFU/MBU to recompute; see roofline_efficiency_pct"
@@ -635,7 +636,7 @@ def _utilization(m: dict, backend: str, peaks: dict | None, notes: dict) -> dict
             "total_time)" if backend == "neuron" else "XLA execute; the rest is tracing, compiling and dispatch)"
         )
     elif busy:
-        top = max(busy, key=busy.get)
+        top = max(busy, key=lambda name: busy[name])
         out["bound_class"] = {"tensor": "compute", "dma": "memory"}.get(top, top)
         out["bound_evidence"] = (
             f"busiest: {top} {busy[top] * 1e6:.1f} us of {m['profile_total_time_s'] * 1e6:.1f} us; "

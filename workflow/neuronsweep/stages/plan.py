@@ -338,7 +338,8 @@ def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
 def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
     """Each entry's cases as workloads of kind `custom`, what the probe found in their specs (output shapes,
     counted FLOPs), the source files' hash with them (an edit rebuilds that entry's cases only)."""
-    request, digests, all_cases = {"entries": []}, [], []
+    request: dict[str, list] = {"entries": []}
+    digests, all_cases = [], []
     for i, entry in enumerate(entries):
         where = f"suites.custom[{i}] ({entry['name']})"
         cases = custom_cases(entry, where)  # the config's own mistakes first, then the files it names
@@ -405,7 +406,7 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
 def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
     """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
     that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs."""
-    request = {"entries": []}
+    request: dict[str, list] = {"entries": []}
     for i, entry in enumerate(entries):
         where = f"suites.model[{i}] ({entry['name']})"
         if ("hf_config" in entry) == ("module" in entry):
@@ -563,7 +564,7 @@ def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
     too_big = {wid: n for wid, n in need.items() if n > limit}
     if not too_big:
         return
-    wid = max(too_big, key=too_big.get)
+    wid = max(too_big, key=lambda w: too_big[w])
     suite = next(sc.suite for sc in plan.scenarios if sc.workload_id == wid)
     more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
     raise UserError(

@@ -108,6 +108,7 @@ class CompileCache:
                 shutil.rmtree(tmp, ignore_errors=True)
             copy_file(entry / artifact_name, dest)
             meta = read_json(entry / "meta.json")
+        assert meta is not None  # a hit's fetch, or the entry just made
         return meta, {
             "compile_s": meta["compile_s"],
             "compile_s_source": meta["compile_s_source"] if not hit else f"cache entry made {meta['made_at']}",
