@@ -316,3 +316,15 @@ def test_a_whole_run_moving_one_way_is_called_drift_not_code():
     assert compare.drift(pd.DataFrame({"change_pct": [5.0, 6.0, 4.0, 7.0, -1.0]}), 2.0) == (4, 5, 5.0)
     assert compare.drift(pd.DataFrame({"change_pct": [5.0, -6.0, 0.0, 3.0]}), 2.0) is None
     assert compare.drift(pd.DataFrame({"change_pct": [5.0, 6.0]}), 2.0) is None  # two cases say nothing
+
+
+def test_a_neuron_pair_is_told_that_nothing_here_judges_it(finished_run, tmp_path):
+    """One process a side on neuron: no command would judge it (its programs need their device)."""
+    from neuronsweep.runs import compare
+
+    a = compare.Run(_variant(finished_run, tmp_path, "a", backend="neuron", processes=0))
+    b = compare.Run(_variant(finished_run, tmp_path, "b", backend="neuron", processes=0))
+    assert compare.judging_command(a, b).startswith("none here yet: a neuron capture is one process a case")
+    assert compare.judging_command(compare.Run(finished_run / RUN), compare.Run(finished_run / RUN)).endswith(
+        "--interleaved 8"
+    )

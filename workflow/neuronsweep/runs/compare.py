@@ -288,9 +288,13 @@ def drift(table: pd.DataFrame, min_effect_pct: float) -> tuple[int, int, float] 
 
 
 def judging_command(a: Run, b: Run) -> str:
+    """The one command that would judge what one process a side cannot, or why there is none."""
     if a.backend == b.backend == "cpu":
         return f"neuronsweep compare {a.folder} {b.folder} --interleaved {interleave.DEFAULT_ROUNDS}"
-    return "time both runs with rounds in processes of their own (a cpu run: capture.rounds_in_processes: true)"
+    return (
+        f"none here yet: a {a.backend if a.backend != 'cpu' else b.backend} capture is one process a case, and its "
+        "programs need their device to be timed again in turns"
+    )
 
 
 def hints(a: Run, b: Run, table: pd.DataFrame, min_effect_pct: float, retimed: bool) -> list[str]:
