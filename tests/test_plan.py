@@ -153,5 +153,6 @@ def test_a_run_is_settled_once_and_a_later_load_takes_the_settlement(monkeypatch
     assert reads == ["target", "route"] and again.plan_json() == first.plan_json()
     cluster = settle_run(config.validate(copy.deepcopy(cfg)), local=False)  # each job settles on its node
     assert reads == ["target", "route"] and cluster.settled is None
-    monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("cpu", "backend cpu"))
-    assert settle_run(config.validate(copy.deepcopy(cfg))).settled is None
+    monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("xla", "backend xla"))  # no torch probe
+    off_neuron = settle_run(config.validate(copy.deepcopy(cfg)))
+    assert off_neuron.settled is None and off_neuron.neuron_setup == {} and reads == ["target", "route"]
