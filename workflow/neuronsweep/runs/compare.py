@@ -3,11 +3,12 @@
 Two finished runs (results/<run> folders) are matched by workload id. For each workload measured in
 both: the time of A and B on the same basis (framework median where both have it, else the profiled
 device time), their ratio, and the verdict of analysis/verdict.py, the rule the within-run ranking
-uses too: beyond the larger measured spread, or not judged (noisy, a device time with no spread, too
-few samples). Every other numeric metric that changed by more than the timing
-noise (or at all, where both runs agree exactly) is listed too. The toolchain versions and the config
-differences of A and B come first, so "SDK 2.27 vs 2.28" or "optlevel 2 vs 3" is visible before any
-number. Times are compared only when both runs used the same backend.
+uses too: a test on processes, or not judged (one process a side, noisy, a device time with no
+spread). Two cpu runs are timed again here in turns by default (runs/interleave.py): stored timings
+of two runs differ by the machine's moment as well as by their code. Every other numeric metric that
+changed by more than the timing noise (or at all, where both runs agree exactly) is listed too. The
+toolchain versions and the config differences of A and B come first, so "SDK 2.27 vs 2.28" or
+"optlevel 2 vs 3" is visible before any number. Times are compared only when both runs used the same backend.
 """
 
 from __future__ import annotations
