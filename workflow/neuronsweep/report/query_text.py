@@ -15,7 +15,9 @@ def frame(relation, limit: int | None) -> tuple[pd.DataFrame, int]:
     it has in all. fetchmany keeps Python's ints exact, where .df() goes through float64."""
     columns = [d[0] for d in relation.description]
     rows = relation.fetchall() if limit is None else relation.fetchmany(limit)
-    total = len(rows) + (0 if limit is None else len(relation.fetchall()))
+    total = len(rows)
+    while limit is not None and (more := len(relation.fetchmany(100_000))):  # counted, not kept
+        total += more
     return pd.DataFrame(rows, columns=columns, dtype=object), total
 
 

@@ -69,7 +69,7 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     lock = settings[wids[0]]["device_lock"] or schema_default("capture.device_lock")
     say = say or (lambda line: print(line, file=sys.stderr))
     t0 = time.monotonic()
-    timeout = max(s["timeout_s"] for s in settings.values())
+    timeout = sum(s["timeout_s"] for s in settings.values())  # one process times every workload of a side
     with devicelock.held(lock, "neuronsweep compare --interleaved"):
         for r in range(1, rounds + 1):
             for side in rng.sample(["a", "b"], 2):
