@@ -179,3 +179,63 @@ def test_a_users_function_has_no_tile_count_rather_than_zero():
     spec = custom.spec("f", "x.py:f", "0", {"m": 4}, {"x": [4, 4]}, {}, "fp32", [[4, 4]], 128, "the config: 128")
     assert custom.gemms(spec) == [] and roofline.tiles(custom.gemms(spec))["tiles_total"] is None
     assert custom.workload_id(spec) == "custom-f-m4-fp32" and custom.min_bytes(spec, 4) == 2 * 16 * 4
+
+
+NKI_WRONG_SCALE = """import nki.isa as nisa
+import nki.language as nl
+
+
+def scaled_kernel(lhsT, rhs, tile_n=512):  # a plain function: neuron-sweep puts it under nki.jit
+    K, M = lhsT.shape
+    result = nl.ndarray((M, rhs.shape[1]), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    a = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray(rhs.shape, dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+    out = nl.ndarray((M, rhs.shape[1]), dtype=lhsT.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=out, data1=acc, data2=acc, op=nl.add)  # the user's bug: twice the product
+    nisa.dma_copy(dst=result, src=out)
+    return result
+"""
+
+
+def test_a_users_nki_kernel_is_built_captured_and_checked_against_their_function(tmp_path):
+    """The shipped example pair (config/examples/kernels/matmul_t*.py), copied outside the repository, on the
+    trn2 stand-in of SDK 2.33 (NKI 0.7): the NKI cases build with the tile size as a keyword, are captured
+    with the NEFF's own input names, and are checked against the PyTorch function; a kernel computing
+    something else is `wrong`, not ok."""
+    from conftest import REPO, neuron_config, torchneuron_env
+
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    for name in ("matmul_t.py", "matmul_t_nki.py"):
+        (folder / name).write_text((REPO / "config/examples/kernels" / name).read_text())
+    (folder / "scaled.py").write_text(NKI_WRONG_SCALE)
+    pair = {
+        "function": f"{folder}/matmul_t.py:matmul_t",
+        "inputs": {"lhsT": ["k", "m"], "rhs": ["k", "n"]},
+        "grid": {"m": [128], "k": [128], "n": [512]},
+        "impl": ["nki"],
+    }
+    entries = [
+        {"name": "mt", "nki_kernel": f"{folder}/matmul_t_nki.py:matmul_t_kernel", "params": {"tile_n": [256, 512]}},
+        {"name": "scaled", "nki_kernel": f"{folder}/scaled.py:scaled_kernel"},
+    ]
+    cfg = neuron_config(tmp_path, suites={"custom": [{**pair, **e} for e in entries]})
+    cfg["neuron"]["route"] = "auto"
+    snakemake(tmp_path, "--keep-going", config=cfg, env=torchneuron_env(tmp_path), check=False)
+    table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("workload_id")
+    ok = [f"custom-mt-k128-m128-n512-tile_n{t}-fp32-nki" for t in (256, 512)]
+    assert list(table.loc[ok, "status"]) == ["ok", "ok"], table[["status", "reason"]].to_string()
+    root = tmp_path / "results" / "t" / "neuron" / "workloads"
+    for wid in ok:
+        build = json.loads((root / wid / "build" / "build.json").read_text())
+        assert build["compiler"] == "NKI kernel (nki.jit)" and build["correctness"]["correct"] is True
+        assert build["correctness"]["reference"] == "the function itself in float64 on the CPU, same inputs"
+        assert [name for name, _ in build["capture_inputs"]] == ["lhsT", "rhs"]
+        metrics = json.loads((root / wid / "metrics.json").read_text())
+        assert metrics["flops"] == 2 * 128 * 128 * 512 and metrics["latency_median_s"] > 0
+    wrong = table.loc["custom-scaled-k128-m128-n512-fp32-nki"]
+    assert wrong["status"] == "wrong" and "max relative error 1 > tolerance" in wrong["reason"]

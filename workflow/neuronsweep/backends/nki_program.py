@@ -10,7 +10,9 @@ standalone nki (>= 0.2, SDK 2.28+): call the @nki.jit kernel twice on the same i
 legacy neuronxcc.nki (SDK <= 2.27): nki.benchmark(save_neff_name=...) writes the NEFF and gives
   neuron-bench latency percentiles.
 Inputs are saved under the kernel's argument names (.npy; raw .bin for bf16, which .npy cannot
-hold) so `capture` can feed them to the NEFF by name.
+hold) so `capture` can feed them to the NEFF by name. A user's kernel (suites.custom) gets its params as
+keywords and is checked against the user's PyTorch function (kernels/custom_nki.py); it needs the
+standalone nki.
     python -m neuronsweep.backends.nki_program --spec JSON --out result.json --inputs-dir DIR
 """
 
@@ -26,14 +28,14 @@ from pathlib import Path
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.backends.common import fresh
-from neuronsweep.kernels import for_spec
+from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels.nki_matmul import load_nki
 
 
-def _inputs(spec: dict, kernel, inputs_dir: Path):
+def _inputs(spec: dict, names: list[str], inputs_dir: Path):
     import numpy as np
 
-    arrays = kernel.inputs(spec, np.random.default_rng(0))
+    arrays = for_spec(spec).inputs(spec, np.random.default_rng(0))
     if spec["dtype"] == "fp16":
         arrays = {name: a.astype(np.float16) for name, a in arrays.items()}
     elif spec["dtype"] == "bf16":
@@ -42,7 +44,7 @@ def _inputs(spec: dict, kernel, inputs_dir: Path):
         arrays = {name: a.astype(ml_dtypes.bfloat16) for name, a in arrays.items()}
     inputs_dir.mkdir(parents=True, exist_ok=True)
     saved = []
-    for name in kernel.ARG_NAMES:
+    for name in names:
         if spec["dtype"] == "bf16":
             path = inputs_dir / f"{name}.bin"
             arrays[name].tofile(path)
@@ -57,12 +59,12 @@ def _neffs(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, "**", "*.neff"), recursive=True))
 
 
-def _jit_twice(kernel, args_in, root: Path, keep: Path) -> tuple[dict, object]:
+def _jit_twice(kernel, args_in, keywords: dict, root: Path, keep: Path) -> tuple[dict, object]:
     """Call the kernel twice, the artifacts folder emptied before each call; the first compile's NEFF
     is kept at `keep`. Returns (build facts, the output of the first call)."""
     fresh(root)
     t0 = time.perf_counter()
-    out = kernel(*args_in)
+    out = kernel(*args_in, **keywords)
     first_s = time.perf_counter() - t0
     written = _neffs(str(root))
     if len(written) != 1:
@@ -71,7 +73,7 @@ def _jit_twice(kernel, args_in, root: Path, keep: Path) -> tuple[dict, object]:
     shutil.move(written[0], keep)
     fresh(root)
     t0 = time.perf_counter()
-    kernel(*args_in)
+    kernel(*args_in, **keywords)
     second_s = time.perf_counter() - t0
     recompiled = bool(_neffs(str(root)))
     facts = {
@@ -95,17 +97,20 @@ def main(argv=None) -> int:
     spec = json.loads(args.spec)
 
     nki, _, _, api = load_nki()
-    kernel_module = for_spec(spec)
-    arrays, saved = _inputs(spec, kernel_module, Path(args.inputs_dir))
-    args_in = [arrays[name] for name in kernel_module.ARG_NAMES]
-    result = {"api": api, "inputs": saved}
+    if api != "nki" and spec["kind"] == "custom":
+        raise SystemExit(f"neuronsweep: {custom_nki.LEGACY_WHY}; install the SDK's nki package.")
     root = os.environ["NKI_ARTIFACTS_DIR"]  # the legacy route writes its NEFF there too
+    neff = str(Path(root) / "kernel.neff")
+    how = launch(spec, None if api == "nki" else nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
+    arrays, saved = _inputs(spec, how.arg_names, Path(args.inputs_dir))
+    args_in = [arrays[name] for name in how.arg_names]
+    result = {"api": api, "inputs": saved}
     if api == "nki":
-        facts, out = _jit_twice(kernel_module.make_kernel(), args_in, Path(root), Path(root).parent / "kernel.neff")
+        keep = Path(root).parent / "kernel.neff"
+        facts, out = _jit_twice(how.kernel, args_in, how.keywords, Path(root), keep)
         result.update(facts)
     else:
-        neff = str(Path(root) / "kernel.neff")
-        bench = kernel_module.make_kernel(nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
+        bench = how.kernel
         t0 = time.perf_counter()
         bench(*args_in)
         latency = bench.benchmark_result.nc_latency
@@ -118,7 +123,7 @@ def main(argv=None) -> int:
             benchmark_us={f"p{p}": latency.get_latency_percentile(p) for p in (0, 50, 90, 99, 100)},
         )
     if api == "nki":  # nki.jit ran the kernel on these very inputs: its output can be checked
-        result["correctness"] = check(spec, *kernel_module.workload_view(arrays, out))
+        result["correctness"] = check(spec, *for_spec(spec).workload_view(arrays, out))
     else:
         result["correctness"] = {
             "correct": None,

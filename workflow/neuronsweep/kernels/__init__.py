@@ -1,12 +1,35 @@
-"""NKI kernels (neuron backend only). `nki` itself is imported only when a kernel is made: it exists
-only on Neuron machines."""
+"""NKI kernels (neuron backend only): ours for matmul and mlp, and a user's own (suites.custom's
+nki_kernel). `nki` itself is imported only when a kernel is made: it exists only on Neuron machines."""
 
-from neuronsweep.kernels import nki_matmul, nki_mlp
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuronsweep.kernels import custom_nki, nki_matmul, nki_mlp
 
 
 def for_spec(spec: dict):
-    """The NKI kernel module of a workload kind: ARG_NAMES, make_kernel, supported, inputs, reference."""
-    return {"matmul": nki_matmul, "mlp": nki_mlp}[spec["kind"]]
+    """The NKI kernel module of a workload kind: its inputs(spec, rng) and workload_view(arrays, out)."""
+    return {"matmul": nki_matmul, "mlp": nki_mlp, "custom": custom_nki}[spec["kind"]]
+
+
+@dataclass
+class Launch:
+    """How one case calls its kernel: kernel(*inputs in arg_names order, **keywords)."""
+
+    kernel: Any
+    arg_names: list[str]
+    keywords: dict = field(default_factory=dict)
+
+
+def launch(spec: dict, decorate=None) -> Launch:
+    """The case's kernel under nki.jit (or `decorate`, the legacy route's nki.benchmark: our kernels only)."""
+    if spec["kind"] == "custom":
+        kernel = custom_nki.make_kernel(spec)
+        return Launch(kernel, custom_nki.arg_names(spec, kernel), custom_nki.keywords(spec))
+    module = for_spec(spec)
+    return Launch(module.make_kernel(decorate), list(module.ARG_NAMES))
 
 
 # NKI 0.7 (SDK 2.33) supports Trn2 and Trn3 only (its pages: "relevant for: Trn2, Trn3")
@@ -18,11 +41,20 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
     does not tile, a grid point that would unroll past MAX_UNROLLED, or a trn1/inf2 target under NKI 0.7+
     (`version`: the installed nki's, read from its metadata when not given)."""
-    if spec["kind"] == "custom":
+    if spec["kind"] != "custom":  # a user's kernel: its own shapes and loops are its author's to bound
+        why = _our_kernel_unsupported(spec)
+        if why:
+            return why
+    version = nki_matmul.nki_version() if version is None else version
+    if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
         return (
-            "building a suites.custom nki_kernel is not implemented yet (only impl: compiler runs your "
-            "function); its NKI case is listed, not measured"
+            f"NKI {'.'.join(map(str, version))} (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target "
+            f"is {target}; profile impl: compiler here, or run the NKI cases on a trn2/trn3"
         )
+    return None
+
+
+def _our_kernel_unsupported(spec: dict) -> str | None:
     module = for_spec(spec)
     why = module.supported(spec)
     if why:
@@ -32,11 +64,5 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
         return (
             f"the NKI {spec['kind']} kernel would unroll {count} matmul instructions at this shape (every tile "
             f"loop unrolls when traced, NKI 0.7), over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
-        )
-    version = nki_matmul.nki_version() if version is None else version
-    if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
-        return (
-            f"NKI {'.'.join(map(str, version))} (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target "
-            f"is {target}; profile impl: compiler here, or run the NKI cases on a trn2/trn3"
         )
     return None

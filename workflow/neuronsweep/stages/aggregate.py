@@ -34,11 +34,11 @@ def failure_reason(workload_dir: Path) -> tuple[str, str]:
 
 
 def wrong_reason(values: dict) -> str:
-    """The numbers of a case whose output disagrees with the float64 NumPy reference."""
+    """The numbers of a case whose output disagrees with the float64 reference (NumPy, or a user's own function)."""
     if values.get("max_rel_error") is None:
-        return "output could not be compared with the float64 NumPy reference (see metrics.json notes.correct)"
+        return "output could not be compared with the float64 reference (see metrics.json notes.correct)"
     return (
-        f"output differs from the float64 NumPy reference: max relative error {values['max_rel_error']:.3g} "
+        f"output differs from the float64 reference: max relative error {values['max_rel_error']:.3g} "
         f"> tolerance {values['tolerance_rel']:.3g} (max absolute {values['max_abs_error']:.3g})"
     )
 

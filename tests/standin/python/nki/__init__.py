@@ -23,7 +23,18 @@ _ARTIFACTS = os.environ.get("NKI_ARTIFACTS_DIR")
 def jit(fn):
     compiled = set()
 
-    def launch(grid, arrays):
+    def launch(grid, arrays, keywords):
+        # tensors positionally, meta-parameters (tile sizes) as Python keywords, as the NKI tutorials call
+        # nki_matmul_fully_optimized_(lhsT, rhs, TILES_IN_BLOCK_M=16); the docs show no tensor by keyword
+        # and no other kind of keyword value, so the stand-in refuses them
+        for key, value in keywords.items():
+            if not isinstance(value, (bool, int, float, str)):
+                raise TypeError(
+                    f"stand-in nki: keyword {key}={type(value).__name__} of {fn.__name__}; pass tensors "
+                    "positionally and only Python scalars as keywords"
+                )
+        if not all(isinstance(a, np.ndarray) for a in arrays):
+            raise TypeError(f"stand-in nki: {fn.__name__}'s positional arguments must be np.ndarray (standalone run)")
         if grid != standin_cores.process_lnc():
             raise RuntimeError(
                 f"NRT: kernel {fn.__name__} was launched at LNC {grid} but the runtime runs "
@@ -32,7 +43,7 @@ def jit(fn):
             )
         if _ARTIFACTS is None:
             raise RuntimeError("stand-in nki: NKI_ARTIFACTS_DIR was not set before `import nki`")
-        signature = (fn.__name__, tuple(a.shape for a in arrays), str(arrays[0].dtype))
+        signature = (fn.__name__, tuple(a.shape for a in arrays), str(arrays[0].dtype), tuple(sorted(keywords.items())))
         matmul = len(arrays) == 2  # lhsT [K,M], rhs [K,N]: its FLOPs go into the NEFF header for the profiler
         if signature not in compiled or os.environ.get("STANDIN_NKI_RECOMPILE") == "1":
             ops = (
@@ -45,7 +56,7 @@ def jit(fn):
                 "ops": ops,
                 "target": os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"),
                 "lnc": grid,
-                "input_names": list(inspect.signature(fn).parameters),  # the kernel's arguments
+                "input_names": list(inspect.signature(fn).parameters)[: len(arrays)],  # its tensor arguments
             }
             Path(_ARTIFACTS).mkdir(parents=True, exist_ok=True)
             if any(Path(_ARTIFACTS).iterdir()):  # neuronx-cc refuses to compile into a used folder
@@ -58,7 +69,7 @@ def jit(fn):
         from . import language
 
         language.DEPRECATED_CALLS.clear()
-        out = fn(*(language.tensor(a, language.hbm) for a in arrays))
+        out = fn(*(language.tensor(a, language.hbm) for a in arrays), **keywords)
         neff = Path(_ARTIFACTS) / "kernel.neff"
         if language.DEPRECATED_CALLS and neff.is_file():  # what the trace used, kept in the NEFF for tests
             header = json.loads(neff.read_bytes()[5:])
@@ -69,10 +80,10 @@ def jit(fn):
     class Kernel:
         __name__ = fn.__name__
 
-        def __call__(self, *arrays):
-            return launch(1, arrays)
+        def __call__(self, *arrays, **keywords):
+            return launch(1, arrays, keywords)
 
         def __getitem__(self, grid):
-            return lambda *arrays: launch(int(grid), arrays)
+            return lambda *arrays, **keywords: launch(int(grid), arrays, keywords)
 
     return Kernel()
