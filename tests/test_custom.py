@@ -40,6 +40,10 @@ def boom(x):
 
 def as_dict(x):
     return {"total": x.sum()}
+
+
+def own_zeros(x):  # a tensor of its own on the default device, as blocked_mm in the examples makes
+    return torch.zeros(x.shape) + x
 """
 
 
@@ -74,6 +78,7 @@ def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds
         entry(function=f"{folder}/gelu_mm.py:gelu_mm", grid={"m": [16], "k": [16], "n": [8]}),
         {"name": "boom", "function": f"{folder}/others.py:boom", "inputs": {"x": [4, 4]}},
         {"name": "as_dict", "function": f"{folder}/others.py:as_dict", "inputs": {"x": [4, 4]}, "flops": 16},
+        {"name": "own_zeros", "function": f"{folder}/others.py:own_zeros", "inputs": {"x": [4, 4]}},
     ]
     cfg = tiny_config(work, suites={"custom": entries})
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))  # the grid's order, as a user writes it
@@ -96,6 +101,7 @@ def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds
     as_dict = json.loads((work / "results/t/cpu/workloads/custom-as_dict-fp32/metrics.json").read_text())
     assert as_dict["correct"] is None and "returned dict, not a tensor" in as_dict["notes"]["correct"]
     assert as_dict["flops"] == 16 and as_dict["notes"]["flops"] == "the config: 16"
+    assert summary.loc["custom-own_zeros-fp32", "status"] == "ok"  # exported on cpu tensors, not meta ones
     # an edit of the user's file: only that suite's builds (and what follows) are stale, and -n says why
     before = (folder / "gelu_mm.py").stat()
     (folder / "gelu_mm.py").write_text(GELU_MM + "\n# tuned\n")

@@ -1,6 +1,7 @@
 """CPU backend: PyTorch on the host CPU, measured for real.
 
-build   torch.export the workload to a .pt2 (export uses meta tensors, so no input memory is needed)
+build   torch.export the workload to a .pt2 (export uses meta tensors, so no input memory is needed; a
+        user's function gets cpu ones, as it may make tensors of its own)
 capture load the .pt2, warm up, run num_exec executions with the nth under torch.profiler, then warm
         up again and time `repeats` x `iterations` executions one by one (perf_counter_ns); with
         capture.rounds_in_processes each round in a fresh interpreter (cpu_round.py)
@@ -52,7 +53,10 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     def export(entry: Path) -> tuple[Path, dict]:
         shapes = kind.tensor_shapes(spec)
         dtype = torch_dtype(torch, spec["dtype"])
-        example = tuple(torch.empty(shapes[n], dtype=dtype, device="meta") for n in kind.input_names(spec))
+        # meta tensors need no input memory, but a user's function may make tensors of its own on the
+        # default device (torch.zeros(m, n)), which cannot mix with meta ones: its inputs are real
+        device = "cpu" if spec["kind"] == "custom" else "meta"
+        example = tuple(torch.empty(shapes[n], dtype=dtype, device=device) for n in kind.input_names(spec))
         t0 = time.perf_counter()
         program = torch.export.export(kind.torch_module(spec), example)
         export_s = time.perf_counter() - t0
