@@ -98,6 +98,9 @@ def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
         & table["roofline_time_s"].notna()
     ]
     dtype = rows["workload_id"].map(lambda w: plan["workloads"][w]["dtype"])
+    for col in (*ROOFLINE_COLUMNS, "peak_flops_per_s"):  # convert_dtypes made a column of whole numbers Int64
+        if col in table and pd.api.types.is_integer_dtype(table[col]):
+            table[col] = table[col].astype("Float64")
     for _, grp in rows.groupby([rows["backend"], dtype]):
         best_i = grp["peak_flops_per_s"].astype(float).idxmax()
         best = float(grp.loc[best_i, "peak_flops_per_s"])
