@@ -409,6 +409,35 @@ def _add_history(p) -> None:
     p.add_argument("--record", help=argparse.SUPPRESS)  # the workflow's history rule: results/<run>/history.json
 
 
+def cmd_search(args) -> None:
+    from neuronsweep.runs import search
+
+    found = search.load(args.config, args.suite, args.cores)
+    if args.action == "status":
+        print("\n".join(search.status_lines(found)))
+        return
+    table = found.run_rounds(say=print)
+    best = found.conclude(table, rounds=args.finalist_rounds, say=print)
+    print("\n".join(search.status_lines(found)))
+    print(f"best.json: {found.folder / 'best.json'}" if best.get("winner") else f"no winner: {best.get('why')}")
+
+
+def _add_search(p) -> None:
+    p.add_argument(
+        "action", choices=["run", "status"], help="run: search until the budget is spent (resumes); status: where it is"
+    )
+    p.add_argument("config", help="a config with a suites.custom entry that has a search: block")
+    p.add_argument("--suite", help="that entry's name, where several have one")
+    p.add_argument("--cores", type=int, default=2, help="Snakemake's --cores for each round")
+    p.add_argument(
+        "--finalist-rounds",
+        type=int,
+        default=5,
+        metavar="N",
+        help="cpu: fresh processes that time the winner, the runner-up and the default again (0: none)",
+    )
+
+
 def cmd_status(args) -> None:
     from neuronsweep.runs import status
 
@@ -592,6 +621,18 @@ COMMANDS = {
         ),
         _add_compare,
         cmd_compare,
+    ),
+    "search": Command(
+        "autotune: the fastest correct params of your kernel, within a budget",
+        "Searches a suites.custom entry's search: block (grid, random or Optuna's TPE), each trial an ordinary "
+        "cached case run by the workflow, a round per Snakemake call; resumes where it stopped; writes "
+        "results/<run>/search/<name>/trials.csv and best.json (docs/autotune.md).",
+        (
+            "neuronsweep search run config/examples/autotune.yaml",
+            "neuronsweep search status config/examples/autotune.yaml",
+        ),
+        _add_search,
+        cmd_search,
     ),
     "history": Command(
         "every workload's time over the runs in results/history, with its change points",

@@ -94,6 +94,34 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     return out
 
 
+def time_together(builds: dict[str, Path], rounds: int, seed: int = 0, say=None) -> dict[str, tuple[Timing, bool]]:
+    """Several programs of one run (a search's finalists) timed again: `rounds` fresh processes, each
+    timing every program once in an order drawn at random, so every program shares each process's moment.
+    Per key: (its Timing with one round median per process, noisy). Each program is timed with its own
+    capture's settings."""
+    if rounds < MIN_ROUNDS:
+        raise UserError(f"{rounds} rounds: at least {MIN_ROUNDS} are needed for a test.")
+    settings = {key: _settings(build.parent) for key, build in builds.items()}
+    rng, keys = random.Random(seed), list(builds)
+    samples: dict[str, list[list[float]]] = {key: [] for key in keys}
+    lock = settings[keys[0]]["device_lock"] or schema_default("capture.device_lock")
+    timeout = sum(s["timeout_s"] for s in settings.values())
+    say = say or (lambda line: print(line, file=sys.stderr))
+    with devicelock.held(lock, "neuronsweep search: the finalists timed again"):
+        for r in range(1, rounds + 1):
+            order = rng.sample(keys, len(keys))
+            jobs = [{"build": str(builds[key]), **_timing(settings[key])} for key in order]
+            for key, taken in zip(order, rounds_in_process(jobs, timeout, r)["samples"]):
+                samples[key].append(taken)
+            say(f"finalists: round {r} of {rounds} done")
+    out = {}
+    for key, per_round in samples.items():
+        stats = latency_stats([x for got in per_round for x in got], len(per_round), in_processes=True)
+        noisy = stats["spread_s"] > NOISY_REL_SPREAD * stats["median_s"]
+        out[key] = (Timing([x for got in per_round for x in got], stats["round_medians_s"]), noisy)
+    return out
+
+
 def _timing(settings: dict) -> dict:
     return {k: settings[k] for k in ("threads", "warmup", "iterations")}
 

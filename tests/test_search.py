@@ -1,0 +1,146 @@
+"""Autotune (`neuronsweep search`, runs/search.py): the proposals of a seed, resumed after a kill, the
+budget, a wrong trial never winning, bad search blocks in one sentence, and one real search on cpu."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import BIN, tiny_config
+
+from neuronsweep.errors import UserError
+from neuronsweep.runs import search
+
+SPACE = {"block": [4, 8, 16, 32, 64, 128, 256, 512], "order": ["ij", "ji"]}
+
+
+def make(tmp: Path, monkeypatch, **block) -> search.Search:
+    monkeypatch.chdir(tmp)
+    entry = {
+        "name": "k",
+        "function": "k.py:f",
+        "inputs": {"x": [4, 4]},
+        "search": {"space": SPACE, "strategy": "tpe", "budget": {"trials": 7}, "seed": 3, "per_round": 2, **block},
+    }
+    return search.Search({"run": "t", "suites": {"custom": [entry]}}, entry, "test")
+
+
+def fake_latency(params: dict) -> float:
+    """A known landscape: best at block 128, order ji."""
+    return 1e-3 * (1 + abs(params["block"].bit_length() - 8) + (params["order"] == "ij"))
+
+
+def fake_measure(calls: list, wrong: dict | None = None):
+    def measure(trials, n_round):
+        calls.append((n_round, [dict(t) for t in trials]))
+        out = []
+        for t in trials:
+            if t == wrong:
+                out.append({"status": "wrong", "objective_s": None, "reason": "output differs", "cases": 1})
+            else:
+                out.append({"status": "ok", "objective_s": fake_latency(t), "reason": "", "cases": 1})
+        return out
+
+    return measure
+
+
+def proposals(table: pd.DataFrame) -> list[tuple]:
+    return list(zip(table["param.block"], table["param.order"]))
+
+
+def test_a_seed_proposes_the_same_trials_and_a_killed_search_resumes_where_it_was(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    calls: list = []
+    whole = make(tmp_path / "a", monkeypatch).run_rounds(say=lambda _: None, measure=fake_measure(calls))
+    assert whole["measured"].sum() == 7  # the budget, never more
+    assert (whole.iloc[0]["param.block"], whole.iloc[0]["param.order"]) == (4, "ij")  # trial 0: the default
+
+    def killed(trials, n_round):  # kill -9 in round 2: nothing of it recorded
+        if n_round == 2:
+            raise KeyboardInterrupt
+        return fake_measure([])(trials, n_round)
+
+    with pytest.raises(KeyboardInterrupt):
+        make(tmp_path / "b", monkeypatch).run_rounds(say=lambda _: None, measure=killed)
+    assert pd.read_csv(tmp_path / "b/results/t/search/k/trials.csv")["round"].max() == 1
+    again: list = []
+    resumed = make(tmp_path / "b", monkeypatch).run_rounds(say=lambda _: None, measure=fake_measure(again))
+    assert proposals(resumed) == proposals(whole)  # the same proposals as a search never interrupted
+    assert again[0][0] == 2 and all(n >= 2 for n, _ in again)  # rounds 0 and 1 are not run again
+    # a changed seed does not mix with the record
+    with pytest.raises(UserError, match="the space, strategy or seed changed since it was recorded"):
+        make(tmp_path / "b", monkeypatch, seed=4, budget={"trials": 9}).run_rounds(measure=fake_measure([]))
+
+
+def test_a_wrong_trial_never_wins_and_is_kept_with_its_reason(tmp_path, monkeypatch):
+    s = make(tmp_path, monkeypatch, strategy="grid", budget={"trials": 16})
+    table = s.run_rounds(say=lambda _: None, measure=fake_measure([], wrong={"block": 128, "order": "ji"}))
+    assert table["measured"].sum() == 16 and len(table.drop_duplicates(["param.block", "param.order"])) == 16
+    best = s.conclude(table, rounds=0)
+    assert best["winner"] != {"block": 128, "order": "ji"} and fake_latency(best["winner"]) == 2e-3
+    assert best["failed_or_wrong"] == 1 and "one process a case" in best["evidence"]
+    row = table[(table["param.block"] == 128) & (table["param.order"] == "ji")].iloc[0]
+    assert row["status"] == "wrong" and row["reason"] == "output differs"
+    assert json.loads((tmp_path / "results/t/search/k/best.json").read_text())["winner"] == best["winner"]
+
+
+@pytest.mark.parametrize(
+    "block, said",
+    [
+        ({"default": {"block": 3}}, r"search.default.block = 3 is outside search.space.block"),
+        ({"default": {"tile": 3}}, r"search.default.tile is not a param of search.space"),
+        ({"strategy": "grid", "space": {"block": {"low": 1, "high": 8}}}, r"strategy grid needs every search.space"),
+        ({"space": {"block": {"low": 0, "high": 8, "log": True}}}, r"holds no value"),
+    ],
+)
+def test_a_bad_search_block_is_one_sentence(tmp_path, monkeypatch, block, said):
+    with pytest.raises(UserError, match=said) as refused:
+        make(tmp_path, monkeypatch, **block)
+    assert "\n" not in str(refused.value)
+
+
+BLOCKED = """import torch
+
+
+def blocked(a, b, block=4):
+    out = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(0, a.shape[1], block):
+        out = out + a[:, k : k + block] @ b[k : k + block, :]
+    return out
+"""
+
+
+@pytest.mark.torch
+def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_again(tmp_path):
+    """A kernel file outside the repository, two block sizes of which one issues 64 tiny matmuls: the
+    search measures both as cases of the workflow, and the winner's speed-up over the default is judged on
+    fresh processes, with its interval."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "blocked.py").write_text(BLOCKED)
+    entry = {
+        "name": "blocked",
+        "function": f"{folder}/blocked.py:blocked",
+        "inputs": {"a": [64, 256], "b": [256, 64]},
+        "search": {"space": {"block": [4, 256]}, "strategy": "grid", "per_round": 2},
+    }
+    cfg = tiny_config(tmp_path, suites={"custom": [entry]})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    argv = [str(BIN / "neuronsweep"), "search", "run", "config.yaml", "--finalist-rounds", "3"]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    best = json.loads((tmp_path / "results/t/search/blocked/best.json").read_text())
+    assert best["winner"] == {"block": 256} and best["trials"] == 2
+    [vs] = best["vs_default"]
+    assert vs["said"] == "faster" and vs["speedup_low"] > 1, best
+    trials = pd.read_csv(tmp_path / "results/t/search/blocked/trials.csv")
+    assert list(trials["status"]) == ["ok", "ok"] and set(trials["workload_ids"]) == {
+        "custom-blocked-block4-fp32",
+        "custom-blocked-block256-fp32",
+    }
+    status = subprocess.run([*argv[:2], "status", "config.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert "budget spent: 2 of 2 trials" in status.stdout and "best so far:" in status.stdout

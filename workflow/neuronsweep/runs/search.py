@@ -1,0 +1,409 @@
+"""`neuronsweep search run CONFIG`: the fastest correct configuration of a user's kernel (a suites.custom
+entry with a `search:` block), found within a budget.
+
+A driver that calls the workflow once per round, not Snakemake checkpoints: each round's trials are
+ordinary cases of the run `<run>-search-<name>` (readable ids, built and cached like any case, so a
+rerun, a larger budget or a second search over an overlapping space reuses every build and measurement),
+and a round's DAG holds that round's trials only, so Snakemake's re-evaluation never grows with the
+search. The cost is one Snakemake start a round (seconds): `per_round` trials share it.
+
+Per round: the strategy proposes (runs/search_space.py), the trials run as one `snakemake --keep-going`,
+each trial's objective is the geometric mean of its cases' median latency (over the entry's grid shapes,
+dtypes and impls: the same ranking as the geometric mean of the ratios to the default configuration),
+and trials.csv is rewritten. A failed or wrong (`correct: false`) trial is kept with its reason and never
+wins. The default configuration is trial 0. At the end, on cpu, the winner, the runner-up and the default
+are timed again in fresh processes, every one of them in each (runs/interleave.py), and judged by
+analysis/verdict.py: the winner's speed-up over the default with its 95 % interval, and "tie" where the
+best two are not told apart. `kill -9` at any point, then the same command: the search resumes with the
+same proposals (replay, search_space.py) and never spends past its budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from neuronsweep.analysis import verdict
+from neuronsweep.atomic import replacing, write_json
+from neuronsweep.config import schema
+from neuronsweep.errors import UserError
+from neuronsweep.runs import interleave, search_space
+
+REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
+FINALIST_ROUNDS = 5  # processes that time the finalists again (cpu): enough for verdict's t-test
+
+
+def pick(cfg: dict, name: str | None, source: str) -> dict:
+    searched = [e for e in cfg["suites"].get("custom", []) if e.get("search")]
+    if name:
+        searched = [e for e in searched if e["name"] == name]
+    if len(searched) != 1:
+        names = [e["name"] for e in cfg["suites"].get("custom", []) if e.get("search")]
+        wanted = (
+            f"no suites.custom entry named {name} has a search: block"
+            if name
+            else (
+                "no suites.custom entry has a search: block"
+                if not names
+                else f"several entries search ({', '.join(names)})"
+            )
+        )
+        raise UserError(
+            f"{source}: {wanted}; {'pass --suite NAME' if names else 'add search: to one (docs/autotune.md)'}."
+        )
+    return searched[0]
+
+
+class Search:
+    """One search: its folder (results/<run>/search/<name>/), its trials so far, its budget."""
+
+    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2):
+        self.cfg, self.entry, self.cores = cfg, entry, cores
+        where = f"{source}: suites.custom ({entry['name']})"
+        self.space = search_space.parse(entry["search"], entry.get("params") or {}, where)
+        budget = entry["search"].get("budget") or {}
+        size = self.space.size()
+        self.max_trials = int(budget.get("trials") or size or 0)
+        if not self.max_trials:
+            raise UserError(f"{where}: search.budget.trials is needed for a space this large; set it.")
+        self.wall_s = budget.get("wall_seconds")
+        self.per_round = int(entry["search"].get("per_round", 2))
+        self.run = f"{cfg['run']}-search-{entry['name']}"
+        self.folder = Path("results") / cfg["run"] / "search" / entry["name"]
+        self.trials_csv = self.folder / "trials.csv"
+
+    # ------------------------------------------------------------------ the record
+    def recorded(self) -> pd.DataFrame:
+        if not self.trials_csv.is_file():
+            return pd.DataFrame()
+        return pd.read_csv(self.trials_csv, keep_default_na=False, na_values=[""])
+
+    def params_of(self, row) -> dict:
+        out = {}
+        for name, values in self.space.params.items():
+            value = row[f"param.{name}"]
+            out[name] = int(value) if isinstance(values, dict) else _as_listed(value, values)
+        return out
+
+    def spent(self, table: pd.DataFrame) -> tuple[int, float]:
+        """(trials measured, wall seconds spent in rounds) so far."""
+        if table.empty:
+            return 0, 0.0
+        measured = table[table["measured"].map(verdict.flag)]
+        return len(measured), float(table.drop_duplicates("round")["round_s"].sum())
+
+    # ------------------------------------------------------------------ one round
+    def round_config(self, trials: list[dict]) -> dict:
+        entry = {k: v for k, v in self.entry.items() if k != "search"}
+        fixed = entry.get("params") or {}
+        entries = [{**entry, "params": {**fixed, **{k: [v] for k, v in t.items()}}} for t in trials]
+        return {**self.cfg, "run": self.run, "suites": {"custom": entries}}
+
+    def measure(self, trials: list[dict], n_round: int) -> list[dict]:
+        """Run the trials as one Snakemake call; per trial: status, objective, reason, its cases."""
+        rounds = self.folder / "rounds"
+        rounds.mkdir(parents=True, exist_ok=True)
+        config_file = rounds / f"round-{n_round}.yaml"
+        config_file.write_text(yaml.safe_dump(self.round_config(trials), sort_keys=False))
+        log = rounds / f"round-{n_round}.log"
+        argv = [
+            _snakemake(),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--cores",
+            str(self.cores),
+            "--configfile",
+            str(config_file),
+        ]
+        with log.open("w") as out:
+            subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
+        if "Directory cannot be locked" in log.read_text():
+            # a driver killed mid-round left Snakemake's lock on this search's own outputs; the search
+            # lock (run_rounds) says no other driver of it runs, so the lock is stale
+            subprocess.run([*argv, "--unlock"], capture_output=True)
+            with log.open("w") as out:
+                subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
+        summary = Path("results") / self.run / "summary.csv"
+        if not summary.is_file() or summary.stat().st_mtime < config_file.stat().st_mtime:
+            tail = log.read_text().strip().splitlines()[-3:]
+            raise UserError(f"round {n_round} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
+        return [self._result(pd.read_csv(summary), t) for t in trials]
+
+    def _result(self, summary: pd.DataFrame, params: dict) -> dict:
+        rows = summary
+        for name, value in params.items():
+            rows = rows[rows[name].astype(str) == str(value)]
+        if rows.empty:
+            return {"status": "missing", "objective_s": None, "reason": "no case of this trial in summary.csv"}
+        ok = rows["status"] == "ok"
+        facts = {
+            "cases": len(rows),
+            "workload_ids": ";".join(rows["workload_id"]),
+            "build_s": float(rows["compile_s"].fillna(0).sum()) if "compile_s" in rows else None,
+            "cache_hits": int(rows["cache_hit"].map(verdict.flag).sum()) if "cache_hit" in rows else None,
+        }
+        if not ok.all():
+            first = rows[~ok].iloc[0]
+            return facts | {
+                "status": first["status"],
+                "objective_s": None,
+                "reason": f"{first['workload_id']}: {first['reason']}",
+            }
+        lat = rows["latency_median_s"].astype(float)
+        return facts | {"status": "ok", "objective_s": float(math.exp(lat.map(math.log).mean())), "reason": ""}
+
+    # ------------------------------------------------------------------ the loop
+    def run_rounds(self, say=print, measure=None) -> pd.DataFrame:
+        """Propose, measure and record until the budget is spent; returns the trials table. `measure`:
+        (trials, round) -> results, replaced in tests."""
+        measure = measure or self.measure
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with _only_driver(self.folder / "driver.lock"):
+            return self._rounds(say, measure)
+
+    def _rounds(self, say, measure) -> pd.DataFrame:
+        table = self.recorded()
+        study = search_space.Study(self.space)
+        study.replay(
+            [
+                [(self.params_of(r), _objective(r)) for _, r in rows.iterrows()]
+                for _, rows in table.groupby("round", sort=True)
+            ]
+            if not table.empty
+            else []
+        )
+        measured, spent = self.spent(table)
+        n_round = int(table["round"].max()) + 1 if not table.empty else 0
+        size = self.space.size()
+        while measured < self.max_trials:
+            last = table[table["round"] == n_round - 1]["round_s"] if not table.empty else pd.Series(dtype=float)
+            estimate = float(last.iloc[0]) if len(last) else 0.0
+            if self.wall_s is not None and spent + estimate > float(self.wall_s):
+                say(
+                    f"search: stopped before round {n_round}: {spent:.0f} s spent, a round takes about "
+                    f"{estimate:.0f} s, budget {self.wall_s} s"
+                )
+                break
+            seen = {_key(self.params_of(r)) for _, r in table.iterrows()}
+            if size is not None and len(seen) >= size:
+                say(f"search: every one of the {size} points of the space is measured")
+                break
+            asked, new, rows = [], [], []
+            for _ in range(3 * self.per_round):  # a repeated proposal is told the earlier result, not run
+                if len(new) >= min(self.per_round, self.max_trials - measured):
+                    break
+                trial = study.ask()
+                asked.append(trial)
+                if _key(trial.params) in seen | {_key(p) for p in new}:
+                    continue
+                new.append(trial.params)
+            t0 = time.monotonic()
+            results = {_key(p): r for p, r in zip(new, measure(new, n_round))} if new else {}
+            round_s = time.monotonic() - t0
+            earlier = {_key(self.params_of(r)): r for _, r in table.iterrows()}
+            for trial in asked:
+                key = _key(trial.params)
+                if key in results:
+                    got, fresh = results.pop(key), True
+                else:
+                    prior = earlier[key] if key in earlier else next(r for r in rows if _key(_params(r)) == key)
+                    got = {
+                        "status": prior["status"],
+                        "objective_s": _objective(prior),
+                        "reason": "same point as an earlier trial",
+                    }
+                    fresh = False
+                study.tell(trial, got["objective_s"] if got["status"] == "ok" else None)
+                rows.append(
+                    {
+                        "trial": len(table) + len(rows),
+                        "round": n_round,
+                        **{f"param.{k}": v for k, v in trial.params.items()},
+                    }
+                    | {"measured": fresh, "round_s": round_s}
+                    | got
+                )
+            table = pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
+            self._write(table)
+            measured, spent = measured + len(new), spent + round_s
+            best = _best(table)
+            say(
+                f"search {self.entry['name']}: round {n_round} done, {measured} of {self.max_trials} trials, "
+                + (
+                    f"best so far {best['objective_s'] * 1e6:.1f} us at {self.params_of(best)}"
+                    if best is not None
+                    else "no correct trial yet"
+                )
+            )
+            n_round += 1
+        self._importance = study.importance()
+        return table
+
+    def _write(self, table: pd.DataFrame) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with replacing(self.trials_csv) as tmp:
+            table.to_csv(tmp, index=False)
+
+    # ------------------------------------------------------------------ the winner
+    def conclude(self, table: pd.DataFrame, rounds: int = FINALIST_ROUNDS, say=print) -> dict:
+        """best.json: the winner, its speed-up over the default configuration with the evidence."""
+        ok = table[(table["status"] == "ok") & table["measured"].map(verdict.flag)].sort_values("objective_s")
+        default_rows = ok[ok.apply(lambda r: self.params_of(r) == self.space.default, axis=1)]
+        out: dict = {
+            "suite": self.entry["name"],
+            "strategy": self.space.strategy,
+            "seed": self.space.seed,
+            "trials": int(table["measured"].map(verdict.flag).sum()),
+            "failed_or_wrong": int((table["status"] != "ok").sum()),
+            "default": self.space.default,
+            "importance": getattr(self, "_importance", None),
+        }
+        if ok.empty:
+            return out | {"winner": None, "why": "no trial was ok and correct"}
+        best = ok.iloc[0]
+        out |= {"winner": self.params_of(best), "winner_objective_s": float(best["objective_s"])}
+        if out["winner"] == self.space.default:
+            out["winner_is_default"] = True  # no speed-up to claim: the default was the fastest measured
+        if not default_rows.empty:
+            out["default_objective_s"] = float(default_rows.iloc[0]["objective_s"])
+            out["speedup_stored"] = out["default_objective_s"] / out["winner_objective_s"]
+        out |= self._finalists(ok, default_rows, rounds, say)
+        write_json(self.folder / "best.json", out)
+        return out
+
+    def _finalists(self, ok: pd.DataFrame, default_rows: pd.DataFrame, rounds: int, say) -> dict:
+        """The winner against the default and the runner-up, timed again together in fresh processes."""
+        backend = self.cfg.get("backend", "auto")
+        workloads = _workloads_dir(self.run)
+        if rounds <= 0 or workloads is None or workloads.parent.name != "cpu":
+            why = "rounds 0" if rounds <= 0 else f"the {backend} backend's programs run on its device"
+            return {"evidence": f"stored timings only ({why}): one process a case, so no interval is claimed"}
+        picks = {"winner": ok.iloc[0]}
+        if len(ok) > 1:
+            picks["runner_up"] = ok.iloc[1]
+        if not default_rows.empty and default_rows.index[0] not in ok.index[:2]:
+            picks["default"] = default_rows.iloc[0]
+        builds = {
+            f"{role}:{wid}": workloads / wid / "build"
+            for role, row in picks.items()
+            for wid in row["workload_ids"].split(";")
+        }
+        timed = interleave.time_together(builds, rounds, seed=self.space.seed, say=say)
+        result: dict = {
+            "evidence": f"{rounds} fresh processes, each timing every finalist case once, in a random order"
+        }
+        default_is = (
+            "runner_up"
+            if not default_rows.empty and len(ok) > 1 and default_rows.index[0] == ok.index[1]
+            else "default"
+        )
+        for other, label in ((default_is, "vs_default"), ("runner_up", "vs_runner_up")):
+            if other not in picks:
+                continue
+            pairs = [
+                (timed[f"winner:{w}"][0], timed[f"{other}:{o}"][0], timed[f"winner:{w}"][1] or timed[f"{other}:{o}"][1])
+                for w, o in zip(picks["winner"]["workload_ids"].split(";"), picks[other]["workload_ids"].split(";"))
+            ]
+            verdicts = verdict.judge([(b, a, noisy) for a, b, noisy in pairs])  # A = the other, B = the winner
+            result[label] = [
+                {
+                    "said": v.said,
+                    "speedup": None if v.ratio is None else 1 / v.ratio,
+                    "speedup_low": None if v.ci_high is None else 1 / v.ci_high,
+                    "speedup_high": None if v.ci_low is None else 1 / v.ci_low,
+                }
+                for v in verdicts
+            ]
+        if "runner_up" in picks and not any(v["said"] == verdict.FASTER for v in result.get("vs_runner_up", [])):
+            result["tie"] = [self.params_of(picks["winner"]), self.params_of(picks["runner_up"])]
+        return result
+
+
+@contextlib.contextmanager
+def _only_driver(path: Path):
+    """One driver per search at a time (an OS lock: released by the kernel when a driver is killed)."""
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"{path.parent}: another `neuronsweep search run` of this search is running; wait for it."
+            ) from None
+        yield
+
+
+def _workloads_dir(run: str) -> Path | None:
+    found = sorted((Path("results") / run).glob("*/workloads"))
+    return found[0] if found else None
+
+
+def _snakemake() -> str:
+    here = Path(sys.executable).parent / "snakemake"
+    return str(here) if here.is_file() else "snakemake"
+
+
+def _key(params: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+def _params(row: dict) -> dict:
+    return {k[len("param.") :]: v for k, v in row.items() if k.startswith("param.")}
+
+
+def _objective(row) -> float | None:
+    value = row.get("objective_s") if hasattr(row, "get") else None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and row.get("status") == "ok" else None
+
+
+def _as_listed(value, values: list):
+    """A value read back from CSV as the space lists it (1.0 and "1.0", True and "True")."""
+    for v in values:
+        if str(v) == str(value):
+            return v
+    return value
+
+
+def _best(table: pd.DataFrame):
+    ok = table[table["status"] == "ok"]
+    return None if ok.empty else ok.sort_values("objective_s").iloc[0]
+
+
+def status_lines(search: Search) -> list[str]:
+    table = search.recorded()
+    measured, spent = search.spent(table)
+    lines = [f"search {search.entry['name']} ({search.space.strategy}, seed {search.space.seed}): {search.folder}"]
+    if table.empty:
+        return [*lines, "no round done yet: `neuronsweep search run CONFIG` starts it"]
+    budget = f"{measured} of {search.max_trials} trials"
+    if search.wall_s is not None:
+        budget += f", {spent:.0f} of {search.wall_s} s"
+    lines.append(f"rounds done: {int(table['round'].max()) + 1}; budget spent: {budget}")
+    best = _best(table)
+    lines.append(
+        "best so far: "
+        + (
+            f"{best['objective_s'] * 1e6:.2f} us at {search.params_of(best)}"
+            if best is not None
+            else "none correct yet"
+        )
+    )
+    bad = table[table["status"] != "ok"]
+    lines += [f"  trial {int(r['trial'])} {r['status']}: {r['reason']}" for _, r in bad.iterrows()]
+    return lines
+
+
+def load(config_path: str, suite: str | None, cores: int = 2) -> Search:
+    cfg = schema.load(config_path)
+    return Search(cfg, pick(cfg, suite, config_path), config_path, cores)

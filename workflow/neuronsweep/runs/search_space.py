@@ -1,0 +1,165 @@
+"""A suite's `search:` block as Optuna sees it: the space, the sampler of each strategy, and the replay
+that makes a search resumable.
+
+Why replay and not Optuna's own storage: a sampler's random state is not stored, so a study reloaded
+from a database after `kill -9` proposes differently from one that never stopped. The trials recorded
+so far (trials.csv) are asked and told again, in order, to a fresh in-memory study with the same seed,
+which leaves the sampler where it was: the same seed gives the same proposals whether or not the
+search was interrupted, and a trial killed mid-round is proposed again, its finished cases found
+done by Snakemake.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+
+from neuronsweep.errors import UserError
+
+STRATEGIES = ("grid", "random", "tpe")
+
+
+@dataclass
+class Space:
+    """param -> its values (a list), or an integer range {low, high, log}."""
+
+    params: dict[str, list | dict]
+    strategy: str = "tpe"
+    seed: int = 0
+    default: dict = field(default_factory=dict)
+
+    def distributions(self) -> dict:
+        import optuna
+
+        out = {}
+        for name, values in self.params.items():
+            if isinstance(values, dict):
+                out[name] = optuna.distributions.IntDistribution(
+                    int(values["low"]), int(values["high"]), log=bool(values.get("log", False))
+                )
+            else:
+                out[name] = optuna.distributions.CategoricalDistribution(list(values))
+        return out
+
+    def size(self) -> int | None:
+        """How many points the space has (None: too many to list, a range counted as its integers)."""
+        total = 1
+        for values in self.params.values():
+            total *= int(values["high"]) - int(values["low"]) + 1 if isinstance(values, dict) else len(values)
+        return total if total < 10**9 else None
+
+
+def parse(block: dict, params: dict, where: str) -> Space:
+    """The `search:` block of a suites.custom entry (schema-checked already), checked against itself:
+    a default outside the space, a range the grid cannot list, an empty range."""
+    space = dict(block["space"])
+    overlap = sorted(set(space) & set(params))
+    if overlap:
+        raise UserError(
+            f"{where}: {overlap[0]} is both in params and in search.space; a searched param belongs in "
+            "search.space only."
+        )
+    for name, values in space.items():
+        if isinstance(values, dict):
+            if int(values["low"]) > int(values["high"]) or (values.get("log") and int(values["low"]) < 1):
+                raise UserError(
+                    f"{where}: search.space.{name} is the range {values['low']}..{values['high']}"
+                    f"{' on a log scale' if values.get('log') else ''}, which holds no value; fix low and high."
+                )
+            if block.get("strategy", "tpe") == "grid":
+                raise UserError(
+                    f"{where}: strategy grid needs every search.space param as a list of values, and {name} is "
+                    "a range; list its values, or use random or tpe."
+                )
+    default = {name: _first(values) for name, values in space.items()} | dict(block.get("default") or {})
+    for name, value in default.items():
+        if name not in space:
+            raise UserError(f"{where}: search.default.{name} is not a param of search.space; remove it.")
+        if not _holds(space[name], value):
+            raise UserError(
+                f"{where}: search.default.{name} = {value!r} is outside search.space.{name}; the default "
+                "configuration must be one of the points searched."
+            )
+    return Space(space, block.get("strategy", "tpe"), int(block.get("seed", 0)), default)
+
+
+def _first(values):
+    return int(values["low"]) if isinstance(values, dict) else values[0]
+
+
+def _holds(values, value) -> bool:
+    if isinstance(values, dict):
+        return isinstance(value, int) and int(values["low"]) <= value <= int(values["high"])
+    return value in values
+
+
+def sampler(space: Space):
+    import optuna
+
+    if space.strategy in ("grid", "random"):  # grid: its points are enqueued in a seeded order (Study.ask)
+        return optuna.samplers.RandomSampler(seed=space.seed)
+    return optuna.samplers.TPESampler(seed=space.seed, n_startup_trials=min(5, max(2, (space.size() or 10) // 4)))
+
+
+class Study:
+    """The sampler's view: the default configuration is trial 0 (enqueued), then the strategy proposes."""
+
+    def __init__(self, space: Space):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        self.study = optuna.create_study(direction="minimize", sampler=sampler(space))
+        self.study.enqueue_trial(space.default)
+        self.dists = space.distributions()
+        self.grid: list[dict] = []
+        if space.strategy == "grid":  # Optuna's GridSampler stops the study itself, which ask-and-tell cannot
+            points = [dict(zip(space.params, values)) for values in itertools.product(*space.params.values())]
+            random.Random(space.seed).shuffle(points)
+            self.grid = [p for p in points if p != space.default]
+
+    def ask(self):
+        if self.grid and self.study.trials:  # trial 0 is the enqueued default
+            self.study.enqueue_trial(self.grid.pop(0))
+        return self.study.ask(self.dists)
+
+    def tell(self, trial, objective: float | None) -> None:
+        import optuna
+
+        if objective is None or not math.isfinite(objective):
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(trial, objective)
+
+    def replay(self, rounds: list[list[tuple[dict, float | None]]]) -> None:
+        """Ask and tell the trials recorded so far again, round by round as they were (every ask of a
+        round before its tells: a sampler that models the results would otherwise propose from more
+        than it knew then). A proposal that differs from the record means the space, the strategy or
+        the seed changed since: refused, never mixed."""
+        n = 0
+        for recorded in rounds:
+            trials = [self.ask() for _ in recorded]
+            for trial, (params, _) in zip(trials, recorded):
+                if trial.params != params:
+                    raise UserError(
+                        f"trial {n} was {params}, and this search now proposes {trial.params}: the space, "
+                        "strategy or seed changed since it was recorded; delete the search folder to start "
+                        "again, or restore them."
+                    )
+                n += 1
+            for trial, (_, objective) in zip(trials, recorded):
+                self.tell(trial, objective)
+
+    def importance(self) -> dict[str, float] | None:
+        """Optuna's default importance evaluator over the finished trials (None with too few of them)."""
+        import optuna
+
+        done = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        if len(done) < 3 or len(self.space.params) < 2:
+            return None
+        try:
+            return {k: round(float(v), 4) for k, v in optuna.importance.get_param_importances(self.study).items()}
+        except (RuntimeError, ValueError):
+            return None
