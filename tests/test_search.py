@@ -136,7 +136,12 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     best = json.loads((tmp_path / "results/t/search/blocked/best.json").read_text())
     assert best["winner"] == {"block": 256} and best["trials"] == 2
     [vs] = best["vs_default"]
-    assert vs["said"] == "faster" and vs["speedup_low"] > 1, best
+    assert vs["speedup"] > 1, best
+    # judged faster with an interval above 1, unless the finalists' processes were noisy (a loaded machine,
+    # as under pytest-xdist): then not judged, and the interval is not claimed
+    assert (vs["said"] == "faster" and vs["speedup_low"] > 1) or (
+        vs["said"] == "noisy: not judged" and vs["speedup_low"] is None
+    ), best
     trials = pd.read_csv(tmp_path / "results/t/search/blocked/trials.csv")
     assert list(trials["status"]) == ["ok", "ok"] and set(trials["workload_ids"]) == {
         "custom-blocked-block4-fp32",
