@@ -86,6 +86,8 @@ def test_a_wrong_trial_never_wins_and_is_kept_with_its_reason(tmp_path, monkeypa
     row = table[(table["param.block"] == 128) & (table["param.order"] == "ji")].iloc[0]
     assert row["status"] == "wrong" and row["reason"] == "output differs"
     assert json.loads((tmp_path / "results/t/search/k/best.json").read_text())["winner"] == best["winner"]
+    page = (tmp_path / "results/t/search/k/search.html").read_text()
+    assert "x faster than the default; stored timings only (rounds 0)" in page and "output differs" in page
 
 
 @pytest.mark.parametrize(
@@ -147,5 +149,7 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
         "custom-blocked-block4-fp32",
         "custom-blocked-block256-fp32",
     }
+    page = (tmp_path / "results/t/search/blocked/search.html").read_text()
+    assert "Winner block=256:" in page and "Best so far against the trials measured" in page
     status = subprocess.run([*argv[:2], "status", "config.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert "budget spent: 2 of 2 trials" in status.stdout and "best so far:" in status.stdout

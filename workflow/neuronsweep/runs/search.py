@@ -35,7 +35,7 @@ from neuronsweep.analysis import verdict
 from neuronsweep.atomic import replacing, write_json
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
-from neuronsweep.runs import interleave, search_space
+from neuronsweep.runs import interleave, search_page, search_space
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
 FINALIST_ROUNDS = 5  # processes that time the finalists again (cpu): enough for verdict's t-test
@@ -267,7 +267,9 @@ class Search:
             "importance": getattr(self, "_importance", None),
         }
         if ok.empty:
-            return out | {"winner": None, "why": "no trial was ok and correct"}
+            out |= {"winner": None, "why": "no trial was ok and correct"}
+            write_json(self.folder / "best.json", out)
+            return out
         best = ok.iloc[0]
         out |= {"winner": self.params_of(best), "winner_objective_s": float(best["objective_s"])}
         if out["winner"] == self.space.default:
@@ -277,6 +279,8 @@ class Search:
             out["speedup_stored"] = out["default_objective_s"] / out["winner_objective_s"]
         out |= self._finalists(ok, default_rows, rounds, say)
         write_json(self.folder / "best.json", out)
+        with replacing(self.folder / "search.html") as tmp:
+            tmp.write_text(search_page.render(self.entry["name"], out, table))
         return out
 
     def _finalists(self, ok: pd.DataFrame, default_rows: pd.DataFrame, rounds: int, say) -> dict:
