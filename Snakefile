@@ -19,6 +19,7 @@ include: "workflow/rules/extract.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/history.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/search.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -32,6 +33,7 @@ rule all:
         SUMMARY,
         f"{RUN}/report.html",
         expand(f"{WORKLOAD}/metrics.json", wid=PLAN.workloads),
+        expand(f"{RUN}/search/{{name}}/best.json", name=SEARCHES),
 
 
 # Everything made so far (Snakemake's modules, ours, the rules) lives as long as the run: moved out

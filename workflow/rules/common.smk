@@ -168,6 +168,24 @@ def spec_json(wildcards):
         ) from None
 
 
+def search_sources(name):
+    """The searched entry's user code (its function and NKI kernel files)."""
+    entry = next(e for e in CONFIG["suites"]["custom"] if e["name"] == name)
+    refs = [entry["function"], *([entry["nki_kernel"]] if entry.get("nki_kernel") else [])]
+    return [str(user_code.source_file(ref)) for ref in refs]
+
+
+def search_config(name):
+    """The validated config as one file for the search driver (several --configfile and --config
+    overrides merged, user code paths absolute), rewritten only when it changes."""
+    path = Path(".snakemake/neuronsweep") / f"search-{CONFIG['run']}-{name}.yaml"
+    text = yaml.safe_dump(CONFIG, sort_keys=False)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(path)
+
+
 def user_sources(wildcards):
     """The source files of a user's function and NKI kernel (suites.custom): an input of the case's build,
     so an edit rebuilds that suite's cases and what follows, and nothing else."""

@@ -1,0 +1,21 @@
+SEARCHES = [e["name"] for e in CONFIG["suites"].get("custom", []) if e.get("search")]
+
+
+rule search:
+    """Autotune a suites.custom entry that has a search: block (docs/autotune.md): the driver runs its
+    rounds as Snakemake calls of their own (run <run>-search-<name>, outputs apart from this run's), and
+    resumes where a killed search stopped. Reruns when the config or the user's code changes."""
+    input:
+        config=workflow.configfiles,
+        code=lambda wc: search_sources(wc.name),
+    output:
+        f"{RUN}/search/{{name}}/best.json",
+    log:
+        f"{RUN}/logs/search-{{name}}.log",
+    conda:
+        "../../envs/neuronsweep.yaml"
+    threads: workflow.cores  # its rounds take the cores: nothing else beside it
+    params:
+        config=lambda wc: search_config(wc.name),
+    shell:
+        "neuronsweep search run {params.config:q} --suite {wildcards.name} --cores {threads} > {log:q} 2>&1"
