@@ -13,7 +13,7 @@ import yaml
 from conftest import BIN, tiny_config
 
 from neuronsweep.errors import UserError
-from neuronsweep.runs import search
+from neuronsweep.search import driver as search
 
 SPACE = {"block": [4, 8, 16, 32, 64, 128, 256, 512], "order": ["ij", "ji"]}
 
@@ -153,3 +153,28 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     assert "Winner block=256:" in page and "Best so far against the trials measured" in page
     status = subprocess.run([*argv[:2], "status", "config.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert "budget spent: 2 of 2 trials" in status.stdout and "best so far:" in status.stdout
+
+
+def test_halving_screens_the_budget_and_measures_the_best_third_and_the_default_in_full(tmp_path, monkeypatch):
+    s = make(tmp_path, monkeypatch, strategy="halving", budget={"trials": 9})
+    screened, full = [], []
+
+    def screen(trials, n_round):
+        screened.extend(trials)
+        return fake_measure([])(trials, n_round)
+
+    def killed(trials, n_round):  # killed in the full rung: the screen is recorded, and not run again
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        s.run_rounds(say=lambda _: None, measure=killed, screen=screen)
+    assert len(screened) == 9 and screened[0] == {"block": 4, "order": "ij"}  # the default first
+    table = make(tmp_path, monkeypatch, strategy="halving", budget={"trials": 9}).run_rounds(
+        say=lambda _: None, measure=fake_measure(full), screen=lambda *_: pytest.fail("screened again")
+    )
+    [(_, measured)] = full
+    best3 = sorted(screened, key=fake_latency)[:3]
+    assert measured == best3 + ([] if {"block": 4, "order": "ij"} in best3 else [{"block": 4, "order": "ij"}])
+    assert list(table["effort"]).count("screen") == 9 and list(table["effort"]).count("pipeline") == len(measured)
+    best = s.conclude(table, rounds=0)
+    assert best["winner"] == best3[0] and best["trials"] == 9  # a screened time never wins on its own

@@ -410,7 +410,7 @@ def _add_history(p) -> None:
 
 
 def cmd_search(args) -> None:
-    from neuronsweep.runs import search
+    from neuronsweep.search import driver as search
 
     found = search.load(args.config, args.suite, args.cores)
     if args.action == "status":

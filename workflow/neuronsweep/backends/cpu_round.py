@@ -2,6 +2,7 @@
 
     python -m neuronsweep.backends.cpu_round BUILD_DIR THREADS WARMUP ITERATIONS
     python -m neuronsweep.backends.cpu_round --many '[{"build": ..., "threads": ..., ...}, ...]'
+    python -m neuronsweep.backends.cpu_round --screen '[{"spec": ..., "threads": ..., ...}, ...]'
 
 prints {"samples": [...], "pid": N} as its last line (with --many, one list of samples per program:
 compare's interleaved rounds, runs/interleave.py). A fresh interpreter, not a fork: forked rounds
@@ -22,6 +23,9 @@ from neuronsweep.backends import cpu_timing
 
 
 def main(argv: list[str]) -> int:
+    if argv[0] == "--screen":  # a search's timing-only rung: workloads run eagerly, not built programs
+        print(json.dumps({"results": cpu_timing.screen(json.loads(argv[1])), "pid": os.getpid()}))
+        return 0
     if argv[0] == "--many":
         samples = cpu_timing.time_rounds(json.loads(argv[1]))
         print(json.dumps({"samples": samples, "pid": os.getpid()}))

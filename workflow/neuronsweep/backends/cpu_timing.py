@@ -48,6 +48,38 @@ def time_rounds(jobs: list[dict]) -> list[list[float]]:
     return out
 
 
+def screen(jobs: list[dict]) -> list[dict]:
+    """A search's cheapest rung (runs/search.py, halving): each job's workload ({"spec", "threads",
+    "warmup", "iterations"}) run eagerly, as PyTorch runs the user's module without torch.export, timed
+    in this one process: {"samples"} or {"error"} (the user's exception, that job only)."""
+    import torch
+
+    out = []
+    for job in jobs:
+        spec = job["spec"]
+        try:
+            module = kind_of(spec).torch_module(spec)
+            torch.set_num_threads(int(job["threads"]))
+            with torch.inference_mode():
+                loop = timing_loop(module, inputs(torch, spec))
+                out.append({"samples": warm_then_time(loop, int(job["warmup"]), int(job["iterations"]))})
+        except Exception as exc:  # noqa: BLE001 - the user's code: that job fails, the others are timed
+            out.append({"error": f"{type(exc).__name__}: {exc}".strip()[:300]})
+        gc.collect()
+    return out
+
+
+def screen_in_process(jobs: list[dict], timeout_s: float) -> list[dict]:
+    """screen() in one fresh interpreter (cpu_round.py --screen): one torch import for every job."""
+    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", "--screen", json.dumps(jobs)]
+    what = f"screened {len(jobs)} configuration case(s) in one process"
+    proc = run_tool(argv, timeout_s, what)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise UserError(f"{what} failed: {why}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+
+
 def rounds_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
     """Round r of several programs in one fresh interpreter (cpu_round.py --many): {"samples": one list
     per job, "pid"}. Importing torch once for all of them is what makes re-timing a whole run

@@ -7,7 +7,7 @@ rerun, a larger budget or a second search over an overlapping space reuses every
 and a round's DAG holds that round's trials only, so Snakemake's re-evaluation never grows with the
 search. The cost is one Snakemake start a round (seconds): `per_round` trials share it.
 
-Per round: the strategy proposes (runs/search_space.py), the trials run as one `snakemake --keep-going`,
+Per round: the strategy proposes (search/space.py), the trials run as one `snakemake --keep-going`,
 each trial's objective is the geometric mean of its cases' median latency (over the entry's grid shapes,
 dtypes and impls: the same ranking as the geometric mean of the ratios to the default configuration),
 and trials.csv is rewritten. A failed or wrong (`correct: false`) trial is kept with its reason and never
@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -33,12 +34,20 @@ import yaml
 
 from neuronsweep.analysis import verdict
 from neuronsweep.atomic import replacing, write_json
+from neuronsweep.backends import cpu_timing
+from neuronsweep.backends.common import default_threads
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
-from neuronsweep.runs import interleave, search_page, search_space
+from neuronsweep.host import devicelock
+from neuronsweep.runs import interleave
+from neuronsweep.search import page as search_page
+from neuronsweep.search import space as search_space
+from neuronsweep.stages.run_setup import settle_run
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
 FINALIST_ROUNDS = 5  # processes that time the finalists again (cpu): enough for verdict's t-test
+SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap rung, or the workflow's cases
+SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
 
 
 def pick(cfg: dict, name: str | None, source: str) -> dict:
@@ -98,22 +107,26 @@ class Search:
         if table.empty:
             return 0, 0.0
         measured = table[table["measured"].map(verdict.flag)]
-        return len(measured), float(table.drop_duplicates("round")["round_s"].sum())
+        configurations = {_key(self.params_of(r)) for _, r in measured.iterrows()}
+        return len(configurations), float(table.drop_duplicates(["round", "effort"])["round_s"].sum())
 
     # ------------------------------------------------------------------ one round
-    def round_config(self, trials: list[dict]) -> dict:
+    def round_config(self, trials: list[dict], capture: dict | None = None) -> dict:
         entry = {k: v for k, v in self.entry.items() if k != "search"}
         fixed = entry.get("params") or {}
         entries = [{**entry, "params": {**fixed, **{k: [v] for k, v in t.items()}}} for t in trials]
-        return {**self.cfg, "run": self.run, "suites": {"custom": entries}}
+        cfg = {**self.cfg, "run": self.run, "suites": {"custom": entries}}
+        if capture:
+            cfg["capture"] = {**cfg.get("capture", {}), **capture}
+        return cfg
 
-    def measure(self, trials: list[dict], n_round: int) -> list[dict]:
+    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[dict]:
         """Run the trials as one Snakemake call; per trial: status, objective, reason, its cases."""
         rounds = self.folder / "rounds"
         rounds.mkdir(parents=True, exist_ok=True)
-        config_file = rounds / f"round-{n_round}.yaml"
-        config_file.write_text(yaml.safe_dump(self.round_config(trials), sort_keys=False))
-        log = rounds / f"round-{n_round}.log"
+        config_file = rounds / f"round-{n_round}{'-screen' if capture else ''}.yaml"
+        config_file.write_text(yaml.safe_dump(self.round_config(trials, capture), sort_keys=False))
+        log = config_file.with_suffix(".log")
         argv = [
             _snakemake(),
             "-s",
@@ -161,12 +174,14 @@ class Search:
         return facts | {"status": "ok", "objective_s": float(math.exp(lat.map(math.log).mean())), "reason": ""}
 
     # ------------------------------------------------------------------ the loop
-    def run_rounds(self, say=print, measure=None) -> pd.DataFrame:
-        """Propose, measure and record until the budget is spent; returns the trials table. `measure`:
-        (trials, round) -> results, replaced in tests."""
+    def run_rounds(self, say=print, measure=None, screen=None) -> pd.DataFrame:
+        """Propose, measure and record until the budget is spent; returns the trials table. `measure`
+        and `screen`: (trials, round) -> results, replaced in tests."""
         measure = measure or self.measure
         self.folder.mkdir(parents=True, exist_ok=True)
         with _only_driver(self.folder / "driver.lock"):
+            if self.space.strategy == "halving":
+                return self._halving(say, measure, screen or self.screen)
             return self._rounds(say, measure)
 
     def _rounds(self, say, measure) -> pd.DataFrame:
@@ -228,7 +243,7 @@ class Search:
                         "round": n_round,
                         **{f"param.{k}": v for k, v in trial.params.items()},
                     }
-                    | {"measured": fresh, "round_s": round_s}
+                    | {"measured": fresh, "round_s": round_s, "effort": PIPELINE}
                     | got
                 )
             table = pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
@@ -247,6 +262,91 @@ class Search:
         self._importance = study.importance()
         return table
 
+    # ------------------------------------------------------------------ halving
+    def _halving(self, say, measure, screen) -> pd.DataFrame:
+        """Successive halving, measurement effort as the resource: budget.trials configurations screened
+        (cpu: timed eagerly in one process, about their measured time each; elsewhere a short capture),
+        then the best 1/eta of them and the default measured in full (the workflow: build, profile,
+        correctness). Each rung is recorded when done; a resumed search skips what is."""
+        table = self.recorded()
+        configs = search_space.points(self.space, self.max_trials)
+        rungs = [configs]
+        for rung in (0, 1):
+            todo = self._pending(table, rungs[rung], rung)
+            if todo:
+                t0 = time.monotonic()
+                results = (screen if rung == 0 else measure)(todo, rung)
+                round_s = time.monotonic() - t0
+                rows = [
+                    {"trial": len(table) + i, "round": rung, **{f"param.{k}": v for k, v in t.items()}}
+                    | {"measured": True, "round_s": round_s, "effort": SCREEN if rung == 0 else PIPELINE}
+                    | got
+                    for i, (t, got) in enumerate(zip(todo, results))
+                ]
+                table = pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
+                self._write(table)
+                say(f"search {self.entry['name']}: rung {rung} done ({len(todo)} configurations, {round_s:.0f} s)")
+            if rung == 0:
+                screened = table[(table["effort"] == SCREEN) & (table["status"] == "ok")].sort_values("objective_s")
+                keep = max(1, math.ceil(len(configs) / self.space.eta))
+                survivors = [self.params_of(r) for _, r in screened.head(keep).iterrows()]
+                if self.space.default not in survivors:
+                    survivors.append(dict(self.space.default))  # the speed-up is over it: measured in full too
+                rungs.append(survivors)
+        self._importance = None
+        return table
+
+    def _pending(self, table: pd.DataFrame, configs: list[dict], rung: int) -> list[dict]:
+        done = set()
+        if not table.empty:
+            effort = SCREEN if rung == 0 else PIPELINE
+            done = {_key(self.params_of(r)) for _, r in table[table["effort"] == effort].iterrows()}
+        return [c for c in configs if _key(c) not in done]
+
+    def screen(self, trials: list[dict], n_round: int) -> list[dict]:
+        """The cheap rung: on cpu, every configuration's cases run eagerly in one fresh process (one
+        torch import for all), a few iterations each; on another backend, the workflow with a short capture."""
+        setup = settle_run(schema.validate(self.round_config(trials), source=f"search {self.entry['name']}"))
+        if setup.backend != "cpu":
+            return self.measure(trials, n_round, capture=SCREEN_CAPTURE)
+        capture = self.cfg.get("capture", {})
+        cases = []
+        for t in trials:
+            wids = [sc.workload_id for sc in setup.plan.scenarios if _labelled(sc.labels, t)]
+            cases.append([w for w in wids if w in setup.plan.workloads])
+        jobs = [
+            {
+                "spec": setup.plan.workloads[w],
+                "threads": default_threads(),
+                "warmup": 2,
+                "iterations": SCREEN_CAPTURE["iterations"],
+            }
+            for wids in cases
+            for w in wids
+        ]
+        lock = capture.get("device_lock") or schema.schema_default("capture.device_lock")
+        with devicelock.held(lock, f"neuronsweep search {self.entry['name']}: screening"):
+            got = iter(cpu_timing.screen_in_process(jobs, timeout_s=600 + 10 * len(jobs)))
+        out = []
+        for wids in cases:
+            taken = [next(got) for _ in wids]
+            errors = [f"{w}: {r['error']}" for w, r in zip(wids, taken) if "error" in r]
+            if not wids or errors:
+                why = errors[0] if errors else "no case of this configuration is supported here"
+                out.append({"status": "failed", "objective_s": None, "reason": why, "cases": len(wids)})
+                continue
+            medians = [statistics.median(r["samples"]) for r in taken]
+            out.append(
+                {
+                    "status": "ok",
+                    "objective_s": math.exp(sum(map(math.log, medians)) / len(medians)),
+                    "reason": "",
+                    "cases": len(wids),
+                    "workload_ids": ";".join(wids),
+                }
+            )
+        return out
+
     def _write(self, table: pd.DataFrame) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         with replacing(self.trials_csv) as tmp:
@@ -255,13 +355,14 @@ class Search:
     # ------------------------------------------------------------------ the winner
     def conclude(self, table: pd.DataFrame, rounds: int = FINALIST_ROUNDS, say=print) -> dict:
         """best.json: the winner, its speed-up over the default configuration with the evidence."""
-        ok = table[(table["status"] == "ok") & table["measured"].map(verdict.flag)].sort_values("objective_s")
+        full = table["effort"] == PIPELINE if "effort" in table else True
+        ok = table[(table["status"] == "ok") & table["measured"].map(verdict.flag) & full].sort_values("objective_s")
         default_rows = ok[ok.apply(lambda r: self.params_of(r) == self.space.default, axis=1)]
         out: dict = {
             "suite": self.entry["name"],
             "strategy": self.space.strategy,
             "seed": self.space.seed,
-            "trials": int(table["measured"].map(verdict.flag).sum()),
+            "trials": len({_key(self.params_of(r)) for _, r in table.iterrows()}),
             "failed_or_wrong": int((table["status"] != "ok").sum()),
             "default": self.space.default,
             "importance": getattr(self, "_importance", None),
@@ -344,6 +445,10 @@ def _only_driver(path: Path):
         yield
 
 
+def _labelled(labels: dict, params: dict) -> bool:
+    return all(str(labels.get(k)) == str(v) for k, v in params.items())
+
+
 def _workloads_dir(run: str) -> Path | None:
     found = sorted((Path("results") / run).glob("*/workloads"))
     return found[0] if found else None
@@ -380,7 +485,10 @@ def _as_listed(value, values: list):
 
 
 def _best(table: pd.DataFrame):
+    """The best trial measured in full (halving's screened times only until one is)."""
     ok = table[table["status"] == "ok"]
+    if "effort" in ok and (ok["effort"] == PIPELINE).any():
+        ok = ok[ok["effort"] == PIPELINE]
     return None if ok.empty else ok.sort_values("objective_s").iloc[0]
 
 

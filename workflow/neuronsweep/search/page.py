@@ -50,9 +50,23 @@ def progress(table: pd.DataFrame) -> go.Figure:
     measured = table[table["measured"].astype(str).str.lower() == "true"].reset_index(drop=True)
     ok = measured[measured["status"] == "ok"]
     us = ok["objective_s"].astype(float) * 1e6
+    full = ok["effort"] != "screen" if "effort" in ok else pd.Series(True, index=ok.index)
     fig = go.Figure()
-    fig.add_scatter(x=ok.index + 1, y=us, mode="markers", name="trial", marker=dict(color=COLOURS[0], size=9))
-    best = measured["objective_s"].where(measured["status"] == "ok").astype(float).cummin() * 1e6
+    fig.add_scatter(
+        x=ok.index[full] + 1, y=us[full], mode="markers", name="trial", marker=dict(color=COLOURS[0], size=9)
+    )
+    if (~full).any():  # halving's cheap rung: timed eagerly in one process, never a winner on its own
+        fig.add_scatter(
+            x=ok.index[~full] + 1,
+            y=us[~full],
+            mode="markers",
+            name="screened (eager, one process)",
+            marker=dict(color=COLOURS[0], size=9, symbol="circle-open"),
+        )
+    counted = measured["status"] == "ok"
+    if "effort" in measured:
+        counted &= measured["effort"] != "screen"
+    best = measured["objective_s"].where(counted).astype(float).cummin() * 1e6
     fig.add_scatter(x=measured.index + 1, y=best, mode="lines", line_shape="hv", name="best so far")
     bad = measured[measured["status"] != "ok"]
     if len(bad):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from neuronsweep.errors import UserError
 
-STRATEGIES = ("grid", "random", "tpe")
+STRATEGIES = ("grid", "random", "tpe", "halving")
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Space:
     strategy: str = "tpe"
     seed: int = 0
     default: dict = field(default_factory=dict)
+    eta: int = 3  # halving: a 1/eta of the screened configurations go on to the full measurement
 
     def distributions(self) -> dict:
         import optuna
@@ -82,7 +83,7 @@ def parse(block: dict, params: dict, where: str) -> Space:
                 f"{where}: search.default.{name} = {value!r} is outside search.space.{name}; the default "
                 "configuration must be one of the points searched."
             )
-    return Space(space, block.get("strategy", "tpe"), int(block.get("seed", 0)), default)
+    return Space(space, block.get("strategy", "tpe"), int(block.get("seed", 0)), default, int(block.get("eta", 3)))
 
 
 def _first(values):
@@ -95,10 +96,41 @@ def _holds(values, value) -> bool:
     return value in values
 
 
+def points(space: Space, n: int) -> list[dict]:
+    """halving's configurations: the default first, then n - 1 distinct points drawn with the seed (every
+    point of a space of lists in a seeded order; a range drawn uniformly, on a log scale where it says)."""
+    rng, out = random.Random(space.seed), [dict(space.default)]
+    if all(isinstance(v, list) for v in space.params.values()):
+        grid = [dict(zip(space.params, values)) for values in itertools.product(*space.params.values())]
+        rng.shuffle(grid)
+        return (out + [p for p in grid if p != space.default])[:n]
+    seen, tries = {_frozen(out[0])}, 0
+    while len(out) < n and tries < 100 * n:
+        tries += 1
+        point = {name: _draw(rng, values) for name, values in space.params.items()}
+        if _frozen(point) not in seen:
+            seen.add(_frozen(point))
+            out.append(point)
+    return out
+
+
+def _draw(rng: random.Random, values):
+    if isinstance(values, list):
+        return rng.choice(values)
+    low, high = int(values["low"]), int(values["high"])
+    if values.get("log"):
+        return min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high))))))
+    return rng.randint(low, high)
+
+
+def _frozen(point: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in point.items()))
+
+
 def sampler(space: Space):
     import optuna
 
-    if space.strategy in ("grid", "random"):  # grid: its points are enqueued in a seeded order (Study.ask)
+    if space.strategy in ("grid", "random", "halving"):  # grid: its points enqueued in a seeded order (ask)
         return optuna.samplers.RandomSampler(seed=space.seed)
     return optuna.samplers.TPESampler(seed=space.seed, n_startup_trials=min(5, max(2, (space.size() or 10) // 4)))
 
