@@ -19,7 +19,8 @@ from conftest import REPO, private_cache
 PACKAGE = REPO / "workflow" / "neuronsweep"
 # imports only the Neuron SDK's own environment provides (the DLAMI venv), never pip-installed by us
 NEURON_ENVIRONMENT = {"nki", "neuronxcc", "torch_xla", "torch_neuronx", "ml_dtypes"}
-OPTIONAL = {"transformers": "models"}  # imported only by what an extra installs it for (suites.model)
+# imported only by what an extra installs it for: suites.model, neuronsweep search
+OPTIONAL = {"transformers": "models", "optuna": "tune"}
 
 
 def third_party_imports() -> set[str]:
