@@ -216,3 +216,14 @@ def test_an_nki_kernels_tile_size_is_searched_against_the_neuron_standins(tmp_pa
     assert all(w.endswith("-fp32-nki") for w in trials["workload_ids"])
     best = json.loads((tmp_path / "results/t/search/mt/best.json").read_text())
     assert best["winner"]["tile_n"] in (128, 256, 512) and "one process a case" in best["evidence"]
+
+
+def test_a_search_block_makes_the_search_a_target_of_the_sweep(tmp_path):
+    """`snakemake` of a config with a search: block plans rule search (best.json) beside the sweep."""
+    from conftest import snakemake
+
+    (tmp_path / "k.py").write_text("def f(x, block=1):\n    return x * block\n")
+    entry = {"name": "k", "function": "k.py:f", "inputs": {"x": [4, 4]}, "search": {"space": {"block": [1, 2]}}}
+    dry = snakemake(tmp_path, "-n", config=tiny_config(tmp_path, suites={"custom": [entry]}))
+    assert "search" in {rule for rule, _ in dry.jobs}
+    assert "results/t/search/k/best.json" in dry.output
