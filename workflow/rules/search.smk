@@ -14,7 +14,7 @@ rule search:
         f"{RUN}/logs/search-{{name}}.log",
     conda:
         "../../envs/neuronsweep.yaml"
-    threads: workflow.cores  # its rounds take the cores: nothing else beside it
+    threads: os.cpu_count() or 1  # its rounds take the cores, nothing beside it (Snakemake caps it at --cores)
     params:
         config=lambda wc: search_config(wc.name),
     shell:

@@ -145,17 +145,23 @@ class Search:
             with log.open("w") as out:
                 subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
         summary = Path("results") / self.run / "summary.csv"
-        if not summary.is_file() or summary.stat().st_mtime < config_file.stat().st_mtime:
+        if not summary.is_file():  # up to date is fine: a round killed after its summary is found done
             tail = log.read_text().strip().splitlines()[-3:]
             raise UserError(f"round {n_round} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
-        return [self._result(pd.read_csv(summary), t) for t in trials]
+        return [self._result(pd.read_csv(summary), t, log) for t in trials]
 
-    def _result(self, summary: pd.DataFrame, params: dict) -> dict:
+    def _result(self, summary: pd.DataFrame, params: dict, log: Path) -> dict:
         rows = summary
         for name, value in params.items():
-            rows = rows[rows[name].astype(str) == str(value)]
+            rows = rows[rows[name].astype(str) == str(value)] if name in rows else rows.iloc[0:0]
         if rows.empty:
-            return {"status": "missing", "objective_s": None, "reason": "no case of this trial in summary.csv"}
+            return {
+                "status": "missing",
+                "objective_s": None,
+                "reason": f"no case of this trial in summary.csv; see {log}",
+            }
+        if (rows["status"] != "unsupported").any():  # an impl this backend cannot run is not the trial's
+            rows = rows[rows["status"] != "unsupported"]
         ok = rows["status"] == "ok"
         facts = {
             "cases": len(rows),
