@@ -227,3 +227,12 @@ def test_a_search_block_makes_the_search_a_target_of_the_sweep(tmp_path):
     dry = snakemake(tmp_path, "-n", config=tiny_config(tmp_path, suites={"custom": [entry]}))
     assert "search" in {rule for rule, _ in dry.jobs}
     assert "results/t/search/k/best.json" in dry.output
+
+
+def test_a_builds_budget_is_never_exceeded(tmp_path, monkeypatch):
+    """Each configuration runs one case here (no grid): 3 builds are 3 trials, whatever the trials budget."""
+    s = make(tmp_path, monkeypatch, budget={"trials": 7, "builds": 3})
+    said: list = []
+    table = s.run_rounds(say=said.append, measure=fake_measure([]))
+    assert s.builds_spent(table) == 3 and table["measured"].sum() == 3
+    assert "the budget of 3 builds is spent" in said[-1]

@@ -84,6 +84,7 @@ class Search:
         if not self.max_trials:
             raise UserError(f"{where}: search.budget.trials is needed for a space this large; set it.")
         self.wall_s = budget.get("wall_seconds")
+        self.max_builds = budget.get("builds")  # cases built and measured in full (cached or not)
         self.per_round = int(entry["search"].get("per_round", 2))
         self.run = f"{cfg['run']}-search-{entry['name']}"
         self.folder = Path("results") / cfg["run"] / "search" / entry["name"]
@@ -109,6 +110,17 @@ class Search:
         measured = table[table["measured"].map(verdict.flag)]
         configurations = {_key(self.params_of(r)) for _, r in measured.iterrows()}
         return len(configurations), float(table.drop_duplicates(["round", "effort"])["round_s"].sum())
+
+    def cases_per_trial(self) -> int:
+        """The cases one configuration runs: the entry's grid points x dtypes x impls."""
+        points = math.prod(len(v) if isinstance(v, list) else 1 for v in (self.entry.get("grid") or {}).values())
+        return max(1, points * len(self.entry.get("dtype") or [1]) * len(self.entry.get("impl") or [1]))
+
+    def builds_spent(self, table: pd.DataFrame) -> int:
+        if table.empty or "cases" not in table:
+            return 0
+        full = table[table["measured"].map(verdict.flag) & (table.get("effort", PIPELINE) == PIPELINE)]
+        return int(full["cases"].fillna(self.cases_per_trial()).sum())
 
     # ------------------------------------------------------------------ one round
     def round_config(self, trials: list[dict], capture: dict | None = None) -> dict:
@@ -177,7 +189,13 @@ class Search:
                 "reason": f"{first['workload_id']}: {first['reason']}",
             }
         lat = rows["latency_median_s"].astype(float)
-        return facts | {"status": "ok", "objective_s": float(math.exp(lat.map(math.log).mean())), "reason": ""}
+        spread = rows["latency_spread_s"].astype(float).max() if "latency_spread_s" in rows else None
+        return facts | {
+            "status": "ok",
+            "objective_s": float(math.exp(lat.map(math.log).mean())),
+            "latency_spread_s": None if spread is None or math.isnan(spread) else float(spread),
+            "reason": "",
+        }
 
     # ------------------------------------------------------------------ the loop
     def run_rounds(self, say=print, measure=None, screen=None) -> pd.DataFrame:
@@ -217,9 +235,15 @@ class Search:
             if size is not None and len(seen) >= size:
                 say(f"search: every one of the {size} points of the space is measured")
                 break
+            room = min(self.per_round, self.max_trials - measured)
+            if self.max_builds is not None:
+                room = min(room, (int(self.max_builds) - self.builds_spent(table)) // self.cases_per_trial())
+                if room <= 0:
+                    say(f"search: stopped before round {n_round}: the budget of {self.max_builds} builds is spent")
+                    break
             asked, new, rows = [], [], []
             for _ in range(3 * self.per_round):  # a repeated proposal is told the earlier result, not run
-                if len(new) >= min(self.per_round, self.max_trials - measured):
+                if len(new) >= room:
                     break
                 trial = study.ask()
                 asked.append(trial)
@@ -296,6 +320,8 @@ class Search:
                 screened = table[(table["effort"] == SCREEN) & (table["status"] == "ok")].sort_values("objective_s")
                 keep = max(1, math.ceil(len(configs) / self.space.eta))
                 survivors = [self.params_of(r) for _, r in screened.head(keep).iterrows()]
+                if self.max_builds is not None:  # the full rung builds; the default is one of them
+                    survivors = survivors[: max(0, int(self.max_builds) // self.cases_per_trial() - 1)]
                 if self.space.default not in survivors:
                     survivors.append(dict(self.space.default))  # the speed-up is over it: measured in full too
                 rungs.append(survivors)
