@@ -236,3 +236,24 @@ def test_a_builds_budget_is_never_exceeded(tmp_path, monkeypatch):
     table = s.run_rounds(say=said.append, measure=fake_measure([]))
     assert s.builds_spent(table) == 3 and table["measured"].sum() == 3
     assert "the budget of 3 builds is spent" in said[-1]
+
+
+@pytest.mark.torch  # the plan looks at the function in a child that imports torch
+@pytest.mark.parametrize(
+    "search_block, impl, said",
+    [
+        ({"space": {"tile": [1, 2]}}, ["compiler"], r"param 'tile' is not a keyword of f\(x, block=1\)"),
+        ({"space": {"block": [1, 2]}}, ["nki"], r"no case of it runs on cpu \(NKI kernels need a Neuron device"),
+    ],
+)
+def test_a_search_that_cannot_run_is_one_sentence_before_any_round(tmp_path, monkeypatch, search_block, impl, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.py").write_text("def f(x, block=1):\n    return x * block\n")
+    entry = {"name": "k", "function": "k.py:f", "inputs": {"x": [4, 4]}, "impl": impl, "search": search_block}
+    if impl == ["nki"]:
+        entry["nki_kernel"] = "k.py:f"
+    cfg = tiny_config(tmp_path, suites={"custom": [entry]})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with pytest.raises(UserError, match=said) as refused:
+        search.load("config.yaml", None).run_rounds(say=lambda _: None)
+    assert "\n" not in str(refused.value) and not (tmp_path / "results").exists()

@@ -111,6 +111,16 @@ class Search:
         configurations = {_key(self.params_of(r)) for _, r in measured.iterrows()}
         return len(configurations), float(table.drop_duplicates(["round", "effort"])["round_s"].sum())
 
+    def preflight(self) -> None:
+        """Plan the default configuration as a round would (the function loads, every param of the space
+        is a keyword of it, a case runs on this backend): a bad search is one sentence here, not a
+        failed round."""
+        where = f"suites.custom ({self.entry['name']}) search"
+        setup = settle_run(schema.validate(self.round_config([self.space.default]), source=where))
+        if not setup.plan.workloads:
+            why = next(iter(setup.plan.unsupported.values()), "no case is planned")
+            raise UserError(f"{where}: no case of it runs on {setup.backend} ({why}); search it where it runs.")
+
     def cases_per_trial(self) -> int:
         """The cases one configuration runs: the entry's grid points x dtypes x impls."""
         points = math.prod(len(v) if isinstance(v, list) else 1 for v in (self.entry.get("grid") or {}).values())
@@ -201,6 +211,8 @@ class Search:
     def run_rounds(self, say=print, measure=None, screen=None) -> pd.DataFrame:
         """Propose, measure and record until the budget is spent; returns the trials table. `measure`
         and `screen`: (trials, round) -> results, replaced in tests."""
+        if measure is None:  # the real workflow: its mistakes first, in one sentence, before any round
+            self.preflight()
         measure = measure or self.measure
         self.folder.mkdir(parents=True, exist_ok=True)
         with _only_driver(self.folder / "driver.lock"):
