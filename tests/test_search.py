@@ -257,3 +257,53 @@ def test_a_search_that_cannot_run_is_one_sentence_before_any_round(tmp_path, mon
     with pytest.raises(UserError, match=said) as refused:
         search.load("config.yaml", None).run_rounds(say=lambda _: None)
     assert "\n" not in str(refused.value) and not (tmp_path / "results").exists()
+
+
+COND = {"order": ["ij", "ji"], "unroll": {"values": [1, 2, 4], "when": {"order": "ij"}}}
+
+
+def test_a_conditional_param_is_searched_only_where_it_applies_and_resumes_the_same(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir(), (tmp_path / "g").mkdir()
+    grid = make(tmp_path / "g", monkeypatch, space=COND, strategy="grid", budget={})
+    table = grid.run_rounds(
+        say=lambda _: None, measure=lambda trials, _: [{"status": "ok", "objective_s": 1e-3}] * len(trials)
+    )
+    points = sorted(str(grid.params_of(r)) for _, r in table.iterrows())
+    assert points == sorted(str(p) for p in [{"order": "ij", "unroll": u} for u in (1, 2, 4)] + [{"order": "ji"}])
+
+    def measure(trials, _):
+        return [{"status": "ok", "objective_s": 1e-3 * (1 + t.get("unroll", 8))} for t in trials]
+
+    whole = make(tmp_path / "a", monkeypatch, space=COND, budget={"trials": 4}).run_rounds(
+        say=lambda _: None, measure=measure
+    )
+
+    def killed(trials, n_round):
+        if n_round == 1:
+            raise KeyboardInterrupt
+        return measure(trials, n_round)
+
+    with pytest.raises(KeyboardInterrupt):
+        make(tmp_path / "b", monkeypatch, space=COND, budget={"trials": 4}).run_rounds(
+            say=lambda _: None, measure=killed
+        )
+    resumed = make(tmp_path / "b", monkeypatch, space=COND, budget={"trials": 4}).run_rounds(
+        say=lambda _: None, measure=measure
+    )
+    key = ["param.order", "param.unroll"]
+    assert resumed[key].astype(str).values.tolist() == whole[key].astype(str).values.tolist()
+
+
+@pytest.mark.parametrize(
+    "space, said",
+    [
+        (
+            {"unroll": {"values": [1, 2], "when": {"order": "ij"}}, "order": ["ij", "ji"]},
+            r"not a param listed before it",
+        ),
+        ({"order": ["ij", "ji"], "unroll": {"values": [1, 2], "when": {"order": "ik"}}}, r"asks order = 'ik'"),
+    ],
+)
+def test_a_bad_condition_is_one_sentence(tmp_path, monkeypatch, space, said):
+    with pytest.raises(UserError, match=said):
+        make(tmp_path, monkeypatch, space=space)

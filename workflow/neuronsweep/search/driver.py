@@ -97,10 +97,14 @@ class Search:
         return pd.read_csv(self.trials_csv, keep_default_na=False, na_values=[""])
 
     def params_of(self, row) -> dict:
+        """A recorded trial's params as the space has them (a conditional param that did not apply is absent)."""
         out = {}
-        for name, values in self.space.params.items():
-            value = row[f"param.{name}"]
-            out[name] = int(value) if isinstance(values, dict) else _as_listed(value, values)
+        for name, spec in self.space.params.items():
+            value = row.get(f"param.{name}") if hasattr(row, "get") else row[f"param.{name}"]
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            values = search_space.values_of(spec)
+            out[name] = int(value) if values is None else _as_listed(value, values)
         return out
 
     def spent(self, table: pd.DataFrame) -> tuple[int, float]:
@@ -524,6 +528,9 @@ def _as_listed(value, values: list):
     """A value read back from CSV as the space lists it (1.0 and "1.0", True and "True")."""
     for v in values:
         if str(v) == str(value):
+            return v
+        numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (v, value))
+        if numbers and float(v) == float(value):  # 1 read back as 1.0 from a column with gaps
             return v
     return value
 

@@ -11,9 +11,9 @@ done by Snakemake.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
+import warnings
 from dataclasses import dataclass, field
 
 from neuronsweep.errors import UserError
@@ -21,9 +21,27 @@ from neuronsweep.errors import UserError
 STRATEGIES = ("grid", "random", "tpe", "halving")
 
 
+def values_of(spec) -> list | None:
+    """A param's values (a list, or {values, when}); None for an integer range {low, high, log, when}."""
+    if isinstance(spec, list):
+        return spec
+    return list(spec["values"]) if "values" in spec else None
+
+
+def applies(spec, point: dict) -> bool:
+    """A conditional param ({..., when: {other: value or [values]}}) applies only where the params it
+    names, chosen before it, have one of those values."""
+    when = spec.get("when", {}) if isinstance(spec, dict) else {}
+    return all(point.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
+
+
+def _conditional(space: dict) -> bool:
+    return any(isinstance(v, dict) and v.get("when") for v in space.values())
+
+
 @dataclass
 class Space:
-    """param -> its values (a list), or an integer range {low, high, log}."""
+    """param -> its values (a list), an integer range {low, high, log}, either with `when` (conditional)."""
 
     params: dict[str, list | dict]
     strategy: str = "tpe"
@@ -35,20 +53,43 @@ class Space:
         import optuna
 
         out = {}
-        for name, values in self.params.items():
-            if isinstance(values, dict):
+        for name, spec in self.params.items():
+            values = values_of(spec)
+            if values is None:
                 out[name] = optuna.distributions.IntDistribution(
-                    int(values["low"]), int(values["high"]), log=bool(values.get("log", False))
+                    int(spec["low"]), int(spec["high"]), log=bool(spec.get("log", False))
                 )
             else:
-                out[name] = optuna.distributions.CategoricalDistribution(list(values))
+                out[name] = optuna.distributions.CategoricalDistribution(values)
+        return out
+
+    def listed(self) -> bool:
+        return all(values_of(spec) is not None for spec in self.params.values())
+
+    def grid(self) -> list[dict]:
+        """Every point of a space of lists, a conditional param only where it applies."""
+        out: list[dict] = [{}]
+        for name, spec in self.params.items():
+            out = [q for p in out for q in ([{**p, name: v} for v in values_of(spec)] if applies(spec, p) else [p])]
+        return out
+
+    def point(self, choose) -> dict:
+        """A point chosen param by param in the space's order (`choose(name, spec)`), a conditional param
+        only where the params chosen before it say it applies."""
+        out: dict = {}
+        for name, spec in self.params.items():
+            if applies(spec, out):
+                out[name] = choose(name, spec)
         return out
 
     def size(self) -> int | None:
         """How many points the space has (None: too many to list, a range counted as its integers)."""
+        if self.listed():
+            return len(self.grid())
         total = 1
-        for values in self.params.values():
-            total *= int(values["high"]) - int(values["low"]) + 1 if isinstance(values, dict) else len(values)
+        for spec in self.params.values():
+            values = values_of(spec)
+            total *= int(spec["high"]) - int(spec["low"]) + 1 if values is None else len(values)
         return total if total < 10**9 else None
 
 
@@ -63,7 +104,7 @@ def parse(block: dict, params: dict, where: str) -> Space:
             "search.space only."
         )
     for name, values in space.items():
-        if isinstance(values, dict):
+        if values_of(values) is None:
             if int(values["low"]) > int(values["high"]) or (values.get("log") and int(values["low"]) < 1):
                 raise UserError(
                     f"{where}: search.space.{name} is the range {values['low']}..{values['high']}"
@@ -74,10 +115,34 @@ def parse(block: dict, params: dict, where: str) -> Space:
                     f"{where}: strategy grid needs every search.space param as a list of values, and {name} is "
                     "a range; list its values, or use random or tpe."
                 )
-    default = {name: _first(values) for name, values in space.items()} | dict(block.get("default") or {})
-    for name, value in default.items():
+    for i, (name, spec) in enumerate(space.items()):
+        for other, wanted in (spec.get("when", {}) if isinstance(spec, dict) else {}).items():
+            earlier = dict(list(space.items())[:i])
+            if other not in earlier:
+                raise UserError(
+                    f"{where}: search.space.{name}.when names {other}, which is not a param listed before it "
+                    "in search.space; list the params a condition names first."
+                )
+            listed = values_of(earlier[other])
+            for value in wanted if isinstance(wanted, list) else [wanted]:
+                if listed is not None and value not in listed:
+                    raise UserError(
+                        f"{where}: search.space.{name}.when asks {other} = {value!r}, which is not one of its "
+                        "values; fix the condition."
+                    )
+    given = dict(block.get("default") or {})
+    default: dict = {}
+    for name, spec in space.items():
+        if applies(spec, default):
+            default[name] = given.get(name, _first(spec))
+    for name, value in given.items():
         if name not in space:
             raise UserError(f"{where}: search.default.{name} is not a param of search.space; remove it.")
+        if name not in default:
+            raise UserError(
+                f"{where}: search.default.{name} is given, but its condition does not hold in the default "
+                "configuration; remove it or change the default of the param it depends on."
+            )
         if not _holds(space[name], value):
             raise UserError(
                 f"{where}: search.default.{name} = {value!r} is outside search.space.{name}; the default "
@@ -86,13 +151,15 @@ def parse(block: dict, params: dict, where: str) -> Space:
     return Space(space, block.get("strategy", "tpe"), int(block.get("seed", 0)), default, int(block.get("eta", 3)))
 
 
-def _first(values):
-    return int(values["low"]) if isinstance(values, dict) else values[0]
+def _first(spec):
+    values = values_of(spec)
+    return int(spec["low"]) if values is None else values[0]
 
 
-def _holds(values, value) -> bool:
-    if isinstance(values, dict):
-        return isinstance(value, int) and int(values["low"]) <= value <= int(values["high"])
+def _holds(spec, value) -> bool:
+    values = values_of(spec)
+    if values is None:
+        return isinstance(value, int) and int(spec["low"]) <= value <= int(spec["high"])
     return value in values
 
 
@@ -100,31 +167,39 @@ def points(space: Space, n: int) -> list[dict]:
     """halving's configurations: the default first, then n - 1 distinct points drawn with the seed (every
     point of a space of lists in a seeded order; a range drawn uniformly, on a log scale where it says)."""
     rng, out = random.Random(space.seed), [dict(space.default)]
-    if all(isinstance(v, list) for v in space.params.values()):
-        grid = [dict(zip(space.params, values)) for values in itertools.product(*space.params.values())]
+    if space.listed():
+        grid = space.grid()
         rng.shuffle(grid)
         return (out + [p for p in grid if p != space.default])[:n]
     seen, tries = {_frozen(out[0])}, 0
     while len(out) < n and tries < 100 * n:
         tries += 1
-        point = {name: _draw(rng, values) for name, values in space.params.items()}
+        point = space.point(lambda _, spec: _draw(rng, spec))
         if _frozen(point) not in seen:
             seen.add(_frozen(point))
             out.append(point)
     return out
 
 
-def _draw(rng: random.Random, values):
-    if isinstance(values, list):
+def _draw(rng: random.Random, spec):
+    values = values_of(spec)
+    if values is not None:
         return rng.choice(values)
-    low, high = int(values["low"]), int(values["high"])
-    if values.get("log"):
+    low, high = int(spec["low"]), int(spec["high"])
+    if spec.get("log"):
         return min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high))))))
     return rng.randint(low, high)
 
 
 def _frozen(point: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in point.items()))
+
+
+def _suggest(trial, name: str, spec):
+    values = values_of(spec)
+    if values is None:
+        return trial.suggest_int(name, int(spec["low"]), int(spec["high"]), log=bool(spec.get("log", False)))
+    return trial.suggest_categorical(name, values)
 
 
 def sampler(space: Space):
@@ -148,14 +223,18 @@ class Study:
         self.dists = space.distributions()
         self.grid: list[dict] = []
         if space.strategy == "grid":  # Optuna's GridSampler stops the study itself, which ask-and-tell cannot
-            points = [dict(zip(space.params, values)) for values in itertools.product(*space.params.values())]
+            points = space.grid()
             random.Random(space.seed).shuffle(points)
             self.grid = [p for p in points if p != space.default]
 
     def ask(self):
         if self.grid and self.study.trials:  # trial 0 is the enqueued default
             self.study.enqueue_trial(self.grid.pop(0))
-        return self.study.ask(self.dists)
+        if not _conditional(self.space.params):
+            return self.study.ask(self.dists)
+        trial = self.study.ask()  # define-by-run: a conditional param is suggested only where it applies
+        self.space.point(lambda name, spec: _suggest(trial, name, spec))
+        return trial
 
     def tell(self, trial, objective: float | None) -> None:
         import optuna
@@ -192,6 +271,9 @@ class Study:
         if len(done) < 3 or len(self.space.params) < 2:
             return None
         try:
-            return {k: round(float(v), 4) for k, v in optuna.importance.get_param_importances(self.study).items()}
+            with warnings.catch_warnings():  # its notes on few trials per value: the page says how many there were
+                warnings.simplefilter("ignore")
+                found = optuna.importance.get_param_importances(self.study)
+            return {k: round(float(v), 4) for k, v in found.items()}
         except (RuntimeError, ValueError):
             return None
