@@ -2,7 +2,7 @@
 
     python bench/search_trial_cost.py [--configs 9] [--full 3]
 
-A blocked matmul (256 x 1024 x 256) at CONFIGS block sizes, in a temporary directory:
+config/examples/kernels/gelu_mm.py's blocked matmul (256 x 1024 x 256) at CONFIGS block sizes, in a temporary directory:
 - anchor: kernel_tuner's way, one in-process loop timing each configuration (2 warm-up calls and 5
   timed ones, as the screen takes), its wall time and the time spent in the timed calls;
 - screen: halving's cheap rung (search/driver.py Search.screen): every configuration in one fresh
@@ -24,23 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-KERNEL = """import torch
-
-
-def blocked(a, b, block=64):
-    out = torch.zeros(a.shape[0], b.shape[1])
-    for k in range(0, a.shape[1], block):
-        out = out + a[:, k : k + block] @ b[k : k + block, :]
-    return out
-"""
+KERNELS = Path(__file__).resolve().parents[1] / "config" / "examples" / "kernels"  # gelu_mm.py: blocked_mm
 BLOCKS = [8, 16, 32, 64, 128, 256, 512, 1024, 4, 2, 1]
 
 
 def anchor(blocks: list[int]) -> dict:
     import torch
 
-    sys.path.insert(0, os.getcwd())
-    from kernel import blocked
+    sys.path.insert(0, str(KERNELS))
+    from gelu_mm import blocked_mm as blocked
 
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 1024, generator=gen), torch.randn(1024, 256, generator=gen)
@@ -67,10 +59,9 @@ def main() -> int:
     blocks = BLOCKS[: args.configs]
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
-        Path("kernel.py").write_text(KERNEL)
         entry = {
             "name": "blocked",
-            "function": "kernel.py:blocked",
+            "function": f"{KERNELS / 'gelu_mm.py'}:blocked_mm",
             "inputs": {"a": [256, 1024], "b": [1024, 256]},
             "search": {"space": {"block": blocks}, "strategy": "halving", "budget": {"trials": len(blocks)}},
         }

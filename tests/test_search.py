@@ -106,30 +106,21 @@ def test_a_bad_search_block_is_one_sentence(tmp_path, monkeypatch, block, said):
     assert "\n" not in str(refused.value)
 
 
-BLOCKED = """import torch
-
-
-def blocked(a, b, block=4):
-    out = torch.zeros(a.shape[0], b.shape[1])
-    for k in range(0, a.shape[1], block):
-        out = out + a[:, k : k + block] @ b[k : k + block, :]
-    return out
-"""
-
-
 @pytest.mark.torch
 def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_again(tmp_path):
     """A kernel file outside the repository, two block sizes of which one issues 64 tiny matmuls: the
     search measures both as cases of the workflow, and the winner's speed-up over the default is judged on
     fresh processes, with its interval."""
+    from conftest import REPO
+
     folder = tmp_path / "elsewhere"
     folder.mkdir()
-    (folder / "blocked.py").write_text(BLOCKED)
+    (folder / "blocked.py").write_text((REPO / "config/examples/kernels/gelu_mm.py").read_text())
     entry = {
         "name": "blocked",
-        "function": f"{folder}/blocked.py:blocked",
+        "function": f"{folder}/blocked.py:blocked_mm",
         "inputs": {"a": [64, 256], "b": [256, 64]},
-        "search": {"space": {"block": [4, 256]}, "strategy": "grid", "per_round": 2},
+        "search": {"space": {"block": [4, 256]}, "strategy": "grid", "per_round": 2, "default": {"block": 4}},
     }
     cfg = tiny_config(tmp_path, suites={"custom": [entry]})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -307,3 +298,17 @@ def test_a_conditional_param_is_searched_only_where_it_applies_and_resumes_the_s
 def test_a_bad_condition_is_one_sentence(tmp_path, monkeypatch, space, said):
     with pytest.raises(UserError, match=said):
         make(tmp_path, monkeypatch, space=space)
+
+
+def test_no_round_starts_that_would_pass_the_device_seconds_budget(tmp_path, monkeypatch):
+    s = make(tmp_path, monkeypatch, budget={"trials": 7, "device_seconds": 3.5})
+    said: list = []
+
+    def measure(trials, n_round):
+        return [r | {"device_s": 1.0} for r in fake_measure([])(trials, n_round)]
+
+    table = s.run_rounds(say=said.append, measure=measure)
+    assert table["measured"].sum() == 2 and "2.0 device seconds spent, a round takes about 2.0" in said[-1]
+    assert "2.0 device seconds of 3.5" in "\n".join(search.status_lines(s))
+    page = search.search_page.render("k", s.conclude(table, rounds=0), table)
+    assert "Best so far against the device seconds spent" in page

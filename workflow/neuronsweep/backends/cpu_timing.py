@@ -69,40 +69,34 @@ def screen(jobs: list[dict]) -> list[dict]:
     return out
 
 
-def screen_in_process(jobs: list[dict], timeout_s: float) -> list[dict]:
-    """screen() in one fresh interpreter (cpu_round.py --screen): one torch import for every job."""
-    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", "--screen", json.dumps(jobs)]
-    what = f"screened {len(jobs)} configuration case(s) in one process"
-    proc = run_tool(argv, timeout_s, what)
+def _cpu_round(args: list[str], timeout_s: float, what: str) -> dict:
+    """cpu_round.py in a fresh interpreter: its last line of JSON, or one sentence of what failed."""
+    proc = run_tool([sys.executable, "-m", "neuronsweep.backends.cpu_round", *args], timeout_s, what)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         raise UserError(f"{what} failed: {why}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def screen_in_process(jobs: list[dict], timeout_s: float) -> list[dict]:
+    """screen() in one fresh interpreter (cpu_round.py --screen): one torch import for every job."""
+    what = f"screened {len(jobs)} configuration case(s) in one process"
+    return _cpu_round(["--screen", json.dumps(jobs)], timeout_s, what)["results"]
 
 
 def rounds_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
     """Round r of several programs in one fresh interpreter (cpu_round.py --many): {"samples": one list
     per job, "pid"}. Importing torch once for all of them is what makes re-timing a whole run
     affordable (about 1.5 s a process, where a program's round is a fraction of a second)."""
-    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", "--many", json.dumps(jobs)]
     what = f"timed round {r} of {len(jobs)} program(s) in one process"
-    proc = run_tool(argv, timeout_s, what)
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise UserError(f"{what} failed: {why}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _cpu_round(["--many", json.dumps(jobs)], timeout_s, what)
 
 
 def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int) -> dict:
     """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
     two at once (they would share the cores they measure); the caller waits idle meanwhile."""
-    argv = [sys.executable, "-m", "neuronsweep.backends.cpu_round", str(build_dir), str(threads), str(warmup)]
-    what = f"timed round {r} of {build_dir} in its own process"
-    proc = run_tool([*argv, str(iterations)], timeout_s, what)
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise UserError(f"{what} failed: {why}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    args = [str(build_dir), str(threads), str(warmup), str(iterations)]
+    return _cpu_round(args, timeout_s, f"timed round {r} of {build_dir} in its own process")
 
 
 def inputs(torch, spec: dict) -> list:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import math
 import statistics
 import subprocess
@@ -85,6 +86,7 @@ class Search:
             raise UserError(f"{where}: search.budget.trials is needed for a space this large; set it.")
         self.wall_s = budget.get("wall_seconds")
         self.max_builds = budget.get("builds")  # cases built and measured in full (cached or not)
+        self.device_s = budget.get("device_seconds")  # seconds the trials held the device (lock spans)
         self.per_round = int(entry["search"].get("per_round", 2))
         self.run = f"{cfg['run']}-search-{entry['name']}"
         self.folder = Path("results") / cfg["run"] / "search" / entry["name"]
@@ -176,6 +178,20 @@ class Search:
             raise UserError(f"round {n_round} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
         return [self._result(pd.read_csv(summary), t, log) for t in trials]
 
+    def _device_seconds(self, wids: list[str]) -> float | None:
+        """Seconds the trial's cases held the device: each capture's lock span, and a neuron build's
+        (it runs on the cores); None when no record says."""
+        workloads, total, found = _workloads_dir(self.run), 0.0, False
+        for wid in wids if workloads is not None else []:
+            for record in ("capture/capture.json", "build/build.json"):
+                try:
+                    span = json.loads((workloads / wid / record).read_text()).get("device_span") or {}
+                    total += float(span["released_unix"]) - float(span["acquired_unix"])
+                    found = True
+                except (OSError, TypeError, ValueError, KeyError, AttributeError):
+                    continue
+        return total if found else None
+
     def _result(self, summary: pd.DataFrame, params: dict, log: Path) -> dict:
         rows = summary
         for name, value in params.items():
@@ -191,6 +207,7 @@ class Search:
         ok = rows["status"] == "ok"
         facts = {
             "cases": len(rows),
+            "device_s": self._device_seconds(list(rows["workload_id"])),
             "workload_ids": ";".join(rows["workload_id"]),
             "build_s": float(rows["compile_s"].fillna(0).sum()) if "compile_s" in rows else None,
             "cache_hits": int(rows["cache_hit"].map(verdict.flag).sum()) if "cache_hit" in rows else None,
@@ -241,6 +258,10 @@ class Search:
         while measured < self.max_trials:
             last = table[table["round"] == n_round - 1]["round_s"] if not table.empty else pd.Series(dtype=float)
             estimate = float(last.iloc[0]) if len(last) else 0.0
+            over = self._device_over(table, n_round)
+            if over:
+                say(over)
+                break
             if self.wall_s is not None and spent + estimate > float(self.wall_s):
                 say(
                     f"search: stopped before round {n_round}: {spent:.0f} s spent, a round takes about "
@@ -319,6 +340,10 @@ class Search:
         rungs = [configs]
         for rung in (0, 1):
             todo = self._pending(table, rungs[rung], rung)
+            over = self._device_over(table, rung) if todo else None
+            if over:
+                say(over)
+                break
             if todo:
                 t0 = time.monotonic()
                 results = (screen if rung == 0 else measure)(todo, rung)
@@ -343,6 +368,20 @@ class Search:
                 rungs.append(survivors)
         self._importance = None
         return table
+
+    def _device_over(self, table: pd.DataFrame, n_round: int) -> str | None:
+        """Why no round may start: the device seconds spent, plus what the last round took, would pass
+        budget.device_seconds (None: it may)."""
+        if self.device_s is None or table.empty or "device_s" not in table:
+            return None
+        spent = float(table["device_s"].fillna(0).sum())
+        last = float(table[table["round"] == table["round"].max()]["device_s"].fillna(0).sum())
+        if spent + last <= float(self.device_s):
+            return None
+        return (
+            f"search: stopped before round {n_round}: {spent:.1f} device seconds spent, a round takes about "
+            f"{last:.1f}, budget {self.device_s}"
+        )
 
     def _pending(self, table: pd.DataFrame, configs: list[dict], rung: int) -> list[dict]:
         done = set()
@@ -373,8 +412,9 @@ class Search:
             for w in wids
         ]
         lock = capture.get("device_lock") or schema.schema_default("capture.device_lock")
-        with devicelock.held(lock, f"neuronsweep search {self.entry['name']}: screening"):
+        with devicelock.held(lock, f"neuronsweep search {self.entry['name']}: screening") as span:
             got = iter(cpu_timing.screen_in_process(jobs, timeout_s=600 + 10 * len(jobs)))
+            held_s = time.time() - span["acquired_unix"]
         out = []
         for wids in cases:
             taken = [next(got) for _ in wids]
@@ -391,6 +431,7 @@ class Search:
                     "reason": "",
                     "cases": len(wids),
                     "workload_ids": ";".join(wids),
+                    "device_s": held_s / len(trials),  # the screen's lock span, shared alike
                 }
             )
         return out
@@ -552,6 +593,10 @@ def status_lines(search: Search) -> list[str]:
     budget = f"{measured} of {search.max_trials} trials"
     if search.wall_s is not None:
         budget += f", {spent:.0f} of {search.wall_s} s"
+    if "device_s" in table:
+        budget += f", {table['device_s'].fillna(0).sum():.1f} device seconds" + (
+            f" of {search.device_s}" if search.device_s is not None else ""
+        )
     lines.append(f"rounds done: {int(table['round'].max()) + 1}; budget spent: {budget}")
     best = _best(table)
     lines.append(

@@ -1,5 +1,6 @@
 """search.html: how a search got to its winner. The verdict first (the winner against the default, with
-its interval where the finalists were timed again), then the best so far against the trials measured,
+its interval where the finalists were timed again), then the best so far against the trials measured
+and against the device seconds they held,
 the space (each param against the objective; parallel coordinates with two or more params), the
 params' importance, the failed and wrong trials with their reasons, and every trial."""
 
@@ -87,6 +88,23 @@ def progress(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def by_device_seconds(table: pd.DataFrame) -> go.Figure | None:
+    """The best so far against the device seconds the trials held, in the order measured."""
+    if "device_s" not in table or table["device_s"].isna().all():
+        return None
+    measured = table[table["measured"].astype(str).str.lower() == "true"]
+    spent = measured["device_s"].fillna(0).astype(float).cumsum()
+    counted = measured["status"] == "ok"
+    if "effort" in measured:
+        counted &= measured["effort"] != "screen"
+    best = measured["objective_s"].where(counted).astype(float).cummin() * 1e6
+    fig = go.Figure(go.Scatter(x=spent, y=best, mode="lines+markers", line_shape="hv", name="best so far"))
+    fig.update_layout(title="Best so far against the device seconds spent", template="plotly_white", height=340)
+    fig.update_xaxes(title="device seconds (each capture's lock span, summed)")
+    fig.update_yaxes(title="objective (us)")
+    return fig
+
+
 def space(table: pd.DataFrame) -> go.Figure | None:
     ok = table[(table["status"] == "ok") & (table["measured"].astype(str).str.lower() == "true")]
     names = [c for c in table.columns if c.startswith("param.")]
@@ -122,7 +140,7 @@ def space(table: pd.DataFrame) -> go.Figure | None:
 
 
 def render(name: str, best: dict, table: pd.DataFrame) -> str:
-    figs = [f for f in (progress(table), space(table)) if f is not None]
+    figs = [f for f in (progress(table), by_device_seconds(table), space(table)) if f is not None]
     parts = [
         f"<h1>neuron-sweep search: {html.escape(name)}</h1>",
         f"<p style='font-size:1.15em'><b>{html.escape(verdict_line(best))}</b></p>",
