@@ -316,6 +316,9 @@ class Search:
             table = pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
             self._write(table)
             measured, spent = measured + len(new), spent + round_s
+            if not new:  # 3 x per_round proposals, every one measured already: the sampler has converged
+                say(f"search: stopped after round {n_round}: the strategy proposes only points measured already")
+                break
             best = _best(table)
             say(
                 f"search {self.entry['name']}: round {n_round} done, {measured} of {self.max_trials} trials, "
