@@ -312,3 +312,58 @@ def test_no_round_starts_that_would_pass_the_device_seconds_budget(tmp_path, mon
     assert "2.0 device seconds of 3.5" in "\n".join(search.status_lines(s))
     page = search.search_page.render("k", s.conclude(table, rounds=0), table)
     assert "Best so far against the device seconds spent" in page
+
+
+def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
+    """A top-level search: over dotted config keys (the compiler's flags): each trial the config with its
+    setting and only the searched suites, in a run of its own; the default is the config's own value."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config(tmp_path, backend="neuron")
+    cfg["search"] = [{"name": "flags", "suites": ["matmul"], "space": {"neuron.optlevel": [1, 2, 3]}}]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    s = search.load("config.yaml", "flags")
+    assert s.space.default == {"neuron.optlevel": cfg.get("neuron", {}).get("optlevel", 2)}
+    trial = s.trial_config({"neuron.optlevel": 3})
+    assert trial["neuron"]["optlevel"] == 3 and "search" not in trial and list(trial["suites"]) == ["matmul"]
+    runs = {s.run_of({"neuron.optlevel": v}) for v in (1, 2, 3)}
+    assert len(runs) == 3 and all(r.startswith("t-search-flags-") for r in runs)
+    cfg["search"][0]["space"] = {"neuron.optlevel": [1, 3]}  # the config's own 2 is not listed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with pytest.raises(UserError, match=r"neuron.optlevel is 2 in the config, which search.space.neuron.optlevel"):
+        search.load("config.yaml", "flags")
+    cfg["search"][0]["space"] = {"neuron.nope": [1]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with pytest.raises(UserError, match=r"search.space names neuron.nope, which is no key of the config"):
+        search.load("config.yaml", "flags")
+
+
+def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path):
+    """Every optlevel a run of its own on the stand-in, each build compiled with its own flag; the winner's
+    speed-up rests on stored device times there."""
+    from conftest import neuron_config, standin_env
+
+    cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 128, "k": 128, "n": 128}]}})
+    cfg["search"] = [{"name": "flags", "space": {"neuron.optlevel": [2, 1]}}]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**os.environ, **standin_env(tmp_path)}
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "search", "run", "config.yaml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    trials = pd.read_csv(tmp_path / "results/t/search/flags/trials.csv")
+    assert sorted(trials["param.neuron.optlevel"]) == [1, 2] and set(trials["status"]) == {"ok"}
+    for _, row in trials.iterrows():
+        wid = row["workload_ids"].split(";")[0]
+        build = json.loads(
+            (tmp_path / "results" / row["run"] / "neuron/workloads" / wid / "build/build.json").read_text()
+        )
+        assert (
+            f"--optlevel {row['param.neuron.optlevel']}" in build["cc_flags"]
+            or f"-O{row['param.neuron.optlevel']}" in build["cc_flags"]
+        )
+    best = json.loads((tmp_path / "results/t/search/flags/best.json").read_text())
+    assert "one process a case" in best["evidence"]

@@ -412,7 +412,7 @@ def _add_history(p) -> None:
 def cmd_search(args) -> None:
     from neuronsweep.search import driver as search
 
-    found = search.load(args.config, args.suite, args.cores)
+    found = search.load(args.config, args.name, args.cores)
     if args.action == "status":
         print("\n".join(search.status_lines(found)))
         return
@@ -426,8 +426,8 @@ def _add_search(p) -> None:
     p.add_argument(
         "action", choices=["run", "status"], help="run: search until the budget is spent (resumes); status: where it is"
     )
-    p.add_argument("config", help="a config with a suites.custom entry that has a search: block")
-    p.add_argument("--suite", help="that entry's name, where several have one")
+    p.add_argument("config", help="a config with a search: block (a suites.custom entry's, or a top-level one)")
+    p.add_argument("--name", help="the search's name, where the config has several")
     p.add_argument("--cores", type=int, default=2, help="Snakemake's --cores for each round")
     p.add_argument(
         "--finalist-rounds",

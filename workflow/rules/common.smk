@@ -169,8 +169,10 @@ def spec_json(wildcards):
 
 
 def search_sources(name):
-    """The searched entry's user code (its function and NKI kernel files)."""
-    entry = next(e for e in CONFIG["suites"]["custom"] if e["name"] == name)
+    """The searched entry's user code (its function and NKI kernel files); none for run-level settings."""
+    entry = next((e for e in CONFIG["suites"].get("custom", []) if e["name"] == name and e.get("search")), None)
+    if entry is None:
+        return []
     refs = [entry["function"], *([entry["nki_kernel"]] if entry.get("nki_kernel") else [])]
     return [str(user_code.source_file(ref)) for ref in refs]
 

@@ -1,8 +1,10 @@
-SEARCHES = [e["name"] for e in CONFIG["suites"].get("custom", []) if e.get("search")]
+SEARCHES = [e["name"] for e in CONFIG["suites"].get("custom", []) if e.get("search")] + [
+    b["name"] for b in CONFIG.get("search", [])
+]
 
 
 rule search:
-    """Autotune a suites.custom entry that has a search: block (docs/autotune.md): the driver runs its
+    """Autotune a suites.custom entry's params or a top-level search:'s settings (docs/autotune.md): the driver runs its
     rounds as Snakemake calls of their own (run <run>-search-<name>, outputs apart from this run's), and
     resumes where a killed search stopped. Reruns when the config or the user's code changes."""
     input:
@@ -18,4 +20,4 @@ rule search:
     params:
         config=lambda wc: search_config(wc.name),
     shell:
-        "neuronsweep search run {params.config:q} --suite {wildcards.name} --cores {threads} > {log:q} 2>&1"
+        "neuronsweep search run {params.config:q} --name {wildcards.name} --cores {threads} > {log:q} 2>&1"

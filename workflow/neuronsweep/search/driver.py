@@ -21,7 +21,9 @@ same proposals (replay, search_space.py) and never spends past its budget.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
+import hashlib
 import json
 import math
 import statistics
@@ -51,34 +53,40 @@ SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap 
 SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
 
 
-def pick(cfg: dict, name: str | None, source: str) -> dict:
-    searched = [e for e in cfg["suites"].get("custom", []) if e.get("search")]
-    if name:
-        searched = [e for e in searched if e["name"] == name]
-    if len(searched) != 1:
-        names = [e["name"] for e in cfg["suites"].get("custom", []) if e.get("search")]
-        wanted = (
-            f"no suites.custom entry named {name} has a search: block"
-            if name
-            else (
-                "no suites.custom entry has a search: block"
-                if not names
-                else f"several entries search ({', '.join(names)})"
-            )
-        )
-        raise UserError(
-            f"{source}: {wanted}; {'pass --suite NAME' if names else 'add search: to one (docs/autotune.md)'}."
-        )
-    return searched[0]
+def searches(cfg: dict) -> dict[str, tuple[str, dict]]:
+    """Every search of a config by name: (kind, entry). "custom": a suites.custom entry with a search:
+    block (its params); "config": a top-level search: entry (dotted config keys, a run per trial)."""
+    found: dict[str, tuple[str, dict]] = {}
+    for kind, entries in (
+        ("custom", [e for e in cfg["suites"].get("custom", []) if e.get("search")]),
+        ("config", [{"name": b["name"], "search": b} for b in cfg.get("search", [])]),
+    ):
+        for entry in entries:
+            if entry["name"] in found:
+                raise UserError(f"two searches are named {entry['name']}; rename one.")
+            found[entry["name"]] = (kind, entry)
+    return found
+
+
+def pick(cfg: dict, name: str | None, source: str) -> tuple[str, dict]:
+    found = searches(cfg)
+    if name and name not in found:
+        raise UserError(f"{source}: no search is named {name} (it has: {', '.join(found) or 'none'}); check --name.")
+    if not name and len(found) != 1:
+        if not found:
+            raise UserError(f"{source}: no search: block (docs/autotune.md); add one to a suites.custom entry.")
+        raise UserError(f"{source}: several searches ({', '.join(found)}); pass --name NAME.")
+    return found[name] if name else next(iter(found.values()))
 
 
 class Search:
     """One search: its folder (results/<run>/search/<name>/), its trials so far, its budget."""
 
-    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2):
-        self.cfg, self.entry, self.cores = cfg, entry, cores
-        where = f"{source}: suites.custom ({entry['name']})"
-        self.space = search_space.parse(entry["search"], entry.get("params") or {}, where)
+    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, kind: str = "custom"):
+        self.cfg, self.entry, self.cores, self.kind = cfg, entry, cores, kind
+        where = f"{source}: " + (f"suites.custom ({entry['name']})" if kind == "custom" else f"search {entry['name']}")
+        block = entry["search"] if kind == "custom" else self._with_config_default(entry["search"], where)
+        self.space = search_space.parse(block, entry.get("params") or {}, where)
         budget = entry["search"].get("budget") or {}
         size = self.space.size()
         self.max_trials = int(budget.get("trials") or size or 0)
@@ -91,6 +99,45 @@ class Search:
         self.run = f"{cfg['run']}-search-{entry['name']}"
         self.folder = Path("results") / cfg["run"] / "search" / entry["name"]
         self.trials_csv = self.folder / "trials.csv"
+
+    def _with_config_default(self, block: dict, where: str) -> dict:
+        """A run-level search's default: each key's value in the config unless search.default gives one."""
+        default = dict(block.get("default") or {})
+        for key, values in block["space"].items():
+            try:
+                here = _get(self.cfg, key)
+            except KeyError:
+                raise UserError(f"{where}: search.space names {key}, which is no key of the config; fix it.") from None
+            if key not in default:
+                if here not in values:
+                    raise UserError(
+                        f"{where}: {key} is {here!r} in the config, which search.space.{key} does not list; "
+                        "add it, or give search.default."
+                    )
+                default[key] = here
+        return {**block, "default": default}
+
+    def run_of(self, params: dict) -> str:
+        """The run a trial's cases are in: one for every trial of a suite's params, one a trial for
+        run-level settings (named by a hash of them: a setting may be any text)."""
+        if self.kind == "custom":
+            return self.run
+        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{self.run}-{digest}"
+
+    def trial_config(self, params: dict) -> dict:
+        """A run-level trial's config: the user's with the trial's settings, only the searched suites."""
+        cfg = copy.deepcopy(self.cfg)
+        cfg.pop("search", None)
+        for key, value in params.items():
+            _set(cfg, key, value)
+        wanted = self.entry["search"].get("suites")
+        if wanted:
+            cfg["suites"] = {k: v for k, v in cfg["suites"].items() if k in wanted}
+        cfg["suites"].get("custom", [])[:] = [
+            {k: v for k, v in e.items() if k != "search"} for e in cfg["suites"].get("custom", [])
+        ]
+        return {**cfg, "run": self.run_of(params)}
 
     # ------------------------------------------------------------------ the record
     def recorded(self) -> pd.DataFrame:
@@ -121,8 +168,17 @@ class Search:
         """Plan the default configuration as a round would (the function loads, every param of the space
         is a keyword of it, a case runs on this backend): a bad search is one sentence here, not a
         failed round."""
-        where = f"suites.custom ({self.entry['name']}) search"
-        setup = settle_run(schema.validate(self.round_config([self.space.default]), source=where))
+        where = (
+            f"suites.custom ({self.entry['name']}) search" if self.kind == "custom" else f"search {self.entry['name']}"
+        )
+        cfg = (
+            self.round_config([self.space.default]) if self.kind == "custom" else self.trial_config(self.space.default)
+        )
+        setup = settle_run(schema.validate(cfg, source=where))
+        if self.kind == "config":  # every listed value a valid setting, before any trial runs
+            for key, values in self.space.params.items():
+                for value in search_space.values_of(values) or []:
+                    schema.validate(self.trial_config({**self.space.default, key: value}), source=f"{where}: {key}")
         if not setup.plan.workloads:
             why = next(iter(setup.plan.unsupported.values()), "no case is planned")
             raise UserError(f"{where}: no case of it runs on {setup.backend} ({why}); search it where it runs.")
@@ -149,11 +205,25 @@ class Search:
         return cfg
 
     def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[dict]:
-        """Run the trials as one Snakemake call; per trial: status, objective, reason, its cases."""
+        """Run the trials (one Snakemake call for a suite's params, one a trial for run-level settings);
+        per trial: status, objective, reason, its cases."""
+        if self.kind == "config":
+            out = []
+            for i, t in enumerate(trials):
+                summary, log = self._snakemake(self.trial_config(t), f"round-{n_round}-{i}")
+                out.append(self._result(summary, {}, log, self.run_of(t)))
+            return out
+        summary, log = self._snakemake(
+            self.round_config(trials, capture), f"round-{n_round}{'-screen' if capture else ''}"
+        )
+        return [self._result(summary, t, log, self.run) for t in trials]
+
+    def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
+        """One Snakemake call on `cfg` (rounds/<name>.yaml and .log): its run's summary.csv."""
         rounds = self.folder / "rounds"
         rounds.mkdir(parents=True, exist_ok=True)
-        config_file = rounds / f"round-{n_round}{'-screen' if capture else ''}.yaml"
-        config_file.write_text(yaml.safe_dump(self.round_config(trials, capture), sort_keys=False))
+        config_file = rounds / f"{name}.yaml"
+        config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
         log = config_file.with_suffix(".log")
         argv = [
             _snakemake(),
@@ -172,16 +242,16 @@ class Search:
             subprocess.run([*argv, "--unlock"], capture_output=True)
             with log.open("w") as out:
                 subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
-        summary = Path("results") / self.run / "summary.csv"
+        summary = Path("results") / cfg["run"] / "summary.csv"
         if not summary.is_file():  # up to date is fine: a round killed after its summary is found done
             tail = log.read_text().strip().splitlines()[-3:]
-            raise UserError(f"round {n_round} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
-        return [self._result(pd.read_csv(summary), t, log) for t in trials]
+            raise UserError(f"{name} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
+        return pd.read_csv(summary), log
 
-    def _device_seconds(self, wids: list[str]) -> float | None:
+    def _device_seconds(self, wids: list[str], run: str) -> float | None:
         """Seconds the trial's cases held the device: each capture's lock span, and a neuron build's
         (it runs on the cores); None when no record says."""
-        workloads, total, found = _workloads_dir(self.run), 0.0, False
+        workloads, total, found = _workloads_dir(run), 0.0, False
         for wid in wids if workloads is not None else []:
             for record in ("capture/capture.json", "build/build.json"):
                 try:
@@ -192,7 +262,7 @@ class Search:
                     continue
         return total if found else None
 
-    def _result(self, summary: pd.DataFrame, params: dict, log: Path) -> dict:
+    def _result(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> dict:
         rows = summary
         for name, value in params.items():
             rows = rows[rows[name].astype(str) == str(value)] if name in rows else rows.iloc[0:0]
@@ -206,8 +276,9 @@ class Search:
             rows = rows[rows["status"] != "unsupported"]
         ok = rows["status"] == "ok"
         facts = {
+            "run": run,
             "cases": len(rows),
-            "device_s": self._device_seconds(list(rows["workload_id"])),
+            "device_s": self._device_seconds(list(rows["workload_id"]), run),
             "workload_ids": ";".join(rows["workload_id"]),
             "build_s": float(rows["compile_s"].fillna(0).sum()) if "compile_s" in rows else None,
             "cache_hits": int(rows["cache_hit"].map(verdict.flag).sum()) if "cache_hit" in rows else None,
@@ -479,7 +550,7 @@ class Search:
     def _finalists(self, ok: pd.DataFrame, default_rows: pd.DataFrame, rounds: int, say) -> dict:
         """The winner against the default and the runner-up, timed again together in fresh processes."""
         backend = self.cfg.get("backend", "auto")
-        workloads = _workloads_dir(self.run)
+        workloads = _workloads_dir(self.run_of(self.params_of(ok.iloc[0])))
         if rounds <= 0 or workloads is None or workloads.parent.name != "cpu":
             why = "rounds 0" if rounds <= 0 else f"the {backend} backend's programs run on its device"
             return {"evidence": f"stored timings only ({why}): one process a case, so no interval is claimed"}
@@ -489,7 +560,12 @@ class Search:
         if not default_rows.empty and default_rows.index[0] not in ok.index[:2]:
             picks["default"] = default_rows.iloc[0]
         builds = {
-            f"{role}:{wid}": workloads / wid / "build"
+            f"{role}:{wid}": workloads.parent.parent.parent
+            / self.run_of(self.params_of(row))
+            / "cpu"
+            / "workloads"
+            / wid
+            / "build"
             for role, row in picks.items()
             for wid in row["workload_ids"].split(";")
         }
@@ -615,6 +691,22 @@ def status_lines(search: Search) -> list[str]:
     return lines
 
 
-def load(config_path: str, suite: str | None, cores: int = 2) -> Search:
+def load(config_path: str, name: str | None, cores: int = 2) -> Search:
     cfg = schema.load(config_path)
-    return Search(cfg, pick(cfg, suite, config_path), config_path, cores)
+    kind, entry = pick(cfg, name, config_path)
+    return Search(cfg, entry, config_path, cores, kind)
+
+
+def _get(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
