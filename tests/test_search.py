@@ -106,6 +106,7 @@ def test_a_bad_search_block_is_one_sentence(tmp_path, monkeypatch, block, said):
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 @pytest.mark.torch
 def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_again(tmp_path):
     """A kernel file outside the repository, two block sizes of which one issues 64 tiny matmuls: the
@@ -177,6 +178,7 @@ def test_halving_screens_the_budget_and_measures_the_best_third_and_the_default_
     assert best["winner"] == best3[0] and best["trials"] == 9  # a screened time never wins on its own
 
 
+@pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 def test_an_nki_kernels_tile_size_is_searched_against_the_neuron_standins(tmp_path):
     """The shipped NKI kernel (config/examples/kernels/matmul_t_nki.py) on the trn2 stand-in of SDK 2.33:
     every tile size a trial of the workflow, checked against the PyTorch function; the winner's speed-up
@@ -337,6 +339,7 @@ def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
         search.load("config.yaml", "flags")
 
 
+@pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path):
     """Every optlevel a run of its own on the stand-in, each build compiled with its own flag; the winner's
     speed-up rests on stored device times there."""
