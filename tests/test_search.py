@@ -327,6 +327,14 @@ def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
     assert s.space.default == {"neuron.optlevel": cfg.get("neuron", {}).get("optlevel", 2)}
     trial = s.trial_config({"neuron.optlevel": 3})
     assert trial["neuron"]["optlevel"] == 3 and "search" not in trial and list(trial["suites"]) == ["matmul"]
+    # a suite's search in the same config: its rounds carry no search either (no nested search target)
+    cfg["suites"]["custom"] = [
+        {"name": "k", "function": "k.py:f", "inputs": {"x": [4]}, "search": {"space": {"b": [1]}}}
+    ]
+    (tmp_path / "k.py").write_text("def f(x, b=1):\n    return x\n")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert "search" not in search.load("config.yaml", "k").round_config([{"b": 1}])
+    del cfg["suites"]["custom"]
     runs = {s.run_of({"neuron.optlevel": v}) for v in (1, 2, 3)}
     assert len(runs) == 3 and all(r.startswith("t-search-flags-") for r in runs)
     cfg["search"][0]["space"] = {"neuron.optlevel": [1, 3]}  # the config's own 2 is not listed

@@ -200,6 +200,7 @@ class Search:
         fixed = entry.get("params") or {}
         entries = [{**entry, "params": {**fixed, **{k: [v] for k, v in t.items()}}} for t in trials]
         cfg = {**self.cfg, "run": self.run, "suites": {"custom": entries}}
+        cfg.pop("search", None)  # a round is never a search of its own (no nested search target)
         if capture:
             cfg["capture"] = {**cfg.get("capture", {}), **capture}
         return cfg
