@@ -316,6 +316,7 @@ def test_no_round_starts_that_would_pass_the_device_seconds_budget(tmp_path, mon
     assert "Best so far against the device seconds spent" in page
 
 
+@pytest.mark.torch  # tiny_config probes the host's torch
 def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
     """A top-level search: over dotted config keys (the compiler's flags): each trial the config with its
     setting and only the searched suites, in a run of its own; the default is the config's own value."""
