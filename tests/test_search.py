@@ -379,3 +379,11 @@ def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path
         )
     best = json.loads((tmp_path / "results/t/search/flags/best.json").read_text())
     assert "one process a case" in best["evidence"]
+
+
+def test_without_optuna_the_search_says_how_to_install_it(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # an import of it now fails, as where it is not installed
+    with pytest.raises(UserError, match=r'needs Optuna, which is not installed here: pip install -e "\.\[tune\]"'):
+        make(tmp_path, monkeypatch).run_rounds(say=lambda _: None, measure=fake_measure([]))

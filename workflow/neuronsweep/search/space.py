@@ -21,6 +21,17 @@ from neuronsweep.errors import UserError
 STRATEGIES = ("grid", "random", "tpe", "halving")
 
 
+def _optuna():
+    """Optuna, or one sentence on how to install it (the `tune` extra)."""
+    try:
+        import optuna
+    except ImportError:
+        raise UserError(
+            'neuronsweep search needs Optuna, which is not installed here: pip install -e ".[tune]".'
+        ) from None
+    return optuna
+
+
 def values_of(spec) -> list | None:
     """A param's values (a list, or {values, when}); None for an integer range {low, high, log, when}."""
     if isinstance(spec, list):
@@ -50,7 +61,7 @@ class Space:
     eta: int = 3  # halving: a 1/eta of the screened configurations go on to the full measurement
 
     def distributions(self) -> dict:
-        import optuna
+        optuna = _optuna()
 
         out = {}
         for name, spec in self.params.items():
@@ -203,7 +214,7 @@ def _suggest(trial, name: str, spec):
 
 
 def sampler(space: Space):
-    import optuna
+    optuna = _optuna()
 
     if space.strategy in ("grid", "random", "halving"):  # grid: its points enqueued in a seeded order (ask)
         return optuna.samplers.RandomSampler(seed=space.seed)
@@ -214,7 +225,7 @@ class Study:
     """The sampler's view: the default configuration is trial 0 (enqueued), then the strategy proposes."""
 
     def __init__(self, space: Space):
-        import optuna
+        optuna = _optuna()
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space = space
@@ -237,7 +248,7 @@ class Study:
         return trial
 
     def tell(self, trial, objective: float | None) -> None:
-        import optuna
+        optuna = _optuna()
 
         if objective is None or not math.isfinite(objective):
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -265,7 +276,7 @@ class Study:
 
     def importance(self) -> dict[str, float] | None:
         """Optuna's default importance evaluator over the finished trials (None with too few of them)."""
-        import optuna
+        optuna = _optuna()
 
         done = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         if len(done) < 3 or len(self.space.params) < 2:
