@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from neuronsweep.errors import UserError
 
-STRATEGIES = ("grid", "random", "tpe", "halving")
 
 
 def _optuna():
