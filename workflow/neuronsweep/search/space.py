@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from neuronsweep.errors import UserError
 
 
-
 def _optuna():
     """Optuna, or one sentence on how to install it (the `tune` extra)."""
     try:
