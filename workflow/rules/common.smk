@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from neuronsweep import backends
+from neuronsweep import backends, warmstart
 from neuronsweep.backends import neuron_setup
 from neuronsweep.config import schema as ns_config
 from neuronsweep.host import slots
@@ -48,8 +48,27 @@ def apply_default_profile_rerun_incomplete():
 apply_default_profile_rerun_incomplete()
 
 
+def start_warm_server():
+    """cpu, local execution: the case stages fork from one process that has imported torch
+    (neuronsweep/warmstart.py), when at least two builds or captures will run (the server's own
+    imports cost what one of them saves); elsewhere each job imports what it needs itself."""
+    if BACKEND != "cpu" or not workflow.is_main_process or on_cluster():
+        return
+    try:  # Snakemake's DAG of this run: no public interface lists the jobs it is about to run
+        torch_jobs = sum(job.rule.name in ("build", "capture") for job in workflow.dag.needrun_jobs())
+    except Exception:  # noqa: BLE001 - unknown: start it, as it only saves time
+        torch_jobs = 2
+    if torch_jobs >= 2:
+        os.environ[warmstart.ENV] = warmstart.start(os.getpid()) or ""
+
+
 onstart:
     apply_default_profile_keep_going()
+    start_warm_server()
+
+
+onsuccess:
+    warmstart.stop(os.environ.get(warmstart.ENV))
 
 
 def on_cluster():
@@ -219,4 +238,5 @@ def aggregate_after_failure():
 
 
 onerror:
+    warmstart.stop(os.environ.get(warmstart.ENV))
     aggregate_after_failure()

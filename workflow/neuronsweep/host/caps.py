@@ -186,32 +186,51 @@ def slow_dtypes(probe_record: dict) -> dict[str, str]:
 # ----------------------------------------------------------------------------------- machine load
 
 
-def load_snapshot(sample_s: float = 0.25) -> dict:
-    """Load average, frequency governor and the busiest other processes, sampled over sample_s:
-    recorded at the start and end of every cpu capture, so a number taken under load says so."""
+class LoadWatch:
+    """The host's load over one capture: started before it, read after it. Other processes' CPU use
+    is measured over the whole span (psutil's counters primed at the start), so a process that ran
+    only while the workload was timed is seen, and no capture waits for a sampling window."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        self._own = {me.pid} | {p.pid for p in me.parents()}  # the job, its shell, Snakemake
+        self._procs = []
+        for p in psutil.process_iter(["pid", "name"]):
+            if p.pid in self._own:
+                continue
+            try:
+                p.cpu_percent(None)
+                self._procs.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        self.start = _host_state()
+        self.start["other_processes_cpu_pct"] = None  # measured over the span: see `end`
+
+    def stop(self) -> dict:
+        """The end snapshot: other processes' CPU use since the start, the load average now."""
+        import psutil
+
+        busy = []
+        for p in self._procs:
+            try:
+                pct = p.cpu_percent(None)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if pct >= 5.0:
+                busy.append({"pid": p.pid, "name": p.info["name"], "cpu_pct": round(pct, 1)})
+        busy.sort(key=lambda b: -b["cpu_pct"])
+        return {
+            **_host_state(),
+            "other_processes_cpu_pct": round(sum(b["cpu_pct"] for b in busy), 1),
+            "busiest_others": busy[:5],
+        }
+
+
+def _host_state() -> dict:
     import psutil
 
-    me = psutil.Process()
-    own = {me.pid} | {p.pid for p in me.parents()}  # the job, its shell, Snakemake
-    procs = []
-    for p in psutil.process_iter(["pid", "name"]):
-        try:
-            p.cpu_percent(None)
-            procs.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    time.sleep(sample_s)
-    busy = []
-    for p in procs:
-        if p.pid in own:
-            continue
-        try:
-            pct = p.cpu_percent(None)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if pct >= 5.0:
-            busy.append({"pid": p.pid, "name": p.info["name"], "cpu_pct": round(pct, 1)})
-    busy.sort(key=lambda b: -b["cpu_pct"])
     governors = set()
     for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"):
         try:
@@ -225,8 +244,6 @@ def load_snapshot(sample_s: float = 0.25) -> dict:
         "cores": os.cpu_count(),
         "governor": ", ".join(sorted(governors)) or None,
         "cpu_mhz": round(freq.current) if freq else None,
-        "other_processes_cpu_pct": round(sum(b["cpu_pct"] for b in busy), 1),
-        "busiest_others": busy[:5],
     }
 
 
@@ -235,8 +252,8 @@ LOADED_CPU_PCT = 50.0  # other processes using half a core or more
 
 def under_load(start: dict, end: dict) -> str | None:
     """Why a capture counts as taken under load, or None."""
-    worst = max((start, end), key=lambda s: s["other_processes_cpu_pct"])
-    if worst["other_processes_cpu_pct"] < LOADED_CPU_PCT:
+    worst = max((start, end), key=lambda s: s.get("other_processes_cpu_pct") or 0.0)
+    if (worst.get("other_processes_cpu_pct") or 0.0) < LOADED_CPU_PCT:
         return None
     names = ", ".join(f"{b['name']} ({b['cpu_pct']:.0f}%)" for b in worst["busiest_others"][:3])
     return (

@@ -47,9 +47,9 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         build.details.get("slot_lnc", build.details.get("lnc")),
         cores=build.spec.get("world", 1),
     ) as (settings, span):
-        before = caps.load_snapshot()
+        watch = caps.LoadWatch()
         result = impl.capture(build, build_dir, settings, out_dir)
-        after = caps.load_snapshot()
+        before, after = watch.start, watch.stop()
     profile = out_dir / backends.BACKENDS[build.backend].artifacts["capture"]
     if not profile.is_file() or profile.stat().st_size == 0:
         raise UserError(

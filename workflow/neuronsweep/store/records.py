@@ -176,7 +176,7 @@ class CaptureRecord(StageRecord):
     threads: int | None = None
     single_io: bool | None = None  # neuron: captured with --single-io after a device OOM
     device_span: dict | None = None  # devicelock.held: when the device was held, by whom
-    host_load: dict | None = None  # caps.load_snapshot at start and end, and the verdict
+    host_load: dict | None = None  # caps.LoadWatch: the host at start and end, and the verdict
 
     @classmethod
     def _typed(cls, typed: dict) -> dict:

@@ -1,0 +1,177 @@
+"""Warm start (neuronsweep/warmstart.py): a stage command forked from the run's server has the outcome
+it has on its own (exit status, messages, outputs); the server takes only what a fresh interpreter
+would run alike and the command runs on its own otherwise; a command dies with its job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conftest import BIN, snakemake, tiny_config
+
+from neuronsweep import warmstart
+from neuronsweep.config import schema
+from neuronsweep.config.settings import HOST_ENV
+from neuronsweep.stages.plan import make_plan
+
+pytest.importorskip("torch")
+
+# A user's function that says, when its module is imported, which process imported it and that
+# process's parent; with SPY_SLEEP set it then waits, as a long compile would.
+SPY = """import json, os, time
+import psutil
+import torch
+
+me = psutil.Process()
+if "SPY_FILE" in os.environ and "neuronsweep.workloads.custom_probe" not in me.cmdline():  # not the planner
+    with open(os.environ["SPY_FILE"], "a") as out:
+        out.write(json.dumps({"pid": me.pid, "parent_pid": me.ppid(), "parent": me.parent().cmdline()}) + "\\n")
+    time.sleep(float(os.environ.get("SPY_SLEEP", "0")))
+
+
+def double(x):
+    return x * 2
+"""
+
+
+def spy_entry(folder: Path) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spy.py").write_text(SPY)
+    return {"name": "spy", "function": f"{folder}/spy.py:double", "inputs": {"x": [8, 8]}, "flops": 64}
+
+
+def spied(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A warm server whose parent is this test, as Snakemake is a run's; finished at the end."""
+    value = warmstart.start(os.getpid())
+    path = Path(value.partition(":")[2])
+    for _ in range(100):
+        if path.exists():
+            break
+        time.sleep(0.05)
+    yield value
+    warmstart.stop(value)
+
+
+def build_argv(tmp_path: Path, out: Path) -> list[str]:
+    cfg = schema.validate(tiny_config(tmp_path, suites={"custom": [spy_entry(tmp_path / "k")]}), base=tmp_path)
+    [spec] = make_plan(cfg, "cpu").workloads.values()
+    return [
+        str(BIN / "neuronsweep"),
+        "build",
+        "--backend",
+        "cpu",
+        "--spec",
+        json.dumps(spec),
+        "--options",
+        "{}",
+        "--out",
+        str(out),
+    ]
+
+
+def job_env(tmp_path: Path, server: str | None, cache: str = "cache", **extra: str) -> dict:
+    env = {**os.environ, "SPY_FILE": str(tmp_path / "spy.jsonl"), **extra}
+    env[HOST_ENV] = json.dumps({"cache_dir": str(tmp_path / cache), "device_lock": str(tmp_path / "lock")})
+    env.pop(warmstart.ENV, None)
+    if server:
+        env[warmstart.ENV] = server
+    return env
+
+
+def test_a_stage_runs_in_a_child_of_the_server_with_the_outcome_it_has_alone(tmp_path, server):
+    argv = build_argv(tmp_path, tmp_path / "warm")
+    warm = subprocess.run(argv, env=job_env(tmp_path, server), capture_output=True, text=True, timeout=120)
+    [record] = spied(tmp_path / "spy.jsonl")
+    assert warm.returncode == 0, warm.stderr
+    assert "neuronsweep.warmstart" in " ".join(record["parent"])  # forked by the server, not this job
+    assert "build custom-spy" in warm.stdout  # its progress line reached the job's own stdout
+
+    argv[-1] = str(tmp_path / "alone")
+    alone = subprocess.run(argv, env=job_env(tmp_path, None, "cache2"), capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    builds = [json.loads((tmp_path / d / "build.json").read_text()) for d in ("warm", "alone")]
+    assert not builds[0]["cache"]["hit"] and not builds[1]["cache"]["hit"]  # each exported it
+    import torch
+
+    graphs = [torch.export.load(tmp_path / d / builds[0]["artifact"]).graph_module.code for d in ("warm", "alone")]
+    assert graphs[0] == graphs[1]  # the same program (the archive's bytes differ between any two exports)
+
+    bad = [*argv[:5], json.dumps({"kind": "matmul", "m": 0}), *argv[6:]]
+    failed = [
+        subprocess.run(bad, env=job_env(tmp_path, s), capture_output=True, text=True, timeout=120)
+        for s in (server, None)
+    ]
+    assert failed[0].returncode == failed[1].returncode != 0
+    assert failed[0].stderr.splitlines()[-1] == failed[1].stderr.splitlines()[-1]
+
+
+def test_a_job_with_other_import_time_settings_runs_on_its_own(tmp_path, server):
+    argv = build_argv(tmp_path, tmp_path / "b")
+    proc = subprocess.Popen(
+        argv,
+        env=job_env(tmp_path, server, OMP_SCHEDULE="static"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert [r["pid"] for r in spied(tmp_path / "spy.jsonl")] == [proc.pid]  # in the job's own process
+
+
+def test_without_a_server_on_this_host_nothing_is_handed_over(tmp_path, monkeypatch):
+    """None: the command then runs in the job's own process (warmstart.main)."""
+    for value in (f"another-host:{tmp_path}/s.sock", f"{socket.gethostname()}:{tmp_path}/none.sock", ""):
+        monkeypatch.setenv(warmstart.ENV, value)
+        assert warmstart._through_server(["build", "--help"]) is None
+    monkeypatch.setenv(warmstart.OFF, "0")
+    assert warmstart.start(os.getpid()) is None
+
+
+def test_kill_9_of_a_job_ends_the_command_it_handed_over(tmp_path, server):
+    argv = build_argv(tmp_path, tmp_path / "b")
+    job = subprocess.Popen(
+        argv, env=job_env(tmp_path, server, SPY_SLEEP="120"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    for _ in range(300):
+        if spied(tmp_path / "spy.jsonl"):
+            break
+        time.sleep(0.05)
+    [record] = spied(tmp_path / "spy.jsonl")
+    assert record["pid"] != job.pid
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    for _ in range(100):
+        if not psutil.pid_exists(record["pid"]):
+            break
+        time.sleep(0.05)
+    assert not psutil.pid_exists(record["pid"])
+
+
+def test_a_sweep_forks_its_stages_from_its_server_and_stops_it(tmp_path):
+    """A real run: every process that imported the user's module was a child of the run's server;
+    when Snakemake ends, so does the server (its socket gone)."""
+    cfg = tiny_config(tmp_path, suites={"custom": [spy_entry(tmp_path / "k")]})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    snakemake(tmp_path, env={"SPY_FILE": str(tmp_path / "spy.jsonl")})
+    records = spied(tmp_path / "spy.jsonl")
+    assert records and all("neuronsweep.warmstart" in " ".join(r["parent"]) for r in records)
+    [server] = {r["parent_pid"] for r in records}
+    for _ in range(100):
+        if not psutil.pid_exists(server):
+            break
+        time.sleep(0.05)
+    assert not psutil.pid_exists(server)

@@ -1,0 +1,372 @@
+"""Warm start: a case's stage commands forked from one process that has already imported PyTorch.
+
+Each stage of each case is its own Snakemake job, and on cpu most of a small case's time went to
+starting Python and importing torch and torch.export again in every job (2 to 3 s of a 3 s build,
+docs/benchmarks.md). The workflow starts one server per Snakemake run (common.smk `onstart`, cpu
+backend, local execution only) that imports them once and then only forks: the `neuronsweep`
+command a job runs connects to it, hands over its argv, working folder, environment and standard
+streams, and waits for the forked child's exit status, which it exits with. A forked child is a new
+process (its own pid, process group, file descriptors and device slot); it starts from the server's
+imported modules and nothing else, since the server itself runs no stage.
+
+Whenever the server cannot take a command (not running, another host, other import-time environment,
+another Python), the command runs in this process as before: warm start only saves time. Set
+NEURONSWEEP_WARM_START=0 to turn it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ENV = "NEURONSWEEP_WARM"  # host:socket path, set by the workflow for its jobs
+OFF = "NEURONSWEEP_WARM_START"  # "0": never start or use a server
+COMMANDS = ("build", "capture", "view", "extract")  # the per-case stages (store.failures.STAGES)
+# Read by PyTorch, OpenMP, the BLAS or Python when a module is imported: a job whose values differ
+# from the server's would not get what a fresh interpreter gives it, so it runs on its own.
+IMPORT_TIME_PREFIXES = (
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "TORCH",
+    "PYTORCH",
+    "LD_",
+    "PYTHON",
+    "XLA",
+    "PJRT_",
+    "NEURON_",
+    "CUDA",
+)
+# Except the thread counts Snakemake sets for every job (its shell.py): the child applies
+# OMP_NUM_THREADS with torch.set_num_threads, which is what a fresh interpreter's default would be.
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+PRELOAD = (
+    "torch",
+    "torch.export",
+    "torch.export._trace",
+    "torch._export.serde.serialize",
+    "torch.profiler",
+    "neuronsweep.cli",
+    "neuronsweep.stages.build",
+    "neuronsweep.stages.capture",
+    "neuronsweep.stages.view",
+    "neuronsweep.stages.extract",
+    "neuronsweep.backends.cpu",
+)
+_HEADER = struct.Struct("!I")
+
+
+def main() -> int:
+    """The `neuronsweep` command: a stage through the run's warm server when one takes it, else here."""
+    argv = sys.argv[1:]
+    if argv[:1] and argv[0] in COMMANDS:
+        code = _through_server(argv)
+        if code is not None:
+            return code
+    from neuronsweep.cli import main as cli_main
+
+    return cli_main(argv)
+
+
+# ---------------------------------------------------------------------------------------- client
+
+
+def _through_server(argv: list[str]) -> int | None:
+    """The command's exit status, run by the warm server; None when no server took it (nothing ran)."""
+    where = os.environ.get(ENV, "")
+    host, _, path = where.partition(":")
+    if os.environ.get(OFF) == "0" or not path or host != socket.gethostname():
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        request = json.dumps(
+            {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "python": _interpreter()}
+        ).encode()
+        socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
+        sock.sendall(request)
+        reader = sock.makefile("r")
+        first = reader.readline().split()
+    except OSError:
+        return None
+    if first[:1] != ["pid"]:  # refused (other environment) or the server went away: nothing ran
+        return None
+    child = int(first[1])
+
+    def forward(signum, _frame):  # Snakemake stops a job with a signal to its process group
+        try:
+            os.killpg(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    while True:
+        try:
+            last = reader.readline().split()
+            break
+        except InterruptedError:
+            continue
+    if last[:1] != ["exit"]:
+        print(f"neuronsweep: the warm server ended before {argv[0]} (pid {child}) did; rerun the job", file=sys.stderr)
+        return 1
+    return int(last[1])
+
+
+def _interpreter() -> list[str]:
+    """The same Python and environment, whichever of the venv's links started it."""
+    return [os.path.realpath(sys.executable), sys.prefix]
+
+
+# ---------------------------------------------------------------------------------------- server
+
+
+def start(parent_pid: int) -> str | None:
+    """Start a server for the Snakemake process parent_pid; returns the value of ENV for its jobs."""
+    if os.environ.get(OFF) == "0":
+        return None
+    path = os.path.join(tempfile.gettempdir(), f"neuronsweep-warm-{os.getuid()}-{parent_pid}.sock")
+    subprocess.Popen(
+        [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return f"{socket.gethostname()}:{path}"
+
+
+def stop(value: str | None) -> None:
+    """Ask the server behind ENV's value to finish: it takes no new command and ends after its last."""
+    path = (value or "").partition(":")[2]
+    try:
+        pid = int(Path(path + ".pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+
+
+class _Server:
+    def __init__(self, path: str, parent_pid: int) -> None:
+        self.path, self.parent_pid = path, parent_pid
+        self.children: dict[int, socket.socket] = {}  # pid -> the client waiting for it
+        self.accepting = True
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.listener.bind(path)  # bound before the imports: an early job waits instead of importing
+        self.listener.listen(64)
+        Path(path + ".pid").write_text(str(os.getpid()))
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self.close())
+        self.env = dict(os.environ)
+
+    def preload(self) -> None:
+        import gc
+        import importlib
+        import threading
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+        if threading.active_count() > 1:  # forking a threaded process is unsafe: serve nothing
+            raise RuntimeError("an import started a thread")
+        sys.stdout.flush()
+        gc.freeze()  # the children's collector then leaves the shared pages alone
+
+    def close(self) -> None:
+        if self.accepting:
+            self.accepting = False
+            for leftover in (self.path, self.path + ".pid"):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+
+    def serve(self) -> None:
+        events = selectors.DefaultSelector()
+        events.register(self.listener, selectors.EVENT_READ)
+        events.register(self.wake_r, selectors.EVENT_READ)
+        while self.accepting or self.children:
+            if self.accepting and os.getppid() != self.parent_pid:
+                self.close()  # Snakemake is gone: finish the running commands, take no new one
+            if not self.accepting and self.listener.fileno() >= 0:
+                events.unregister(self.listener)
+                self.listener.close()
+            for key, _ in events.select(timeout=1.0):
+                if key.fileobj is self.listener and self.accepting:
+                    self._take(events)
+                elif key.fileobj == self.wake_r:
+                    os.read(self.wake_r, 512)
+                elif isinstance(key.fileobj, socket.socket):
+                    self._client_gone(events, key.fileobj)
+            self._reap(events)
+
+    def _take(self, events: selectors.BaseSelector) -> None:
+        conn, _ = self.listener.accept()
+        fds: list[int] = []
+        try:
+            conn.settimeout(10)
+            head, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+            size = _HEADER.unpack(head)[0]
+            body = b""
+            while len(body) < size:
+                chunk = conn.recv(size - len(body))
+                if not chunk:
+                    raise OSError("short request")
+                body += chunk
+            request = json.loads(body)
+            if len(fds) != 3 or not self._same_imports(request):
+                raise OSError("refused")
+            pid = os.fork()
+        except (OSError, ValueError):
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            return
+        if pid == 0:
+            self._child(conn, fds, request)  # never returns
+        try:
+            os.setpgid(pid, pid)  # as the child does: whichever runs first, a signal finds its group
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = conn
+        try:
+            conn.settimeout(None)
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:  # the job is already gone: so is its command
+            _kill(pid)
+            return
+        events.register(conn, selectors.EVENT_READ)
+
+    def _same_imports(self, request: dict) -> bool:
+        if request.get("python") != _interpreter() or request.get("argv", [""])[0] not in COMMANDS:
+            return False
+        env = request["env"]
+        keys = {k for k in (*env, *self.env) if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARS}
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def _child(self, conn: socket.socket, fds: list[int], request: dict) -> None:
+        code = 1
+        try:
+            os.setpgid(0, 0)  # its own group: a signal to it reaches its subprocesses, as for a shell job
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.listener.close()
+            conn.close()
+            for other in self.children.values():
+                other.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            tempfile.tempdir = None  # TMPDIR is the job's (Snakemake's tmpdir resource)
+            threads = os.environ.get("OMP_NUM_THREADS", "")
+            if threads.isdigit() and int(threads) > 0:
+                import torch
+
+                torch.set_num_threads(int(threads))
+            sys.argv = ["neuronsweep", *request["argv"]]
+            from neuronsweep.cli import main as cli_main
+
+            code = cli_main(request["argv"])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, then status 1
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            import atexit
+
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+
+    def _client_gone(self, events: selectors.BaseSelector, conn: socket.socket) -> None:
+        try:
+            if conn.recv(64):
+                return  # a client sends nothing after its request; only the end of the stream counts
+        except OSError:
+            pass
+        events.unregister(conn)
+        for pid, waiting in self.children.items():
+            if waiting is conn:  # its job was killed (kill -9 of the job): so is the command
+                _kill(pid)
+
+    def _reap(self, events: selectors.BaseSelector) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            try:
+                conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
+            except OSError:
+                pass
+            if conn.fileno() >= 0:
+                try:
+                    events.unregister(conn)
+                except (KeyError, ValueError):
+                    pass
+                conn.close()
+
+
+def _kill(pid: int) -> None:
+    """The command's process group: it and the programs it started."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _serve(path: str, parent_pid: int) -> int:
+    server = _Server(path, parent_pid)
+    try:
+        server.preload()
+    except Exception:  # noqa: BLE001 - without the imports there is nothing to save: jobs run alone
+        server.close()
+        return 1
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(sys.argv[1], int(sys.argv[2])))
