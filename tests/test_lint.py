@@ -60,10 +60,11 @@ def test_the_package_layers_hold():
 
 def test_only_the_cli_imports_the_package_inside_functions():
     """A function-level import hides a dependency from the reader (and used to hide two cycles); only the
-    CLI defers its imports, so `neuronsweep --help` does not load every stage."""
+    entry points defer theirs: the CLI, so `neuronsweep --help` does not load every stage, and warmstart, so
+    a job handed to the warm server loads nothing of it."""
     lazy = []
     for path in sorted((REPO / "workflow" / "neuronsweep").rglob("*.py")):
-        if path.name == "cli.py":
+        if path.name in ("cli.py", "warmstart.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

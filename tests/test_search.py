@@ -387,3 +387,108 @@ def test_without_optuna_the_search_says_how_to_install_it(tmp_path, monkeypatch)
     monkeypatch.setitem(sys.modules, "optuna", None)  # an import of it now fails, as where it is not installed
     with pytest.raises(UserError, match=r'needs Optuna, which is not installed here: pip install -e "\.\[tune\]"'):
         make(tmp_path, monkeypatch).run_rounds(say=lambda _: None, measure=fake_measure([]))
+
+
+# A blocked matmul whose block size and split change how many small GEMMs it issues and how it joins
+# them: a real landscape with structure (a good block size holds for every split), measured whole below.
+SPLITS = """import torch
+
+
+def blocked(a, b, block=8, split="k"):
+    if split == "k":  # along K, the partial products added up
+        out = torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype)
+        for k in range(0, a.shape[1], block):
+            out = out + a[:, k : k + block] @ b[k : k + block, :]
+        return out
+    if split == "n":  # output columns a block at a time, concatenated
+        return torch.cat([a @ b[:, j : j + block] for j in range(0, b.shape[1], block)], dim=1)
+    return torch.cat([a[i : i + block] @ b for i in range(0, a.shape[0], block)], dim=0)  # rows
+"""
+LANDSCAPE = {"block": [2, 4, 8, 16, 32, 64, 128, 256], "split": ["k", "n", "m"]}  # 24 points
+
+
+def landscape_entry(folder: Path, **search_block) -> dict:
+    return {
+        "name": "blocked",
+        "function": f"{folder}/splits.py:blocked",
+        "inputs": {"a": [128, 256], "b": [256, 128]},
+        "search": {
+            "space": LANDSCAPE,
+            "seed": 0,
+            "per_round": 4,
+            "default": {"block": 8, "split": "k"},
+            **search_block,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def landscape(tmp_path_factory) -> dict:
+    """Every point of the space timed by the real screen rung (cpu_timing.screen in a fresh process), in
+    three passes: the exhaustive answer the strategies are checked against."""
+    tmp = tmp_path_factory.mktemp("landscape")
+    (tmp / "splits.py").write_text(SPLITS)
+    entry = landscape_entry(tmp, strategy="grid")
+    cfg = tiny_config(tmp, suites={"custom": [entry]})
+    here = Path.cwd()
+    os.chdir(tmp)
+    try:
+        s = search.Search(cfg, entry, "test")
+        grid = s.space.grid()
+        passes = s.screen(grid * 3, 0)  # three passes over the grid in one process: one torch import
+        rounds = [passes[i * len(grid) : (i + 1) * len(grid)] for i in range(3)]
+    finally:
+        os.chdir(here)
+    times = {}
+    for i, point in enumerate(grid):
+        got = [r[i] for r in rounds]
+        assert all(g["status"] == "ok" for g in got), got
+        times[(point["block"], point["split"])] = sorted(g["objective_s"] for g in got)
+    return {"folder": tmp, "cfg": cfg, "times": times}
+
+
+def from_landscape(landscape: dict, calls: list, rung: int | None = None):
+    """measure (the median of the three timings) or screen (one of them) of a search, from the landscape."""
+
+    def measure(trials, n_round):
+        calls.extend(trials)
+        out = []
+        for t in trials:
+            times = landscape["times"][(t["block"], t["split"])]
+            out.append(
+                {"status": "ok", "objective_s": times[1] if rung is None else times[rung], "reason": "", "cases": 1}
+            )
+        return out
+
+    return measure
+
+
+@pytest.mark.torch
+def test_tpe_and_halving_find_the_grids_best_within_noise_from_a_third_of_its_trials(landscape, tmp_path, monkeypatch):
+    """tpe measures a third of the 24 points; halving screens them all (one fresh process, about 0.6 s a
+    point: bench/search_trial_cost.py) and measures a third in full. Either's winner is within noise of
+    the grid's best: its median within the spread of the best point's three timings, or verdict's
+    minimum effect (2 %), whichever is wider. One test for both: the landscape is measured once."""
+    from neuronsweep.analysis.verdict import MIN_EFFECT
+
+    times = landscape["times"]
+    best_point, best = min(times.items(), key=lambda kv: kv[1][1])
+    noise = max(MIN_EFFECT, (best[2] - best[0]) / best[1])
+    grid_size = len(times)
+    for strategy, trials in (("tpe", grid_size // 3), ("halving", grid_size)):
+        entry = landscape_entry(landscape["folder"], strategy=strategy, budget={"trials": trials})
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / strategy).mkdir()
+        monkeypatch.chdir(tmp_path / strategy)
+        measured: list = []
+        s = search.Search(landscape["cfg"], entry, "test")
+        table = s.run_rounds(
+            say=lambda _: None,
+            measure=from_landscape(landscape, measured),
+            screen=from_landscape(landscape, [], rung=0),
+        )
+        assert len(measured) <= grid_size // 3 + 1  # + the default, measured in full beside halving's third
+        winner = s.conclude(table, rounds=0)["winner"]
+        found = times[(winner["block"], winner["split"])][1]
+        ranked = sorted(times.items(), key=lambda kv: kv[1][1])[:5]
+        assert found <= best[1] * (1 + noise), (strategy, winner, found, best_point, best, ranked)

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 ENV = "NEURONSWEEP_WARM"  # host:socket path, set by the workflow for its jobs
+JOB = "NEURONSWEEP_WARM_JOB"  # in a forked child: the pid of the job it runs for (host.caps.LoadWatch)
 OFF = "NEURONSWEEP_WARM_START"  # "0": never start or use a server
 COMMANDS = ("build", "capture", "view", "extract")  # the per-case stages (store.failures.STAGES)
 # Read by PyTorch, OpenMP, the BLAS or Python when a module is imported: a job whose values differ
@@ -98,7 +99,7 @@ def _through_server(argv: list[str]) -> int | None:
     try:
         sock.connect(path)
         request = json.dumps(
-            {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "python": _interpreter()}
+            {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "python": _interpreter(), "pid": os.getpid()}
         ).encode()
         socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
         sock.sendall(request)
@@ -287,6 +288,7 @@ class _Server:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
+            os.environ[JOB] = str(request["pid"])
             tempfile.tempdir = None  # TMPDIR is the job's (Snakemake's tmpdir resource)
             threads = os.environ.get("OMP_NUM_THREADS", "")
             if threads.isdigit() and int(threads) > 0:

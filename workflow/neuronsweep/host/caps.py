@@ -196,6 +196,12 @@ class LoadWatch:
 
         me = psutil.Process()
         self._own = {me.pid} | {p.pid for p in me.parents()}  # the job, its shell, Snakemake
+        job = os.environ.get("NEURONSWEEP_WARM_JOB")  # forked by the warm server: the job's own line
+        if job and job.isdigit():
+            try:
+                self._own |= {int(job)} | {p.pid for p in psutil.Process(int(job)).parents()}
+            except psutil.Error:
+                pass
         self._procs = []
         for p in psutil.process_iter(["pid", "name"]):
             if p.pid in self._own:
