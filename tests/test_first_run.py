@@ -86,9 +86,12 @@ def test_estimate_rests_on_the_probe():
         }
     )
     p = plan.make_plan(cfg, "cpu")
-    line = plan.estimate(p, cfg, {**LAPTOP, "gemm_flops_per_s": {"fp32": 2e9}})
+    probe = {**LAPTOP, "gemm_flops_per_s": {"fp32": 2e9}}
+    line = plan.estimate(p, cfg, probe, warm_start=False)
     # 2e9 FLOP x 13 executions at 2 GFLOP/s = 13 s; 2 x (1.5 + 0.5) s of imports; calibration bound 2 x 3 s
     assert "at least 23 s" in line and "13 s of workload time" in line and "4 s of measured imports over 4 jobs" in line
+    warm = plan.estimate(p, cfg, probe, warm_start=True)  # the stages fork from one process: imports once
+    assert "at least 21 s" in warm and "2 s of measured imports once (warm start)" in warm
     assert "no run-time estimate on neuron" in plan.estimate(plan.make_plan(cfg, "neuron"), cfg, None)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -379,6 +380,65 @@ def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path
         )
     best = json.loads((tmp_path / "results/t/search/flags/best.json").read_text())
     assert "one process a case" in best["evidence"]
+
+
+@pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
+def test_the_builtin_nki_matmuls_tile_size_is_searched_against_the_neuron_standins(tmp_path):
+    """A built-in kind's parameter: the NKI matmul's N tile (suites.matmul.nki_tile.n, not in the config:
+    its schema default 512 is the default trial), a run per trial on the trn2 stand-in of SDK 2.33; each
+    trial built, captured and correct (that the tile reaches the kernel: the test below)."""
+    from conftest import neuron_config, torchneuron_env
+
+    cfg = neuron_config(
+        tmp_path, suites={"matmul": {"shapes": [{"m": 128, "k": 128, "n": 512}], "impl": ["nki"], "dtype": ["bf16"]}}
+    )
+    cfg["search"] = [{"name": "tiles", "space": {"suites.matmul.nki_tile.n": [512, 256]}}]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**os.environ, **torchneuron_env(tmp_path)}
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "search", "run", "config.yaml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    trials = pd.read_csv(tmp_path / "results/t/search/tiles/trials.csv")
+    assert list(trials["param.suites.matmul.nki_tile.n"]) == [512, 256] and set(trials["status"]) == {"ok"}, trials
+    assert list(trials["workload_ids"]) == ["matmul-m128-k128-n512-bf16-nki", "matmul-m128-k128-n512-bf16-nki-tn256"]
+    best = json.loads((tmp_path / "results/t/search/tiles/best.json").read_text())
+    assert best["default"] == {"suites.matmul.nki_tile.n": 512} and best["winner"] is not None
+
+
+NKI_TILE_PROBE = """
+import json, sys
+import numpy as np
+import nki.isa as nisa
+from neuronsweep.kernels import launch, nki_matmul
+
+moving, issue = [], nisa.nc_matmul
+nisa.nc_matmul = lambda *a, **k: (moving.append(list(k["moving"].shape)), issue(*a, **k))[1]
+spec = json.loads(sys.argv[1])
+case = launch(spec)
+arrays = nki_matmul.inputs(spec, np.random.default_rng(0))
+out = np.asarray(case.kernel(*[arrays[n] for n in case.arg_names]))
+print(json.dumps({"moving": moving, "error": float(np.abs(out - nki_matmul.reference(arrays)).max())}))
+"""
+
+
+def test_the_nki_matmuls_n_tile_reaches_the_kernel(tmp_path):
+    """tile_n 256 of a 512-wide N: two nc_matmul calls with 256-wide moving tiles, the same product (the nki
+    stand-in executes the kernel on NumPy)."""
+    from conftest import STANDIN
+
+    spec = {"kind": "matmul", "m": 128, "k": 128, "n": 512, "dtype": "bf16", "impl": "nki", "tile_n": 256}
+    env = {**os.environ, "PYTHONPATH": str(STANDIN / "python"), "NKI_ARTIFACTS_DIR": str(tmp_path / "art")}
+    proc = subprocess.run(
+        [sys.executable, "-c", NKI_TILE_PROBE, json.dumps(spec)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["moving"] == [[128, 256], [128, 256]] and got["error"] < 1e-3
 
 
 def test_without_optuna_the_search_says_how_to_install_it(tmp_path, monkeypatch):

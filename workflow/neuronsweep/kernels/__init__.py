@@ -29,6 +29,8 @@ def launch(spec: dict, decorate=None) -> Launch:
         kernel = custom_nki.make_kernel(spec)
         return Launch(kernel, custom_nki.arg_names(spec, kernel), custom_nki.keywords(spec))
     module = for_spec(spec)
+    if spec["kind"] == "matmul":
+        return Launch(module.make_kernel(decorate, *nki_matmul.tiles(spec)), list(module.ARG_NAMES))
     return Launch(module.make_kernel(decorate), list(module.ARG_NAMES))
 
 

@@ -57,10 +57,17 @@ def tile_loop(nl):
 MAX_UNROLLED = 4096
 
 
+def tiles(spec: dict) -> tuple[int, int]:
+    """The largest M and N tiles of this case (suites.matmul.nki_tile; the hardware's limits by default:
+    128 stationary free, 512 moving free)."""
+    return spec.get("tile_m", P), spec.get("tile_n", TN_MAX)
+
+
 def unrolled(spec: dict) -> int:
     """nc_matmul instructions one call of the kernel issues (every loop unrolled)."""
     m, k, n = spec["m"], spec["k"], spec["n"]
-    return max(1, m // P) * max(1, k // P) * max(1, n // TN_MAX)
+    tile_m, tile_n = tiles(spec)
+    return max(1, m // tile_m) * max(1, k // P) * max(1, n // tile_n)
 
 
 def load_nki():
@@ -79,8 +86,9 @@ def load_nki():
         return nki, nl, nisa, "neuronxcc.nki"
 
 
-def make_kernel(decorate=None):
-    """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...))."""
+def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
+    """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...)), its
+    M and N tiles at most tile_m and tile_n (constants of the traced kernel, as the tutorials' are)."""
     nki, nl, nisa, api = load_nki()
     loop = tile_loop(nl) if api == "nki" else None  # the legacy spelling keeps nl.affine_range
 
@@ -88,7 +96,7 @@ def make_kernel(decorate=None):
         K, M = lhsT.shape
         _, N = rhs.shape
         result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-        tm, tk, tn = min(M, P), min(K, P), min(N, TN_MAX)
+        tm, tk, tn = min(M, tile_m), min(K, P), min(N, tile_n)
         for m in loop(M // tm):
             for n in loop(N // tn):
                 acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)  # no memset: see PSUM above
@@ -107,7 +115,7 @@ def make_kernel(decorate=None):
         K, M = lhsT.shape
         _, N = rhs.shape
         result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-        tm, tk, tn = min(M, P), min(K, P), min(N, TN_MAX)
+        tm, tk, tn = min(M, tile_m), min(K, P), min(N, tile_n)
         for m in nl.affine_range(M // tm):
             for n in nl.affine_range(N // tn):
                 acc = nl.zeros((tm, tn), nl.float32, buffer=nl.psum)
@@ -144,9 +152,10 @@ def workload_view(a: dict, out):
 def supported(spec: dict) -> str | None:
     """None if the kernel handles the shape, else why not (it does not pad partial tiles)."""
     m, k, n = spec["m"], spec["k"], spec["n"]
+    tile_m, tile_n = tiles(spec)
     problems = [
         f"{name}={v} is not a multiple of {t} (or smaller than it)"
-        for name, v, t in (("M", m, 128), ("K", k, 128), ("N", n, 512))
+        for name, v, t in (("M", m, tile_m), ("K", k, P), ("N", n, tile_n))
         if v > t and v % t
     ]
     return "; ".join(problems) or None

@@ -107,7 +107,11 @@ class Search:
             try:
                 here = _get(self.cfg, key)
             except KeyError:
-                raise UserError(f"{where}: search.space names {key}, which is no key of the config; fix it.") from None
+                here = _schema_default(key)  # a key the config leaves out (suites.matmul.nki_tile.n): its default
+                if here is None:
+                    raise UserError(
+                        f"{where}: search.space names {key}, which is no key of the config; fix it."
+                    ) from None
             if key not in default:
                 if here not in values:
                     raise UserError(
@@ -696,6 +700,13 @@ def load(config_path: str, name: str | None, cores: int = 2) -> Search:
     cfg = schema.load(config_path)
     kind, entry = pick(cfg, name, config_path)
     return Search(cfg, entry, config_path, cores, kind)
+
+
+def _schema_default(dotted: str):
+    try:
+        return schema.schema_default(dotted)
+    except (KeyError, TypeError):
+        return None
 
 
 def _get(cfg: dict, dotted: str):

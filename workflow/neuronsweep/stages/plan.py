@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     shapes += [dict(s) for s in suite.get("shapes", [])]
     out = []
     for shape, dtype, impl in itertools.product(shapes, suite["dtype"], suite["impl"]):
-        spec = matmul.spec(dtype=dtype, impl=impl, **shape)
+        spec = matmul.spec(dtype=dtype, impl=impl, nki_tile=suite.get("nki_tile"), **shape)
         wid = workload_id(spec)
         labels = {**shape, "dtype": dtype, "impl": impl}
         out.append((Scenario(id=wid, suite="matmul", workload_id=wid, labels=labels), spec))
@@ -575,9 +576,13 @@ def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
     )
 
 
-def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
+def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | None = None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
-    uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead)."""
+    uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead).
+    warm_start (default: cpu, unless NEURONSWEEP_WARM_START=0, warmstart.OFF): the stages fork from one
+    process that imported torch once, instead of importing it in every job."""
+    if warm_start is None:
+        warm_start = plan.backend == "cpu" and os.environ.get("NEURONSWEEP_WARM_START") != "0"
     if probe is None:
         return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
     cap = config["capture"]
@@ -587,7 +592,8 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
         kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values() if has_roofline(s)
     )
     n = len(plan.workloads)
-    imports_s = 2 * n * (probe["torch_import_s"] + probe["stack_import_s"])  # build, capture: torch; view, extract
+    # build, capture: torch; view, extract: the readers; under warm start once for the run
+    imports_s = (1 if warm_start else 2 * n) * (probe["torch_import_s"] + probe["stack_import_s"])
     ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
     imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
     if cap.get("rounds_in_processes") and plan.backend == "cpu":  # each round imports torch again
@@ -598,7 +604,9 @@ def estimate(plan: Plan, config: dict, probe: dict | None) -> str:
     return (
         f"estimate: at least {_duration(total)} for {n} workloads on this host "
         f"({_duration(compute_s)} of workload time at the probed GEMM rates x {executions} executions each, "
-        f"{_duration(imports_s)} of measured imports over {4 * n} jobs, calibration at most {calib_s:.0f} s; "
+        f"{_duration(imports_s)} of measured imports "
+        + ("once (warm start)" if warm_start else f"over {4 * n} jobs")
+        + f", calibration at most {calib_s:.0f} s; "
         "Snakemake's own per-job overhead and the profiler's are not included"
         + (", nor the collectives' transfers, which have no rate before they are measured)" if ranks else ")")
     )

@@ -12,19 +12,29 @@ from __future__ import annotations
 VARIES = ("static", "python_int", "python_float")
 
 
-def spec(m: int, k: int, n: int, dtype: str, impl: str = "compiler", varies: str = "static") -> dict:
-    """The canonical spec; `impl` and `varies` appear only when not the default, so plain specs
-    (and their ids and cache keys) stay as they were."""
+NKI_TILE = {"m": 128, "n": 512}  # the NKI kernel's largest tiles (kernels/nki_matmul.py), its default
+
+
+def spec(
+    m: int, k: int, n: int, dtype: str, impl: str = "compiler", varies: str = "static", nki_tile: dict | None = None
+) -> dict:
+    """The canonical spec; `impl`, `varies` and the NKI kernel's tile sizes (impl nki) appear only when
+    not the default, so plain specs (and their ids and cache keys) stay as they were."""
     s = {"kind": "matmul", "m": int(m), "k": int(k), "n": int(n), "dtype": dtype}
     if impl != "compiler":
         s["impl"] = impl
     if varies != "static":
         s["varies"] = varies
+    if impl == "nki":
+        for dim, size in (nki_tile or {}).items():
+            if int(size) != NKI_TILE[dim]:
+                s[f"tile_{dim}"] = int(size)
     return s
 
 
 def workload_id(s: dict) -> str:
     suffix = f"-{s['impl']}" if s.get("impl") else ""
+    suffix += "".join(f"-t{dim}{s[f'tile_{dim}']}" for dim in NKI_TILE if f"tile_{dim}" in s)
     suffix += f"-varies-{s['varies'].replace('_', '')}" if s.get("varies") else ""
     return f"matmul-m{s['m']}-k{s['k']}-n{s['n']}-{s['dtype']}{suffix}"
 
