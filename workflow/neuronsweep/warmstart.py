@@ -143,7 +143,8 @@ def start(parent_pid: int) -> str | None:
     """Start a server for the Snakemake process parent_pid; returns the value of ENV for its jobs."""
     if os.environ.get(OFF) == "0":
         return None
-    path = os.path.join(tempfile.gettempdir(), f"neuronsweep-warm-{os.getuid()}-{parent_pid}.sock")
+    # in a folder only this user can enter: whoever can connect runs commands as this user
+    path = os.path.join(tempfile.mkdtemp(prefix=f"neuronsweep-warm-{parent_pid}-"), "socket")
     subprocess.Popen(
         [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid)],
         stdin=subprocess.DEVNULL,
@@ -160,8 +161,11 @@ def stop(value: str | None) -> None:
     try:
         pid = int(Path(path + ".pid").read_text())
         os.kill(pid, signal.SIGTERM)
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError):  # it never started, or ended already: its folder, if left, goes
+        try:
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
 
 
 class _Server:
@@ -202,6 +206,10 @@ class _Server:
                     os.unlink(leftover)
                 except OSError:
                     pass
+            try:
+                os.rmdir(os.path.dirname(self.path))
+            except OSError:
+                pass
 
     def serve(self) -> None:
         events = selectors.DefaultSelector()
