@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 import pytest
-from conftest import DATA
+from helpers import DATA
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
@@ -352,6 +352,7 @@ def test_comparisons_rank_and_call_out_only_beyond_the_noise_between_processes()
     assert t.loc["k511", "rank_in_group"] == 2 and t.loc["k511", "significant"] is None
 
 
+@pytest.mark.workflow
 def test_report_of_a_real_cpu_run(finished_run):
     run = finished_run / "results" / "t"
     page = (run / "report.html").read_text()

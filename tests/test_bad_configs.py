@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, private_cache, snakemake, tiny_config
+from helpers import BIN, private_cache, snakemake, tiny_config
 
 from neuronsweep import backends, cli
 
@@ -87,6 +87,7 @@ def snakemake_sample() -> list[str]:
     return sorted(set(kinds.values()) | set(own))
 
 
+@pytest.mark.workflow
 def test_refused_by_snakemake_before_any_job(tmp_path):
     """`snakemake -n` on a file of each kind, two at a time (each is a Snakemake start-up)."""
     names = [
@@ -112,6 +113,7 @@ def test_refused_by_snakemake_before_any_job(tmp_path):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.workflow
 def test_duplicate_yaml_keys_are_refused_not_merged(tmp_path):
     text = yaml.safe_dump(tiny_config(tmp_path)) + "suites:\n  tiling: {}\n"  # a second suites: drops the first
     (tmp_path / "config.yaml").write_text(text)
@@ -125,6 +127,7 @@ def test_duplicate_yaml_keys_are_refused_not_merged(tmp_path):
     assert run.proc.returncode != 0 and sentence in run.output
 
 
+@pytest.mark.workflow
 def test_a_sweep_where_every_case_is_unsupported_still_writes_summary_and_report(tmp_path):
     cfg = tiny_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["nki"]  # NKI needs a Neuron device: every case unsupported on cpu

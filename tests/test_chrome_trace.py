@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import BIN, DATA
+from helpers import BIN, DATA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import snakemake, tiny_config
+from helpers import snakemake, tiny_config
 
 from neuronsweep.report.figures import knee_bytes
 from neuronsweep.stages import plan
@@ -59,6 +59,7 @@ def test_knee_is_where_busbw_reaches_half_its_best():
     assert knee_bytes(climbing) is None and knee_bytes(rows.assign(busbw_bytes_per_s=None)) is None
 
 
+@pytest.mark.workflow
 def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
     cfg = tiny_config(
         tmp_path,

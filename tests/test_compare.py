@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import BIN, run_variant
+from helpers import BIN, run_variant
 
 from neuronsweep.analysis import verdict
 from neuronsweep.store.records import Timing
@@ -31,6 +31,7 @@ def _variant(finished_run, tmp_path, name, **changes):
     return run_variant(finished_run / RUN, tmp_path / name, **changes)
 
 
+@pytest.mark.workflow
 def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(finished_run, tmp_path):
     wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]
     a = _variant(finished_run, tmp_path, "a", seed=1)
@@ -76,6 +77,7 @@ def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(fi
     assert high.returncode == 0 and "1 unchanged (below the minimum effect)" in high.stdout
 
 
+@pytest.mark.workflow
 def test_one_process_a_side_is_reported_not_judged_and_never_fails_the_gate(finished_run, tmp_path):
     """Two back-to-back default runs of old: one process a case, B's 8 % higher because its process
     drew another level, its 30 samples agreeing within 1 %. A test on those samples was certain
@@ -94,6 +96,7 @@ def test_one_process_a_side_is_reported_not_judged_and_never_fails_the_gate(fini
     assert "gate: 2 workload(s) timed in one process a side were not judged, so not gated" in proc.stdout
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("op_factor", [0.5, 10.0])
 def test_an_op_delta_of_the_wrong_sign_or_ten_times_the_change_explains_nothing(finished_run, tmp_path, op_factor):
     """B is judged 30 % slower; its profile's aten::mm moved the other way (x0.5) or by ten times
@@ -116,6 +119,7 @@ def test_an_op_delta_of_the_wrong_sign_or_ten_times_the_change_explains_nothing(
     assert a and b
 
 
+@pytest.mark.workflow
 def test_runs_of_different_backends_are_not_compared_on_time(finished_run, tmp_path):
     b = _variant(finished_run, tmp_path, "b", backend="neuron")
     proc = _compare(finished_run / RUN, b, "--out", str(tmp_path / "cmp"), "--fail-on-regression", "1")
@@ -133,6 +137,7 @@ def test_a_folder_that_is_not_a_run_is_one_sentence(tmp_path):
     )
 
 
+@pytest.mark.workflow
 def test_a_device_time_without_spread_is_never_judged_nor_fails_the_gate(finished_run, tmp_path):
     """Every NKI case has only its profiled device time: one execution, no spread. compare judged it on
     zero noise (any difference 'slower'), the ranking left it unjudged; the one rule (analysis/verdict.py)
@@ -194,6 +199,7 @@ def test_a_negative_minimum_effect_is_one_sentence_for_compare_and_history(tmp_p
         assert proc.returncode == 2 and "--min-effect is '-1'; give a percentage of 0 or more" in proc.stderr
 
 
+@pytest.mark.workflow
 def test_interleaved_judges_both_programs_timed_again_in_turns_not_the_stored_timings(finished_run, tmp_path):
     """--interleaved N: both runs' programs timed again here, N fresh processes a side. B's stored
     timings say 3x slower, which fails the gate; its program is A's, so what is judged with
@@ -218,6 +224,7 @@ def test_interleaved_judges_both_programs_timed_again_in_turns_not_the_stored_ti
     assert set(table.loc[noisy, "n_a"]) <= {3} and set(table.loc[noisy, "n_b"]) <= {3}
 
 
+@pytest.mark.workflow
 def test_by_default_compare_times_both_cpu_runs_again_and_stored_judges_the_stored(finished_run, tmp_path, monkeypatch):
     """Two default runs (one process a case): compare times both runs' programs again in turns, 8
     rounds a side, and judges those; --stored judges the stored ones (not judged: one process a side);
@@ -251,6 +258,7 @@ def test_by_default_compare_times_both_cpu_runs_again_and_stored_judges_the_stor
     )
 
 
+@pytest.mark.workflow
 def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(finished_run, tmp_path, monkeypatch):
     """The order of one retime: every round times each side in one fresh process that times every
     workload once, the sides' order and the workloads' drawn per round, with A's threads, warm-up and
@@ -318,6 +326,7 @@ def test_a_whole_run_moving_one_way_is_called_drift_not_code():
     assert compare.drift(pd.DataFrame({"change_pct": [5.0, 6.0]}), 2.0) is None  # two cases say nothing
 
 
+@pytest.mark.workflow
 def test_a_neuron_pair_is_told_that_nothing_here_judges_it(finished_run, tmp_path):
     """One process a side on neuron: no command would judge it (its programs need their device)."""
     from neuronsweep.runs import compare

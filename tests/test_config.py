@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import BIN, REPO, snakemake_argv
+from helpers import BIN, REPO, snakemake_argv
 
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
@@ -94,6 +94,7 @@ def test_shipped_configs_are_valid():
         config.load(path)
 
 
+@pytest.mark.workflow
 def test_snakemake_rejects_a_bad_config_before_any_job(tmp_path):
     cfg = {**MINIMAL, "capture": {"iterations": -1}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -119,6 +120,7 @@ def test_cli_plan_error_is_one_line_with_exit_2(tmp_path):
     ]
 
 
+@pytest.mark.workflow
 def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
     import importlib.util
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN
+from helpers import BIN
 
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.backends import cpu, cpu_timing

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-from conftest import snakemake, snakemake_argv, tiny_config, workflow_env
+import pytest
+from helpers import snakemake, snakemake_argv, tiny_config, workflow_env
 
 
 def _start(workdir: Path) -> subprocess.Popen:
@@ -59,6 +60,7 @@ def _whole(root: Path) -> list[str]:
     return broken
 
 
+@pytest.mark.workflow
 def test_killed_at_every_stage_then_unlock_and_rerun(tmp_path, finished_run):
     cfg = tiny_config(tmp_path)
     cfg["capture"]["iterations"] = 2000  # captures long enough to be killed inside one

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import snakemake, tiny_config
+from helpers import snakemake, tiny_config
 
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
@@ -70,6 +70,7 @@ def config(tmp: Path, entries: list[dict]) -> dict:
     return schema.validate(cfg, base=tmp)
 
 
+@pytest.mark.workflow
 def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -152,7 +153,7 @@ def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself
     function in float64."""
     import subprocess
 
-    from conftest import BIN, torchneuron_env
+    from helpers import BIN, torchneuron_env
 
     from neuronsweep.config.settings import HOST_ENV
 
@@ -207,12 +208,13 @@ def scaled_kernel(lhsT, rhs, tile_n=512):  # a plain function: neuron-sweep puts
 """
 
 
+@pytest.mark.workflow
 def test_a_users_nki_kernel_is_built_captured_and_checked_against_their_function(tmp_path):
     """The shipped example pair (config/examples/kernels/matmul_t*.py), copied outside the repository, on the
     trn2 stand-in of SDK 2.33 (NKI 0.7): the NKI cases build with the tile size as a keyword, are captured
     with the NEFF's own input names, and are checked against the PyTorch function; a kernel computing
     something else is `wrong`, not ok."""
-    from conftest import REPO, neuron_config, torchneuron_env
+    from helpers import REPO, neuron_config, torchneuron_env
 
     folder = tmp_path / "elsewhere"
     folder.mkdir()

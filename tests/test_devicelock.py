@@ -14,7 +14,7 @@ import time
 
 import pytest
 import yaml
-from conftest import BIN, tiny_config
+from helpers import BIN, tiny_config
 
 from neuronsweep.host import devicelock
 

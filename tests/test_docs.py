@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from conftest import BIN, REPO
+from helpers import BIN, REPO
 
 from neuronsweep.config import reference
 

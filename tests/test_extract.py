@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from neuronsweep.errors import UserError
 from neuronsweep.formats import neuron_summary

@@ -8,7 +8,7 @@ import subprocess
 import tarfile
 
 import pytest
-from conftest import BIN, torchneuron_env
+from helpers import BIN, torchneuron_env
 
 CONTRACTS = (
     "NEFF attribution",

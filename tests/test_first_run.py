@@ -8,7 +8,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from conftest import BIN, snakemake, tiny_config
+from helpers import BIN, snakemake, tiny_config
 
 from neuronsweep.analysis import roofline
 from neuronsweep.config import schema as config
@@ -211,6 +211,7 @@ def test_whiskers_stop_at_the_fastest_sample_and_wide_axes_go_log():
     assert 'class="scroll"' in html and "tiles_total" not in html and 'class="filter"' in html
 
 
+@pytest.mark.workflow
 def test_nested_config_override_from_the_command_line(tmp_path):
     """Snakemake hands nested --config values over as strings; they are coerced once, by the schema."""
     run = snakemake(

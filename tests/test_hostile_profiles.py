@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from neuronsweep.errors import UserError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from neuronsweep.errors import UserError
 from neuronsweep.formats import json_records, legacy_json

@@ -7,9 +7,11 @@ from __future__ import annotations
 import ast
 import subprocess
 
-from conftest import BIN, REPO
+import pytest
+from helpers import BIN, REPO
 
 
+@pytest.mark.workflow
 def test_snakemake_lint_has_no_notes(tmp_path):
     proc = subprocess.run(
         [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import DATA, tiny_config
+from helpers import DATA, tiny_config
 
 from neuronsweep.analysis import model_rollup
 from neuronsweep.config import schema

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, DATA, neuron_config, snakemake, standin_env, standin_runs
+from helpers import BIN, DATA, neuron_config, snakemake, standin_env, standin_runs
 
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.backends.common import run_tool
@@ -168,6 +168,7 @@ def neuron_run(tmp_path_factory) -> Path:
     return tmp_path
 
 
+@pytest.mark.workflow
 def test_multi_case_sweep_on_neuron(neuron_run):
     tmp_path = neuron_run
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
@@ -229,6 +230,7 @@ def test_multi_case_sweep_on_neuron(neuron_run):
         )
 
 
+@pytest.mark.workflow
 def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tmp_path):
     """No --ingest-only with -n/-s (documented only as `view -d DIR --ingest-only`; the stand-in refuses it):
     the stand-in's explorer keeps serving after every export, so each is stopped once written; a tool after
@@ -274,6 +276,7 @@ def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tm
     assert m["profile_total_time_s"] > 0 and m["mfu_recomputed_pct"] is not None
 
 
+@pytest.mark.workflow
 def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 16, "k": 16, "n": 16}]}})
     cfg["neuron"]["memory_tracker"] = True
@@ -504,6 +507,7 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     assert raw.returncode != 0 and "Requested:4 Available:1" in raw.stderr
 
 
+@pytest.mark.workflow
 def test_oom_then_single_io_retry_and_a_case_failing_for_good_keeps_the_rest(tmp_path):
     """One sweep, two faults: the first case's captures always fail, the second's run out of device memory
     unless --single-io."""
@@ -533,6 +537,7 @@ def nki_config(tmp: Path) -> dict:
     return cfg
 
 
+@pytest.mark.workflow
 def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(tmp_path):
     """Also: a kernel whose output is wrong (the stand-in's matmuls 10 % off, a miscompile) is measured,
     but its case is `wrong` with the numbers, ranked nowhere and shown apart in the report."""
@@ -563,6 +568,7 @@ def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(t
     assert build["nki_api"] == "nki" and build["correctness"]["max_rel_error"] == pytest.approx(0.1, rel=1e-3)
 
 
+@pytest.mark.workflow
 def test_nki_recompiling_on_every_call_is_flagged(tmp_path):
     cfg = nki_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["nki"]
@@ -576,10 +582,11 @@ def test_nki_recompiling_on_every_call_is_flagged(tmp_path):
     assert table["recompilation_detected"].tolist() == [True]
 
 
+@pytest.mark.workflow
 def test_nki_on_cpu_is_unsupported_with_a_reason(tmp_path):
     """Planned, not run: no NKI job reaches the DAG, and the plan keeps the row with its reason (aggregate
     writes such rows into summary.csv: test_bad_configs' all-unsupported sweep runs that end to end)."""
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     cfg = tiny_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["compiler", "nki"]
@@ -596,8 +603,9 @@ def test_nki_on_cpu_is_unsupported_with_a_reason(tmp_path):
     assert "NKI kernels need a Neuron device" in plan["unsupported"]["matmul-m16-k16-n16-fp32-nki"]
 
 
+@pytest.mark.workflow
 def test_legacy_neuronxcc_nki_benchmark_route(tmp_path):
-    from conftest import STANDIN
+    from helpers import STANDIN
 
     cfg = nki_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["nki"]
@@ -648,7 +656,7 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
     import os
     import sys
 
-    from conftest import STANDIN
+    from helpers import STANDIN
 
     env = {**os.environ, "PYTHONPATH": str(STANDIN / "python")}
     for target, memset in (("inf2", "undefined behaviour on NeuronCore-v2/v3 (inf2)"), ("trn3", "accepted")):
@@ -746,6 +754,7 @@ def test_explorer_view_would_serve_forever_so_exports_are_stopped_once_written(t
     assert cap["ntff_written_as"] == "profile_exec_2.ntff"
 
 
+@pytest.mark.workflow
 def test_a_view_that_ignores_output_file_still_lands_in_the_view_folder(neuron_run, tmp_path):
     """Some tool versions write ntff.pftrace / ntff.json into the working directory whatever
     --output-file says; the view runs in its own folder and takes them from there."""
@@ -796,6 +805,7 @@ def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeyp
         holder.kill()
 
 
+@pytest.mark.workflow
 def test_neuron_builds_hold_the_device_and_pin_their_cores(neuron_run):
     tmp_path = neuron_run
     for wid in WIDS:
@@ -893,6 +903,7 @@ def test_nccom_test_table_is_read_as_documented(tmp_path, monkeypatch):
     assert missing["result"] is None and "not installed" in missing["why"]
 
 
+@pytest.mark.workflow
 def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_nccom_test(tmp_path):
     """torch-xla collectives under torchrun, a NeuronCore per rank: the NEFF of the collective attributed
     as any workload's, a multi-worker capture, each rank's times (an execution is the slowest rank's),
@@ -984,6 +995,7 @@ def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
         xla_collective.run(spec, tmp_path / "run", env, [], 120)
 
 
+@pytest.mark.workflow
 def test_the_profile_schema_version_and_a_column_it_lacks_are_named(neuron_run, tmp_path):
     """view.json records the schema version (12.0.1 from the stand-in, as SDK 2.33), the tool's version
     and its schema dump; a profile whose Instruction table lacks duration_ns gets one sentence naming the

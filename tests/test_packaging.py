@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from conftest import REPO, private_cache
+from helpers import REPO, private_cache
 
 PACKAGE = REPO / "workflow" / "neuronsweep"
 # imports only the Neuron SDK's own environment provides (the DLAMI venv), never pip-installed by us
@@ -34,6 +34,7 @@ def third_party_imports() -> set[str]:
     return {n for n in names if n not in sys.stdlib_module_names and n not in ("neuronsweep", "__future__")}
 
 
+@pytest.mark.workflow
 def test_every_import_of_the_package_is_a_declared_dependency():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = {d.split(">")[0].split("=")[0].split("[")[0].strip().lower() for d in project["dependencies"]}

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import BIN, private_cache
+from helpers import BIN, private_cache
 
 from neuronsweep.config import schema as config
 from neuronsweep.stages.plan import make_plan

@@ -10,7 +10,7 @@ import logging
 import shutil
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from neuronsweep import cli
 
@@ -51,12 +51,20 @@ def _damaged(tmp_path, name: str, content: bytes):
 @pytest.mark.parametrize(
     "name, content, said",
     [
-        ("cut.json.gz", gzip.compress(TRACE.read_bytes())[:1500], "a damaged gzip file (it ends early: truncated)"),
-        ("bad.json.gz", gzip.compress(TRACE.read_bytes())[:20] + b"\x00" * 200, "a damaged gzip file (corrupt:"),
+        (
+            "cut.json.gz",
+            gzip.compress(TRACE.read_bytes(), mtime=0)[:1500],
+            "a damaged gzip file (it ends early: truncated)",
+        ),
+        (
+            "bad.json.gz",
+            gzip.compress(TRACE.read_bytes(), mtime=0)[:20] + b"\x00" * 200,
+            "a damaged gzip file (corrupt:",
+        ),
         ("empty.json.gz", b"", "is empty (0 bytes); pass the file the profiler wrote."),
         (
             "words.json.gz",
-            gzip.compress(b"hello, not a trace\n" * 50),
+            gzip.compress(b"hello, not a trace\n" * 50, mtime=0),
             "a gzip file whose content is not a Chrome trace",
         ),
         ("notes.pftrace", b"these are my notes, not a trace\n", "pass a trace that Perfetto or `neuronsweep convert`"),
@@ -76,7 +84,7 @@ def test_a_path_that_does_not_exist_says_so(capsys, tmp_path):
 
 
 def test_a_damaged_gzip_is_one_sentence_for_convert_too(capsys, tmp_path):
-    path = _damaged(tmp_path, "cut.json.gz", gzip.compress(TRACE.read_bytes())[:1500])
+    path = _damaged(tmp_path, "cut.json.gz", gzip.compress(TRACE.read_bytes(), mtime=0)[:1500])
     code, _, err = main(capsys, "convert", path)
     assert code == 2 and f"{path} is not a readable Chrome trace (Compressed file ended" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from conftest import BIN, DATA
+from helpers import BIN, DATA
 
 from neuronsweep.analysis import derived
 from neuronsweep.formats import legacy_json

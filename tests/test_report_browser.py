@@ -59,6 +59,7 @@ def browser():
     driver.quit()
 
 
+@pytest.mark.workflow
 def test_report_renders_hovers_sorts_and_filters(browser, finished_run, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

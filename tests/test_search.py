@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, tiny_config
+from helpers import BIN, tiny_config
 
 from neuronsweep.errors import UserError
 from neuronsweep.search import driver as search
@@ -113,7 +113,7 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     """A kernel file outside the repository, two block sizes of which one issues 64 tiny matmuls: the
     search measures both as cases of the workflow, and the winner's speed-up over the default is judged on
     fresh processes, with its interval."""
-    from conftest import REPO
+    from helpers import REPO
 
     folder = tmp_path / "elsewhere"
     folder.mkdir()
@@ -184,7 +184,7 @@ def test_an_nki_kernels_tile_size_is_searched_against_the_neuron_standins(tmp_pa
     """The shipped NKI kernel (config/examples/kernels/matmul_t_nki.py) on the trn2 stand-in of SDK 2.33:
     every tile size a trial of the workflow, checked against the PyTorch function; the winner's speed-up
     rests on stored device times there, and best.json says so."""
-    from conftest import REPO, neuron_config, torchneuron_env
+    from helpers import REPO, neuron_config, torchneuron_env
 
     folder = tmp_path / "kernels"
     folder.mkdir()
@@ -212,9 +212,10 @@ def test_an_nki_kernels_tile_size_is_searched_against_the_neuron_standins(tmp_pa
     assert best["winner"]["tile_n"] in (128, 256, 512) and "one process a case" in best["evidence"]
 
 
+@pytest.mark.workflow
 def test_a_search_block_makes_the_search_a_target_of_the_sweep(tmp_path):
     """`snakemake` of a config with a search: block plans rule search (best.json) beside the sweep."""
-    from conftest import snakemake
+    from helpers import snakemake
 
     (tmp_path / "k.py").write_text("def f(x, block=1):\n    return x * block\n")
     entry = {"name": "k", "function": "k.py:f", "inputs": {"x": [4, 4]}, "search": {"space": {"block": [1, 2]}}}
@@ -353,7 +354,7 @@ def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
 def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path):
     """Every optlevel a run of its own on the stand-in, each build compiled with its own flag; the winner's
     speed-up rests on stored device times there."""
-    from conftest import neuron_config, standin_env
+    from helpers import neuron_config, standin_env
 
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 128, "k": 128, "n": 128}]}})
     cfg["search"] = [{"name": "flags", "space": {"neuron.optlevel": [2, 1]}}]
@@ -387,7 +388,7 @@ def test_the_builtin_nki_matmuls_tile_size_is_searched_against_the_neuron_standi
     """A built-in kind's parameter: the NKI matmul's N tile (suites.matmul.nki_tile.n, not in the config:
     its schema default 512 is the default trial), a run per trial on the trn2 stand-in of SDK 2.33; each
     trial built, captured and correct (that the tile reaches the kernel: the test below)."""
-    from conftest import neuron_config, torchneuron_env
+    from helpers import neuron_config, torchneuron_env
 
     cfg = neuron_config(
         tmp_path, suites={"matmul": {"shapes": [{"m": 128, "k": 128, "n": 512}], "impl": ["nki"], "dtype": ["bf16"]}}
@@ -429,7 +430,7 @@ print(json.dumps({"moving": moving, "error": float(np.abs(out - nki_matmul.refer
 def test_the_nki_matmuls_n_tile_reaches_the_kernel(tmp_path):
     """tile_n 256 of a 512-wide N: two nc_matmul calls with 256-wide moving tiles, the same product (the nki
     stand-in executes the kernel on NumPy)."""
-    from conftest import STANDIN
+    from helpers import STANDIN
 
     spec = {"kind": "matmul", "m": 128, "k": 128, "n": 512, "dtype": "bf16", "impl": "nki", "tile_n": 256}
     env = {**os.environ, "PYTHONPATH": str(STANDIN / "python"), "NKI_ARTIFACTS_DIR": str(tmp_path / "art")}
@@ -523,6 +524,7 @@ def from_landscape(landscape: dict, calls: list, rung: int | None = None):
     return measure
 
 
+@pytest.mark.workflow  # the landscape is timed by the search's real screen rung, a child of the workflow's
 @pytest.mark.torch
 def test_tpe_and_halving_find_the_grids_best_within_noise_from_a_third_of_its_trials(landscape, tmp_path, monkeypatch):
     """tpe measures a third of the 24 points; halving screens them all (one fresh process, about 0.6 s a

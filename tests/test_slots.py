@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, made_once, neuron_config, private_cache, shared_dir, snakemake, snakemake_argv, standin_env
+from helpers import BIN, made_once, neuron_config, private_cache, shared_dir, snakemake, snakemake_argv, standin_env
 
 from neuronsweep.errors import UserError
 from neuronsweep.host import slots
@@ -97,6 +97,7 @@ def _eight_cases(tmp_path: Path, run: str, slots_setting, neff_cache: Path) -> d
     return cfg
 
 
+@pytest.mark.workflow
 def test_eight_captures_on_four_slots_run_in_about_two_rounds_each_pinned_to_its_chip(tmp_path, neff_cache):
     env = standin_env(tmp_path, STANDIN_DEVICES="4", STANDIN_EXEC_SECONDS="3")
     run = snakemake(tmp_path, "--cores", "4", config=_eight_cases(tmp_path, "t", "auto", neff_cache), env=env)
@@ -113,6 +114,7 @@ def test_eight_captures_on_four_slots_run_in_about_two_rounds_each_pinned_to_its
     assert "Available:0" not in text and "Invalid NEURON_RT_VISIBLE_CORES" not in text
 
 
+@pytest.mark.workflow
 def test_two_snakemake_processes_never_share_a_core(tmp_path, neff_cache):
     """Each process thinks it has 4 slots (neuron_device 4); they share the machine's 4 chips through
     the per-core locks, one in core isolation, so a chip slot and a core slot must exclude each other."""
@@ -147,6 +149,7 @@ def test_two_snakemake_processes_never_share_a_core(tmp_path, neff_cache):
     assert {len(_cores(s)) for s in _spans(tmp_path / "r2")} == {1}
 
 
+@pytest.mark.workflow
 def test_more_slots_than_the_machine_has_is_refused_before_any_job_and_doctor_shows_the_pool(tmp_path):
     cfg = neuron_config(tmp_path)
     cfg["capture"]["slots"] = 3

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, snakemake_argv, tiny_config, workflow_env
+from helpers import REPO, snakemake_argv, tiny_config, workflow_env
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 MISSING = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "squeue") if not shutil.which(t)]
@@ -42,6 +42,7 @@ def _rows(work: Path) -> list[tuple]:
         return sorted((r["scenario_id"], r["status"]) for r in csv.DictReader(f))
 
 
+@pytest.mark.workflow
 def test_the_sweep_through_slurm_matches_a_local_run(tmp_path, cluster, finished_run):
     slurm_env, state = cluster
     remote = tmp_path / "remote"

@@ -9,7 +9,8 @@ import shutil
 import socket
 import subprocess
 
-from conftest import BIN
+import pytest
+from helpers import BIN
 
 RUN = "results/t"
 
@@ -18,6 +19,7 @@ def _status(run_dir, *args):
     return subprocess.run([str(BIN / "neuronsweep"), "status", str(run_dir), *args], capture_output=True, text=True)
 
 
+@pytest.mark.workflow
 def test_status_counts_each_stage_and_estimates_the_time_left(finished_run, tmp_path):
     run = tmp_path / "t"
     shutil.copytree(finished_run / RUN, run)

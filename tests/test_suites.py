@@ -9,7 +9,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from conftest import neuron_config, snakemake, standin_env, tiny_config, torchneuron_env
+from helpers import neuron_config, snakemake, standin_env, tiny_config, torchneuron_env
 
 from neuronsweep.analysis import roofline
 from neuronsweep.backends.common import cores_at_lnc
@@ -154,6 +154,7 @@ TINY_SUITES = {
 }
 
 
+@pytest.mark.workflow
 def test_every_suite_end_to_end_on_cpu(tmp_path):
     cfg = tiny_config(tmp_path, suites=TINY_SUITES)
     snakemake(tmp_path, config=cfg)
@@ -180,6 +181,7 @@ def test_every_suite_end_to_end_on_cpu(tmp_path):
     assert set(targets["target"]) == {"trn1", "inf2", "trn2", "trn3"} and len(targets) == 4 * 8
 
 
+@pytest.mark.workflow
 def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
     cfg = neuron_config(tmp_path, suites=copy.deepcopy(TINY_SUITES))  # its mlp impl changes below
     cfg["suites"]["mlp"]["impl"] = ["compiler"]
@@ -190,6 +192,7 @@ def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
     assert m["peak_flops_per_s"] == pytest.approx(TARGETS["trn1"].peak_flops("fp32"))
 
 
+@pytest.mark.workflow
 def test_nki_mlp_kernel_route_on_neuron_against_the_standin(tmp_path):
     """On a trn2 (LNC 2) the NKI kernel runs at LNC 1 end to end: compiled and launched at LNC 1 (the
     stand-in, as the runtime, refuses a launch whose LNC is not NEURON_LOGICAL_NC_CONFIG), captured at

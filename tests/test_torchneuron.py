@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, DATA, REPO, neuron_config, snakemake, snakemake_argv, standin_env, torchneuron_env
+from helpers import BIN, DATA, REPO, neuron_config, snakemake, snakemake_argv, standin_env, torchneuron_env
 
 from neuronsweep.backends import neuron_setup
 from neuronsweep.config.schema import section_defaults
@@ -335,6 +335,7 @@ def sweep_config(tmp: Path, route: str) -> dict:
     return cfg
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("route, knobs", [("torchneuron", "trn2"), ("xla", "inf2")])
 def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
     env = torchneuron_env(tmp_path) if route == "torchneuron" else standin_env(tmp_path)
@@ -351,6 +352,7 @@ def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
     assert plan["neuron_setup"]["route"].startswith(f"neuron.route auto -> {route}")
 
 
+@pytest.mark.workflow
 def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_profiled_both_ways(tmp_path):
     """torch.distributed backend `neuron` under torchrun: every rank on its own core of the slot (the
     stand-in, as TorchNeuron, would put rank r on core r and every rank would claim the whole slot
@@ -393,6 +395,7 @@ def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_prof
         assert json.loads((case / "metrics.json").read_text())["correct"] is True  # every rank, against NumPy
 
 
+@pytest.mark.workflow
 def test_a_configured_target_the_machine_is_not_is_refused_before_any_job(tmp_path):
     cfg = neuron_config(tmp_path, calibrated=False)
     cfg["neuron"]["target"] = "trn1"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 import yaml
-from conftest import snakemake, snakemake_argv, workflow_env
+from helpers import snakemake, snakemake_argv, workflow_env
 
 WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
 
@@ -15,6 +16,7 @@ def workload(run_dir, wid):
     return run_dir / "results" / "t" / "cpu" / "workloads" / wid
 
 
+@pytest.mark.workflow
 def test_full_run_writes_every_stage_and_summary(finished_run):
     for wid in WIDS:
         wdir = workload(finished_run, wid)
@@ -41,12 +43,14 @@ def test_full_run_writes_every_stage_and_summary(finished_run):
     assert set(table["status"]) == {"ok"}
 
 
+@pytest.mark.workflow
 def test_noop_rerun_runs_nothing(run_copy):
     run = snakemake(run_copy)
     assert run.rules == [], run.output[-2000:]
     assert "Nothing to be done" in run.output
 
 
+@pytest.mark.workflow
 def test_adding_one_shape_runs_only_that_shape(run_copy):
     cfg = yaml.safe_load((run_copy / "config.yaml").read_text())
     cfg["suites"]["matmul"]["shapes"] = [{"m": 8, "k": 16, "n": 16}]
@@ -59,6 +63,7 @@ def test_adding_one_shape_runs_only_that_shape(run_copy):
     assert len(table) == 3 and set(table["status"]) == {"ok"}
 
 
+@pytest.mark.workflow
 def test_deleting_one_metrics_reruns_only_its_extract_and_aggregate(run_copy):
     (workload(run_copy, WIDS[0]) / "metrics.json").unlink()
     run = snakemake(run_copy)
@@ -70,8 +75,9 @@ def test_deleting_one_metrics_reruns_only_its_extract_and_aggregate(run_copy):
     ]  # the history and the report follow the aggregate
 
 
+@pytest.mark.workflow
 def test_one_metrics_target_builds_one_case_alone(tmp_path):
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     target = f"results/t/cpu/workloads/{WIDS[1]}/metrics.json"
     run = snakemake(tmp_path, target, config=tiny_config(tmp_path))
@@ -83,6 +89,7 @@ def test_one_metrics_target_builds_one_case_alone(tmp_path):
     assert not (tmp_path / "results" / "t" / "summary.csv").exists()
 
 
+@pytest.mark.workflow
 def test_changed_capture_setting_reruns_captures_not_builds(run_copy):
     cfg = yaml.safe_load((run_copy / "config.yaml").read_text())
     cfg["capture"]["iterations"] = 4
@@ -91,6 +98,7 @@ def test_changed_capture_setting_reruns_captures_not_builds(run_copy):
     assert run.rules.count("capture") == 2
 
 
+@pytest.mark.workflow
 def test_host_settings_reach_the_jobs_and_rerun_no_case(run_copy):
     """Timeouts, the cache folder and the device lock say where and how long, not what is measured: they
     reach the jobs through NEURONSWEEP_HOST, and changing them redoes no build, capture, view or extract."""
@@ -105,11 +113,12 @@ def test_host_settings_reach_the_jobs_and_rerun_no_case(run_copy):
     assert capture["command"].startswith("NEURONSWEEP_HOST=")
 
 
+@pytest.mark.workflow
 def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
     """A damaged artifact (Snakemake judges files by time, so it looks up to date) fails its capture with
     one sentence; the other cases finish; summary.csv, roofline_targets.csv and report.html are written
     for what finished; the sentence's advice (delete the file, run again) rebuilds only that case."""
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     cfg = tiny_config(tmp_path)
     snakemake(tmp_path, "--until", "build", config=cfg)
@@ -139,6 +148,7 @@ def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
     assert not list(workload(tmp_path, bad).glob("logs/*.error.json"))
 
 
+@pytest.mark.workflow
 def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
     """Two Snakemake processes in one folder, runs r1 and r2 of the same cases, each with a core to spare
     (--cores 2, --set-threads capture=1; 2 threads are what the session calibrated): captures never
@@ -147,7 +157,7 @@ def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
     import subprocess
     import threading
 
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     procs = {}
     for run in ("r1", "r2"):
@@ -187,8 +197,9 @@ def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
     assert len(published) == 2
 
 
+@pytest.mark.workflow
 def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     run = snakemake(tmp_path, "-n", config=tiny_config(tmp_path))
     assert run.rules == sorted(
@@ -199,6 +210,7 @@ def test_dry_run_plans_every_stage_and_shows_the_device_resource(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.workflow
 def test_snakemake_report_carries_the_figures(run_copy):
     import zipfile
 

@@ -19,11 +19,13 @@ pytest.importorskip(
     "in a venv of their own (.ci/run does it)",
 )
 
-from conftest import REPO, snakemake, tiny_config  # noqa: E402
+from helpers import REPO, snakemake, tiny_config  # noqa: E402
 
 from neuronsweep.formats.pftrace_reader import read as read_pftrace
 from neuronsweep.stages import extract
 from neuronsweep.store.records import BuildRecord
+
+pytestmark = pytest.mark.workflow  # every test here reads the module's one xla sweep
 
 STATIC, INT, FLOAT = (f"matmul-m128-k128-n128-fp32{s}" for s in ("", "-varies-pythonint", "-varies-pythonfloat"))
 MLP = "mlp-b1-s32-h64-i128-fp32"
