@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import HOST_CACHE, made_once, shared_dir, snakemake, tiny_config
+from helpers import HOST_CACHE, made_once, neuron_config, shared_dir, snakemake, standin_env, tiny_config
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,6 +35,16 @@ def run_copy(finished_run, tmp_path) -> Path:
     dest = tmp_path / "run"
     shutil.copytree(finished_run, dest, symlinks=True)
     return dest
+
+
+@pytest.fixture(scope="session")
+def neuron_run(tmp_path_factory) -> Path:
+    """The two-case sweep on the neuron stand-in toolchain, made once per worker for the tests that only
+    read it (test_neuron_backend, test_neuron_profiler); captures hold the device half a second, so builds
+    and captures overlap on the chip's two cores."""
+    tmp_path = tmp_path_factory.mktemp("neuron-run")
+    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="0.5"))
+    return tmp_path
 
 
 def _runs_snakemake(func) -> bool:

@@ -146,6 +146,13 @@ def neuron_config(tmp: Path, **overrides) -> dict:
     return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True}, **overrides)
 
 
+def standin_neff(tmp: Path) -> Path:
+    """A NEFF the stand-in toolchain runs: one 64 x 64 matmul graph."""
+    neff = tmp / "model.neff"
+    neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "g", "ops": [["matmul", [[64, 64], [64, 64]]]]}).encode())
+    return neff
+
+
 def standin_runs(tmp: Path) -> list[dict]:
     log = tmp / "standin.log"
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
