@@ -146,6 +146,32 @@ def neuron_config(tmp: Path, **overrides) -> dict:
     return tiny_config(tmp, backend="neuron", neuron={"profiler": "neuron-explorer", "json": True}, **overrides)
 
 
+NEURON_WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
+
+
+def neuron_settings(num_exec: int, nth: int, tmp: Path, profiler: str):
+    """A neuron capture's settings as slots.held leaves them: one core, the stand-in's profiler."""
+    from neuronsweep.config.settings import CaptureSettings
+
+    return CaptureSettings(
+        warmup=1,
+        iterations=1,
+        repeats=1,
+        num_exec=num_exec,
+        nth_exec=nth,
+        threads=1,
+        device_lock=str(tmp / "device.lock"),
+        timeout_s=60,
+        visible_cores="0",
+        options={"profiler": profiler},
+    ).for_backend("neuron")  # as slots.held sets it
+
+
+def neuron_wdir(root: Path, wid: str) -> Path:
+    """A case's folder in the tiny neuron run under root."""
+    return root / "results" / "t" / "neuron" / "workloads" / wid
+
+
 def standin_neff(tmp: Path) -> Path:
     """A NEFF the stand-in toolchain runs: one 64 x 64 matmul graph."""
     neff = tmp / "model.neff"

@@ -5,40 +5,26 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from helpers import BIN, neuron_config, snakemake, standin_env, standin_neff, standin_runs
+from helpers import (
+    BIN,
+    NEURON_WIDS,
+    neuron_config,
+    neuron_settings,
+    neuron_wdir,
+    snakemake,
+    standin_env,
+    standin_neff,
+    standin_runs,
+)
 
 from neuronsweep.backends import neuron, neuron_profiler, xla_program
 from neuronsweep.config.schema import section_defaults
-from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats.pftrace_reader import read as read_pftrace
-
-WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
-
-
-def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
-    return CaptureSettings(
-        warmup=1,
-        iterations=1,
-        repeats=1,
-        num_exec=num_exec,
-        nth_exec=nth,
-        threads=1,
-        device_lock=str(tmp / "device.lock"),
-        timeout_s=60,
-        visible_cores="0",
-        options={"profiler": profiler},
-    ).for_backend("neuron")  # as slots.held sets it
-
-
-def wdir(root: Path, wid: str) -> Path:
-    return root / "results" / "t" / "neuron" / "workloads" / wid
-
 
 # ------------------------------------------------------------------------------ contracts, unit
 
@@ -99,8 +85,8 @@ def test_multi_case_sweep_on_neuron(neuron_run):
     runs = standin_runs(tmp_path)
     captures = [r["argv"] for r in runs if r["argv"][0] == "capture"]
     assert len(captures) == 2
-    for wid in WIDS:
-        d = wdir(tmp_path, wid)
+    for wid in NEURON_WIDS:
+        d = neuron_wdir(tmp_path, wid)
         build = json.loads((d / "build" / "build.json").read_text())
         assert build["cc_flags"] == "--target inf2 -O2 --auto-cast none" and build["auto_cast"] == "none"
         assert (
@@ -157,15 +143,15 @@ def test_multi_case_sweep_on_neuron(neuron_run):
 def test_oom_then_single_io_retry_and_a_case_failing_for_good_keeps_the_rest(tmp_path):
     """One sweep, two faults: the first case's captures always fail, the second's run out of device memory
     unless --single-io."""
-    bad, oom = WIDS
+    bad, oom = NEURON_WIDS
     env = standin_env(tmp_path, STANDIN_OOM_MATCH=oom, STANDIN_FAIL_MATCH=bad)
     run = snakemake(tmp_path, config=neuron_config(tmp_path), env=env, check=False)
     assert run.proc.returncode != 0
     attempts = [r["argv"] for r in standin_runs(tmp_path) if r["argv"][0] == "capture" and oom in r["argv"][2]]
     assert len(attempts) == 2 and "--single-io" not in attempts[0] and "--single-io" in attempts[1]
-    cap = json.loads((wdir(tmp_path, oom) / "capture" / "capture.json").read_text())
+    cap = json.loads((neuron_wdir(tmp_path, oom) / "capture" / "capture.json").read_text())
     assert cap["single_io"] is True and cap["outputs_valid"] is False
-    assert json.loads((wdir(tmp_path, oom) / "metrics.json").read_text())["single_io"] is True
+    assert json.loads((neuron_wdir(tmp_path, oom) / "metrics.json").read_text())["single_io"] is True
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("scenario_id")
     assert table.loc[oom, "status"] == "ok"
     assert table.loc[bad, "status"] == "failed"
@@ -227,7 +213,7 @@ def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeyp
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UserError, match="Requested:1 Available:0"):
             neuron_profiler.capture_neff(
-                standin_neff(tmp_path), tmp_path / "cap", settings(1, 1, tmp_path, "neuron-profile")
+                standin_neff(tmp_path), tmp_path / "cap", neuron_settings(1, 1, tmp_path, "neuron-profile")
             )
     finally:
         holder.kill()
@@ -236,10 +222,10 @@ def test_a_capture_fails_while_another_process_holds_the_cores(tmp_path, monkeyp
 @pytest.mark.workflow
 def test_neuron_builds_hold_the_device_and_pin_their_cores(neuron_run):
     tmp_path = neuron_run
-    for wid in WIDS:
-        build = json.loads((wdir(tmp_path, wid) / "build" / "build.json").read_text())
+    for wid in NEURON_WIDS:
+        build = json.loads((neuron_wdir(tmp_path, wid) / "build" / "build.json").read_text())
         assert build["visible_cores"] == "0-1" and build["lnc"] == 1  # chip isolation: the one chip's cores
-        span = json.loads((wdir(tmp_path, wid) / "capture" / "capture.json").read_text())["device_span"]
+        span = json.loads((neuron_wdir(tmp_path, wid) / "capture" / "capture.json").read_text())["device_span"]
         assert span["slot"] == 0 and span["cores"] == "0-1" and span["acquired_unix"] < span["released_unix"]
     # every stand-in process that ran on the device (captures, torch-xla builds and timing) got its core:
     # none failed with "Available:0", though builds and captures were scheduled on 2 cores at once

@@ -6,35 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import BIN, DATA, neuron_config, snakemake, standin_env
+from helpers import BIN, DATA, neuron_config, neuron_wdir, snakemake, standin_env
 
-from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.errors import UserError
-
-WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
-
-
-def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
-    return CaptureSettings(
-        warmup=1,
-        iterations=1,
-        repeats=1,
-        num_exec=num_exec,
-        nth_exec=nth,
-        threads=1,
-        device_lock=str(tmp / "device.lock"),
-        timeout_s=60,
-        visible_cores="0",
-        options={"profiler": profiler},
-    ).for_backend("neuron")  # as slots.held sets it
-
-
-def wdir(root: Path, wid: str) -> Path:
-    return root / "results" / "t" / "neuron" / "workloads" / wid
 
 
 def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
@@ -260,7 +237,7 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
     for wid in [w for w in table.index if "-w8-" in w]:
         assert table.loc[wid, "status"] == "failed" and "needs 8 NeuronCores" in table.loc[wid, "reason"]
     for wid in ok:
-        d = wdir(tmp_path, wid)
+        d = neuron_wdir(tmp_path, wid)
         world = int(table.loc[wid, "world"])
         op = table.loc[wid, "op"]
         build = json.loads((d / "build" / "build.json").read_text())

@@ -10,30 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import BIN, neuron_config, snakemake, standin_env
-
-from neuronsweep.config.settings import CaptureSettings
-
-WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
-
-
-def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
-    return CaptureSettings(
-        warmup=1,
-        iterations=1,
-        repeats=1,
-        num_exec=num_exec,
-        nth_exec=nth,
-        threads=1,
-        device_lock=str(tmp / "device.lock"),
-        timeout_s=60,
-        visible_cores="0",
-        options={"profiler": profiler},
-    ).for_backend("neuron")  # as slots.held sets it
-
-
-def wdir(root: Path, wid: str) -> Path:
-    return root / "results" / "t" / "neuron" / "workloads" / wid
+from helpers import BIN, neuron_config, neuron_wdir, snakemake, standin_env
 
 
 def nki_config(tmp: Path) -> dict:
@@ -55,7 +32,7 @@ def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(t
     assert table.iloc[0]["correct"] == True and table.iloc[0]["max_rel_error"] < 1e-5  # noqa: E712 (torch-xla)
     report = (tmp_path / "results" / "t" / "report.html").read_text()
     assert "Wrong output (not ranked)" in report and f"{wrong.name} is wrong: output differs" in report
-    d = wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki")
+    d = neuron_wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki")
     build = json.loads((d / "build" / "build.json").read_text())
     assert build["compiler"] == "NKI kernel (nki.jit)" and build["recompiled_on_second_call"] is False
     assert [name for name, _ in build["capture_inputs"]] == ["lhsT", "rhs"]
@@ -78,7 +55,7 @@ def test_nki_recompiling_on_every_call_is_flagged(tmp_path):
     cfg = nki_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["nki"]
     snakemake(tmp_path, config=cfg, env=standin_env(tmp_path, STANDIN_NKI_RECOMPILE="1"))
-    d = wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki")
+    d = neuron_wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki")
     build = json.loads((d / "build" / "build.json").read_text())
     assert build["recompiled_on_second_call"] is True and "@nki.jit trap" in build["recompilation_flag"]
     assert build["compile_s"] is None  # compile and run cannot be separated: not guessed
@@ -116,7 +93,7 @@ def test_legacy_neuronxcc_nki_benchmark_route(tmp_path):
     cfg["suites"]["matmul"]["impl"] = ["nki"]
     env = {**standin_env(tmp_path), "PYTHONPATH": str(STANDIN / "python-legacy")}  # no standalone `nki`
     snakemake(tmp_path, config=cfg, env=env)
-    build = json.loads((wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki") / "build" / "build.json").read_text())
+    build = json.loads((neuron_wdir(tmp_path, "matmul-m128-k256-n512-fp32-nki") / "build" / "build.json").read_text())
     assert build["nki_api"] == "neuronxcc.nki"
     assert build["neff_source"].endswith("/nki/artifacts/kernel.neff")
     assert build["benchmark_us"]["p50"] > 0 and build["compile_s"] is None

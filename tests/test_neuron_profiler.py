@@ -6,36 +6,24 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
-from helpers import BIN, neuron_config, snakemake, standin_env, standin_neff, standin_runs
+from helpers import (
+    BIN,
+    NEURON_WIDS,
+    neuron_config,
+    neuron_settings,
+    neuron_wdir,
+    snakemake,
+    standin_env,
+    standin_neff,
+    standin_runs,
+)
 
 from neuronsweep.backends import neuron_profiler
 from neuronsweep.backends.common import run_tool
-from neuronsweep.config.settings import CaptureSettings, ViewSettings
+from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
-
-WIDS = ["matmul-m16-k16-n16-fp32", "matmul-m32-k16-n16-fp32"]
-
-
-def settings(num_exec: int, nth: int, tmp: Path, profiler: str) -> CaptureSettings:
-    return CaptureSettings(
-        warmup=1,
-        iterations=1,
-        repeats=1,
-        num_exec=num_exec,
-        nth_exec=nth,
-        threads=1,
-        device_lock=str(tmp / "device.lock"),
-        timeout_s=60,
-        visible_cores="0",
-        options={"profiler": profiler},
-    ).for_backend("neuron")  # as slots.held sets it
-
-
-def wdir(root: Path, wid: str) -> Path:
-    return root / "results" / "t" / "neuron" / "workloads" / wid
 
 
 # AWS nki-library test/utils/profiler_utils.py _generate_expected_ntff_files, and an NxDI helper for ranks
@@ -72,7 +60,9 @@ def test_capture_finds_the_profiled_ntff_for_every_documented_case(tmp_path, num
         monkeypatch.setenv(key, value)
     neff = tmp_path / "model.neff"
     neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "g", "ops": []}).encode())
-    rec = neuron_profiler.capture_neff(neff, tmp_path / "cap", settings(num_exec, nth, tmp_path, "neuron-profile"))
+    rec = neuron_profiler.capture_neff(
+        neff, tmp_path / "cap", neuron_settings(num_exec, nth, tmp_path, "neuron-profile")
+    )
     assert rec["ntff_written_as"] == neuron_profiler.expected_ntff(num_exec, nth)
     assert (tmp_path / "cap" / "profile.ntff").is_file() and rec["ntffs_written"] == written
     assert sorted(p.name for p in (tmp_path / "cap" / "raw").glob("*.ntff")) == written[1:]  # the rest kept
@@ -111,7 +101,7 @@ def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tm
     the stand-in's explorer keeps serving after every export, so each is stopped once written; a tool after
     SDK 2.33 has no json export: the
     case stands, view.json says why, and the memory fields read from it are null with that reason."""
-    d = wdir(neuron_run, WIDS[0])
+    d = neuron_wdir(neuron_run, NEURON_WIDS[0])
     views = json.loads((d / "view" / "view.json").read_text())["commands"]
     assert set(views) == {"summary-json", "parquet", "json", "perfetto"}
     assert not any("--ingest-only" in argv for argv in views.values())
@@ -156,7 +146,7 @@ def test_memory_tracker_sets_the_build_env_capture_and_view_flags(tmp_path):
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 16, "k": 16, "n": 16}]}})
     cfg["neuron"]["memory_tracker"] = True
     snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
-    d = wdir(tmp_path, WIDS[0])
+    d = neuron_wdir(tmp_path, NEURON_WIDS[0])
     build = json.loads((d / "build" / "build.json").read_text())
     assert build["env"]["XLA_IR_DEBUG"] == "1" and build["env"]["XLA_HLO_DEBUG"] == "1"
     runs = standin_runs(tmp_path)
@@ -222,7 +212,7 @@ def test_explorer_view_would_serve_forever_so_exports_are_stopped_once_written(t
     for key, value in standin_env(tmp_path).items():
         monkeypatch.setenv(key, value)
     neff = standin_neff(tmp_path)
-    cap = neuron_profiler.capture_neff(neff, tmp_path / "cap", settings(2, 2, tmp_path, "neuron-explorer"))
+    cap = neuron_profiler.capture_neff(neff, tmp_path / "cap", neuron_settings(2, 2, tmp_path, "neuron-explorer"))
     ntff = tmp_path / "cap" / "profile.ntff"
     # the stand-in, like the real Explorer, keeps serving after an export unless told not to
     with pytest.raises(UserError, match=r"did not finish within 2 s and was stopped \(its whole process group\)"):
@@ -273,7 +263,7 @@ def test_a_view_that_ignores_output_file_still_lands_in_the_view_folder(neuron_r
             str(BIN / "neuronsweep"),
             "view",
             "--capture",
-            wdir(neuron_run, WIDS[0]) / "capture",
+            neuron_wdir(neuron_run, NEURON_WIDS[0]) / "capture",
             "--out",
             view,
             "--options",
@@ -293,7 +283,7 @@ def test_the_profile_schema_version_and_a_column_it_lacks_are_named(neuron_run, 
     """view.json records the schema version (12.0.1 from the stand-in, as SDK 2.33), the tool's version
     and its schema dump; a profile whose Instruction table lacks duration_ns gets one sentence naming the
     column and the version, and no engine table built on a guess."""
-    d = wdir(neuron_run, WIDS[0])
+    d = neuron_wdir(neuron_run, NEURON_WIDS[0])
     record = json.loads((d / "view" / "view.json").read_text())
     assert record["profile_schema_version"] == "12.0.1" and record["profiler_version"]
     assert "duration_ns" in (d / "view" / record["profile_schema_dump"]).read_text()

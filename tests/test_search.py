@@ -350,6 +350,14 @@ def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
         search.load("config.yaml", "flags")
 
 
+def search_on_standins(tmp_path: Path, cfg: dict, standins: dict) -> None:
+    """`neuronsweep search run` of cfg in tmp_path with the stand-ins' environment; it must succeed."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    argv = [str(BIN / "neuronsweep"), "search", "run", "config.yaml"]
+    proc = subprocess.run(argv, cwd=tmp_path, env={**os.environ, **standins}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 @pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path):
     """Every optlevel a run of its own on the stand-in, each build compiled with its own flag; the winner's
@@ -358,16 +366,7 @@ def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path
 
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 128, "k": 128, "n": 128}]}})
     cfg["search"] = [{"name": "flags", "space": {"neuron.optlevel": [2, 1]}}]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    env = {**os.environ, **standin_env(tmp_path)}
-    proc = subprocess.run(
-        [str(BIN / "neuronsweep"), "search", "run", "config.yaml"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    search_on_standins(tmp_path, cfg, standin_env(tmp_path))
     trials = pd.read_csv(tmp_path / "results/t/search/flags/trials.csv")
     assert sorted(trials["param.neuron.optlevel"]) == [1, 2] and set(trials["status"]) == {"ok"}
     for _, row in trials.iterrows():
@@ -394,16 +393,7 @@ def test_the_builtin_nki_matmuls_tile_size_is_searched_against_the_neuron_standi
         tmp_path, suites={"matmul": {"shapes": [{"m": 128, "k": 128, "n": 512}], "impl": ["nki"], "dtype": ["bf16"]}}
     )
     cfg["search"] = [{"name": "tiles", "space": {"suites.matmul.nki_tile.n": [512, 256]}}]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    env = {**os.environ, **torchneuron_env(tmp_path)}
-    proc = subprocess.run(
-        [str(BIN / "neuronsweep"), "search", "run", "config.yaml"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    search_on_standins(tmp_path, cfg, torchneuron_env(tmp_path))
     trials = pd.read_csv(tmp_path / "results/t/search/tiles/trials.csv")
     assert list(trials["param.suites.matmul.nki_tile.n"]) == [512, 256] and set(trials["status"]) == {"ok"}, trials
     assert list(trials["workload_ids"]) == ["matmul-m128-k128-n512-bf16-nki", "matmul-m128-k128-n512-bf16-nki-tn256"]
