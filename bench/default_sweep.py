@@ -63,7 +63,8 @@ def sweep(cores: int, warm: bool) -> dict:
         "cases": cases,
         "measured_s": round(measured, 2),
         "compile_s": round(compiled, 2),
-        "overhead_per_case_s": round((wall - measured - compiled) / max(cases, 1) * cores, 2),
+        # the core-seconds the run had, less those its cases spent measuring and compiling, per case
+        "overhead_per_case_s": round((wall * cores - measured - compiled) / max(cases, 1), 2),
     }
 
 

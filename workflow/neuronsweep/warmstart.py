@@ -27,10 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ENV = "NEURONSWEEP_WARM"  # host:socket path, set by the workflow for its jobs
-JOB = "NEURONSWEEP_WARM_JOB"  # in a forked child: the pid of the job it runs for (host.caps.LoadWatch)
-OFF = "NEURONSWEEP_WARM_START"  # "0": never start or use a server
-COMMANDS = ("build", "capture", "view", "extract")  # the per-case stages (store.failures.STAGES)
+from neuronsweep.environment import WARM_JOB as JOB
+from neuronsweep.environment import WARM_SOCKET as ENV
+from neuronsweep.environment import WARM_START as OFF
+from neuronsweep.store.failures import STAGES as COMMANDS  # the per-case stages
+
 # Read by PyTorch, OpenMP, the BLAS or Python when a module is imported: a job whose values differ
 # from the server's would not get what a fresh interpreter gives it, so it runs on its own.
 IMPORT_TIME_PREFIXES = (
@@ -71,6 +72,9 @@ PRELOAD = (
     "neuronsweep.stages.extract",
     "neuronsweep.backends.cpu",
 )
+# torch's private modules that torch.export imports on first use: they move between releases, and a
+# missing one only costs each job its import
+PRIVATE = {"torch.export._trace", "torch._export.serde.serialize"}
 _HEADER = struct.Struct("!I")
 
 
@@ -192,7 +196,11 @@ class _Server:
         import threading
 
         for name in PRELOAD:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError:
+                if name not in PRIVATE:
+                    raise
         if threading.active_count() > 1:  # forking a threaded process is unsafe: serve nothing
             raise RuntimeError("an import started a thread")
         sys.stdout.flush()
@@ -247,7 +255,7 @@ class _Server:
             if len(fds) != 3 or not self._same_imports(request):
                 raise OSError("refused")
             pid = os.fork()
-        except (OSError, ValueError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # refused, or not a request
             for fd in fds:
                 os.close(fd)
             conn.close()
@@ -270,7 +278,7 @@ class _Server:
         events.register(conn, selectors.EVENT_READ)
 
     def _same_imports(self, request: dict) -> bool:
-        if request.get("python") != _interpreter() or request.get("argv", [""])[0] not in COMMANDS:
+        if request.get("python") != _interpreter() or (request.get("argv") or [""])[0] not in COMMANDS:
             return False
         env = request["env"]
         keys = {k for k in (*env, *self.env) if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARS}

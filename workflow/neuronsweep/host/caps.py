@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from neuronsweep.atomic import read_json, write_json
+from neuronsweep.environment import WARM_JOB
 from neuronsweep.errors import UserError
 from neuronsweep.store.cache import cache_key
 from neuronsweep.workloads import TORCH_DTYPES
@@ -196,7 +197,7 @@ class LoadWatch:
 
         me = psutil.Process()
         self._own = {me.pid} | {p.pid for p in me.parents()}  # the job, its shell, Snakemake
-        job = os.environ.get("NEURONSWEEP_WARM_JOB")  # forked by the warm server: the job's own line
+        job = os.environ.get(WARM_JOB)  # forked by the warm server: the job's own line
         if job and job.isdigit():
             try:
                 self._own |= {int(job)} | {p.pid for p in psutil.Process(int(job)).parents()}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from neuronsweep import kernels
 from neuronsweep.backends.common import default_threads
+from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock
 from neuronsweep.host.targets import TARGETS
@@ -579,10 +580,10 @@ def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
 def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | None = None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead).
-    warm_start (default: cpu, unless NEURONSWEEP_WARM_START=0, warmstart.OFF): the stages fork from one
+    warm_start (default: cpu, unless NEURONSWEEP_WARM_START=0): the stages fork from one
     process that imported torch once, instead of importing it in every job."""
     if warm_start is None:
-        warm_start = plan.backend == "cpu" and os.environ.get("NEURONSWEEP_WARM_START") != "0"
+        warm_start = plan.backend == "cpu" and os.environ.get(WARM_START) != "0"
     if probe is None:
         return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
     cap = config["capture"]
