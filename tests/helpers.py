@@ -48,7 +48,7 @@ def host_measurements(calibrated: bool = True) -> Path:
     """The host probe (a GEMM per dtype, which a cpu plan rests on) and, for tests that run captures, the
     calibration, each measured once per test run: every test gets a fresh compile cache, and without this
     each would pay a cold probe and calibration."""
-    from neuronsweep.backends.common import default_threads
+    from neuronsweep.backends.cores import default_threads
     from neuronsweep.host import caps
 
     root = HOST_CACHE["root"]

@@ -460,7 +460,7 @@ def test_stamps_past_int64_nanoseconds_and_true_are_named_not_wrapped(tmp_path):
 @settings(max_examples=300, deadline=None)
 @given(ns=st.integers(0, 10**15))
 def test_the_xla_trace_writers_float_stamps_read_back_exactly(ns):
-    """The xla capture writes `(t - first call) / 1000.0` µs (backends/xla_program.py): below 10^15 ns
+    """The xla capture writes `(t - first call) / 1000.0` µs (backends/programs/xla_program.py): below 10^15 ns
     (11 days from the first call) a float's shortest text is the exact 3-decimal value, so the
     converter's decimal reading gives back every nanosecond."""
     from neuronsweep.formats.chrome_trace import exact_ns

@@ -139,7 +139,7 @@ def test_backend_xla_without_torch_xla_stops_with_the_install_command(tmp_path):
 
 def test_cli_defaults_are_the_schema_defaults_and_the_exec_check_is_one_rule(tmp_path):
     from neuronsweep import cli
-    from neuronsweep.backends.common import DEFAULT_TIMEOUT_S
+    from neuronsweep.backends.processes import DEFAULT_TIMEOUT_S
     from neuronsweep.host.devicelock import DEFAULT_LOCK
 
     schema_cfg = config.validate(MINIMAL)

@@ -200,7 +200,7 @@ def test_a_timed_round_in_its_own_process_imports_none_of_the_trace_readers():
     """Each round of capture.rounds_in_processes pays its imports: the readers (DuckDB, pyarrow,
     pandas) cost it about a third of a second and measure nothing."""
     code = (
-        "import sys; import neuronsweep.backends.cpu_round; "
+        "import sys; import neuronsweep.backends.programs.cpu_round; "
         "print(sorted(m for m in ('duckdb', 'pyarrow', 'pandas', 'scipy') if m in sys.modules))"
     )
     out = subprocess.run([str(BIN / "python"), "-c", code], capture_output=True, text=True, check=True).stdout

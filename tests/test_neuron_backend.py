@@ -21,7 +21,8 @@ from helpers import (
     standin_runs,
 )
 
-from neuronsweep.backends import neuron, neuron_profiler, xla_program
+from neuronsweep.backends import neuron, neuron_profiler
+from neuronsweep.backends.programs import xla_program
 from neuronsweep.config.schema import section_defaults
 from neuronsweep.errors import UserError
 from neuronsweep.formats.pftrace_reader import read as read_pftrace

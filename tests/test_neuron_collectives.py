@@ -295,7 +295,7 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
 
 @pytest.mark.torch  # the cpu plan probe or a torch child
 def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
-    from neuronsweep.backends import xla_collective
+    from neuronsweep.backends.programs import xla_collective
 
     env = {**os.environ, **standin_env(tmp_path), "NEURON_CC_FLAGS": "--target trn1", "NEURON_RT_VISIBLE_CORES": "0-1"}
     env.pop("NEURON_COMPILE_CACHE_URL", None)  # the stand-in refuses to compile into the shared cache

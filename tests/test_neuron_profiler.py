@@ -21,7 +21,7 @@ from helpers import (
 )
 
 from neuronsweep.backends import neuron_profiler
-from neuronsweep.backends.common import run_tool
+from neuronsweep.backends.processes import run_tool
 from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
 

@@ -12,7 +12,7 @@ import pytest
 from helpers import neuron_config, snakemake, standin_env, tiny_config, torchneuron_env
 
 from neuronsweep.analysis import roofline
-from neuronsweep.backends.common import cores_at_lnc
+from neuronsweep.backends.cores import cores_at_lnc
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS

@@ -227,7 +227,7 @@ def test_each_build_compiles_in_a_neff_cache_of_its_own_since_torchneurons_key_i
     shutil.copytree(o2["neff_cache"], shared)
     env = {**os.environ, **torchneuron_env(tmp_path), **{k: v for k, v in o1["env"].items()}}
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(shared)
-    child = ["-m", "neuronsweep.backends.torchneuron_program", "--spec", json.dumps(SPEC)]
+    child = ["-m", "neuronsweep.backends.programs.torchneuron_program", "--spec", json.dumps(SPEC)]
     child += ["--out", str(tmp_path / "r.json"), "--neff-cache", str(shared)]
     subprocess.run([str(BIN / "python"), *child], check=True, env=env, capture_output=True)
     assert json.loads((tmp_path / "r.json").read_text())["first_call"] == []  # nothing compiled: a stale -O2 NEFF

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuronsweep import __version__, backends
-from neuronsweep.backends.common import DEFAULT_TIMEOUT_S, default_threads
+from neuronsweep.backends.cores import default_threads
+from neuronsweep.backends.processes import DEFAULT_TIMEOUT_S
 from neuronsweep.config import schema as config
 from neuronsweep.config.schema import schema_default
 from neuronsweep.config.settings import host_setting

@@ -7,7 +7,9 @@ import shutil
 
 from neuronsweep import backends
 from neuronsweep.backends import nccom_test, neuron, neuron_profiler, neuron_setup
-from neuronsweep.backends.common import default_threads, package_versions, run_tool
+from neuronsweep.backends.build_facts import package_versions
+from neuronsweep.backends.cores import default_threads
+from neuronsweep.backends.processes import run_tool
 from neuronsweep.config import schema as config
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock, neuron_ls, slots

@@ -7,8 +7,9 @@ how the report shows it), so the rules, extract and the report use them without 
 backend (and torch).
 Stage modules (build.py, capture.py, view.py) wrap these with records, atomic writes and errors.
 Backends are imported lazily so planning and extract never import torch; what several backends
-share (running external programs with a time limit, package versions, trace spans) is in common.py,
-so no backend imports another.
+share is in a module per job (processes.py: programs under a time limit, torchrun ranks; cores.py;
+build_facts.py: versions; trace_spans.py), so no backend imports another, and the programs they start
+in a child process are in programs/.
 """
 
 from __future__ import annotations

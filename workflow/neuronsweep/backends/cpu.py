@@ -18,8 +18,7 @@ from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.intervals import union_length
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
-from neuronsweep.backends import BACKENDS, gloo
-from neuronsweep.backends.common import EXEC_MARK, profiled_span
+from neuronsweep.backends import BACKENDS
 from neuronsweep.backends.cpu_timing import (
     WARMUP_MIN_S,
     inputs,
@@ -28,6 +27,8 @@ from neuronsweep.backends.cpu_timing import (
     torch_dtype,
     warm_then_time,
 )
+from neuronsweep.backends.programs import gloo
+from neuronsweep.backends.trace_spans import EXEC_MARK, profiled_span
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import chrome_trace

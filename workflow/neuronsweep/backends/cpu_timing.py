@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from neuronsweep.backends import BACKENDS
-from neuronsweep.backends.common import run_tool
+from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.store.records import BuildRecord
 from neuronsweep.workloads import TORCH_DTYPES, kind_of
@@ -27,7 +27,7 @@ def torch_dtype(torch, name: str):
 
 
 def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
-    """One timed round in this process, from nothing: backends/cpu_round.py runs it in a fresh one."""
+    """One timed round in this process, from nothing: backends/programs/cpu_round.py runs it in a fresh one."""
     import torch
 
     spec = BuildRecord.read(build_dir).spec
@@ -71,7 +71,7 @@ def screen(jobs: list[dict]) -> list[dict]:
 
 def _cpu_round(args: list[str], timeout_s: float, what: str) -> dict:
     """cpu_round.py in a fresh interpreter: its last line of JSON, or one sentence of what failed."""
-    proc = run_tool([sys.executable, "-m", "neuronsweep.backends.cpu_round", *args], timeout_s, what)
+    proc = run_tool([sys.executable, "-m", "neuronsweep.backends.programs.cpu_round", *args], timeout_s, what)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         raise UserError(f"{what} failed: {why}")

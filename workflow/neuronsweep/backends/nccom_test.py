@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from neuronsweep.backends.common import run_tool
+from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR
 

@@ -29,22 +29,9 @@ from pathlib import Path
 from neuronsweep.analysis.correctness import rejudge, worst
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json
-from neuronsweep.backends import (
-    BACKENDS,
-    nccom_test,
-    neuron_setup,
-    torchneuron_collective,
-    xla_collective,
-    xla_program,
-)
-from neuronsweep.backends.common import (
-    child_args,
-    cores_at_lnc,
-    fresh,
-    package_versions,
-    recompilation_flag,
-    run_child,
-)
+from neuronsweep.backends import BACKENDS, nccom_test, neuron_setup
+from neuronsweep.backends.build_facts import package_versions, recompilation_flag
+from neuronsweep.backends.cores import cores_at_lnc
 from neuronsweep.backends.neuron_profiler import (
     INSPECT_MODES,
     NTFF,
@@ -58,6 +45,8 @@ from neuronsweep.backends.neuron_profiler import (
     view_ranks,
     view_session,
 )
+from neuronsweep.backends.processes import child_args, fresh, run_child
+from neuronsweep.backends.programs import torchneuron_collective, xla_collective, xla_program
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import slots

@@ -19,7 +19,7 @@ from pathlib import Path
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
-from neuronsweep.backends.common import run_tool
+from neuronsweep.backends.processes import run_tool
 from neuronsweep.config.settings import CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import legacy_json, neuron_summary

@@ -23,8 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from neuronsweep.analysis.intervals import union_length
-from neuronsweep.backends import BACKENDS, xla_program
-from neuronsweep.backends.common import fresh, package_versions, profiled_span, recompilation_flag
+from neuronsweep.backends import BACKENDS
+from neuronsweep.backends.build_facts import package_versions, recompilation_flag
+from neuronsweep.backends.processes import fresh
+from neuronsweep.backends.programs import xla_program
+from neuronsweep.backends.trace_spans import profiled_span
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.formats import chrome_trace, hlo
 from neuronsweep.formats import pftrace_writer as pftrace

@@ -9,7 +9,7 @@ turns share that moment, and what still differs between the sides is the program
 Brecht's randomized multiple interleaved trials ("Conducting repeatable experiments in highly
 variable cloud computing environments", ICPE 2017). In each round the order of A and B is drawn at
 random (seeded), so a slow start or a drift within the session falls on both sides alike, and one
-fresh interpreter a side times every workload once, in an order drawn too (backends/cpu_round.py
+fresh interpreter a side times every workload once, in an order drawn too (backends/programs/cpu_round.py
 --many): the process is the unit analysis/verdict.py tests, and importing torch once a side and
 round, not once a workload, is what lets `compare` do this by default on a whole run.
 

@@ -38,7 +38,7 @@ import yaml
 from neuronsweep.analysis import verdict
 from neuronsweep.atomic import replacing, write_json
 from neuronsweep.backends import cpu_timing
-from neuronsweep.backends.common import default_threads
+from neuronsweep.backends.cores import default_threads
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from neuronsweep import kernels
-from neuronsweep.backends.common import default_threads
+from neuronsweep.backends.cores import default_threads
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock

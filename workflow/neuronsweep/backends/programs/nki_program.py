@@ -13,7 +13,7 @@ Inputs are saved under the kernel's argument names (.npy; raw .bin for bf16, whi
 hold) so `capture` can feed them to the NEFF by name. A user's kernel (suites.custom) gets its params as
 keywords and is checked against the user's PyTorch function (kernels/custom_nki.py); it needs the
 standalone nki.
-    python -m neuronsweep.backends.nki_program --spec JSON --out result.json --inputs-dir DIR
+    python -m neuronsweep.backends.programs.nki_program --spec JSON --out result.json --inputs-dir DIR
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from neuronsweep.analysis.correctness import check
-from neuronsweep.backends.common import fresh
+from neuronsweep.backends.processes import fresh
 from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels.nki_matmul import load_nki
 

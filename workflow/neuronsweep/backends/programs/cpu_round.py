@@ -1,8 +1,8 @@
 """One cpu timed round in a fresh interpreter (capture.rounds_in_processes), run by backends/cpu.py:
 
-    python -m neuronsweep.backends.cpu_round BUILD_DIR THREADS WARMUP ITERATIONS
-    python -m neuronsweep.backends.cpu_round --many '[{"build": ..., "threads": ..., ...}, ...]'
-    python -m neuronsweep.backends.cpu_round --screen '[{"spec": ..., "threads": ..., ...}, ...]'
+    python -m neuronsweep.backends.programs.cpu_round BUILD_DIR THREADS WARMUP ITERATIONS
+    python -m neuronsweep.backends.programs.cpu_round --many '[{"build": ..., "threads": ..., ...}, ...]'
+    python -m neuronsweep.backends.programs.cpu_round --screen '[{"spec": ..., "threads": ..., ...}, ...]'
 
 prints {"samples": [...], "pid": N} as its last line (with --many, one list of samples per program:
 compare's interleaved rounds, runs/interleave.py). A fresh interpreter, not a fork: forked rounds

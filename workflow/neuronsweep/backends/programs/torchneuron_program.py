@@ -15,7 +15,7 @@ StableHLO to neuronx-cc. Each run here:
             profiles the nth execution (NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP = nth - 1)
 
 Grad mode is off: these are inference benchmarks, as on the other backends.
-    python -m neuronsweep.backends.torchneuron_program --spec JSON --out result.json --neff-cache DIR ...
+    python -m neuronsweep.backends.programs.torchneuron_program --spec JSON --out result.json --neff-cache DIR ...
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ the gloo ranks do; the parent takes an execution's time as the slowest rank's.
 
 Rank 0 writes the phases and compile counts (result.json); every rank its times (rank_<r>.json).
 The parent side (`run`) does not import torch.
-    torchrun --standalone --nproc_per_node W -m neuronsweep.backends.xla_collective --spec JSON --out DIR ...
+    torchrun --standalone --nproc_per_node W -m neuronsweep.backends.programs.xla_collective --spec JSON --out DIR ...
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from pathlib import Path
 
 from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
-from neuronsweep.backends.common import own_core, run_ranks
-from neuronsweep.backends.xla_program import PHASES, artifacts, child_args, metric
+from neuronsweep.backends.cores import own_core
+from neuronsweep.backends.processes import run_ranks
+from neuronsweep.backends.programs.xla_program import PHASES, artifacts, child_args, metric
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 

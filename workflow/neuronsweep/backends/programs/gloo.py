@@ -2,7 +2,7 @@
 host, measured for real.
 
 build   nothing to compile (gloo runs library calls): the launch plan, collective.json
-capture start `world` rank processes (`python -m neuronsweep.backends.gloo`), rendezvous through a
+capture start `world` rank processes (`python -m neuronsweep.backends.programs.gloo`), rendezvous through a
         FileStore in the capture folder; each rank warms up, runs num_exec executions (rank 0 profiles
         the nth under torch.profiler), then times `repeats x iterations` executions, each after a
         barrier so that all ranks start together. An execution's time is the slowest rank's (the
@@ -22,7 +22,8 @@ from neuronsweep.analysis.correctness import check_rank, worst
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
 from neuronsweep.backends import BACKENDS, COLLECTIVE_PLAN
-from neuronsweep.backends.common import EXEC_MARK, package_versions
+from neuronsweep.backends.build_facts import package_versions
+from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps

@@ -1,6 +1,6 @@
-"""What several backends share, so that no backend imports another: running external programs under
-a time limit, installed package versions, the recompilation sentence, and the profiled-call span of
-the cpu and xla Chrome traces."""
+"""Running the programs a backend needs, so that no backend imports another: an external tool under a
+time limit (its whole process group killed on timeout, a server stopped once its output is written),
+one of our child programs (`backends/programs/`), or one per rank under torchrun."""
 
 from __future__ import annotations
 
@@ -12,33 +12,13 @@ import signal
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import workload_id
 
-
-def package_versions(packages) -> dict[str, str | None]:
-    """Installed version of each package, None when absent (recorded in build.json and cache keys)."""
-    versions = {}
-    for pkg in packages:
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return versions
-
-
-def recompilation_flag(what: str) -> str:
-    """build.json's sentence for a workload that compiled again when called again with the same inputs."""
-    trap = "@nki.jit trap" if what == "kernel" else "trap, a value baked into the graph"
-    return (
-        f"the {what} recompiled on a repeated call with the same inputs: every framework call pays "
-        f"compile time (the {trap})"
-    )
-
+PROGRAMS = "neuronsweep.backends.programs"  # where run_child and run_ranks find a program by its name
 
 DEFAULT_TIMEOUT_S = {stage: schema_default(f"timeouts.{stage}") for stage in ("build", "capture", "view")}
 
@@ -122,7 +102,8 @@ def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> 
             proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=cwd, env=env, start_new_session=True)
         except FileNotFoundError:
             raise UserError(f"{what}: {argv[0]} not found; install it or fix its path.") from None
-        deadline, sizes = time.monotonic() + timeout_s, []
+        deadline = time.monotonic() + timeout_s
+        sizes: list[int | None] = []
         while proc.poll() is None:
             sizes = [*sizes[-(SETTLED_POLLS_SILENT - 1) :], _size(written)]
             held = next((i for i, v in enumerate(reversed(sizes)) if v != sizes[-1]), len(sizes))  # polls unchanged
@@ -163,11 +144,11 @@ def child_args(spec: dict, out: Path, **settings) -> list[str]:
 
 
 def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str, timeout_s: float) -> None:
-    """`python -m neuronsweep.backends.<module> ARGS` in cwd: the torch-xla and NKI programs need a
+    """`python -m neuronsweep.backends.programs.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The
     output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
     proc = run_tool(
-        [sys.executable, "-m", f"{__package__}.{module}", *args],
+        [sys.executable, "-m", f"{PROGRAMS}.{module}", *args],
         timeout_s,
         f"case {workload_id(spec)}: the {what}",
         cwd=cwd,
@@ -186,7 +167,7 @@ RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")  # a rank's exc
 
 
 def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict, what: str, timeout_s: float) -> dict:
-    """`torchrun --standalone --nproc_per_node <world> -m neuronsweep.backends.<module> ARGS` in out_dir:
+    """`torchrun --standalone --nproc_per_node <world> -m neuronsweep.backends.programs.<module> ARGS` in out_dir:
     one process per rank, as distributed training runs. Returns rank 0's result.json, with every rank's
     rank_<r>.json under "ranks" when the ranks were timed; a failure is one sentence with the first
     rank's exception and the log."""
@@ -195,7 +176,7 @@ def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict
         stale.unlink()
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world']}"]
     proc = run_tool(
-        [*argv, "-m", f"{__package__}.{module}", *args],
+        [*argv, "-m", f"{PROGRAMS}.{module}", *args],
         timeout_s,
         f"case {workload_id(spec)}: the {what} ({spec['world']} ranks)",
         cwd=out_dir,
@@ -214,52 +195,3 @@ def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict
     if any(out_dir.glob("rank_*.json")):  # the ranks were timed
         result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(spec["world"])]
     return result
-
-
-def core_ids(spec: str) -> list[int]:
-    """NEURON_RT_VISIBLE_CORES as written (a list or ranges: "0-1,4") -> the core ids."""
-    cores = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        cores += range(int(lo), int(hi or lo) + 1)
-    return cores
-
-
-def cores_at_lnc(span: str | None, slot_lnc: int, process_lnc: int) -> str | None:
-    """A slot's cores (numbered at the machine's LNC, as neuron-ls and the slots count them) named at the
-    LNC a process runs at: logical core c of LNC 2 is physical cores 2c and 2c+1 of an LNC 1 process."""
-    if span is None or slot_lnc <= process_lnc:  # a process never runs at a coarser LNC than its slot's
-        return span
-    ratio = slot_lnc // process_lnc
-    ids = [p for c in core_ids(span) for p in range(c * ratio, c * ratio + ratio)]
-    if ids == list(range(ids[0], ids[-1] + 1)):
-        return f"{ids[0]}-{ids[-1]}" if len(ids) > 1 else str(ids[0])
-    return ",".join(map(str, ids))
-
-
-def own_core() -> None:
-    """In a rank under torchrun: narrow NEURON_RT_VISIBLE_CORES (a list or ranges, the slot the parent
-    holds) to its LOCAL_RANK-th core. Before the runtime starts, which reads it once; left alone, every
-    rank would claim the whole slot (torch-xla), or core LOCAL_RANK of the machine (TorchNeuron), which
-    another slot may hold."""
-    spec = os.environ.get("NEURON_RT_VISIBLE_CORES")
-    if spec:
-        os.environ["NEURON_RT_VISIBLE_CORES"] = str(core_ids(spec)[int(os.environ["LOCAL_RANK"])])
-
-
-EXEC_MARK = "neuronsweep.exec_"  # name of the span of execution i in the cpu and xla Chrome traces
-
-
-def profiled_span(events, nth: int) -> tuple[dict, int]:
-    """The complete ('X') events of a Chrome trace around its nth execution's span
-    (chrome_trace.Events.slices_around: columns, times in ns) and that span's row; a trace without
-    one cannot be summarized, so that fails with what to do."""
-    mark = f"{EXEC_MARK}{nth}"
-    found = events.slices_around(mark)
-    if found is None:
-        raise UserError(f"the trace has no '{mark}' span; recapture this case (delete its capture/ folder).")
-    return found
-
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -20,7 +20,7 @@ first run means the graph changed between calls (recompilation). The output of e
 alive until its sync: a lazy tensor dropped before mark_step is never computed.
 
 The parent side (`run`, `attribute`) does not import torch.
-    python -m neuronsweep.backends.xla_program --spec JSON --out result.json --artifact-glob GLOB ...
+    python -m neuronsweep.backends.programs.xla_program --spec JSON --out result.json --artifact-glob GLOB ...
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from pathlib import Path
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
-from neuronsweep.backends import BACKENDS, common
-from neuronsweep.backends.common import EXEC_MARK, run_child
+from neuronsweep.backends import BACKENDS, processes
+from neuronsweep.backends.processes import run_child
+from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import TORCH_DTYPES, kind_of, workload_id
 
@@ -60,7 +61,7 @@ def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], time
 
 def child_args(spec: dict, out: Path, globs: list[str], settings: dict) -> list[str]:
     """The child's command line: the spec, where to write, the settings given, and the artifact globs."""
-    return common.child_args(spec, out, **settings) + [a for g in globs for a in ("--artifact-glob", g)]
+    return processes.child_args(spec, out, **settings) + [a for g in globs for a in ("--artifact-glob", g)]
 
 
 def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:

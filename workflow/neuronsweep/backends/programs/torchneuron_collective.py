@@ -3,7 +3,7 @@ use torch.distributed on Neuron"): `import torch_neuronx` registers the `neuron`
 `dist.init_process_group(backend="neuron", init_method="env://")` joins it.
 
 Each rank, before the runtime starts:
-- narrows NEURON_RT_VISIBLE_CORES to its own core of the slot the parent holds (common.own_core):
+- narrows NEURON_RT_VISIBLE_CORES to its own core of the slot the parent holds (cores.own_core):
   TorchNeuron would otherwise take core LOCAL_RANK of the machine, which another slot may hold;
 - compiles into a NEFF cache folder of its own (<cache>/rank_<r>): the ranks compile the same graph at
   the same time, and rank 0's listing must hold rank 0's NEFF only;
@@ -18,7 +18,7 @@ torchneuron_program.py: inputs on `neuron` and synced / first compiled call / se
 is a recompile) / warmup + timed executions, each after a barrier of a host-side gloo group (so the
 device queue holds only the collective) / --inspect-nth calls. Rank 0 writes result.json (its NEFF
 listing), every timed rank rank_<r>.json; the parent takes an execution's time as the slowest rank's.
-    torchrun --standalone --nproc_per_node W -m neuronsweep.backends.torchneuron_collective --spec JSON ...
+    torchrun --standalone --nproc_per_node W -m neuronsweep.backends.programs.torchneuron_collective --spec JSON ...
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from pathlib import Path
 
 from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
-from neuronsweep.backends.common import child_args, own_core, run_ranks
-from neuronsweep.backends.torchneuron_program import first_two_calls, neffs
+from neuronsweep.backends.cores import own_core
+from neuronsweep.backends.processes import child_args, run_ranks
+from neuronsweep.backends.programs.torchneuron_program import first_two_calls, neffs
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
