@@ -100,7 +100,7 @@ def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
 
 
 def test_the_link_a_neuron_rank_is_compared_with_comes_from_a_sourced_figure_or_is_null():
-    from neuronsweep.stages.extract import _link_per_rank
+    from neuronsweep.analysis.metrics.collectives import _link_per_rank
 
     across = [{"nd_idx": 0}, {"nd_idx": 0}, {"nd_idx": 1}, {"nd_idx": 1}]
     notes = {}

@@ -53,6 +53,7 @@ import pyarrow.json as pj
 from neuronsweep.atomic import remove_stale
 from neuronsweep.errors import UserError
 from neuronsweep.formats import json_records, protowire
+from neuronsweep.json_numbers import finite_number
 
 # kinds of rows in `ev`: what the writer emits (SLICE, INSTANT, COUNTER), what it pairs or binds first
 SLICE, INSTANT, COUNTER, BEGIN, END, FLOW_OUT, FLOW_STEP, FLOW_IN, FLOW_IN_NEXT = range(9)
@@ -390,7 +391,7 @@ class Events:
             pid = _hashable(e.get("pid"))
             if k == COUNTER:
                 for series, v in sorted((e.get("args") or {}).items()) if isinstance(e.get("args"), dict) else ():
-                    number = json_records.finite_number(v)
+                    number = finite_number(v)
                     if number is None:
                         self.problem("counter values that are not numbers", f"{label}.{series} = {v!r}")
                         continue

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import re
 import zlib
 from collections.abc import Iterator
@@ -267,18 +266,6 @@ def _check_gap(arr: _Array, gap: bytes, result: Split) -> None:
     """Before an array's first record only whitespace; before any other, one comma."""
     if gap.strip(WHITESPACE) != (b"," if arr.records else b""):
         result.irregular.add(arr.key)
-
-
-def finite_number(value) -> float | None:
-    """A finite number as JSON gives it (a number written as text too); None for anything else (a
-    bool, other text, a list or object, NaN, an infinity). Every reader checks values with this."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def loads(data: bytes):

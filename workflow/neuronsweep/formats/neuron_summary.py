@@ -14,8 +14,8 @@ import math
 from pathlib import Path
 
 from neuronsweep.errors import UserError
-from neuronsweep.formats import json_records
 from neuronsweep.formats.legacy_json import first_record
+from neuronsweep.json_numbers import finite_number
 
 
 def parse(text: str, source: str = "summary") -> dict:
@@ -74,7 +74,7 @@ def validate(summary: dict, source: str) -> dict:
             clean[field] = value
             continue
         what, low, high = rule
-        number = json_records.finite_number(value)
+        number = finite_number(value)
         if number is None or not low <= number <= high:
             invalid[field] = f"the summary's {field} is {json.dumps(value)[:60]}, not {what}: left out"
         else:
@@ -109,7 +109,7 @@ def metadata(meta: dict | None) -> dict | None:
         return meta
     clean = {k: v for k, v in meta.items() if k not in PEAK_FIELDS}
     for field in PEAK_FIELDS:
-        number = json_records.finite_number(meta.get(field))
+        number = finite_number(meta.get(field))
         if number is not None and number > 0:
             clean[field] = int(number) if number.is_integer() and not isinstance(meta[field], float) else number
     return clean

@@ -1,0 +1,136 @@
+"""One case's metrics.json values: the parts in the file's order, each built from the records and the
+parts before it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from neuronsweep.analysis.metrics.collectives import (
+    RanksProfiled,
+    collective,
+    nccom_test,
+    rank_latency,
+    rank_spread,
+)
+from neuronsweep.analysis.metrics.compilation import compilation
+from neuronsweep.analysis.metrics.counters import profile_counters
+from neuronsweep.analysis.metrics.memory import memory
+from neuronsweep.analysis.metrics.output_check import correctness
+from neuronsweep.analysis.metrics.parts import Part
+from neuronsweep.analysis.metrics.peaks import neuron_peaks
+from neuronsweep.analysis.metrics.timing import timing
+from neuronsweep.analysis.metrics.utilization import utilization
+from neuronsweep.analysis.metrics.work import work
+from neuronsweep.store.records import BuildRecord, CaptureRecord
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(kw_only=True)
+class Identity(Part):
+    """Which case, which backend, which profile format and which NeuronCore target."""
+
+    schema_version: int
+    workload_id: str | None
+    backend: str
+    kind: str | None
+    instance_type: str | None
+    profile_schema_version: str | None
+    neuron_target: str | None
+    lnc: int | None
+
+
+@dataclass(kw_only=True)
+class SingleIo(Part):
+    single_io: bool | None
+
+
+def compose(
+    summary: dict,
+    capture: CaptureRecord | None,
+    build: BuildRecord | None,
+    calibration: dict | None = None,
+    metadata: dict | None = None,
+    usage: dict | None = None,
+    ranks: list[dict] | None = None,
+    dma_packets: int | None = None,
+    *,
+    invalid: dict[str, str] | None = None,
+    no_device_why: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
+    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table; with
+    "spec" and "notes" (every null value's reason). `invalid`: summary field -> why the reader left it
+    out; `no_device_why`: backend -> why it has no device counters."""
+    known = [r for r in (build, capture) if r is not None]
+    spec = next((r.spec for r in known if r.spec), None)
+    backend = known[0].backend if known else "neuron"  # a bare summary-json is a Neuron tool's output
+    no_device = (no_device_why or {}).get(backend)
+    identity = Identity(
+        schema_version=SCHEMA_VERSION,
+        workload_id=known[0].workload_id if known else None,
+        backend=backend,
+        kind=spec["kind"] if spec else None,
+        instance_type=summary.get("instance_type"),
+        profile_schema_version=(metadata or {}).get("profile_schema_version"),
+        neuron_target=None,
+        lnc=None,
+    )
+    if identity.profile_schema_version is None:
+        identity.notes["profile_schema_version"] = "the view has no parquet Metadata with profile_schema_version"
+    peaks = neuron_peaks(build, summary, metadata, identity.notes) if backend == "neuron" else None
+    if peaks:
+        identity.neuron_target, identity.lnc = peaks.target, peaks.lnc
+    else:
+        identity.notes["neuron_target"] = identity.notes["lnc"] = (
+            f"only neuron profiles run on a NeuronCore target (this is {backend})"
+        )
+    counters = profile_counters(
+        summary,
+        backend,
+        invalid or {},
+        no_device,
+        summary.get("dma_transfer_count") if dma_packets is None else dma_packets,
+        capture,
+    )
+    timed = timing(capture, backend, counters.profile_total_time_s)
+    parts: list[Part] = [identity, counters, timed, memory(usage, backend, no_device)]
+    device_times = [r["total_time_s"] for r in ranks or [] if r["total_time_s"] is not None]
+    if spec and spec["kind"] == "collective":  # only a collective's metrics have these keys
+        medians = [r["median_s"] for r in rank_latency(capture)]
+        size = collective(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
+        spread = rank_spread(
+            device_times if ranks else medians, None if medians else "capture.json has no per-rank times"
+        )
+        parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s)]
+    elif ranks:  # a multi-worker neuron capture: each rank's device time
+        parts.append(rank_spread(device_times))
+    if ranks:
+        parts.append(RanksProfiled(ranks_profiled=len(ranks)))
+    analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
+    parts += [
+        analytic,
+        tiles,
+        placed,
+        compilation(build, backend, timed.recompiles_during_timing),
+        correctness(build, capture),
+        utilization(backend, peaks, counters, analytic, placed),
+        SingleIo(
+            single_io=capture.single_io if capture else None,
+            notes={}
+            if capture and capture.single_io is not None
+            else {"single_io": "only neuron captures have a --single-io mode"},
+        ),
+    ]
+    values: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    for part in parts:
+        values.update(part.items())
+        notes.update(part.notes)
+    for key, value in values.items():  # a number that cannot be true is never written (NaN is not even JSON)
+        if isinstance(value, float) and not math.isfinite(value):
+            values[key] = None
+            notes[key] = f"came out {value} from the inputs; left null"
+    return {**values, "spec": spec, "notes": notes}

@@ -1,0 +1,135 @@
+"""A collective's size, world, algbw and busbw (nccl-tests' definitions, workloads/collective.py), the
+link each rank is allowed (neuron: the target's, where the profiled workers span chips), its ranks'
+spread (the straggler figure) and nccom-test's figures beside ours."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from neuronsweep.analysis.metrics.parts import Part, ratio
+from neuronsweep.host.targets import TARGETS
+from neuronsweep.store.records import CaptureRecord
+from neuronsweep.workloads import collective as coll
+
+
+@dataclass(kw_only=True)
+class Collective(Part):
+    coll_op: str
+    coll_world: int
+    coll_bytes: int
+    busbw_factor: float
+    algbw_bytes_per_s: float | None
+    busbw_bytes_per_s: float | None
+    link_bytes_per_s: float | None
+    coll_oversubscribed: bool | None
+
+
+@dataclass(kw_only=True)
+class RankSpread(Part):
+    """The slowest and fastest rank's time and their ratio: the straggler figure."""
+
+    rank_time_max_s: float | None
+    rank_time_min_s: float | None
+    rank_straggler_ratio: float | None
+
+
+@dataclass(kw_only=True)
+class RanksProfiled(Part):
+    ranks_profiled: int
+
+
+@dataclass(kw_only=True)
+class NccomTest(Part):
+    """Neuron's own benchmark of the same collective (nccom-test, run by the neuron capture)."""
+
+    nccom_test_time_s: float | None
+    nccom_test_algbw_bytes_per_s: float | None
+    nccom_test_busbw_bytes_per_s: float | None
+    busbw_vs_nccom_test: float | None
+
+
+def collective(
+    spec: dict, capture: CaptureRecord | None, median_s: float | None, target: str | None, workers: list[dict] | None
+) -> Collective:
+    """`workers`: the profiled ranks' rows (neuron), which say on which chip each ran."""
+    notes: dict[str, str] = {}
+    link = None
+    if capture and capture.backend == "neuron":
+        link = _link_per_rank(target, workers, notes)
+    else:
+        notes["link_bytes_per_s"] = (
+            "gloo ranks on one host exchange over loopback and shared memory: no link's bandwidth bounds busbw"
+            if capture and capture.backend == "cpu"
+            else "no link bandwidth is known for this platform"
+        )
+    if median_s is None:
+        notes["algbw_bytes_per_s"] = notes["busbw_bytes_per_s"] = "no latency was measured"
+    crowded = capture.details.get("oversubscribed") if capture else None
+    if crowded:
+        notes["coll_oversubscribed"] = crowded
+    bw = coll.bandwidths(spec, median_s)
+    return Collective(
+        coll_op=spec["op"],
+        coll_world=spec["world"],
+        coll_bytes=spec["bytes"],
+        busbw_factor=coll.BUSBW_FACTOR[spec["op"]](spec["world"]),
+        algbw_bytes_per_s=bw["algbw_bytes_per_s"],
+        busbw_bytes_per_s=bw["busbw_bytes_per_s"],
+        link_bytes_per_s=link,
+        coll_oversubscribed=None if capture is None else bool(crowded),
+        notes=notes,
+    )
+
+
+def _link_per_rank(target: str | None, ranks: list[dict] | None, notes: dict[str, str]) -> float | None:
+    """What NeuronLink allows each rank (busbw is a rank's figure, as in nccom-test): the chip's link
+    bandwidth shared by the ranks on the busiest chip; null where the ranks never leave one chip (the
+    profiles' nd_idx), or the target has no sourced figure."""
+    chips = Counter(r["nd_idx"] for r in ranks or [] if r.get("nd_idx") is not None)
+    known = TARGETS.get(target or "")
+    if not chips:
+        notes["link_bytes_per_s"] = "no rank's profile says which chip it ran on (nd_idx)"
+    elif len(chips) == 1:
+        notes["link_bytes_per_s"] = (
+            f"every rank ran on chip {next(iter(chips))}: they exchange on the chip, and no sourced figure bounds that"
+        )
+    elif known is None or known.chip_link_bytes_per_s is None:
+        notes["link_bytes_per_s"] = known.chip_link_source if known else f"the target {target!r} is not known"
+    else:
+        share = max(chips.values())
+        notes["link_bytes_per_s"] = f"{known.chip_link_source}, shared by the {share} rank(s) on the busiest chip"
+        return known.chip_link_bytes_per_s / share
+    return None
+
+
+def rank_latency(capture: CaptureRecord | None) -> list[dict]:
+    """Each rank's own framework times: gloo's `ranks`, neuron's `rank_latency` (its `ranks` are the
+    profiled workers' files)."""
+    details = capture.details if capture else {}
+    return [r for r in (details.get("rank_latency") or details.get("ranks") or []) if "median_s" in r]
+
+
+def rank_spread(times: list[float], why_none: str | None = None) -> RankSpread:
+    """`why_none`: the note each key gets (set even when other times fill them: the reason the
+    framework's own per-rank times are missing)."""
+    top, bottom = (max(times), min(times)) if times else (None, None)
+    notes = dict.fromkeys(RankSpread.keys(), why_none) if why_none else {}
+    return RankSpread(rank_time_max_s=top, rank_time_min_s=bottom, rank_straggler_ratio=ratio(top, bottom), notes=notes)
+
+
+def nccom_test(capture: CaptureRecord | None, busbw: float | None) -> NccomTest:
+    anchor = capture.details.get("nccom_test") if capture else None
+    row = (anchor or {}).get("result")
+    if not row:
+        why = (anchor or {}).get("why") or (
+            "nccom-test is Neuron's collectives benchmark: it runs beside the neuron backend's collectives only"
+        )
+        return NccomTest.null(why)
+    return NccomTest(
+        nccom_test_time_s=row["time_s"],
+        nccom_test_algbw_bytes_per_s=row["algbw_bytes_per_s"],
+        nccom_test_busbw_bytes_per_s=row["busbw_bytes_per_s"],
+        busbw_vs_nccom_test=ratio(busbw, row["busbw_bytes_per_s"]),
+        notes={} if busbw is not None else {"busbw_vs_nccom_test": "no latency was measured"},
+    )

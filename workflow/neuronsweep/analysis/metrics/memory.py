@@ -1,0 +1,70 @@
+"""Device memory from the fields the legacy profile writes: `nc_mem_usage` (bytes per usage type) and
+`instruction_usage` (SBUF and PSUM use over time, as fractions). The Memory Tracker's per-tensor view
+has no exported field, so largest_tensor_bytes is always null with that reason."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from neuronsweep.analysis.metrics.parts import Part
+from neuronsweep.json_numbers import finite_number
+
+
+@dataclass(kw_only=True)
+class Memory(Part):
+    hbm_tensors_bytes: float | None = None
+    hbm_scratchpad_bytes: float | None = None
+    hbm_dram_spill_bytes: float | None = None
+    sbuf_peak_usage_pct: float | None = None
+    psum_peak_usage_pct: float | None = None
+    largest_tensor_bytes: float | None = None
+
+
+HBM_USAGE = {  # key -> the nc_mem_usage usage types it sums
+    "hbm_tensors_bytes": ("Tensors",),
+    "hbm_scratchpad_bytes": ("Scratchpad", "Shared Scratchpad"),
+    "hbm_dram_spill_bytes": ("DRAM Spill",),
+}
+ON_CHIP_USAGE = {"sbuf_peak_usage_pct": "sb", "psum_peak_usage_pct": "psum"}  # key -> instruction_usage type
+NO_USAGE = (
+    "read from the legacy full profile (neuron.json: true; nc_mem_usage, instruction_usage); the parquet "
+    "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read"
+)
+NO_TRACKER = (
+    "the Memory Tracker (neuron.memory_tracker) draws its per-tensor breakdown in "
+    "the profiler's UI; no exported field holds it, so it is not read"
+)
+
+
+def memory(usage: dict | None, backend: str, no_device_why: str | None) -> Memory:
+    """`usage`: the legacy profile's arrays by name (neuron only)."""
+    part = Memory(notes={"largest_tensor_bytes": NO_TRACKER})
+    if backend != "neuron":
+        part.notes.update(
+            dict.fromkeys(Memory.keys()[:-1], no_device_why or f"the {backend} backend has no device memory")
+        )
+        return part
+    rows = [r for r in (usage or {}).get("nc_mem_usage") or () if isinstance(r, dict)]
+    for key, types in HBM_USAGE.items():
+        found = [r.get("amount_bytes") for r in rows if r.get("usage_type") in types]
+        amounts = [finite_number(a) for a in found]
+        if found and any(a is None or a < 0 for a in amounts):
+            part.notes[key] = (
+                f"the legacy profile's nc_mem_usage amounts {json.dumps(found)[:80]} are not all bytes >= 0"
+            )
+            continue
+        setattr(part, key, sum(a for a in amounts if a is not None) if found else None)
+        if not found:
+            part.notes[key] = f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE
+    series = [r for r in (usage or {}).get("instruction_usage") or () if isinstance(r, dict)]
+    for key, kind in ON_CHIP_USAGE.items():
+        raw = [r.get("usage_avg") for r in series if r.get("type") == kind and r.get("usage_avg") is not None]
+        values = [finite_number(v) for v in raw]
+        if any(v is None or not 0 <= v <= 1 for v in values):
+            part.notes[key] = f"the legacy profile's instruction_usage {kind} values are not all fractions 0..1"
+            continue
+        setattr(part, key, 100.0 * max(v for v in values if v is not None) if values else None)
+        if not values:
+            part.notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_USAGE
+    return part
