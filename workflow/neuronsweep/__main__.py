@@ -1,3 +1,5 @@
+"""`python -m neuronsweep`: the same command line as the `neuronsweep` script."""
+
 import sys
 
 from neuronsweep.cli import main

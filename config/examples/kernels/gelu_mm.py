@@ -5,6 +5,7 @@ import torch
 
 
 def gelu_mm(x: torch.Tensor, w: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """GELU(x @ w) * alpha."""
     return torch.nn.functional.gelu(x @ w) * alpha
 
 

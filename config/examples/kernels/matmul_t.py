@@ -8,4 +8,5 @@ import torch
 
 
 def matmul_t(lhsT: torch.Tensor, rhs: torch.Tensor, tile_n: int = 512) -> torch.Tensor:
+    """lhsT.T @ rhs: [M, N] from lhsT [K, M] and rhs [K, N]; tile_n is the NKI kernel's, unused here."""
     return lhsT.T @ rhs

@@ -11,6 +11,7 @@ import nki.language as nl
 
 @nki.jit
 def matmul_t_kernel(lhsT, rhs, tile_n=512):
+    """lhsT.T @ rhs in HBM: 128 x 128 tiles over M and K, tile_n over N, accumulated in PSUM."""
     K, M = lhsT.shape
     _, N = rhs.shape
     assert M % 128 == 0 and K % 128 == 0 and N % tile_n == 0 and tile_n <= 512

@@ -186,6 +186,8 @@ def opcodes(db):
 
 
 def unknown_tracks(db):
+    """The profile's tracks no class pattern matched (track_id, name), so a user can add a pattern for them; None
+    without classified tracks."""
     if "track_class" not in db.tables:
         return None
     return db.con.execute("SELECT track_id, name FROM track_class WHERE class IS NULL ORDER BY name").df()

@@ -23,5 +23,6 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
 
 
 def union_length(starts, ends) -> float:
+    """Total length covered by the intervals [starts, ends), overlaps counted once."""
     s, e = merge(starts, ends)
     return float((e - s).sum())

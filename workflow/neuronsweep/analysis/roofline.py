@@ -67,6 +67,8 @@ def tiles(gemms: list[tuple[int, int, int]]) -> dict:
 def roofline(
     flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float, measured_s: float | None
 ) -> dict:
+    """Where a workload of `flops` and `min_bytes` sits under the peaks: each roof's ideal time, the ridge, the bound,
+    and (given a measured time) the efficiency, 100 % at the roof."""
     compute_s, memory_s = flops / peak_flops, min_bytes / peak_bytes_per_s
     ideal = max(compute_s, memory_s)
     return {

@@ -66,6 +66,9 @@ def flag(value) -> bool:
 
 @dataclass(frozen=True)
 class Verdict:
+    """What compare, history and the search say of one difference: the sentence, whether it is beyond noise, and the
+    test's figures behind it."""
+
     said: str
     beyond: bool = False  # slower or faster
     p_value: float | None = None  # the t-test's, before the correction
@@ -79,6 +82,7 @@ class Verdict:
 
     @property
     def judged(self) -> bool:
+        """Whether a test was made (not "not judged" for want of samples, nor "noisy")."""
         return not self.said.startswith(("not judged", "noisy"))
 
 

@@ -66,6 +66,7 @@ def find_profiler() -> str | None:
 
 
 def neuron_devices() -> list[str]:
+    """The Neuron device files of this machine (/dev/neuron0, ...); none on a host without the driver."""
     return sorted(glob.glob("/dev/neuron[0-9]*"))
 
 

@@ -45,6 +45,18 @@ MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's 
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+    """Export the workload with torch.export to a .pt2 in out_dir (a collective: the gloo rank plan), through the
+    compile cache.
+
+    Args:
+        spec: the workload (workloads/).
+        out_dir: the case's build/ folder.
+        cache: the compile cache (keyed by spec, torch and Python).
+        settings: the build settings (threads, time limit).
+
+    Returns:
+        build.json's fields: toolchain, compiler, artifact and its format, compile time, cache hit, recompilation check.
+    """
     if spec["kind"] == "collective":
         return gloo.build(spec, out_dir)
     import torch
@@ -93,6 +105,18 @@ def _check_memory(spec: dict) -> int:
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    """Load the .pt2, profile the nth of num_exec executions with torch.profiler, then time repeats x iterations
+    executions one by one (each round in a fresh process with capture.rounds_in_processes) and check the output.
+
+    Args:
+        build: the case's build record.
+        build_dir: the folder holding its artifact.
+        settings: the capture settings (warmup, iterations, repeats, threads, nth_exec).
+        out_dir: the case's capture/ folder (trace.json goes there).
+
+    Returns:
+        capture.json's fields: profiler, latency statistics, round pids, threads, host load, correctness.
+    """
     if build.spec["kind"] == "collective":
         return gloo.capture(build, build_dir, settings, out_dir)
     import torch
@@ -162,6 +186,18 @@ def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    """Summarize the capture's Chrome trace around the profiled execution in the Neuron summary's field names and
+    units, and convert it to trace.pftrace.
+
+    Args:
+        cap: the case's capture record.
+        capture_dir: the folder holding its trace.
+        out_dir: the case's view/ folder.
+        settings: the view settings (the cpu backend uses none of the profiler's).
+
+    Returns:
+        view.json's fields: the summary and the pftrace's name and event counts.
+    """
     with chrome_trace.read(capture_dir / TRACE, spill_dir=out_dir) as events:
         summary = summarize_trace(events, cap)
         counts = pftrace.write(events, out_dir / "trace.pftrace")

@@ -23,6 +23,7 @@ LEAD_S = 0.01  # untimed runs at the start of the timing loop's call (one at lea
 
 
 def torch_dtype(torch, name: str):
+    """The torch dtype for a config dtype name (fp32, bf16, ...)."""
     return getattr(torch, TORCH_DTYPES[name])
 
 

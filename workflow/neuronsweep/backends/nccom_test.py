@@ -33,10 +33,13 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:
 
 
 def find() -> str | None:
+    """nccom-test on PATH or in /opt/aws/neuron/bin; None where Neuron's tools are not installed."""
     return shutil.which("nccom-test") or shutil.which("nccom-test", path=NEURON_TOOL_DIR)
 
 
 def argv(tool: str, spec: dict, iterations: int, warmup: int) -> list[str]:
+    """nccom-test's command line for one collective of the sweep: its ranks, operation, size (begin = end) and data
+    type, with the run's iterations and warmup."""
     return [
         tool,
         "-r",

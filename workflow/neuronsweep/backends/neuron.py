@@ -122,6 +122,9 @@ def xla_debug(options: dict) -> bool:
 
 
 def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = None) -> dict:
+    """The environment a neuron compile runs in: the tools' environment on the slot's cores, NEURON_CC_FLAGS from the
+    config, the compile cache and the LNC (the runtime's must be the compiler's), plus the HLO debug variables when
+    asked."""
     env = tool_env(visible_cores)
     env.update(
         {
@@ -319,6 +322,19 @@ physical core's peaks."""
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     # what is still auto is settled on this machine (a cluster node, a build run by hand)
+    """Compile the workload to a NEFF on the route the run settled (TorchNeuron, torch-xla compiler route, or an
+    NKI kernel) and attribute the NEFF that belongs to it, through the compile cache.
+
+    Args:
+        spec: the workload (workloads/).
+        out_dir: the case's build/ folder (the NEFF and the route's logs go there).
+        cache: the compile cache (keyed by spec, toolchain and flags).
+        settings: the build settings (the neuron section with its target, LNC, route and compiler flags).
+
+    Returns:
+        build.json's fields: toolchain versions, the effective compiler command line, target and LNC, the NEFF and its
+        attribution, compile time, cache hit, correctness.
+    """
     nki_impl = spec.get("impl") == "nki"
     options, setup = neuron_setup.settle(settings.options, check_route=False, need_route=not nki_impl)
     slot_lnc = setup["machine_lnc"]  # the LNC the slots number their cores at: the machine's (neuron-ls)
@@ -551,6 +567,19 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    """Profile the NEFF with the Neuron profiler (its nth execution; the runtime's inspect mode where the profiler
+    cannot run it) and time it on the device.
+
+    Args:
+        build: the case's build record.
+        build_dir: the folder holding its NEFF.
+        settings: the capture settings (warmup, iterations, nth_exec, the slot's cores, collectives' workers).
+        out_dir: the case's capture/ folder (the NTFF goes there).
+
+    Returns:
+        capture.json's fields: profiler and its command, latency, per-rank times, the inspect mode that worked, DGE
+        notifications, nccom-test's anchor.
+    """
     if build.spec["kind"] == "collective" and not settings.collectives:  # a worker per rank, as the build ran
         settings = replace(settings, collectives={"workers_per_node": build.spec["world"]})
     # every device process runs at the NEFF's LNC, on the slot's cores named at that LNC
@@ -596,6 +625,18 @@ def captured_with_dge_notifications(cap: CaptureRecord) -> bool:
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    """Turn the NTFF and its NEFF into summary-json, parquet (and a legacy json where the tool still writes one)
+    and a pftrace, per rank for a multi-worker capture.
+
+    Args:
+        cap: the case's capture record.
+        capture_dir: the folder holding its NTFF(s).
+        out_dir: the case's view/ folder.
+        settings: the view settings (profiler, output formats, memory tracker, time limit).
+
+    Returns:
+        view.json's fields: the summary, the outputs written and each rank's.
+    """
     if settings.memory_tracker and not captured_with_dge_notifications(cap):
         raise UserError(
             f"case {cap.workload_id}: neuron.memory_tracker is on, but its capture ran without DGE "

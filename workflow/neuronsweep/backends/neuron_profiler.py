@@ -49,6 +49,8 @@ def tool_env(visible_cores: str | None = None, lnc: int | None = None) -> dict:
 
 
 def resolve_profiler(name: str = "auto") -> str:
+    """The profiler executable to run: `name`, or with "auto" the first of neuron-explorer and neuron-profile found; one
+    sentence when none is."""
     candidates = PROFILERS if name == "auto" else (name,)
     for tool in candidates:
         found = shutil.which(tool) or shutil.which(tool, path=NEURON_TOOL_DIR)
@@ -61,6 +63,7 @@ def resolve_profiler(name: str = "auto") -> str:
 
 
 def is_explorer(profiler: str) -> bool:
+    """Whether the profiler is neuron-explorer (SDK 2.31+), whose flags differ from neuron-profile's."""
     return "explorer" in Path(profiler).name
 
 
@@ -172,6 +175,8 @@ def pair_inspect_outputs(folder: Path, neff: Path, mode: str = "model") -> Path 
 
 
 def find_ntff(raw_dir: Path, num_exec: int, nth: int) -> Path:
+    """The NTFF a capture of num_exec executions wrote for execution nth (its documented name, or the one NTFF in
+    raw_dir); one sentence when there is none."""
     expected = raw_dir / expected_ntff(num_exec, nth)
     if expected.is_file():
         return expected
@@ -446,6 +451,7 @@ def schema_facts(profiler: str, out_dir: Path, timeout_s: float, version: str | 
 
 
 def tool_version(tool: str) -> str | None:
+    """A Neuron tool's --version output, first line; None when it does not answer."""
     try:
         proc = run_tool([tool, "--version"], 60, f"{tool} --version", env=tool_env())
     except UserError:

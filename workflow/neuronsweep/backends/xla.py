@@ -59,6 +59,19 @@ def _fresh(workdir: Path) -> Path:
 
 
 def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+    """Run the workload on the PJRT device once with XLA dumping its HLO, and attribute the HLO module that belongs
+    to it.
+
+    Args:
+        spec: the workload (workloads/).
+        out_dir: the case's build/ folder (the HLO dump goes there).
+        cache: the compile cache (xla keeps no artifact in it: torch-xla compiles again in the capture).
+        settings: the build settings (the xla section: pjrt_device, xla_debug).
+
+    Returns:
+        build.json's fields: toolchain, the PJRT device, the HLO module and its attribution, compile time and count,
+        correctness.
+    """
     versions = package_versions(PACKAGES)
     options = settings.options
     device = options["pjrt_device"]
@@ -116,6 +129,18 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    """Time the workload on the PJRT device (each execution synced) and trace its executions with torch-xla's
+    metrics.
+
+    Args:
+        build: the case's build record.
+        build_dir: the folder of its HLO dump.
+        settings: the capture settings (warmup, iterations, repeats, nth_exec).
+        out_dir: the case's capture/ folder.
+
+    Returns:
+        capture.json's fields: latency with XLA's ExecuteTime, compiles during timing, correctness.
+    """
     spec = build.spec
     options = {"pjrt_device": build.pjrt_device, "xla_debug": "XLA_HLO_DEBUG" in build.env}
     workdir = out_dir.resolve() / "xla"
@@ -182,6 +207,17 @@ def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
 
 
 def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    """Summarize the capture's Chrome trace around the profiled execution and convert it to trace.pftrace.
+
+    Args:
+        cap: the case's capture record.
+        capture_dir: the folder holding its trace.
+        out_dir: the case's view/ folder.
+        settings: the view settings.
+
+    Returns:
+        view.json's fields: the summary and the pftrace's name and event counts.
+    """
     with chrome_trace.read(capture_dir / TRACE, spill_dir=out_dir) as events:
         summary = summarize_trace(events, cap)
         counts = pftrace.write(events, out_dir / "trace.pftrace")

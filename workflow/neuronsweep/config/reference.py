@@ -78,6 +78,7 @@ def rows(node: dict, root: dict, prefix: str = "") -> list[str]:
 
 
 def markdown() -> str:
+    """docs/config-reference.md's text: every config key, its type, default and description, from the schema."""
     root = load_schema()
     return HEADER + "\n".join(rows(root, root)) + "\n"
 

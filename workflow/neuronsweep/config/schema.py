@@ -105,6 +105,7 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 @functools.cache
 def load_schema() -> dict:
+    """The config schema (config.schema.yaml, shipped in the package), its duplicate keys refused."""
     return yaml.load(resources.files("neuronsweep.config").joinpath(SCHEMA).read_text(), Loader=_LOADER)
 
 
@@ -326,6 +327,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def check_regexes(mapping: dict, key: str, source: str) -> None:
+    """Refuse, in one sentence naming the key, a pattern under `key` that is not a valid regex."""
     for name, pattern in mapping.items():
         try:
             re.compile(pattern)

@@ -18,6 +18,8 @@ HOST_ENV = "NEURONSWEEP_HOST"
 
 
 def host_setting(key: str, fallback):
+    """A host setting (slots, device lock, cache root) the Snakemake run passed in NEURONSWEEP_HOST, else `fallback`; a
+    damaged value is one sentence."""
     raw = os.environ.get(HOST_ENV)
     if not raw:
         return fallback
@@ -32,6 +34,9 @@ def host_setting(key: str, fallback):
 
 @dataclass(frozen=True)
 class BuildSettings:
+    """What a build needs from the config and the host: the backend's section, the device lock, time limit, threads and
+    the slot's cores."""
+
     options: dict  # the backend's config section, schema defaults filled in (neuron: target, cc flags)
     device_lock: str = field(default_factory=lambda: schema_default("capture.device_lock"))
     timeout_s: float = field(default_factory=lambda: schema_default("timeouts.build"))
@@ -40,11 +45,15 @@ class BuildSettings:
     visible_cores: str | None = None  # the held slot's NeuronCores (slots.held sets it)
 
     def for_backend(self, backend: str) -> BuildSettings:
+        """These settings with `backend`'s section defaults filled in."""
         return replace(self, options=section_defaults(backend, self.options))
 
 
 @dataclass(frozen=True)
 class CaptureSettings:
+    """What a capture needs from the config and the host: executions, the profiled one, threads, the slot's cores and
+    LNC, the backend's section and time limit."""
+
     warmup: int
     iterations: int
     repeats: int
@@ -69,9 +78,11 @@ class CaptureSettings:
         check_profiled_exec(self.num_exec, self.nth_exec, ("--num-exec", "--nth-exec"), "capture", kind="flag")
 
     def for_backend(self, backend: str) -> CaptureSettings:
+        """These settings with `backend`'s section defaults filled in."""
         return replace(self, options=section_defaults(backend, self.options))
 
     def to_dict(self) -> dict:
+        """The settings as capture.json records them."""
         return asdict(self)
 
 
@@ -90,6 +101,7 @@ class ViewSettings:
 
     @classmethod
     def from_section(cls, section: dict, timeout_s: float | None = None) -> ViewSettings:
+        """View settings from the config's neuron section (its defaults filled in) and the view's time limit."""
         full = section_defaults("neuron", section)
         return cls(
             profiler=full["profiler"],

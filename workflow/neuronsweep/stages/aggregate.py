@@ -44,6 +44,8 @@ def wrong_reason(values: dict) -> str:
 
 
 def rows(plan: dict, workloads_dir: Path) -> list[dict]:
+    """One summary.csv row per scenario of the plan: its labels and metrics, or its status (unsupported, failed with the
+    reason, missing) when it has none."""
     out = []
     for sc in plan["scenarios"]:
         wdir = workloads_dir / sc["workload_id"]

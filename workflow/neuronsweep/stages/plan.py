@@ -40,6 +40,9 @@ from neuronsweep.workloads import (
 
 @dataclass(frozen=True)
 class Scenario:
+    """One row of the sweep: a suite's point, its labels, and the workload it runs (scenarios of two suites may share
+    one workload)."""
+
     id: str
     suite: str
     workload_id: str
@@ -48,6 +51,9 @@ class Scenario:
 
 @dataclass
 class Plan:
+    """The run's plan (plan.json): its scenarios, the workloads to build and capture, and those this backend cannot run
+    with the reason."""
+
     run: str
     backend: str
     scenarios: list[Scenario]
@@ -55,6 +61,7 @@ class Plan:
     unsupported: dict[str, str]  # workload id -> why this backend cannot run it (no jobs, a CSV row)
 
     def to_dict(self) -> dict:
+        """plan.json's content."""
         return {
             "run": self.run,
             "backend": self.backend,

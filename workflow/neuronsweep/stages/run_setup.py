@@ -19,6 +19,9 @@ from neuronsweep.stages.plan import Plan, plan_for
 
 @dataclass
 class RunSetup:
+    """What a run settles before any job, once for Snakemake and `neuronsweep plan` alike: the config, the backend and
+    why, the neuron target and route, the slots and the plan."""
+
     config: dict  # the validated config, its neuron section settled on this machine
     backend: str
     backend_reason: str  # one line: why this backend
@@ -38,6 +41,7 @@ class RunSetup:
         return json.dumps(record, separators=(",", ":"))
 
     def log_lines(self) -> list[str]:
+        """The lines the run prints at its start: the backend, the neuron target and the route, each with why."""
         return [
             line
             for line in (self.backend_reason, self.neuron_setup.get("target"), self.neuron_setup.get("route"))

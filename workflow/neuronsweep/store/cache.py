@@ -26,11 +26,14 @@ log = logging.getLogger("neuronsweep")
 
 
 def cache_key(material: dict) -> str:
+    """The key of a cache entry: SHA-256 of the material's canonical JSON (sorted keys), so equal inputs
+    share an entry."""
     blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
 def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -39,12 +42,16 @@ def file_sha256(path: Path) -> str:
 
 
 class CompileCache:
+    """Build artifacts keyed by what made them, shared by runs and result folders: an entry is stored whole (atomic
+    rename) and checked against its own digest when fetched."""
+
     def __init__(self, root: str | Path, backend: str):
         self.root = Path(root).expanduser()
         self.backend = backend
         self.discarded: list[str] = []  # why entries were thrown away during this build (for build.json)
 
     def entry(self, key: str) -> Path:
+        """The folder of the entry with this key."""
         return self.root / self.backend / key[:2] / key
 
     def fetch(self, key: str, artifact_name: str, dest: Path) -> dict | None:

@@ -13,10 +13,12 @@ STAGES = ("build", "capture", "view", "extract")
 
 
 def failure_path(case_dir: Path, stage: str) -> Path:
+    """Where a stage's failure record of this case lives (logs/<stage>.error.json)."""
     return Path(case_dir) / "logs" / f"{stage}.error.json"
 
 
 def record_failure(case_dir: Path, stage: str, case: str, reason: str, exception: str) -> None:
+    """Write the stage's failure record: the case, the one-sentence reason, the exception, when."""
     write_json(
         failure_path(case_dir, stage),
         {"stage": stage, "case": case, "reason": reason, "exception": exception, "unix": time.time()},
@@ -24,6 +26,7 @@ def record_failure(case_dir: Path, stage: str, case: str, reason: str, exception
 
 
 def clear_failure(case_dir: Path, stage: str) -> None:
+    """Remove the stage's failure record once it has succeeded."""
     failure_path(case_dir, stage).unlink(missing_ok=True)
 
 

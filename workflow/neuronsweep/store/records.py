@@ -61,6 +61,9 @@ def _load(path: Path, what: str, stage: str) -> dict:
 
 @dataclass
 class StageRecord:
+    """What a stage writes about one case (build.json, capture.json, view.json): typed fields the stages read, the
+    backend's own fields in details, and provenance, all flat in the JSON."""
+
     STAGE: ClassVar[str]
     FILE: ClassVar[str]
 
@@ -103,6 +106,7 @@ class StageRecord:
         return typed
 
     def to_json(self) -> dict:
+        """The record as its flat JSON object."""
         out = {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("details", "provenance")
         }
@@ -115,6 +119,7 @@ class StageRecord:
         }
 
     def write(self, out_dir: Path) -> Path:
+        """Write the record into out_dir atomically; returns its path."""
         path = Path(out_dir) / self.FILE
         write_json(path, self.to_json())
         return path
@@ -129,6 +134,8 @@ class StageRecord:
 
 @dataclass
 class BuildRecord(StageRecord):
+    """build.json: the spec, toolchain, artifact and compile facts of one case's build."""
+
     STAGE: ClassVar[str] = "build"
     FILE: ClassVar[str] = "build.json"
 
@@ -166,6 +173,8 @@ class BuildRecord(StageRecord):
 
 @dataclass
 class CaptureRecord(StageRecord):
+    """capture.json: the profile and the timed executions of one case."""
+
     STAGE: ClassVar[str] = "capture"
     FILE: ClassVar[str] = "capture.json"
 
@@ -193,6 +202,8 @@ class CaptureRecord(StageRecord):
 
 @dataclass
 class ViewRecord(StageRecord):
+    """view.json: what the view wrote from the capture (summary, pftrace, tables)."""
+
     STAGE: ClassVar[str] = "view"
     FILE: ClassVar[str] = "view.json"
 
@@ -214,14 +225,17 @@ class MetricsRecord:
     provenance: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        """metrics.json's object: the values, spec, notes and provenance."""
         return {**self.values, "spec": self.spec, "notes": self.notes, "provenance": self.provenance}
 
     def write(self, path: Path) -> Path:
+        """Write metrics.json atomically; returns its path."""
         write_json(path, self.to_json())
         return Path(path)
 
     @classmethod
     def read(cls, path: Path) -> MetricsRecord:
+        """Read metrics.json; one sentence naming the stage to run when it is missing or damaged."""
         data = _load(Path(path), "metrics record", "extract")
         return cls(
             values={k: v for k, v in data.items() if k not in ("spec", "notes", "provenance")},
@@ -240,6 +254,7 @@ class Timing:
     rounds: list[float] | None = None
 
     def scaled(self, factor: float) -> Timing:
+        """The same timing in other units (every sample and round median times factor)."""
         return Timing([s * factor for s in self.samples], self.rounds and [r * factor for r in self.rounds])
 
     def __len__(self) -> int:

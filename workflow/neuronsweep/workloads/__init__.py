@@ -67,6 +67,7 @@ def working_set_bytes(spec: dict) -> int:
 
 
 def kind_of(spec: dict) -> ModuleType:
+    """The module of the spec's kind (workloads/matmul.py, mlp.py, ...): its FLOPs, bytes, shapes and program."""
     return KINDS[spec["kind"]]
 
 
@@ -78,6 +79,7 @@ def has_roofline(spec: dict) -> bool:
 
 
 def workload_id(spec: dict) -> str:
+    """The spec's id: the folder name of its results and the key its scenarios share."""
     return kind_of(spec).workload_id(spec)
 
 

@@ -29,11 +29,13 @@ def elements(nbytes: int, world: int, dtype_bytes: int) -> int:
 
 
 def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
+    """A collective's spec: the op, its size rounded down to whole elements per rank, the world and the dtype."""
     count = elements(nbytes, world, DTYPE_BYTES[dtype])
     return {"kind": "collective", "op": op, "bytes": count * DTYPE_BYTES[dtype], "world": int(world), "dtype": dtype}
 
 
 def workload_id(s: dict) -> str:
+    """coll-<op>-w<world>-<bytes>b-<dtype>."""
     return f"coll-{s['op'].replace('_', '')}-w{s['world']}-{s['bytes']}b-{s['dtype']}"
 
 

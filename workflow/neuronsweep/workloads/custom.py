@@ -30,6 +30,8 @@ def spec(
     impl: str = "compiler",
     nki_kernel: str | None = None,
 ) -> dict:
+    """A user's function as a spec: its import path and source digest (an edit rebuilds), dims, input shapes, params,
+    dtype, output shapes and FLOPs with where they came from."""
     s = {
         "kind": "custom",
         "name": name,
@@ -61,14 +63,17 @@ def workload_id(s: dict) -> str:
 
 
 def flops(s: dict) -> int | None:
+    """The FLOPs the config's expression (or the counter) gave; None when neither did."""
     return s["flops"]
 
 
 def has_roofline(s: dict) -> bool:
+    """Whether the function has FLOPs to place on a roofline."""
     return bool(s["flops"])
 
 
 def no_roofline_why(s: dict) -> str:
+    """Why the case has no roofline, and the key that would give it one."""
     return f"no FLOPs for {s['name']}: {s['flops_source']}; give the suite a flops expression"
 
 
@@ -78,23 +83,28 @@ def counted_how(s: dict) -> tuple[str, str]:
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """Each input's and output's shape by name (outputs as out0, out1, ...)."""
     shapes = {n: tuple(shape) for n, shape in s["inputs"]}
     return shapes | {f"out{i}": tuple(shape) for i, shape in enumerate(s["outputs"])}
 
 
 def input_names(s: dict) -> list[str]:
+    """The function's input names, in the config's order."""
     return [n for n, _ in s["inputs"]]
 
 
 def params(s: dict) -> dict:
+    """The keyword arguments the function is called with."""
     return dict(s["params"])
 
 
 def min_bytes(s: dict, dtype_bytes: int) -> int:
+    """Bytes the call must move at least: every input and output once."""
     return sum(math.prod(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
 
 
 def gemms(s: dict) -> list[tuple[int, int, int]]:
+    """No GEMMs: the tile model cannot see into a user's function."""
     return []  # the tile model knows GEMMs; a user's function is whatever it is
 
 

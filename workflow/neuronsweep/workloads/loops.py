@@ -11,6 +11,7 @@ PATTERNS = ("vmap", "scan", "for_loop")
 
 
 def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dict:
+    """A loops case: the loop pattern (vmap, scan, for), steps, batch, features and dtype."""
     return {
         "kind": "loops",
         "pattern": pattern,
@@ -22,15 +23,18 @@ def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dic
 
 
 def workload_id(s: dict) -> str:
+    """loops-<pattern>-t<steps>-b<batch>-f<features>-<dtype>."""
     return f"loops-{s['pattern'].replace('_', '')}-t{s['steps']}-b{s['batch']}-f{s['features']}-{s['dtype']}"
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """x (steps, batch, features), w (features, features) and the output."""
     t, b, f = s["steps"], s["batch"], s["features"]
     return {"x": (t, b, f), "w": (f, f), "out": (t, b, f)}
 
 
 def input_names(s: dict) -> list[str]:
+    """x and w."""
     return ["x", "w"]
 
 
@@ -41,15 +45,18 @@ def flops(s: dict) -> int:
 
 
 def min_bytes(s: dict, dtype_bytes: int) -> int:
+    """x and the output once each, and w once."""
     t, b, f = s["steps"], s["batch"], s["features"]
     return (2 * t * b * f + f * f) * dtype_bytes
 
 
 def gemms(s: dict) -> list[tuple[int, int, int]]:
+    """One (batch, features, features) GEMM per step."""
     return [(s["batch"], s["features"], s["features"])] * s["steps"]
 
 
 def torch_module(s: dict):
+    """The loop as a torch module in the spec's pattern."""
     import torch
 
     try:  # torch has no public scan yet; this is the primitive torch.export and torch-xla lower

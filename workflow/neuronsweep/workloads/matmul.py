@@ -33,6 +33,7 @@ def spec(
 
 
 def workload_id(s: dict) -> str:
+    """matmul-m<m>-k<k>-n<n>-<dtype>, with the impl and any NKI tile size that is not the default."""
     suffix = f"-{s['impl']}" if s.get("impl") else ""
     suffix += "".join(f"-t{dim}{s[f'tile_{dim}']}" for dim in NKI_TILE if f"tile_{dim}" in s)
     suffix += f"-varies-{s['varies'].replace('_', '')}" if s.get("varies") else ""
@@ -50,6 +51,7 @@ def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
 
 
 def input_names(s: dict) -> list[str]:
+    """a and b."""
     return ["a", "b"]
 
 
@@ -60,6 +62,7 @@ def min_bytes(s: dict, dtype_bytes: int) -> int:
 
 
 def gemms(s: dict) -> list[tuple[int, int, int]]:
+    """The one (m, k, n) GEMM."""
     return [(s["m"], s["k"], s["n"])]
 
 

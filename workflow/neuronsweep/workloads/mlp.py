@@ -10,6 +10,8 @@ import math
 
 
 def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:
+    """A gated MLP case: batch, sequence, hidden and intermediate sizes, dtype, and the implementation when not the
+    compiler's."""
     out = {"kind": "mlp", "b": int(b), "s": int(s), "h": int(h), "i": int(i), "dtype": dtype}
     if impl != "compiler":
         out["impl"] = impl
@@ -17,11 +19,13 @@ def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> 
 
 
 def workload_id(s: dict) -> str:
+    """mlp-b<b>-s<s>-h<h>-i<i>-<dtype>, with the impl when not the compiler's."""
     suffix = f"-{s['impl']}" if s.get("impl") else ""
     return f"mlp-b{s['b']}-s{s['s']}-h{s['h']}-i{s['i']}-{s['dtype']}{suffix}"
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """x (tokens, hidden), the gate, up and down weights, and the output."""
     t, h, i = s["b"] * s["s"], s["h"], s["i"]
     return {"x": (t, h), "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h), "out": (t, h)}
 
@@ -33,14 +37,17 @@ def intermediate_shapes(s: dict) -> dict[str, tuple[int, ...]]:
 
 
 def input_names(s: dict) -> list[str]:
+    """x and the three weights."""
     return ["x", "w_gate", "w_up", "w_down"]
 
 
 def flops(s: dict) -> int:
+    """Three GEMMs of tokens x hidden x intermediate, 2 FLOPs per multiply-add."""
     return 3 * 2 * s["b"] * s["s"] * s["h"] * s["i"]
 
 
 def min_bytes(s: dict, dtype_bytes: int) -> int:
+    """Every input and the output once."""
     return sum(math.prod(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
 
 
@@ -51,6 +58,7 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
 
 
 def torch_module(s: dict):
+    """The gated MLP (down(silu(gate(x)) * up(x))) as a torch module."""
     import torch
 
     class GatedMLP(torch.nn.Module):

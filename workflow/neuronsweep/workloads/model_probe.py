@@ -123,6 +123,8 @@ def trace(model, batch: int, seq: int, phase: str) -> list[dict]:
 
 
 def probe(request: dict) -> dict:
+    """In a child process with torch and transformers: build each model on fake tensors, run it once and return the
+    GEMMs (shape, count, where) it ran, or one sentence of what failed."""
     import warnings
 
     import torch

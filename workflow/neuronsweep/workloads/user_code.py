@@ -24,6 +24,7 @@ def split(ref: str) -> tuple[str, str]:
 
 
 def is_file(target: str) -> bool:
+    """Whether a function target names a file (a path ending in .py) rather than a module."""
     return target.endswith(".py") or "/" in target or "\\" in target
 
 

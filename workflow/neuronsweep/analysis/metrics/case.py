@@ -44,6 +44,8 @@ class Identity(Part):
 
 @dataclass(kw_only=True)
 class SingleIo(Part):
+    """Whether the neuron capture ran in the profiler's --single-io mode (its OOM retry)."""
+
     single_io: bool | None
 
 

@@ -15,6 +15,9 @@ from neuronsweep.workloads import collective as coll
 
 @dataclass(kw_only=True)
 class Collective(Part):
+    """A collective's size and world, its algbw and busbw (nccl-tests' definitions), the link bandwidth each rank is
+    allowed, and whether ranks outnumbered cores."""
+
     coll_op: str
     coll_world: int
     coll_bytes: int
@@ -36,6 +39,8 @@ class RankSpread(Part):
 
 @dataclass(kw_only=True)
 class RanksProfiled(Part):
+    """How many ranks' device profiles the view read (a multi-worker neuron capture)."""
+
     ranks_profiled: int
 
 
@@ -119,6 +124,8 @@ def rank_spread(times: list[float], why_none: str | None = None) -> RankSpread:
 
 
 def nccom_test(capture: CaptureRecord | None, busbw: float | None) -> NccomTest:
+    """nccom-test's figures for the same collective (run by the neuron capture) and how close our busbw comes to its
+    busbw; null with the reason when it did not run."""
     anchor = capture.details.get("nccom_test") if capture else None
     row = (anchor or {}).get("result")
     if not row:

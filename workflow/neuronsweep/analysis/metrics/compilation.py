@@ -11,6 +11,8 @@ from neuronsweep.store.records import BuildRecord
 
 @dataclass(kw_only=True)
 class Compilation(Part):
+    """Compile time and count, whether the compile cache served the build, and whether the workload compiled again."""
+
     compile_s: float | None
     compile_count: int | None
     cache_hit: bool | None
@@ -18,6 +20,8 @@ class Compilation(Part):
 
 
 def compilation(build: BuildRecord | None, backend: str, recompiles_during_timing: int | None) -> Compilation:
+    """The build record's compile facts; recompilation from either signal (a repeated call compiled, or the timed runs
+    did)."""
     notes: dict[str, str] = {}
     compile_s = build.compile_s if build else None
     count = build.compile_count if build else None

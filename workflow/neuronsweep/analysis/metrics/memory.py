@@ -13,6 +13,8 @@ from neuronsweep.json_numbers import finite_number
 
 @dataclass(kw_only=True)
 class Memory(Part):
+    """Device memory by usage type and the on-chip SBUF/PSUM peaks (neuron's legacy profile only)."""
+
     hbm_tensors_bytes: float | None = None
     hbm_scratchpad_bytes: float | None = None
     hbm_dram_spill_bytes: float | None = None

@@ -11,6 +11,8 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 @dataclass(kw_only=True)
 class Correctness(Part):
+    """The case's largest absolute and relative error against the reference, the tolerance, and the verdict."""
+
     max_abs_error: float | None
     max_rel_error: float | None
     tolerance_rel: float | None

@@ -12,6 +12,8 @@ from neuronsweep.store.records import BuildRecord
 
 @dataclass(frozen=True)
 class Peaks:
+    """One NeuronCore's peaks at the run's LNC, and the sentence saying where they come from."""
+
     bf16_flops_per_s: float  # TensorE's bf16 rate, the profiler's MFU convention
     fp32_ratio: float  # how many times slower fp32 runs on the target generation
     hbm_bytes_per_s: float

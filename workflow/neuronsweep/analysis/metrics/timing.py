@@ -12,6 +12,9 @@ from neuronsweep.store.records import CaptureRecord
 
 @dataclass(kw_only=True)
 class Timing(Part):
+    """The framework's timed executions (median, IQR, min, spread, count), whether they are too noisy or were taken
+    under load, and what else the timing loop saw."""
+
     latency_median_s: float | None
     latency_iqr_s: float | None
     latency_min_s: float | None

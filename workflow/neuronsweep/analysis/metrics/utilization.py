@@ -16,6 +16,8 @@ IDLE_PCT = 50.0  # below this device-active share, launch/sync/start-up overhead
 
 @dataclass(kw_only=True)
 class Utilization(Part):
+    """MFU and MBU recomputed from the profile's raw fields, and the bound class with its evidence."""
+
     mfu_recomputed_pct: float | None = None
     mbu_recomputed_pct: float | None = None
     bound_class: str | None = None
@@ -25,6 +27,8 @@ class Utilization(Part):
 def utilization(
     backend: str, peaks: Peaks | None, counters: ProfileCounters, analytic: Work, placed: Roofline
 ) -> Utilization:
+    """MFU/MBU against the neuron peaks (the profiler's convention: TensorE's bf16 rate over total_time, one HBM stack),
+    then the bound class: overhead, the busiest engine, or the roofline's bound."""
     out = Utilization()
     busy: dict[str, float] = {}
     total = counters.profile_total_time_s

@@ -16,6 +16,9 @@ from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
 
 @dataclass(kw_only=True)
 class Work(Part):
+    """The workload's analytic FLOPs and minimum bytes (workloads/), the rates they give over the measured times, and
+    its arithmetic intensity."""
+
     flops: float | None
     achieved_flops_per_s: float | None
     profile_flops_per_s: float | None
@@ -36,6 +39,9 @@ class Tiles(Part):
 
 @dataclass(kw_only=True)
 class Roofline(Part):
+    """The platform's peaks and their source, the ideal compute and memory times, the ridge point, the bound, and the
+    measured time's efficiency against the roofline."""
+
     peak_flops_per_s: float | None
     peak_bytes_per_s: float | None
     peak_source: str | None
@@ -56,6 +62,8 @@ def work(
     counters: ProfileCounters,
     latency_median_s: float | None,
 ) -> tuple[Work, Tiles, Roofline]:
+    """The analytic work, the tile model and the roofline placement of one case, or all three null with the reason (a
+    collective, a user's function without FLOPs, no spec)."""
     if spec and not has_roofline(spec):
         why = getattr(kind_of(spec), "no_roofline_why", None)
         reason = (

@@ -23,6 +23,8 @@ from neuronsweep.backends import cpu_timing
 
 
 def main(argv: list[str]) -> int:
+    """Run the round(s) asked on the command line and print one line of JSON: the samples (or a screen's results) and
+    this process's pid."""
     if argv[0] == "--screen":  # a search's timing-only rung: workloads run eagerly, not built programs
         print(json.dumps({"results": cpu_timing.screen(json.loads(argv[1])), "pid": os.getpid()}))
         return 0

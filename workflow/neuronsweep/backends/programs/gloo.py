@@ -40,6 +40,8 @@ def _torch_version() -> str | None:
 
 
 def build(spec: dict, out_dir: Path) -> dict:
+    """The collective's rank plan (spec, process-group backend, torch version) in out_dir: gloo has nothing to compile.
+    Returns build.json's fields."""
     plan = {
         "spec": spec,
         "process_group_backend": BACKEND,
@@ -57,6 +59,8 @@ def build(spec: dict, out_dir: Path) -> dict:
 
 
 def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    """Start one process per rank on this host, rendezvous over a file, and collect each rank's timed samples,
+    correctness and profiled span. Returns capture.json's fields (rank 0's latency and every rank's)."""
     spec = build.spec
     world = spec["world"]
     work = out_dir / "ranks"

@@ -89,6 +89,8 @@ def _jit_twice(kernel, args_in, keywords: dict, root: Path, keep: Path) -> tuple
 
 
 def main(argv=None) -> int:
+    """Build (and with --iterations, time) one NKI kernel for the spec in this fresh process; writes the result JSON
+    given by --out."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)

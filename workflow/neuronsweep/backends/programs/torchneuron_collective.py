@@ -55,6 +55,8 @@ def _collective(funcol, group, spec: dict):
 
 
 def main(argv=None) -> int:
+    """One rank's TorchNeuron collective under torchrun: compile, check and time it on its own core; rank 0 writes the
+    result, every rank its times."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)

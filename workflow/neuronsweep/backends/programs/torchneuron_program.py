@@ -60,6 +60,8 @@ def first_two_calls(call, neff_cache: str) -> tuple[object, dict]:
 
 
 def main(argv=None) -> int:
+    """Compile the spec's workload with torch.compile on the neuron device, note the NEFFs that appear, check the output
+    and (optionally) time it; writes the result JSON given by --out."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)

@@ -53,6 +53,8 @@ def _collective(xm, spec: dict, tensor):
 
 
 def main(argv=None) -> int:
+    """One rank's torch-xla collective under torchrun, in xla_program's phases; rank 0 writes the result, every rank its
+    times."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)

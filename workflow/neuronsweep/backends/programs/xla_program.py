@@ -204,6 +204,8 @@ def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
 
 
 def main(argv=None) -> int:
+    """Run the spec's workload on the XLA device in phases, listing the artifacts that appear in each; check, time and
+    trace it as asked; writes the result JSON given by --out."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)
