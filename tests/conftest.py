@@ -39,12 +39,16 @@ def run_copy(finished_run, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def neuron_run(tmp_path_factory) -> Path:
-    """The two-case sweep on the neuron stand-in toolchain, made once per worker for the tests that only
+    """The two-case sweep on the neuron stand-in toolchain, made once per test run for the tests that only
     read it (test_neuron_backend, test_neuron_profiler); captures hold the device half a second, so builds
     and captures overlap on the chip's two cores."""
-    tmp_path = tmp_path_factory.mktemp("neuron-run")
-    snakemake(tmp_path, config=neuron_config(tmp_path), env=standin_env(tmp_path, STANDIN_CAPTURE_SECONDS="0.5"))
-    return tmp_path
+    work = shared_dir(tmp_path_factory) / "neuron-run"
+    with made_once(work) as make:
+        if make:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            snakemake(work, config=neuron_config(work), env=standin_env(work, STANDIN_CAPTURE_SECONDS="0.5"))
+    return work
 
 
 def _runs_snakemake(func) -> bool:

@@ -183,13 +183,22 @@ def test_every_suite_end_to_end_on_cpu(tmp_path):
 
 @pytest.mark.workflow
 def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
+    """Every suite on the torch-xla route of an inf2 (the stand-in's default machine), target and route
+    left to `auto` as the default config leaves them (test_torchneuron sweeps the TorchNeuron route)."""
     cfg = neuron_config(tmp_path, suites=copy.deepcopy(TINY_SUITES))  # its mlp impl changes below
     cfg["suites"]["mlp"]["impl"] = ["compiler"]
-    snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
+    cfg["neuron"].update(target="auto", route="auto")
+    run = snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
+    assert "neuron.route auto -> xla" in run.output and "neuron.target auto -> inf2" in run.output
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
     assert set(table["status"]) == {"ok"}, table[["scenario_id", "status", "reason"]]
+    assert table["profile_total_time_s"].gt(0).all() and table["latency_median_s"].gt(0).all()
     m = table.set_index("scenario_id").loc["tiling-m128-fp32"]
-    assert m["peak_flops_per_s"] == pytest.approx(TARGETS["trn1"].peak_flops("fp32"))
+    assert m["peak_flops_per_s"] == pytest.approx(TARGETS["inf2"].peak_flops("fp32"))
+    builds = [
+        json.loads(p.read_text()) for p in (tmp_path / "results" / "t").glob("neuron/workloads/*/build/build.json")
+    ]
+    assert {b["route"] for b in builds} == {"xla"} and {b["target"] for b in builds} == {"inf2"}
 
 
 @pytest.mark.workflow

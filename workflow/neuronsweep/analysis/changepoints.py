@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import ruptures
 
 MIN_EFFECT = 0.02
 MBIC = 3.0  # penalty per change point, in sigma^2 log(n)
@@ -41,6 +40,8 @@ def find(times: list[float], min_effect: float = MIN_EFFECT) -> list[int]:
     x = np.log(np.asarray(times, dtype=float))
     if len(x) < 2 or not np.isfinite(x).all():
         return []
+    import ruptures  # here, not at import (0.9 s with scipy.stats): a history of one run never needs it
+
     sigma = noise(x)
     ends = (
         ruptures.Pelt(model="l2", min_size=1, jump=1)

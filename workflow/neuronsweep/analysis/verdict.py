@@ -36,7 +36,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from neuronsweep.store.records import Timing
 
@@ -149,6 +148,8 @@ def _per_process(a: list[float], b: list[float]) -> tuple[float, float, tuple[fl
     diff = float(lb.mean() - la.mean())
     if la.var() == 0 and lb.var() == 0:
         return (1.0 if diff == 0 else 0.0), math.exp(diff), (math.exp(diff), math.exp(diff))
+    from scipy import stats  # here, not at import: every sweep's history reads this module, few runs test
+
     res = stats.ttest_ind(lb, la, equal_var=False)
     ci = res.confidence_interval(1 - ALPHA)
     return float(res.pvalue), math.exp(diff), (math.exp(ci.low), math.exp(ci.high))
