@@ -1,13 +1,17 @@
-"""Warm start: a case's stage commands forked from one process that has already imported PyTorch.
+"""Warm start: a case's stage commands (and the run's calibration, aggregate, history and report) forked
+from one process that has already imported what they need.
 
 Each stage of each case is its own Snakemake job, and on cpu most of a small case's time went to
 starting Python and importing torch and torch.export again in every job (2 to 3 s of a 3 s build,
-docs/benchmarks.md). The workflow starts one server per Snakemake run (common.smk `onstart`, cpu
-backend, local execution only) that imports them once and then only forks: the `neuronsweep`
-command a job runs connects to it, hands over its argv, working folder, environment and standard
-streams, and waits for the forked child's exit status, which it exits with. A forked child is a new
-process (its own pid, process group, file descriptors and device slot); it starts from the server's
-imported modules and nothing else, since the server itself runs no stage.
+docs/benchmarks.md); pandas, DuckDB and plotly cost every backend's extract, aggregate and report
+about a second more. The workflow starts one server per Snakemake run (common.smk `onstart`, local
+execution only) that imports them once and then only forks: the `neuronsweep` command a job runs
+connects to it, hands over its argv, working folder, environment and standard streams, and waits
+for the forked child's exit status, which it exits with. A forked child is a new process (its own
+pid, process group, file descriptors and device slot); it starts from the server's imported modules
+and nothing else, since the server itself runs no stage. On neuron and xla the server imports no
+framework: the programs that touch the device (backends/programs/) are started by the stage as fresh
+interpreters, as before.
 
 Whenever the server cannot take a command (not running, another host, other import-time environment,
 another Python), the command runs in this process as before: warm start only saves time. Set
@@ -30,7 +34,12 @@ from pathlib import Path
 from neuronsweep.environment import WARM_JOB as JOB
 from neuronsweep.environment import WARM_SOCKET as ENV
 from neuronsweep.environment import WARM_START as OFF
-from neuronsweep.store.failures import STAGES as COMMANDS  # the per-case stages
+from neuronsweep.store.failures import STAGES
+
+# the per-case stages, and the run's own jobs: the host calibration, and at its end aggregate, history
+# and report (pandas and plotly: about 2 s of imports between them, on the path from the last case to
+# the report)
+COMMANDS = (*STAGES, "calibrate", "aggregate", "history", "report")
 
 # Read by PyTorch, OpenMP, the BLAS or Python when a module is imported: a job whose values differ
 # from the server's would not get what a fresh interpreter gives it, so it runs on its own.
@@ -59,19 +68,33 @@ THREAD_VARS = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-PRELOAD = (
-    "torch",
-    "torch.export",
-    "torch.export._trace",
-    "torch._export.serde.serialize",
-    "torch.profiler",
+STAGE_MODULES = (
     "neuronsweep.cli",
     "neuronsweep.stages.build",
     "neuronsweep.stages.capture",
     "neuronsweep.stages.view",
     "neuronsweep.stages.extract",
-    "neuronsweep.backends.cpu",
+    "neuronsweep.stages.aggregate",
+    "neuronsweep.stages.report",
+    "neuronsweep.runs.history",
 )
+# What the server imports for each backend. cpu runs its workloads in the stage's own process, so torch
+# is preloaded; neuron and xla run theirs in child programs (backends/programs/), fresh interpreters
+# that read the device's environment when they import their framework: their server imports no
+# framework, only our stages and the readers behind them.
+PRELOAD = {
+    "cpu": (
+        "torch",
+        "torch.export",
+        "torch.export._trace",
+        "torch._export.serde.serialize",
+        "torch.profiler",
+        *STAGE_MODULES,
+        "neuronsweep.backends.cpu",
+    ),
+    "neuron": (*STAGE_MODULES, "neuronsweep.backends.neuron"),
+    "xla": (*STAGE_MODULES, "neuronsweep.backends.xla"),
+}
 # torch's private modules that torch.export imports on first use: they move between releases, and a
 # missing one only costs each job its import
 PRIVATE = {"torch.export._trace", "torch._export.serde.serialize"}
@@ -143,14 +166,15 @@ def _interpreter() -> list[str]:
 # ---------------------------------------------------------------------------------------- server
 
 
-def start(parent_pid: int) -> str | None:
-    """Start a server for the Snakemake process parent_pid; returns the value of ENV for its jobs."""
+def start(parent_pid: int, backend: str = "cpu") -> str | None:
+    """Start a server for the Snakemake process parent_pid of a `backend` run; returns the value of ENV
+    for its jobs."""
     if os.environ.get(OFF) == "0":
         return None
     # in a folder only this user can enter: whoever can connect runs commands as this user
     path = os.path.join(tempfile.mkdtemp(prefix=f"neuronsweep-warm-{parent_pid}-"), "socket")
     subprocess.Popen(
-        [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid)],
+        [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid), backend],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -173,8 +197,8 @@ def stop(value: str | None) -> None:
 
 
 class _Server:
-    def __init__(self, path: str, parent_pid: int) -> None:
-        self.path, self.parent_pid = path, parent_pid
+    def __init__(self, path: str, parent_pid: int, backend: str) -> None:
+        self.path, self.parent_pid, self.backend = path, parent_pid, backend
         self.children: dict[int, socket.socket] = {}  # pid -> the client waiting for it
         self.accepting = True
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -195,7 +219,7 @@ class _Server:
         import importlib
         import threading
 
-        for name in PRELOAD:
+        for name in PRELOAD[self.backend]:
             try:
                 importlib.import_module(name)
             except ModuleNotFoundError:
@@ -307,7 +331,7 @@ class _Server:
             os.environ[JOB] = str(request["pid"])
             tempfile.tempdir = None  # TMPDIR is the job's (Snakemake's tmpdir resource)
             threads = os.environ.get("OMP_NUM_THREADS", "")
-            if threads.isdigit() and int(threads) > 0:
+            if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:  # cpu: what a fresh one does
                 import torch
 
                 torch.set_num_threads(int(threads))
@@ -375,8 +399,8 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _serve(path: str, parent_pid: int) -> int:
-    server = _Server(path, parent_pid)
+def _serve(path: str, parent_pid: int, backend: str) -> int:
+    server = _Server(path, parent_pid, backend)
     try:
         server.preload()
     except Exception:  # noqa: BLE001 - without the imports there is nothing to save: jobs run alone
@@ -387,4 +411,4 @@ def _serve(path: str, parent_pid: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1], int(sys.argv[2])))
+    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu"))

@@ -49,17 +49,18 @@ apply_default_profile_rerun_incomplete()
 
 
 def start_warm_server():
-    """cpu, local execution: the case stages fork from one process that has imported torch
-    (neuronsweep/warmstart.py), when at least two builds or captures will run (the server's own
-    imports cost what one of them saves); elsewhere each job imports what it needs itself."""
-    if BACKEND != "cpu" or not workflow.is_main_process or on_cluster():
+    """Local execution: the case stages fork from one process that has imported what they need (torch on
+    cpu; on neuron and xla only our stages, their device programs stay fresh interpreters:
+    neuronsweep/warmstart.py), when at least two builds or captures will run (the server's own imports
+    cost what one of them saves); on a cluster each job imports what it needs itself."""
+    if not workflow.is_main_process or on_cluster():
         return
     try:  # Snakemake's DAG of this run: no public interface lists the jobs it is about to run
         torch_jobs = sum(job.rule.name in ("build", "capture") for job in workflow.dag.needrun_jobs())
     except Exception:  # noqa: BLE001 - unknown: start it, as it only saves time
         torch_jobs = 2
     if torch_jobs >= 2:
-        os.environ[warmstart.ENV] = warmstart.start(os.getpid()) or ""
+        os.environ[warmstart.ENV] = warmstart.start(os.getpid(), BACKEND) or ""
 
 
 onstart:
