@@ -25,6 +25,15 @@ include: "workflow/rules/search.smk"
 report: "workflow/report/workflow.rst"
 
 
+# The run-level rules are light (JSON and CSV in, a CSV or a page out): on a cluster they run on the
+# submitting host instead of each waiting in the queue behind the cases.
+localrules:
+    plan,
+    aggregate,
+    history,
+    report,
+
+
 # The per-workload metrics are targets too: Snakemake regenerates a deleted intermediate file only
 # when something requested needs it, and summary.csv alone would still look up to date.
 rule all:

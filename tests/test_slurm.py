@@ -1,7 +1,8 @@
 """The tests' two-case sweep through Snakemake's Slurm executor on a real one-node Slurm cluster
 (tests/slurm/cluster.sh: munged, slurmctld, slurmd, count-only GRES neuron:2) gives the same scenarios
-and statuses as the same sweep run locally (the session's finished run), every job having gone through
-sbatch, captures with their GRES."""
+and statuses as the same sweep run locally (the session's finished run), every case's job having gone
+through sbatch (the run-level plan, aggregate, history and report are local rules), captures with their
+GRES."""
 
 from __future__ import annotations
 
@@ -84,6 +85,8 @@ def test_the_sweep_through_slurm_matches_a_local_run(tmp_path, cluster, finished
     # the finished jobs stay known for MinJobAge: captures asked for one neuron chip
     jobs = subprocess.run(["scontrol", "show", "job", "-o"], env=env, capture_output=True, text=True).stdout
     captures = [line for line in jobs.splitlines() if re.search(r"Comment=rule_capture_wildcards", line)]
+    queued = set(re.findall(r"Comment=rule_([a-z]+)", jobs))  # the run-level rules are local: never queued
+    assert {"build", "capture", "view", "extract"} <= queued and not queued & {"plan", "aggregate", "history", "report"}
     assert len(captures) == 2 and all(re.search(r"TresPerNode=gres:neuron:1\b", line) for line in captures), jobs[
         -3000:
     ]

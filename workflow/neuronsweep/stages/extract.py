@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.analysis import derived
 from neuronsweep.analysis.metrics.case import compose
@@ -23,28 +24,14 @@ from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
 
 
-def compute(
-    summary: dict,
-    capture: CaptureRecord | None,
-    build: BuildRecord | None,
-    calibration: dict | None = None,
-    metadata: dict | None = None,
-    usage: dict | None = None,
-    ranks: list[dict] | None = None,
-    dma_packets: int | None = None,
-) -> dict:
-    """metrics.json's values (with "spec" and "notes") from a view summary and, when known, the records:
-    analysis/metrics/case.py `compose`, told what the summary reader left out and what each backend
-    cannot count."""
+def compute(summary: dict, *records: Any, **known: Any) -> dict:
+    """metrics.json's values (with "spec" and "notes"): analysis/metrics/case.py `compose` with the same
+    arguments (summary, capture, build, calibration, metadata, usage, ranks, dma_packets), told what the
+    summary reader left out and what each backend cannot count."""
     return compose(
         summary,
-        capture,
-        build,
-        calibration,
-        metadata,
-        usage,
-        ranks,
-        dma_packets,
+        *records,
+        **known,
         invalid=summary.get(neuron_summary.INVALID, {}),
         no_device_why={name: b.device_counters_missing for name, b in BACKENDS.items()},
     )
