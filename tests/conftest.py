@@ -73,6 +73,6 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"these tests run the workflow but are not marked @pytest.mark.workflow: {', '.join(unmarked)}"
         )
-    # the long tests first: the two xdist workers then finish together on short ones, not one waiting on
+    # the long tests first: the xdist workers then finish together on short ones, not one waiting on
     # a long test handed out last (the Slurm test first: its jobs mostly wait on the scheduler)
     items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, "test_slurm" not in i.nodeid))

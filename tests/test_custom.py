@@ -65,8 +65,9 @@ def entry(**over) -> dict:
     }
 
 
-def config(tmp: Path, entries: list[dict]) -> dict:
-    cfg = tiny_config(tmp, suites={"custom": entries})
+def config(tmp: Path, entries: list[dict], calibrated: bool = True) -> dict:
+    """A tiny cpu sweep of these custom entries (calibrated=False: for a test that only plans)."""
+    cfg = tiny_config(tmp, calibrated=calibrated, suites={"custom": entries})
     return schema.validate(cfg, base=tmp)
 
 
@@ -133,7 +134,7 @@ def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds
 def test_each_bad_input_is_one_sentence_before_any_job(tmp_path, change, said):
     kernels(tmp_path / "kernels")
     with pytest.raises(UserError, match=said) as refused:
-        make_plan(config(tmp_path, [entry(**change)]), "cpu")
+        make_plan(config(tmp_path, [entry(**change)], calibrated=False), "cpu")
     assert "\n" not in str(refused.value)
 
 
@@ -161,7 +162,7 @@ def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself
     [(_, spec)] = [
         (w, s)
         for w, s in make_plan(
-            config(tmp_path, [entry(grid={"m": [16], "k": [16], "n": [8]}, params={})]), "cpu"
+            config(tmp_path, [entry(grid={"m": [16], "k": [16], "n": [8]}, params={})], calibrated=False), "cpu"
         ).workloads.items()
     ]
     env = {

@@ -53,6 +53,7 @@ def test_a_tiny_gqa_models_gemms_are_the_hand_computed_ones():
 def test_model_gemms_share_builds_with_the_matmul_suite_and_a_bad_config_is_one_sentence(tmp_path):
     cfg = tiny_config(
         tmp_path,
+        calibrated=False,  # it only plans
         suites={
             "matmul": {"grid": {"m": [32], "k": [256], "n": [512]}},
             "model": [{"name": "tiny", "hf_config": str(TINY), "batch": [2], "seq": [16], "phases": ["prefill"]}],
