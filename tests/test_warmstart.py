@@ -176,3 +176,41 @@ def test_a_sweep_forks_its_stages_from_its_server_and_stops_it(tmp_path):
             break
         time.sleep(0.05)
     assert not psutil.pid_exists(server)
+
+
+def test_a_neuron_runs_server_imports_no_framework_and_serves_its_stages(tmp_path):
+    """On neuron the server preloads our stages and readers but never torch (the device programs it
+    leaves to fresh interpreters); a stage handed to it runs in its child and ends as it would alone."""
+    value = warmstart.start(os.getpid(), "neuron")
+    path = Path(value.partition(":")[2])
+    try:
+        for _ in range(200):  # bound at once, then the imports: the pid file is there from the start
+            if path.exists():
+                break
+            time.sleep(0.05)
+        server = psutil.Process(int(Path(f"{path}.pid").read_text()))
+        for _ in range(200):
+            loaded = Path(f"/proc/{server.pid}/maps").read_text()
+            if "duckdb" in loaded:  # the readers extract needs: the preload has finished
+                break
+            time.sleep(0.05)
+        assert "duckdb" in loaded and "libtorch" not in loaded
+        plan = tmp_path / "plan.json"
+        os.mkfifo(plan)  # the served aggregate blocks reading it, so its process can be seen
+        argv = [str(BIN / "neuronsweep"), "aggregate", "--plan", str(plan), "--out", str(tmp_path / "s.csv")]
+        argv += ["--targets-out", str(tmp_path / "t.csv")]
+        job = subprocess.Popen(argv, env=job_env(tmp_path, value), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(200):
+            if server.children():
+                break
+            time.sleep(0.05)
+        assert [c.ppid() for c in server.children()] == [server.pid]  # forked by the server, not this job
+        with open(plan, "w") as fifo:
+            fifo.write("not json")
+        _, err = job.communicate(timeout=60)
+    finally:
+        warmstart.stop(value)
+    plan.unlink()
+    plan.write_text("not json")
+    alone = subprocess.run(argv, env=job_env(tmp_path, None), capture_output=True, timeout=60)
+    assert job.returncode == alone.returncode != 0 and err.splitlines()[-1:] == alone.stderr.splitlines()[-1:]
