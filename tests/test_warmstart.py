@@ -184,11 +184,13 @@ def test_a_neuron_runs_server_imports_no_framework_and_serves_its_stages(tmp_pat
     value = warmstart.start(os.getpid(), "neuron")
     path = Path(value.partition(":")[2])
     try:
-        for _ in range(200):  # bound at once, then the imports: the pid file is there from the start
-            if path.exists():
+        pid_file, pid = Path(f"{path}.pid"), ""
+        for _ in range(200):  # written as the server starts, before its imports
+            pid = pid_file.read_text() if pid_file.exists() else ""
+            if pid.isdigit():
                 break
             time.sleep(0.05)
-        server = psutil.Process(int(Path(f"{path}.pid").read_text()))
+        server = psutil.Process(int(pid))
         for _ in range(200):
             loaded = Path(f"/proc/{server.pid}/maps").read_text()
             if "duckdb" in loaded:  # the readers extract needs: the preload has finished
