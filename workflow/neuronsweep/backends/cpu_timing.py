@@ -27,6 +27,14 @@ def torch_dtype(torch, name: str):
     return getattr(torch, TORCH_DTYPES[name])
 
 
+def freeze_what_is_loaded() -> None:
+    """Collect once, then move every live object (torch and its modules) out of the collector's reach
+    (gc.freeze): the collection between two jobs then scans only what the jobs made. With torch loaded,
+    a full collection takes about 80 ms; a screen of 72 configurations spent 6 s in them."""
+    gc.collect()
+    gc.freeze()
+
+
 def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
     """One timed round in this process, from nothing: backends/programs/cpu_round.py runs it in a fresh one."""
     import torch
@@ -55,6 +63,7 @@ def screen(jobs: list[dict]) -> list[dict]:
     in this one process: {"samples"} or {"error"} (the user's exception, that job only)."""
     import torch
 
+    freeze_what_is_loaded()
     out = []
     for job in jobs:
         spec = job["spec"]
