@@ -52,7 +52,10 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
         assert [c for c in CONTRACTS if not any(f"{route}: {c}" in line for line in named)] == []
     by_contract = {line[6:].split("  ")[0].strip(): line[:4] for line in lines}
     assert by_contract["collective: per-rank NEFFs"] == "PASS" and by_contract["collective: inspect layout"] == "PASS"
-    assert by_contract["nki: LNC per process"] == "PASS" and by_contract["nki: NKI loops"] == "PASS"
+    assert by_contract["nki: LNC per process"] == "PASS"
+    # the miscompiled kernel's wrong output leaves its device loop unconfirmed (a right one: the test below)
+    loops = next(line for line in lines if "nki: NKI loops" in line)
+    assert loops.startswith("SKIP") and "nl.fori_loop over the outer tiles" in loops and "not confirmed" in loops
     assert by_contract["torchneuron: inspect layout"] == "SKIP"  # the profiler took its NEFF
     failed = [line for line in lines if line.startswith("FAIL")]
     assert len(failed) == 1 and "nki: correctness" in failed[0] and "(tolerance 0.03)" in failed[0]
@@ -62,3 +65,17 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
     assert "field-test/field-test.txt" in names and "field-test/snakemake.log" in names
     assert any(n.endswith("/view/view.json") for n in names) and any(n.endswith("profile-schema.txt") for n in names)
     assert not [n for n in names if n.endswith((".neff", ".ntff", ".npy", ".bin", ".parquet", ".pftrace"))]
+
+
+def test_the_nki_loops_line_passes_only_a_device_loop_whose_output_is_right(tmp_path):
+    from neuronsweep.fieldtest import nki_loops_line
+
+    fori = "nl.fori_loop over the outer tiles (scalar_offset addressing), Python range inside"
+    right, wrong = {"nki_loops": fori, "correctness": {"correct": True}}, {"nki_loops": fori, "correctness": {}}
+    assert nki_loops_line("nki", right, "").verdict == "PASS"
+    assert "its output matches numpy" in nki_loops_line("nki", right, "").detail
+    assert nki_loops_line("nki", wrong, "").verdict == "SKIP"
+    warned = "DeprecationWarning: nl.affine_range is deprecated in NKI 0.7 and defaults to Python range"
+    assert nki_loops_line("nki", right, warned).verdict == "FAIL"
+    older = {"nki_loops": "nl.affine_range", "correctness": {"correct": False}}  # before 0.7: no device loop to confirm
+    assert nki_loops_line("nki", older, "").verdict == "PASS"

@@ -107,15 +107,17 @@ import numpy as np
 from neuronsweep.kernels import nki_matmul, nki_mlp
 from neuronsweep.workloads import matmul, mlp
 out = {}
-for module, spec in [(nki_matmul, matmul.spec(m=256, k=384, n=1024, dtype="fp32")),
+import nki.isa as nisa, nki.language as nl
+loops = []
+for module, spec in [(nki_matmul, matmul.spec(m=384, k=384, n=1024, dtype="fp32")),
                      (nki_matmul, matmul.spec(m=64, k=96, n=200, dtype="fp32")),
-                     (nki_mlp, mlp.spec(b=1, s=128, h=256, i=384, dtype="fp32"))]:
+                     (nki_mlp, mlp.spec(b=2, s=512, h=256, i=384, dtype="fp32"))]:
     arrays = module.inputs(spec, np.random.default_rng(0))
     for f in os.listdir(os.environ["NKI_ARTIFACTS_DIR"]):  # each compile wants an empty folder
         os.remove(os.path.join(os.environ["NKI_ARTIFACTS_DIR"], f))
     got = module.make_kernel()(*(arrays[n] for n in module.ARG_NAMES))
     out[json.dumps(spec, sort_keys=True)] = float(np.max(np.abs(got - module.reference(arrays))))
-import nki.isa as nisa, nki.language as nl
+    loops.append(list(nl.DEVICE_LOOPS))
 def memset_then_accumulate(a, b):  # the pattern the nc_matmul reference calls undefined on v2/v3
     acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
     nisa.memset(dst=acc, value=0.0)
@@ -128,6 +130,7 @@ try:
     out["memset"] = "accepted"
 except ValueError as e:
     out["memset"] = str(e)
+out["loops"] = loops
 print(json.dumps(out))
 """
 
@@ -140,15 +143,29 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
     from helpers import STANDIN
 
     env = {**os.environ, "PYTHONPATH": str(STANDIN / "python")}
-    for target, memset in (("inf2", "undefined behaviour on NeuronCore-v2/v3 (inf2)"), ("trn3", "accepted")):
+    nki_0_7 = os.pathsep.join([str(STANDIN / "python-torchneuron"), str(STANDIN / "python")])  # SDK 2.33's nki
+    for target, memset, path in (
+        ("inf2", "undefined behaviour on NeuronCore-v2/v3 (inf2)", env["PYTHONPATH"]),
+        ("trn3", "accepted", env["PYTHONPATH"]),
+        ("trn2", "undefined behaviour on NeuronCore-v2/v3 (trn2)", nki_0_7),
+    ):
         (tmp_path / target).mkdir()
-        env.update(NEURON_PLATFORM_TARGET_OVERRIDE=target, NKI_ARTIFACTS_DIR=str(tmp_path / target))
+        env.update(NEURON_PLATFORM_TARGET_OVERRIDE=target, NKI_ARTIFACTS_DIR=str(tmp_path / target), PYTHONPATH=path)
         proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
         errors = json.loads(proc.stdout)
         # the kernels obey the PSUM rule: their first matmul into a tile overwrites, no memset before
         assert memset in errors.pop("memset")
+        # NKI 0.7: the outer tile loop is nl.fori_loop (3 M tiles; 2 token tiles), the tiles it moves addressed
+        # through scalar_offset, which the stand-in resolves as AWS's kernels state it: the numbers prove it
+        loops = errors.pop("loops")
+        assert loops == ([[[0, 3, 1]], [[0, 1, 1]], [[0, 2, 1]]] if path == nki_0_7 else [[], [], []]), loops
         assert len(errors) == 3 and max(errors.values()) < 1e-3, errors
+    env["PYTHONPATH"] = nki_0_7  # a kernel that slices with the loop's value would not trace on the device
+    sliced = "import nki.language as nl; t = nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)\n"
+    sliced += "nl.fori_loop(0, 2, lambda i: t[i : i + 1])"
+    bad = subprocess.run([sys.executable, "-c", sliced], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "it has no Python value while the kernel is traced" in bad.stderr
     # today's language has no return-style load/store: the legacy kernel spelling would not trace there
     bad = subprocess.run(
         [sys.executable, "-c", "import nki.language as nl; nl.load"], capture_output=True, text=True, env=env

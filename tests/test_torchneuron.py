@@ -429,18 +429,27 @@ def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_u
     why = kernels.unsupported(NKI_SPEC, "inf2", (0, 7, 0))
     assert why.startswith("NKI 0.7.0 (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target is inf2")
     huge = {**NKI_SPEC, "m": 16384, "k": 16384, "n": 16384}  # 128 x 128 x 32 tiles
-    assert "would unroll 524288 matmul instructions" in kernels.unsupported(huge, "trn2", (0, 7, 0))
+    assert "would unroll 524288 matmul instructions over all its tiles" in kernels.unsupported(huge, "trn2", (0, 5, 0))
+    assert kernels.unsupported(huge, "trn2", (0, 7, 0)) is None  # 0.7: M on the device, a body of 128 x 32
+    deep = {**huge, "k": 65536}  # a body of 512 x 32 tiles
+    assert "would unroll 16384 matmul instructions in one body of its device loop" in kernels.unsupported(
+        deep, "trn2", (0, 7, 0)
+    )
     mlp = {"kind": "mlp", "b": 1, "s": 128, "h": 1024, "i": 512, "dtype": "bf16", "impl": "nki"}
     assert kernels.for_spec(mlp).unrolled(mlp) == 3 * 8 * 4 and kernels.unsupported(mlp, "trn2", (0, 7, 0)) is None
 
 
 @pytest.mark.workflow  # runs the stages' real commands (an NKI build on the stand-in)
-def test_nki_0_7_kernels_loop_with_python_range_not_the_deprecated_iterators(tmp_path):
+def test_nki_0_7_kernels_loop_on_the_device_with_fori_loop_not_the_deprecated_iterators(tmp_path):
     """NKI 0.7 deprecates nl.affine_range/sequential_range/static_range (plain Python range, unrolled when
-    traced): the stand-in of SDK 2.33 warns and records any call in the NEFF, as a check on our kernels."""
+    traced) and names nl.fori_loop its compiled loop: our kernel's M loop runs there (two tiles of 128 here),
+    build.json says so, and the output is right. The stand-in of SDK 2.33 warns and records any deprecated
+    call in the NEFF, and every fori_loop, as a check on our kernels."""
     record = build(tmp_path, NKI_SPEC, "nki")
     assert record["route"] == "nki" and record["correctness"]["correct"]
-    assert "deprecated_calls" not in neff_header(tmp_path / "nki" / "model.neff")
+    assert record["nki_loops"].startswith("nl.fori_loop over the outer tiles")
+    header = neff_header(tmp_path / "nki" / "model.neff")
+    assert "deprecated_calls" not in header and header["device_loops"] == [[0, 2, 1]]
     env = {**os.environ, **torchneuron_env(tmp_path)}
     probe = "import nki.language as nl; list(nl.affine_range(2)); print(nl.DEPRECATED_CALLS)"
     out = subprocess.run([str(BIN / "python"), "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True)

@@ -52,6 +52,8 @@ from neuronsweep.errors import UserError
 from neuronsweep.host import slots
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.kernels import unsupported as nki_unsupported
+from neuronsweep.kernels.nki_matmul import loops as kernel_loops
+from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.workloads import workload_id
@@ -301,11 +303,17 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         "compile_count": None,
         "compile_s_source": result["compile_s_source"],
         "nki_api": result["api"],
+        "nki_loops": result["loops"],
         "recompiled_on_second_call": result["recompiled_on_second_call"],
         "correctness": result["correctness"],
         "benchmark_us": result.get("benchmark_us"),
         "capture_inputs": result["inputs"],
     }
+
+
+def nki_loops() -> str:
+    """The loops our NKI kernels trace with the installed nki (read from its metadata, not imported here)."""
+    return kernel_loops("nki" if nki_version() else "neuronxcc.nki")
 
 
 ROUTES = {"torchneuron": _compile_torchneuron, "xla": _compile_xla}
@@ -370,6 +378,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "xla_debug": xla_debug(options),
         "versions": versions,
         "format": ARTIFACT_FORMAT,
+        **({"nki_loops": nki_loops()} if nki_impl and spec["kind"] != "custom" else {}),  # our kernels' loops
     }
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])

@@ -41,13 +41,14 @@ TRN2_AND_LATER = ("trn2", "trn3")
 
 def unsupported(spec: dict, target: str | None = None, version: tuple | None = None) -> str | None:
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
-    does not tile, a grid point that would unroll past MAX_UNROLLED, or a trn1/inf2 target under NKI 0.7+
+    does not tile, a grid point whose traced kernel would hold more than MAX_UNROLLED matmuls (one device
+    loop body under NKI 0.7, every tile before), or a trn1/inf2 target under NKI 0.7+
     (`version`: the installed nki's, read from its metadata when not given)."""
+    version = nki_matmul.nki_version() if version is None else version
     if spec["kind"] != "custom":  # a user's kernel: its own shapes and loops are its author's to bound
-        why = _our_kernel_unsupported(spec)
+        why = _our_kernel_unsupported(spec, nki_matmul.device_loop(version))
         if why:
             return why
-    version = nki_matmul.nki_version() if version is None else version
     if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
         return (
             f"NKI {'.'.join(map(str, version))} (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target "
@@ -56,15 +57,16 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
     return None
 
 
-def _our_kernel_unsupported(spec: dict) -> str | None:
+def _our_kernel_unsupported(spec: dict, on_device: bool) -> str | None:
     module = for_spec(spec)
     why = module.supported(spec)
     if why:
         return f"the NKI {spec['kind']} kernel does not handle this shape: {why}"
-    count = module.unrolled(spec)
+    count = module.unrolled(spec, on_device)
     if count > nki_matmul.MAX_UNROLLED:
+        where = "in one body of its device loop" if on_device else "over all its tiles"
         return (
-            f"the NKI {spec['kind']} kernel would unroll {count} matmul instructions at this shape (every tile "
-            f"loop unrolls when traced, NKI 0.7), over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
+            f"the NKI {spec['kind']} kernel would unroll {count} matmul instructions {where} at this shape, "
+            f"over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
         )
     return None

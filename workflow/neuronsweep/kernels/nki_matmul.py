@@ -37,23 +37,37 @@ def nki_version() -> tuple[int, ...] | None:
         return None
 
 
-NKI_PYTHON_LOOPS = (0, 7)  # NKI 0.7 (SDK 2.33): affine/sequential/static_range deprecated, plain Python range
+NKI_DEVICE_LOOPS = (0, 7)  # NKI 0.7 (SDK 2.33): nl.fori_loop; affine/sequential/static_range are plain Python range
 
 
-def tile_loop(nl):
-    """The loop over tiles. NKI 0.7 deprecates nl.affine_range, sequential_range and static_range: they
-    default to Python `range` there, unrolled at specialization time ("NKI Loops"), so 0.7 kernels use
-    `range` itself; earlier releases keep affine_range (no loop-carried dependency: the compiler may
-    pipeline it). The compiled loop of 0.7 (nl.fori_loop) needs dynamic addressing (scalar_offset) that
-    these kernels do not use, so a grid point's unrolled size is bounded instead (MAX_UNROLLED)."""
-    version = nki_version()
-    return range if version and version >= NKI_PYTHON_LOOPS else nl.affine_range
+def device_loop(version: tuple[int, ...] | None = None) -> bool:
+    """Whether our kernels' outer tile loop is a loop on the device (nl.fori_loop, NKI 0.7+).
+
+    NKI 0.7 deprecates nl.affine_range, sequential_range and static_range: they default to Python `range`
+    there, unrolled when the kernel is traced ("NKI Loops"), and names nl.fori_loop the compiled loop: its
+    body is traced once and receives the iteration as an NkiScalar, read "as a scalar_offset into a tensor"
+    (nl.fori_loop's page). So under 0.7 the outer loop (matmul: M tiles; mlp: token tiles) runs on the
+    device and addresses its tiles with `tensor.ap(..., scalar_offset=, indirect_dim=)` on a reshaped view,
+    as AWS's kernels do (nki-library: moe_cte/bwmm_shard_on_I, fgcc); the inner loops stay Python and
+    unroll inside the body. Before 0.7 every
+    loop is affine_range (no loop-carried dependency: the compiler may pipeline it)."""
+    version = nki_version() if version is None else version
+    return bool(version and version >= NKI_DEVICE_LOOPS)
 
 
-# Unrolled nc_matmul instructions per kernel call beyond which a grid point is unsupported: every tile
-# loop unrolls when the kernel is traced (NKI 0.7), so compile time and the instruction stream grow with
-# the tile count. Our bound, not an SDK limit (none is documented): a 4096 x 4096 x 4096 matmul is
-# 32 x 32 x 8 = 8,192 of them and is unsupported; 2048 x 4096 x 4096 (4,096) is the largest square-ish case.
+def loops(api: str, version: tuple[int, ...] | None = None) -> str:
+    """What build.json says of the kernel's loops (the field test shows it beside the device's verdict)."""
+    if api != "nki":
+        return "nl.affine_range (neuronxcc.nki)"
+    if device_loop(version):
+        return "nl.fori_loop over the outer tiles (scalar_offset addressing), Python range inside"
+    return "nl.affine_range"
+
+
+# Matmul instructions the traced kernel holds beyond which a grid point is unsupported: a Python loop
+# unrolls when the kernel is traced, so compile time and the instruction stream grow with its trip count.
+# Our bound, not an SDK limit (none is documented). Under NKI 0.7 what unrolls is one body of the device
+# loop (K x N tiles); before it we count every tile, as the compiler may unroll affine_range.
 MAX_UNROLLED = 4096
 
 
@@ -63,11 +77,11 @@ def tiles(spec: dict) -> tuple[int, int]:
     return spec.get("tile_m", P), spec.get("tile_n", TN_MAX)
 
 
-def unrolled(spec: dict) -> int:
-    """nc_matmul instructions one call of the kernel issues (every loop unrolled)."""
+def unrolled(spec: dict, on_device: bool = False) -> int:
+    """nc_matmul instructions the traced kernel holds: every tile, or one body of the device loop over M."""
     m, k, n = spec["m"], spec["k"], spec["n"]
     tile_m, tile_n = tiles(spec)
-    return max(1, m // tile_m) * max(1, k // P) * max(1, n // tile_n)
+    return (1 if on_device else max(1, m // tile_m)) * max(1, k // P) * max(1, n // tile_n)
 
 
 def load_nki():
@@ -90,25 +104,47 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
     """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...)), its
     M and N tiles at most tile_m and tile_n (constants of the traced kernel, as the tutorials' are)."""
     nki, nl, nisa, api = load_nki()
-    loop = tile_loop(nl) if api == "nki" else None  # the legacy spelling keeps nl.affine_range
+    on_device = api == "nki" and device_loop()
 
     def nki_matmul_tiled(lhsT, rhs):
         K, M = lhsT.shape
         _, N = rhs.shape
         result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
         tm, tk, tn = min(M, tile_m), min(K, P), min(N, tile_n)
-        for m in loop(M // tm):
-            for n in loop(N // tn):
+
+        # In the device loop the block index m is a device value, used only as a scalar_offset (no arithmetic
+        # on it: a VirtualRegister has none): over views whose dimension `indirect_dim` counts blocks of tm.
+        lhs_blocks = lhsT.reshape((K, M // tm, tm)) if on_device else None
+        result_blocks = result.reshape((M // tm, tm, N)) if on_device else None
+
+        def lhs_block(k, m):  # lhsT[k*tk : (k+1)*tk, m*tm : (m+1)*tm]
+            if on_device:
+                return lhs_blocks.ap(pattern=[[M, tk], [1, tm]], offset=k * tk * M, scalar_offset=m, indirect_dim=1)
+            return lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm]
+
+        def result_block(m, n):  # result[m*tm : (m+1)*tm, n*tn : (n+1)*tn]
+            if on_device:
+                return result_blocks.ap(pattern=[[N, tm], [1, tn]], offset=n * tn, scalar_offset=m, indirect_dim=0)
+            return result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn]
+
+        def row_block(m):
+            for n in (range if on_device else nl.affine_range)(N // tn):
                 acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)  # no memset: see PSUM above
-                for k in loop(K // tk):
+                for k in (range if on_device else nl.affine_range)(K // tk):
                     lhs_tile = nl.ndarray((tk, tm), dtype=lhsT.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=lhs_tile, src=lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
+                    nisa.dma_copy(dst=lhs_tile, src=lhs_block(k, m))
                     rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
                     nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile)  # k=0 overwrites, then adds
                 out = nl.ndarray((tm, tn), dtype=lhsT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
-                nisa.dma_copy(dst=result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn], src=out)
+                nisa.dma_copy(dst=result_block(m, n), src=out)
+
+        if on_device:
+            nl.fori_loop(0, M // tm, row_block)
+        else:
+            for m in nl.affine_range(M // tm):
+                row_block(m)
         return result
 
     def nki_matmul_tiled_legacy(lhsT, rhs):

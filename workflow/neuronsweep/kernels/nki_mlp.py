@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronsweep.kernels.nki_matmul import load_nki, tile_loop
+from neuronsweep.kernels.nki_matmul import device_loop, load_nki
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
 ARG_NAMES = ("xT", "w_gate", "w_up", "w_down")
@@ -23,21 +23,31 @@ SBUF_PARTITION_BYTES = 192 * 1024  # NeuronCore-v2: 24 MiB over 128 partitions (
 
 def make_kernel(decorate=None):
     nki, nl, nisa, api = load_nki()
-    loop = tile_loop(nl) if api == "nki" else None  # the legacy spelling keeps nl.affine_range
+    on_device = api == "nki" and device_loop()  # the token-tile loop on the device (nki_matmul.device_loop)
+    loop = range if on_device else nl.affine_range
 
     def nki_gated_mlp(xT, w_gate, w_up, w_down):
         H, T = xT.shape
         I = w_gate.shape[1]  # noqa: E741
         outT = nl.ndarray((H, T), dtype=xT.dtype, buffer=nl.shared_hbm)
         tn = min(T, TN_MAX)
-        for t in loop(T // tn):
+        # the token tile t: a device value in the device loop, only ever a scalar_offset (blocks of tn)
+        x_tiles = xT.reshape((H, T // tn, tn)) if on_device else None
+        out_tiles = outT.reshape((H, T // tn, tn)) if on_device else None
+
+        def tokens(tensor, tiles, row, t):  # tensor[row : row+P, t*tn : (t+1)*tn]
+            if on_device:
+                return tiles.ap(pattern=[[T, P], [1, tn]], offset=row * T, scalar_offset=t, indirect_dim=1)
+            return tensor[row : row + P, t * tn : (t + 1) * tn]
+
+        def token_tile(t):
             hT = nl.ndarray((P, (I // P) * tn), dtype=xT.dtype, buffer=nl.sbuf)
             for i in loop(I // P):
                 gate = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
                 up = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)  # h=0 overwrites (nki_matmul)
                 for h in loop(H // P):
                     x_tile = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=x_tile, src=xT[h * P : (h + 1) * P, t * tn : (t + 1) * tn])
+                    nisa.dma_copy(dst=x_tile, src=tokens(xT, x_tiles, h * P, t))
                     wg = nl.ndarray((P, P), dtype=w_gate.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=wg, src=w_gate[h * P : (h + 1) * P, i * P : (i + 1) * P])
                     wu = nl.ndarray((P, P), dtype=w_up.dtype, buffer=nl.sbuf)
@@ -55,7 +65,13 @@ def make_kernel(decorate=None):
                     nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn : (i + 1) * tn])
                 out = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
-                nisa.dma_copy(dst=outT[m * P : (m + 1) * P, t * tn : (t + 1) * tn], src=out)
+                nisa.dma_copy(dst=tokens(outT, out_tiles, m * P, t), src=out)
+
+        if on_device:
+            nl.fori_loop(0, T // tn, token_tile)
+        else:
+            for t in loop(T // tn):
+                token_tile(t)
         return outT
 
     def nki_gated_mlp_legacy(xT, w_gate, w_up, w_down):
@@ -83,11 +99,11 @@ def make_kernel(decorate=None):
     return (decorate or nki.jit)(nki_gated_mlp if api == "nki" else nki_gated_mlp_legacy)
 
 
-def unrolled(spec: dict) -> int:
-    """nc_matmul instructions one call of the kernel issues (every loop unrolled): gate and up per
-    (token tile, I tile, H tile), down per (token tile, H tile, I tile)."""
+def unrolled(spec: dict, on_device: bool = False) -> int:
+    """nc_matmul instructions the traced kernel holds: gate and up per (token tile, I tile, H tile), down
+    per (token tile, H tile, I tile); one token tile when that loop is on the device."""
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
-    tiles = max(1, t // TN_MAX)
+    tiles = 1 if on_device else max(1, t // TN_MAX)
     return tiles * (2 * (i // P) * (h // P) + (h // P) * (i // P))
 
 

@@ -69,11 +69,15 @@ def jit(fn):
         from . import language
 
         language.DEPRECATED_CALLS.clear()
+        language.DEVICE_LOOPS.clear()
         out = fn(*(language.tensor(a, language.hbm) for a in arrays), **keywords)
         neff = Path(_ARTIFACTS) / "kernel.neff"
-        if language.DEPRECATED_CALLS and neff.is_file():  # what the trace used, kept in the NEFF for tests
+        if (language.DEPRECATED_CALLS or language.DEVICE_LOOPS) and neff.is_file():  # what the trace used, for tests
             header = json.loads(neff.read_bytes()[5:])
-            header["deprecated_calls"] = sorted(set(language.DEPRECATED_CALLS))
+            if language.DEPRECATED_CALLS:
+                header["deprecated_calls"] = sorted(set(language.DEPRECATED_CALLS))
+            if language.DEVICE_LOOPS:
+                header["device_loops"] = list(language.DEVICE_LOOPS)
             neff.write_bytes(b"NEFF\0" + json.dumps(header).encode())
         return np.asarray(out)
 

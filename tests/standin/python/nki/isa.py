@@ -13,6 +13,8 @@ import numpy as np
 
 from . import language as nl
 
+NkiScalar = nl.NkiScalar  # nki.isa.NkiScalar: the values nl.fori_loop passes its body
+
 _V2_V3 = {"trn1", "inf2", "gen2", "trn2", "gen3"}  # NEURON_PLATFORM_TARGET_OVERRIDE values
 
 

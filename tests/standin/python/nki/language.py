@@ -19,11 +19,93 @@ PSUM_PARTITION_BYTES = 16 * 1024  # 2 MiB over 128 partitions
 SBUF_PARTITION_BYTES = 192 * 1024  # 24 MiB over 128 partitions (NeuronCore-v2)
 
 
+class NkiScalar:
+    """nki.isa.NkiScalar (its API page, SDK 2.33): one integer computed on the device. Arithmetic with an int
+    or another scalar is traced and yields a new scalar; it can be the scalar_offset of an access pattern or
+    a bound of fori_loop. The stand-in runs the kernel eagerly, so it knows the value, but a kernel that reads
+    it as a Python int (a slice bound, an `if`) would not trace on the device: refused here."""
+
+    def __init__(self, value: int):
+        self._value = int(value)
+
+    def _other(self, x):
+        if isinstance(x, NkiScalar):
+            return x._value
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+            return int(x)
+        return NotImplemented
+
+    def _op(self, x, f):
+        v = self._other(x)
+        return NotImplemented if v is NotImplemented else NkiScalar(f(self._value, v))
+
+    def __add__(self, x):
+        return self._op(x, lambda a, b: a + b)
+
+    def __sub__(self, x):
+        return self._op(x, lambda a, b: a - b)
+
+    def __mul__(self, x):
+        return self._op(x, lambda a, b: a * b)
+
+    __radd__, __rmul__ = __add__, __mul__
+
+    def __rsub__(self, x):
+        return self._op(x, lambda a, b: b - a)
+
+    def __neg__(self):
+        return NkiScalar(-self._value)
+
+    def _no_python_value(self, *_):
+        raise TypeError(
+            "an NkiScalar is computed on the device: it has no Python value while the kernel is traced; use "
+            "it as scalar_offset of an access pattern (tensor.ap) or as a bound of nl.fori_loop"
+        )
+
+    __index__ = __int__ = __bool__ = __float__ = _no_python_value
+
+
+def offset_value(x) -> int:
+    """The stand-in's value of a scalar_offset (an NkiScalar or a Python int)."""
+    return x._value if isinstance(x, NkiScalar) else int(x)
+
+
 class Tensor(np.ndarray):
     """A numpy array with the memory it lives in; slices (views) keep it."""
 
     def __array_finalize__(self, obj):
         self.buffer = getattr(obj, "buffer", hbm)
+
+    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """NkiTensor.ap (NKI Access Patterns; NkiTensor's API page): `pattern` is [[stride, count], ...] in
+        elements, the partition dimension first, from `offset` elements into the tensor. `scalar_offset` (an
+        NkiScalar or int) moves the start by that many indices of dimension `indirect_dim`, i.e. times that
+        dimension's stride: the pages give no formula, AWS's own kernels state it (aws-neuron/nki-library,
+        moe_cte/bwmm_shard_on_I_mx.py: "scalar_offset=block_expert with indirect_dim=0 means access starts
+        at block_expert * (p_I * n_total_I512_tile * H)" for a tensor of shape (E, p_I, n_total_I512_tile, H)).
+        The stand-in takes it on a contiguous tensor only and refuses an access outside the tensor (a
+        DMA's default oob_mode is an error); vector_offset and dtype are not modelled."""
+        if vector_offset is not None or dtype is not None:
+            raise NotImplementedError("stand-in nki: .ap(vector_offset=, dtype=) is not modelled")
+        if not self.flags["C_CONTIGUOUS"]:
+            raise ValueError("stand-in nki: .ap on a strided view is not modelled; call it on the whole tensor")
+        if not 0 <= indirect_dim < self.ndim:
+            raise ValueError(f"nki: indirect_dim {indirect_dim} of a {self.ndim}-d tensor")
+        strides = [int(np.prod(self.shape[d + 1 :], dtype=np.int64)) for d in range(self.ndim)]
+        start = int(offset) + (0 if scalar_offset is None else offset_value(scalar_offset) * strides[indirect_dim])
+        counts = [int(c) for _, c in pattern]
+        steps = [int(s) for s, _ in pattern]
+        last = start + sum(s * (c - 1) for s, c in zip(steps, counts))
+        if start < 0 or last >= self.size:
+            raise IndexError(
+                f"nki: access pattern {pattern} from element {start} reaches element {last} of a tensor of "
+                f"{self.size} elements (shape {self.shape})"
+            )
+        flat = self.reshape(-1)
+        view = np.lib.stride_tricks.as_strided(
+            flat[start:], shape=counts, strides=[s * self.itemsize for s in steps], writeable=True
+        )
+        return tensor(view, self.buffer)
 
 
 def tensor(array, buffer):
@@ -50,6 +132,7 @@ def ndarray(shape, dtype, buffer=sbuf, name=None):
 
 
 DEPRECATED_CALLS = []  # the deprecated range iterators a kernel called while traced (NKI 0.7+)
+DEVICE_LOOPS = []  # [lower, upper, step] of each nl.fori_loop a kernel ran (kept in its NEFF, for tests)
 
 
 def _version() -> tuple:
@@ -81,6 +164,22 @@ def _range(name):
 
 
 affine_range, sequential_range, static_range = (_range(n) for n in ("affine_range", "sequential_range", "static_range"))
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """nl.fori_loop (its API page, SDK 2.33; "NKI Loops"): the compiled loop of NKI 0.7, body_fun(i) for i
+    from lower to upper (exclusive), i an NkiScalar passed by value; step a compile-time positive int; a
+    32-bit bound. The stand-in runs the body once per iteration; it has no loop before 0.7."""
+    if _version() < (0, 7):
+        raise AttributeError("module 'nki.language' has no attribute 'fori_loop' (NKI 0.7+)")
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        raise AssertionError(f"nl.fori_loop: step must be a compile-time positive integer, got {step!r}")
+    lo, hi = offset_value(lower), offset_value(upper)
+    if not all(-(2**31) <= b < 2**31 for b in (lo, hi)):
+        raise ValueError("nl.fori_loop: a bound must be 32-bit")
+    DEVICE_LOOPS.append([lo, hi, step])
+    for i in range(lo, hi, step):
+        body_fun(NkiScalar(i))
 
 
 def silu(x):

@@ -29,7 +29,7 @@ from pathlib import Path
 from neuronsweep.analysis.correctness import check
 from neuronsweep.backends.processes import fresh
 from neuronsweep.kernels import custom_nki, for_spec, launch
-from neuronsweep.kernels.nki_matmul import load_nki
+from neuronsweep.kernels.nki_matmul import load_nki, loops
 
 
 def _inputs(spec: dict, names: list[str], inputs_dir: Path):
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     how = launch(spec, None if api == "nki" else nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
     arrays, saved = _inputs(spec, how.arg_names, Path(args.inputs_dir))
     args_in = [arrays[name] for name in how.arg_names]
-    result = {"api": api, "inputs": saved}
+    result = {"api": api, "inputs": saved, "loops": None if spec["kind"] == "custom" else loops(api)}
     if api == "nki":
         keep = Path(root).parent / "kernel.neff"
         facts, out = _jit_twice(how.kernel, args_in, how.keywords, Path(root), keep)
