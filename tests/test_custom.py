@@ -148,6 +148,7 @@ def test_expressions_are_parsed_never_evaluated_as_python():
         expressions.evaluate("m // (k - k)", {"m": 1, "k": 2})
 
 
+@pytest.mark.workflow  # runs a stage's real command (a neuron build on the TorchNeuron stand-in)
 @pytest.mark.torch
 def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself(tmp_path):
     """The same function through TorchNeuron (the trn2 stand-in of SDK 2.33), its output against the

@@ -82,7 +82,7 @@ DOCS = {
     "flat": (
         {
             "summary": [{"total_time": 1.0, "x": None}],
-            "instruction": [{"a": i, "b": "s", "c": [[i]]} for i in range(900)],
+            "instruction": [{"a": i, "b": "s", "c": [[i]]} for i in range(300)],  # 10.6 kB: 3 blocks of 4096
         },
         {},
     ),

@@ -14,6 +14,7 @@ from helpers import BIN, DATA, neuron_config, neuron_wdir, snakemake, standin_en
 from neuronsweep.errors import UserError
 
 
+@pytest.mark.workflow  # runs the stages' real commands (capture, view and extract of four ranks)
 def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     """A collectives NEFF across 4 workers (guide: --collectives-workers-per-node): profile_rank_<r>_exec_2
     files, a view per rank with where it ran (nc_idx, nd_idx), ranks.csv, the straggler figure, and the
