@@ -154,6 +154,12 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     assert "budget spent: 2 of 2 trials" in status.stdout and "best so far:" in status.stdout
 
 
+def test_trials_csv_keeps_its_case_counts_whole_where_a_row_has_none(tmp_path, monkeypatch):
+    s = make(tmp_path, monkeypatch)
+    s._write(pd.DataFrame({"trial": [0, 1], "cases": [2, None]}))
+    assert s.trials_csv.read_text().splitlines() == ["trial,cases", "0,2", "1,"]  # not 2.0
+
+
 def test_halving_screens_the_budget_and_measures_the_best_third_and_the_default_in_full(tmp_path, monkeypatch):
     s = make(tmp_path, monkeypatch, strategy="halving", budget={"trials": 9})
     screened, full = [], []

@@ -108,7 +108,9 @@ def test_eight_captures_on_four_slots_run_in_about_two_rounds_each_pinned_to_its
     assert _max_concurrent(spans) == 4  # the pool was used in full, never beyond
     phase = max(s["released_unix"] for s in spans) - min(s["acquired_unix"] for s in spans)
     held = statistics.median(s["released_unix"] - s["acquired_unix"] for s in spans)
-    assert phase < 4 * held, (phase, held)  # about 2 rounds; one slot would take 8
+    # about 2 rounds of captures; one slot would take 8. Under a loaded machine Snakemake starts the second
+    # round late (4.05 held times seen under the full suite), so the bound sits between the two.
+    assert phase < 6 * held, (phase, held)
     # the profiler saw only its slot's cores: every stand-in capture claimed them, none failed
     text = "".join(p.read_text() for p in (tmp_path / "results").rglob("capture.log"))
     assert "Available:0" not in text and "Invalid NEURON_RT_VISIBLE_CORES" not in text

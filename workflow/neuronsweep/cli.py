@@ -22,6 +22,7 @@ from neuronsweep.config.schema import schema_default
 from neuronsweep.config.settings import host_setting
 from neuronsweep.errors import ERROR_PREFIX, UserError
 from neuronsweep.host.devicelock import DEFAULT_LOCK
+from neuronsweep.search import FINALIST_ROUNDS
 from neuronsweep.store.failures import STAGES, clear_failure, record_failure
 from neuronsweep.workloads import workload_id
 
@@ -433,7 +434,7 @@ def _add_search(p) -> None:
     p.add_argument(
         "--finalist-rounds",
         type=int,
-        default=5,
+        default=FINALIST_ROUNDS,
         metavar="N",
         help="cpu: fresh processes that time the winner, the runner-up and the default again (0: none)",
     )

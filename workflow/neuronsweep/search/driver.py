@@ -43,12 +43,12 @@ from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.runs import interleave
+from neuronsweep.search import FINALIST_ROUNDS
 from neuronsweep.search import page as search_page
 from neuronsweep.search import space as search_space
 from neuronsweep.stages.run_setup import settle_run
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
-FINALIST_ROUNDS = 5  # processes that time the finalists again (cpu): enough for verdict's t-test
 SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap rung, or the workflow's cases
 SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
 
@@ -517,6 +517,8 @@ class Search:
 
     def _write(self, table: pd.DataFrame) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        if "cases" in table:  # a count: a row without one (NaN) must not make the column 3.0, 4.0 ...
+            table = table.assign(cases=table["cases"].astype("Int64"))
         with replacing(self.trials_csv) as tmp:
             table.to_csv(tmp, index=False)
 
