@@ -9,7 +9,8 @@ return style; the legacy neuronxcc.nki (SDK <= 2.27) returns values. The stand-i
 first on numpy (tests/standin/python/nki); on a device the build compares both with numpy.
 
 PSUM: nc_matmul's `accumulate=None` (the default, SDK 2.30-2.33 reference) lets the compiler make the
-first matmul into a PSUM tile overwrite and the later ones add. A memset before accumulating is what the
+first matmul into a PSUM tile overwrite and the later ones add; inside NKI 0.7's device loop, whose one
+traced body serves every iteration, the kernels say it outright (False for the first, True after). A memset before accumulating is what the
 reference forbids: matmul accumulation onto PSUM initialized by a non-matmul instruction is undefined
 on NeuronCore-v2/v3. The legacy spelling keeps Beta 1's `acc = nl.zeros(psum); acc += nc_matmul(...)`,
 the pattern that language's own tutorials use and its compiler lowers.
@@ -135,7 +136,10 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
                     nisa.dma_copy(dst=lhs_tile, src=lhs_block(k, m))
                     rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
-                    nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile)  # k=0 overwrites, then adds
+                    # k=0 overwrites, then adds: said outright in the device loop (k is a Python int there),
+                    # where one traced body serves every iteration; left to the compiler (None) before 0.7
+                    add = k > 0 if on_device else None
+                    nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile, accumulate=add)
                 out = nl.ndarray((tm, tn), dtype=lhsT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
                 nisa.dma_copy(dst=result_block(m, n), src=out)

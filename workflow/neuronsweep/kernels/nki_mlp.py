@@ -52,8 +52,9 @@ def make_kernel(decorate=None):
                     nisa.dma_copy(dst=wg, src=w_gate[h * P : (h + 1) * P, i * P : (i + 1) * P])
                     wu = nl.ndarray((P, P), dtype=w_up.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=wu, src=w_up[h * P : (h + 1) * P, i * P : (i + 1) * P])
-                    nisa.nc_matmul(dst=gate, stationary=wg, moving=x_tile)
-                    nisa.nc_matmul(dst=up, stationary=wu, moving=x_tile)
+                    add = h > 0 if on_device else None  # as nki_matmul: explicit in the device loop's body
+                    nisa.nc_matmul(dst=gate, stationary=wg, moving=x_tile, accumulate=add)
+                    nisa.nc_matmul(dst=up, stationary=wu, moving=x_tile, accumulate=add)
                 act = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=act, op=nl.silu, data=gate)
                 nisa.tensor_tensor(dst=hT[:, i * tn : (i + 1) * tn], data1=act, data2=up, op=nl.multiply)
@@ -62,7 +63,8 @@ def make_kernel(decorate=None):
                 for i in loop(I // P):
                     wd = nl.ndarray((P, P), dtype=w_down.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=wd, src=w_down[i * P : (i + 1) * P, m * P : (m + 1) * P])
-                    nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn : (i + 1) * tn])
+                    add = i > 0 if on_device else None
+                    nisa.nc_matmul(dst=acc, stationary=wd, moving=hT[:, i * tn : (i + 1) * tn], accumulate=add)
                 out = nl.ndarray((P, tn), dtype=xT.dtype, buffer=nl.sbuf)
                 nisa.tensor_copy(dst=out, src=acc)
                 nisa.dma_copy(dst=tokens(outT, out_tiles, m * P, t), src=out)
