@@ -50,6 +50,7 @@ UNCHANGED, SMALL, SLOWER, FASTER, NOISY = (
     "faster",
     "noisy: not judged",
 )
+JUDGED = (UNCHANGED, SMALL, SLOWER, FASTER)  # the verdicts of a test made; every other one says why none was
 NO_SPREAD = "not judged (no spread: a single profiled execution)"
 ONE_PROCESS = "not judged (one process a side: its samples test that process, not the code)"
 
@@ -82,7 +83,7 @@ class Verdict:
     @property
     def judged(self) -> bool:
         """Whether a test was made (not "not judged" for want of samples, nor "noisy")."""
-        return not self.said.startswith(("not judged", "noisy"))
+        return self.said in JUDGED
 
 
 def as_timing(side) -> Timing | None:

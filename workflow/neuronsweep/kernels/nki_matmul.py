@@ -10,10 +10,11 @@ first on numpy (tests/standin/python/nki); on a device the build compares both w
 
 PSUM: nc_matmul's `accumulate=None` (the default, SDK 2.30-2.33 reference) lets the compiler make the
 first matmul into a PSUM tile overwrite and the later ones add; inside NKI 0.7's device loop, whose one
-traced body serves every iteration, the kernels say it outright (False for the first, True after). A memset before accumulating is what the
-reference forbids: matmul accumulation onto PSUM initialized by a non-matmul instruction is undefined
-on NeuronCore-v2/v3. The legacy spelling keeps Beta 1's `acc = nl.zeros(psum); acc += nc_matmul(...)`,
-the pattern that language's own tutorials use and its compiler lowers.
+traced body serves every iteration, the kernels say it outright (False for the first, True after). A
+memset before accumulating is what the reference forbids: matmul accumulation onto PSUM initialized by a
+non-matmul instruction is undefined on NeuronCore-v2/v3. The legacy spelling keeps Beta 1's
+`acc = nl.zeros(psum); acc += nc_matmul(...)`, the pattern that language's own tutorials use and its
+compiler lowers.
 
 Targets: standalone `nki` is documented for Trn2 and Trn3 (NKI FAQ, SDK 2.29+); on trn1/inf2 the build
 still compiles it for NEURON_PLATFORM_TARGET_OVERRIDE=trn1|inf2, which the package accepts, and the

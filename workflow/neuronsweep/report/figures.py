@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from neuronsweep.analysis import verdict
 from neuronsweep.backends import BACKENDS
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.workloads.dtypes import TORCH_DTYPES
@@ -464,15 +465,10 @@ def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
     rows = rows.sort_values("ratio_b_over_a")
     fig = go.Figure()
     groups = (
-        ("slower", rows["verdict"] == "slower", "#c44e52", "circle"),
-        ("faster", rows["verdict"] == "faster", "#55a868", "circle"),
-        ("unchanged", rows["verdict"].str.startswith("unchanged"), "#4c72b0", "circle"),
-        (
-            "not judged (ratio only)",
-            ~rows["verdict"].str.startswith(("slower", "faster", "unchanged")),
-            "#8c8c8c",
-            "circle-open",
-        ),
+        ("slower", rows["verdict"] == verdict.SLOWER, "#c44e52", "circle"),
+        ("faster", rows["verdict"] == verdict.FASTER, "#55a868", "circle"),
+        ("unchanged", rows["verdict"].isin([verdict.UNCHANGED, verdict.SMALL]), "#4c72b0", "circle"),
+        ("not judged (ratio only)", ~rows["verdict"].isin(verdict.JUDGED), "#8c8c8c", "circle-open"),
     )
     for name, mask, colour, symbol in groups:
         part = rows[mask]

@@ -55,7 +55,7 @@ def workloads(table: pd.DataFrame) -> pd.DataFrame:
         }
     )
     order = {verdict.SLOWER: 0, verdict.FASTER: 1}
-    key = [order.get(v, 2 if str(v).startswith("unchanged") else 3) for v in shown["verdict"]]
+    key = [order.get(v, 2 if v in verdict.JUDGED else 3) for v in shown["verdict"]]
     return shown.assign(_k=key).sort_values(["_k", "workload"]).drop(columns="_k")
 
 
@@ -117,7 +117,7 @@ def _in_units(changes: pd.DataFrame) -> pd.DataFrame:
 def _summary(table: pd.DataFrame) -> str:
     counts = table["verdict"].value_counts() if len(table) else pd.Series(dtype=int)
     slower, faster = int(counts.get(verdict.SLOWER, 0)), int(counts.get(verdict.FASTER, 0))
-    judged = int(sum(n for v, n in counts.items() if not str(v).startswith(("not ", "noisy", "only "))))
+    judged = int(sum(n for v, n in counts.items() if v in verdict.JUDGED))
     return (
         f"<p style='font-size:1.15em'><b>{slower} slower, {faster} faster</b> of {judged} judged; "
         f"{len(table) - judged} not judged or not comparable (of {len(table)} workloads).</p>"
