@@ -51,8 +51,8 @@ def device_loop(version: tuple[int, ...] | None = None) -> bool:
     (nl.fori_loop's page). So under 0.7 the outer loop (matmul: M tiles; mlp: token tiles) runs on the
     device and addresses its tiles with `tensor.ap(..., scalar_offset=, indirect_dim=)` on a reshaped view,
     as AWS's kernels do (nki-library: moe_cte/bwmm_shard_on_I, fgcc); the inner loops stay Python and
-    unroll inside the body. Before 0.7 every
-    loop is affine_range (no loop-carried dependency: the compiler may pipeline it)."""
+    unroll inside the body. Before 0.7 every loop is affine_range (no loop-carried dependency: the compiler
+    may pipeline it)."""
     version = nki_version() if version is None else version
     return bool(version and version >= NKI_DEVICE_LOOPS)
 
@@ -114,8 +114,9 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
         result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
         tm, tk, tn = min(M, tile_m), min(K, P), min(N, tile_n)
 
-        # In the device loop the block index m is a device value, used only as a scalar_offset (no arithmetic
-        # on it: a VirtualRegister has none): over views whose dimension `indirect_dim` counts blocks of tm.
+        # In the device loop the block index m is a device value, used only as a scalar_offset, as the
+        # fori_loop page says to read it (no arithmetic: the VirtualRegister some pages pass documents none),
+        # into views whose dimension `indirect_dim` counts blocks of tm.
         lhs_blocks = lhsT.reshape((K, M // tm, tm)) if on_device else None
         result_blocks = result.reshape((M // tm, tm, N)) if on_device else None
 
