@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -525,13 +526,15 @@ def from_landscape(landscape: dict, calls: list, rung: int | None = None):
 def test_tpe_and_halving_find_the_grids_best_within_noise_from_a_third_of_its_trials(landscape, tmp_path, monkeypatch):
     """tpe measures a third of the 24 points; halving screens them all (one fresh process, about 0.6 s a
     point: bench/search_trial_cost.py) and measures a third in full. Either's winner is within noise of
-    the grid's best: its median within the spread of the best point's three timings, or verdict's
+    the grid's best: its median within the spread three timings of one point typically have here, or verdict's
     minimum effect (2 %), whichever is wider. One test for both: the landscape is measured once."""
     from neuronsweep.analysis.verdict import MIN_EFFECT
 
     times = landscape["times"]
     best_point, best = min(times.items(), key=lambda kv: kv[1][1])
-    noise = max(MIN_EFFECT, (best[2] - best[0]) / best[1])
+    # the landscape's own noise: how far apart three timings of one point typically are here (the median over
+    # the 24 points; the best point's three alone understate it: 2.1 % apart on the top two seen under load)
+    noise = max(MIN_EFFECT, statistics.median((t[2] - t[0]) / t[1] for t in times.values()))
     grid_size = len(times)
     for strategy, trials in (("tpe", grid_size // 3), ("halving", grid_size)):
         entry = landscape_entry(landscape["folder"], strategy=strategy, budget={"trials": trials})
@@ -549,4 +552,4 @@ def test_tpe_and_halving_find_the_grids_best_within_noise_from_a_third_of_its_tr
         winner = s.conclude(table, rounds=0)["winner"]
         found = times[(winner["block"], winner["split"])][1]
         ranked = sorted(times.items(), key=lambda kv: kv[1][1])[:5]
-        assert found <= best[1] * (1 + noise), (strategy, winner, found, best_point, best, ranked)
+        assert found <= best[1] * (1 + noise), (strategy, winner, found, best_point, best, noise, ranked)
