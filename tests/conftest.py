@@ -15,7 +15,7 @@ from helpers import HOST_CACHE, made_once, neuron_config, shared_dir, snakemake,
 # The suite starts hundreds of Python processes on the same modules (Snakemake with the Snakefile, the
 # stages, the stand-ins, pytest's rewritten test modules in each worker): they cache bytecode, as Python
 # does by default, also where the environment turns that off (PYTHONDONTWRITEBYTECODE=1). Compiling every
-# module again in every process cost the inner loop 12 % (65 -> 57 s on 2 cores).
+# module again in every process cost the inner loop 12-15 % (65 s, against 55-57 s with caching, 2 cores).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 

@@ -169,7 +169,8 @@ affine_range, sequential_range, static_range = (_range(n) for n in ("affine_rang
 def fori_loop(lower, upper, body_fun, step=1):
     """nl.fori_loop (its API page, SDK 2.33; "NKI Loops"): the compiled loop of NKI 0.7, body_fun(i) for i
     from lower to upper (exclusive), i an NkiScalar passed by value; step a compile-time positive int; a
-    32-bit bound. The stand-in runs the body once per iteration; it has no loop before 0.7."""
+    32-bit bound. The stand-in runs the body once per iteration; before 0.7 there is none ("Earlier versions
+    of NKI used range iterators instead of loop constructs", NKI Loops)."""
     if _version() < (0, 7):
         raise AttributeError("module 'nki.language' has no attribute 'fori_loop' (NKI 0.7+)")
     if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
