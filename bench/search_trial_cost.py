@@ -83,7 +83,7 @@ def main() -> int:
         # the time spent measuring: 5 timed calls a configuration, about 5 x its median
         screen_timed = sum(r["objective_s"] * 5 for r in screened if r["objective_s"])
         t0 = time.perf_counter()
-        full = search.measure(trials[: args.full], 1)
+        full = search.measure(trials[: args.full], 1) if args.full else []  # --full 0: the screen alone
         full_wall = time.perf_counter() - t0
     out = {
         "configs": len(blocks),
@@ -93,7 +93,7 @@ def main() -> int:
         "screen_overhead_per_trial_s": round((screen_wall - screen_timed) / len(blocks), 3),
         "full_trials": args.full,
         "full_wall_s": round(full_wall, 3),
-        "full_per_trial_s": round(full_wall / args.full, 3),
+        "full_per_trial_s": round(full_wall / args.full, 3) if args.full else None,
         "full_ok": sum(r["status"] == "ok" for r in full),
     }
     print(json.dumps(out))

@@ -56,10 +56,10 @@ def start_warm_server():
     if not workflow.is_main_process or on_cluster():
         return
     try:  # Snakemake's DAG of this run: no public interface lists the jobs it is about to run
-        torch_jobs = sum(job.rule.name in ("build", "capture") for job in workflow.dag.needrun_jobs())
+        case_jobs = sum(job.rule.name in ("build", "capture") for job in workflow.dag.needrun_jobs())
     except Exception:  # noqa: BLE001 - unknown: start it, as it only saves time
-        torch_jobs = 2
-    if torch_jobs >= 2:
+        case_jobs = 2
+    if case_jobs >= 2:
         os.environ[warmstart.ENV] = warmstart.start(os.getpid(), BACKEND) or ""
 
 
