@@ -156,3 +156,23 @@ def test_a_run_is_settled_once_and_a_later_load_takes_the_settlement(monkeypatch
     monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("xla", "backend xla"))  # no torch probe
     off_neuron = settle_run(config.validate(copy.deepcopy(cfg)))
     assert off_neuron.settled is None and off_neuron.neuron_setup == {} and reads == ["target", "route"]
+
+
+def test_the_plan_is_staged_once_by_its_content_and_old_plans_are_pruned(tmp_path):
+    """The plan job copies what the workflow staged when it was read (no `run:` rule, no second Snakemake):
+    the same plan gives the same file, another plan another one, a plan not run for a day goes."""
+    import os
+    import time
+
+    from neuronsweep.stages.run_setup import stage_plan
+
+    text = json.dumps({"run": "t", "workloads": {}}, separators=(",", ":"))
+    staged = stage_plan(text, tmp_path / "stage")
+    assert json.loads(staged.read_text()) == json.loads(text) and staged.parent == tmp_path / "stage"
+    other = stage_plan(text.replace('"t"', '"u"'), tmp_path / "stage")
+    assert other != staged and stage_plan(text, tmp_path / "stage") == staged
+    day_ago = time.time() - 86400 - 60
+    os.utime(other, (day_ago, day_ago))
+    assert stage_plan(text, tmp_path / "stage") == staged and not other.exists() and staged.exists()
+    (tmp_path / "file").write_text("")  # a folder that cannot be made (also for root): a dry run still plans
+    assert stage_plan(text, tmp_path / "file" / "stage").name == staged.name

@@ -14,7 +14,7 @@ from neuronsweep.host import slots
 from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import estimate
-from neuronsweep.stages.run_setup import settle_run
+from neuronsweep.stages.run_setup import settle_run, stage_plan
 from neuronsweep.config.settings import HOST_ENV
 from neuronsweep.workloads import canonical, user_code
 
@@ -92,7 +92,8 @@ try:
     # the validated config is kept in .snakemake/ for the next start while nothing it depends on changes
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
     # under a cluster executor the devices are on the nodes, not here: each job settles on its own;
-    # here once per run: a later load of this file (a `run:` rule's subprocess) takes it from the environment
+    # here once per run: a later load of this file (a `run:` rule's subprocess, should one be added) takes it
+    # from the environment
     SETUP = settle_run(
         CONFIG, local=not CLUSTER, settled=json.loads(os.environ.get(neuron_setup.SETTLED_ENV) or "null")
     )
@@ -112,6 +113,7 @@ if SLOTS is not None:
         workflow.register_resource("neuron_device", len(SLOTS))
 
 PLAN_JSON = SETUP.plan_json()
+PLAN_STAGED = stage_plan(PLAN_JSON, Path(".snakemake/neuronsweep"))
 CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
 CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs

@@ -3,16 +3,21 @@ the backend this machine gives the config, the Neuron target, LNC and route read
 plan with its host probe. One function, so that the plan a user previews is the plan Snakemake runs.
 
 Settling reads neuron-ls and the installed packages; a job that loads the workflow again (a `run:`
-rule's subprocess, a second Snakemake in the same session) takes the settlement from the environment
-instead (`settled`, neuron_setup.SETTLED_ENV), so every job of a run sees the same target and route.
+rule's subprocess, which Snakemake starts as a second Snakemake; the workflow has none today) takes the
+settlement from the environment instead (`settled`, neuron_setup.SETTLED_ENV), so every job of a run
+sees the same target and route.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from neuronsweep import backends
+from neuronsweep.atomic import write_json
 from neuronsweep.backends import neuron_setup
 from neuronsweep.stages.plan import Plan, plan_for
 
@@ -69,3 +74,23 @@ def settle_run(config: dict, local: bool = True, settled: dict | None = None) ->
             setup.update(route)
         settled = {**settled, "to": config["neuron"], "why": setup}
     return RunSetup(config, backend, why, setup, plan, probe, settled if settle_here else None)
+
+
+def stage_plan(text: str, folder: Path) -> Path:
+    """plan.json (`text`, RunSetup.plan_json) as the plan job will copy it, written once under `folder`
+    (relative to the run's working folder, where the job runs) and named by its content, so a dry run of
+    another config beside a running sweep leaves this one's alone. A copy, not a `run:` rule: Snakemake
+    runs those in a second Snakemake that reads the whole workflow again (about 0.9 s of CPU before the
+    first build), and a large sweep's plan is longer than a shell command line may be."""
+    staged = Path(folder) / f"plan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    try:
+        if staged.exists():
+            staged.touch()  # in use: not one of the stale ones below
+        else:
+            write_json(staged, json.loads(text))
+        for old in staged.parent.glob("plan-*.json"):  # the plans of configs not run for a day
+            if old != staged and old.stat().st_mtime < time.time() - 86400:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only working directory: a dry run still plans; a real run stops at Snakemake's lock
+    return staged
