@@ -526,15 +526,17 @@ def from_landscape(landscape: dict, calls: list, rung: int | None = None):
 def test_tpe_and_halving_find_the_grids_best_within_noise_from_a_third_of_its_trials(landscape, tmp_path, monkeypatch):
     """tpe measures a third of the 24 points; halving screens them all (one fresh process, about 0.6 s a
     point: bench/search_trial_cost.py) and measures a third in full. Either's winner is within noise of
-    the grid's best: its median within the spread three timings of one point typically have here, or verdict's
-    minimum effect (2 %), whichever is wider. One test for both: the landscape is measured once."""
+    the grid's best: its median within twice the spread three timings of one point typically have here, or
+    verdict's minimum effect (2 %), whichever is wider. One test for both: the landscape is measured once."""
     from neuronsweep.analysis.verdict import MIN_EFFECT
 
     times = landscape["times"]
     best_point, best = min(times.items(), key=lambda kv: kv[1][1])
     # the landscape's own noise: how far apart three timings of one point typically are here (the median over
-    # the 24 points; the best point's three alone understate it: 2.1 % apart on the top two seen under load)
-    noise = max(MIN_EFFECT, statistics.median((t[2] - t[0]) / t[1] for t in times.values()))
+    # the 24 points; the best point's three alone understate it: 2.1 % apart on the top two seen under load).
+    # Twice that: the grid's best median is the least of 24 noisy medians (biased low by about a spread), and
+    # the winner's own median carries a spread too (a tpe winner 18 % off under a 10 % spread, seen once).
+    noise = max(MIN_EFFECT, 2 * statistics.median((t[2] - t[0]) / t[1] for t in times.values()))
     grid_size = len(times)
     for strategy, trials in (("tpe", grid_size // 3), ("halving", grid_size)):
         entry = landscape_entry(landscape["folder"], strategy=strategy, budget={"trials": trials})
