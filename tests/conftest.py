@@ -4,13 +4,25 @@ helpers.py."""
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import HOST_CACHE, made_once, neuron_config, shared_dir, snakemake, standin_env, tiny_config
+from helpers import (
+    BIN,
+    HOST_CACHE,
+    made_once,
+    neuron_config,
+    shared_dir,
+    snakemake,
+    standin_env,
+    tiny_config,
+    torchneuron_env,
+)
 
 # The suite starts hundreds of Python processes on the same modules (Snakemake with the Snakefile, the
 # stages, the stand-ins, pytest's rewritten test modules in each worker): they cache bytecode, as Python
@@ -58,6 +70,27 @@ def neuron_run(tmp_path_factory) -> Path:
             work.mkdir()
             snakemake(work, config=neuron_config(work), env=standin_env(work, STANDIN_CAPTURE_SECONDS="0.5"))
     return work
+
+
+@pytest.fixture(scope="session")
+def field_test(tmp_path_factory) -> dict:
+    """`neuronsweep doctor --field-test` on the stand-in of a trn2 with SDK 2.33, made once per test run: one
+    NKI kernel miscompiled (STANDIN_NKI_WRONG: 10 % off), the all_reduce's NEFF refused by the profiler
+    (STANDIN_FAIL_MATCH), so its ranks go through the runtime's inspect mode. test_fieldtest reads its
+    table; test_torchneuron reads its all_reduce case, as a sweep of its own would have made it."""
+    work = shared_dir(tmp_path_factory) / "field-test"
+    with made_once(work) as make:
+        if make:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            env = {**os.environ, **torchneuron_env(work, STANDIN_NKI_WRONG="1", STANDIN_FAIL_MATCH="allreduce")}
+            env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+            argv = [str(BIN / "neuronsweep"), "doctor", "--field-test", "--out", str(work / "ft")]
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work, timeout=600)
+            (work / "result.json").write_text(
+                json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr})
+            )
+    return {**json.loads((work / "result.json").read_text()), "out": work / "ft"}
 
 
 def _runs_snakemake(func) -> bool:

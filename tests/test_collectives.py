@@ -60,22 +60,17 @@ def test_knee_is_where_busbw_reaches_half_its_best():
 
 
 @pytest.mark.workflow
-def test_gloo_sweep_of_2_and_4_ranks(tmp_path):
+def test_gloo_sweep_of_4_ranks(tmp_path):
+    """Both kinds of busbw factor (all_reduce 2(n-1)/n, reduce_scatter (n-1)/n) at n = 4, more ranks than
+    cores: each rank's times, the straggler, an execution as long as its slowest rank."""
     cfg = tiny_config(
         tmp_path,
-        suites={
-            "collectives": {"operations": ["all_reduce", "reduce_scatter"], "sizes": [4096], "world_sizes": [2, 4]}
-        },
+        suites={"collectives": {"operations": ["all_reduce", "reduce_scatter"], "sizes": [4096], "world_sizes": [4]}},
     )
     run = snakemake(tmp_path, config=cfg)
     assert run.proc.returncode == 0, run.output[-3000:]
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("workload_id")
-    assert sorted(table.index) == [
-        "coll-allreduce-w2-4096b-fp32",
-        "coll-allreduce-w4-4096b-fp32",
-        "coll-reducescatter-w2-4096b-fp32",
-        "coll-reducescatter-w4-4096b-fp32",
-    ]
+    assert sorted(table.index) == ["coll-allreduce-w4-4096b-fp32", "coll-reducescatter-w4-4096b-fp32"]
     assert (table["status"] == "ok").all()
     workloads = tmp_path / "results" / "t" / "cpu" / "workloads"
     for wid, row in table.iterrows():

@@ -3,12 +3,9 @@ table of contracts, and the bundle a user attaches to a bug report."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tarfile
 
 import pytest
-from helpers import BIN, torchneuron_env
 
 CONTRACTS = (
     "NEFF attribution",
@@ -29,23 +26,14 @@ CONTRACTS = (
 )
 
 
-@pytest.mark.workflow  # runs the real workflow on the stand-in
-def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
+@pytest.mark.workflow  # runs the real workflow on the stand-in (conftest.field_test)
+def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     """One NKI kernel miscompiled (STANDIN_NKI_WRONG: 10 % off) fails its correctness line and the exit
     status; every other contract of both routes passes or is skipped with the reason. The collective's NEFF
     is refused by the profiler (STANDIN_FAIL_MATCH), so its ranks go through the runtime's inspect mode."""
-    env = {**os.environ, **torchneuron_env(tmp_path, STANDIN_NKI_WRONG="1", STANDIN_FAIL_MATCH="allreduce")}
-    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    proc = subprocess.run(
-        [str(BIN / "neuronsweep"), "doctor", "--field-test", "--out", str(tmp_path / "ft")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stdout = field_test["stdout"]
+    lines = [line for line in stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
+    assert field_test["returncode"] == 1, stdout + field_test["stderr"]
     assert lines[0].startswith("PASS  route detection") and "torchneuron" in lines[0]
     for route in ("torchneuron", "nki", "collective"):
         named = [line for line in lines if f" {route}: " in line]
@@ -60,7 +48,7 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(tmp_path):
     failed = [line for line in lines if line.startswith("FAIL")]
     assert len(failed) == 1 and "nki: correctness" in failed[0] and "(tolerance 0.03)" in failed[0]
     assert any(line.startswith("SKIP  nki: device time vs framework") for line in lines)  # NKI: no framework
-    with tarfile.open(tmp_path / "ft" / "field-test.tar.gz") as tar:
+    with tarfile.open(field_test["out"] / "field-test.tar.gz") as tar:
         names = tar.getnames()
     assert "field-test/field-test.txt" in names and "field-test/snakemake.log" in names
     assert any(n.endswith("/view/view.json") for n in names) and any(n.endswith("profile-schema.txt") for n in names)

@@ -185,8 +185,10 @@ def test_every_suite_end_to_end_on_cpu(tmp_path):
 def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
     """Every suite on the torch-xla route of an inf2 (the stand-in's default machine), target and route
     left to `auto` as the default config leaves them (test_torchneuron sweeps the TorchNeuron route)."""
-    cfg = neuron_config(tmp_path, suites=copy.deepcopy(TINY_SUITES))  # its mlp impl changes below
+    cfg = neuron_config(tmp_path, suites=copy.deepcopy(TINY_SUITES))  # one case of each kind below
     cfg["suites"]["mlp"]["impl"] = ["compiler"]
+    cfg["suites"]["tiling"]["vary"] = ["m"]
+    cfg["suites"]["llm"]["phases"] = ["decode"]
     cfg["neuron"].update(target="auto", route="auto")
     run = snakemake(tmp_path, config=cfg, env=standin_env(tmp_path))
     assert "neuron.route auto -> xla" in run.output and "neuron.target auto -> inf2" in run.output

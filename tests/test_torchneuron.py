@@ -324,11 +324,11 @@ def test_inspect_outputs_pair_as_each_modes_layout_shows_them(tmp_path):
 
 
 def sweep_config(tmp: Path, route: str) -> dict:
-    """The smoke sweep and the llm-buckets sweep in one run: llama-8b's five projections at decode, batch 1
-    (the full bucket grid is 10.6 h of CPU time on the stand-in)."""
+    """The smoke sweep and the llm-buckets sweep in one run: llama-8b's up and gate projections at decode,
+    batch 1, which share one GEMM (the full bucket grid is 10.6 h of CPU time on the stand-in)."""
     smoke = yaml.safe_load((REPO / "config/examples/smoke.yaml").read_text())
     llm = yaml.safe_load((REPO / "config/examples/llm-buckets.yaml").read_text())["suites"]["llm"]
-    llm.update(batch=[1], seq=[128], phases=["decode"])
+    llm.update(batch=[1], seq=[128], phases=["decode"], projections=["ffn_up", "ffn_gate"])
     cfg = neuron_config(tmp, capture=smoke["capture"] | {"device_lock": str(tmp / "device.lock"), "repeats": 1})
     cfg["suites"] = {**smoke["suites"], "llm": llm}
     cfg["neuron"]["route"] = route
@@ -342,7 +342,8 @@ def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
     run = snakemake(tmp_path, config=sweep_config(tmp_path, "auto"), env=env)
     assert f"neuron.route auto -> {route}" in run.output and f"neuron.target auto -> {knobs}" in run.output
     summary = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
-    assert set(summary["status"]) == {"ok"} and len(summary) == 7, summary[["scenario_id", "status"]]
+    assert set(summary["status"]) == {"ok"} and len(summary) == 4, summary[["scenario_id", "status"]]
+    assert summary["workload_id"].nunique() == 3  # up and gate: one build, one capture
     assert summary["profile_total_time_s"].gt(0).all() and summary["latency_median_s"].gt(0).all()
     builds = [
         json.loads(p.read_text()) for p in (tmp_path / "results" / "t").glob("neuron/workloads/*/build/build.json")
@@ -353,33 +354,34 @@ def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
 
 
 @pytest.mark.workflow
-def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_profiled_both_ways(tmp_path):
+def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_profiled_both_ways(tmp_path, field_test):
     """torch.distributed backend `neuron` under torchrun: every rank on its own core of the slot (the
     stand-in, as TorchNeuron, would put rank r on core r and every rank would claim the whole slot
-    otherwise), the collective compiled into rank 0's NEFF, captured by the profiler (all_gather) or, where
-    it refuses the NEFF, by the runtime's inspect mode on every rank (all_reduce), viewed per rank and
-    combined, timed per rank."""
+    otherwise), the collective compiled into rank 0's NEFF, captured by the profiler (all_gather, swept
+    here) or, where it refuses the NEFF, by the runtime's inspect mode on every rank (all_reduce: the field
+    test's sweep, the same case on the same stand-in), viewed per rank and combined, timed per rank."""
     cfg = neuron_config(
-        tmp_path,
-        suites={"collectives": {"operations": ["all_reduce", "all_gather"], "sizes": [4096], "world_sizes": [2]}},
+        tmp_path, suites={"collectives": {"operations": ["all_gather"], "sizes": [4096], "world_sizes": [2]}}
     )
     cfg["neuron"]["route"] = "auto"
     snakemake(tmp_path, config=cfg, env=torchneuron_env(tmp_path, STANDIN_FAIL_MATCH="allreduce"))
-    summary = pd.read_csv(tmp_path / "results" / "t" / "summary.csv").set_index("op")
-    assert set(summary["status"]) == {"ok"} and summary["busbw_bytes_per_s"].gt(0).all()
-    for op, funcol, how in [
-        ("all_reduce", "all_reduce", "inspect/session"),
-        ("all_gather", "all_gather_into_tensor", "raw"),
+    field = field_test["out"] / "work" / "results" / "field-test"
+    for run, op, funcol, how, iterations in [
+        (field, "all_reduce", "all_reduce", "inspect/session", 10),
+        (tmp_path / "results" / "t", "all_gather", "all_gather_into_tensor", "raw", 3),
     ]:
-        case = tmp_path / "results" / "t" / "neuron" / "workloads" / summary.loc[op, "workload_id"]
+        summary = pd.read_csv(run / "summary.csv").set_index("scenario_id")
+        row = summary[summary["op"] == op].iloc[0]
+        assert row["status"] == "ok" and row["busbw_bytes_per_s"] > 0, (op, row["reason"])
+        case = run / "neuron" / "workloads" / row["workload_id"]
         build = json.loads((case / "build" / "build.json").read_text())
         assert build["route"] == "torchneuron" and Path(build["neff_cache"]).name == "rank_0"
         assert [p["phase"] for p in build["candidates"]] == ["first call"]
         assert [o for o, _ in neff_header(case / "build" / "model.neff")["ops"]] == [funcol, "wait_tensor"]
         cap = json.loads((case / "capture" / "capture.json").read_text())
         lo = int(cap["device_span"]["cores"].split("-")[0])  # the first core of the slot the capture held
-        assert sorted(int(r["core"]) for r in cap["rank_latency"]) == [lo, lo + 1] and cap["latency"]["n"] == 3
-        assert cap["latency"]["recompiles_during_timing"] == 0
+        assert sorted(int(r["core"]) for r in cap["rank_latency"]) == [lo, lo + 1]
+        assert cap["latency"]["n"] == iterations and cap["latency"]["recompiles_during_timing"] == 0
         assert [r["ntff"] for r in cap["ranks"]] == ["profile_rank_0.ntff", "profile_rank_1.ntff"]
         assert cap.get("session_dir", "raw") == how
         if how.startswith("inspect"):
