@@ -4,6 +4,8 @@ rule plan:
         f"{RUN}/plan.json",
     log:
         f"{RUN}/logs/plan.log",
+    conda:
+        "../../envs/neuronsweep.yaml"
     params:
         plan=PLAN_JSON,
         staged=PLAN_STAGED,  # the same plan, written when the workflow was read (run_setup.stage_plan)
