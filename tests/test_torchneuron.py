@@ -65,6 +65,25 @@ def test_discovery_asks_the_tool_newest_form_first(tmp_path, monkeypatch, knobs,
     assert ("--output-format json" in m.found) == (family == "trn2"), m.found
 
 
+def test_a_run_asks_neuron_ls_once_and_its_jobs_read_that_answer(tmp_path, monkeypatch):
+    """share_with_jobs (common.smk, local runs) puts what the tool said in the environment; discover in this
+    process or a job then starts no neuron-ls and sees the same machine."""
+    for key, value in standin_env(tmp_path, STANDIN_MACHINE="trn2", STANDIN_DEVICES="2").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(neuron_ls.MACHINE_ENV, "")  # none shared yet (and what share_with_jobs sets is undone)
+    asked = neuron_ls.discover()
+    neuron_ls.share_with_jobs()
+    monkeypatch.setattr(neuron_ls, "_run", lambda argv: pytest.fail(f"neuron-ls started again: {argv}"))
+    assert neuron_ls.discover() == asked and asked.chips == ((0, 1, 2, 3), (4, 5, 6, 7))
+    job = subprocess.run(
+        [str(BIN / "python"), "-c", "from neuronsweep.host import neuron_ls; print(neuron_ls.discover().found)"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": "/nonexistent"},  # no neuron-ls to ask: only the shared answer
+    )
+    assert job.stdout.strip() == asked.found, job.stderr
+
+
 def options(**over) -> dict:
     return section_defaults("neuron", over)
 

@@ -10,7 +10,7 @@ import yaml
 from neuronsweep import backends, warmstart
 from neuronsweep.backends import neuron_setup
 from neuronsweep.config import schema as ns_config
-from neuronsweep.host import slots
+from neuronsweep.host import neuron_ls, slots
 from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import estimate
@@ -91,6 +91,8 @@ try:
     # Snakemake's YAML reader silently keeps the last of duplicate keys: the files are read again strictly;
     # the validated config is kept in .snakemake/ for the next start while nothing it depends on changes
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
+    if not CLUSTER:  # neuron-ls asked once; this process and every job read the answer (neuron_ls.MACHINE_ENV)
+        neuron_ls.share_with_jobs()
     # under a cluster executor the devices are on the nodes, not here: each job settles on its own;
     # here once per run: a later load of this file (a `run:` rule's subprocess, should one be added) takes it
     # from the environment

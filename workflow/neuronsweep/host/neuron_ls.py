@@ -7,18 +7,24 @@ older tools have `--json-output` (a list of devices; 2.30 has no `instance_type`
 `logical_neuroncore_config` in it, 2.34 puts both on each device). The table's header lines
 (`instance-type:`, `logical-neuroncore-config:`) fill what the JSON lacks. The parsers take text, so
 the real outputs in tests/data/neuron/tools/ test them directly.
+
+A run asks once: the workflow hands what the tool said to its jobs (MACHINE_ENV, `share_with_jobs`), so
+a case's stages read it instead of starting neuron-ls two or three times each, and every job of the run
+sees the machine the plan was made for.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
 JSON_FORMS = (("--output-format", "json"), ("--json-output",))  # newest first
+MACHINE_ENV = "NEURONSWEEP_MACHINE"  # what neuron-ls said, as the run's jobs get it (share_with_jobs)
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,24 @@ def _run(argv: list[str]) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def share_with_jobs() -> None:
+    """Ask neuron-ls once for the whole run (Snakemake's process, local execution): this process and every
+    job it starts read the answer from MACHINE_ENV. Nothing where there is no neuron-ls."""
+    if tool() and not os.environ.get(MACHINE_ENV):
+        machine = discover()
+        os.environ[MACHINE_ENV] = json.dumps({**asdict(machine), "chips": [list(c) for c in machine.chips]})
+
+
 def discover() -> Machine:
-    """Ask this machine's neuron-ls: the JSON forms newest first, then the table for its header."""
+    """Ask this machine's neuron-ls: the JSON forms newest first, then the table for its header; within a
+    run, what the run asked once (MACHINE_ENV)."""
+    shared = os.environ.get(MACHINE_ENV)
+    if shared:
+        try:
+            fields = json.loads(shared)
+            return Machine(**{**fields, "chips": tuple(tuple(c) for c in fields["chips"])})
+        except (ValueError, TypeError, KeyError):
+            pass  # not ours: ask the tool
     path = tool()
     if not path:
         return Machine()
