@@ -117,4 +117,31 @@ def pytest_collection_modifyitems(config, items):
         )
     # the long tests first: the xdist workers then finish together on short ones, not one waiting on
     # a long test handed out last (the Slurm test first: its jobs mostly wait on the scheduler)
-    items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, "test_slurm" not in i.nodeid))
+    items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, _longest_first(i.nodeid)))
+
+
+# The longest tests (`pytest --durations=20`, 2 cores), longest first; the other workflow tests follow in
+# their files' order. Work stealing hands the end of a worker's queue to the others, so a long test
+# left in the middle of it was often the last to finish, one core idle meanwhile. A test missing here
+# only costs that tail.
+LONGEST = (
+    "test_slurm.py::",
+    "test_fieldtest.py::test_field_test_prints",
+    "test_suites.py::test_every_suite_builds_on_neuron",
+    "test_slots.py::test_four_captures",
+    "test_collectives.py::test_gloo_sweep",
+    "test_search.py::test_the_compilers_optlevel",
+    "test_crash_recovery.py::",
+    "test_neuron_collectives.py::test_collectives_suite",
+    "test_search.py::test_tpe_and_halving",
+    "test_search.py::test_a_real_search_on_cpu",
+    "test_torchneuron.py::test_smoke_and_llm",
+    "test_cpu_backend.py::test_stages_by_hand",
+    "test_bad_configs.py::test_refused_by_snakemake",
+    "test_slots.py::test_two_snakemake_processes",
+    "test_search.py::test_an_nki_kernels_tile_size",
+)
+
+
+def _longest_first(nodeid: str) -> int:
+    return next((rank for rank, name in enumerate(LONGEST) if name in nodeid), len(LONGEST))
