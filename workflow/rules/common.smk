@@ -11,7 +11,6 @@ from neuronsweep import backends, warmstart
 from neuronsweep.backends import neuron_setup
 from neuronsweep.config import schema as ns_config
 from neuronsweep.host import neuron_ls, slots
-from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import estimate
 from neuronsweep.stages.run_setup import settle_run, stage_plan
