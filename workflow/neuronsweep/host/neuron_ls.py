@@ -120,7 +120,7 @@ def share_with_jobs() -> None:
     job it starts read the answer from MACHINE_ENV. Nothing where there is no neuron-ls."""
     if tool() and not os.environ.get(MACHINE_ENV):
         machine = discover()
-        os.environ[MACHINE_ENV] = json.dumps({**asdict(machine), "chips": [list(c) for c in machine.chips]})
+        os.environ[MACHINE_ENV] = json.dumps(asdict(machine))
 
 
 def discover() -> Machine:
