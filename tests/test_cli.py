@@ -23,4 +23,4 @@ def test_every_command_describes_itself_with_an_example_and_every_option_has_hel
     stages = [n for n, c in cli.COMMANDS.items() if not c.user]
     assert all(f"\n    {n} " in main for n in listed) and not any(f"\n    {n} " in main for n in stages)
     assert "run by the workflow" in main and all(n in main.split("run by the workflow")[1] for n in stages)
-    assert "(default: 60)" in sub.choices["query"].format_help()  # defaults are shown
+    assert "(default: config/config.yaml)" in sub.choices["plan"].format_help()  # defaults are shown

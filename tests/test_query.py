@@ -1,6 +1,6 @@
 """`neuronsweep query` as a Perfetto or HTA user meets it: a file it cannot read is one sentence naming
 the file and what to do (compressed inputs too), and a result prints as numbers people read: integers
-as integers, the first N rows then how many more, the same in the table and in --csv, "no rows"."""
+as integers, the first N rows then how many more (--csv: every row unless --max-rows, a note on stderr), "no rows"."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_integers_print_as_integers_in_both_modes(capsys, trace):
     assert csv.splitlines()[1].split(",")[0] == str(total)  # not 2.64e+11, not 264258245000.0
 
 
-def test_max_rows_shows_the_first_rows_then_how_many_more_in_both_modes(capsys, trace):
+def test_max_rows_shows_the_first_rows_then_how_many_more_and_csv_is_every_row_unless_asked(capsys, trace):
     sql = "SELECT id FROM slice ORDER BY id"
     _, everything, _ = query(capsys, trace, sql, "--max-rows", "0", "--csv")
     n = len(everything.splitlines()) - 1
@@ -108,8 +108,13 @@ def test_max_rows_shows_the_first_rows_then_how_many_more_in_both_modes(capsys, 
     lines = table.strip().splitlines()
     assert [x.strip() for x in lines[1:4]] == ["0", "1", "2"] and "..." not in table
     assert lines[-1] == f"({n - 3} more rows; --max-rows 0 prints all)"
-    _, csv, _ = query(capsys, trace, sql, "--max-rows", "3", "--csv")
-    assert csv.splitlines() == ["id", "0", "1", "2", f"# ({n - 3} more rows; --max-rows 0 prints all)"]
+    _, csv, note = query(capsys, trace, sql, "--max-rows", "3", "--csv")
+    assert csv.splitlines() == ["id", "0", "1", "2"]  # the CSV holds rows only; the note is on stderr
+    assert note.strip() == f"({n - 3} more rows not written; --max-rows 0 writes all)"
+    _, table, _ = query(capsys, trace, sql)
+    assert len(table.strip().splitlines()) == 1 + 60 + 1  # a table on the terminal: 60 rows, then how many more
+    _, csv, note = query(capsys, trace, sql, "--csv")
+    assert csv == everything and n > 60 and not note  # piped into a file: every row, nothing else
 
 
 def test_an_empty_result_says_no_rows(capsys, trace):

@@ -461,12 +461,11 @@ def cmd_query(args) -> None:
     db = ProfileDB(patterns_from(_options(args.track_patterns))).load(args.path)
     if not args.sql:
         for name in db.names:
-            cols = [r[0] for r in db.con.execute(f'DESCRIBE "{name}"').fetchall()]
-            print(f"{name}: {', '.join(cols)}")
+            print(f"{name}: {', '.join(column for column, _ in db.describe(name))}")
         return
     from neuronsweep.report import query_text
 
-    query_text.write(db.sql(args.sql), args.max_rows, args.csv)
+    query_text.write(*db.fetch(args.sql, query_text.limit_for(args.max_rows, args.csv)), args.csv)
 
 
 def _add_query(p) -> None:
@@ -477,7 +476,11 @@ def _add_query(p) -> None:
     )
     p.add_argument("sql", nargs="?", help="omit to list the tables and their columns")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
-    p.add_argument("--max-rows", type=int, default=60, help="print the first N rows, then how many more (0: all)")
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        help="print the first N rows, then how many more (0: all; default: 60 in a table, all with --csv)",
+    )
     p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
 
 

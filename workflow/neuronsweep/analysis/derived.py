@@ -12,6 +12,8 @@ SET_ORDERING_MODE): busy time, but not the workload's op mix.
 
 from __future__ import annotations
 
+from neuronsweep.json_numbers import finite_number
+
 
 def _union(source: str) -> str:
     """SQL: the interval union per class and physical core of `source` rows (class, core, ts, te), as
@@ -61,12 +63,45 @@ def _instruction_columns(db):
     return table, engine, start, dur, _core(cols)
 
 
+NUMBER_TYPES = (
+    *("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"),
+    *("FLOAT", "DOUBLE", "DECIMAL"),
+)
+
+
+def type_problems(db, where) -> list[str]:
+    """One sentence per column the tables below read whose type cannot be what it is read as (text or a
+    list where a time, a size or a core index belongs; anything but text where an engine, opcode or
+    queue name belongs), whatever the profile names it: checked once, before any SQL binds it, so a
+    damaged file is named, never a DuckDB binder error."""
+    picked: list[tuple[str, list[str], list[str]]] = []  # (table, number columns, text columns)
+    instruction, dma = _instruction_columns(db), _dma_columns(db)
+    if instruction:
+        table, engine, start, dur, _ = instruction
+        picked.append((table, [start, dur, "pcore_idx"], [engine, "opcode"]))
+    if dma:
+        table, name, start, dur, size, _ = dma
+        picked.append((table, [start, dur, size or "", "pcore_idx"], [name] if name != "dma_queue" else []))
+    out = []
+    for table, numbers, texts in picked:
+        have = dict(db.describe(table))
+        for column in [c for c in numbers + texts if c in have]:
+            kind, text = have[column], column in texts
+            number = kind.startswith(NUMBER_TYPES) and not kind.endswith("]")  # BIGINT[] is a list
+            if (kind == "VARCHAR") != text or (not text and not number):
+                out.append(
+                    f"{where}: the {table} table's {column} column is {kind}, where the profile schema has "
+                    f"{'text' if text else 'a number'}; the file is damaged: view the capture again"
+                )
+    return out
+
+
 def _dma_columns(db):
     """(table, queue name column, start, duration, size) of the DMA table (legacy `dma`, parquet `DmaPacket`)."""
     table = next((t for t in db.tables if t.lower() in ("dma", "dmapacket")), None)
     if table is None:
         return None
-    cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
+    cols = {column for column, _ in db.describe(table)}
     pick = lambda *names: next((c for c in names if c in cols), None)  # noqa: E731
     found = (
         table,
@@ -83,7 +118,7 @@ def dma_packet_count(db) -> int | None:
     """Rows of the profile's DMA table; None when the view has none. Zero rows is what a capture without
     DGE notifications may leave (Neuron Explorer's capture guide)."""
     found = _dma_columns(db) if db is not None else None
-    return None if found is None else db.con.execute(f'SELECT count(*) FROM "{found[0]}"').fetchone()[0]
+    return None if found is None else db.sql(f'SELECT count(*) FROM "{found[0]}"').fetchone()[0]
 
 
 def _device_intervals(db) -> str | None:
@@ -114,7 +149,7 @@ def engine_busy(db):
     share of total_time like the summary's percent; with two cores a row per core follows."""
     intervals = _device_intervals(db)
     if intervals is not None:
-        table = db.con.execute(f"""
+        table = db.df(f"""
             WITH u AS ({_union(intervals)}),
             sums AS (SELECT class, core, count(*) AS instructions, sum(dur) AS summed_ns
                      FROM ({intervals}) GROUP BY class, core),
@@ -128,29 +163,36 @@ def engine_busy(db):
             UNION ALL
             SELECT class, core, busy_ns, instructions, summed_ns, 'instruction'
             FROM per_core WHERE (SELECT n FROM cores) > 1
-            ORDER BY pcore_idx NULLS FIRST, busy_ns DESC""").df()
+            ORDER BY pcore_idx NULLS FIRST, busy_ns DESC""")
         return _beside_tool(db, table)
     if "slice" not in db.tables:
         return None
-    return db.con.execute(f"""
+    return db.df(f"""
         WITH u AS ({_union(SLICES)}),
         sums AS (SELECT c.class, count(*) AS slices, sum(sl.dur) AS summed_ns
                  FROM slice sl JOIN track_class c USING (track_id, workload_id)
                  WHERE sl.dur > 0 AND c.class IS NOT NULL GROUP BY c.class)
         SELECT u.class, sum(e - b) AS busy_ns, any_value(sums.slices) AS slices, any_value(sums.summed_ns) AS summed_ns,
                'pftrace' AS source
-        FROM u JOIN sums USING (class) GROUP BY u.class ORDER BY busy_ns DESC""").df()
+        FROM u JOIN sums USING (class) GROUP BY u.class ORDER BY busy_ns DESC""")
 
 
 def _beside_tool(db, table):
-    """Add the summary's own active time per engine (ns) and total_time, where the summary has them."""
+    """Add the summary's own active time per engine (ns) and total_time, where the summary has them as
+    times (a legacy profile's table holds whatever its JSON held: text, a number too large for a float)."""
     if "summary" not in db.tables:
         return table
-    cols = {r[0] for r in db.con.execute("DESCRIBE summary").fetchall()}
-    row = db.con.execute("SELECT * FROM summary LIMIT 1").df().iloc[0]
-    field = lambda c: "dma_active_time" if c == "dma" else f"{c}_engine_active_time"  # noqa: E731
-    table["tool_active_ns"] = [row[field(c)] * 1e9 if field(c) in cols else None for c in table["class"]]
-    table["total_time_ns"] = row["total_time"] * 1e9 if "total_time" in cols else None
+    cursor = db.sql("SELECT * FROM summary LIMIT 1")
+    row = dict(zip((d[0] for d in cursor.description), cursor.fetchone() or ()))
+
+    def ns(field: str) -> float | None:
+        seconds = finite_number(row.get(field))
+        return seconds * 1e9 if seconds is not None and seconds >= 0 else None
+
+    table["tool_active_ns"] = [
+        ns("dma_active_time" if c == "dma" else f"{c}_engine_active_time") for c in table["class"]
+    ]
+    table["total_time_ns"] = ns("total_time")
     return table
 
 
@@ -160,12 +202,12 @@ def overlap(db):
     if "slice" not in db.tables and _device_intervals(db) is None:
         return None
     source = _device_intervals(db) or SLICES
-    return db.con.execute(f"""
+    return db.df(f"""
         WITH u AS ({_union(source)}), cores AS (SELECT count(DISTINCT core) AS n FROM ({source}))
         SELECT a.class AS class_a, b.class AS class_b,
                sum(greatest(0, least(a.e, b.e) - greatest(a.b, b.b))) / any_value(cores.n) AS overlap_ns
         FROM u a JOIN u b ON a.core = b.core AND a.b < b.e AND b.b < a.e, cores
-        GROUP BY 1, 2 ORDER BY 1, 2""").df()
+        GROUP BY 1, 2 ORDER BY 1, 2""")
 
 
 def opcodes(db):
@@ -173,7 +215,7 @@ def opcodes(db):
     self time (duration minus nested children), which adds up without double counting."""
     if "slice" not in db.tables:
         return None
-    return db.con.execute("""
+    return db.df("""
         WITH kids AS (SELECT workload_id, parent_id, sum(dur) AS child_ns FROM slice
                       WHERE parent_id IS NOT NULL AND dur > 0 GROUP BY 1, 2)
         SELECT coalesce(c.class, 'unclassified') AS class, sl.name, count(*) AS count, sum(sl.dur) AS total_ns,
@@ -182,7 +224,7 @@ def opcodes(db):
                quantile_cont(sl.dur, 0.99) AS p99_ns
         FROM slice sl LEFT JOIN track_class c USING (track_id, workload_id)
         LEFT JOIN kids k ON k.workload_id = sl.workload_id AND k.parent_id = sl.id
-        WHERE sl.dur > 0 GROUP BY 1, 2 ORDER BY total_ns DESC""").df()
+        WHERE sl.dur > 0 GROUP BY 1, 2 ORDER BY total_ns DESC""")
 
 
 def unknown_tracks(db):
@@ -190,7 +232,7 @@ def unknown_tracks(db):
     without classified tracks."""
     if "track_class" not in db.tables:
         return None
-    return db.con.execute("SELECT track_id, name FROM track_class WHERE class IS NULL ORDER BY name").df()
+    return db.df("SELECT track_id, name FROM track_class WHERE class IS NULL ORDER BY name")
 
 
 def _instruction_table(db):
@@ -199,7 +241,7 @@ def _instruction_table(db):
     table = next((t for t in db.tables if t.lower() == "instruction"), None)
     if table is None:
         return None
-    cols = {r[0] for r in db.con.execute(f'DESCRIBE "{table}"').fetchall()}
+    cols = {column for column, _ in db.describe(table)}
     return table, cols, next((c for c in ("duration", "duration_ns") if c in cols), None)
 
 
@@ -227,7 +269,7 @@ def top_sources(db, limit: int = 20):
         f"NOT IN ('', '[]') GROUP BY 1, 2"
         for k in keys
     ]
-    return db.con.execute(" UNION ALL ".join(parts) + f" ORDER BY total_time DESC LIMIT {limit}").df()
+    return db.df(" UNION ALL ".join(parts) + f" ORDER BY total_time DESC LIMIT {limit}")
 
 
 def op_mix(db):
@@ -241,9 +283,9 @@ def op_mix(db):
     extra = [f"sum({dur}) AS total_time" if dur else "NULL AS total_time"]
     if "elements" in cols:
         extra.append("sum(elements) AS output_elements")
-    return db.con.execute(f"""
+    return db.df(f"""
         SELECT {", ".join(group)}, count(*) AS instructions, {", ".join(extra)}
-        FROM "{table}" WHERE {_work(cols)} GROUP BY {", ".join(group)} ORDER BY instructions DESC, opcode""").df()
+        FROM "{table}" WHERE {_work(cols)} GROUP BY {", ".join(group)} ORDER BY instructions DESC, opcode""")
 
 
 def dma_queues(db):
@@ -257,13 +299,13 @@ def dma_queues(db):
         f"SELECT CAST({name} AS VARCHAR) AS class, {core} AS core, {start} AS ts, {start} + {dur} AS te "
         f'FROM "{table}" WHERE {dur} > 0'
     )
-    return db.con.execute(f"""
+    return db.df(f"""
         WITH u AS ({_union(intervals)}),
         busy AS (SELECT class AS queue, sum(e - b) AS busy_ns FROM u GROUP BY 1)
         SELECT CAST({name} AS VARCHAR) AS queue, count(*) AS packets,
                {f"sum({size})" if size else "NULL"} AS bytes, any_value(busy.busy_ns) AS busy_ns
         FROM "{table}" LEFT JOIN busy ON busy.queue = CAST({name} AS VARCHAR)
-        GROUP BY 1 ORDER BY bytes DESC NULLS LAST, queue""").df()
+        GROUP BY 1 ORDER BY bytes DESC NULLS LAST, queue""")
 
 
 TABLES = {

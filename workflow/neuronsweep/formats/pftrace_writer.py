@@ -634,8 +634,13 @@ def write(events: chrome_trace.Events, out: str | Path) -> dict:
     """Write `events` (chrome_trace.read) to `out` (.pftrace); returns counts of what was written and
     what was not (`not_converted`: reason -> count and first example). Where DuckDB's memory share is
     too small to sort them, again with twice the share (Events.grow)."""
+    if not events.rows and events.problems:  # events there were, none of them convertible
+        why = "; ".join(f"{n} {reason}, first {first}" for reason, (n, first) in events.problems.items())
+        raise UserError(f"{events.source}: every event was skipped ({why}); capture the trace again.")
     if not events.rows:
-        raise UserError(f"{events.source}: no events to convert (its traceEvents is empty); capture the trace again.")
+        raise UserError(
+            f"{events.source}: no events to convert (its traceEvents holds no timed event); capture the trace again."
+        )
     # the file appears whole or not at all (replacing), and packets stream into it as they are made
     with replacing(out) as tmp:
         events.sort_memory()

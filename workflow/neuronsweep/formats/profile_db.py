@@ -380,6 +380,9 @@ class ProfileDB:
         return f"(SELECT * REPLACE ({replaced}) FROM {relation})"
 
     def load_view(self, view_dir: Path, workload_id: str) -> None:
+        """The profile tables of one view folder, as `workload_id`."""
+        if not self.sources:  # loaded alone (extract): the folder a failed query names
+            self.sources.append(str(view_dir))
         if (view_dir / "trace.pftrace").is_file():
             self._add_pftrace(view_dir / "trace.pftrace", workload_id)
         parquet = view_dir / "parquet"
@@ -466,12 +469,43 @@ class ProfileDB:
         views = list(PERFETTO_VIEWS) if "slice" in self.tables else []
         return sorted(set(self.tables) | set(views), key=str.lower)
 
+    def describe(self, table: str) -> list[tuple[str, str]]:
+        """(column, type) of a table or view; its name quoted as DuckDB documents (a double quote inside
+        a quoted identifier is written twice), since a table named after a file may hold any character."""
+        quoted = table.replace('"', '""')
+        return [(c, t) for c, t, *_ in self.con.execute(f'DESCRIBE "{quoted}"').fetchall()]
+
     def sql(self, text: str):
         """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""
         try:
             return self.con.execute(REGEXP.sub(r"regexp_matches(\1, \2)", text))
         except duckdb.Error as exc:
-            raise UserError(
-                f"query over {', '.join(self.sources) or 'nothing'} failed: {str(exc).splitlines()[0]}; "
-                f"tables here: {', '.join(self.names)}."
-            ) from None
+            raise self._failed(exc) from None
+
+    def df(self, text: str):
+        """A query's whole result as a pandas DataFrame, with the errors of reading it as `sql`'s."""
+        relation = self.sql(text)
+        try:
+            return relation.df()
+        except duckdb.Error as exc:
+            raise self._failed(exc) from None
+
+    def fetch(self, text: str, limit: int | None) -> tuple[list[str], list[tuple], int]:
+        """(columns, the first `limit` rows (all when None), how many rows in all) of a query. Rows are
+        read as DuckDB streams them, so a damaged value found only then (text that is not UTF-8 deep in
+        a parquet file) is the same one sentence as an error found at once."""
+        relation = self.sql(text)
+        try:
+            rows = relation.fetchall() if limit is None else relation.fetchmany(limit)
+            total = len(rows)
+            while limit is not None and (more := len(relation.fetchmany(100_000))):  # counted, not kept
+                total += more
+        except duckdb.Error as exc:
+            raise self._failed(exc) from None
+        return [d[0] for d in relation.description], rows, total
+
+    def _failed(self, exc: Exception) -> UserError:
+        return UserError(
+            f"query over {', '.join(self.sources) or 'nothing'} failed: {str(exc).splitlines()[0]}; "
+            f"tables here: {', '.join(self.names)}."
+        )

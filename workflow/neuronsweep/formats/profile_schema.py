@@ -31,9 +31,6 @@ SCHEMA_7 = {
         "hbm_ddr_bandwidth": "the device's own peaks",
     },
 }
-TEXT_COLUMNS = {"engine", "opcode", "queue_name"}  # every other needed column holds a number
-NUMBER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
-NUMBER_TYPES += ("UBIGINT", "FLOAT", "DOUBLE", "DECIMAL")
 NEEDED = {7: SCHEMA_7}  # a major we have not seen is checked against the 7.x names on the profile itself
 
 
@@ -48,29 +45,6 @@ def needed(version: str | None) -> dict[str, dict[str, str]]:
     return NEEDED.get(major(version), SCHEMA_7)
 
 
-def type_problems(db, version: str | None, where) -> list[str]:
-    """One sentence per needed column of a parquet table whose type is not the schema's (a number where a
-    time or a peak belongs, text where a name does): checked before any SQL reads them, so a damaged
-    file is named, never a DuckDB binder error."""
-    tables, out = {t.lower(): t for t in db.tables}, []
-    for table, columns in needed(version).items():
-        if tables.get(table.lower()) != table:
-            continue
-        have = dict(db.con.execute(f'SELECT column_name, column_type FROM (DESCRIBE "{table}")').fetchall())
-        for column in columns:
-            kind = have.get(column)
-            if kind is None:
-                continue  # absent: problems() names it
-            text = column in TEXT_COLUMNS
-            number = kind.startswith(NUMBER_TYPES) and not kind.endswith("]")  # BIGINT[] is a list
-            if (kind == "VARCHAR") != text or (not text and not number):
-                out.append(
-                    f"{where}: the {table} table's {column} column is {kind}, where the profile schema has "
-                    f"{'text' if text else 'a number'}; the file is damaged: view the capture again"
-                )
-    return out
-
-
 def problems(db, version: str | None) -> list[str]:
     """One sentence per needed column a parquet table of this profile lacks (tables it does not have
     are not asked: a table is written only when that activity happened)."""
@@ -80,7 +54,7 @@ def problems(db, version: str | None) -> list[str]:
         name = tables.get(table.lower())
         if name != table:  # absent, or the legacy json's lower-case table: not the parquet schema
             continue
-        have = {r[0] for r in db.con.execute(f'DESCRIBE "{name}"').fetchall()}
+        have = {column for column, _ in db.describe(name)}
         for column, use in columns.items():
             if column not in have:
                 out.append(

@@ -1,6 +1,7 @@
 """How `neuronsweep query` prints a result: integers as integers (DuckDB's sum of a BIGINT is a
-HUGEINT, which pandas would turn into 2.642582e+11), the first N rows and then how many more, the same
-in the table and in --csv, and "no rows" for none."""
+HUGEINT, which pandas would turn into 2.642582e+11), "no rows" for none. A table on the terminal shows
+its first rows and then how many more; --csv is data for another program, so it holds every row unless
+--max-rows is given, and any note goes to stderr, never into the CSV."""
 
 from __future__ import annotations
 
@@ -9,29 +10,28 @@ import sys
 
 import pandas as pd
 
-
-def frame(relation, limit: int | None) -> tuple[pd.DataFrame, int]:
-    """The first `limit` rows of a DuckDB result (all when None) as Python values, and how many rows
-    it has in all. fetchmany keeps Python's ints exact, where .df() goes through float64."""
-    columns = [d[0] for d in relation.description]
-    rows = relation.fetchall() if limit is None else relation.fetchmany(limit)
-    total = len(rows)
-    while limit is not None and (more := len(relation.fetchmany(100_000))):  # counted, not kept
-        total += more
-    return pd.DataFrame(rows, columns=columns, dtype=object), total
+TABLE_ROWS = 60  # a table on the terminal without --max-rows
 
 
-def write(relation, max_rows: int | None, as_csv: bool, out=None) -> None:
+def limit_for(max_rows: int | None, as_csv: bool) -> int | None:
+    """How many rows to fetch: --max-rows N (0: all), else every row for --csv, TABLE_ROWS for a table."""
+    if max_rows is None:
+        return None if as_csv else TABLE_ROWS
+    return None if max_rows <= 0 else max_rows
+
+
+def write(columns: list[str], rows: list[tuple], total: int, as_csv: bool, out=None) -> None:
+    """Print a result fetched by ProfileDB.fetch: the rows given, then how many more there were (on
+    stderr for --csv). Values are kept as Python gives them (dtype object), so ints stay exact."""
     out = out or sys.stdout
-    limit = None if max_rows is None or max_rows <= 0 else max_rows
-    table, total = frame(relation, limit)
+    table = pd.DataFrame(rows, columns=columns, dtype=object)
     more = total - len(table)
     if as_csv:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(table.columns)
         writer.writerows([["" if v is None else v for v in row] for row in table.itertuples(index=False)])
         if more:
-            print(f"# ({more} more rows; --max-rows 0 prints all)", file=out)
+            print(f"({more} more rows not written; --max-rows 0 writes all)", file=sys.stderr)
         return
     if not len(table):
         print("no rows", file=out)

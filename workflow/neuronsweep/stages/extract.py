@@ -68,7 +68,7 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
     `metadata` table; else, when the summary file given is itself a legacy full profile, its
     `metadata[0]`; None otherwise (summary-json carries none)."""
     if db is not None and "metadata" in {t.lower() for t in db.tables}:
-        cursor = db.con.execute("SELECT * FROM metadata LIMIT 1")
+        cursor = db.sql("SELECT * FROM metadata LIMIT 1")
         names = [d[0] for d in cursor.description]
         row = cursor.fetchone()
         return neuron_summary.metadata({k: v for k, v in zip(names, row) if k != "workload_id"}) if row else None
@@ -157,7 +157,7 @@ def run(
     calibration = read_json(calibration_json) if calibration_json else None
     db = view_db(summary_json.parent, track_patterns)
     if db is not None:  # a damaged parquet column is one sentence before any SQL binds it
-        wrong = profile_schema.type_problems(db, summary.get("profile_schema_version"), summary_json.parent)
+        wrong = derived.type_problems(db, summary_json.parent)
         if wrong:
             raise UserError(f"{wrong[0]}.")
     metadata = profile_metadata(db, summary_json)
