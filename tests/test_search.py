@@ -138,11 +138,9 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     assert best["winner"] == {"block": 256} and best["trials"] == 2
     [vs] = best["vs_default"]
     assert vs["speedup"] > 1, best
-    # judged faster with an interval above 1, unless the finalists' processes were noisy (a loaded machine,
-    # as under pytest-xdist): then not judged, and the interval is not claimed
-    assert (vs["said"] == "faster" and vs["speedup_low"] > 1) or (
-        vs["said"] == "noisy: not judged" and vs["speedup_low"] is None
-    ), best
+    # judged faster with an interval above 1 (a 64x smaller count of small GEMMs), never "unchanged" with
+    # an interval the speed-up lies past
+    assert vs["said"] == "faster" and vs["speedup_low"] > 1, best
     trials = pd.read_csv(tmp_path / "results/t/search/blocked/trials.csv")
     assert list(trials["status"]) == ["ok", "ok"] and set(trials["workload_ids"]) == {
         "custom-blocked-block4-fp32",

@@ -325,9 +325,16 @@ def cmd_compare(args) -> int:
         args.min_effect,
         args.interleaved,
         stored=args.stored,
+        budget_s=args.budget_s,
     )
     print("\n".join(lines))
     return code
+
+
+def compare_budget_default() -> float:
+    from neuronsweep.runs.interleave import DEFAULT_BUDGET_S
+
+    return DEFAULT_BUDGET_S
 
 
 def _add_compare(p) -> None:
@@ -354,9 +361,17 @@ def _add_compare(p) -> None:
         "--interleaved",
         type=int,
         metavar="N",
-        help="cpu: time both runs' programs again here, N rounds a side, A and B in turns (each a fresh "
-        "process), and judge those rounds: the machine's drift between the runs then falls on both sides. "
-        "Done by default, 8 rounds, for two cpu runs whose programs are there",
+        help="cpu: time both runs' programs again here, N fresh processes, each timing A and B in "
+        "alternation, and judge those rounds: the machine's moment then falls on both sides. Done by default, "
+        "8 rounds, for two cpu runs whose programs are there",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=compare_budget_default(),
+        metavar="S",
+        help="cpu, with --fail-on-regression: the seconds compare may spend timing again in all; cases whose "
+        "test could not yet see a change the size of the gate get more rounds while it lasts",
     )
     p.add_argument(
         "--stored",
@@ -617,8 +632,9 @@ COMMANDS = {
     "compare": Command(
         "two runs side by side: versions, config, and which workloads got faster or slower",
         "Toolchain versions and config differences first, then per workload the ratio B/A and the "
-        "verdict: two cpu runs' programs are timed again here in turns (8 fresh processes a side) and "
-        "judged on those processes; --stored judges the stored timings. Writes compare.csv and "
+        "verdict: two cpu runs' programs are timed again here (8 fresh processes, each timing A and B in "
+        "alternation) and judged on those processes, more rounds where a gate needs them; --stored judges "
+        "the stored timings. Writes compare.csv and "
         "compare.html (docs/comparing-runs.md).",
         (
             "neuronsweep compare results/default results/again",

@@ -69,7 +69,7 @@ def compare(table: pd.DataFrame, samples: dict | None = None) -> pd.DataFrame:
 
             # the rule compare uses (analysis/verdict.py): each against the best, Holm over the group
             costs = {i: _costs(samples, grp.loc[i], per[i]) for i, _, _ in timed}
-            said = verdict.judge([(costs[best], costs[i], False) for i, _, _ in order[1:]])
+            said = verdict.judge([(costs[best], costs[i]) for i, _, _ in order[1:]])
             for rank, (i, t, basis) in enumerate(order, start=1):
                 sig = None
                 if rank > 1 and said[rank - 2].judged:

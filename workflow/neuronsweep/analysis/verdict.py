@@ -11,10 +11,10 @@ reasonable time", ISMM 2013). So:
 
 - a case is judged only where both sides timed at least MIN_ROUNDS rounds, each in a fresh process
   of its own (cpu `capture.rounds_in_processes`, the default; or `compare --interleaved N`, which
-  times both sides again in turns). The test is Welch's t-test on the logs of the round medians,
-  the change the ratio of their geometric means with the t-test's 95 % interval. A t-test because a
-  rank test on 3 or 5 rounds a side cannot reach Holm's thresholds (its smallest p is 0.1 and
-  0.008), and a slow outlier process widens its interval (fewer calls, never more);
+  times both sides again in turns). The test is a t-test on the logs of the round medians (Welch's,
+  on trimmed means: below), the change the ratio of their trimmed geometric means with the test's
+  95 % interval. A t-test because a rank test on 3 or 5 rounds a side cannot reach Holm's thresholds
+  (its smallest p is 0.1 and 0.008);
 - one process a side (samples without process rounds: a one-process capture, an NKI profile's
   executions) is `not judged`, with the ratio of medians and no p-value or interval: nothing in such
   a run can tell the code from the process;
@@ -26,8 +26,24 @@ reasonable time", ISMM 2013). So:
 - and the change must reach a minimum effect (default 2 %): a 0.3 % shift is not a regression
   anyone acts on.
 
-A side without samples (a profiled device time: one execution) or flagged noisy is not judged
-either, with the reason.
+A side without samples (a profiled device time: one execution) is not judged either, with the reason.
+
+Rounds timed in the same processes as the other side's, in alternation (compare's, runs/interleave.py:
+on our KVM hosts the machine's speed moves 20-40 % within seconds, which a process-to-process test
+cannot tell from code) are paired: the test is then on each process's ratio B/A, trimmed the same
+way (_paired).
+
+A wide spread is not a veto: it decides what the test can show. The test is Yuen's trimmed t-test
+(Yuen 1974; scipy's `ttest_ind(..., trim=0.2)`): the fastest and the slowest fifth of each side's
+processes are left out of its mean and winsorized in its variance, so one process that landed on a
+busy moment, a cold page cache or a frequency step moves neither the ratio nor its interval much (a
+range of eight process medians is decided by its single worst one, and a rule "noisy when the range
+passes 25 % of the median" tripped on more cases the more processes they had). Each test reports its
+**minimum detectable change**: the smallest ratio its processes could have called different at
+Holm's first step (alpha / the family's size), from their spread and count. Where a gate is given
+(`--fail-on-regression PCT`) and a case is not called different while its minimum detectable change
+is wider than the gate, it is not judged, saying so: "unchanged" would promise what the test could
+not see.
 """
 
 from __future__ import annotations
@@ -42,15 +58,16 @@ from neuronsweep.store.records import Timing
 MIN_ROUNDS = 3  # rounds in processes of their own each side needs before it is tested
 ALPHA = 0.05  # family-wise error rate after Holm's correction
 MIN_EFFECT = 0.02  # smallest change called slower or faster (--min-effect)
+TRIM = 0.2  # the share of each side's processes trimmed at either end (Yuen's test; Wilcox's usual 20 %)
 
-UNCHANGED, SMALL, SLOWER, FASTER, NOISY = (
+UNCHANGED, SMALL, SLOWER, FASTER = (
     "unchanged (within noise)",
     "unchanged (below the minimum effect)",
     "slower",
     "faster",
-    "noisy: not judged",
 )
 JUDGED = (UNCHANGED, SMALL, SLOWER, FASTER)  # the verdicts of a test made; every other one says why none was
+BLIND = "not judged: could only show changes over"  # + the minimum detectable change, where it is past the gate
 NO_SPREAD = "not judged (no spread: a single profiled execution)"
 ONE_PROCESS = "not judged (one process a side: its samples test that process, not the code)"
 
@@ -79,10 +96,11 @@ class Verdict:
     n_a: int | None = None  # units tested: samples, or processes
     n_b: int | None = None
     unit: str | None = None  # "samples" or "processes"
+    detectable: float | None = None  # the minimum detectable change, as a ratio's distance from 1 (0.04: 4 %)
 
     @property
     def judged(self) -> bool:
-        """Whether a test was made (not "not judged" for want of samples, nor "noisy")."""
+        """Whether a test was made and could see the change that matters (not "not judged")."""
         return self.said in JUDGED
 
 
@@ -113,47 +131,81 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def judge(pairs: list[tuple], min_effect: float = MIN_EFFECT, alpha: float = ALPHA) -> list[Verdict]:
-    """One family of comparisons: pairs of (A, B, noisy), each side a Timing (a plain list: samples of
-    one process), or None for a time with no distribution. Returns a Verdict each, in order; an
-    unjudged one keeps the ratio of medians, without a p-value or an interval."""
+def judge(
+    pairs: list[tuple], min_effect: float = MIN_EFFECT, alpha: float = ALPHA, gate: float | None = None
+) -> list[Verdict]:
+    """One family of comparisons: pairs of (A, B), each side a Timing (a plain list: samples of one
+    process), or None for a time with no distribution. Returns a Verdict each, in order; an unjudged
+    one keeps the ratio of medians, without a p-value or an interval. `gate`: the change that matters
+    (--fail-on-regression as a fraction); a case not called different whose minimum detectable change
+    is wider than it is not judged (BLIND)."""
     out: list[Verdict | None] = [None] * len(pairs)
     tested: list[tuple] = []
-    for i, (a, b, noisy) in enumerate(pairs):
-        a, b = as_timing(a), as_timing(b)
+    sides = [(as_timing(a), as_timing(b)) for a, b in pairs]
+    first_step = alpha / max(1, sum(unjudged(a) is None and unjudged(b) is None for a, b in sides))  # Holm's
+    for i, (a, b) in enumerate(sides):
         why = [unjudged(a), unjudged(b)]
-        if any(why) or noisy:
+        if any(why):
             ratio = None
             if a is not None and b is not None and len(a) and len(b):
                 ratio = float(np.median(b.samples) / np.median(a.samples))
-            said = NO_SPREAD if NO_SPREAD in why else why[0] or why[1] or NOISY
+            said = NO_SPREAD if NO_SPREAD in why else why[0] or why[1] or NO_SPREAD
             out[i] = Verdict(said, ratio=ratio, n_a=_units(a), n_b=_units(b), unit=_unit(a, b))
             continue
         assert a is not None and b is not None and a.rounds and b.rounds  # unjudged() said both have them
-        tested.append((i, *_per_process(a.rounds, b.rounds), len(a.rounds), len(b.rounds)))
-    for (i, p, ratio, (low, high), na, nb), adjusted in zip(tested, holm([t[1] for t in tested])):
+        paired = a.paired and b.paired and len(a.rounds) == len(b.rounds)
+        test = _paired if paired else _per_process
+        tested.append((i, *test(a.rounds, b.rounds, first_step), len(a.rounds), len(b.rounds)))
+    for (i, p, ratio, (low, high), detectable, na, nb), adjusted in zip(tested, holm([t[1] for t in tested])):
         if adjusted >= alpha:
-            said = UNCHANGED
+            said = UNCHANGED if gate is None or detectable <= gate else f"{BLIND} {100 * detectable:.0f} %"
         elif abs(ratio - 1) < min_effect:
             said = SMALL
         else:
             said = SLOWER if ratio > 1 else FASTER
-        out[i] = Verdict(said, said in (SLOWER, FASTER), p, adjusted, ratio, low, high, na, nb, "processes")
+        beyond = said in (SLOWER, FASTER)
+        out[i] = Verdict(said, beyond, p, adjusted, ratio, low, high, na, nb, "processes", detectable)
     return [v for v in out if v is not None]  # every pair has its verdict by now
 
 
-def _per_process(a: list[float], b: list[float]) -> tuple[float, float, tuple[float, float]]:
-    """Welch's t-test on the logs of the round medians: (p, ratio of geometric means B / A, its 95 %
-    interval). Rounds without any spread on either side: p 1 if the sides are equal, else 0."""
+def _per_process(a: list[float], b: list[float], first_step: float) -> tuple[float, float, tuple[float, float], float]:
+    """Yuen's trimmed t-test on the logs of the round medians: (p, ratio B / A of the trimmed means,
+    its 95 % interval, the minimum detectable change at `first_step`). Rounds without any spread on
+    either side: p 1 if the sides are equal, else 0, and any change detectable."""
     la, lb = np.log(a), np.log(b)
-    diff = float(lb.mean() - la.mean())
     if la.var() == 0 and lb.var() == 0:
-        return (1.0 if diff == 0 else 0.0), math.exp(diff), (math.exp(diff), math.exp(diff))
+        diff = float(lb.mean() - la.mean())
+        return (1.0 if diff == 0 else 0.0), math.exp(diff), (math.exp(diff), math.exp(diff)), 0.0
     from scipy import stats  # here, not at import: every sweep's history reads this module, few runs test
 
-    res = stats.ttest_ind(lb, la, equal_var=False)
+    res = stats.ttest_ind(lb, la, equal_var=False, trim=TRIM)
     ci = res.confidence_interval(1 - ALPHA)
-    return float(res.pvalue), math.exp(diff), (math.exp(ci.low), math.exp(ci.high))
+    diff = (ci.low + ci.high) / 2  # the difference of the trimmed means, at the interval's centre
+    standard_error = (ci.high - ci.low) / (2 * stats.t.ppf(1 - ALPHA / 2, res.df))
+    detectable = math.expm1(stats.t.ppf(1 - first_step / 2, res.df) * standard_error)
+    return float(res.pvalue), math.exp(diff), (math.exp(ci.low), math.exp(ci.high)), detectable
+
+
+def _paired(a: list[float], b: list[float], first_step: float) -> tuple[float, float, tuple[float, float], float]:
+    """The same figures as _per_process for paired rounds (both sides timed in each process, in
+    alternation): the trimmed one-sample t-test (Tukey and McLaughlin 1963) on each process's log
+    ratio log(b_i / a_i), 20 % trimmed at either end, its variance winsorized. The moment each process
+    ran in cancels in its ratio, so what is left is the programs' difference and the process's own."""
+    from scipy import stats
+    from scipy.stats import mstats
+
+    d = np.log(np.asarray(b) / np.asarray(a))
+    n, cut = len(d), int(TRIM * len(d))
+    kept = n - 2 * cut
+    centre = float(stats.trim_mean(d, TRIM))
+    spread = float(np.asarray(mstats.winsorize(d, limits=(TRIM, TRIM))).std(ddof=1))
+    if spread == 0 or kept < 2:
+        return (1.0 if centre == 0 else 0.0), math.exp(centre), (math.exp(centre), math.exp(centre)), 0.0
+    standard_error, df = spread * math.sqrt(n) / kept, kept - 1
+    p = float(2 * stats.t.sf(abs(centre) / standard_error, df))
+    half = stats.t.ppf(1 - ALPHA / 2, df) * standard_error
+    detectable = math.expm1(stats.t.ppf(1 - first_step / 2, df) * standard_error)
+    return p, math.exp(centre), (math.exp(centre - half), math.exp(centre + half)), detectable
 
 
 def fails_gate(said: str, ci_low, pct: float) -> bool:

@@ -58,6 +58,40 @@ def time_rounds(jobs: list[dict]) -> list[list[float]]:
     return out
 
 
+def time_pairs(jobs: list[dict]) -> list[list[list[float]]]:
+    """compare's rounds: for each job ({"builds": [first, second], "threads", "warmup", "iterations"}) both
+    programs loaded in this process, warmed, then timed in alternation (first, second, first, ...), so
+    that the two sides of each iteration run milliseconds apart. On our 2-vCPU KVM hosts the machine's
+    speed moves 20-40 % within seconds (one process timing a 1024^3 GEMM in blocks 0.5 s apart: 31 to 44
+    ms), far more than a program changes; alternating inside one process puts both sides in the same
+    moment, and the ratio of their medians moved 2-4 % between processes where each side alone moved
+    9-32 %. Returns [samples of the first, samples of the second] per job, in the order given."""
+    import torch
+
+    out = []
+    for job in jobs:
+        torch.set_num_threads(int(job["threads"]))
+        with torch.inference_mode():
+            loops = []
+            for build in job["builds"]:
+                spec = BuildRecord.read(Path(build)).spec
+                module = torch.export.load(str(Path(build) / ARTIFACT)).module()
+                loops.append(timing_loop(module, inputs(torch, spec)))
+            for loop in loops:  # each warmed as a lone round is
+                warm_then_time(loop, int(job["warmup"]), 1)
+            samples: list[list[float]] = [[], []]
+            gc.disable()
+            try:
+                for _ in range(int(job["iterations"])):
+                    for side, loop in enumerate(loops):
+                        samples[side] += loop(1)
+            finally:
+                gc.enable()
+        out.append(samples)
+        gc.collect()
+    return out
+
+
 def screen(jobs: list[dict]) -> list[dict]:
     """A search's cheapest rung (runs/search.py, halving): each job's workload ({"spec", "threads",
     "warmup", "iterations"}) run eagerly, as PyTorch runs the user's module without torch.export, timed
@@ -101,6 +135,13 @@ def rounds_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
     affordable (about 1.5 s a process, where a program's round is a fraction of a second)."""
     what = f"timed round {r} of {len(jobs)} program(s) in one process"
     return _cpu_round(["--many", json.dumps(jobs)], timeout_s, what)
+
+
+def pairs_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
+    """Round r of compare's pairs in one fresh interpreter (cpu_round.py --pairs): {"samples": per job
+    [first side's, second side's], "pid"}."""
+    what = f"timed round {r} of {len(jobs)} pair(s) of programs in one process"
+    return _cpu_round(["--pairs", json.dumps(jobs)], timeout_s, what)
 
 
 def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int) -> dict:

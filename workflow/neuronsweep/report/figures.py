@@ -457,7 +457,8 @@ def model_rollup(rolled: pd.DataFrame) -> go.Figure:
 
 def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
     """compare's forest plot: each workload's B/A ratio, its 95 % interval where it was judged (filled,
-    coloured by verdict), the ratio alone where it was not (hollow, grey), 1 and the margin drawn.
+    coloured by verdict), the ratio alone where it was not (hollow, grey), the minimum detectable change
+    of each test as two ticks, 1 and the margin drawn.
     None when no workload has a ratio."""
     rows = table.dropna(subset=["ratio_b_over_a"]) if "ratio_b_over_a" in table else table.iloc[:0]
     if not len(rows):
@@ -496,6 +497,19 @@ def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
                 hovertemplate="%{y}<br>B/A %{x:.3f}<br>%{customdata[0]}<extra></extra>",
             )
         )
+    detectable = rows.dropna(subset=["min_detectable_pct"]) if "min_detectable_pct" in rows else rows.iloc[:0]
+    if len(detectable):  # where each case's test could have called a change: ticks at 1 / (1 + d) and 1 + d
+        d = detectable["min_detectable_pct"] / 100
+        fig.add_trace(
+            go.Scatter(
+                x=[*(1 / (1 + d)), *(1 + d)],
+                y=[*detectable["workload_id"]] * 2,
+                mode="markers",
+                name="minimum detectable change",
+                marker=dict(color="#999", symbol="line-ns-open", size=12, line=dict(width=2, color="#999")),
+                hovertemplate="%{y}<br>could show a change past %{x:.3f}<extra></extra>",
+            )
+        )
     fig.add_vline(x=1, line=dict(color="#222", width=1))
     for side in (1, -1):
         fig.add_vline(x=1 + side * margin_pct / 100, line=dict(color="#999", dash="dash", width=1))
@@ -512,6 +526,7 @@ def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
     fig = _layout(fig, "B / A per workload (95 % interval where judged)", height=140 + 26 * len(rows))
     fig.update_yaxes(categoryorder="array", categoryarray=list(rows["workload_id"]))  # by ratio, not by verdict
     ends = [*rows["ratio_b_over_a"], 1 - margin_pct / 100, 1 + margin_pct / 100]
+    ends += [*(1 / (1 + detectable["min_detectable_pct"] / 100)), *(1 + detectable["min_detectable_pct"] / 100)]
     for column in ("ratio_ci_low", "ratio_ci_high"):
         ends += list(rows[column].dropna()) if column in rows else []
     pad = 0.05 * (max(ends) - min(ends))

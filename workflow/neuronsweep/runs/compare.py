@@ -3,9 +3,10 @@
 Two finished runs (results/<run> folders) are matched by workload id. For each workload measured in
 both: the time of A and B on the same basis (framework median where both have it, else the profiled
 device time), their ratio, and the verdict of analysis/verdict.py, the rule the within-run ranking
-uses too: a test on processes, or not judged (one process a side, noisy, a device time with no
-spread). Two cpu runs are timed again here in turns by default (runs/interleave.py): stored timings
-of two runs differ by the machine's moment as well as by their code. Every other numeric metric that
+uses too: a test on processes, or not judged (one process a side, a device time with no spread, a
+test that could not see a change the size of the gate). Two cpu runs are timed again here by default,
+both sides in alternation inside each fresh process (runs/interleave.py): stored timings of two runs
+differ by the machine's moment as well as by their code. Every other numeric metric that
 changed by more than the timing noise (or at all, where both runs agree exactly) is listed too. The
 toolchain versions and the config differences of A and B come first, so "SDK 2.27 vs 2.28" or
 "optlevel 2 vs 3" is visible before any number. Times are compared only when both runs used the same backend.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -125,11 +127,12 @@ def timed_in_both(a: Run, b: Run) -> list[str]:
 
 
 def compare(
-    a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT, timings: dict | None = None
+    a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT, timings: dict | None = None, gate: float | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per workload, one row per changed metric). The workloads timed on both sides are one
     family for the correction (analysis/verdict.py). `timings`: per workload id (A's Timing, B's
-    Timing, noisy) taken again (runs/interleave.py), judged instead of the stored ones."""
+    Timing) taken again (runs/interleave.py), judged instead of the stored ones; `gate`: the change
+    that matters (--fail-on-regression as a fraction), which a case's test must be able to see."""
     rows, changes, family = [], [], []
     timings = timings or {}
     for wid in sorted(set(a.rows.index) | set(b.rows.index)):
@@ -154,13 +157,12 @@ def compare(
             continue
         ta, tb = _num(ra[basis]), _num(rb[basis])
         timed = basis == "latency_median_s"  # a profiled device time has no samples: never judged
-        noisy = verdict.flag(ra.get("noisy")) or verdict.flag(rb.get("noisy"))
         if timed and wid in timings:
-            again_a, again_b, noisy = timings[wid]
-            family.append((row, (again_a, again_b, noisy)))
+            again_a, again_b = timings[wid]
+            family.append((row, (again_a, again_b)))
             ta, tb = statistics.median(again_a.samples), statistics.median(again_b.samples)
         else:
-            family.append((row, (a.samples(wid) if timed else None, b.samples(wid) if timed else None, noisy)))
+            family.append((row, (a.samples(wid) if timed else None, b.samples(wid) if timed else None)))
         row.update(
             basis=basis,
             timed="again, interleaved" if timed and wid in timings else "stored",
@@ -186,7 +188,8 @@ def compare(
                         "noise_rel": rel_noise,
                     }
                 )
-    for (row, _), said in zip(family, verdict.judge([pair for _, pair in family], min_effect=min_effect)):
+    said_all = verdict.judge([pair for _, pair in family], min_effect=min_effect, gate=gate)
+    for (row, _), said in zip(family, said_all):
         if said.ratio is not None and said.p_value is not None:  # judged: the ratio the test gives
             row.update(ratio_b_over_a=said.ratio, change_pct=(said.ratio - 1) * 100)
         row.update(
@@ -197,6 +200,7 @@ def compare(
             p_value=said.p_value,
             p_holm=said.p_adjusted,
             tested_on=said.unit,
+            min_detectable_pct=None if said.detectable is None else 100 * said.detectable,
             beyond_noise=said.beyond,
             verdict=said.said,
         )
@@ -250,7 +254,8 @@ def retime_by_default(a: Run, b: Run) -> tuple[dict | None, list[str]]:
     return timings, [
         f"timings: both runs' programs timed again here for the {len(wids)} workload(s) timed in both, "
         f"{rounds} rounds a side,",
-        "  A and B in turns (each round a fresh process, A's capture settings); --stored judges the stored ones",
+        "  each round a fresh process timing A and B in alternation (A's capture settings); --stored judges the "
+        "stored ones",
     ]
 
 
@@ -326,28 +331,40 @@ def run(
     min_effect_pct: float = verdict.MIN_EFFECT * 100,
     interleaved: int | None = None,
     stored: bool = False,
+    budget_s: float = interleave.DEFAULT_BUDGET_S,
 ) -> tuple[list[str], int]:
     """Write compare.csv, compare_metrics.csv, compare_ops.csv and compare.html into `out`; returns the
     lines to print and the exit code (1 when --fail-on-regression PCT and a workload fails the gate:
     analysis/verdict.py's fails_gate). `interleaved`: rounds a side to time both runs' programs again
     in turns here (runs/interleave.py) instead of judging their stored timings. Without it, two cpu
     runs with their programs are timed again so, 8 rounds a side; `stored`: never (one process a side
-    is then not judged)."""
+    is then not judged); `budget_s`: with a gate, the seconds all timing may take, further rounds going
+    to the cases whose test could not see the gate (interleave.more_rounds)."""
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
     timings = None
+    started = time.monotonic()
     if interleaved is not None:
         wids = timed_in_both(a, b)
         timings = interleave.retime(a, b, wids, interleaved)
         lines += [
             f"timings: taken again on this host for the {len(wids)} workload(s) timed in both, "
             f"{interleaved} rounds a side,",
-            "  A and B in turns (each round a fresh process, A's capture settings); the stored ones are not judged",
+            "  each round a fresh process timing A and B in alternation (A's capture settings); the stored ones "
+            "are not judged",
         ]
     elif not stored:
         timings, said = retime_by_default(a, b)
         lines += said
-    table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings)
+    gate = None if fail_on_regression is None else fail_on_regression / 100
+    if timings and gate is not None:  # rounds where the gate needs them, within the budget
+
+        def blind(now: dict) -> list[str]:
+            said = verdict.judge(list(now.values()), min_effect=min_effect_pct / 100, gate=gate)
+            return [wid for wid, v in zip(now, said) if v.said.startswith(verdict.BLIND)]
+
+        lines += interleave.more_rounds(a, b, timings, blind, budget_s, time.monotonic() - started)
+    table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings, gate=gate)
     ops = _inside(a, b, table)
     out.mkdir(parents=True, exist_ok=True)
     for name, df in (("compare.csv", table), ("compare_metrics.csv", changes), ("compare_ops.csv", ops)):
@@ -356,7 +373,15 @@ def run(
     notes = hints(a, b, table, min_effect_pct, retimed=timings is not None)
     with replacing(out / "compare.html") as tmp:
         tmp.write_text(compare_page.render(lines, notes, table, changes, ops, fail_on_regression, min_effect_pct))
-    counts = table["verdict"].value_counts().to_dict() if len(table) else {}
+    said = table["verdict"] if len(table) else pd.Series(dtype=str)
+    blind = said.str.startswith(verdict.BLIND)
+    counts = said[~blind].value_counts().to_dict()
+    if blind.any():  # one count, with the range of what those tests could show
+        shown = table.loc[blind, "min_detectable_pct"]
+        over = (
+            f"{shown.min():.0f}" if round(shown.min()) == round(shown.max()) else f"{shown.min():.0f}-{shown.max():.0f}"
+        )
+        counts[f"{verdict.BLIND} {over} % (wider than the gate)"] = int(blind.sum())
     lines.append("workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
     judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
     for _, r in (judged.sort_values("change_pct", ascending=False) if len(judged) else judged).iterrows():

@@ -44,6 +44,7 @@ def workloads(table: pd.DataFrame) -> pd.DataFrame:
             "B": [human("time_s", t) for t in col("time_b_s")],
             "B/A 95 % interval": [_interval(lo, hi) for lo, hi in zip(col("ratio_ci_low"), col("ratio_ci_high"))],
             "Holm p": [p_text(p) for p in col("p_holm")],
+            "could show": [("" if pd.isna(d) else f"±{d:.1f} %") for d in col("min_detectable_pct")],
             "tested on": [  # only what was tested: a case not judged has no test to name
                 "" if pd.isna(u) or pd.isna(p) else f"{na:.0f} vs {nb:.0f} {u}"
                 for u, na, nb, p in zip(col("tested_on"), col("n_a"), col("n_b"), col("p_holm"))
@@ -134,10 +135,13 @@ def render(head, notes, table, changes, ops, gate_pct, min_effect_pct) -> str:
         parts.append(f'<div class="figure" style="min-height:0">{body}</div>')
     parts += [
         "<h2>Workloads</h2>",
-        "<p class=muted>slower / faster: Welch's t-test on the round medians of processes of their own (each "
-        "side at least 3) rejects after Holm's correction over the workloads, and the change is at least the "
-        "minimum effect; the regression gate also needs the 95 % interval wholly past its margin. One process a "
-        "side is not judged: its samples test that process, not the code (docs/comparing-runs.md).</p>",
+        "<p class=muted>slower / faster: a t-test on the round medians of processes of their own (each side at "
+        "least 3; Yuen's, the fastest and slowest fifth of each side trimmed, so one outlying process does not "
+        "decide it) rejects after Holm's correction over the workloads, and the change is at least the minimum "
+        "effect; the regression gate also needs the 95 % interval wholly past its margin. <i>could show</i>: the "
+        "minimum detectable change, the smallest change that case's processes could have called different; "
+        "where it is wider than the gate, the case is not judged and says so. One process a side is not judged: "
+        "its samples test that process, not the code (docs/comparing-runs.md).</p>",
         html_table(workloads(table)),
         *_inside(ops),
         "<h2>Metrics that changed beyond the timing noise</h2>",

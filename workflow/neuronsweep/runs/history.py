@@ -275,9 +275,9 @@ def gate(df: pd.DataFrame, pct: float, last: int, min_effect: float) -> tuple[li
         if not len(past):
             continue
         mine = new[new["workload_id"] == r.workload_id]
-        pairs.append((_pooled(past), _pooled(mine), bool(r.noisy) or bool(past["noisy"].any())))
+        pairs.append((_pooled(past), _pooled(mine)))
         wids.append(r.workload_id)
-    said = verdict.judge(pairs, min_effect=min_effect)
+    said = verdict.judge(pairs, min_effect=min_effect, gate=pct / 100)
     worse = [(w, v) for w, v in zip(wids, said) if verdict.fails_gate(v.said, v.ci_low, pct)]
     lines = [
         f"regression gate: {new['run'].iloc[0]} ({new['finished_at'].iloc[0]}) against the pooled samples of the "

@@ -1,17 +1,20 @@
-"""`neuronsweep compare A B --interleaved N`: time both runs' built programs again, here and now, N
-rounds each, A and B alternating in fresh processes, and judge on those rounds instead of the stored ones.
+"""`neuronsweep compare A B` on cpu (and `--interleaved N`): time both runs' built programs again, here
+and now, N fresh processes, A and B alternating inside each, and judge on those rounds instead of the
+stored ones.
 
 Why: two runs timed minutes (or a month) apart differ by the machine's moment as well as by their
-code. On our 2-vCPU hosts a small case's level moved 2-4 % between back-to-back runs of the same
-code, beyond what its rounds' spread accounts for, so a +10 % change showed as anything from +3 % to
-+14 % and was found in 15 to 20 of 20 cases (docs/comparing-runs.md). Rounds of A and B taken in
-turns share that moment, and what still differs between the sides is the programs: Abedi and
-Brecht's randomized multiple interleaved trials ("Conducting repeatable experiments in highly
-variable cloud computing environments", ICPE 2017). In each round the order of A and B is drawn at
-random (seeded), so a slow start or a drift within the session falls on both sides alike, and one
-fresh interpreter a side times every workload once, in an order drawn too (backends/programs/cpu_round.py
---many): the process is the unit analysis/verdict.py tests, and importing torch once a side and
-round, not once a workload, is what lets `compare` do this by default on a whole run.
+code. On our 2-vCPU KVM hosts the moment moves within seconds: one process timing a 1024^3 GEMM in
+blocks half a second apart saw 31 to 44 ms, and eight processes timing a program one after another
+had medians 9-32 % apart (sd of their logs), far more than the 5 % a gate asks about. So each round
+is one fresh interpreter that loads both sides' program of every workload and times them in
+alternation, one execution of A, one of B, and again (backends/programs/cpu_round.py --pairs): the
+two sides of each execution run milliseconds apart, in the same moment, and the ratio of their
+medians moved 2-4 % between processes where each side alone moved 9-32 %. The order of A and B and
+of the workloads is drawn per round (seeded), so neither side always goes first. The process stays the
+unit analysis/verdict.py tests (a fresh one per round: where the libraries and the heap land is drawn
+when a process starts), now on the ratio each process measured: the rounds are paired (Timing.paired).
+This is Abedi and Brecht's randomized multiple interleaved trials ("Conducting repeatable experiments
+in highly variable cloud computing environments", ICPE 2017) at the finest grain the programs allow.
 
 cpu runs only: a neuron or xla run's programs run on its device or runtime, and their profiles hold
 one execution each; capture them again there. Both programs run on this environment's torch, so
@@ -20,6 +23,7 @@ runs built with another torch (an SDK release, on cpu) are refused: that change 
 
 from __future__ import annotations
 
+import itertools
 import platform
 import random
 import sys
@@ -27,23 +31,26 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from neuronsweep.analysis.stats import NOISY_REL_SPREAD, latency_stats
+from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
 from neuronsweep.atomic import read_json
-from neuronsweep.backends.cpu_timing import ARTIFACT, rounds_in_process
+from neuronsweep.backends.cpu_timing import ARTIFACT, pairs_in_process, rounds_in_process
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.store.records import Timing
 
 DEFAULT_ROUNDS = 8  # compare's default for one-process runs: the rounds the bench measured (docs/comparing-runs.md)
+MORE_ROUNDS = 4  # a batch of further rounds for the cases whose test cannot yet see the gate
+DEFAULT_BUDGET_S = 240.0  # compare's timing in all: the default sweep's 8 rounds take about 90 s on 2 cores
 DEFAULT_TIMEOUT_S = 3600  # a round's time limit where the capture did not record its own
 
 
-def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[str, tuple[Timing, Timing, bool]]:
-    """Per workload id: (A's timing, B's timing, noisy), from `rounds` fresh processes a side taken in
-    turns, with A's capture settings (threads, warm-up, iterations) for both, under the device lock so
-    that no capture runs beside them. `a`, `b`: runs/compare.py's Run."""
+def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[str, tuple[Timing, Timing]]:
+    """Per workload id: (A's timing, B's timing), paired: `rounds` fresh processes, each timing A's and
+    B's program of every workload in alternation, with A's capture settings (threads, warm-up,
+    iterations) for both, under the device lock so that no capture runs beside them. `a`, `b`:
+    runs/compare.py's Run."""
     if rounds < MIN_ROUNDS:
         raise UserError(f"--interleaved {rounds}: at least {MIN_ROUNDS} rounds a side are needed for a test.")
     for run in (a, b):
@@ -69,35 +76,57 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     lock = settings[wids[0]]["device_lock"] or schema_default("capture.device_lock")
     say = say or (lambda line: print(line, file=sys.stderr))
     t0 = time.monotonic()
-    timeout = sum(s["timeout_s"] for s in settings.values())  # one process times every workload of a side
-    with devicelock.held(lock, "neuronsweep compare --interleaved"):
+    timeout = 2 * sum(s["timeout_s"] for s in settings.values())  # one process times both sides of every workload
+    with devicelock.held(lock, "neuronsweep compare: both runs timed again"):
         for r in range(1, rounds + 1):
-            for side in rng.sample(["a", "b"], 2):
-                order = rng.sample(wids, len(wids))
-                jobs = [{"build": str(builds[(wid, side)]), **_timing(settings[wid])} for wid in order]
-                got = rounds_in_process(jobs, timeout, r)
-                for wid, taken in zip(order, got["samples"]):
-                    samples[(wid, side)].append(taken)
+            order = [(wid, rng.sample(["a", "b"], 2)) for wid in rng.sample(wids, len(wids))]
+            jobs = [
+                {"builds": [str(builds[(wid, side)]) for side in sides], **_timing(settings[wid])}
+                for wid, sides in order
+            ]
+            for (wid, sides), taken in zip(order, pairs_in_process(jobs, timeout, r)["samples"]):
+                for side, side_samples in zip(sides, taken):
+                    samples[(wid, side)].append(side_samples)
             spent = time.monotonic() - t0
             say(f"interleaved: round {r} of {rounds} done ({spent:.0f} s; about {spent / r * (rounds - r):.0f} s left)")
-    out = {}
-    for wid in wids:
-        sides = []
-        noisy = False
-        for side in ("a", "b"):
-            per_round = samples[(wid, side)]
-            flat = [x for got in per_round for x in got]
-            stats = latency_stats(flat, len(per_round), in_processes=True)
-            noisy = noisy or stats["spread_s"] > NOISY_REL_SPREAD * stats["median_s"]
-            sides.append(Timing(flat, stats["round_medians_s"]))
-        out[wid] = (sides[0], sides[1], noisy)
-    return out
+    return {wid: (_timing_of(samples[(wid, "a")], True), _timing_of(samples[(wid, "b")], True)) for wid in wids}
 
 
-def time_together(builds: dict[str, Path], rounds: int, seed: int = 0, say=None) -> dict[str, tuple[Timing, bool]]:
+def more_rounds(a, b, timings: dict, blind, budget_s: float, spent_s: float, say=None) -> list[str]:
+    """Further rounds, MORE_ROUNDS at a time, for the workloads `blind(timings)` names (those whose test
+    could not yet see the gate), added to `timings` in place while the next batch fits in what is left
+    of `budget_s` (`spent_s` already spent; a batch estimated from the seconds a workload's round took
+    so far). Returns one line per batch, and why it stopped where cases were left."""
+    lines = []
+    for batch in itertools.count(1):
+        wids = blind(timings)
+        rounds_so_far = sum(len(ta.rounds or ()) for ta, _ in timings.values())
+        estimate = MORE_ROUNDS * len(wids) * spent_s / max(1, rounds_so_far)
+        if not wids or spent_s + estimate > budget_s:
+            if wids:
+                lines.append(
+                    f"budget: {len(wids)} workload(s) could still not see the gate after {spent_s:.0f} s of timing; "
+                    f"{MORE_ROUNDS} more rounds (about {estimate:.0f} s) would pass --budget-s {budget_s:g}"
+                )
+            return lines
+        t0 = time.monotonic()
+        more = retime(a, b, wids, MORE_ROUNDS, seed=batch, say=say)
+        spent_s += time.monotonic() - t0
+        for wid, (ta, tb) in more.items():
+            timings[wid] = (_joined(timings[wid][0], ta), _joined(timings[wid][1], tb))
+        lines.append(f"more rounds: {MORE_ROUNDS} for {len(wids)} workload(s) whose test could not see the gate")
+    return lines
+
+
+def _joined(first: Timing, then: Timing) -> Timing:
+    """Two sets of paired rounds of one side as one."""
+    return Timing(first.samples + then.samples, (first.rounds or []) + (then.rounds or []), first.paired)
+
+
+def time_together(builds: dict[str, Path], rounds: int, seed: int = 0, say=None) -> dict[str, Timing]:
     """Several programs of one run (a search's finalists) timed again: `rounds` fresh processes, each
     timing every program once in an order drawn at random, so every program shares each process's moment.
-    Per key: (its Timing with one round median per process, noisy). Each program is timed with its own
+    Per key: its Timing with one round median per process. Each program is timed with its own
     capture's settings."""
     if rounds < MIN_ROUNDS:
         raise UserError(f"{rounds} rounds: at least {MIN_ROUNDS} are needed for a test.")
@@ -114,12 +143,13 @@ def time_together(builds: dict[str, Path], rounds: int, seed: int = 0, say=None)
             for key, taken in zip(order, rounds_in_process(jobs, timeout, r)["samples"]):
                 samples[key].append(taken)
             say(f"finalists: round {r} of {rounds} done")
-    out = {}
-    for key, per_round in samples.items():
-        stats = latency_stats([x for got in per_round for x in got], len(per_round), in_processes=True)
-        noisy = stats["spread_s"] > NOISY_REL_SPREAD * stats["median_s"]
-        out[key] = (Timing([x for got in per_round for x in got], stats["round_medians_s"]), noisy)
-    return out
+    return {key: _timing_of(per_round) for key, per_round in samples.items()}
+
+
+def _timing_of(per_round: list[list[float]], paired: bool = False) -> Timing:
+    """One side's samples, a list per fresh process, as a Timing with each process's median."""
+    flat = [x for got in per_round for x in got]
+    return Timing(flat, latency_stats(flat, len(per_round), in_processes=True)["round_medians_s"], paired)
 
 
 def _timing(settings: dict) -> dict:

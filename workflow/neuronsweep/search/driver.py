@@ -588,11 +588,11 @@ class Search:
         for other, label in ((default_is, "vs_default"), ("runner_up", "vs_runner_up")):
             if other not in picks:
                 continue
-            pairs = [
-                (timed[f"winner:{w}"][0], timed[f"{other}:{o}"][0], timed[f"winner:{w}"][1] or timed[f"{other}:{o}"][1])
+            pairs = [  # A = the other, B = the winner
+                (timed[f"{other}:{o}"], timed[f"winner:{w}"])
                 for w, o in zip(picks["winner"]["workload_ids"].split(";"), picks[other]["workload_ids"].split(";"))
             ]
-            verdicts = verdict.judge([(b, a, noisy) for a, b, noisy in pairs])  # A = the other, B = the winner
+            verdicts = verdict.judge(pairs)
             result[label] = [
                 {
                     "said": v.said,

@@ -248,14 +248,18 @@ class MetricsRecord:
 @dataclass(frozen=True)
 class Timing:
     """One case's timed samples, and its round medians when each round ran in a fresh process of its
-    own (then the process is what analysis/verdict.py tests)."""
+    own (then the process is what analysis/verdict.py tests). `paired`: each round's process timed the
+    other side of a comparison too, in alternation (compare's rounds, runs/interleave.py), so round i
+    of both sides shares one moment and the test is on their ratios."""
 
     samples: list[float]
     rounds: list[float] | None = None
+    paired: bool = False
 
     def scaled(self, factor: float) -> Timing:
         """The same timing in other units (every sample and round median times factor)."""
-        return Timing([s * factor for s in self.samples], self.rounds and [r * factor for r in self.rounds])
+        rounds = self.rounds and [r * factor for r in self.rounds]
+        return Timing([s * factor for s in self.samples], rounds, self.paired)
 
     def __len__(self) -> int:
         return len(self.samples)
