@@ -259,10 +259,10 @@ def test_by_default_compare_times_both_cpu_runs_again_and_stored_judges_the_stor
 
 @pytest.mark.workflow
 def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(finished_run, tmp_path, monkeypatch):
-    """The order of one retime: every round times each side in one fresh process that times every
-    workload once, the sides' order and the workloads' drawn per round, with A's threads, warm-up and
-    iterations for both sides, while the
-    device lock is held; a round twice as slow as the rest is one process median of six. Refused in one
+    """The order of one retime: every round is one fresh process that times A's and B's program of
+    every workload in alternation, which side goes first and the workloads' order drawn per round, with
+    A's threads, warm-up and iterations for both sides, while the device lock is held; the rounds come
+    back paired, a round twice as slow as the rest one process median of six. Refused in one
     sentence: fewer than 3 rounds, a program missing, a run built with another torch, a neuron run."""
     from neuronsweep.errors import UserError
     from neuronsweep.host import devicelock
@@ -276,30 +276,32 @@ def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(fi
     lock = settings["device_lock"]
     calls = []
 
-    def fake_rounds(jobs, timeout_s, r):
-        calls.append((r, [Path(j["build"]) for j in jobs], jobs, devicelock.holder(lock)))
+    def fake_pairs(jobs, timeout_s, r):
+        calls.append((r, [[Path(x) for x in j["builds"]] for j in jobs], jobs, devicelock.holder(lock)))
         out = []
         for job in jobs:
-            build_dir = Path(job["build"])
-            slow = 2.0 if (r == 2 and build_dir.parent.name == wids[0] and build_dir.parents[3] == b_dir) else 1.0
-            out.append([1e-5 * slow * (1 + 0.001 * i) for i in range(job["iterations"])])
+            sides = []
+            for build in map(Path, job["builds"]):
+                slow = 2.0 if (r == 2 and build.parent.name == wids[0] and build.parents[3] == b_dir) else 1.0
+                sides.append([1e-5 * slow * (1 + 0.001 * i) for i in range(job["iterations"])])
+            out.append(sides)
         return {"samples": out, "pid": 1}
 
-    monkeypatch.setattr(interleave, "rounds_in_process", fake_rounds)
+    monkeypatch.setattr(interleave, "pairs_in_process", fake_pairs)
     got = interleave.retime(a, b, wids, 6, seed=0, say=lambda _: None)
-    assert len(calls) == 6 * 2  # one process a side and round, timing every workload once
-    for r in range(1, 7):
-        this = [build for c in calls if c[0] == r for build in c[1]]
-        assert sorted(map(str, this)) == sorted(str(run.workloads / w / "build") for run in (a, b) for w in wids)
-    firsts = {str(calls[i][1][0].parents[3]) for i in range(0, len(calls), 2)}
-    assert firsts == {str(a_dir), str(b_dir)}  # A went first in some rounds, B in others
-    orders = {tuple(p.parent.name for p in c[1]) for c in calls}
-    assert len(orders) > 1  # the workloads took turns too
+    assert [c[0] for c in calls] == [1, 2, 3, 4, 5, 6]  # one process a round, timing both sides of every workload
+    for _, pairs, _, _ in calls:
+        assert sorted(p[0].parent.name for p in pairs) == sorted(wids)
+        assert all({str(x.parents[3]) for x in p} == {str(a_dir), str(b_dir)} for p in pairs)
+    firsts = {str(p[0].parents[3]) for c in calls for p in c[1]}
+    assert firsts == {str(a_dir), str(b_dir)}  # A went first in some pairs, B in others
+    assert len({tuple(p[0].parent.name for p in c[1]) for c in calls}) > 1  # the workloads took turns too
     timing = {(j["threads"], j["warmup"], j["iterations"]) for c in calls for j in c[2]}
     assert timing == {(settings["threads"], settings["warmup"], settings["iterations"])}
     assert all(c[3] != "free" for c in calls) and devicelock.holder(lock) == "free"
     ta, tb = got[wids[0]]
     assert len(ta.samples) == len(tb.samples) == 6 * settings["iterations"] and len(tb.rounds) == 6
+    assert ta.paired and tb.paired
     assert sorted(tb.rounds)[-1] == pytest.approx(2 * sorted(tb.rounds)[0], rel=0.01)  # the slow round, as taken
     # what cannot be timed again is one sentence
     with pytest.raises(UserError, match="at least 3 rounds a side"):
@@ -336,3 +338,37 @@ def test_a_neuron_pair_is_told_that_nothing_here_judges_it(finished_run, tmp_pat
     assert compare.judging_command(compare.Run(finished_run / RUN), compare.Run(finished_run / RUN)).endswith(
         "--interleaved 8"
     )
+
+
+def test_more_rounds_go_to_the_cases_that_need_them_and_never_past_the_budget(monkeypatch):
+    """compare --fail-on-regression: cases whose test could not see the gate get 4 more paired rounds at a
+    time, the others none, until they can or the next batch would pass --budget-s (estimated at the time
+    a round took last), and it says which."""
+    from neuronsweep.runs import interleave
+
+    asked = []
+
+    def fake_retime(a, b, wids, rounds, seed=0, say=None):
+        asked.append((sorted(wids), rounds, seed))
+        level = [1e-3] * rounds
+        return {w: (Timing(level, level, True), Timing(level, level, True)) for w in wids}
+
+    monkeypatch.setattr(interleave, "retime", fake_retime)
+    eight = [1e-3] * 8
+    timings = {w: (Timing(eight, eight, True), Timing(eight, eight, True)) for w in ("wide", "tight")}
+
+    def blind(now):  # "wide" sees the gate after 16 rounds
+        return [w for w in now if w == "wide" and len(now[w][0].rounds) < 16]
+
+    lines = interleave.more_rounds(None, None, timings, blind, budget_s=1000, spent_s=16.0)
+    assert asked == [(["wide"], 4, 1), (["wide"], 4, 2)] and len(lines) == 2
+    assert len(timings["wide"][0].rounds) == len(timings["wide"][1].rounds) == 16 and timings["wide"][1].paired
+    assert len(timings["tight"][0].rounds) == 8
+    # 8 rounds took 16 s: 4 more would take about 8 s, past a budget 2 s away
+    asked.clear()
+    timings = {w: (Timing(eight, eight, True), Timing(eight, eight, True)) for w in ("wide", "tight")}
+    lines = interleave.more_rounds(None, None, timings, blind, budget_s=18, spent_s=16.0)
+    assert asked == [] and lines == [
+        "budget: 1 workload(s) could still not see the gate after 16 s of timing; 4 more rounds (about 8 s) "
+        "would pass --budget-s 18"
+    ]

@@ -95,13 +95,14 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
 def more_rounds(a, b, timings: dict, blind, budget_s: float, spent_s: float, say=None) -> list[str]:
     """Further rounds, MORE_ROUNDS at a time, for the workloads `blind(timings)` names (those whose test
     could not yet see the gate), added to `timings` in place while the next batch fits in what is left
-    of `budget_s` (`spent_s` already spent; a batch estimated from the seconds a workload's round took
-    so far). Returns one line per batch, and why it stopped where cases were left."""
+    of `budget_s` (`spent_s` already spent on the first rounds). A batch is estimated at what a round
+    took last, a process timing all the workloads asked then: the cases left only shrink, so the
+    estimate errs long. Returns one line per batch, and why it stopped where cases were left."""
     lines = []
+    per_round = spent_s / max(1, max((len(ta.rounds or ()) for ta, _ in timings.values()), default=1))
     for batch in itertools.count(1):
         wids = blind(timings)
-        rounds_so_far = sum(len(ta.rounds or ()) for ta, _ in timings.values())
-        estimate = MORE_ROUNDS * len(wids) * spent_s / max(1, rounds_so_far)
+        estimate = MORE_ROUNDS * per_round
         if not wids or spent_s + estimate > budget_s:
             if wids:
                 lines.append(
@@ -112,6 +113,7 @@ def more_rounds(a, b, timings: dict, blind, budget_s: float, spent_s: float, say
         t0 = time.monotonic()
         more = retime(a, b, wids, MORE_ROUNDS, seed=batch, say=say)
         spent_s += time.monotonic() - t0
+        per_round = (time.monotonic() - t0) / MORE_ROUNDS
         for wid, (ta, tb) in more.items():
             timings[wid] = (_joined(timings[wid][0], ta), _joined(timings[wid][1], tb))
         lines.append(f"more rounds: {MORE_ROUNDS} for {len(wids)} workload(s) whose test could not see the gate")
