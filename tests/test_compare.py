@@ -49,7 +49,11 @@ def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(fi
     assert out.strip().splitlines()[-1].startswith("regression: 1 workload(s) slower by more than 10.0%")
     assert set(table.drop(index=wid)["verdict"]) <= {"unchanged (within noise)", "unchanged (below the minimum effect)"}
     metrics = pd.read_csv(tmp_path / "cmp" / "compare_metrics.csv")
-    assert {"achieved_flops_per_s"} <= set(metrics.loc[metrics["workload_id"] == wid, "metric"])
+    assert {"achieved_flops_per_s"} <= set(metrics.loc[metrics["workload_id"] == wid, "metric"])  # with its time
+    assert not set(metrics["metric"]) & {"noisy", "cache_hit", "captured_under_load"}  # bookkeeping, never a metric
+    assert set(metrics.loc[metrics["metric"] == "achieved_flops_per_s", "workload_id"]) == {wid}  # others unchanged
+    once = metrics[metrics["metric"].str.startswith("profile_")]  # one profiled execution a side
+    assert set(once["kind"]) <= {"measured once a side: shown, not judged"}
     # what changed inside: aten::mm, ranked first, with the whole change of its table
     ops = pd.read_csv(tmp_path / "cmp" / "compare_ops.csv")
     top = ops[ops["dimension"].str.startswith("op")].iloc[0]

@@ -7,7 +7,8 @@ uses too: a test on processes, or not judged (one process a side, a device time 
 test that could not see a change the size of the gate). Two cpu runs are timed again here by default,
 both sides in alternation inside each fresh process (runs/interleave.py): stored timings of two runs
 differ by the machine's moment as well as by their code. Every other numeric metric that
-changed by more than the timing noise (or at all, where both runs agree exactly) is listed too. The
+that differs is listed too, by what backs it (metric_kind): a count or size of the program, a rate
+that follows the time's verdict, or one measurement a side, shown and not judged. The
 toolchain versions and the config differences of A and B come first, so "SDK 2.27 vs 2.28" or
 "optlevel 2 vs 3" is visible before any number. Times are compared only when both runs used the same backend.
 """
@@ -26,19 +27,44 @@ from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
 from neuronsweep.report.page import human
 from neuronsweep.runs import compare_page, interleave, profile_diff
+from neuronsweep.runs.compare_page import ONCE, PROGRAM, TIME
 from neuronsweep.store.records import Timing, timing
 
-NOT_METRICS = {
+NOT_METRICS = {  # bookkeeping of a run, or the comparison's own inputs: never a metric that changed
     "latency_n",
     "schema_version",
     "threads",
     "rank_in_group",
     "x_of_best",
+    "significant",
     "latency_spread_s",
     "latency_iqr_s",
     "latency_rel_spread",
+    "latency_min_s",
     "time_s",
-}  # bookkeeping, or the comparison's own inputs
+    "noisy",
+    "captured_under_load",
+    "cache_hit",
+}
+# rates and shares computed from the timed median: they move with the time, whose verdict they follow
+WITH_THE_TIME = {
+    "achieved_flops_per_s",
+    "roofline_efficiency_pct",
+    "execute_median_s",
+    "framework_overhead_s",
+    "mfu_recomputed_pct",
+    "mbu_recomputed_pct",
+}
+
+
+def metric_kind(metric: str) -> str:
+    """What backs a difference of a summary column (compare_page's PROGRAM, ONCE or TIME; NOT_METRICS are
+    none): a count or size of the program differs exactly (the programs differ); a measurement taken once
+    a side (one profiled execution, one compile) is shown, not called a change, since nothing tests it; a
+    rate from the time is listed where the time's test called it slower or faster."""
+    if metric in WITH_THE_TIME:
+        return TIME
+    return ONCE if metric.endswith(("_s", "_pct", "_per_s")) or metric.startswith("max_") else PROGRAM
 
 
 class Run:
@@ -171,23 +197,12 @@ def compare(
             ratio_b_over_a=tb / ta if ta else None,
             change_pct=(tb / ta - 1) * 100 if ta else None,
         )
-        rel_noise = max(_num(ra.get("latency_rel_spread")) or 0.0, _num(rb.get("latency_rel_spread")) or 0.0)
         for metric in sorted(set(ra.index) & set(rb.index)):
             va, vb = _num(ra[metric]), _num(rb[metric])
             if metric in NOT_METRICS or metric == basis or va is None or vb is None or va == vb:
                 continue
-            rel = abs(vb - va) / abs(va) if va else float("inf")
-            if rel > rel_noise:
-                changes.append(
-                    {
-                        "workload_id": wid,
-                        "metric": metric,
-                        "a": va,
-                        "b": vb,
-                        "change_pct": (vb / va - 1) * 100 if va else None,
-                        "noise_rel": rel_noise,
-                    }
-                )
+            change = {"workload_id": wid, "metric": metric, "kind": metric_kind(metric), "a": va, "b": vb}
+            changes.append({**change, "change_pct": (vb / va - 1) * 100 if va else None})
     said_all = verdict.judge([pair for _, pair in family], min_effect=min_effect, gate=gate)
     for (row, _), said in zip(family, said_all):
         if said.ratio is not None and said.p_value is not None:  # judged: the ratio the test gives
@@ -204,9 +219,14 @@ def compare(
             beyond_noise=said.beyond,
             verdict=said.said,
         )
-    return pd.DataFrame(rows), pd.DataFrame(
-        changes, columns=["workload_id", "metric", "a", "b", "change_pct", "noise_rel"]
-    )
+    table = pd.DataFrame(rows)
+    changes_df = pd.DataFrame(changes, columns=["workload_id", "metric", "kind", "a", "b", "change_pct"])
+    if len(changes_df):  # a rate from the time is listed only where the time was judged different
+        beyond = set(
+            table.loc[table.get("beyond_noise", pd.Series(dtype=bool)).fillna(False).astype(bool), "workload_id"]
+        )
+        changes_df = changes_df[(changes_df["kind"] != TIME) | changes_df["workload_id"].isin(beyond)]
+    return table, changes_df.reset_index(drop=True)
 
 
 def header(a: Run, b: Run) -> list[str]:

@@ -15,6 +15,9 @@ from neuronsweep.report import figures
 from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
 
+# what backs a metric's difference (compare_metrics.csv `kind`, runs/compare.py metric_kind)
+PROGRAM, ONCE, TIME = "the program's own count or size", "measured once a side: shown, not judged", "with the time"
+
 
 def p_text(p) -> str:
     """A p-value as a reader wants it: two digits, and "< 0.001" below that."""
@@ -115,6 +118,21 @@ def _in_units(changes: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _metrics(changes: pd.DataFrame) -> list[str]:
+    """The other metrics that differ, by what backs them: the programs' own counts and the rates of a
+    time judged different first, then what was measured once a side (shown, never called a change)."""
+    once = changes["kind"] == ONCE if len(changes) else pd.Series(dtype=bool)
+    parts = ["<h2>Metrics that differ: the programs' counts and sizes, and rates of a time judged different</h2>"]
+    parts.append(html_table(_in_units(changes[~once])) if (~once).any() else "<p>none</p>")
+    parts.append("<h2>Measured once a side: shown, not judged</h2>")
+    parts.append(
+        "<p class=muted>One profiled execution or one compile a side: nothing tests whether these moved beyond "
+        "their own noise, so none of them is called a change.</p>"
+    )
+    parts.append(html_table(_in_units(changes[once])) if once.any() else "<p>none</p>")
+    return parts
+
+
 def _summary(table: pd.DataFrame) -> str:
     counts = table["verdict"].value_counts() if len(table) else pd.Series(dtype=int)
     slower, faster = int(counts.get(verdict.SLOWER, 0)), int(counts.get(verdict.FASTER, 0))
@@ -144,8 +162,7 @@ def render(head, notes, table, changes, ops, gate_pct, min_effect_pct) -> str:
         "its samples test that process, not the code (docs/comparing-runs.md).</p>",
         html_table(workloads(table)),
         *_inside(ops),
-        "<h2>Metrics that changed beyond the timing noise</h2>",
-        html_table(_in_units(changes)) if len(changes) else "<p>none</p>",
+        *_metrics(changes),
         "<h2>The two runs</h2>",
         f"<pre>{html.escape(chr(10).join(head))}</pre>",
     ]

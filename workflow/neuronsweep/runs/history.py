@@ -291,6 +291,12 @@ def gate(df: pd.DataFrame, pct: float, last: int, min_effect: float) -> tuple[li
             f"regression: {len(worse)} workload(s) slower by more than {pct}% with 95% confidence than the last "
             f"{len(base_entries)} run(s)"
         )
+    blind = [v.detectable for v in said if v.said.startswith(verdict.BLIND)]
+    if blind:
+        lines.append(
+            f"gate: {len(blind)} workload(s) not judged: their processes could only show changes over "
+            f"{100 * min(blind):.0f}-{100 * max(blind):.0f} %, wider than the gate's {pct:g} % (time more rounds)"
+        )
     one = sum(v.said == verdict.ONE_PROCESS for v in said)
     if one:
         lines.append(
