@@ -168,7 +168,12 @@ def _sentence(error, source: str) -> str:
         if not error.absolute_path:
             return f"{source}: the config has no '{missing[0]}' section; add one (config/config.yaml shows every key)."
         return f"{source}: key '{key}' is missing the required entry '{missing[0]}'; add it."
-    if v == "anyOf" and key.startswith("suites."):
+    if v == "anyOf" and key.endswith(".routing"):  # suites.model: a MoE routing policy
+        return (
+            f"{source}: key '{key}' must be balanced, {{zipf: s}} with s above 0 or {{counts: FILE}}, not "
+            f"{error.instance!r}; fix the value."
+        )
+    if v == "anyOf" and key.startswith("suites.") and key.count(".") == 1:
         return f"{source}: suite '{key}' needs a 'grid' or a 'shapes' list; add one of them."
     if v == "anyOf" and all("const" in alt or "type" in alt for alt in val):
         either = " or ".join(map(_alternative, val))
@@ -228,8 +233,8 @@ USER_CODE_KEYS = ("function", "nki_kernel", "module", "hf_config")  # suites.cus
 
 
 def _resolve_user_code(cfg: dict, base: Path) -> None:
-    """`path/file.py:name` and `path/config.json` relative to the config file, as a user writes them;
-    `package.module:name` stays as it is (imported where the sweep runs)."""
+    """`path/file.py:name`, `path/config.json` and a routing counts file relative to the config file, as a
+    user writes them; `package.module:name` stays as it is (imported where the sweep runs)."""
     for suite in ("custom", "model"):
         for entry in cfg["suites"].get(suite, []):
             for key in USER_CODE_KEYS:
@@ -240,6 +245,9 @@ def _resolve_user_code(cfg: dict, base: Path) -> None:
                 if key == "hf_config" or target.endswith(".py") or "/" in target:
                     path = (base / Path(target).expanduser()).resolve()
                     entry[key] = f"{path}{sep}{name}"
+            counts = entry.get("routing", {}).get("counts") if isinstance(entry.get("routing"), dict) else None
+            if isinstance(counts, str):  # suites.model routing: {counts: FILE}
+                entry["routing"]["counts"] = str((base / Path(counts).expanduser()).resolve())
 
 
 def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: Path | None = None) -> dict[str, Any]:

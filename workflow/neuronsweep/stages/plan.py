@@ -31,6 +31,7 @@ from neuronsweep.workloads import (
     loops,
     matmul,
     mlp,
+    routing,
     unsupported,
     user_code,
     working_set_bytes,
@@ -425,6 +426,9 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
             digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
         except OSError:
             raise UserError(f"{where}: no such file {source}; give a path relative to the config file.") from None
+        policy = entry.get("routing", "balanced")
+        if isinstance(policy, dict) and "counts" in policy:  # the shares of a measured load, read here
+            policy = {"counts": routing.read_counts(Path(policy["counts"]), where), "file": policy["counts"]}
         request["entries"].append(
             {
                 "where": where,
@@ -433,6 +437,8 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
                 "batch": entry["batch"],
                 "seq": entry["seq"],
                 "phases": entry["phases"],
+                "dtype": entry["dtype"][0],  # the trace runs in the case's dtype; shapes do not depend on it
+                "routing": policy,
             }
         )
     answer = probe_child("model_probe", request, config.get("cache_dir"))
@@ -440,11 +446,15 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
         raise UserError(answer["error"])
     out = []
     for entry, passes in zip(entries, answer["entries"]):
+        policy = routing.label(entry.get("routing", "balanced"))
         for one, dtype in itertools.product(passes, entry["dtype"]):
             for g in one["gemms"]:
                 spec = matmul.spec(m=g["m"], k=g["k"], n=g["n"], dtype=dtype)
                 short = g["module"].replace("model.layers.*.", "").replace("*", "n")
                 gemm = f"{short}.{g['gemm']}" if g["gemm"] not in ("linear1",) else short
+                moe = one.get("experts", {}).get(g["module"])  # an expert GEMM: its tokens are the policy's
+                if moe:
+                    gemm = f"{gemm}-{policy}"
                 labels = {
                     "model": entry["name"],
                     "phase": one["phase"],
@@ -458,6 +468,13 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
                     "n": g["n"],
                     "dtype": dtype,
                 }
+                if moe:
+                    labels |= {
+                        "routing": policy,
+                        "experts": moe["experts"],
+                        "top_k": moe["top_k"],
+                        "expert_load": "/".join(map(str, moe["load"])),  # tokens per expert, busiest first
+                    }
                 sid = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}-{gemm}-{dtype}"
                 out.append(
                     (

@@ -11,6 +11,13 @@ Every aten mm / addmm (a Linear) and bmm / baddbmm (attention in eager mode: its
 scores and values) is recorded with the innermost module that ran it; a bmm of batch B counts as B GEMMs of
 its (M, K, N). Layer numbers are folded (`model.layers.*.mlp.down_proj`) and identical GEMMs counted.
 
+A mixture-of-experts layer's experts (transformers' fused experts modules: a `down_proj` weight of shape
+[experts, ., .] beside `gate_up_proj` or `gate_proj` and `up_proj`) pick their tokens from the router's
+output, which fake tensors do not have: their forward is replaced while tracing by one that records each
+expert's GEMMs with the tokens a stated routing policy gives it (workloads/routing.py) and returns zeros
+of the right shape. The router, shared experts and dense layers are ordinary Linears, traced as they run.
+The model is built in the case's dtype.
+
     python -m neuronsweep.workloads.model_probe < request.json > answer.json
 """
 
@@ -23,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 
 from neuronsweep.errors import UserError
+from neuronsweep.workloads import routing as routing_policy
+from neuronsweep.workloads.dtypes import TORCH_DTYPES
 from neuronsweep.workloads.user_code import answer_stdin, load
 
 GEMM_OPS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
@@ -30,8 +39,11 @@ LAYER = re.compile(r"\.(\d+)(?=\.|$)")
 
 
 def build_model(entry: dict):
-    """The model under fake tensors, attention in eager mode (its GEMMs visible as bmm)."""
+    """The model under fake tensors, in the entry's first dtype, attention in eager mode (its GEMMs visible
+    as bmm)."""
     import torch
+
+    dtype = getattr(torch, TORCH_DTYPES[entry.get("dtype", "fp32")])
 
     if entry.get("hf_config"):
         try:
@@ -52,8 +64,8 @@ def build_model(entry: dict):
                 f"{entry['where']}: {path} is not a transformers config ({exc}); check model_type."
             ) from None
         config._attn_implementation = "eager"
-        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
-    return load(entry["module"])()
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return load(entry["module"])().to(dtype)
 
 
 def _gemm(func, args) -> tuple[int, tuple[int, int, int]] | None:
@@ -67,14 +79,42 @@ def _gemm(func, args) -> tuple[int, tuple[int, int, int]] | None:
     return 1, (int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))
 
 
-def trace(model, batch: int, seq: int, phase: str) -> list[dict]:
-    """The GEMMs of one forward of `phase`, counted per (module, which GEMM of that module's call, shape)."""
+def experts_modules(model) -> dict[str, object]:
+    """name -> module of every fused experts module (a 3-D `down_proj` weight: [experts, ., .])."""
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if getattr(getattr(module, "down_proj", None), "ndim", 0) == 3
+    }
+
+
+def _expert_gemms(module, hidden: int, load: list[int]) -> list[tuple[str, tuple[int, int, int], int]]:
+    """(which, (M, K, N), how many) of one call of an experts module whose experts get `load` tokens: each
+    3-D weight's [experts, a, b] read as the GEMM from `hidden` (gate_up, gate, up: K is the hidden size)
+    or back to it (down: N is), whichever way round the family stores it."""
+    out = []
+    for name, weight in module.named_parameters(recurse=False):
+        if weight.ndim != 3 or not name.endswith("_proj"):
+            continue
+        a, b = int(weight.shape[1]), int(weight.shape[2])
+        other = a if b == hidden else b
+        k, n = (other, hidden) if name == "down_proj" else (hidden, other)
+        for tokens, experts in sorted(Counter(load).items(), reverse=True):
+            if tokens:
+                out.append((f"{name.removesuffix('_proj')}.t{tokens}", (tokens, k, n), experts))
+    return out
+
+
+def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: str = "suites.model") -> dict:
+    """One forward of `phase`: {"gemms": counted per (module, which GEMM of that module's call, shape),
+    "experts": each MoE layer kind's load under `routing`}."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     stack: list[str] = []
     seen: Counter = Counter()
     calls: Counter = Counter()  # GEMMs of each kind so far in the innermost module's current call
+    loads: dict[str, dict] = {}
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -97,9 +137,30 @@ def trace(model, batch: int, seq: int, phase: str) -> list[dict]:
     def leave(module, inputs, output):
         stack.pop()
 
+    def experts_forward(name, module):
+        def forward(hidden_states, *args, **kwargs):
+            index = args[0] if args else next((v for k, v in kwargs.items() if "ind" in k), None)
+            hidden, experts = int(hidden_states.shape[-1]), int(module.down_proj.shape[0])
+            if index is not None:  # (tokens, hidden) and the router's top-k indices (tokens, k)
+                tokens, top_k = hidden_states.numel() // hidden, int(index.shape[-1])
+            else:  # every expert's copy of the tokens, routed by scores (Llama 4): (experts x tokens, hidden)
+                tokens, top_k = hidden_states.numel() // hidden // experts, int(model.config.num_experts_per_tok)
+            load = routing_policy.tokens_per_expert(routing, tokens, top_k, experts, where)
+            if recording[0]:
+                folded = LAYER.sub(".*", name)
+                for which, shape, count in _expert_gemms(module, hidden, load):
+                    seen[folded, which, shape] += count
+                loads[folded] = {"experts": experts, "top_k": top_k, "tokens": tokens, "load": load}
+            return torch.zeros_like(hidden_states)
+
+        return forward
+
     handles = []
     for name, module in model.named_modules():
         handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    replaced = experts_modules(model)
+    for name, module in replaced.items():
+        module.forward = experts_forward(name, module)
     params = inspect.signature(model.forward).parameters
     extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     cache_key = "cache" if "cache" in params else "past_key_values"
@@ -113,13 +174,26 @@ def trace(model, batch: int, seq: int, phase: str) -> list[dict]:
                 model(
                     input_ids=torch.zeros((batch, 1), dtype=torch.long), use_cache=True, **{cache_key: cache}, **extra
                 )
+    except UserError:
+        raise
+    except Exception as exc:
+        inside = LAYER.sub(".*", stack[-1]) if stack else "the model's forward"
+        raise UserError(
+            f"{where}: tracing the model failed in {inside} with {type(exc).__name__}: {str(exc)[:200]}; if that "
+            "is mixture-of-experts code neuron-sweep does not recognize (a fused experts module has a 3-D "
+            "down_proj), give a module: function of yours returning the model with experts it can trace "
+            "(docs/your-code.md)."
+        ) from None
     finally:
         for h in handles:
             h.remove()
-    return [
+        for module in replaced.values():
+            del module.forward  # the class's own again
+    gemms = [
         {"module": module, "gemm": which, "m": m, "k": k, "n": n, "count": count}
         for (module, which, (m, k, n)), count in sorted(seen.items())
     ]
+    return {"gemms": gemms, "experts": loads}
 
 
 def probe(request: dict) -> dict:
@@ -136,9 +210,10 @@ def probe(request: dict) -> dict:
         try:
             with FakeTensorMode(allow_non_fake_inputs=True):
                 model = build_model(entry).eval()
+                routing = entry.get("routing", "balanced")
                 answers.append(
                     [
-                        {"phase": phase, "batch": b, "seq": s, "gemms": trace(model, b, s, phase)}
+                        {"phase": phase, "batch": b, "seq": s, **trace(model, b, s, phase, routing, entry["where"])}
                         for phase in entry["phases"]
                         for b in entry["batch"]
                         for s in entry["seq"]
