@@ -144,22 +144,26 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(STANDIN / "python")}
     nki_0_7 = os.pathsep.join([str(STANDIN / "python-torchneuron"), str(STANDIN / "python")])  # SDK 2.33's nki
+    nki_0_6 = os.pathsep.join([str(STANDIN / "python-nki-0.6"), str(STANDIN / "python")])  # SDK 2.32's nki
     for target, memset, path in (
         ("inf2", "undefined behaviour on NeuronCore-v2/v3 (inf2)", env["PYTHONPATH"]),
         ("trn3", "accepted", env["PYTHONPATH"]),
         ("trn2", "undefined behaviour on NeuronCore-v2/v3 (trn2)", nki_0_7),
+        ("trn2", "undefined behaviour on NeuronCore-v2/v3 (trn2)", nki_0_6),
     ):
-        (tmp_path / target).mkdir()
+        (tmp_path / target).mkdir(exist_ok=True)
         env.update(NEURON_PLATFORM_TARGET_OVERRIDE=target, NKI_ARTIFACTS_DIR=str(tmp_path / target), PYTHONPATH=path)
         proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
         errors = json.loads(proc.stdout)
         # the kernels obey the PSUM rule: their first matmul into a tile overwrites, no memset before
         assert memset in errors.pop("memset")
-        # NKI 0.7: the outer tile loop is nl.fori_loop (3 M tiles; 2 token tiles), the tiles it moves addressed
-        # through scalar_offset, which the stand-in resolves as AWS's kernels state it: the numbers prove it
+        # NKI 0.6+ (SDK 2.32's release notes: fori_loop "now available"): the outer tile loop is nl.fori_loop (3 M
+        # tiles; 2 token tiles), the tiles it moves addressed through scalar_offset, which the stand-in resolves as
+        # AWS's kernels state it: the numbers prove it
         loops = errors.pop("loops")
-        assert loops == ([[[0, 3, 1]], [[0, 1, 1]], [[0, 2, 1]]] if path == nki_0_7 else [[], [], []]), loops
+        on_device = path in (nki_0_7, nki_0_6)
+        assert loops == ([[[0, 3, 1]], [[0, 1, 1]], [[0, 2, 1]]] if on_device else [[], [], []]), loops
         assert len(errors) == 3 and max(errors.values()) < 1e-3, errors
     env["PYTHONPATH"] = nki_0_7  # a kernel that slices with the loop's value would not trace on the device
     sliced = "import nki.language as nl; t = nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)\n"

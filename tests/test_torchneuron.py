@@ -119,7 +119,7 @@ def test_lnc_1_on_a_trn2_listed_at_lnc_2_runs_per_process_on_the_physical_cores(
     [
         ("trn2n.48xlarge", "trn2"),  # the instance the neuron-ls docs print in every example
         ("trn2u.48xlarge", "trn2"),  # the Trn2 UltraServer's
-        ("trn3u.48xlarge", "trn3"),
+        ("trn3pds.48xlarge", "trn3"),  # the Trn3 UltraServer (EKS UltraServer Operator page; nrt.h TRN3PDS98)
         ("trn3.48xlarge", "trn3"),
         ("trn1n.32xlarge", "trn1n"),
         ("trn1.2xlarge", "trn1"),
@@ -465,8 +465,9 @@ def test_nki_0_7_kernels_loop_on_the_device_with_fori_loop_not_the_deprecated_it
     """NKI 0.7 deprecates nl.affine_range/sequential_range/static_range (plain Python range, unrolled when
     traced) and names nl.fori_loop its compiled loop: our kernel's M loop runs there (two tiles of 128 here),
     build.json says so, and the output is right. The stand-in of SDK 2.33 warns and records any deprecated
-    call in the NEFF, and every fori_loop, as a check on our kernels."""
-    record = build(tmp_path, NKI_SPEC, "nki")
+    call in the NEFF, and every fori_loop, as a check on our kernels. An inherited NKI_COMPILER_FRONTEND=custom
+    (deprecated in 2.33; its NkiScalar-less frontend refuses the loop) is not passed on to the build."""
+    record = build(tmp_path, NKI_SPEC, "nki", env_extra={"NKI_COMPILER_FRONTEND": "custom"})
     assert record["route"] == "nki" and record["correctness"]["correct"]
     assert record["nki_loops"].startswith("nl.fori_loop over the outer tiles")
     header = neff_header(tmp_path / "nki" / "model.neff")

@@ -27,7 +27,7 @@ from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
-# (NKI 0.7: nl.fori_loop over M tiles) runs twice, so its addressing of the second tile is checked.
+# (NKI 0.6+: nl.fori_loop over M tiles) runs twice, so its addressing of the second tile is checked.
 CASE = {"m": 256, "k": 128, "n": 512}
 SMALL = {".json", ".txt", ".log", ".csv", ".yaml"}  # what the bundle keeps; binaries and tensors stay out
 REPO = Path(__file__).resolve().parents[2]  # the checkout: Snakefile, config/
@@ -197,7 +197,7 @@ def _log_text(folder: Path) -> str:
 def contract_lines(case: Path, name: str, build: dict, capture: dict, view: dict) -> list[Line]:
     """The contracts a device confirms that the stand-ins only assume (issue: Neuron as a trn2 runs it):
     input names, the inspect layout, per-rank NEFFs, LNC per process, the compiler's command line, NKI
-    0.7 loops."""
+    device loops (0.6+)."""
     out = []
 
     def add(ok: bool | None, contract: str, detail: str) -> None:

@@ -273,6 +273,9 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = fresh(workdir / "artifacts")
     env, options = tool_env(settings.visible_cores), settings.options
+    # inherited, it would build with the custom frontend (deprecated in 2.33, removed next: the nki.jit page
+    # of 2.33.1), where our kernels' nl.fori_loop has no NkiScalar
+    env.pop("NKI_COMPILER_FRONTEND", None)
     env.update(
         {
             "NKI_ARTIFACTS_DIR": str(artifacts),

@@ -117,7 +117,7 @@ INSTANCE = re.compile(r"^(?P<chip>(?:trn|inf)\d+)(?P<options>[a-z-]*)$")
 
 
 def instance_chip(instance_type: str | None) -> str | None:
-    """'trn2n.48xlarge' -> 'trn2', 'trn3u.48xlarge' -> 'trn3', 'inf1.xlarge' -> 'inf1' (a Neuron family we
+    """'trn2n.48xlarge' -> 'trn2', 'trn3pds.48xlarge' -> 'trn3', 'inf1.xlarge' -> 'inf1' (a Neuron family we
     may have no target for); None for a name that is no Trainium or Inferentia instance."""
     m = INSTANCE.match(str(instance_type or "").split(".")[0].strip().lower())
     return m.group("chip") if m else None

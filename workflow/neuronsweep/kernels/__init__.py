@@ -42,7 +42,7 @@ TRN2_AND_LATER = ("trn2", "trn3")
 def unsupported(spec: dict, target: str | None = None, version: tuple | None = None) -> str | None:
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
     does not tile, a grid point whose traced kernel would hold more than MAX_UNROLLED matmuls (one device
-    loop body under NKI 0.7, every tile before), or a trn1/inf2 target under NKI 0.7+
+    loop body from NKI 0.6, every tile before), or a trn1/inf2 target under NKI 0.7+
     (`version`: the installed nki's, read from its metadata when not given)."""
     version = nki_matmul.nki_version() if version is None else version
     if spec["kind"] != "custom":  # a user's kernel: its own shapes and loops are its author's to bound

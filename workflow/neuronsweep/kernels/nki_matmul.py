@@ -9,7 +9,7 @@ return style; the legacy neuronxcc.nki (SDK <= 2.27) returns values. The stand-i
 first on numpy (tests/standin/python/nki); on a device the build compares both with numpy.
 
 PSUM: nc_matmul's `accumulate=None` (the default, SDK 2.30-2.33 reference) lets the compiler make the
-first matmul into a PSUM tile overwrite and the later ones add; inside NKI 0.7's device loop, whose one
+first matmul into a PSUM tile overwrite and the later ones add; inside the device loop (NKI 0.6+), whose one
 traced body serves every iteration, the kernels say it outright (False for the first, True after). A
 memset before accumulating is what the reference forbids: matmul accumulation onto PSUM initialized by a
 non-matmul instruction is undefined on NeuronCore-v2/v3. The legacy spelling keeps Beta 1's
@@ -39,20 +39,22 @@ def nki_version() -> tuple[int, ...] | None:
         return None
 
 
-NKI_DEVICE_LOOPS = (0, 7)  # NKI 0.7 (SDK 2.33): nl.fori_loop; affine/sequential/static_range are plain Python range
+NKI_DEVICE_LOOPS = (0, 6)  # NKI 0.6 (SDK 2.32): nl.fori_loop arrives; 0.7 makes affine_range & co. Python range
 
 
 def device_loop(version: tuple[int, ...] | None = None) -> bool:
-    """Whether our kernels' outer tile loop is a loop on the device (nl.fori_loop, NKI 0.7+).
+    """Whether our kernels' outer tile loop is a loop on the device (nl.fori_loop, NKI 0.6+).
 
-    NKI 0.7 deprecates nl.affine_range, sequential_range and static_range: they default to Python `range`
-    there, unrolled when the kernel is traced ("NKI Loops"), and names nl.fori_loop the compiled loop: its
-    body is traced once and receives the iteration as an NkiScalar, read "as a scalar_offset into a tensor"
-    (nl.fori_loop's page). So under 0.7 the outer loop (matmul: M tiles; mlp: token tiles) runs on the
-    device and addresses its tiles with `tensor.ap(..., scalar_offset=, indirect_dim=)` on a reshaped view,
-    as AWS's kernels do (nki-library: moe_cte/bwmm_shard_on_I, fgcc); the inner loops stay Python and
-    unroll inside the body. Before 0.7 every loop is affine_range (no loop-carried dependency: the compiler
-    may pipeline it)."""
+    nl.fori_loop and nl.while_loop arrived in NKI 0.6.0 (the NKI release notes of SDK 2.32.0: "now
+    available", replacing loops over nl.dynamic_range); NKI 0.7 then deprecates nl.affine_range,
+    sequential_range and static_range, which default to Python `range` there, unrolled when the kernel is
+    traced ("NKI Loops"). The compiled loop's body is traced once and receives the iteration as an
+    NkiScalar, read "as a scalar_offset into a tensor" (nl.fori_loop's page). So from 0.6 the outer loop
+    (matmul: M tiles; mlp: token tiles) runs on the device and addresses its tiles with `tensor.ap(...,
+    scalar_offset=, indirect_dim=)` on a reshaped view, as AWS's kernels do (nki-library:
+    moe_cte/bwmm_shard_on_I, fgcc); the inner loops stay Python and unroll inside the body. Before 0.6
+    every loop is affine_range (no loop-carried dependency: the compiler may pipeline it). The field
+    test's `NKI loops` line settles on a device that the loop's output is right."""
     version = nki_version() if version is None else version
     return bool(version and version >= NKI_DEVICE_LOOPS)
 
@@ -68,8 +70,8 @@ def loops(api: str, version: tuple[int, ...] | None = None) -> str:
 
 # Matmul instructions the traced kernel holds beyond which a grid point is unsupported: a Python loop
 # unrolls when the kernel is traced, so compile time and the instruction stream grow with its trip count.
-# Our bound, not an SDK limit (none is documented). Under NKI 0.7 what unrolls is one body of the device
-# loop (K x N tiles); before it we count every tile, as the compiler may unroll affine_range.
+# Our bound, not an SDK limit (none is documented). With a device loop (NKI 0.6+) what unrolls is one body
+# of it (K x N tiles); before it we count every tile, as the compiler may unroll affine_range.
 MAX_UNROLLED = 4096
 
 
@@ -139,7 +141,7 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
                     rhs_tile = nl.ndarray((tk, tn), dtype=rhs.dtype, buffer=nl.sbuf)
                     nisa.dma_copy(dst=rhs_tile, src=rhs[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
                     # k=0 overwrites, then adds: said outright in the device loop (k is a Python int there),
-                    # where one traced body serves every iteration; left to the compiler (None) before 0.7
+                    # where one traced body serves every iteration; left to the compiler (None) before 0.6
                     add = k > 0 if on_device else None
                     nisa.nc_matmul(dst=acc, stationary=lhs_tile, moving=rhs_tile, accumulate=add)
                 out = nl.ndarray((tm, tn), dtype=lhsT.dtype, buffer=nl.sbuf)

@@ -3,6 +3,8 @@
 on-chip memory is NaN, so a kernel that accumulates into PSUM it never cleared fails its check.
 Block dimensions (nl.par_dim) were removed from the language, so this double has none."""
 
+import os
+
 import numpy as np
 
 try:
@@ -131,7 +133,7 @@ def ndarray(shape, dtype, buffer=sbuf, name=None):
     return tensor(data, buffer)
 
 
-DEPRECATED_CALLS = []  # the deprecated range iterators a kernel called while traced (NKI 0.7+)
+DEPRECATED_CALLS = []  # the deprecated range iterators a kernel called while traced (NKI 0.6+)
 DEVICE_LOOPS = []  # [lower, upper, step] of each nl.fori_loop a kernel ran (kept in its NEFF, for tests)
 
 
@@ -146,18 +148,18 @@ def _version() -> tuple:
 
 
 def _range(name):
-    """NKI 0.7 ("NKI Loops"): affine_range, sequential_range and static_range are deprecated and default to
-    Python range; before 0.7 they are the loop iterators. Either way the double runs them as range; under
-    0.7 it warns as the package does and the NEFF records the call (nki/__init__.py)."""
+    """affine_range, sequential_range and static_range: deprecated from NKI 0.6 (the API reference of SDK
+    2.32, beside the new nl.fori_loop), and from 0.7 they default to Python range ("NKI Loops"); before
+    they are the loop iterators. Either way the double runs them as range; from 0.6 it warns as the
+    package does and the NEFF records the call (nki/__init__.py)."""
 
     def iterate(start, stop=None, step=1):
-        if _version() >= (0, 7):
+        if _version() >= (0, 6):
             import warnings
 
             DEPRECATED_CALLS.append(f"nl.{name}")
-            warnings.warn(
-                f"nl.{name} is deprecated in NKI 0.7 and defaults to Python range", DeprecationWarning, stacklevel=2
-            )
+            now = "defaults to Python range" if _version() >= (0, 7) else "use nl.fori_loop for a device loop"
+            warnings.warn(f"nl.{name} is deprecated: {now}", DeprecationWarning, stacklevel=2)
         return range(start) if stop is None else range(start, stop, step)
 
     return iterate
@@ -167,12 +169,15 @@ affine_range, sequential_range, static_range = (_range(n) for n in ("affine_rang
 
 
 def fori_loop(lower, upper, body_fun, step=1):
-    """nl.fori_loop (its API page, SDK 2.33; "NKI Loops"): the compiled loop of NKI 0.7, body_fun(i) for i
-    from lower to upper (exclusive), i an NkiScalar passed by value; step a compile-time positive int; a
-    32-bit bound. The stand-in runs the body once per iteration; before 0.7 there is none ("Earlier versions
-    of NKI used range iterators instead of loop constructs", NKI Loops)."""
-    if _version() < (0, 7):
-        raise AttributeError("module 'nki.language' has no attribute 'fori_loop' (NKI 0.7+)")
+    """nl.fori_loop (its API page, SDK 2.33; "NKI Loops"): the compiled loop, body_fun(i) for i from lower
+    to upper (exclusive), i an NkiScalar passed by value; step a compile-time positive int; a 32-bit bound.
+    It arrived in NKI 0.6.0 (the NKI release notes of SDK 2.32.0: "fori_loop() and while_loop() are now
+    available"); before 0.6 there is none ("Earlier versions of NKI used range iterators instead of loop
+    constructs", NKI Loops). The stand-in runs the body once per iteration."""
+    if _version() < (0, 6):
+        raise AttributeError("module 'nki.language' has no attribute 'fori_loop' (NKI 0.6+)")
+    if os.environ.get("NKI_COMPILER_FRONTEND") == "custom":  # deprecated in 2.33 (nki.jit, 2.33.1)
+        raise RuntimeError("nl.fori_loop: its NkiScalar needs the tracer frontend, not NKI_COMPILER_FRONTEND=custom")
     if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
         raise AssertionError(f"nl.fori_loop: step must be a compile-time positive integer, got {step!r}")
     lo, hi = offset_value(lower), offset_value(upper)
