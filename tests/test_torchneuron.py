@@ -448,7 +448,8 @@ def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_u
     assert kernels.unsupported(NKI_SPEC, "trn2", (0, 7, 0)) is None
     assert kernels.unsupported(NKI_SPEC, "inf2", (0, 5, 0)) is None  # SDK 2.31's nki still compiles for inf2
     why = kernels.unsupported(NKI_SPEC, "inf2", (0, 7, 0))
-    assert why.startswith("NKI 0.7.0 (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target is inf2")
+    assert why.startswith("NKI 0.7.0 (SDK 2.33+) is documented for Trn2 and Trn3 only (the NKI FAQ: since SDK 2.29")
+    assert "the 2.33.1 nki.jit page still lists trn1 and inf2" in why and "this run's target is inf2" in why
     huge = {**NKI_SPEC, "m": 16384, "k": 16384, "n": 16384}  # 128 x 128 x 32 tiles
     assert "would unroll 524288 matmul instructions over all its tiles" in kernels.unsupported(huge, "trn2", (0, 5, 0))
     assert kernels.unsupported(huge, "trn2", (0, 7, 0)) is None  # 0.7: M on the device, a body of 128 x 32

@@ -51,8 +51,11 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
             return why
     if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
         return (
-            f"NKI {'.'.join(map(str, version))} (SDK 2.33+) supports Trn2 and Trn3 only, and this run's target "
-            f"is {target}; profile impl: compiler here, or run the NKI cases on a trn2/trn3"
+            f"NKI {'.'.join(map(str, version))} (SDK 2.33+) is documented for Trn2 and Trn3 only (the NKI FAQ: "
+            f"since SDK 2.29; its pages: 'relevant for: Trn2, Trn3'), though the 2.33.1 nki.jit page still lists "
+            f"trn1 and inf2 among NEURON_PLATFORM_TARGET_OVERRIDE's values, and this run's target is {target}; "
+            "profile impl: compiler here, or run the NKI cases on a trn2/trn3 (doctor --field-test on a "
+            "trn1/inf2 says whether it builds there)"
         )
     return None
 
