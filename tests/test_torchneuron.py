@@ -65,6 +65,31 @@ def test_discovery_asks_the_tool_newest_form_first(tmp_path, monkeypatch, knobs,
     assert ("--output-format json" in m.found) == (family == "trn2"), m.found
 
 
+def test_neuron_ls_2_34s_object_form_is_read_and_an_answer_without_devices_is_named(tmp_path, monkeypatch):
+    """Runtime 2.34 (announcement): no -j, and --output-format json an object with top-level fields (the
+    stand-in's shape is a guess the field test settles). A neuron-ls that answers with no device list the
+    reader recognizes is never "no device" in silence: the pool's sentence names the command and what it
+    printed."""
+    from neuronsweep.errors import UserError
+    from neuronsweep.host import slots
+
+    for key, value in standin_env(tmp_path, STANDIN_MACHINE="trn2", STANDIN_NEURON_LS_OBJECT="1").items():
+        monkeypatch.setenv(key, value)
+    m = neuron_ls.discover()
+    assert (m.instance_type, m.lnc, m.chips) == ("trn2.48xlarge", 2, ((0, 1, 2, 3),)), m.found
+    assert m.found.endswith("--output-format json: 1 device(s), 4 NeuronCore(s)")
+    odd = tmp_path / "odd-bin"
+    odd.mkdir()
+    (odd / "neuron-ls").write_text('#!/bin/sh\necho \'{"instance_type": "trn2.48xlarge", "cores": "four"}\'\n')
+    (odd / "neuron-ls").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{odd}:/usr/bin:/bin")
+    monkeypatch.setattr(slots.glob, "glob", lambda pattern: [])  # no /dev/neuron* either
+    with pytest.raises(UserError) as said:
+        slots.pool("neuron", "auto", "chip", "trn2")
+    assert "no NeuronCore in what neuron-ls printed" in str(said.value)
+    assert '--output-format json printed \'{"instance_type": "trn2.48xlarge", "cores": "four"}\'' in str(said.value)
+
+
 def test_a_run_asks_neuron_ls_once_and_its_jobs_read_that_answer(tmp_path, monkeypatch):
     """share_with_jobs (common.smk, local runs) puts what the tool said in the environment; discover in this
     process or a job then starts no neuron-ls and sees the same machine."""

@@ -136,16 +136,21 @@ def discover() -> Machine:
     path = tool()
     if not path:
         return Machine()
-    devices, top, how = [], {}, f"{path}: no JSON form answered"
+    devices, top, how, printed = [], {}, f"{path}: no JSON form answered", []
     for form in JSON_FORMS:
+        command = f"{path} {' '.join(form)}"
         text = _run([path, *form])
+        if text and text.strip():
+            printed.append(f"{command} printed {' '.join(text.split())[:120]!r}")
         try:
             devices, top = parse_json(text) if text else ([], {})
         except ValueError:
             continue
         if devices:
-            how = f"{path} {' '.join(form)}"
+            how = command
             break
+    if not devices and printed:  # it answered, and no device list was found in what it said: say what
+        how = f"no NeuronCore in what neuron-ls printed ({'; '.join(printed)})"
     header = {}
     if not (top.get("instance_type") or _first(devices, "instance_type")):
         header = parse_header(_run([path]) or "")

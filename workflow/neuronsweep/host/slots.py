@@ -79,7 +79,7 @@ def chips(cores_per_chip: int) -> tuple[list[list[int]], str]:
             [list(range(i * cores_per_chip, (i + 1) * cores_per_chip)) for i in range(len(devices))],
             f"{len(devices)} /dev/neuron* device(s) x {cores_per_chip} NeuronCore(s) of the target",
         )
-    return [], "no /dev/neuron* and no device listed by neuron-ls"
+    return [], f"no /dev/neuron*, and {machine.found}"  # neuron-ls not found, or what it printed
 
 
 def pool(
