@@ -124,10 +124,10 @@ def test_a_folder_given_to_history_as_a_run_name_points_to_store_or_add(tmp_path
         assert proc.returncode == 2 and f"neuronsweep history {hint} {tmp_path / folder}." in proc.stderr, proc.stderr
 
 
-def test_a_run_is_settled_once_and_a_later_load_takes_the_settlement(monkeypatch):
-    """stages/run_setup.settle_run, as common.smk and `neuronsweep plan` call it, without Snakemake:
-    the target and route are read from the machine once; a later load of the workflow, handed that
-    settlement, reads nothing again and plans the same; off Neuron nothing is settled."""
+def test_a_run_is_settled_once_on_its_machine_and_not_under_a_cluster(monkeypatch):
+    """stages/run_setup.settle_run, as common.smk and `neuronsweep plan` call it, without Snakemake: the
+    target and route are read from the machine once; under a cluster executor each job settles on its
+    node; off Neuron nothing is settled."""
     from neuronsweep import backends
     from neuronsweep.backends import neuron_setup
     from neuronsweep.stages.run_setup import settle_run
@@ -148,14 +148,15 @@ def test_a_run_is_settled_once_and_a_later_load_takes_the_settlement(monkeypatch
     cfg = {"backend": "auto", "suites": {"matmul": {"shapes": [{"m": 128, "k": 128, "n": 128}]}}}
     first = settle_run(config.validate(copy.deepcopy(cfg)))
     assert reads == ["target", "route"] and first.config["neuron"]["target"] == "trn2"
-    assert first.settled["to"]["route"] == "torchneuron" and first.log_lines()[1:] == ["trn2 here", "torchneuron here"]
-    again = settle_run(config.validate(copy.deepcopy(cfg)), settled=json.loads(json.dumps(first.settled)))
-    assert reads == ["target", "route"] and again.plan_json() == first.plan_json()
+    assert first.config["neuron"]["route"] == "torchneuron" and first.log_lines()[1:] == [
+        "trn2 here",
+        "torchneuron here",
+    ]
     cluster = settle_run(config.validate(copy.deepcopy(cfg)), local=False)  # each job settles on its node
-    assert reads == ["target", "route"] and cluster.settled is None
+    assert reads == ["target", "route"] and cluster.neuron_setup == {}
     monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("xla", "backend xla"))  # no torch probe
     off_neuron = settle_run(config.validate(copy.deepcopy(cfg)))
-    assert off_neuron.settled is None and off_neuron.neuron_setup == {} and reads == ["target", "route"]
+    assert off_neuron.neuron_setup == {} and reads == ["target", "route"]
 
 
 def test_the_plan_is_staged_once_by_its_content_and_old_plans_are_pruned(tmp_path):

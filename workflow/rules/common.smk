@@ -8,7 +8,6 @@ from pathlib import Path
 import yaml
 
 from neuronsweep import backends, warmstart
-from neuronsweep.backends import neuron_setup
 from neuronsweep.config import schema as ns_config
 from neuronsweep.host import neuron_ls, slots
 from neuronsweep.errors import UserError
@@ -92,14 +91,8 @@ try:
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
     if not CLUSTER:  # neuron-ls asked once; this process and every job read the answer (neuron_ls.MACHINE_ENV)
         neuron_ls.share_with_jobs()
-    # under a cluster executor the devices are on the nodes, not here: each job settles on its own;
-    # here once per run: a later load of this file (a `run:` rule's subprocess, should one be added) takes it
-    # from the environment
-    SETUP = settle_run(
-        CONFIG, local=not CLUSTER, settled=json.loads(os.environ.get(neuron_setup.SETTLED_ENV) or "null")
-    )
-    if SETUP.settled:
-        os.environ[neuron_setup.SETTLED_ENV] = json.dumps(SETUP.settled)
+    # under a cluster executor the devices are on the nodes, not here: each job settles on its own
+    SETUP = settle_run(CONFIG, local=not CLUSTER)
     BACKEND, BACKEND_REASON, NEURON_SETUP = SETUP.backend, SETUP.backend_reason, SETUP.neuron_setup
     PLAN, HOST_PROBE = SETUP.plan, SETUP.host_probe
     SLOTS = None if CLUSTER else slots.for_config(CONFIG, BACKEND)

@@ -24,7 +24,6 @@ from neuronsweep.host import neuron_ls
 from neuronsweep.host.targets import TARGETS, instance_chip, same_chip, target_family
 
 ROUTES = ("torchneuron", "xla")
-SETTLED_ENV = "NEURONSWEEP_NEURON_SETTLED"  # what the planner settled, for the jobs that read the Snakefile again
 PACKAGES = ("torch", "torch-neuronx", "torch-xla", "libneuronxla", "neuronx-cc", "nki")
 
 # Run in a child: importing torch (and torch_neuronx) in the planner would cost seconds and memory on

@@ -2,10 +2,9 @@
 the backend this machine gives the config, the Neuron target, LNC and route read from it, and the
 plan with its host probe. One function, so that the plan a user previews is the plan Snakemake runs.
 
-Settling reads neuron-ls and the installed packages; a job that loads the workflow again (a `run:`
-rule's subprocess, which Snakemake starts as a second Snakemake; the workflow has none today) takes the
-settlement from the environment instead (`settled`, neuron_setup.SETTLED_ENV), so every job of a run
-sees the same target and route.
+Settling reads neuron-ls (asked once a run: host/neuron_ls.share_with_jobs) and the installed packages.
+The workflow has no `run:` rule, the one kind of job Snakemake starts as a second Snakemake that would
+read the workflow, and settle, again: every job is a shell command handed the settled params.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ class RunSetup:
     neuron_setup: dict  # what was settled and why (target, route), for plan.json and the log
     plan: Plan
     host_probe: dict | None  # cpu: the dtype probe the plan rests on
-    settled: dict | None  # the settlement to hand to later loads of the workflow (None: nothing settled here)
 
     def plan_json(self) -> str:
         """plan.json: the plan, with the config (so `compare` can say what differs) and the setup."""
@@ -54,26 +52,19 @@ class RunSetup:
         ]
 
 
-def settle_run(config: dict, local: bool = True, settled: dict | None = None) -> RunSetup:
+def settle_run(config: dict, local: bool = True) -> RunSetup:
     """The setup of a validated `config` (changed in place: its neuron section settled). `local`: the
-    jobs run on this machine (False under a cluster executor: each job settles on its node).
-    `settled`: a settlement an earlier load of the workflow made for this same config."""
+    jobs run on this machine (False under a cluster executor: each job settles on its node)."""
     backend, why = backends.resolve(config["backend"], local=local)
     setup: dict = {}
     settle_here = backend == "neuron" and local
     if settle_here:
-        if settled and settled.get("from") == config["neuron"] and "to" in settled:
-            config["neuron"], setup = settled["to"], settled["why"]
-        else:
-            settled = {"from": config["neuron"]}
-            config["neuron"], setup = neuron_setup.settle(config["neuron"], need_route=False)
+        config["neuron"], setup = neuron_setup.settle(config["neuron"], need_route=False)
     plan, probe = plan_for(config, backend)
-    if settle_here and settled is not None and "to" not in settled:
-        if neuron_setup.needs_route(plan.workloads.values()):
-            config["neuron"], route = neuron_setup.settle_route(config["neuron"])
-            setup.update(route)
-        settled = {**settled, "to": config["neuron"], "why": setup}
-    return RunSetup(config, backend, why, setup, plan, probe, settled if settle_here else None)
+    if settle_here and neuron_setup.needs_route(plan.workloads.values()):
+        config["neuron"], route = neuron_setup.settle_route(config["neuron"])
+        setup.update(route)
+    return RunSetup(config, backend, why, setup, plan, probe)
 
 
 def stage_plan(text: str, folder: Path) -> Path:

@@ -7,8 +7,6 @@ under the same conditions and can be compared fairly.
 
 from __future__ import annotations
 
-PATTERNS = ("vmap", "scan", "for_loop")
-
 
 def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dict:
     """A loops case: the loop pattern (vmap, scan, for), steps, batch, features and dtype."""

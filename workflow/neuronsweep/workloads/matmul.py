@@ -9,9 +9,6 @@
 
 from __future__ import annotations
 
-VARIES = ("static", "python_int", "python_float")
-
-
 NKI_TILE = {"m": 128, "n": 512}  # the NKI kernel's largest tiles (kernels/nki_matmul.py), its default
 
 
