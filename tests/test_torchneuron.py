@@ -38,7 +38,7 @@ def test_the_real_inf2_listing_names_its_instance_in_the_header_only():
 
 def test_the_real_trn2_listing_gives_the_instance_and_lnc_2_in_its_json():
     m = real_machine("neuron-ls-trn2.48xlarge-one-device")
-    assert (m.instance_type, m.lnc, m.cores_per_device) == ("trn2.48xlarge", 2, 4)
+    assert (m.instance_type, m.lnc, len(m.chips[0])) == ("trn2.48xlarge", 2, 4)  # nc_count: logical cores
     assert m.sources["lnc"].endswith("logical_neuroncore_config")
 
 
@@ -60,7 +60,7 @@ def test_discovery_asks_the_tool_newest_form_first(tmp_path, monkeypatch, knobs,
     for key, value in standin_env(tmp_path, **knobs).items():
         monkeypatch.setenv(key, value)
     m = neuron_ls.discover()
-    assert (target_family(m.instance_type), m.lnc, m.cores_per_device) == (family, lnc, cores)
+    assert (target_family(m.instance_type), m.lnc, len(m.chips[0])) == (family, lnc, cores)
     # runtime 2.30 has no --output-format: the older --json-output answered
     assert ("--output-format json" in m.found) == (family == "trn2"), m.found
 

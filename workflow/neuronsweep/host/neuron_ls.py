@@ -37,11 +37,6 @@ class Machine:
     found: str = "neuron-ls not found"
     sources: dict = field(default_factory=dict)  # which field or line gave each value
 
-    @property
-    def cores_per_device(self) -> int | None:
-        """Logical NeuronCores per device (`nc_count`: already divided by the LNC)."""
-        return len(self.chips[0]) if self.chips else None
-
 
 def tool() -> str | None:
     return shutil.which("neuron-ls") or shutil.which("neuron-ls", path=NEURON_TOOL_DIR)
