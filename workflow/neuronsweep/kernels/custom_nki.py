@@ -44,6 +44,7 @@ def make_kernel(spec: dict):
 
 
 def keywords(spec: dict) -> dict:
+    """The kernel's keyword arguments: the case's params, as the tutorials pass meta-parameters."""
     return custom.params(spec)
 
 

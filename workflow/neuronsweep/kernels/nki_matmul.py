@@ -174,6 +174,7 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
 
 
 def inputs(spec: dict, rng) -> dict:
+    """The kernel's inputs by argument name (lhsT is A transposed: K on the partitions), float32 from `rng`."""
     import numpy as np
 
     return {
@@ -183,6 +184,7 @@ def inputs(spec: dict, rng) -> dict:
 
 
 def reference(a: dict):
+    """The float64 result the kernel's output is checked against."""
     import numpy as np
 
     return a["lhsT"].astype(np.float64).T @ a["rhs"].astype(np.float64)

@@ -22,6 +22,7 @@ SBUF_PARTITION_BYTES = 192 * 1024  # NeuronCore-v2: 24 MiB over 128 partitions (
 
 
 def make_kernel(decorate=None):
+    """The SwiGLU MLP kernel in the installed NKI's spelling, put under `decorate` (nki.jit by default)."""
     nki, nl, nisa, api = load_nki()
     on_device = api == "nki" and device_loop()  # the token-tile loop on the device (nki_matmul.device_loop)
     loop = range if on_device else nl.affine_range
@@ -110,6 +111,8 @@ def unrolled(spec: dict, on_device: bool = False) -> int:
 
 
 def supported(spec: dict) -> str | None:
+    """Why this one-pass kernel cannot tile the case (its dims, or an intermediate past half an SBUF
+    partition), or None."""
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
     if t > TN_MAX and t % TN_MAX:
@@ -124,6 +127,7 @@ def supported(spec: dict) -> str | None:
 
 
 def inputs(spec: dict, rng) -> dict[str, np.ndarray]:
+    """The kernel's inputs by argument name, float32, the weights scaled so the activations stay near 1."""
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     scale_h, scale_i = float(h) ** -0.5, float(i) ** -0.5  # python floats keep the arrays float32
     return {
@@ -135,6 +139,7 @@ def inputs(spec: dict, rng) -> dict[str, np.ndarray]:
 
 
 def reference(a: dict[str, np.ndarray]) -> np.ndarray:
+    """The float64 result the kernel's output is checked against (transposed, as the kernel writes it)."""
     x = a["xT"].astype(np.float64).T
     gate, up = x @ a["w_gate"].astype(np.float64), x @ a["w_up"].astype(np.float64)
     return ((gate / (1 + np.exp(-gate)) * up) @ a["w_down"].astype(np.float64)).T

@@ -30,7 +30,7 @@ def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     no fast GEMM for it (caps.slow_dtypes, from a measured probe)."""
     if spec["kind"] == "collective":
         return _collective_unsupported(spec, backend)
-    if backend == "cpu" and spec["dtype"] in (slow_dtypes or {}):
+    if backend == "cpu" and slow_dtypes and spec["dtype"] in slow_dtypes:
         return slow_dtypes[spec["dtype"]]
     if backend == "cpu" and spec.get("varies"):
         return (

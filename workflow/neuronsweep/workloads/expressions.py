@@ -63,6 +63,7 @@ def _walk(node: ast.AST, values: dict[str, int]):
         return values[node.id]
     if isinstance(node, ast.UnaryOp):
         return -_walk(node.operand, values)
+    assert isinstance(node, ast.BinOp)  # _check admitted names, numbers, unary minus and these operators only
     left, right = _walk(node.left, values), _walk(node.right, values)
     if isinstance(node.op, ast.Pow) and abs(right) > MAX_POWER:
         raise ExpressionError(f"a power of {right} is beyond what a shape or a FLOP count needs")

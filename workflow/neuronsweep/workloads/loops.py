@@ -60,7 +60,7 @@ def torch_module(s: dict):
     try:  # torch has no public scan yet; this is the primitive torch.export and torch-xla lower
         from torch._higher_order_ops.scan import scan
     except ImportError:
-        scan = None
+        scan = None  # type: ignore[assignment]  # an older torch: only the scan pattern needs it
     if s["pattern"] == "scan" and scan is None:
         raise RuntimeError(f"torch {torch.__version__} has no scan primitive (torch._higher_order_ops.scan)")
 

@@ -79,7 +79,7 @@ def _gemm(func, args) -> tuple[int, tuple[int, int, int]] | None:
     return 1, (int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))
 
 
-def experts_modules(model) -> dict[str, object]:
+def experts_modules(model) -> dict:
     """name -> module of every fused experts module (a 3-D `down_proj` weight: [experts, ., .])."""
     return {
         name: module

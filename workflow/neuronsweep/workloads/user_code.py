@@ -74,6 +74,7 @@ def load(ref: str):
         module = sys.modules.get(module_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(module_name, path)
+            assert spec is not None and spec.loader is not None  # a .py file that exists always has both
             module = importlib.util.module_from_spec(spec)
             sys.path.insert(0, str(path.parent))  # the user's file may import its neighbours
             sys.modules[module_name] = module
