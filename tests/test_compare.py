@@ -291,7 +291,7 @@ def test_interleaved_rounds_take_turns_under_the_device_lock_with_as_settings(fi
             out.append(sides)
         return {"samples": out, "pid": 1}
 
-    monkeypatch.setattr(interleave, "pairs_in_process", fake_pairs)
+    monkeypatch.setattr(interleave, "alternating_in_process", fake_pairs)
     got = interleave.retime(a, b, wids, 6, seed=0, say=lambda _: None)
     assert [c[0] for c in calls] == [1, 2, 3, 4, 5, 6]  # one process a round, timing both sides of every workload
     for _, pairs, _, _ in calls:

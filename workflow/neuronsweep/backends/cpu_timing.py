@@ -47,25 +47,15 @@ def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> l
         return warm_then_time(timing_loop(module, inputs(torch, spec)), warmup, iterations)
 
 
-def time_rounds(jobs: list[dict]) -> list[list[float]]:
-    """One timed round of each job ({"build", "threads", "warmup", "iterations"}) in this process, in
-    the order given, each program loaded, timed and dropped before the next: compare's interleaved
-    rounds time every workload of one side in one fresh interpreter (rounds_in_process)."""
-    out = []
-    for job in jobs:
-        out.append(time_round(Path(job["build"]), int(job["threads"]), int(job["warmup"]), int(job["iterations"])))
-        gc.collect()
-    return out
-
-
-def time_pairs(jobs: list[dict]) -> list[list[list[float]]]:
-    """compare's rounds: for each job ({"builds": [first, second], "threads", "warmup", "iterations"}) both
-    programs loaded in this process, warmed, then timed in alternation (first, second, first, ...), so
-    that the two sides of each iteration run milliseconds apart. On our 2-vCPU KVM hosts the machine's
-    speed moves 20-40 % within seconds (one process timing a 1024^3 GEMM in blocks 0.5 s apart: 31 to 44
-    ms), far more than a program changes; alternating inside one process puts both sides in the same
-    moment, and the ratio of their medians moved 2-4 % between processes where each side alone moved
-    9-32 %. Returns [samples of the first, samples of the second] per job, in the order given."""
+def time_alternating(jobs: list[dict]) -> list[list[list[float]]]:
+    """compare's rounds and a search's finalists: for each job ({"builds": [first, second, ...], "threads",
+    "warmup", "iterations"}) the programs loaded in this process, warmed, then timed in alternation
+    (first, second, ..., first, ...), so that one iteration of each runs within milliseconds of the
+    others'. On our 2-vCPU KVM hosts the machine's speed moves 20-40 % within seconds (one process
+    timing a 1024^3 GEMM in blocks 0.5 s apart: 31 to 44 ms), far more than a program changes;
+    alternating inside one process puts both sides in the same moment, and the ratio of their medians
+    moved 2-4 % between processes where each side alone moved 9-32 %. Returns the samples of each
+    program per job, in the order given."""
     import torch
 
     out = []
@@ -79,7 +69,7 @@ def time_pairs(jobs: list[dict]) -> list[list[list[float]]]:
                 loops.append(timing_loop(module, inputs(torch, spec)))
             for loop in loops:  # each warmed as a lone round is
                 warm_then_time(loop, int(job["warmup"]), 1)
-            samples: list[list[float]] = [[], []]
+            samples: list[list[float]] = [[] for _ in loops]
             gc.disable()
             try:
                 for _ in range(int(job["iterations"])):
@@ -129,19 +119,11 @@ def screen_in_process(jobs: list[dict], timeout_s: float) -> list[dict]:
     return _cpu_round(["--screen", json.dumps(jobs)], timeout_s, what)["results"]
 
 
-def rounds_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
-    """Round r of several programs in one fresh interpreter (cpu_round.py --many): {"samples": one list
-    per job, "pid"}. Importing torch once for all of them is what makes re-timing a whole run
-    affordable (about 1.5 s a process, where a program's round is a fraction of a second)."""
-    what = f"timed round {r} of {len(jobs)} program(s) in one process"
-    return _cpu_round(["--many", json.dumps(jobs)], timeout_s, what)
-
-
-def pairs_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
-    """Round r of compare's pairs in one fresh interpreter (cpu_round.py --pairs): {"samples": per job
-    [first side's, second side's], "pid"}."""
-    what = f"timed round {r} of {len(jobs)} pair(s) of programs in one process"
-    return _cpu_round(["--pairs", json.dumps(jobs)], timeout_s, what)
+def alternating_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
+    """Round r of programs timed in alternation in one fresh interpreter (cpu_round.py --alternate):
+    {"samples": per job, each of its programs' samples, "pid"}."""
+    what = f"timed round {r} of {len(jobs)} group(s) of programs in alternation in one process"
+    return _cpu_round(["--alternate", json.dumps(jobs)], timeout_s, what)
 
 
 def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int) -> dict:

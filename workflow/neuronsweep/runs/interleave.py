@@ -34,7 +34,7 @@ from pathlib import Path
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
 from neuronsweep.atomic import read_json
-from neuronsweep.backends.cpu_timing import ARTIFACT, pairs_in_process, rounds_in_process
+from neuronsweep.backends.cpu_timing import ARTIFACT, alternating_in_process
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
@@ -84,7 +84,7 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
                 {"builds": [str(builds[(wid, side)]) for side in sides], **_timing(settings[wid])}
                 for wid, sides in order
             ]
-            for (wid, sides), taken in zip(order, pairs_in_process(jobs, timeout, r)["samples"]):
+            for (wid, sides), taken in zip(order, alternating_in_process(jobs, timeout, r)["samples"]):
                 for side, side_samples in zip(sides, taken):
                     samples[(wid, side)].append(side_samples)
             spent = time.monotonic() - t0
@@ -125,27 +125,31 @@ def _joined(first: Timing, then: Timing) -> Timing:
     return Timing(first.samples + then.samples, (first.rounds or []) + (then.rounds or []), first.paired)
 
 
-def time_together(builds: dict[str, Path], rounds: int, seed: int = 0, say=None) -> dict[str, Timing]:
-    """Several programs of one run (a search's finalists) timed again: `rounds` fresh processes, each
-    timing every program once in an order drawn at random, so every program shares each process's moment.
-    Per key: its Timing with one round median per process. Each program is timed with its own
-    capture's settings."""
+def time_together(groups: list[dict[str, Path]], rounds: int, seed: int = 0, say=None) -> dict[str, Timing]:
+    """Programs of one run compared with each other (a search's finalists, one group per shape: each
+    finalist's build of it) timed again: `rounds` fresh processes, each timing the programs of every group
+    in alternation, as compare times A and B, the groups and the programs' order drawn per round. Per key:
+    its Timing, paired with the others of its group (one round median per process). A group is timed with
+    its first program's capture settings."""
     if rounds < MIN_ROUNDS:
         raise UserError(f"{rounds} rounds: at least {MIN_ROUNDS} are needed for a test.")
-    settings = {key: _settings(build.parent) for key, build in builds.items()}
-    rng, keys = random.Random(seed), list(builds)
-    samples: dict[str, list[list[float]]] = {key: [] for key in keys}
-    lock = settings[keys[0]]["device_lock"] or schema_default("capture.device_lock")
-    timeout = sum(s["timeout_s"] for s in settings.values())
+    settings = [_settings(next(iter(group.values())).parent) for group in groups]
+    rng = random.Random(seed)
+    samples: dict[str, list[list[float]]] = {key: [] for group in groups for key in group}
+    lock = settings[0]["device_lock"] or schema_default("capture.device_lock")
+    timeout = sum(s["timeout_s"] * len(group) for s, group in zip(settings, groups))
     say = say or (lambda line: print(line, file=sys.stderr))
     with devicelock.held(lock, "neuronsweep search: the finalists timed again"):
         for r in range(1, rounds + 1):
-            order = rng.sample(keys, len(keys))
-            jobs = [{"build": str(builds[key]), **_timing(settings[key])} for key in order]
-            for key, taken in zip(order, rounds_in_process(jobs, timeout, r)["samples"]):
-                samples[key].append(taken)
+            order = [
+                (i, rng.sample(list(groups[i]), len(groups[i]))) for i in rng.sample(range(len(groups)), len(groups))
+            ]
+            jobs = [{"builds": [str(groups[i][key]) for key in keys], **_timing(settings[i])} for i, keys in order]
+            for (_, keys), taken in zip(order, alternating_in_process(jobs, timeout, r)["samples"]):
+                for key, key_samples in zip(keys, taken):
+                    samples[key].append(key_samples)
             say(f"finalists: round {r} of {rounds} done")
-    return {key: _timing_of(per_round) for key, per_round in samples.items()}
+    return {key: _timing_of(per_round, paired=True) for key, per_round in samples.items()}
 
 
 def _timing_of(per_round: list[list[float]], paired: bool = False) -> Timing:

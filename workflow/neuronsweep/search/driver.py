@@ -566,19 +566,19 @@ class Search:
             picks["runner_up"] = ok.iloc[1]
         if not default_rows.empty and default_rows.index[0] not in ok.index[:2]:
             picks["default"] = default_rows.iloc[0]
-        builds = {
-            f"{role}:{wid}": workloads.parent.parent.parent
-            / self.run_of(self.params_of(row))
-            / "cpu"
-            / "workloads"
-            / wid
-            / "build"
-            for role, row in picks.items()
-            for wid in row["workload_ids"].split(";")
-        }
-        timed = interleave.time_together(builds, rounds, seed=self.space.seed, say=say)
+        runs = workloads.parent.parent.parent
+        shapes = zip(*(row["workload_ids"].split(";") for row in picks.values()))  # the finalists' case of a shape
+        groups = [
+            {
+                f"{role}:{wid}": runs / self.run_of(self.params_of(row)) / "cpu" / "workloads" / wid / "build"
+                for (role, row), wid in zip(picks.items(), wids)
+            }
+            for wids in shapes
+        ]
+        timed = interleave.time_together(groups, rounds, seed=self.space.seed, say=say)
         result: dict = {
-            "evidence": f"{rounds} fresh processes, each timing every finalist case once, in a random order"
+            "evidence": f"{rounds} fresh processes, each timing the finalists' programs of every shape in "
+            "alternation, in a random order"
         }
         default_is = (
             "runner_up"
