@@ -25,6 +25,7 @@ from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
 from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
+from neuronsweep.store import layout
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
 # (NKI 0.6+: nl.fori_loop over M tiles) runs twice, so its addressing of the second tile is checked.
@@ -304,7 +305,7 @@ def run(out: Path, timeout_s: float = 7200) -> int:
     ]
     if route or nki:
         proc = run_workflow(work, config(work, route, nki), timeout_s)
-        cases = sorted((work / "results" / "field-test" / "neuron" / "workloads").glob("*"))
+        cases = sorted(layout.workloads_dir(work / "results" / "field-test", "neuron").glob("*"))
         if not cases:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
             lines.append(

@@ -13,6 +13,7 @@ from neuronsweep.host import neuron_ls, slots
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import estimate
 from neuronsweep.stages.run_setup import settle_run, stage_plan
+from neuronsweep.store import layout
 from neuronsweep.config.settings import HOST_ENV
 from neuronsweep.workloads import canonical, user_code
 
@@ -161,7 +162,8 @@ envvars:
 RUN = f"results/{CONFIG['run']}"
 SUMMARY = f"{RUN}/summary.csv"
 CALIBRATION = f"{RUN}/cpu/calibration.json"
-WORKLOAD = f"{RUN}/{BACKEND}/workloads/{{wid}}"  # one folder per workload: build/ capture/ view/ metrics.json logs/
+# one folder per workload: build/ capture/ view/ metrics.json logs/
+WORKLOAD = str(layout.workload_dir(RUN, BACKEND, "{wid}"))
 
 
 wildcard_constraints:

@@ -28,6 +28,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.report.page import human
 from neuronsweep.runs import compare_page, interleave, profile_diff
 from neuronsweep.runs.compare_page import ONCE, PROGRAM, TIME
+from neuronsweep.store import layout
 from neuronsweep.store.records import Timing, timing
 
 NOT_METRICS = {  # bookkeeping of a run, or the comparison's own inputs: never a metric that changed
@@ -82,7 +83,7 @@ class Run:
         self.backend = self.plan["backend"]
         self.rows = pd.read_csv(summary).drop_duplicates("workload_id").set_index("workload_id")
         self.config = self.plan.get("config")
-        self.workloads = self.folder / self.backend / "workloads"
+        self.workloads = layout.workloads_dir(self.folder, self.backend)
 
     def samples(self, wid: str) -> Timing | None:
         return timing(self.workloads / wid)
@@ -90,7 +91,7 @@ class Run:
     def toolchains(self) -> dict[str, str]:
         """Package -> version(s), from the build records of this run's workloads."""
         seen: dict[str, set] = {}
-        for path in (self.folder / self.backend / "workloads").glob("*/build/build.json"):
+        for path in self.workloads.glob("*/build/build.json"):
             try:
                 chain = json.loads(path.read_text()).get("toolchain") or {}
             except (OSError, ValueError):

@@ -17,6 +17,7 @@ import statistics
 from pathlib import Path
 
 from neuronsweep.atomic import pid_alive, read_json, write_json
+from neuronsweep.store import layout
 from neuronsweep.store.failures import STAGES, failure_path
 
 RECORD = {
@@ -71,7 +72,7 @@ def stage_state(case_dir: Path, stage: str) -> tuple[str, float | None]:
 def summarize(run_dir: Path) -> dict:
     plan = read_json(Path(run_dir) / "plan.json")
     wids = [w for w in plan["workloads"] if w not in plan.get("unsupported", {})]
-    root = Path(run_dir) / plan["backend"] / "workloads"
+    root = layout.workloads_dir(run_dir, plan["backend"])
     counts = {s: {"done": 0, "running": 0, "failed": 0, "waiting": 0} for s in STAGES}
     walls: dict[str, list[float]] = {s: [] for s in STAGES}
     blocked: dict[str, int] = {s: 0 for s in STAGES}  # waiting behind a failed stage of the same case

@@ -47,6 +47,7 @@ from neuronsweep.search import FINALIST_ROUNDS
 from neuronsweep.search import page as search_page
 from neuronsweep.search import space as search_space
 from neuronsweep.stages.run_setup import settle_run
+from neuronsweep.store import layout
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
 SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap rung, or the workflow's cases
@@ -570,7 +571,7 @@ class Search:
         shapes = zip(*(row["workload_ids"].split(";") for row in picks.values()))  # the finalists' case of a shape
         groups = [
             {
-                f"{role}:{wid}": runs / self.run_of(self.params_of(row)) / "cpu" / "workloads" / wid / "build"
+                f"{role}:{wid}": layout.workload_dir(runs / self.run_of(self.params_of(row)), "cpu", wid) / "build"
                 for (role, row), wid in zip(picks.items(), wids)
             }
             for wids in shapes

@@ -18,6 +18,7 @@ from neuronsweep.analysis import ranking as compare
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
+from neuronsweep.store import layout
 from neuronsweep.store.failures import latest_failure
 from neuronsweep.store.records import MetricsRecord, timing
 from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
@@ -156,7 +157,7 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
         The summary table as written.
     """
     plan = read_json(plan_json)
-    workloads_dir = plan_json.parent / plan["backend"] / "workloads"
+    workloads_dir = layout.workloads_dir(plan_json.parent, plan["backend"])
     table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows
     cols = LEAD_COLUMNS + [c for c in table.columns if c not in LEAD_COLUMNS]
     samples = {wid: timing(workloads_dir / wid) for wid in table["workload_id"]}

@@ -17,6 +17,7 @@ from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.report import figures as figs
 from neuronsweep.report.page import page, table
+from neuronsweep.store import layout
 
 
 def _us(seconds) -> str:
@@ -209,7 +210,7 @@ def _links(wids: pd.Series, run_dir: Path, backend: str) -> pd.Series:
     report.html so the links work wherever results/<run> is copied."""
 
     def one(wid: str) -> str:
-        rel = f"{backend}/workloads/{wid}"
+        rel = layout.workload_dir(".", backend, wid).as_posix().removeprefix("./")
         links = [f'<a href="{rel}/">folder</a>', f'<a href="{rel}/metrics.json">metrics.json</a>']
         if (run_dir / rel / "view" / "trace.pftrace").is_file():
             links.append(f'<a href="{rel}/view/trace.pftrace" title="{html.escape(PERFETTO_HINT)}">trace.pftrace</a>')
@@ -329,7 +330,7 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
     table_ = pd.read_csv(summary_csv)
     plan = read_json(plan_json)
     run_dir = plan_json.parent
-    workloads_dir = run_dir / plan["backend"] / "workloads"
+    workloads_dir = layout.workloads_dir(run_dir, plan["backend"])
     ok = table_[table_["status"] == "ok"]
     parts = [
         f"<h1>neuron-sweep report: run {html.escape(plan['run'])}</h1>",
