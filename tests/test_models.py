@@ -90,7 +90,14 @@ def test_the_rollup_sums_count_times_latency_and_never_a_partial_total():
     assert out["model_gemm_time_s"][3:].isna().all()  # not every GEMM measured: no total, not a partial one
     lines = model_rollup.headlines(rows)
     assert lines[1].startswith("m prefill at batch 1, seq 8 (fp32): 60 % of its GEMM time in down")
-    assert "not every GEMM was measured" in lines[0]
+    assert "not every GEMM was measured" in lines[0] and len(lines) == 2  # a dense model: no expert line
+    moe = rows.assign(routing="zipf1", expert_load=["12/6/4/3/2/2/2/1"] * 3 + ["1/1/0/0/0/0/0/0"] * 2)
+    assert model_rollup.headlines(moe)[2:] == [
+        "m prefill at batch 1, seq 8: routing zipf1 (assumed), 8 of 8 experts get tokens, the busiest 12, the least "
+        "busy of them 1",
+        "m decode at batch 1, seq 8: routing zipf1 (assumed), 2 of 8 experts get tokens, the busiest 1, the least "
+        "busy of them 1",
+    ]
 
 
 def published(name: str, tmp_path, layers: int):

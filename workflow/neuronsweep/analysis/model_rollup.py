@@ -38,4 +38,21 @@ def headlines(part: pd.DataFrame) -> list[str]:
             f"{model} {phase} at batch {batch}, seq {seq} ({dtype}): {top['share_pct']:.0f} % of its GEMM time "
             f"in {top['gemm']} ({spent} of GEMMs per forward)"
         )
+    return lines + expert_loads(part)
+
+
+def expert_loads(part: pd.DataFrame) -> list[str]:
+    """One line per MoE forward: the routing policy it assumed and the tokens its experts got (the load is
+    the policy's, not measured: fake tensors carry no router output)."""
+    if "expert_load" not in part:
+        return []
+    moe = part.dropna(subset=["expert_load"]).drop_duplicates(["model", "phase", "batch", "seq"])
+    lines = []
+    for r in moe.itertuples():
+        load = [int(t) for t in str(r.expert_load).split("/")]
+        busy = sum(t > 0 for t in load)
+        lines.append(
+            f"{r.model} {r.phase} at batch {r.batch}, seq {r.seq}: routing {r.routing} (assumed), {busy} of "
+            f"{len(load)} experts get tokens, the busiest {load[0]}, the least busy of them {min(t for t in load if t)}"
+        )
     return lines
