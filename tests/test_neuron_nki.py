@@ -175,3 +175,56 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
         [sys.executable, "-c", "import nki.language as nl; nl.load"], capture_output=True, text=True, env=env
     )
     assert bad.returncode != 0 and "has no attribute 'load'" in bad.stderr
+
+
+LNC_PROBE = """
+import json, os, warnings
+import numpy as np
+import nki
+
+@nki.jit
+def k(a):
+    return a
+
+warnings.simplefilter("error")
+out = {}
+try:
+    k(np.ones((2, 2), np.float32))
+    with open(os.path.join(os.environ["NKI_ARTIFACTS_DIR"], "kernel.neff"), "rb") as f:
+        out["plain"] = json.loads(f.read()[5:])["lnc"]
+except Exception as e:
+    out["plain"] = type(e).__name__
+try:
+    k[2](np.ones((2, 3), np.float32))
+    out["grid"] = "launched"
+except Exception as e:
+    out["grid"] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def test_from_nki_0_7_a_plain_call_launches_at_the_lnc_variable_and_the_grid_form_is_deprecated(tmp_path):
+    """The 2.33.1 nki.jit page: the LNC is NEURON_LOGICAL_NC_CONFIG's (default 1); error page NCC_EVRF066: the
+    kernel[lnc](...) form "is being deprecated". Before 0.7 a plain call is LNC 1, which an LNC 2 runtime
+    refuses. Our kernels are called plainly, with the variable set for the build (neuron.NKI_LNC)."""
+    import sys
+
+    from helpers import STANDIN
+
+    launched = {}
+    for name, path in (("0.5", [STANDIN / "python"]), ("0.7", [STANDIN / "python-torchneuron", STANDIN / "python"])):
+        (tmp_path / name).mkdir()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(map(str, path)),
+            "STANDIN_MACHINE": "trn2",
+            "NEURON_LOGICAL_NC_CONFIG": "2",
+            "NKI_ARTIFACTS_DIR": str(tmp_path / name),
+        }
+        proc = subprocess.run([sys.executable, "-c", LNC_PROBE], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        launched[name] = json.loads(proc.stdout)
+    assert launched == {
+        "0.5": {"plain": "RuntimeError", "grid": "launched"},  # LNC 1 against the runtime's 2: refused
+        "0.7": {"plain": 2, "grid": "DeprecationWarning"},
+    }

@@ -5,9 +5,11 @@ signatures, memory rules enforced) and returns its output, so the build's max_ab
 checks the kernel's arithmetic. STANDIN_NKI_RECOMPILE=1 recompiles on every call (the @nki.jit trap).
 A compile into a non-empty NKI_ARTIFACTS_DIR fails, as neuronx-cc refuses a used output folder.
 
-A kernel launches at LNC 1 unless called as `kernel[lnc](...)` (the nki.jit docstring, NKI "About
-LNC"), and the launch must match the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's,
-2 on the trn2 stand-in) or the call fails as the runtime does; the NEFF records the launch's LNC."""
+Before NKI 0.7 a kernel launches at LNC 1 unless called as `kernel[lnc](...)` (the nki.jit docstring,
+NKI "About LNC"); from 0.7 (the 2.33.1 nki.jit page) a plain call launches at NEURON_LOGICAL_NC_CONFIG
+(default 1), and the `kernel[lnc](...)` form warns, "being deprecated" (error page NCC_EVRF066). The
+launch must match the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's, 2 on the trn2
+stand-in) or the call fails as the runtime does; the NEFF records the launch's LNC."""
 
 import inspect
 import json
@@ -81,13 +83,25 @@ def jit(fn):
             neff.write_bytes(b"NEFF\0" + json.dumps(header).encode())
         return np.asarray(out)
 
+    from .language import _version
+
     class Kernel:
         __name__ = fn.__name__
 
         def __call__(self, *arrays, **keywords):
-            return launch(1, arrays, keywords)
+            by_variable = int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", "1")) if _version() >= (0, 7) else 1
+            return launch(by_variable, arrays, keywords)
 
         def __getitem__(self, grid):
+            if _version() >= (0, 7):
+                import warnings
+
+                warnings.warn(
+                    f"{fn.__name__}[{grid}](...): launching with an LNC grid is being deprecated (NCC_EVRF066); "
+                    "set NEURON_LOGICAL_NC_CONFIG",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
             return lambda *arrays, **keywords: launch(int(grid), arrays, keywords)
 
     return Kernel()
