@@ -149,7 +149,7 @@ def judge(
             ratio = None
             if a is not None and b is not None and len(a) and len(b):
                 ratio = float(np.median(b.samples) / np.median(a.samples))
-            said = NO_SPREAD if NO_SPREAD in why else why[0] or why[1] or NO_SPREAD
+            said = next(w for w in (NO_SPREAD if NO_SPREAD in why else None, *why) if w)  # no spread first
             out[i] = Verdict(said, ratio=ratio, n_a=_units(a), n_b=_units(b), unit=_unit(a, b))
             continue
         assert a is not None and b is not None and a.rounds and b.rounds  # unjudged() said both have them
