@@ -228,3 +228,25 @@ def test_from_nki_0_7_a_plain_call_launches_at_the_lnc_variable_and_the_grid_for
         "0.5": {"plain": "RuntimeError", "grid": "launched"},  # LNC 1 against the runtime's 2: refused
         "0.7": {"plain": 2, "grid": "DeprecationWarning"},
     }
+
+
+def test_an_nki_scalar_wraps_at_32_bits_and_its_comparison_cannot_steer_python(tmp_path):
+    """nki.isa.NkiScalar's page: a 32-bit value computed on the device; "NKI Loops": a comparison of it is
+    traced, and its result cannot be used in Python control flow. A kernel that branches on one is refused
+    by the stand-in, as it would not trace on a device."""
+    import sys
+
+    from helpers import STANDIN
+
+    probe = (
+        "import nki.language as nl\nout = []\n"
+        "def body(i):\n"
+        "    out.append(nl.offset_value(i + 2**31 - 1))\n"
+        "    try:\n        bool(i < 1)\n        out.append('branched')\n"
+        "    except TypeError as e:\n        out.append('cannot be used in Python control flow' in str(e))\n"
+        "nl.fori_loop(0, 2, body)\nprint(out)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [STANDIN / "python-torchneuron", STANDIN / "python"]))}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str([2**31 - 1, True, -(2**31), True])  # 2^31 - 1 + 1 wraps to -2^31

@@ -22,10 +22,12 @@ SBUF_PARTITION_BYTES = 192 * 1024  # 24 MiB over 128 partitions (NeuronCore-v2)
 
 
 class NkiScalar:
-    """nki.isa.NkiScalar (its API page, SDK 2.33): one integer computed on the device. Arithmetic with an int
-    or another scalar is traced and yields a new scalar; it can be the scalar_offset of an access pattern or
-    a bound of fori_loop. The stand-in runs the kernel eagerly, so it knows the value, but a kernel that reads
-    it as a Python int (a slice bound, an `if`) would not trace on the device: refused here."""
+    """nki.isa.NkiScalar (its API page, SDK 2.33): one 32-bit integer computed on the device. Arithmetic with an
+    int or another scalar is traced and yields a new scalar (wrapping at 32 bits, a register's width);
+    comparisons are traced too, and their result "cannot be used" in Python control flow (NKI Loops); it can
+    be the scalar_offset of an access pattern or a bound of fori_loop. The stand-in runs the kernel eagerly,
+    so it knows the value, but a kernel that reads it as a Python int (a slice bound, an `if`) would not
+    trace on the device: refused here."""
 
     def __init__(self, value: int):
         self._value = int(value)
@@ -39,7 +41,30 @@ class NkiScalar:
 
     def _op(self, x, f):
         v = self._other(x)
-        return NotImplemented if v is NotImplemented else NkiScalar(f(self._value, v))
+        if v is NotImplemented:
+            return NotImplemented
+        return NkiScalar((f(self._value, v) + 2**31) % 2**32 - 2**31)  # a 32-bit register: it wraps
+
+    # comparisons are traced too, and their result is a scalar that cannot steer Python's control flow
+    def __lt__(self, x):
+        return self._op(x, lambda a, b: int(a < b))
+
+    def __le__(self, x):
+        return self._op(x, lambda a, b: int(a <= b))
+
+    def __gt__(self, x):
+        return self._op(x, lambda a, b: int(a > b))
+
+    def __ge__(self, x):
+        return self._op(x, lambda a, b: int(a >= b))
+
+    def __eq__(self, x):
+        return self._op(x, lambda a, b: int(a == b))
+
+    def __ne__(self, x):
+        return self._op(x, lambda a, b: int(a != b))
+
+    __hash__ = object.__hash__
 
     def __add__(self, x):
         return self._op(x, lambda a, b: a + b)
@@ -60,8 +85,9 @@ class NkiScalar:
 
     def _no_python_value(self, *_):
         raise TypeError(
-            "an NkiScalar is computed on the device: it has no Python value while the kernel is traced; use "
-            "it as scalar_offset of an access pattern (tensor.ap) or as a bound of nl.fori_loop"
+            "an NkiScalar is computed on the device: it has no Python value while the kernel is traced (a "
+            "comparison of one is traced, and the result cannot be used in Python control flow); use it as "
+            "scalar_offset of an access pattern (tensor.ap) or as a bound of nl.fori_loop"
         )
 
     __index__ = __int__ = __bool__ = __float__ = _no_python_value
