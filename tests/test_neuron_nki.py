@@ -250,3 +250,49 @@ def test_an_nki_scalar_wraps_at_32_bits_and_its_comparison_cannot_steer_python(t
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str([2**31 - 1, True, -(2**31), True])  # 2^31 - 1 + 1 wraps to -2^31
+
+
+def test_nki_jit_takes_the_keyword_kinds_the_language_guide_shows(tmp_path):
+    """Scalars, enums and instances of the author's classes as keywords (the NKI language guide); a tensor or
+    a container by keyword is refused, since no page shows one."""
+    import sys
+
+    from helpers import STANDIN
+
+    probe = """
+import enum, json, os
+import numpy as np
+import nki
+
+class Mode(enum.Enum):
+    FAST = 1
+
+class Tiles:
+    m = 128
+
+@nki.jit
+def k(a, mode=None, tiles=None, scale=1.0):
+    return a
+
+said = {}
+for name, kw in (("enum", {"mode": Mode.FAST}), ("instance", {"tiles": Tiles()}), ("scalar", {"scale": 2.0}),
+                 ("list", {"tiles": [128]}), ("tensor", {"mode": np.ones(2)})):
+    try:
+        k(np.ones((2, 2), np.float32), **kw)
+        said[name] = "taken"
+    except TypeError:
+        said[name] = "refused"
+    for f in os.listdir(os.environ["NKI_ARTIFACTS_DIR"]):
+        os.remove(os.path.join(os.environ["NKI_ARTIFACTS_DIR"], f))
+print(json.dumps(said))
+"""
+    env = {**os.environ, "PYTHONPATH": str(STANDIN / "python"), "NKI_ARTIFACTS_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "enum": "taken",
+        "instance": "taken",
+        "scalar": "taken",
+        "list": "refused",
+        "tensor": "refused",
+    }

@@ -11,6 +11,7 @@ NKI "About LNC"); from 0.7 (the 2.33.1 nki.jit page) a plain call launches at NE
 launch must match the runtime's NEURON_LOGICAL_NC_CONFIG (default: the machine's, 2 on the trn2
 stand-in) or the call fails as the runtime does; the NEFF records the launch's LNC."""
 
+import enum
 import inspect
 import json
 import os
@@ -27,13 +28,15 @@ def jit(fn):
 
     def launch(grid, arrays, keywords):
         # tensors positionally, meta-parameters (tile sizes) as Python keywords, as the NKI tutorials call
-        # nki_matmul_fully_optimized_(lhsT, rhs, TILES_IN_BLOCK_M=16); the docs show no tensor by keyword
-        # and no other kind of keyword value, so the stand-in refuses them
+        # nki_matmul_fully_optimized_(lhsT, rhs, TILES_IN_BLOCK_M=16); the language guide's keyword kinds are
+        # scalars, enums and instances of the kernel author's classes. The docs show no tensor by keyword and no
+        # container (list, dict), so the stand-in refuses those
         for key, value in keywords.items():
-            if not isinstance(value, (bool, int, float, str)):
+            own_class = type(value).__module__ not in ("builtins", "numpy")
+            if not (isinstance(value, (bool, int, float, str, enum.Enum)) or own_class):
                 raise TypeError(
                     f"stand-in nki: keyword {key}={type(value).__name__} of {fn.__name__}; pass tensors "
-                    "positionally and only Python scalars as keywords"
+                    "positionally and only scalars, enums or instances of your classes as keywords"
                 )
         if not all(isinstance(a, np.ndarray) for a in arrays):
             raise TypeError(f"stand-in nki: {fn.__name__}'s positional arguments must be np.ndarray (standalone run)")
