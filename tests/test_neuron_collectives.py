@@ -9,7 +9,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from helpers import BIN, DATA, neuron_config, neuron_wdir, snakemake, standin_env
+from helpers import BIN, DATA, STANDIN, neuron_config, neuron_wdir, snakemake, standin_env
 
 from neuronsweep.errors import UserError
 
@@ -83,6 +83,12 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     session = view["session"]
     assert session["argv"][2:4] == ["-d", str((tmp_path / "cap" / "raw").resolve())] and "-n" not in session["argv"]
     assert list((tmp_path / "cap" / "raw").glob("neff_*.neff"))
+    # the other documented forms of `view -d`: ingest only (Explorer's get-started), and the summaries printed
+    explorer = [str(STANDIN / "bin" / "neuron-explorer"), "view", "-d", str(tmp_path / "cap" / "raw")]
+    ingest = subprocess.run([*explorer, "--ingest-only"], env=env, capture_output=True, text=True)
+    assert ingest.returncode == 0 and "ingested 4 profile(s)" in ingest.stdout, ingest.stderr
+    printed = subprocess.run([*explorer, "--output-format", "summary-json"], env=env, capture_output=True, text=True)
+    assert printed.returncode == 0 and len(json.loads(printed.stdout)) == 4, printed.stderr
     assert session["system_pftrace"] == "session/system_profile.pftrace"
     [device] = session["device_pftraces"]
     assert device.startswith("session/device_profile_model_") and device.endswith(".pftrace")
