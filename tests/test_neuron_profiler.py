@@ -281,8 +281,8 @@ def test_a_view_that_ignores_output_file_still_lands_in_the_view_folder(neuron_r
 @pytest.mark.workflow
 def test_the_profile_schema_version_and_a_column_it_lacks_are_named(neuron_run, tmp_path):
     """view.json records the schema version (12.0.1 from the stand-in, as SDK 2.33), the tool's version
-    and its schema dump; a profile whose Instruction table lacks duration_ns gets one sentence naming the
-    column and the version, and no engine table built on a guess."""
+    and its schema dump; a profile whose SchemaFields declares no Instruction.duration_ns gets one sentence
+    naming the field and the version, and no engine table built on a guess."""
     d = neuron_wdir(neuron_run, NEURON_WIDS[0])
     record = json.loads((d / "view" / "view.json").read_text())
     assert record["profile_schema_version"] == "12.0.1" and record["profiler_version"]
@@ -310,7 +310,41 @@ def test_the_profile_schema_version_and_a_column_it_lacks_are_named(neuron_run, 
     )
     note = json.loads(out.read_text())["notes"]["profile_schema"]
     assert (
-        "profile schema 12.0.1: the Instruction table has no duration_ns column" in note
+        "profile schema 12.0.1: the Instruction table's SchemaFields declares no duration_ns field" in note
         and note == proc.stderr.strip() + "."
     )
     assert not (tmp_path / "w" / "tables" / "engine_busy.csv").exists()
+
+
+def test_the_fields_we_read_are_checked_against_the_profiles_own_schema_fields(tmp_path):
+    """SYNTHETIC, not schema 12: a profile whose SchemaFields renames Instruction.duration_ns (to duration)
+    and retypes Instruction.engine (to integer) is told field by field, with the version, from what the
+    profile declares, whatever columns the table holds; without a SchemaFields the table's own columns
+    are checked, as for any profile that does not describe itself."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuronsweep.formats import profile_schema
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    view = tmp_path / "view"
+    (view / "parquet").mkdir(parents=True)
+    row = {"start_ts": 0, "duration_ns": 650, "engine": "Tensor", "opcode": "MATMUL"}
+    pq.write_table(pa.Table.from_pylist([row]), view / "parquet" / "Instruction.parquet")
+    declared = {"start_ts": "integer", "duration": "integer", "engine": "integer", "opcode": "string"}
+    fields = [
+        {"table_name": "Instruction", "field_name": f, "field_type": t, "field_unit": "ns" if f != "engine" else ""}
+        for f, t in declared.items()
+    ]
+    pq.write_table(pa.Table.from_pylist(fields), view / "parquet" / "SchemaFields.parquet")
+    db = ProfileDB().load(view)
+    assert profile_schema.declared(db)["Instruction"]["duration"] == {"type": "integer", "unit": "ns"}
+    said = profile_schema.problems(db, "99.0.0")
+    assert said == [
+        "profile schema 99.0.0: the Instruction table's SchemaFields declares no duration_ns field, so engine busy "
+        "time is not read from it; send view/profile-schema.txt with a bug report",
+        "profile schema 99.0.0: the Instruction table's SchemaFields declares engine as integer, where engine busy "
+        "time reads it as a text; send view/profile-schema.txt with a bug report",
+    ]
+    (view / "parquet" / "SchemaFields.parquet").unlink()  # a profile that does not describe itself: its columns
+    assert profile_schema.problems(ProfileDB().load(view), "99.0.0") == []

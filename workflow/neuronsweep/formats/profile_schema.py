@@ -1,64 +1,89 @@
-"""The parquet profile schema moves between SDKs (7.4.0 in 2.31, 12.0.1 in 2.33): the columns we read,
-per schema major, and one sentence for each one a profile lacks.
+"""The parquet profile schema moves between SDKs (7.4.0 in 2.31, 12.0.1 in 2.33), and every parquet
+profile describes its own: a `SchemaFields` table, one row per table and field (`table_name`,
+`field_name`, `field_type`, `field_unit`, ...: profile-schema-reference.rst, "The output Parquet is also
+self-describing"; how-to-analyze-profile-output.rst: "so you can query the schema alongside the data").
+So the fields extract reads are checked against what the profile declares, for every schema version,
+not against a column table per version written by hand: a field it does not declare, or declares with
+a type that cannot be what we read it as, is one sentence naming the table, the field and the version,
+and the tables built on it are not written. A profile without SchemaFields (the legacy json, a damaged
+folder) is checked against the columns its tables really have.
 
-The names are the profile schema reference's (tools/neuron-explorer/profile-schema-reference.rst,
-schema 7.4.0). The v2.33.0 docs have the same generated page for 12.0.1, but its tables could not be
-read here (the stored copies give its introduction only), so 12.x is not mapped column by column yet:
-for any other major the view saves the tool's own dump (`neuron-explorer view --show-profile-schema`,
-2.33; top-level `--show-profile-schema`, 2.31) beside the profile, the check below runs on the tables
-the profile really has (a column we need and the schema lacks is named with the version, never a
-KeyError or a silent null), and the field test's "parquet columns we read" line settles it on a device.
+The names we read are the profile schema reference's of 7.4.0 (the 12.0.1 tables could not be read
+here; the profile's own SchemaFields says whether it still has them, and the field test prints it).
 """
 
 from __future__ import annotations
 
-SCHEMA_7 = {
+# table -> field -> (what needs it, the kind of value we read it as)
+READ = {
     "Instruction": {
-        "start_ts": "engine busy time",
-        "duration_ns": "engine busy time",
-        "engine": "engine busy time",
-        "opcode": "the op mix",
+        "start_ts": ("engine busy time", "number"),
+        "duration_ns": ("engine busy time", "number"),
+        "engine": ("engine busy time", "text"),
+        "opcode": ("the op mix", "text"),
     },
     "DmaPacket": {
-        "start_ts": "DMA queue busy time",
-        "duration_ns": "DMA queue busy time",
-        "queue_name": "the DMA queue table",
+        "start_ts": ("DMA queue busy time", "number"),
+        "duration_ns": ("DMA queue busy time", "number"),
+        "queue_name": ("the DMA queue table", "text"),
     },
     "Metadata": {
-        "tensor_engine_num_rows": "the device's own peaks",
-        "tensor_engine_num_cols": "the device's own peaks",
-        "tensor_engine_clock_freq": "the device's own peaks",
-        "hbm_ddr_bandwidth": "the device's own peaks",
+        "tensor_engine_num_rows": ("the device's own peaks", "number"),
+        "tensor_engine_num_cols": ("the device's own peaks", "number"),
+        "tensor_engine_clock_freq": ("the device's own peaks", "number"),
+        "hbm_ddr_bandwidth": ("the device's own peaks", "number"),
     },
 }
-NEEDED = {7: SCHEMA_7}  # a major we have not seen is checked against the 7.x names on the profile itself
+FIELDS_TABLE = "SchemaFields"
+KINDS = {"integer": "number", "number": "number", "string": "text"}  # OpenAPI types as SchemaFields gives them
 
 
-def major(version: str | None) -> int | None:
-    try:
-        return int(str(version).split(".")[0])
-    except (TypeError, ValueError):
+def declared(db) -> dict[str, dict[str, dict]] | None:
+    """table -> field -> {"type", "unit"} as the profile's SchemaFields declares them; None without one."""
+    if FIELDS_TABLE not in db.tables:
         return None
-
-
-def needed(version: str | None) -> dict[str, dict[str, str]]:
-    return NEEDED.get(major(version), SCHEMA_7)
+    have = {column for column, _ in db.describe(FIELDS_TABLE)}
+    cols = [c for c in ("table_name", "field_name", "field_type", "field_unit") if c in have]
+    if not {"table_name", "field_name"} <= set(cols):
+        return None
+    out: dict[str, dict[str, dict]] = {}
+    for row in db.df(f'SELECT DISTINCT {", ".join(cols)} FROM "{FIELDS_TABLE}"').to_dict("records"):
+        fields = out.setdefault(str(row["table_name"]), {})
+        fields[str(row["field_name"])] = {"type": row.get("field_type"), "unit": row.get("field_unit")}
+    return out
 
 
 def problems(db, version: str | None) -> list[str]:
-    """One sentence per needed column a parquet table of this profile lacks (tables it does not have
-    are not asked: a table is written only when that activity happened)."""
+    """One sentence per field we read that a parquet table of this profile lacks, by its SchemaFields where
+    it has one (or declares with a type we cannot read as what we need), else by the table's columns.
+    Tables the profile does not have are not asked: a table is written only when that activity happened."""
     tables = {t.lower(): t for t in db.tables}
+    schema = declared(db)
+    at = f"profile schema {version or '(version not recorded)'}"
     out = []
-    for table, columns in needed(version).items():
+    for table, fields in READ.items():
         name = tables.get(table.lower())
         if name != table:  # absent, or the legacy json's lower-case table: not the parquet schema
             continue
+        if schema is not None and table in schema:
+            for field, (use, kind) in fields.items():
+                found = schema[table].get(field)
+                if found is None:
+                    out.append(
+                        f"{at}: the {table} table's SchemaFields declares no {field} field, so {use} is not read "
+                        "from it; send view/profile-schema.txt with a bug report"
+                    )
+                elif KINDS.get(str(found["type"]).lower(), kind) != kind:
+                    out.append(
+                        f"{at}: the {table} table's SchemaFields declares {field} as {found['type']}, where {use} "
+                        f"reads it as a {kind}; send view/profile-schema.txt with a bug report"
+                    )
+            continue
         have = {column for column, _ in db.describe(name)}
-        for column, use in columns.items():
-            if column not in have:
-                out.append(
-                    f"profile schema {version or '(version not recorded)'}: the {table} table has no "
-                    f"{column} column, so {use} is not read from it; send view/profile-schema.txt with a bug report"
-                )
+        out += [
+            f"{at}: the {table} table has no {field} column, so {use} is not read from it; send "
+            "view/profile-schema.txt with a bug report"
+            for field, (use, _) in fields.items()
+            if field not in have
+        ]
     return out
