@@ -70,6 +70,7 @@ def searches(cfg: dict) -> dict[str, tuple[str, dict]]:
 
 
 def pick(cfg: dict, name: str | None, source: str) -> tuple[str, dict]:
+    """(kind, entry) of the config's search named `name`, or of its only one; one sentence otherwise."""
     found = searches(cfg)
     if name and name not in found:
         raise UserError(f"{source}: no search is named {name} (it has: {', '.join(found) or 'none'}); check --name.")
@@ -146,6 +147,7 @@ class Search:
 
     # ------------------------------------------------------------------ the record
     def recorded(self) -> pd.DataFrame:
+        """trials.csv as far as the search got (empty before its first round)."""
         if not self.trials_csv.is_file():
             return pd.DataFrame()
         return pd.read_csv(self.trials_csv, keep_default_na=False, na_values=[""])
@@ -194,6 +196,7 @@ class Search:
         return max(1, points * len(self.entry.get("dtype") or [1]) * len(self.entry.get("impl") or [1]))
 
     def builds_spent(self, table: pd.DataFrame) -> int:
+        """The cases built so far, for the builds budget."""
         if table.empty or "cases" not in table:
             return 0
         full = table[table["measured"].map(verdict.flag) & (table.get("effort", PIPELINE) == PIPELINE)]
@@ -201,6 +204,7 @@ class Search:
 
     # ------------------------------------------------------------------ one round
     def round_config(self, trials: list[dict], capture: dict | None = None) -> dict:
+        """The sweep config of one round: the entry's cases at each trial's params, as one suite."""
         entry = {k: v for k, v in self.entry.items() if k != "search"}
         fixed = entry.get("params") or {}
         entries = [{**entry, "params": {**fixed, **{k: [v] for k, v in t.items()}}} for t in trials]
@@ -258,7 +262,9 @@ class Search:
         """Seconds the trial's cases held the device: each capture's lock span, and a neuron build's
         (it runs on the cores); None when no record says."""
         workloads, total, found = _workloads_dir(run), 0.0, False
-        for wid in wids if workloads is not None else []:
+        if workloads is None:
+            return None
+        for wid in wids:
             for record in ("capture/capture.json", "build/build.json"):
                 try:
                     span = json.loads((workloads / wid / record).read_text()).get("device_span") or {}
@@ -355,7 +361,9 @@ class Search:
                 if room <= 0:
                     say(f"search: stopped before round {n_round}: the budget of {self.max_builds} builds is spent")
                     break
-            asked, new, rows = [], [], []
+            asked: list = []
+            new: list[dict] = []
+            rows: list[dict] = []
             for _ in range(3 * self.per_round):  # a repeated proposal is told the earlier result, not run
                 if len(new) >= room:
                     break
@@ -495,7 +503,7 @@ class Search:
         with devicelock.held(lock, f"neuronsweep search {self.entry['name']}: screening") as span:
             got = iter(cpu_timing.screen_in_process(jobs, timeout_s=600 + 10 * len(jobs)))
             held_s = time.time() - span["acquired_unix"]
-        out = []
+        out: list[dict] = []
         for wids in cases:
             taken = [next(got) for _ in wids]
             errors = [f"{w}: {r['error']}" for w, r in zip(wids, taken) if "error" in r]
@@ -626,6 +634,7 @@ def _labelled(labels: dict, params: dict) -> bool:
 
 
 def _workloads_dir(run: str) -> Path | None:
+    """A trial's run's cases folder (results/<run>/<backend>/workloads), whichever backend ran it."""
     found = sorted((Path("results") / run).glob("*/workloads"))
     return found[0] if found else None
 
@@ -640,14 +649,15 @@ def _key(params: dict) -> tuple:
 
 
 def _params(row: dict) -> dict:
+    """A trials.csv row's params (its `param.<name>` columns) by name."""
     return {k[len("param.") :]: v for k, v in row.items() if k.startswith("param.")}
 
 
 def _objective(row) -> float | None:
-    value = row.get("objective_s") if hasattr(row, "get") else None
+    """A trial's objective as its record gives it: a finite number of an ok trial, else None."""
     try:
-        value = float(value)
-    except (TypeError, ValueError):
+        value = float(row.get("objective_s"))  # a row of trials.csv (a Series) or a trial record (a dict)
+    except (AttributeError, TypeError, ValueError):
         return None
     return value if math.isfinite(value) and row.get("status") == "ok" else None
 
@@ -672,6 +682,7 @@ def _best(table: pd.DataFrame):
 
 
 def status_lines(search: Search) -> list[str]:
+    """`neuronsweep search status`: the budget spent, the best so far and every failed trial's reason."""
     table = search.recorded()
     measured, spent = search.spent(table)
     lines = [f"search {search.entry['name']} ({search.space.strategy}, seed {search.space.seed}): {search.folder}"]
@@ -700,6 +711,7 @@ def status_lines(search: Search) -> list[str]:
 
 
 def load(config_path: str, name: str | None, cores: int = 2) -> Search:
+    """The search `name` of a config file (its only one when None)."""
     cfg = schema.load(config_path)
     kind, entry = pick(cfg, name, config_path)
     return Search(cfg, entry, config_path, cores, kind)

@@ -106,6 +106,7 @@ def by_device_seconds(table: pd.DataFrame) -> go.Figure | None:
 
 
 def space(table: pd.DataFrame) -> go.Figure | None:
+    """Each measured trial's objective over its params (None without one)."""
     ok = table[(table["status"] == "ok") & (table["measured"].astype(str).str.lower() == "true")]
     names = [c for c in table.columns if c.startswith("param.")]
     if ok.empty or not names:
@@ -140,6 +141,7 @@ def space(table: pd.DataFrame) -> go.Figure | None:
 
 
 def render(name: str, best: dict, table: pd.DataFrame) -> str:
+    """search.html: the winner and its verdicts, the figures, every trial."""
     figs = [f for f in (progress(table), by_device_seconds(table), space(table)) if f is not None]
     parts = [
         f"<h1>neuron-sweep search: {html.escape(name)}</h1>",

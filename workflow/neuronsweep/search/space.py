@@ -15,6 +15,7 @@ import math
 import random
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from neuronsweep.errors import UserError
 
@@ -52,13 +53,14 @@ def _conditional(space: dict) -> bool:
 class Space:
     """param -> its values (a list), an integer range {low, high, log}, either with `when` (conditional)."""
 
-    params: dict[str, list | dict]
+    params: dict[str, Any]  # a list of values, or a range {low, high, log}, either with `when`
     strategy: str = "tpe"
     seed: int = 0
     default: dict = field(default_factory=dict)
     eta: int = 3  # halving: a 1/eta of the screened configurations go on to the full measurement
 
     def distributions(self) -> dict:
+        """Each param as Optuna's distribution (a range as integers, a list as categories)."""
         optuna = _optuna()
 
         out = {}
@@ -73,13 +75,15 @@ class Space:
         return out
 
     def listed(self) -> bool:
+        """Whether every param lists its values (a grid can be enumerated)."""
         return all(values_of(spec) is not None for spec in self.params.values())
 
     def grid(self) -> list[dict]:
         """Every point of a space of lists, a conditional param only where it applies."""
         out: list[dict] = [{}]
         for name, spec in self.params.items():
-            out = [q for p in out for q in ([{**p, name: v} for v in values_of(spec)] if applies(spec, p) else [p])]
+            values = values_of(spec) or []  # a space of lists: every param lists its values
+            out = [q for p in out for q in ([{**p, name: v} for v in values] if applies(spec, p) else [p])]
         return out
 
     def point(self, choose) -> dict:
@@ -212,6 +216,7 @@ def _suggest(trial, name: str, spec):
 
 
 def sampler(space: Space):
+    """The strategy's Optuna sampler, seeded: grid, random and halving draw at random, tpe models."""
     optuna = _optuna()
 
     if space.strategy in ("grid", "random", "halving"):  # grid: its points enqueued in a seeded order (ask)
@@ -237,6 +242,7 @@ class Study:
             self.grid = [p for p in points if p != space.default]
 
     def ask(self):
+        """The next trial: the grid's next point, or the sampler's proposal."""
         if self.grid and self.study.trials:  # trial 0 is the enqueued default
             self.study.enqueue_trial(self.grid.pop(0))
         if not _conditional(self.space.params):
@@ -246,6 +252,7 @@ class Study:
         return trial
 
     def tell(self, trial, objective: float | None) -> None:
+        """A trial's result; one without a finite objective is a failed trial."""
         optuna = _optuna()
 
         if objective is None or not math.isfinite(objective):
