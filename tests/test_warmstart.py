@@ -4,18 +4,21 @@ would run alike and the command runs on its own otherwise; a command dies with i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from helpers import BIN, snakemake, tiny_config
+from helpers import BIN, REPO, snakemake, tiny_config
 
 from neuronsweep import warmstart
 from neuronsweep.config import schema
@@ -216,3 +219,28 @@ def test_a_neuron_runs_server_imports_no_framework_and_serves_its_stages(tmp_pat
     plan.write_text("not json")
     alone = subprocess.run(argv, env=job_env(tmp_path, None), capture_output=True, timeout=60)
     assert job.returncode == alone.returncode != 0 and err.splitlines()[-1:] == alone.stderr.splitlines()[-1:]
+
+
+def test_a_request_is_typed_and_anything_else_is_refused_in_one_line(tmp_path, server):
+    """The request a job hands over parses into its fields; a stray connection that sends something else is
+    refused with a line in the server's log (never a silent cold start for every job of a buggy server),
+    and the server goes on serving. `python -m neuronsweep` enters as the script does."""
+    good = warmstart.Request(["build", "--help"], str(tmp_path), {"A": "1"}, ["python"], 7)
+    assert warmstart.Request.parse(json.dumps(dataclasses.asdict(good)).encode()) == good
+    for bad in (b"not json", b'{"argv": ["build"]}', b'{"argv": [], "cwd": "", "env": {}, "python": [], "pid": 1}'):
+        with pytest.raises(ValueError, match="not a request"):
+            warmstart.Request.parse(bad)
+    path = server.partition(":")[2]
+    stray = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stray.connect(path)
+    socket.send_fds(stray, [struct.pack("!I", 8)], [0, 1, 2])
+    stray.sendall(b"not json")
+    assert stray.recv(64) == b""  # closed: nothing ran
+    argv = build_argv(tmp_path, tmp_path / "after")
+    proc = subprocess.Popen(argv, env=job_env(tmp_path, server), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert spied(tmp_path / "spy.jsonl")[-1]["pid"] != proc.pid  # the server still took it: a child of its own
+    main = subprocess.run([sys.executable, "-m", "neuronsweep", "--help"], capture_output=True, text=True)
+    assert main.returncode == 0 and "neuronsweep" in main.stdout
+    assert "from neuronsweep.warmstart import main" in (REPO / "workflow/neuronsweep/__main__.py").read_text()

@@ -29,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from neuronsweep.environment import WARM_JOB as JOB
@@ -36,10 +37,17 @@ from neuronsweep.environment import WARM_SOCKET as ENV
 from neuronsweep.environment import WARM_START as OFF
 from neuronsweep.store.failures import STAGES
 
-# the per-case stages, and the run's own jobs: the host calibration, and at its end aggregate, history
-# and report (pandas and plotly: about 2 s of imports between them, on the path from the last case to
-# the report)
-COMMANDS = (*STAGES, "calibrate", "aggregate", "history", "report")
+# The commands the server takes, and the module each one runs in: the per-case stages, and the run's own
+# jobs (the host calibration, and at its end aggregate, history and report: pandas and plotly, about 2 s
+# of imports between them, on the path from the last case to the report). The server imports them all.
+COMMAND_MODULES = {
+    **{stage: f"neuronsweep.stages.{stage}" for stage in STAGES},
+    "calibrate": "neuronsweep.cli",  # the host calibration is the CLI's own (over backends/cpu, imported with torch)
+    "aggregate": "neuronsweep.stages.aggregate",
+    "history": "neuronsweep.runs.history",
+    "report": "neuronsweep.stages.report",
+}
+COMMANDS = tuple(COMMAND_MODULES)
 
 # Read by PyTorch, OpenMP, the BLAS or Python when a module is imported: a job whose values differ
 # from the server's would not get what a fresh interpreter gives it, so it runs on its own.
@@ -68,16 +76,7 @@ THREAD_VARS = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-STAGE_MODULES = (
-    "neuronsweep.cli",
-    "neuronsweep.stages.build",
-    "neuronsweep.stages.capture",
-    "neuronsweep.stages.view",
-    "neuronsweep.stages.extract",
-    "neuronsweep.stages.aggregate",
-    "neuronsweep.stages.report",
-    "neuronsweep.runs.history",
-)
+STAGE_MODULES = tuple(dict.fromkeys(("neuronsweep.cli", *COMMAND_MODULES.values())))
 # What the server imports for each backend. cpu runs its workloads in the stage's own process, so torch
 # is preloaded; neuron and xla run theirs in child programs (backends/programs/), fresh interpreters
 # that read the device's environment when they import their framework: their server imports no
@@ -99,6 +98,30 @@ PRELOAD = {
 # missing one only costs each job its import
 PRIVATE = {"torch.export._trace", "torch._export.serde.serialize"}
 _HEADER = struct.Struct("!I")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job hands the server (as JSON after a length header, beside its three standard streams): the
+    command line, the folder and environment to run it in, the interpreter it would have run in, its pid."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    python: list[str]
+    pid: int
+
+    @classmethod
+    def parse(cls, body: bytes) -> Request:
+        """The request of a job; ValueError for anything that is not one (a stray connection)."""
+        try:
+            fields = json.loads(body)
+            request = cls(**{name: fields[name] for name in cls.__dataclass_fields__})
+        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a request: {exc}") from None
+        if not (request.argv and isinstance(request.env, dict) and isinstance(request.pid, int)):
+            raise ValueError("not a request: no command, environment or pid")
+        return request
 
 
 def main() -> int:
@@ -125,9 +148,7 @@ def _through_server(argv: list[str]) -> int | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        request = json.dumps(
-            {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "python": _interpreter(), "pid": os.getpid()}
-        ).encode()
+        request = json.dumps(asdict(Request(argv, os.getcwd(), dict(os.environ), _interpreter(), os.getpid()))).encode()
         socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
         sock.sendall(request)
         reader = sock.makefile("r")
@@ -275,14 +296,16 @@ class _Server:
                 if not chunk:
                     raise OSError("short request")
                 body += chunk
-            request = json.loads(body)
+            request = Request.parse(body)
             if len(fds) != 3 or not self._same_imports(request):
                 raise OSError("refused")
             pid = os.fork()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # refused, or not a request
+        except (OSError, ValueError) as exc:  # refused (another environment), or not a request: the job runs alone
             for fd in fds:
                 os.close(fd)
             conn.close()
+            if isinstance(exc, ValueError):
+                print(f"neuronsweep warm server: {exc}", file=sys.stderr, flush=True)
             return
         if pid == 0:
             self._child(conn, fds, request)  # never returns
@@ -301,14 +324,16 @@ class _Server:
             return
         events.register(conn, selectors.EVENT_READ)
 
-    def _same_imports(self, request: dict) -> bool:
-        if request.get("python") != _interpreter() or (request.get("argv") or [""])[0] not in COMMANDS:
+    def _same_imports(self, request: Request) -> bool:
+        """Whether the job would import what the server imported: the same interpreter, a command it takes,
+        and the same import-time environment."""
+        if request.python != _interpreter() or request.argv[0] not in COMMANDS:
             return False
-        env = request["env"]
+        env = request.env
         keys = {k for k in (*env, *self.env) if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARS}
         return all(env.get(k) == self.env.get(k) for k in keys)
 
-    def _child(self, conn: socket.socket, fds: list[int], request: dict) -> None:
+    def _child(self, conn: socket.socket, fds: list[int], request: Request) -> None:
         code = 1
         try:
             os.setpgid(0, 0)  # its own group: a signal to it reaches its subprocesses, as for a shell job
@@ -325,20 +350,20 @@ class _Server:
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
                 os.close(fd)
-            os.chdir(request["cwd"])
+            os.chdir(request.cwd)
             os.environ.clear()
-            os.environ.update(request["env"])
-            os.environ[JOB] = str(request["pid"])
+            os.environ.update(request.env)
+            os.environ[JOB] = str(request.pid)
             tempfile.tempdir = None  # TMPDIR is the job's (Snakemake's tmpdir resource)
             threads = os.environ.get("OMP_NUM_THREADS", "")
             if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:  # cpu: what a fresh one does
                 import torch
 
                 torch.set_num_threads(int(threads))
-            sys.argv = ["neuronsweep", *request["argv"]]
+            sys.argv = ["neuronsweep", *request.argv]
             from neuronsweep.cli import main as cli_main
 
-            code = cli_main(request["argv"])
+            code = cli_main(request.argv)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, then status 1
