@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from neuronsweep import doctor
+from neuronsweep.analysis.stats import DEVICE_TIMES
 from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
 from neuronsweep.formats import profile_schema
@@ -174,7 +175,7 @@ def check_case(case: Path, name: str) -> list[Line]:
     )
     # device busy time, not total_time: total_time holds ~2 ms of start-up per profiled execution (trn1)
     latency, device = metrics.get("latency_median_s"), metrics.get("profile_active_time_s")
-    device_samples = str((capture.get("latency") or {}).get("basis", "")).startswith("device time")
+    device_samples = (capture.get("latency") or {}).get("samples_are") == DEVICE_TIMES
     add(
         None if latency is None or device is None or device_samples else 0 < device <= latency * 1.05,
         "device time vs framework",

@@ -8,6 +8,11 @@ import statistics
 NOISY_REL_SPREAD = 0.25
 
 
+# capture.json `latency.samples_are`: samples that are the profiler's device time of each execution (an NKI
+# kernel's, which no framework times), not a framework's wall time
+DEVICE_TIMES = "device times"
+
+
 def latency_stats(samples_s: list[float], rounds: int = 1, in_processes: bool = False) -> dict:
     """Median, IQR (p75 - p25, inclusive quantiles), min, max, mean, n and every sample; with several
     rounds (config `repeats`), each round's median and the spread: max(IQR, range of round medians).

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.analysis.stats import DEVICE_TIMES, latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
 from neuronsweep.backends.processes import run_tool
@@ -307,6 +307,7 @@ def execution_samples(neff: Path, capture_dir: Path, settings: CaptureSettings, 
         samples.append(float(view_profile(neff, ntff, folder, view)["summary"]["total_time"]))
     return {
         **latency_stats(samples),
+        "samples_are": DEVICE_TIMES,
         "basis": "device time per execution: the profiler's total_time of each profiled execution, after "
         f"{first - 1} warm-up execution(s) (profiled, not counted), all in one process",
         "executions": f"profile_exec_{first}..{first + count - 1}",

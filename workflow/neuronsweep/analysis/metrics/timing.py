@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from neuronsweep.analysis.metrics.parts import Part, ratio
-from neuronsweep.analysis.stats import NOISY_REL_SPREAD
+from neuronsweep.analysis.stats import DEVICE_TIMES, NOISY_REL_SPREAD
 from neuronsweep.store.records import CaptureRecord
 
 
@@ -60,7 +60,7 @@ def timing(capture: CaptureRecord | None, backend: str, profile_total_time_s: fl
         notes["threads"] = f"the {backend} backend leaves threading to its runtime"
     device_s = {"neuron": profile_total_time_s, "xla": execute}.get(backend)
     overhead = None
-    if lat.get("basis", "").startswith("device time per execution"):  # NKI: the samples are device times
+    if lat.get("samples_are") == DEVICE_TIMES:  # NKI: the samples are the profiler's device times
         notes["framework_overhead_s"] = notes["latency_median_s"] = lat["basis"]
     elif median is not None and device_s is not None:
         overhead = median - device_s
