@@ -253,8 +253,8 @@ def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(
         text=True,
         env={**env, "STANDIN_NO_DEVICE": "1"},
     )
-    assert none.returncode == 2 and none.stderr.strip().endswith(
-        "listed by neuron-ls); run on a trn1, trn2 or inf2 instance or set backend: auto."
+    assert none.returncode == 2 and none.stderr.strip().endswith(  # the tool's answer: an empty device list
+        "--json-output: 0 device(s), 0 NeuronCore(s)); run on a trn1, trn2 or inf2 instance or set backend: auto."
     )
     assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr
 

@@ -141,11 +141,12 @@ def discover() -> Machine:
             devices, top = parse_json(text) if text else ([], {})
         except ValueError:
             continue
-        if devices:
-            how = command
+        if devices or (text and text.strip() and not top):  # a device list, empty on a machine without one
+            how = command  # machine_from adds how many devices and cores it listed
             break
-    if not devices and printed:  # it answered, and no device list was found in what it said: say what
-        how = f"no NeuronCore in what neuron-ls printed ({'; '.join(printed)})"
+    else:
+        if printed:  # it answered, and no device list was found in what it said: say what
+            how = f"no NeuronCore in what neuron-ls printed ({'; '.join(printed)})"
     header = {}
     if not (top.get("instance_type") or _first(devices, "instance_type")):
         header = parse_header(_run([path]) or "")
