@@ -154,8 +154,9 @@ def render(head, notes, table, changes, ops, gate_pct, min_effect_pct) -> str:
     parts += [
         "<h2>Workloads</h2>",
         "<p class=muted>slower / faster: a t-test on the round medians of processes of their own (each side at "
-        "least 3; Yuen's, the fastest and slowest fifth of each side trimmed, so one outlying process does not "
-        "decide it) rejects after Holm's correction over the workloads, and the change is at least the minimum "
+        "least 3; on each process's ratio B/A where one process timed both sides in alternation; the fastest and "
+        "slowest fifth trimmed, so one outlying process does not decide it) rejects after Holm's correction over "
+        "the workloads, and the change is at least the minimum "
         "effect; the regression gate also needs the 95 % interval wholly past its margin. <i>could show</i>: the "
         "minimum detectable change, the smallest change that case's processes could have called different; "
         "where it is wider than the gate, the case is not judged and says so. One process a side is not judged: "
