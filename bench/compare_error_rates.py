@@ -94,12 +94,14 @@ def interleaved_pair(a: Path, b: Path, rounds: int, seed: int, gate: float, effe
     started = time.monotonic()
     timings = interleave.retime(ra, rb, compare.timed_in_both(ra, rb), rounds, seed=seed, say=lambda _: None)
 
-    def blind(now: dict) -> list[str]:
-        said = verdict.judge(list(now.values()), gate=gate / 100)
-        return [wid for wid, v in zip(now, said) if v.said.startswith(verdict.BLIND)]
-
     more = interleave.more_rounds(
-        ra, rb, timings, blind, interleave.DEFAULT_BUDGET_S, time.monotonic() - started, say=lambda _: None
+        ra,
+        rb,
+        timings,
+        lambda now: compare.unseen(now, gate / 100),
+        interleave.DEFAULT_BUDGET_S,
+        time.monotonic() - started,
+        say=lambda _: None,
     )
     aa, _ = compare.compare(ra, rb, timings=timings, gate=gate / 100)
     touched = sorted(timings)[::2]

@@ -230,6 +230,12 @@ def compare(
     return table, changes_df.reset_index(drop=True)
 
 
+def unseen(timings: dict, gate: float, min_effect: float = verdict.MIN_EFFECT) -> list[str]:
+    """The workloads of `timings` (wid -> (A, B)) whose test could not yet see a change the size of `gate`."""
+    said = verdict.judge(list(timings.values()), min_effect=min_effect, gate=gate)
+    return [wid for wid, v in zip(timings, said) if v.said.startswith(verdict.BLIND)]
+
+
 def header(a: Run, b: Run) -> list[str]:
     lines = [f"A: {a.folder} ({a.backend}), B: {b.folder} ({b.backend})"]
     ta, tb = a.toolchains(), b.toolchains()
@@ -379,11 +385,7 @@ def run(
         lines += said
     gate = None if fail_on_regression is None else fail_on_regression / 100
     if timings and gate is not None:  # rounds where the gate needs them, within the budget
-
-        def blind(now: dict) -> list[str]:
-            said = verdict.judge(list(now.values()), min_effect=min_effect_pct / 100, gate=gate)
-            return [wid for wid, v in zip(now, said) if v.said.startswith(verdict.BLIND)]
-
+        blind = lambda now: unseen(now, gate, min_effect_pct / 100)  # noqa: E731
         lines += interleave.more_rounds(a, b, timings, blind, budget_s, time.monotonic() - started)
     table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings, gate=gate)
     ops = _inside(a, b, table)

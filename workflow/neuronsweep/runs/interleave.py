@@ -23,7 +23,6 @@ runs built with another torch (an SDK release, on cpu) are refused: that change 
 
 from __future__ import annotations
 
-import itertools
 import platform
 import random
 import sys
@@ -98,25 +97,24 @@ def more_rounds(a, b, timings: dict, blind, budget_s: float, spent_s: float, say
     of `budget_s` (`spent_s` already spent on the first rounds). A batch is estimated at what a round
     took last, a process timing all the workloads asked then: the cases left only shrink, so the
     estimate errs long. Returns one line per batch, and why it stopped where cases were left."""
-    lines = []
+    lines: list[str] = []
     per_round = spent_s / max(1, max((len(ta.rounds or ()) for ta, _ in timings.values()), default=1))
-    for batch in itertools.count(1):
-        wids = blind(timings)
-        estimate = MORE_ROUNDS * per_round
-        if not wids or spent_s + estimate > budget_s:
-            if wids:
-                lines.append(
-                    f"budget: {len(wids)} workload(s) could still not see the gate after {spent_s:.0f} s of timing; "
-                    f"{MORE_ROUNDS} more rounds (about {estimate:.0f} s) would pass --budget-s {budget_s:g}"
-                )
-            return lines
+    wids, batch = blind(timings), 0
+    while wids and spent_s + MORE_ROUNDS * per_round <= budget_s:
+        batch += 1
         t0 = time.monotonic()
         more = retime(a, b, wids, MORE_ROUNDS, seed=batch, say=say)
-        spent_s += time.monotonic() - t0
-        per_round = (time.monotonic() - t0) / MORE_ROUNDS
+        took = time.monotonic() - t0
+        spent_s, per_round = spent_s + took, took / MORE_ROUNDS
         for wid, (ta, tb) in more.items():
             timings[wid] = (_joined(timings[wid][0], ta), _joined(timings[wid][1], tb))
         lines.append(f"more rounds: {MORE_ROUNDS} for {len(wids)} workload(s) whose test could not see the gate")
+        wids = blind(timings)
+    if wids:
+        lines.append(
+            f"budget: {len(wids)} workload(s) could still not see the gate after {spent_s:.0f} s of timing; "
+            f"{MORE_ROUNDS} more rounds (about {MORE_ROUNDS * per_round:.0f} s) would pass --budget-s {budget_s:g}"
+        )
     return lines
 
 
