@@ -126,7 +126,9 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     }
     cfg = tiny_config(tmp_path, suites={"custom": [entry]})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    argv = [str(BIN / "neuronsweep"), "search", "run", "config.yaml", "--finalist-rounds", "3"]
+    # five rounds: the trimmed test drops the fastest and the slowest process's ratio, so one process the
+    # other workers disturbed does not decide (with three nothing is trimmed: CI once said "unchanged")
+    argv = [str(BIN / "neuronsweep"), "search", "run", "config.yaml", "--finalist-rounds", "5"]
     # on one core, so torch times with one thread: under pytest-xdist the other worker keeps the second
     # core busy, and a two-thread GEMM then waited out scheduler quanta (16 ms for a 60 us case, in CI)
     one_core = {min(os.sched_getaffinity(0))}
@@ -503,7 +505,9 @@ def test_the_screen_rung_times_every_point_of_the_space_in_one_fresh_process(tmp
     grid = s.space.grid()
     got = s.screen(grid, 0)
     assert len(got) == len(grid) == 24
-    assert all(g["status"] == "ok" and 0 < g["objective_s"] < 1 for g in got), got
+    # seconds, not another unit: a point of this space takes about a millisecond, and 2 s under a loaded
+    # CI, so the bound is one a wrong unit (ms, us: 1e3x, 1e6x) breaks and a slow machine does not
+    assert all(g["status"] == "ok" and 0 < g["objective_s"] < 60 for g in got), got
 
 
 def from_landscape(times: dict, calls: list, rung: int | None = None):

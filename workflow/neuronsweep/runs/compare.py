@@ -397,14 +397,14 @@ def run(
     with replacing(out / "compare.html") as tmp:
         tmp.write_text(compare_page.render(lines, notes, table, changes, ops, fail_on_regression, min_effect_pct))
     said = table["verdict"] if len(table) else pd.Series(dtype=str)
-    unseen = said.str.startswith(verdict.BLIND)
-    counts = said[~unseen].value_counts().to_dict()
-    if unseen.any():  # one count, with the range of what those tests could show
-        shown = table.loc[unseen, "min_detectable_pct"]
+    blind_rows = said.str.startswith(verdict.BLIND)
+    counts = said[~blind_rows].value_counts().to_dict()
+    if blind_rows.any():  # one count, with the range of what those tests could show
+        shown = table.loc[blind_rows, "min_detectable_pct"]
         over = (
             f"{shown.min():.0f}" if round(shown.min()) == round(shown.max()) else f"{shown.min():.0f}-{shown.max():.0f}"
         )
-        counts[f"{verdict.BLIND} {over} % (wider than the gate)"] = int(unseen.sum())
+        counts[f"{verdict.BLIND} {over} % (wider than the gate)"] = int(blind_rows.sum())
     lines.append("workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
     judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
     for _, r in (judged.sort_values("change_pct", ascending=False) if len(judged) else judged).iterrows():
