@@ -63,7 +63,14 @@ def test_model_gemms_share_builds_with_the_matmul_suite_and_a_bad_config_is_one_
     plan = make_plan(schema.validate(cfg), "cpu")
     shared = [s for s in plan.scenarios if s.workload_id == "matmul-m32-k256-n512-fp32"]
     assert {s.suite for s in shared} == {"matmul", "model-tiny"} and len(shared) == 3  # the suite, gate and up
-    assert len(plan.workloads) == 7  # 10 GEMMs + 1 matmul: q=o, k=v, gate=up=the matmul share shapes
+    gemm_cases = [w for w in plan.workloads if w.startswith("matmul-")]
+    assert len(gemm_cases) == 7  # 10 GEMMs + 1 matmul: q=o, k=v, gate=up=the matmul share shapes
+    # and the model whole: its one kind of layer (both dense, full attention) and its head
+    assert sorted(set(plan.workloads) - set(gemm_cases)) == [
+        "layer-tiny-head-prefill-b2-s16-fp32",
+        "layer-tiny-l0-dense-prefill-b2-s16-fp32",
+    ]
+    assert plan.workloads["layer-tiny-l0-dense-prefill-b2-s16-fp32"]["layers"] == 2
     bad = tmp_path / "bad.json"
     bad.write_text('{"model_type": "no-such-model"}')
     cfg["suites"]["model"][0]["hf_config"] = str(bad)
@@ -173,7 +180,7 @@ def test_a_routing_policy_the_model_cannot_have_is_one_sentence_before_any_job(t
         schema.validate(cfg)
     cfg["suites"]["model"][0]["routing"] = {"zipf": 1.5}  # the policy is in the ids and the labels of plan.json
     plan = make_plan(schema.validate(cfg), "cpu")
-    experts = [sc for sc in plan.scenarios if sc.labels.get("routing")]
+    experts = [sc for sc in plan.scenarios if sc.labels.get("routing") and "experts" in sc.labels]
     assert experts and all("-zipf1.5-" in sc.id for sc in experts)
     assert {sc.labels["experts"] for sc in experts} == {8}
     prefill = next(sc for sc in experts if sc.labels["phase"] == "prefill")

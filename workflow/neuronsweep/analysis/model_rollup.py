@@ -1,25 +1,38 @@
-"""The model roll-up (suites.model): per model, phase, batch, seq and dtype, the sum over its GEMMs of
-count x measured latency, and each GEMM's share of it. It is the GEMMs' time, not the model's latency:
-attention's softmax, the norms, the activations and any communication are not in it."""
+"""The model roll-up (suites.model): per model, phase, batch, seq and dtype,
+
+- the GEMMs: the sum over the GEMMs each timed alone of count x measured latency, and each GEMM's share
+  of it (the GEMMs' time, not the model's: attention's softmax, norms and activations are not in it);
+- the model whole (`layers`, workloads/layer.py): the forward's estimate (each kind of layer's measured
+  time x how many layers are of it, plus the head's), the share of it each category takes (the GEMMs'
+  share measured, not assumed) and each GEMM's time inside its layer beside its time alone (the isolation
+  gap: inside / alone; above 1, the GEMM runs slower in the layer than alone).
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from neuronsweep.analysis.layer_categories import CATEGORIES
+
 GROUP = ["model", "phase", "batch", "seq", "dtype"]
+
+
+def _gemm_rows(part: pd.DataFrame) -> pd.Series:
+    """Which rows are GEMMs timed alone (the others are the model's layers and head, measured whole)."""
+    return part["part"].isna() if "part" in part else pd.Series(True, index=part.index)
 
 
 def rollup(part: pd.DataFrame) -> pd.DataFrame:
     """The suite's rows with `gemm_time_s` (count x latency_median_s), the group's `model_gemm_time_s` and
     `share_pct`; a group with a GEMM not measured (failed, unsupported) has no total (null, not partial)."""
-    out = part.copy()
+    out = part[_gemm_rows(part)].copy()
     latency = pd.to_numeric(out.get("latency_median_s"), errors="coerce")
     out["gemm_time_s"] = pd.to_numeric(out["count"], errors="coerce") * latency
     complete = out.groupby(GROUP, dropna=False)["gemm_time_s"].transform(lambda s: s.notna().all())
     total = out.groupby(GROUP, dropna=False)["gemm_time_s"].transform("sum")
     out["model_gemm_time_s"] = total.where(complete)
     out["share_pct"] = 100 * out["gemm_time_s"] / out["model_gemm_time_s"]
-    return out
+    return pd.concat([out, part[~_gemm_rows(part)]]).loc[part.index]
 
 
 def headlines(part: pd.DataFrame) -> list[str]:
@@ -56,3 +69,86 @@ def expert_loads(part: pd.DataFrame) -> list[str]:
             f"{len(load)} experts get tokens, the busiest {load[0]}, the least busy of them {min(t for t in load if t)}"
         )
     return lines
+
+
+def _measured(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["status"] == "ok"] if "status" in rows else rows
+
+
+def forward(part: pd.DataFrame) -> pd.DataFrame:
+    """One row per forward (model, phase, batch, seq, dtype) whose model was measured whole: its estimate
+    from the layers' and the head's measured latency, the GEMMs alone's sum beside it, and each category's
+    share of the layers' and head's profiled time (their splits weighted by how many layers are of each
+    kind). A forward with a part not measured has no estimate, and says which."""
+    if "part" not in part or part["part"].isna().all():
+        return pd.DataFrame()
+    gemms = rollup(part)
+    out = []
+    for key, group in part[~_gemm_rows(part)].groupby(GROUP, dropna=False):
+        row = dict(zip(GROUP, key))
+        weight = pd.to_numeric(group["layers"], errors="coerce").fillna(1)
+        latency = pd.to_numeric(group.get("latency_median_s"), errors="coerce")
+        missing = group.loc[latency.isna() | (group["status"] != "ok"), "scenario_id"].tolist()
+        row["parts"] = len(group)
+        row["forward_time_s"] = None if missing else float((weight * latency).sum())
+        row["forward_why"] = f"not measured: {', '.join(missing)}" if missing else ""
+        alone = gemms[(~gemms["model_gemm_time_s"].isna())]
+        for col, value in zip(GROUP, key):
+            alone = alone[alone[col].astype(str) == str(value)]
+        row["gemms_alone_time_s"] = float(alone["model_gemm_time_s"].iloc[0]) if len(alone) else None
+        if row["forward_time_s"] and row["gemms_alone_time_s"]:
+            row["gemms_alone_over_forward_pct"] = 100 * row["gemms_alone_time_s"] / row["forward_time_s"]
+        split = group.dropna(subset=["split_span_s"]) if "split_span_s" in group else group.iloc[:0]
+        if len(split) == len(group) and len(group):
+            w = weight[split.index]
+            span = float((w * split["split_span_s"].astype(float)).sum())
+            for c in CATEGORIES:
+                row[f"{c}_pct"] = 100 * float((w * split[f"split_{c}_s"].astype(float)).sum()) / span
+            row["profiled_over_timed"] = span / row["forward_time_s"] if row["forward_time_s"] else None
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def isolation(part: pd.DataFrame, specs: dict, inside: dict) -> pd.DataFrame:
+    """Each GEMM module of each measured layer and head: its seconds inside the layer (`inside`: workload id
+    -> the capture's gemms_inside_s, per call of the layer) beside count x the latency of its GEMMs timed
+    alone (the matmul rows of the same forward with its shapes), and their ratio, the isolation gap."""
+    gemm_rows = _measured(part[_gemm_rows(part)])
+    latency = {
+        (
+            str(r["phase"]),
+            str(r["batch"]),
+            str(r["seq"]),
+            str(r["dtype"]),
+            int(r["m"]),
+            int(r["k"]),
+            int(r["n"]),
+        ): float(r["latency_median_s"])
+        for _, r in gemm_rows.iterrows()
+        if pd.notna(r.get("latency_median_s"))
+    }
+    out = []
+    for _, r in _measured(part[~_gemm_rows(part)]).iterrows():
+        spec, measured = specs.get(r["workload_id"]), inside.get(r["workload_id"]) or {}
+        if not spec:
+            continue
+        key = (str(r["phase"]), str(r["batch"]), str(r["seq"]), str(r["dtype"]))
+        modules: dict[str, list] = {}
+        for g in spec["gemms"]:
+            modules.setdefault(g["module"], []).append(g)
+        for module, found in sorted(modules.items()):
+            times = [latency.get((*key, g["m"], g["k"], g["n"])) for g in found]
+            alone = None if any(t is None for t in times) else sum(g["count"] * t for g, t in zip(found, times))
+            within = measured.get(module)
+            out.append(
+                {
+                    **{c: r[c] for c in GROUP},
+                    "part": r["layer_kind"] if r["part"] == "layer" else "head",
+                    "module": module,
+                    "gemms": sum(g["count"] for g in found),
+                    "inside_s": within,
+                    "alone_s": alone,
+                    "isolation_gap": within / alone if within is not None and alone else None,
+                }
+            )
+    return pd.DataFrame(out)

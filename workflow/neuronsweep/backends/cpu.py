@@ -18,10 +18,11 @@ from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.intervals import union_length
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
-from neuronsweep.backends import BACKENDS
+from neuronsweep.backends import BACKENDS, layer_split
 from neuronsweep.backends.cpu_timing import (
     WARMUP_MIN_S,
     inputs,
+    load_module,
     round_in_process,
     timing_loop,
     torch_dtype,
@@ -68,10 +69,13 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         dtype = torch_dtype(torch, spec["dtype"])
         # meta tensors need no input memory, but a user's function may make tensors of its own on the
         # default device (torch.zeros(m, n)), which cannot mix with meta ones: its inputs are real
-        device = "cpu" if spec["kind"] == "custom" else "meta"
+        device = "cpu" if spec["kind"] in ("custom", "layer") else "meta"
         example = tuple(torch.empty(shapes[n], dtype=dtype, device=device) for n in kind.input_names(spec))
         t0 = time.perf_counter()
-        program = torch.export.export(kind.torch_module(spec), example)
+        if hasattr(kind, "export_program"):  # a model's layer: traced on fake tensors, saved without weights
+            program = kind.export_program(spec, example)
+        else:
+            program = torch.export.export(kind.torch_module(spec), example)
         export_s = time.perf_counter() - t0
         with replacing(out_dir / ARTIFACT) as tmp:
             torch.export.save(program, str(tmp))
@@ -125,7 +129,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     spec = build.spec
     kind = kind_of(spec)
     working_set = _check_memory(spec)
-    module = torch.export.load(str(build_dir / ARTIFACT)).module()
+    module = load_module(torch, build_dir, spec)
     torch.set_num_threads(settings.threads)
     names, args = kind.input_names(spec), inputs(torch, spec)
     timed = timing_loop(module, args)
@@ -143,6 +147,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         if not settings.rounds_in_processes:
             # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
             samples = warm_then_time(timed, 1, settings.repeats * settings.iterations)
+        split = layer_split.measure(module, args) if spec["kind"] == "layer" else None
     with replacing(out_dir / TRACE) as tmp:
         prof.export_chrome_trace(str(tmp))
     pids = []
@@ -161,6 +166,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "correctness": correctness,
         "threads": torch.get_num_threads(),
         "working_set_bytes": working_set,
+        **({"layer_split": split} if split else {}),
         "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
     }

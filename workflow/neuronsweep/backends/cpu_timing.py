@@ -36,12 +36,21 @@ def freeze_what_is_loaded() -> None:
     gc.freeze()
 
 
+def load_module(torch, build_dir: Path, spec: dict):
+    """The case's saved program as a callable module; a model's layer gets its seeded weights back
+    (workloads/layer.py: its .pt2 holds the program only)."""
+    kind = kind_of(spec)
+    if hasattr(kind, "load_program"):
+        return kind.load_program(build_dir / ARTIFACT, spec)
+    return torch.export.load(str(build_dir / ARTIFACT)).module()
+
+
 def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
     """One timed round in this process, from nothing: backends/programs/cpu_round.py runs it in a fresh one."""
     import torch
 
     spec = BuildRecord.read(build_dir).spec
-    module = torch.export.load(str(build_dir / ARTIFACT)).module()
+    module = load_module(torch, build_dir, spec)
     torch.set_num_threads(threads)
     with torch.inference_mode():
         return warm_then_time(timing_loop(module, inputs(torch, spec)), warmup, iterations)
@@ -65,7 +74,7 @@ def time_alternating(jobs: list[dict]) -> list[list[list[float]]]:
             loops = []
             for build in job["builds"]:
                 spec = BuildRecord.read(Path(build)).spec
-                module = torch.export.load(str(Path(build) / ARTIFACT)).module()
+                module = load_module(torch, Path(build), spec)
                 loops.append(timing_loop(module, inputs(torch, spec)))
             for loop in loops:  # each warmed as a lone round is
                 warm_then_time(loop, int(job["warmup"]), 1)

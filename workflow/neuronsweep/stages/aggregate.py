@@ -144,6 +144,28 @@ def targets_table(plan: dict) -> pd.DataFrame:
     return table.drop(columns=["roofline_efficiency_pct"]) if len(table) else table
 
 
+def gemms_inside(part: pd.DataFrame, workloads_dir: Path) -> dict[str, dict]:
+    """Each measured layer's GEMM modules' seconds inside it (metrics.json's gemms_inside_s), by workload id."""
+    out = {}
+    for wid in part.loc[part["status"] == "ok", "workload_id"]:
+        path = workloads_dir / str(wid) / "metrics.json"
+        if str(wid).startswith("layer-") and path.is_file():
+            out[str(wid)] = MetricsRecord.read(path).values.get("gemms_inside_s") or {}
+    return out
+
+
+def write_model_views(folder: Path, suite: str, part: pd.DataFrame, plan: dict, workloads_dir: Path) -> None:
+    """A model measured whole: <suite>-forward.csv (each forward's estimate and where its time goes) and
+    <suite>-isolation.csv (each GEMM inside its layer beside alone)."""
+    fwd = model_rollup.forward(part)
+    if not len(fwd):
+        return
+    gap = model_rollup.isolation(part, plan["workloads"], gemms_inside(part, workloads_dir))
+    for name, df in ((f"{suite}-forward.csv", fwd), (f"{suite}-isolation.csv", gap)):
+        with replacing(folder / name) as tmp:
+            df.to_csv(tmp, index=False)
+
+
 def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataFrame:
     """Aggregate a run: one row per scenario, from each case's metrics.json or its failure record.
 
@@ -166,6 +188,7 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
         table.to_csv(tmp, index=False)
     for suite, part in table.groupby("suite"):  # per-suite views of the same rows, without empty columns
         if str(suite).startswith("model-"):  # a model's GEMMs: their time rolled up per forward
+            write_model_views(out.parent / "suites", str(suite), part, plan, workloads_dir)
             part = model_rollup.rollup(part)
         with replacing(out.parent / "suites" / f"{suite}.csv") as tmp:
             part.dropna(axis=1, how="all").to_csv(tmp, index=False)

@@ -28,6 +28,7 @@ from neuronsweep.workloads import (
     expressions,
     has_roofline,
     kind_of,
+    layer,
     loops,
     matmul,
     mlp,
@@ -416,7 +417,7 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
 def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
     """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
     that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs."""
-    request: dict[str, list] = {"entries": []}
+    request: dict = {"entries": [], "answers": "layers"}  # the answer's form: a cached older one is not reused
     for i, entry in enumerate(entries):
         where = f"suites.model[{i}] ({entry['name']})"
         if ("hf_config" in entry) == ("module" in entry):
@@ -445,7 +446,7 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
     if "error" in answer:
         raise UserError(answer["error"])
     out = []
-    for entry, passes in zip(entries, answer["entries"]):
+    for entry, request_entry, passes in zip(entries, request["entries"], answer["entries"]):
         policy = routing.label(entry.get("routing", "balanced"))
         for one, dtype in itertools.product(passes, entry["dtype"]):
             for g in one["gemms"]:
@@ -482,6 +483,40 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
                         spec,
                     )
                 )
+            if entry.get("layers", True):
+                out += _layer_scenarios(entry, request_entry["sha256"], request_entry["routing"], one, dtype)
+    return out
+
+
+def _layer_scenarios(entry: dict, digest: str, policy, one: dict, dtype: str) -> list[tuple[Scenario, dict]]:
+    """The model measured whole at one phase, batch, seq and dtype: each kind of decoder layer and the
+    head, a `layer` workload each (workloads/layer.py)."""
+    if not one.get("layers"):
+        raise UserError(
+            f"suites.model ({entry['name']}): the model has no decoder layers neuron-sweep recognizes (a "
+            "ModuleList named layers of num_hidden_layers entries) to measure whole; set layers: false for it."
+        )
+    out = []
+    for kind in [*one["layers"], None]:
+        spec = layer.spec(entry, digest, one, kind, dtype, policy)
+        part = layer.part_label(spec)
+        policy_label = f"-{routing.label(entry.get('routing', 'balanced'))}" if spec.get("routing") else ""
+        labels = {
+            "model": entry["name"],
+            "phase": one["phase"],
+            "batch": one["batch"],
+            "seq": one["seq"],
+            "dtype": dtype,
+            "part": spec["part"],
+            "layer_kind": spec.get("layer_kind", "head"),
+            "layers": spec.get("layers", 1),
+        }
+        if policy_label:
+            labels["routing"] = policy_label[1:]
+        sid = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}-{part}{policy_label}-{dtype}"
+        out.append(
+            (Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)
+        )
     return out
 
 
@@ -545,9 +580,11 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
     if backend in ("cpu", "xla"):
         import psutil
 
+        layers_that_fit(plan, psutil.virtual_memory().total, "this machine's RAM")
         check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
     elif backend == "neuron" and config["neuron"]["target"] in TARGETS:  # auto: settled by each job on its node
         target = TARGETS[config["neuron"]["target"]]
+        layers_that_fit(plan, target.hbm_bytes(config["neuron"]["lnc"]), f"one {target.name} logical NeuronCore's HBM")
         check_fits(
             plan,
             target.hbm_bytes(config["neuron"]["lnc"]),
@@ -580,6 +617,21 @@ def check_paths(config: dict) -> None:
 
 
 MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
+
+
+def layers_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
+    """A model's layer or head whose weights and working set exceed the memory it runs in is unsupported,
+    with the bytes it needs and the bytes there are; the model's GEMMs still run."""
+    limit = MEMORY_SHARE * memory_bytes
+    for wid, spec in list(plan.workloads.items()):
+        need = working_set_bytes(spec)
+        if spec["kind"] == "layer" and need > limit:
+            del plan.workloads[wid]
+            plan.unsupported[wid] = (
+                f"one {layer.part_label(spec)} of {spec['model']} needs {need / 2**30:,.1f} GiB (its "
+                f"{layer.weight_bytes(spec) / 2**30:,.1f} GiB of {spec['dtype']} weights, its tensors and cache), more "
+                f"than {MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on a larger machine"
+            )
 
 
 def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:

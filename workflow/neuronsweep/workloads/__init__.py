@@ -13,7 +13,7 @@ import json
 import math
 from types import ModuleType
 
-from neuronsweep.workloads import collective, custom, loops, matmul, mlp
+from neuronsweep.workloads import collective, custom, layer, loops, matmul, mlp
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
 KINDS: dict[str, ModuleType] = {
@@ -22,6 +22,7 @@ KINDS: dict[str, ModuleType] = {
     "loops": loops,
     "collective": collective,
     "custom": custom,
+    "layer": layer,
 }
 
 

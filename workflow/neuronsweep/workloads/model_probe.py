@@ -113,6 +113,9 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
 
     stack: list[str] = []
     seen: Counter = Counter()
+    layers_at = decoder_layers(model)[0] + "."
+    per_layer: dict[int, Counter] = {}  # each decoder layer's own GEMMs, by module relative to the layer
+    head: Counter = Counter()
     calls: Counter = Counter()  # GEMMs of each kind so far in the innermost module's current call
     loads: dict[str, dict] = {}
 
@@ -124,7 +127,17 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
                 op = "linear" if func.overloadpacket.__name__ in ("mm", "addmm") else "bmm"
                 calls[len(stack), module, op] += 1
                 seen[module, f"{op}{calls[len(stack), module, op]}", found[1]] += found[0]
+                _in_layer(stack[-1] if stack else "", f"{op}{calls[len(stack), module, op]}", found)
             return func(*args, **(kwargs or {}))
+
+    def _in_layer(name: str, which: str, found) -> None:
+        if not recording[0]:
+            return
+        if name.startswith(layers_at):
+            index, _, inside = name.removeprefix(layers_at).partition(".")
+            per_layer.setdefault(int(index), Counter())[inside or "(layer)", which, found[1]] += found[0]
+        else:  # outside the decoder layers: the head's (the LM head)
+            head[name or "(top level)", which, found[1]] += found[0]
 
     def enter(name):
         def hook(module, inputs):
@@ -150,6 +163,7 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
                 folded = LAYER.sub(".*", name)
                 for which, shape, count in _expert_gemms(module, hidden, load):
                     seen[folded, which, shape] += count
+                    _in_layer(name, which, (count, shape))
                 loads[folded] = {"experts": experts, "top_k": top_k, "tokens": tokens, "load": load}
             return torch.zeros_like(hidden_states)
 
@@ -165,12 +179,14 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
     extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     cache_key = "cache" if "cache" in params else "past_key_values"
     recording = [phase == "prefill"]
+    cache_shapes: dict[int, list] = {}
     try:
         with torch.no_grad(), Recorder():
             out = model(input_ids=torch.zeros((batch, seq), dtype=torch.long), use_cache=True, **extra)
             if phase == "decode":
                 cache = getattr(out, "cache", None) or out.past_key_values
                 recording[0] = True
+                cache_shapes = _cache_shapes(cache)  # the KV cache of `seq` tokens each layer attends to
                 model(
                     input_ids=torch.zeros((batch, 1), dtype=torch.long), use_cache=True, **{cache_key: cache}, **extra
                 )
@@ -193,7 +209,79 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
         {"module": module, "gemm": which, "m": m, "k": k, "n": n, "count": count}
         for (module, which, (m, k, n)), count in sorted(seen.items())
     ]
-    return {"gemms": gemms, "experts": loads}
+    return {
+        "gemms": gemms,
+        "experts": loads,
+        "layers": layer_kinds(model, per_layer, cache_shapes),
+        "head": {"params": head_params(model), "gemms": _listed(head)},
+        "hidden": int(model.config.hidden_size),
+        "vocab": int(model.config.vocab_size),
+    }
+
+
+def _listed(found: Counter) -> list[dict]:
+    return [
+        {"module": module, "gemm": which, "m": m, "k": k, "n": n, "count": count}
+        for (module, which, (m, k, n)), count in sorted(found.items())
+    ]
+
+
+def head_params(model) -> int:
+    """Parameters of the embedding, the final norm and the LM head (a tied weight once)."""
+    name, _ = decoder_layers(model)
+    inner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+    parts = [getattr(inner, "embed_tokens", None), getattr(inner, "norm", None), model.get_output_embeddings()]
+    unique = {id(p): p for part in parts if part is not None for p in part.parameters()}
+    return sum(int(p.numel()) for p in unique.values())
+
+
+def decoder_layers(model) -> tuple[str, list]:
+    """(name, modules) of the model's decoder layers: the ModuleList of config.num_hidden_layers
+    entries (model.layers in every family transformers ships), or ("", []) when it has none."""
+    import torch
+
+    wanted = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.endswith("layers") and len(module) == wanted:
+            return name, list(module)
+    return "", []
+
+
+def _cache_shapes(cache) -> dict[int, list]:
+    """Each layer's cached keys' and values' shapes (transformers' Cache.layers), before the decode step."""
+    return {
+        i: [list(layer.keys.shape), list(layer.values.shape)]
+        for i, layer in enumerate(getattr(cache, "layers", []))
+        if getattr(layer, "keys", None) is not None and layer.keys.numel()
+    }
+
+
+def layer_kinds(model, per_layer: dict[int, Counter], cache_shapes: dict[int, list]) -> list[dict]:
+    """The distinct kinds of decoder layer (dense or MoE, sliding or global attention): layers whose GEMMs
+    and attention type are the same are one kind. Each: its first layer's index, how many layers are of
+    it, its label, its parameters and its GEMMs in one call (module relative to the layer)."""
+    prefix, modules = decoder_layers(model)
+    experts = set(experts_modules(model))
+    types = getattr(model.config, "layer_types", None) or []
+    kinds: dict[tuple, dict] = {}
+    for index, found in sorted(per_layer.items()):
+        attention = types[index] if index < len(types) else "full_attention"
+        signature = (attention, tuple(sorted(found.items())))
+        if signature in kinds:
+            kinds[signature]["layers"] += 1
+            continue
+        moe = any(f"{prefix}.{index}.{module}" in experts for (module, _, _) in found)
+        label = ("moe" if moe else "dense") + ("-sliding" if attention == "sliding_attention" else "")
+        kinds[signature] = {
+            "index": index,
+            "layers": 1,
+            "kind": label,
+            "attention": attention,
+            "params": sum(int(p.numel()) for p in modules[index].parameters()),
+            "kv_cache": cache_shapes.get(index),  # decode: [keys' shape, values' shape]
+            "gemms": _listed(found),
+        }
+    return list(kinds.values())
 
 
 def probe(request: dict) -> dict:

@@ -104,3 +104,15 @@ def _whole(weights: list[float], total: int, cap: int) -> list[int]:
         left = total - sum(out)
         free = [i for i in free if out[i] < cap]
     return sorted(out, reverse=True)
+
+
+def assignment(load: list[int], tokens: int, top_k: int) -> list[list[int]]:
+    """The experts each token goes to, so that expert i gets load[i] tokens: `tokens` rows of `top_k`
+    distinct experts. The slots, ordered by expert, fill the columns one after another; an expert has
+    at most `tokens` slots (tokens_per_expert caps it), so its run never reaches a row twice."""
+    if sum(load) != tokens * top_k or max(load, default=0) > tokens:
+        raise ValueError(
+            f"a load of {sum(load)} slots, at most {max(load, default=0)} an expert, for {tokens} x {top_k}"
+        )
+    slots = [expert for expert, count in enumerate(load) for _ in range(count)]
+    return [[slots[j * tokens + t] for j in range(top_k)] for t in range(tokens)]

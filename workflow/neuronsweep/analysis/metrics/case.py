@@ -16,6 +16,7 @@ from neuronsweep.analysis.metrics.collectives import (
 )
 from neuronsweep.analysis.metrics.compilation import compilation
 from neuronsweep.analysis.metrics.counters import profile_counters
+from neuronsweep.analysis.metrics.layer_split import layer_split
 from neuronsweep.analysis.metrics.memory import memory
 from neuronsweep.analysis.metrics.output_check import correctness
 from neuronsweep.analysis.metrics.parts import Part
@@ -111,6 +112,8 @@ def compose(
         parts.append(rank_spread(device_times))
     if ranks:
         parts.append(RanksProfiled(ranks_profiled=len(ranks)))
+    if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
+        parts.append(layer_split(capture, backend, timed.latency_median_s))
     analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
     parts += [
         analytic,

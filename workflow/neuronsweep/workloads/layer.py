@@ -1,0 +1,307 @@
+"""One decoder layer of a real model, measured whole (suites.model `layers`): what the GEMMs timed alone
+cannot say, the share of the layer that is not GEMM (attention's softmax, norms, activations, RoPE,
+routing) and whether a GEMM runs at the same speed inside the layer as alone.
+
+A model has few kinds of layer (dense or mixture-of-experts, sliding or global attention: the plan's
+probe groups layers whose GEMMs and attention type are the same, model_probe.layer_kinds); each kind is
+one case per phase, batch, seq and dtype, and the model's `head` (embedding, final norm and LM head) is one
+more. The module is the model's own: built from its config, every decoder layer but the kind's first
+dropped, the rest of the model's forward kept (masks, rotary embedding), so the layer runs exactly as the
+model runs it. Only that layer is ever materialized, with seeded random weights (transformers' own
+initialization), in the case's dtype. Decode attends a KV cache of `seq` tokens, as the GEMM scenarios
+assume; a mixture-of-experts layer's router runs, but its experts get the tokens of the suite's routing
+policy (a pre-hook rewrites the router's choice: workloads/routing.py `assignment`), so the layer and the
+GEMMs timed alone assume the same load.
+
+torch.export traces the module on fake tensors (no weights, no memory: a 30B model's layer exports in
+seconds) and the .pt2 keeps the program without weights; `load_program` gives it its seeded weights
+again, identical to the ones `torch_module` makes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import routing as routing_policy
+from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
+
+SEED = 0
+PARTS = ("layer", "head")
+
+
+def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy) -> dict:
+    """A layer kind (`kind`, from the probe) or the head (`kind` None) of `entry`'s model at one phase,
+    batch and seq (`one`, the probe's pass), in `dtype`; `policy`: the routing policy as read
+    (routing.read_counts' counts in place of a file)."""
+    s = {
+        "kind": "layer",
+        "model": entry["name"],
+        **{k: entry[k] for k in ("hf_config", "module") if k in entry},
+        "source_sha256": source_sha256,
+        "part": "layer" if kind else "head",
+        "phase": one["phase"],
+        "batch": one["batch"],
+        "seq": one["seq"],
+        "dtype": dtype,
+        "hidden": one["hidden"],
+        "vocab": one["vocab"],
+    }
+    if kind:
+        s |= {
+            "index": kind["index"],
+            "layer_kind": kind["kind"],
+            "layers": kind["layers"],
+            "params": kind["params"],
+            "kv_cache": kind["kv_cache"] if one["phase"] == "decode" else None,
+            "gemms": kind["gemms"],
+        }
+        if kind["kind"].startswith("moe"):
+            s["routing"] = policy
+    else:
+        s |= {"params": one["head"]["params"], "gemms": one["head"]["gemms"]}
+    return s
+
+
+def part_label(s: dict) -> str:
+    """l<index>-<kind> (l3-moe) for a layer, head for the head."""
+    return f"l{s['index']}-{s['layer_kind']}" if s["part"] == "layer" else "head"
+
+
+def workload_id(s: dict) -> str:
+    """layer-<model>-<part>-<phase>-b<batch>-s<seq>[-<routing>]-<dtype>."""
+    policy = f"-{routing_policy.label(s['routing'])}" if s.get("routing") else ""
+    return f"layer-{s['model']}-{part_label(s)}-{s['phase']}-b{s['batch']}-s{s['seq']}{policy}-{s['dtype']}"
+
+
+def _rows(s: dict) -> int:
+    """Tokens the part runs: batch x seq for prefill, batch for decode."""
+    return s["batch"] * (s["seq"] if s["phase"] == "prefill" else 1)
+
+
+def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """The hidden states in; the layer's hidden states out, or the head's logits (last position) and the
+    embeddings of the tokens."""
+    tokens = (s["batch"], _rows(s) // s["batch"], s["hidden"])
+    if s["part"] == "head":
+        return {"hidden_states": tokens, "logits": (s["batch"], 1, s["vocab"]), "embeds": tokens}
+    return {"hidden_states": tokens, "out0": tokens}
+
+
+def intermediate_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+    """What the part holds beside its inputs and outputs: its weights and, decoding, its KV cache."""
+    out: dict[str, tuple[int, ...]] = {"weights": (s["params"],)}
+    for i, shape in enumerate(s.get("kv_cache") or []):
+        out[f"kv_cache{i}"] = tuple(shape)
+    return out
+
+
+def input_names(s: dict) -> list[str]:
+    """The hidden states."""
+    return ["hidden_states"]
+
+
+def flops(s: dict) -> int:
+    """The GEMMs' FLOPs (2·m·k·n each, as traced); the elementwise ops are not counted."""
+    return sum(2 * g["m"] * g["k"] * g["n"] * g["count"] for g in s["gemms"])
+
+
+def counted_how(s: dict) -> tuple[str, str]:
+    """(where the FLOPs came from, where the bytes came from), for metrics.json's notes."""
+    return (
+        "the part's GEMMs as traced under fake tensors, 2·m·k·n each; elementwise ops not counted",
+        "every weight read once, the hidden states read and written once, at the case's dtype",
+    )
+
+
+def min_bytes(s: dict, dtype_bytes: int) -> int:
+    """Every weight once and the hidden states in and out (a decoding layer's cache read too)."""
+    cache = sum(math.prod(shape) for shape in s.get("kv_cache") or [])
+    return (s["params"] + cache + sum(math.prod(x) for x in tensor_shapes(s).values())) * dtype_bytes
+
+
+def gemms(s: dict) -> list[tuple[int, int, int]]:
+    """Each GEMM of one call, as often as it runs (the tile model's input)."""
+    return [(g["m"], g["k"], g["n"]) for g in s["gemms"] for _ in range(g["count"])]
+
+
+def weight_bytes(s: dict) -> int:
+    """The part's weights at its dtype: what materializing it costs."""
+    return s["params"] * DTYPE_BYTES[s["dtype"]]
+
+
+def _model(s: dict, torch):
+    """The whole model as its config builds it, on the current device (meta or fake: no memory)."""
+    from neuronsweep.workloads.model_probe import build_model
+
+    entry = {k: s[k] for k in ("hf_config", "module") if k in s} | {"dtype": s["dtype"], "where": s["model"]}
+    return build_model(entry)
+
+
+class _Routed:
+    """A pre-hook that hands the experts the policy's tokens: the router's top-k indices replaced by
+    routing.assignment's (the router still runs; its weights are kept)."""
+
+    def __init__(self, policy, torch):
+        self.policy, self.torch = policy, torch
+
+    def __call__(self, module, args, kwargs):
+        hidden, *rest = args
+        if not rest:  # (hidden, index, weights) is the experts' call transformers' MoE families make
+            return None
+        index = rest[0]
+        tokens, top_k = int(index.shape[0]), int(index.shape[-1])
+        experts = int(module.down_proj.shape[0])
+        load = routing_policy.tokens_per_expert(self.policy, tokens, top_k, experts)
+        chosen = self.torch.tensor(routing_policy.assignment(load, tokens, top_k), dtype=index.dtype)
+        return (hidden, chosen, *rest[1:]), kwargs
+
+
+def build(s: dict, materialize: bool):
+    """The part as an nn.Module whose forward takes the hidden states. `materialize`: real seeded weights
+    (else the current fake or meta mode's, for tracing)."""
+    import torch
+
+    from neuronsweep.workloads.model_probe import decoder_layers, experts_modules
+
+    if materialize:
+        with torch.device("meta"):
+            full = _model(s, torch)
+    else:
+        full = _model(s, torch)
+    name, layers = decoder_layers(full)
+    if not layers:
+        raise UserError(
+            f"suites.model ({s['model']}): the model has no decoder layers neuron-sweep recognizes (a ModuleList "
+            "named layers of num_hidden_layers entries); set layers: false for it."
+        )
+    inner = full.get_submodule(name.rpartition(".")[0]) if "." in name else full
+    part = _layer_part(s, full, inner, layers) if s["part"] == "layer" else _head_part(s, full, inner)
+    if materialize:
+        part.to_empty(device="cpu")
+        torch.manual_seed(SEED)
+        full.initialize_weights() if hasattr(full, "initialize_weights") else full.init_weights()
+        _fill_buffers(part, torch)
+    if s.get("routing"):
+        for module in experts_modules(part).values():
+            module.register_forward_pre_hook(_Routed(s["routing"], torch), with_kwargs=True)
+    return part.eval()
+
+
+def _fill_buffers(part, torch) -> None:
+    """After to_empty: decode's cached keys and values seeded random, as the weights; the head's token ids 0."""
+    for name in ("past_keys", "past_values"):
+        if hasattr(part, name):
+            getattr(part, name).normal_(generator=torch.Generator().manual_seed(SEED))
+    if hasattr(part, "token_ids"):
+        part.token_ids.zero_()
+
+
+def _layer_part(s: dict, full, inner, layers):
+    """The model's forward over one layer: inputs_embeds in, that layer's hidden states out (the final
+    norm is the head's); the layer's cache slot and attention type become the model's only ones."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    layer = layers[s["index"]]
+    for module in layer.modules():
+        if hasattr(module, "layer_idx"):
+            module.layer_idx = 0
+    config = full.config
+    types = getattr(config, "layer_types", None)
+    inner.layers = torch.nn.ModuleList([layer])
+    for attr in ("embed_tokens", "embed_positions"):
+        if hasattr(inner, attr):
+            setattr(inner, attr, None)
+    inner.norm = torch.nn.Identity()
+    config.num_hidden_layers = 1
+    if types:
+        config.layer_types = [types[s["index"]]]
+
+    class LayerPart(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = inner
+            if s["phase"] == "decode" and s.get("kv_cache"):
+                keys, values = s["kv_cache"]
+                dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
+                self.register_buffer("past_keys", torch.empty(keys, dtype=dtype))
+                self.register_buffer("past_values", torch.empty(values, dtype=dtype))
+
+        def forward(self, hidden_states):
+            if not hasattr(self, "past_keys"):
+                return self.model(inputs_embeds=hidden_states, use_cache=False).last_hidden_state
+            cache = DynamicCache(config=config)
+            cache.update(self.past_keys, self.past_values, 0)
+            past = self.past_keys.shape[-2]
+            position_ids = torch.arange(past, past + hidden_states.shape[1]).unsqueeze(0)
+            out = self.model(inputs_embeds=hidden_states, cache=cache, position_ids=position_ids, use_cache=True)
+            return out.last_hidden_state
+
+    return LayerPart()
+
+
+def _head_part(s: dict, full, inner):
+    """The model's embedding of the phase's tokens, and its final norm and LM head on the last position
+    (prefill keeps one position's logits, as generation does)."""
+    import torch
+
+    embed, norm, head = inner.embed_tokens, inner.norm, full.get_output_embeddings()
+
+    class HeadPart(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.norm, self.lm_head = embed, norm, head
+            batch, rows = s["batch"], _rows(s) // s["batch"]
+            self.register_buffer("token_ids", torch.zeros((batch, rows), dtype=torch.long), persistent=False)
+
+        def forward(self, hidden_states):
+            return self.lm_head(self.norm(hidden_states[:, -1:, :])), self.embed(self.token_ids)
+
+    return HeadPart()
+
+
+def torch_module(s: dict):
+    """The part with its seeded weights (what xla and TorchNeuron run; cpu exports it without them)."""
+    return build(s, materialize=True)
+
+
+def export_program(s: dict, example: tuple):
+    """torch.export of the part traced on fake tensors, its weights left out (shapes only): the program
+    the cpu backend saves, whatever the model's size."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        module = build(s, materialize=False)
+        example = tuple(torch.empty(x.shape, dtype=x.dtype) for x in example)
+    program = torch.export.export(module, example)
+    for name, value in list(program.state_dict.items()):
+        empty = torch.empty(value.shape, dtype=value.dtype, device="meta")
+        program._state_dict[name] = torch.nn.Parameter(empty, False) if isinstance(value, torch.nn.Parameter) else empty
+    for name, value in list(program.constants.items()):
+        if isinstance(value, FakeTensor):  # a non-persistent buffer (rotary inv_freq): its value comes back on load
+            program._constants[name] = torch.zeros(value.shape, dtype=value.dtype)
+    program._example_inputs = None
+    return program
+
+
+def load_program(path, s: dict):
+    """The saved program with the part's seeded weights (torch_module's, by name), as a callable module."""
+    import torch
+    import transformers.integrations.moe  # noqa: F401 - registers the grouped-GEMM op the program calls
+
+    program = torch.export.load(str(path))
+    real = build(s, materialize=True)
+    named = dict(real.named_parameters()) | dict(real.named_buffers())
+    for name, value in list(program.state_dict.items()):
+        program._state_dict[name] = (
+            torch.nn.Parameter(named[name], False) if isinstance(value, torch.nn.Parameter) else named[name]
+        )
+    for name in list(program.constants):
+        if name in named:
+            program._constants[name] = named[name]
+    return program.module()
+
+
+ROW_INPUT = None
