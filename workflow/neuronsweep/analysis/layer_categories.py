@@ -44,9 +44,16 @@ def categorize(op: str, module_path: str, module_class: str, source: str = "") -
         return "attention"
     if name in ACTIVATION_OPS or name in ELEMENTWISE_OPS or "activation" in module_class.lower():
         return "elementwise"
-    if any(word in module_class.lower() for word in ("expert", "moe", "sparse")):
+    if _moe_block(module_class):
         return "moe_routing"  # around the experts' GEMMs: sort, gather, count, scatter back
     return "other"
+
+
+def _moe_block(module_class: str) -> bool:
+    """An experts module or the block around them (Qwen3MoeSparseMoeBlock, DeepseekV3MoE, Llama4TextMoe),
+    not a family's dense MLP whose name says MoE (Qwen3MoeMLP)."""
+    name = module_class.lower()
+    return "expert" in name or "sparse" in name or name.endswith(("moe", "moeblock"))
 
 
 def is_gemm_op(op: str) -> bool:

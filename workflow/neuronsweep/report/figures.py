@@ -455,6 +455,50 @@ def model_rollup(rolled: pd.DataFrame) -> go.Figure:
     return _layout(fig, "the model's GEMMs: count x measured latency, stacked (not the model's latency)")
 
 
+def model_categories(forward: pd.DataFrame, categories: tuple[str, ...]) -> go.Figure:
+    """Each forward's profiled time by category (the layers weighted by how many there are, the head once),
+    stacked to 100 %: where the model's time goes beyond the GEMMs."""
+    fig = go.Figure()
+    label = forward[["phase", "batch", "seq", "dtype"]].astype(str).agg(" ".join, axis=1)
+    for j, c in enumerate(categories):
+        fig.add_trace(
+            go.Bar(
+                x=label,
+                y=forward[f"{c}_pct"].astype(float),
+                name=c,
+                marker=dict(color=COLOURS[j % len(COLOURS)]),
+                hovertemplate="<b>" + c + "</b>: %{y:.1f} %<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="phase, batch, seq, dtype")
+    fig.update_yaxes(title="share of the forward's profiled time, %", range=[0, 100])
+    return _layout(fig, "where the forward's time goes: each layer kind's split x its layers, plus the head")
+
+
+def isolation_gap(gap: pd.DataFrame) -> go.Figure:
+    """Each GEMM module's time inside its layer over its time alone (1: the same; above: slower inside)."""
+    fig = go.Figure()
+    gap = gap.dropna(subset=["isolation_gap"])
+    for j, ((phase, part), rows) in enumerate(gap.groupby(["phase", "part"], sort=True)):
+        fig.add_trace(
+            go.Bar(
+                x=rows["module"],
+                y=rows["isolation_gap"].astype(float),
+                name=f"{phase} {part}",
+                customdata=rows[["inside_s", "alone_s"]].astype(float) * 1e6,
+                marker=dict(color=COLOURS[j % len(COLOURS)]),
+                hovertemplate="<b>%{x}</b>: inside %{customdata[0]:,.1f} us, alone %{customdata[1]:,.1f} us"
+                "<extra></extra>",
+            )
+        )
+    fig.add_hline(y=1, line_dash="dash", line_color="#888")
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="GEMM module (relative to its layer)")
+    fig.update_yaxes(title="inside the layer / alone", rangemode="tozero")
+    return _layout(fig, "the isolation gap: each GEMM's time inside its layer over its time alone")
+
+
 def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
     """compare's forest plot: each workload's B/A ratio, its 95 % interval where it was judged (filled,
     coloured by verdict), the ratio alone where it was not (hollow, grey), the minimum detectable change

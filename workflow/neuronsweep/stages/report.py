@@ -303,8 +303,36 @@ def _conversion(workloads_dir: Path, wids) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _model_section(suite: str, rows: pd.DataFrame) -> str:
-    """A model's roll-up: where its GEMM time goes per forward, a stacked figure and the table."""
+def _whole_model(suite: str, folder: Path) -> str:
+    """A model measured whole (suites/<suite>-forward.csv and -isolation.csv): each forward's estimate, the
+    share of each category, and each GEMM's time inside its layer over alone."""
+    forward_csv, gap_csv = folder / f"{suite}-forward.csv", folder / f"{suite}-isolation.csv"
+    if not forward_csv.is_file():
+        return ""
+    forward = pd.read_csv(forward_csv)
+    gap = pd.read_csv(gap_csv) if gap_csv.is_file() and gap_csv.stat().st_size > 1 else pd.DataFrame()
+    name = html.escape(suite.removeprefix("model-"))
+    split = forward.dropna(subset=["gemm_pct"]) if "gemm_pct" in forward else forward.iloc[:0]
+    cols = ["phase", "batch", "seq", "dtype", "forward_time_s", "gemms_alone_time_s", "gemm_pct", "forward_why"]
+    return (
+        f"<h2>model {name}: the whole forward</h2>"
+        "<p class=muted>Each kind of decoder layer and the head measured as the model runs them (seeded weights; "
+        "experts fed the routing policy's tokens): the forward's estimate is each layer kind's latency x its "
+        "layers plus the head's. The categories are shares of their profiled executions (torch.profiler ranges "
+        "around the program's ops; other is what no range covers). The isolation gap is a GEMM's time inside "
+        "its layer over count x its latency timed alone.</p>"
+        + (_figure(f"categories_{suite}", figs.model_categories(split, model_rollup.CATEGORIES)) if len(split) else "")
+        + table(forward[[c for c in cols if c in forward]])
+        + (_figure(f"isolation_{suite}", figs.isolation_gap(gap)) if len(gap) else "")
+        + (table(gap) if len(gap) else "")
+    )
+
+
+def _model_section(suite: str, rows: pd.DataFrame, folder: Path | None = None) -> str:
+    """A model's roll-up: where its GEMM time goes per forward, a stacked figure and the table; measured
+    whole too (folder: the run's suites/), the forward's split and the isolation gap."""
+    whole = _whole_model(suite, folder) if folder else ""
+    rows = rows[rows["part"].isna()] if "part" in rows else rows
     rolled = model_rollup.rollup(rows)
     lines = "".join(f"<li>{html.escape(line)}</li>" for line in model_rollup.headlines(rows))
     cols = ["phase", "batch", "seq", "dtype", "gemm", "module", "count", "m", "k", "n", "latency_median_s"]
@@ -315,6 +343,7 @@ def _model_section(suite: str, rows: pd.DataFrame) -> str:
         "softmax, the norms, activations and communication are not in it.</p>"
         + _figure(f"rollup_{suite}", figs.model_rollup(rolled[rolled["gemm_time_s"].notna()]))
         + table(rolled[[c for c in cols if c in rolled]])
+        + whole
     )
 
 
@@ -349,7 +378,7 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
     for suite in sorted(s for s in table_["suite"].unique() if str(s).startswith("model-")):  # a model's GEMMs first
-        parts.append(_model_section(suite, table_[table_["suite"] == suite]))
+        parts.append(_model_section(suite, table_[table_["suite"] == suite], summary_csv.parent / "suites"))
     if len(ok):
         targets = _targets(targets_csv)
         ok = ok.assign(files=_links(ok["workload_id"], run_dir, plan["backend"]))

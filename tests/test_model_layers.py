@@ -1,0 +1,153 @@
+"""A model measured whole (suites.model `layers`): each kind of decoder layer and the head built from the
+model's own forward with seeded weights, saved as a program without them and given them back identical,
+the experts fed the routing policy's tokens; on cpu, the layer's time split by category (adding up to the
+profiled span) and each GEMM's time inside the layer beside alone, rolled up per forward."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pandas as pd
+import pytest
+from helpers import DATA, snakemake, tiny_config
+
+from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
+from neuronsweep.config import schema
+from neuronsweep.errors import UserError
+from neuronsweep.stages.plan import _layer_scenarios, layers_that_fit, make_plan
+
+pytest.importorskip("transformers", reason='the model suite needs transformers: pip install -e ".[models]"')
+# Qwen3-MoE's published fields, shrunk: hidden 128, 8 experts of 64, top 2, 2 layers of which the first
+# dense (mlp_only_layers [0]): one model with both kinds of layer
+MOE = DATA / "models" / "tiny-qwen3-moe.json"
+ZIPF = {"zipf": 1.2}
+
+
+def probe_pass(phase: str, batch: int = 2, seq: int = 16) -> dict:
+    from neuronsweep.workloads.model_probe import probe
+
+    entry = {"where": "t", "hf_config": str(MOE), "batch": [batch], "seq": [seq], "phases": [phase], "routing": ZIPF}
+    [[one]] = probe({"entries": [entry]})["entries"]
+    return one
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_a_layer_saved_without_weights_gets_them_back_and_its_experts_the_policys_tokens(tmp_path, phase):
+    import torch
+
+    from neuronsweep.workloads import layer, routing
+
+    one = probe_pass(phase)
+    assert [(k["index"], k["kind"], k["layers"]) for k in one["layers"]] == [(0, "dense", 1), (1, "moe", 1)]
+    for kind in [*one["layers"], None]:
+        spec = layer.spec({"name": "tiny", "hf_config": str(MOE)}, "sha", one, kind, "fp32", ZIPF)
+        x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+        torch.export.save(layer.export_program(spec, (x,)), tmp_path / "p.pt2")
+        # the program alone: smaller than the weights it runs with
+        assert (tmp_path / "p.pt2").stat().st_size < layer.weight_bytes(spec) or spec["part"] == "head"
+        eager, seen = layer.torch_module(spec), []
+        for name, module in eager.named_modules():
+            if name.endswith("experts"):
+                module.register_forward_pre_hook(lambda m, args, seen=seen: seen.append(args[1]))
+        with torch.no_grad():
+            saved, own = layer.load_program(tmp_path / "p.pt2", spec)(x), eager(x)
+        for a, b in zip(saved if isinstance(saved, tuple) else [saved], own if isinstance(own, tuple) else [own]):
+            assert torch.equal(a, b) and a.abs().sum() > 0  # the same seeded weights, the same program
+        if kind and kind["kind"] == "moe":  # the hook ran after ours: what the experts were handed
+            [index] = seen
+            tokens = index.shape[0]
+            load = sorted(Counter(index.flatten().tolist()).values(), reverse=True)
+            assert load == [t for t in routing.tokens_per_expert(ZIPF, tokens, 2, 8) if t]
+
+
+def test_every_op_of_a_layer_falls_in_one_category_by_its_module_and_name():
+    cases = {
+        ("linear", "self_attn.q_proj", "Linear", ""): "gemm",
+        ("matmul", "self_attn", "Qwen3MoeAttention", "attn_weights = torch.matmul(query, key_states)"): "attention",
+        ("softmax", "self_attn", "Qwen3MoeAttention", ""): "attention",
+        ("mul", "self_attn", "Qwen3MoeAttention", "q_embed = apply_rotary_pos_emb(q, k, cos, sin)"): "rope",
+        ("cat", "rotary_emb", "Qwen3MoeRotaryEmbedding", ""): "rope",
+        ("rsqrt", "input_layernorm", "Qwen3MoeRMSNorm", ""): "norm",
+        ("linear", "mlp.gate", "Qwen3MoeTopKRouter", ""): "moe_routing",
+        ("topk", "mlp.gate", "Qwen3MoeTopKRouter", ""): "moe_routing",
+        ("transformers::grouped_mm_fallback", "mlp.experts", "Qwen3MoeExperts", ""): "gemm",
+        ("sort", "mlp.experts", "Qwen3MoeExperts", ""): "moe_routing",
+        ("index", "mlp", "DeepseekV3MoE", ""): "moe_routing",
+        ("mul", "mlp", "Qwen3MoeMLP", "down_proj(act_fn(gate_proj(x)) * up_proj(x))"): "elementwise",  # a dense MLP
+        ("view", "mlp", "Qwen3MoeMLP", ""): "other",
+        ("silu", "mlp.experts.act_fn", "SiLUActivation", ""): "elementwise",
+        ("add", "", "Qwen3MoeDecoderLayer", "hidden_states = residual + hidden_states"): "elementwise",
+        ("_c10d_functional::all_reduce", "mlp", "RowParallel", ""): "collectives",
+        ("arange", "", "", ""): "other",
+    }
+    assert {args: categorize(*args) for args in cases} == cases
+    assert set(cases.values()) == set(CATEGORIES)
+
+
+def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_gemms_still_run(tmp_path):
+    cfg = tiny_config(
+        tmp_path,
+        calibrated=False,
+        suites={"model": [{"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}]},
+    )
+    plan = make_plan(schema.validate(cfg), "cpu")
+    gemms = {w for w in plan.workloads if w.startswith("matmul-")}
+    layers_that_fit(plan, 2**20, "a 1 MiB machine")  # the MoE layer's fp32 weights are about 1 MiB
+    moe = "layer-moe-l1-moe-prefill-b1-s16-balanced-fp32"
+    assert plan.unsupported[moe].startswith("one l1-moe of moe needs 0.0 GiB (its 0.0 GiB of fp32 weights")
+    assert "more than 80% of a 1 MiB machine (0.0 GiB); measure it on a larger machine" in plan.unsupported[moe]
+    assert gemms <= set(plan.workloads)  # the model's GEMMs are not touched
+    with pytest.raises(
+        UserError, match=r"^suites.model \(m\): the model has no decoder layers neuron-sweep recognizes"
+    ):
+        _layer_scenarios({"name": "m"}, "sha", "balanced", {"layers": []}, "fp32")
+
+
+@pytest.mark.workflow
+@pytest.mark.torch
+def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp_path):
+    """A model with a dense and a MoE layer (prefill; decode's cache is the test above's): each layer's
+    categories add up to its profiled span, the forward's estimate is its layers' and head's measured
+    latency, and every GEMM of each layer has its time inside beside alone."""
+    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "routing": ZIPF, "phases": ["prefill"]}
+    cfg = tiny_config(tmp_path, suites={"model": [entry]})
+    snakemake(tmp_path, config=cfg)
+    results = tmp_path / "results" / "t"
+    table = pd.read_csv(results / "summary.csv")
+    assert (table["status"] == "ok").all(), table.loc[table["status"] != "ok", ["scenario_id", "reason"]]
+    parts = table[table["part"].notna()].set_index("scenario_id")
+    assert sorted(parts.index) == [
+        f"model-moe-prefill-b1-s16-{part}-fp32" for part in ("head", "l0-dense", "l1-moe-zipf1.2")
+    ]
+    for _, row in parts.iterrows():
+        split = {c: row[f"split_{c}_s"] for c in CATEGORIES}
+        assert all(v >= 0 for v in split.values()), split  # other is what no range covers: never negative
+        assert sum(split.values()) == pytest.approx(row["split_span_s"], rel=0.02)
+        assert split["gemm"] > 0 and (split["moe_routing"] > 0) == ("l1-moe" in row.name)
+    metrics = json.loads(
+        (results / "cpu/workloads/layer-moe-l1-moe-prefill-b1-s16-zipf1.2-fp32/metrics.json").read_text()
+    )
+    assert set(metrics["gemms_inside_s"]) == {
+        "mlp.experts",  # every expert's GEMMs: two grouped GEMMs in the layer
+        "mlp.gate",
+        "self_attn",  # attention's scores and weighted sum
+        "self_attn.k_proj",
+        "self_attn.o_proj",
+        "self_attn.q_proj",
+        "self_attn.v_proj",
+    }
+    forward = pd.read_csv(results / "suites/model-moe-forward.csv").set_index("phase")
+    assert forward.loc["prefill", "forward_time_s"] == pytest.approx(
+        (parts["layers"] * parts["latency_median_s"]).sum()
+    )
+    assert sum(forward.loc["prefill", f"{c}_pct"] for c in CATEGORIES) == pytest.approx(100)
+    assert 0 < forward.loc["prefill", "gemm_pct"] < 100 and forward.loc["prefill", "gemms_alone_time_s"] > 0
+    gap = pd.read_csv(results / "suites/model-moe-isolation.csv")
+    assert set(gap["part"]) == {"dense", "moe", "head"} and gap["isolation_gap"].notna().all()
+    assert (gap["inside_s"] > 0).all() and (gap["alone_s"] > 0).all()
+    experts = gap[gap["module"] == "mlp.experts"].iloc[0]
+    assert experts["gemms"] == 2 * 8  # gate_up and down of each of the 8 experts, each timed alone
+    page = (results / "report.html").read_text()
+    assert "model moe: the whole forward" in page and "isolation gap" in page
