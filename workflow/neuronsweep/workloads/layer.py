@@ -153,7 +153,9 @@ class _Routed:
         tokens, top_k = int(index.shape[0]), int(index.shape[-1])
         experts = int(module.down_proj.shape[0])
         load = routing_policy.tokens_per_expert(self.policy, tokens, top_k, experts)
-        chosen = self.torch.tensor(routing_policy.assignment(load, tokens, top_k), dtype=index.dtype)
+        chosen = self.torch.tensor(
+            routing_policy.assignment(load, tokens, top_k), dtype=index.dtype, device=index.device
+        )
         return (hidden, chosen, *rest[1:]), kwargs
 
 

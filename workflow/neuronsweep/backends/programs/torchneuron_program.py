@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         "device": str(inputs[0].device),
     }
     if args.check:
-        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), out.cpu())
+        host_out = tuple(o.cpu() for o in out) if isinstance(out, tuple | list) else out.cpu()  # a head: two
+        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), host_out)
     calls = 2
     if args.inspect_nth:
         for _ in range(max(0, args.inspect_nth - calls)):
