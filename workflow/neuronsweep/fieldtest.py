@@ -26,6 +26,7 @@ from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
 from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
+from neuronsweep.host import neuron_ls
 from neuronsweep.store import layout
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
@@ -56,14 +57,31 @@ def available() -> tuple[str | None, bool, str]:
     return route, nki, why
 
 
+# a user's NKI kernel with a keyword param (config/examples/kernels/matmul_t*.py): the custom-kernel route,
+# whose call passes `tile_n=` by name (kernels/custom_nki.py)
+KERNELS = REPO / "config" / "examples" / "kernels"
+USERS_KERNEL = {
+    "name": "users_kernel",
+    "function": f"{KERNELS / 'matmul_t.py'}:matmul_t",
+    "nki_kernel": f"{KERNELS / 'matmul_t_nki.py'}:matmul_t_kernel",
+    "inputs": {"lhsT": ["k", "m"], "rhs": ["k", "n"]},
+    "grid": {"m": [CASE["m"]], "k": [CASE["k"]], "n": [CASE["n"]]},
+    "params": {"tile_n": [256]},
+    "impl": ["nki"],
+    "dtype": ["bf16"],
+}
+
+
 def config(work: Path, route: str | None, nki: bool) -> dict:
-    suites = {
+    suites: dict = {
         "matmul": {
             "shapes": [CASE],
             "dtype": ["bf16"],
             "impl": (["compiler"] if route else []) + (["nki"] if nki else []),
         }
     }
+    if nki:
+        suites["custom"] = [USERS_KERNEL]
     if route == "torchneuron":  # two ranks, each compiling its own NEFF: the per-rank pairing
         suites["collectives"] = {"operations": ["all_reduce"], "sizes": [4096], "world_sizes": [2]}
     return {
@@ -250,8 +268,45 @@ def contract_lines(case: Path, name: str, build: dict, capture: dict, view: dict
         ),
     )
     if build.get("route") == "nki":
-        out.append(nki_loops_line(name, build, logs))
+        users = (build.get("spec") or {}).get("kind") == "custom"
+        if not users:  # the loops of our kernels (a user's are theirs)
+            out.append(nki_loops_line(name, build, logs))
+        target = build.get("target") or "the target"
+        out.append(
+            Line("PASS", f"{name}: NKI on {target}", f"built and ran on {target} (its output: the correctness line)")
+        )
+        if users:
+            params = dict((build.get("spec") or {}).get("params") or [])
+            add(
+                True,
+                "keyword params",
+                f"the user's kernel compiled and ran called with {', '.join(f'{k}={v}' for k, v in params.items())} "
+                "by name (its output: the correctness line)",
+            )
     return out
+
+
+def neuron_ls_line() -> Line:
+    """What neuron-ls's JSON is on this machine (a device list, or the object 2.34 prints) and what we read."""
+    exe = neuron_ls.tool()
+    if not exe:
+        return Line("SKIP", "neuron-ls JSON shape", "neuron-ls not found")
+    for form in neuron_ls.JSON_FORMS:
+        proc = subprocess.run([exe, *form], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            continue
+        try:
+            raw = json.loads(proc.stdout)
+            devices, top = neuron_ls.parse_json(proc.stdout)
+        except ValueError as exc:
+            return Line("FAIL", "neuron-ls JSON shape", f"{' '.join(form)}: not JSON we read ({exc})")
+        shape = f"a list of {len(raw)}" if isinstance(raw, list) else f"an object with keys {sorted(raw)}"
+        return Line(
+            "PASS" if devices else "FAIL",
+            "neuron-ls JSON shape",
+            f"{' '.join(form)}: {shape}; read {len(devices)} device(s), top-level fields {sorted(top) or 'none'}",
+        )
+    return Line("FAIL", "neuron-ls JSON shape", f"no JSON form answered ({neuron_ls.JSON_FORMS})")
 
 
 def nki_loops_line(name: str, build: dict, logs: str) -> Line:
@@ -302,7 +357,8 @@ def run(out: Path, timeout_s: float = 7200) -> int:
             "PASS" if route or nki else "FAIL",
             "route detection",
             f"{why}; NKI {'importable' if nki else 'not installed'}",
-        )
+        ),
+        neuron_ls_line(),
     ]
     if route or nki:
         proc = run_workflow(work, config(work, route, nki), timeout_s)
@@ -314,6 +370,7 @@ def run(out: Path, timeout_s: float = 7200) -> int:
             )
         for case in cases:
             kind = "nki" if case.name.endswith("-nki") else "collective" if case.name.startswith("coll") else route
+            kind = "users-kernel" if case.name.startswith("custom-users_kernel") else kind
             lines += check_case(case, kind or "?")
     text = "\n".join(["neuronsweep field test", doctor.report(str(work / "config.yaml")), "", *map(str, lines)])
     (out / "field-test.txt").write_text(text + "\n")

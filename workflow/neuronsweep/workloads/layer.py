@@ -25,6 +25,7 @@ import math
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
+from neuronsweep.workloads.model_probe import build_model, decoder_layers, experts_modules
 
 SEED = 0
 PARTS = ("layer", "head")
@@ -132,8 +133,6 @@ def weight_bytes(s: dict) -> int:
 
 def _model(s: dict, torch):
     """The whole model as its config builds it, on the current device (meta or fake: no memory)."""
-    from neuronsweep.workloads.model_probe import build_model
-
     entry = {k: s[k] for k in ("hf_config", "module") if k in s} | {"dtype": s["dtype"], "where": s["model"]}
     return build_model(entry)
 
@@ -163,8 +162,6 @@ def build(s: dict, materialize: bool):
     """The part as an nn.Module whose forward takes the hidden states. `materialize`: real seeded weights
     (else the current fake or meta mode's, for tracing)."""
     import torch
-
-    from neuronsweep.workloads.model_probe import decoder_layers, experts_modules
 
     if materialize:
         with torch.device("meta"):
