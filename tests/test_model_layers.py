@@ -111,7 +111,8 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     """A model with a dense and a MoE layer (prefill; decode's cache is the test above's): each layer's
     categories add up to its profiled span, the forward's estimate is its layers' and head's measured
     latency, and every GEMM of each layer has its time inside beside alone."""
-    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "routing": ZIPF, "phases": ["prefill"]}
+    # balanced: every expert 4 tokens, so the experts' GEMMs are two cases (zipf: the test above)
+    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}
     cfg = tiny_config(tmp_path, suites={"model": [entry]})
     snakemake(tmp_path, config=cfg)
     results = tmp_path / "results" / "t"
@@ -119,7 +120,7 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     assert (table["status"] == "ok").all(), table.loc[table["status"] != "ok", ["scenario_id", "reason"]]
     parts = table[table["part"].notna()].set_index("scenario_id")
     assert sorted(parts.index) == [
-        f"model-moe-prefill-b1-s16-{part}-fp32" for part in ("head", "l0-dense", "l1-moe-zipf1.2")
+        f"model-moe-prefill-b1-s16-{part}-fp32" for part in ("head", "l0-dense", "l1-moe-balanced")
     ]
     for _, row in parts.iterrows():
         split = {c: row[f"split_{c}_s"] for c in CATEGORIES}
@@ -127,7 +128,7 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
         assert sum(split.values()) == pytest.approx(row["split_span_s"], rel=0.02)
         assert split["gemm"] > 0 and (split["moe_routing"] > 0) == ("l1-moe" in row.name)
     metrics = json.loads(
-        (results / "cpu/workloads/layer-moe-l1-moe-prefill-b1-s16-zipf1.2-fp32/metrics.json").read_text()
+        (results / "cpu/workloads/layer-moe-l1-moe-prefill-b1-s16-balanced-fp32/metrics.json").read_text()
     )
     assert set(metrics["gemms_inside_s"]) == {
         "mlp.experts",  # every expert's GEMMs: two grouped GEMMs in the layer
