@@ -86,6 +86,7 @@ def test_every_op_of_a_layer_falls_in_one_category_by_its_module_and_name():
     assert set(cases.values()) == set(CATEGORIES)
 
 
+@pytest.mark.torch  # the plan traces the model in a child with torch
 def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_gemms_still_run(tmp_path):
     cfg = tiny_config(
         tmp_path,

@@ -27,8 +27,7 @@ from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
 from neuronsweep.workloads.model_probe import build_model, decoder_layers, experts_modules
 
-SEED = 0
-PARTS = ("layer", "head")
+SEED = 0  # the weights' and the decode cache's seed: every process makes the same ones
 
 
 def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy) -> dict:
@@ -131,7 +130,7 @@ def weight_bytes(s: dict) -> int:
     return s["params"] * DTYPE_BYTES[s["dtype"]]
 
 
-def _model(s: dict, torch):
+def _model(s: dict):
     """The whole model as its config builds it, on the current device (meta or fake: no memory)."""
     entry = {k: s[k] for k in ("hf_config", "module") if k in s} | {"dtype": s["dtype"], "where": s["model"]}
     return build_model(entry)
@@ -165,9 +164,9 @@ def build(s: dict, materialize: bool):
 
     if materialize:
         with torch.device("meta"):
-            full = _model(s, torch)
+            full = _model(s)
     else:
-        full = _model(s, torch)
+        full = _model(s)
     name, layers = decoder_layers(full)
     if not layers:
         raise UserError(
@@ -301,6 +300,3 @@ def load_program(path, s: dict):
         if name in named:
             program._constants[name] = named[name]
     return program.module()
-
-
-ROW_INPUT = None
