@@ -153,3 +153,35 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     assert experts["gemms"] == 2 * 8  # gate_up and down of each of the 8 experts, each timed alone
     page = (results / "report.html").read_text()
     assert "model moe: the whole forward" in page and "isolation gap" in page
+
+
+@pytest.mark.workflow  # the build stage's own command in a child, as the workflow runs it
+@pytest.mark.torch
+def test_the_torchneuron_standin_builds_the_head(tmp_path):
+    """The head through TorchNeuron (the trn2 stand-in of SDK 2.33): the module moved to the neuron device
+    whole, compiled in one graph. A decoder layer is not built on the stand-in: transformers' mask and
+    cache code makes tensors on the device and indexes them, and a device registered from Python alone has
+    no device guard for C++'s indexing ("PyTorch is not linked with support for neuron devices")."""
+    import os
+    import subprocess
+
+    from helpers import BIN, torchneuron_env
+
+    from neuronsweep.config.settings import HOST_ENV
+
+    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}
+    plan = make_plan(schema.validate(tiny_config(tmp_path, calibrated=False, suites={"model": [entry]})), "cpu")
+    [spec] = [s for w, s in plan.workloads.items() if w.startswith("layer-moe-head-")]
+    env = {
+        **os.environ,
+        **torchneuron_env(tmp_path),
+        HOST_ENV: json.dumps({"cache_dir": str(tmp_path / "cache"), "device_lock": str(tmp_path / "lock")}),
+    }
+    argv = [str(BIN / "neuronsweep"), "build", "--backend", "neuron", "--spec", json.dumps(spec)]
+    proc = subprocess.run(
+        [*argv, "--options", "{}", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    build = json.loads((tmp_path / "b" / "build.json").read_text())
+    assert build["route"] == "torchneuron" and build["correctness"]["correct"] is None
+    assert build["correctness"]["correct_why"] == "no NumPy reference for layer workloads"

@@ -232,7 +232,7 @@ def _layer_part(s: dict, full, inner, layers):
             cache = DynamicCache(config=config)
             cache.update(self.past_keys, self.past_values, 0)
             past = self.past_keys.shape[-2]
-            position_ids = torch.arange(past, past + hidden_states.shape[1]).unsqueeze(0)
+            position_ids = torch.arange(past, past + hidden_states.shape[1], device=hidden_states.device)[None]
             out = self.model(inputs_embeds=hidden_states, cache=cache, position_ids=position_ids, use_cache=True)
             return out.last_hidden_state
 

@@ -102,6 +102,11 @@ class NeuronTensor(torch.Tensor):
     def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
         return NeuronTensor(inner["host"])
 
+    def __getitem__(self, index):
+        """Indexing, as on any PyTorch device ("What is TorchNeuron?": standard PyTorch runs on `neuron`);
+        C++'s getitem asks for the device's guard first, which a Python-only device cannot give."""
+        return NeuronTensor(self.host[tree_map(_unwrap, index)])
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
