@@ -126,9 +126,10 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     }
     cfg = tiny_config(tmp_path, suites={"custom": [entry]})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    # five rounds: the trimmed test drops the fastest and the slowest process's ratio, so one process the
-    # other workers disturbed does not decide (with three nothing is trimmed: CI once said "unchanged")
-    argv = [str(BIN / "neuronsweep"), "search", "run", "config.yaml", "--finalist-rounds", "5"]
+    # eight rounds: the trimmed test drops the fastest and the slowest process's ratio, so one process the
+    # other workers disturbed does not decide, and six left give it 5 degrees of freedom (with three rounds
+    # nothing is trimmed, with five two are left: CI and a loaded run here said "unchanged" with each)
+    argv = [str(BIN / "neuronsweep"), "search", "run", "config.yaml", "--finalist-rounds", "8"]
     # on one core, so torch times with one thread: under pytest-xdist the other worker keeps the second
     # core busy, and a two-thread GEMM then waited out scheduler quanta (16 ms for a 60 us case, in CI)
     one_core = {min(os.sched_getaffinity(0))}
@@ -142,7 +143,7 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
     assert vs["speedup"] > 1, best
     # judged faster with an interval above 1 (a 64x smaller count of small GEMMs), never "unchanged" with
     # an interval the speed-up lies past
-    assert vs["said"] == "faster" and vs["speedup_low"] > 1, best
+    assert vs["said"] == "faster" and vs["speedup_low"] > 1, vs
     trials = pd.read_csv(tmp_path / "results/t/search/blocked/trials.csv")
     assert list(trials["status"]) == ["ok", "ok"] and set(trials["workload_ids"]) == {
         "custom-blocked-block4-fp32",
