@@ -101,19 +101,34 @@ def _runs_snakemake(func) -> bool:
     return any(call in source for call in ("snakemake(", "snakemake_argv(", '"snakemake"'))
 
 
+def _probes_torch(func) -> bool:
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    return any(call in source for call in ("tiny_config(", "private_cache(", "host_measurements("))
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that runs the real workflow, itself or through a fixture, carries
-    `@pytest.mark.workflow` (the inner loop, `pytest -m "not workflow"`, is everything else): a test
-    that runs Snakemake without it stops the collection, named."""
-    unmarked = []
+    `@pytest.mark.workflow` (the inner loop, `pytest -m "not workflow"`, is everything else), and every
+    other test that probes the host's torch (tiny_config does) carries `@pytest.mark.torch` (.ci/run's
+    Python 3.12/3.13 venvs have no torch and skip both): an unmarked one stops the collection, named."""
+    unmarked, untorched = [], []
     for item in items:
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        funcs = [getattr(item, "function", None)] + [d.func for ds in defs.values() for d in ds]
-        if item.get_closest_marker("workflow") is None and any(_runs_snakemake(f) for f in funcs if f is not None):
+        funcs = [f for f in [getattr(item, "function", None)] + [d.func for ds in defs.values() for d in ds] if f]
+        if item.get_closest_marker("workflow") is None and any(_runs_snakemake(f) for f in funcs):
             unmarked.append(item.nodeid)
+        elif not any(item.get_closest_marker(m) for m in ("workflow", "torch")) and any(map(_probes_torch, funcs)):
+            untorched.append(item.nodeid)
     if unmarked:
         raise pytest.UsageError(
             f"these tests run the workflow but are not marked @pytest.mark.workflow: {', '.join(unmarked)}"
+        )
+    if untorched:
+        raise pytest.UsageError(
+            f"these tests probe the host's torch but are not marked @pytest.mark.torch: {', '.join(untorched)}"
         )
     # the long tests first: the xdist workers then finish together on short ones, not one waiting on
     # a long test handed out last (the Slurm test first: its jobs mostly wait on the scheduler)

@@ -527,6 +527,7 @@ def from_landscape(times: dict, calls: list, rung: int | None = None):
     return measure
 
 
+@pytest.mark.torch  # tiny_config probes the host's torch
 def test_tpe_and_halving_find_the_grids_best_from_a_third_of_its_trials(tmp_path, monkeypatch):
     """tpe measures a third of the 24 points; halving screens them all and measures a third in full. On a
     landscape that does not move, each one's winner is the grid's best or within verdict's minimum effect
