@@ -429,7 +429,18 @@ def _add_history(p) -> None:
 def cmd_search(args) -> None:
     from neuronsweep.search import driver as search
 
-    found = search.load(args.config, args.name, args.cores)
+    cfg = config.load(args.config)
+    kind, entry = search.pick(cfg, args.name, args.config)
+    if kind == "tune":
+        from neuronsweep.search import tune
+
+        model = tune.Tune(cfg, entry, args.config, args.cores)
+        if args.action == "run":
+            model.run_all(say=print, rounds=args.finalist_rounds)
+        print("\n".join(model.status_lines()))
+        print(f"dispatch.json: {model.folder / 'dispatch.json'}" if args.action == "run" else "", end="")
+        return
+    found = search.Search(cfg, entry, args.config, args.cores, kind)
     if args.action == "status":
         print("\n".join(search.status_lines(found)))
         return

@@ -195,6 +195,24 @@ def search_sources(name):
     return [str(user_code.source_file(ref)) for ref in refs]
 
 
+TUNES = [e["name"] for e in CONFIG["suites"].get("model", []) if e.get("tune")]  # models with a tune: block
+
+
+def tune_sources(model):
+    """A tuned model's sources: its config.json (or module file) and its custom candidates' code."""
+    entry = next(e for e in CONFIG["suites"]["model"] if e["name"] == model)
+    refs = [
+        c["function"] for c in CONFIG["suites"].get("custom", []) if c["name"] in entry["tune"].get("candidates", [])
+    ]
+    refs += [
+        c["nki_kernel"]
+        for c in CONFIG["suites"].get("custom", [])
+        if c["name"] in entry["tune"].get("candidates", []) and c.get("nki_kernel")
+    ]
+    files = [str(user_code.source_file(ref)) for ref in refs]
+    return files + [entry["hf_config"] if "hf_config" in entry else str(user_code.source_file(entry["module"]))]
+
+
 def search_config(name):
     """The validated config as one file for the search driver (several --configfile and --config
     overrides merged, user code paths absolute), rewritten only when it changes."""

@@ -5,6 +5,7 @@ rule report:
         targets=rules.aggregate.output.targets,
         plan=rules.plan.output[0],
         history=rules.history.output[0],  # the page links results/history/history.html
+        tunes=expand(f"{RUN}/tune/{{model}}/dispatch.json", model=TUNES),  # the page links each tune.html
     output:
         report(f"{RUN}/report.html", caption="../report/figures.rst", category="neuron-sweep"),
     log:

@@ -21,3 +21,25 @@ rule search:
         config=lambda wc: search_config(wc.name),
     shell:
         "neuronsweep search run {params.config:q} --name {wildcards.name} --cores {threads} > {log:q} 2>&1"
+
+
+rule tune:
+    """Tune a model (a suites.model entry's tune:, docs/autotune.md): per GEMM shape the fastest correct candidate,
+    judged against the compiler's build, as a dispatch table and the time it saves. After the sweep (the forward's
+    measured GEMM share projects the saving), before the report (which links tune.html); its rounds are Snakemake
+    calls of their own (run <run>-tune-<model>), and it resumes where a killed tune stopped."""
+    input:
+        config=workflow.configfiles,
+        code=lambda wc: tune_sources(wc.model),
+        summary=SUMMARY,
+    output:
+        f"{RUN}/tune/{{model}}/dispatch.json",
+    log:
+        f"{RUN}/logs/tune-{{model}}.log",
+    conda:
+        "../../envs/neuronsweep.yaml"
+    threads: os.cpu_count() or 1  # its rounds take the cores, nothing beside it (Snakemake caps it at --cores)
+    params:
+        config=lambda wc: search_config(wc.model),
+    shell:
+        "neuronsweep search run {params.config:q} --name {wildcards.model} --cores {threads} > {log:q} 2>&1"

@@ -56,11 +56,13 @@ SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
 
 def searches(cfg: dict) -> dict[str, tuple[str, dict]]:
     """Every search of a config by name: (kind, entry). "custom": a suites.custom entry with a search:
-    block (its params); "config": a top-level search: entry (dotted config keys, a run per trial)."""
+    block (its params); "config": a top-level search: entry (dotted config keys, a run per trial);
+    "tune": a suites.model entry with a tune: block (search/tune.py)."""
     found: dict[str, tuple[str, dict]] = {}
     for kind, entries in (
         ("custom", [e for e in cfg["suites"].get("custom", []) if e.get("search")]),
         ("config", [{"name": b["name"], "search": b} for b in cfg.get("search", [])]),
+        ("tune", [e for e in cfg["suites"].get("model", []) if e.get("tune")]),
     ):
         for entry in entries:
             if entry["name"] in found:
@@ -101,6 +103,7 @@ class Search:
         self.run = f"{cfg['run']}-search-{entry['name']}"
         self.folder = Path("results") / cfg["run"] / "search" / entry["name"]
         self.trials_csv = self.folder / "trials.csv"
+        self.shape_labels: dict = {}  # a tune's search: the labels of its one shape (its rounds share a call)
 
     def _with_config_default(self, block: dict, where: str) -> dict:
         """A run-level search's default: each key's value in the config unless search.default gives one."""
@@ -221,42 +224,15 @@ class Search:
             out = []
             for i, t in enumerate(trials):
                 summary, log = self._snakemake(self.trial_config(t), f"round-{n_round}-{i}")
-                out.append(self._result(summary, {}, log, self.run_of(t)))
+                out.append(self.result_of(summary, {}, log, self.run_of(t)))
             return out
         summary, log = self._snakemake(
             self.round_config(trials, capture), f"round-{n_round}{'-screen' if capture else ''}"
         )
-        return [self._result(summary, t, log, self.run) for t in trials]
+        return [self.result_of(summary, t, log, self.run) for t in trials]
 
     def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
-        """One Snakemake call on `cfg` (rounds/<name>.yaml and .log): its run's summary.csv."""
-        rounds = self.folder / "rounds"
-        rounds.mkdir(parents=True, exist_ok=True)
-        config_file = rounds / f"{name}.yaml"
-        config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        log = config_file.with_suffix(".log")
-        argv = [
-            _snakemake(),
-            "-s",
-            str(REPO / "Snakefile"),
-            "--cores",
-            str(self.cores),
-            "--configfile",
-            str(config_file),
-        ]
-        with log.open("w") as out:
-            subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
-        if "Directory cannot be locked" in log.read_text():
-            # a driver killed mid-round left Snakemake's lock on this search's own outputs; the search
-            # lock (run_rounds) says no other driver of it runs, so the lock is stale
-            subprocess.run([*argv, "--unlock"], capture_output=True)
-            with log.open("w") as out:
-                subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
-        summary = Path("results") / cfg["run"] / "summary.csv"
-        if not summary.is_file():  # up to date is fine: a round killed after its summary is found done
-            tail = log.read_text().strip().splitlines()[-3:]
-            raise UserError(f"{name} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
-        return pd.read_csv(summary), log
+        return snakemake_round(cfg, self.folder / "rounds", name, self.cores)
 
     def _device_seconds(self, wids: list[str], run: str) -> float | None:
         """Seconds the trial's cases held the device: each capture's lock span, and a neuron build's
@@ -274,8 +250,11 @@ class Search:
                     continue
         return total if found else None
 
-    def _result(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> dict:
+    def result_of(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> dict:
+        """One trial's result from a round's summary.csv: its cases' status, objective and costs."""
         rows = summary
+        for name, value in self.shape_labels.items():  # a tune's round holds every shape's trials
+            rows = rows[rows[name].astype(str) == str(value)] if name in rows else rows.iloc[0:0]
         for name, value in params.items():
             rows = rows[rows[name].astype(str) == str(value)] if name in rows else rows.iloc[0:0]
         if rows.empty:
@@ -319,7 +298,7 @@ class Search:
             self.preflight()
         measure = measure or self.measure
         self.folder.mkdir(parents=True, exist_ok=True)
-        with _only_driver(self.folder / "driver.lock"):
+        with only_driver(self.folder / "driver.lock"):
             if self.space.strategy == "halving":
                 return self._halving(say, measure, screen or self.screen)
             return self._rounds(say, measure)
@@ -481,48 +460,7 @@ class Search:
     def screen(self, trials: list[dict], n_round: int) -> list[dict]:
         """The cheap rung: on cpu, every configuration's cases run eagerly in one fresh process (one
         torch import for all), a few iterations each; on another backend, the workflow with a short capture."""
-        setup = settle_run(schema.validate(self.round_config(trials), source=f"search {self.entry['name']}"))
-        if setup.backend != "cpu":
-            return self.measure(trials, n_round, capture=SCREEN_CAPTURE)
-        capture = self.cfg.get("capture", {})
-        cases = []
-        for t in trials:
-            wids = [sc.workload_id for sc in setup.plan.scenarios if _labelled(sc.labels, t)]
-            cases.append([w for w in wids if w in setup.plan.workloads])
-        jobs = [
-            {
-                "spec": setup.plan.workloads[w],
-                "threads": default_threads(),
-                "warmup": 2,
-                "iterations": SCREEN_CAPTURE["iterations"],
-            }
-            for wids in cases
-            for w in wids
-        ]
-        lock = capture.get("device_lock") or schema.schema_default("capture.device_lock")
-        with devicelock.held(lock, f"neuronsweep search {self.entry['name']}: screening") as span:
-            got = iter(cpu_timing.screen_in_process(jobs, timeout_s=600 + 10 * len(jobs)))
-            held_s = time.time() - span["acquired_unix"]
-        out: list[dict] = []
-        for wids in cases:
-            taken = [next(got) for _ in wids]
-            errors = [f"{w}: {r['error']}" for w, r in zip(wids, taken) if "error" in r]
-            if not wids or errors:
-                why = errors[0] if errors else "no case of this configuration is supported here"
-                out.append({"status": "failed", "objective_s": None, "reason": why, "cases": len(wids)})
-                continue
-            medians = [statistics.median(r["samples"]) for r in taken]
-            out.append(
-                {
-                    "status": "ok",
-                    "objective_s": math.exp(sum(map(math.log, medians)) / len(medians)),
-                    "reason": "",
-                    "cases": len(wids),
-                    "workload_ids": ";".join(wids),
-                    "device_s": held_s / len(trials),  # the screen's lock span, shared alike
-                }
-            )
-        return out
+        return screen_together([(self, trials)], n_round)[0]
 
     def _write(self, table: pd.DataFrame) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -616,8 +554,88 @@ class Search:
         return result
 
 
+def screen_together(calls: list[tuple[Search, list[dict]]], n_round: int) -> list[list[dict]]:
+    """Halving's cheap rung of several searches at once (a tune's shapes): on cpu one fresh process times
+    every configuration of every search eagerly (one torch import for all), a few iterations each; on
+    another backend, each search's workflow with a short capture. Per call, a result per trial."""
+    first = calls[0][0]
+    cfg = first.round_config([])
+    cfg["suites"] = {"custom": [e for s, trials in calls for e in s.round_config(trials)["suites"]["custom"]]}
+    setup = settle_run(schema.validate(cfg, source=f"search {first.entry['name']}"))
+    if setup.backend != "cpu":
+        return [s.measure(trials, n_round, capture=SCREEN_CAPTURE) for s, trials in calls]
+    cases = [
+        [
+            sc.workload_id
+            for sc in setup.plan.scenarios
+            if _labelled(sc.labels, {**s.shape_labels, **t}) and sc.workload_id in setup.plan.workloads
+        ]
+        for s, trials in calls
+        for t in trials
+    ]
+    jobs = [
+        {
+            "spec": setup.plan.workloads[w],
+            "threads": default_threads(),
+            "warmup": 2,
+            "iterations": SCREEN_CAPTURE["iterations"],
+        }
+        for wids in cases
+        for w in wids
+    ]
+    lock = first.cfg.get("capture", {}).get("device_lock") or schema.schema_default("capture.device_lock")
+    with devicelock.held(lock, f"neuronsweep search {first.entry['name']}: screening") as span:
+        got = iter(cpu_timing.screen_in_process(jobs, timeout_s=600 + 10 * len(jobs)))
+        held_s = time.time() - span["acquired_unix"]
+    results: list[dict] = []
+    for wids in cases:
+        taken = [next(got) for _ in wids]
+        errors = [f"{w}: {r['error']}" for w, r in zip(wids, taken) if "error" in r]
+        if not wids or errors:
+            why = errors[0] if errors else "no case of this configuration is supported here"
+            results.append({"status": "failed", "objective_s": None, "reason": why, "cases": len(wids)})
+            continue
+        medians = [statistics.median(r["samples"]) for r in taken]
+        results.append(
+            {
+                "status": "ok",
+                "objective_s": math.exp(sum(map(math.log, medians)) / len(medians)),
+                "reason": "",
+                "cases": len(wids),
+                "workload_ids": ";".join(wids),
+                "device_s": held_s / len(cases),  # the screen's lock span, shared alike
+            }
+        )
+    out, it = [], iter(results)
+    for _, trials in calls:
+        out.append([next(it) for _ in trials])
+    return out
+
+
+def snakemake_round(cfg: dict, rounds: Path, name: str, cores: int) -> tuple[pd.DataFrame, Path]:
+    """One Snakemake call on `cfg` (rounds/<name>.yaml and .log): its run's summary.csv."""
+    rounds.mkdir(parents=True, exist_ok=True)
+    config_file = rounds / f"{name}.yaml"
+    config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    log = config_file.with_suffix(".log")
+    argv = [_snakemake(), "-s", str(REPO / "Snakefile"), "--cores", str(cores), "--configfile", str(config_file)]
+    with log.open("w") as out:
+        subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
+    if "Directory cannot be locked" in log.read_text():
+        # a driver killed mid-round left Snakemake's lock on this search's own outputs; the search
+        # lock (run_rounds) says no other driver of it runs, so the lock is stale
+        subprocess.run([*argv, "--unlock"], capture_output=True)
+        with log.open("w") as out:
+            subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
+    summary = Path("results") / cfg["run"] / "summary.csv"
+    if not summary.is_file():  # up to date is fine: a round killed after its summary is found done
+        tail = log.read_text().strip().splitlines()[-3:]
+        raise UserError(f"{name} wrote no summary.csv ({' / '.join(tail)}); the whole log: {log}.")
+    return pd.read_csv(summary), log
+
+
 @contextlib.contextmanager
-def _only_driver(path: Path):
+def only_driver(path: Path):
     """One driver per search at a time (an OS lock: released by the kernel when a driver is killed)."""
     with path.open("a") as handle:
         try:

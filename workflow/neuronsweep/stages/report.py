@@ -193,6 +193,9 @@ def _across_runs(run_dir: Path) -> str:
     links = []
     if (run_dir.parent / "history" / "history.html").is_file():
         links.append('<a href="../history/history.html">history</a> (every run of results/, change points)')
+    for page_ in sorted(run_dir.glob("tune/*/tune.html")):  # a model's tune (neuronsweep search run)
+        rel = page_.relative_to(run_dir).as_posix()
+        links.append(f'<a href="{html.escape(rel)}">tune of {html.escape(page_.parent.name)}</a>')
     for page_ in sorted(run_dir.glob("compare-*/compare.html")):
         rel = page_.relative_to(run_dir).as_posix()
         links.append(f'<a href="{html.escape(rel)}">{html.escape(page_.parent.name)}</a>')

@@ -1,0 +1,272 @@
+"""Tune a model (search/tune.py): a winner per shape where the best param follows M, the table's saving
+against count x latency by hand, a tie where the difference is noise, resume after a kill, the trial
+budget per shape, bad tune blocks in one sentence, the dispatch table read back; and one real tune of a
+tiny model on cpu through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import BIN, DATA, tiny_config
+
+from neuronsweep.analysis import verdict
+from neuronsweep.errors import UserError
+from neuronsweep.search import dispatch
+from neuronsweep.search import tune as tune_mod
+
+BLOCKS = [16, 64, 256]
+SHAPES = [(1, 256, 256, 2), (64, 256, 256, 6), (512, 256, 1024, 3)]  # m, k, n, count in the one forward
+DEFAULT_S = {1: 40e-6, 64: 200e-6, 512: 2e-3}
+
+
+def best_block(m: int) -> int:
+    return {1: 16, 64: 64, 512: 256}[m]
+
+
+def latency(m: int, block: int) -> float:
+    """A landscape whose best block follows M: 0.8x the compiler at the best block, 1.3x per step off it;
+    at M = 64 the best is only 1 % faster (noise: a tie)."""
+    steps = abs(BLOCKS.index(block) - BLOCKS.index(best_block(m)))
+    best = 0.99 if m == 64 else 0.8
+    return DEFAULT_S[m] * best * 1.3**steps
+
+
+def make(tmp: Path, monkeypatch, candidates=("compiler", "blocked"), **tune) -> tune_mod.Tune:
+    monkeypatch.chdir(tmp)
+    (tmp / "k.py").write_text("def blocked(a, b, block=16):\n    return a @ b\n")
+    custom = {
+        "name": "blocked",
+        "function": str(tmp / "k.py") + ":blocked",
+        "inputs": {"a": ["m", "k"], "b": ["k", "n"]},
+        "grid": {"m": [8], "k": [8], "n": [8]},
+        "params": {"block": BLOCKS},
+    }
+    model = {
+        "name": "toy",
+        "hf_config": "toy.json",
+        "tune": {"candidates": list(candidates), "strategy": "grid", "budget": {"trials_per_shape": 3}, **tune},
+    }
+    cfg = {"run": "t", "backend": "cpu", "suites": {"custom": [custom], "model": [model]}}
+    t = tune_mod.Tune(cfg, model, "test")
+    gemms = pd.DataFrame(
+        [
+            {"gemm": f"g{m}", "m": m, "k": k, "n": n, "count": c, "phase": "decode", "batch": 1, "seq": 16}
+            | {"dtype": "fp32", "workload_id": f"matmul-m{m}-k{k}-n{n}-fp32", "unsupported": ""}
+            for m, k, n, c in SHAPES
+        ]
+    )
+    gemms["shape"] = [tune_mod.shape_id(m, k, n, "fp32") for m, k, n, _ in SHAPES]
+    monkeypatch.setattr(t, "gemms", lambda: gemms)
+    return t
+
+
+def hooks(calls: list, stop_after: int | None = None):
+    """Measurements from the landscape; `stop_after` measure calls, a KeyboardInterrupt (a kill)."""
+
+    def hook(name, labels):
+        if name == "defaults":
+            gemms = labels
+            return pd.DataFrame(
+                {
+                    "shape": gemms["shape"],
+                    **{c: gemms[c] for c in ("m", "k", "n", "dtype", "workload_id")},
+                    "status": "ok",
+                    "reason": "",
+                    "latency_median_s": [DEFAULT_S[m] for m in gemms["m"]],
+                }
+            )
+
+        def measure(trials, n_round):
+            if stop_after is not None and len(calls) >= stop_after:
+                raise KeyboardInterrupt
+            calls.append((labels["m"], [t["block"] for t in trials]))
+            return [
+                {
+                    "status": "ok",
+                    "objective_s": latency(labels["m"], t["block"]),
+                    "reason": "",
+                    "cases": 1,
+                    "workload_ids": f"custom-blocked-m{labels['m']}-block{t['block']}-fp32",
+                }
+                for t in trials
+            ]
+
+        return measure, None
+
+    return hook
+
+
+def judge(rows: pd.DataFrame) -> list:
+    """As the finalists' test would on processes: a winner over 5 % faster is faster, the rest a tie."""
+    out = []
+    for r in rows.itertuples():
+        ratio = r.winner_median_s / r.default_median_s
+        said = verdict.FASTER if ratio < 0.95 else verdict.UNCHANGED
+        out.append(verdict.Verdict(said, ratio=ratio, ci_low=ratio * 0.97, ci_high=ratio * 1.03))
+    return out
+
+
+def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tmp_path, monkeypatch):
+    calls: list = []
+    got = make(tmp_path, monkeypatch).run_all(say=lambda _: None, hooks=hooks(calls), judge=judge)
+    table = got["dispatch"].set_index("m")
+    # the winner's param follows M; at M = 64 the winner is 1 % faster, a tie: the compiler ships
+    for m in (1, 512):
+        assert json.loads(table.loc[m, "params"]) == {"block": best_block(m)}
+        assert table.loc[m, "ships"] == "blocked" and not table.loc[m, "tie"]
+        assert table.loc[m, "speedup"] == pytest.approx(1 / 0.8)
+    assert json.loads(table.loc[64, "params"]) == {"block": 64}
+    assert table.loc[64, "tie"] and table.loc[64, "ships"] == "compiler"
+    assert table.loc[64, "verdict"] == verdict.UNCHANGED
+    # the shapes were searched most model time first: 512 (3 x 2 ms), 64 (6 x 0.2 ms), 1 (2 x 40 us)
+    assert list(dict.fromkeys(m for m, _ in calls)) == [512, 64, 1]
+    # the saving by hand: count x latency, the tie saving nothing
+    before = sum(c * DEFAULT_S[m] for m, _, _, c in SHAPES)
+    after = 2 * latency(1, 16) + 6 * DEFAULT_S[64] + 3 * latency(512, 256)
+    [gain] = got["gain"].to_dict("records")
+    assert gain["gemm_default_s"] == pytest.approx(before)
+    assert gain["gemm_tuned_s"] == pytest.approx(after)
+    assert gain["saving_s"] == pytest.approx(before - after)
+    assert "not measured whole" in gain["projection"]
+    # what it writes: the table a runtime reads back, the page
+    folder = tmp_path / "results" / "t" / "tune" / "toy"
+    table = dispatch.load(folder / "dispatch.json")
+    assert table.lookup(1, 256, 256, "fp32") == dispatch.Choice(
+        "blocked", str(tmp_path / "k.py") + ":blocked", {"block": 16}, 1
+    )
+    assert table.lookup(32, 256, 256, "fp32").candidate == "compiler"  # M = 32 takes the bucket of 64: a tie
+    assert table.lookup(2048, 256, 1024, "fp32").params == {"block": 256}  # past every M: the largest
+    assert table.lookup(1, 99, 99, "fp32") == dispatch.Choice("compiler")  # a shape the tune never saw
+    assert table.lookup(1, 256, 256, "fp32").load().__name__ == "blocked"  # the function itself, imported
+    page = (folder / "tune.html").read_text()
+    assert "dispatch table" in page and "m512-k256-n1024-fp32" in page
+
+
+def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch):
+    t = make(tmp_path, monkeypatch)
+    suites = tmp_path / "results" / "t" / "suites"
+    suites.mkdir(parents=True)
+    pd.DataFrame(
+        [{"phase": "decode", "batch": 1, "seq": 16, "dtype": "fp32", "forward_time_s": 0.1, "gemm_pct": 60.0}]
+    ).to_csv(suites / "model-toy-forward.csv", index=False)
+    [gain] = t.run_all(say=lambda _: None, hooks=hooks([]), judge=judge)["gain"].to_dict("records")
+    fraction = gain["saving_s"] / gain["gemm_default_s"]
+    assert gain["gemm_share_pct"] == pytest.approx(60.0)
+    assert gain["forward_tuned_s"] == pytest.approx(0.1 * (1 - 0.6 * fraction))
+
+
+def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune_mod, "SHAPES_TOGETHER", 1)  # the budget and the record between every shape
+    calls: list = []
+    with pytest.raises(KeyboardInterrupt):  # killed in shape 64's second round (2 trials a round)
+        make(tmp_path, monkeypatch).run_all(say=lambda _: None, hooks=hooks(calls, stop_after=3), judge=judge)
+    assert [m for m, _ in calls] == [512, 512, 64]
+    state = json.loads((tmp_path / "results" / "t" / "tune" / "toy" / "state.json").read_text())
+    assert list(state["shapes"]) == ["m512-k256-n1024-fp32"]
+    more: list = []
+    got = make(tmp_path, monkeypatch).run_all(say=lambda _: None, hooks=hooks(more), judge=judge)
+    assert [(m, len(b)) for m, b in more] == [(64, 1), (1, 2), (1, 1)]  # 64's first round: recorded
+    assert len(got["dispatch"]) == 3 and got["dispatch"]["winner"].notna().all()
+    # the budget: 3 trials a shape with one custom candidate, each point once
+    per_shape: dict = {}
+    for m, blocks in calls + more:
+        per_shape.setdefault(m, []).extend(blocks)
+    assert {m: sorted(b) for m, b in per_shape.items()} == {m: BLOCKS for m in (512, 64, 1)}
+    # a smaller budget is kept: one trial a shape
+    (tmp_path / "b").mkdir()
+    few: list = []
+    make(tmp_path / "b", monkeypatch, budget={"trials_per_shape": 1}).run_all(
+        say=lambda _: None, hooks=hooks(few), judge=judge
+    )
+    assert [len(blocks) for _, blocks in few] == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (
+            {"candidates": ["compiler", "nki_mm"]},
+            "candidates names nki_mm, which is neither compiler nor a suites.custom",
+        ),
+        ({"budget": {"trials_per_shape": 1}, "candidates": ["blocked", "other"]}, "fewer than its 2 custom candidates"),
+        ({"candidates": ["scaled"]}, "not two matrices [m, k] and [k, n]"),
+    ],
+)
+def test_a_bad_tune_block_is_one_sentence_before_any_trial(tmp_path, monkeypatch, change, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.py").write_text("def f(a, b):\n    return a @ b\n")
+    custom = [
+        {"name": n, "function": "k.py:f", "inputs": {"a": ["m", "k"], "b": ["k", "n"]}} for n in ("blocked", "other")
+    ] + [{"name": "scaled", "function": "k.py:f", "inputs": {"x": ["m", "k"], "s": [1]}}]
+    model = {"name": "toy", "hf_config": "toy.json", "tune": change}
+    with pytest.raises(UserError) as err:
+        tune_mod.Tune({"run": "t", "suites": {"custom": custom, "model": [model]}}, model, "c.yaml")
+    assert said in str(err.value) and str(err.value).startswith("c.yaml: suites.model (toy) tune")
+    assert str(err.value).count(". ") <= 1
+
+
+def test_a_dispatch_table_of_another_format_is_refused_in_one_sentence(tmp_path):
+    (tmp_path / "d.json").write_text(json.dumps({"format": 99, "shapes": {}}))
+    with pytest.raises(UserError, match="format 99, this neuron-sweep reads format 1"):
+        dispatch.load(tmp_path / "d.json")
+    with pytest.raises(UserError, match="not a dispatch table"):
+        dispatch.load(tmp_path / "missing.json")
+
+
+@pytest.mark.workflow  # the tune's rounds are Snakemake calls of its own
+@pytest.mark.torch
+def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
+    """The CLI, end to end: every decode GEMM of a 2-layer model measured with the compiler's build,
+    searched with a blocked matmul, judged on fresh processes; the table, the gain and status."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.py").write_text(
+        "import torch\n\ndef blocked(a, b, block=64):\n"
+        "    out = torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype)\n"
+        "    for i in range(0, a.shape[1], block):\n"
+        "        out = out + a[:, i : i + block] @ b[i : i + block, :]\n"
+        "    return out\n"
+    )
+    custom = {
+        "name": "blocked",
+        "function": "k.py:blocked",
+        "inputs": {"a": ["m", "k"], "b": ["k", "n"]},
+        "grid": {"m": [4], "k": [64], "n": [64]},
+        "params": {"block": [32, 512]},
+    }
+    model = {
+        "name": "tiny",
+        "hf_config": str(DATA / "models" / "tiny-llama-gqa.json"),
+        "batch": [1],
+        "seq": [16],
+        "phases": ["decode"],
+        "dtype": ["fp32"],
+        "tune": {"candidates": ["compiler", "blocked"], "strategy": "halving", "budget": {"trials_per_shape": 2}},
+    }
+    cfg = tiny_config(tmp_path, suites={"custom": [custom], "model": [model]})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    run = subprocess.run(
+        [str(BIN / "neuronsweep"), "search", "run", "config.yaml", "--name", "tiny", "--finalist-rounds", "3"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    folder = tmp_path / "results" / "t" / "tune" / "tiny"
+    table = pd.read_csv(folder / "dispatch.csv")
+    assert len(table) == 7 and (table["default_median_s"] > 0).all()  # q/o, k/v, gate/up, down, 2 bmm, head
+    assert set(table["ships"]) <= {"compiler", "blocked"}
+    contenders = table[table["winner"] == "blocked"]
+    assert contenders["verdict"].notna().all() and contenders["speedup_low"].notna().all()
+    assert (table.loc[table["ships"] == "blocked", "tie"] == False).all()  # noqa: E712 - a column of bools
+    gain = pd.read_csv(folder / "gain.csv").iloc[0]
+    assert gain["gemm_tuned_s"] <= gain["gemm_default_s"]
+    status = subprocess.run(
+        [str(BIN / "neuronsweep"), "search", "status", "config.yaml", "--name", "tiny"], capture_output=True, text=True
+    )
+    assert "shapes: 7 of 7 searched, 0 left" in status.stdout, status.stdout + status.stderr
+    assert dispatch.load(folder / "dispatch.json").model == "tiny"
