@@ -45,12 +45,14 @@ def make(tmp: Path, monkeypatch, candidates=("compiler", "blocked"), **tune) -> 
         "grid": {"m": [8], "k": [8], "n": [8]},
         "params": {"block": BLOCKS},
     }
+    (tmp / "k2.py").write_text("def other(a, b, block=16):\n    return a @ b\n")
+    other = {**custom, "name": "other", "function": str(tmp / "k2.py") + ":other"}
     model = {
         "name": "toy",
         "hf_config": "toy.json",
         "tune": {"candidates": list(candidates), "strategy": "grid", "budget": {"trials_per_shape": 3}, **tune},
     }
-    cfg = {"run": "t", "backend": "cpu", "suites": {"custom": [custom], "model": [model]}}
+    cfg = {"run": "t", "backend": "cpu", "suites": {"custom": [custom, other], "model": [model]}}
     t = tune_mod.Tune(cfg, model, "test")
     gemms = pd.DataFrame(
         [
@@ -64,8 +66,9 @@ def make(tmp: Path, monkeypatch, candidates=("compiler", "blocked"), **tune) -> 
     return t
 
 
-def hooks(calls: list, stop_after: int | None = None):
-    """Measurements from the landscape; `stop_after` measure calls, a KeyboardInterrupt (a kill)."""
+def hooks(calls: list, stop_after: int | None = None, who: list | None = None):
+    """Measurements from the landscape; `stop_after` measure calls, a KeyboardInterrupt (a kill); `who`
+    gets the candidate of each measure call."""
 
     def hook(name, labels):
         if name == "defaults":
@@ -84,6 +87,8 @@ def hooks(calls: list, stop_after: int | None = None):
             if stop_after is not None and len(calls) >= stop_after:
                 raise KeyboardInterrupt
             calls.append((labels["m"], [t["block"] for t in trials]))
+            if who is not None:
+                who.append(name)
             return [
                 {
                     "status": "ok",
@@ -183,6 +188,21 @@ def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budge
         say=lambda _: None, hooks=hooks(few), judge=judge
     )
     assert [len(blocks) for _, blocks in few] == [1, 1, 1]
+
+
+def test_an_edited_candidate_is_searched_again_and_the_other_is_not(tmp_path, monkeypatch):
+    both = {"candidates": ["compiler", "blocked", "other"], "budget": {"trials_per_shape": 6}}
+    first: list = []
+    make(tmp_path, monkeypatch, **both).run_all(say=lambda _: None, hooks=hooks([], who=first), judge=judge)
+    assert sorted(set(first)) == ["blocked", "other"]
+    again: list = []
+    make(tmp_path, monkeypatch, **both).run_all(say=lambda _: None, hooks=hooks([], who=again), judge=judge)
+    assert again == []  # nothing changed: every search is recorded
+    edited: list = []
+    t = make(tmp_path, monkeypatch, **both)
+    (tmp_path / "k2.py").write_text("def other(a, b, block=16):\n    return (a @ b) * 1\n")  # edited
+    t.run_all(say=lambda _: None, hooks=hooks([], who=edited), judge=judge)
+    assert set(edited) == {"other"} and len(edited) == len([w for w in first if w == "other"])
 
 
 @pytest.mark.parametrize(

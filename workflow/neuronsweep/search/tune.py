@@ -65,6 +65,7 @@ class Together:
         self.pending: list[tuple] = []
         self.answers: dict[int, object] = {}
         self.calls = {"measure": measure, "screen": screen}
+        self.log: list[dict] = []  # per call run: its kind, searches, trials and wall seconds (bench/tune_cost.py)
 
     def call(self, kind: str, search, trials: list[dict], n_round: int):
         """From a search's thread: its trials' results, once the call of all waiting searches is done."""
@@ -97,10 +98,15 @@ class Together:
                 mine = [c for c in taken if c[1] == kind]
                 if not mine:
                     continue
+                t0 = time.monotonic()
                 try:
                     got = run([(c[2], c[3]) for c in mine], max(c[4] for c in mine))
                 except BaseException as exc:  # noqa: BLE001 - each waiting search raises it
                     got = [exc] * len(mine)
+                trials = sum(len(c[3]) for c in mine)
+                self.log.append(
+                    {"kind": kind, "searches": len(mine), "trials": trials, "wall_s": time.monotonic() - t0}
+                )
                 answers.update({c[0]: g for c, g in zip(mine, got)})
             with self.cv:
                 self.answers.update(answers)
@@ -247,12 +253,22 @@ class Tune:
             block = {"space": {}, "strategy": "grid", "budget": {"trials": 1}}
         entry["search"] = block
         search = driver.Search(self.cfg, entry, self.source, self.cores)
-        digest = user_code.digest([base["function"], *([base["nki_kernel"]] if base.get("nki_kernel") else [])])
+        digest = self.digests()[name]
         search.run = self.run
         search.shape_labels = {m: int(shape["m"]), k: int(shape["k"]), n: int(shape["n"]), "dtype": shape["dtype"]}
-        search.folder = self.folder / "shapes" / str(shape["shape"]) / f"{name}-{digest[:8]}"
+        search.folder = self.folder / "shapes" / str(shape["shape"]) / f"{name}-{digest}"
         search.trials_csv = search.folder / "trials.csv"
         return search
+
+    def digests(self) -> dict[str, str]:
+        """Each custom candidate's code (its function's and NKI kernel's files) as a short hash: its searches'
+        folders are named by it, so an edited file is searched again and the other candidates are not."""
+        if not hasattr(self, "_digests"):
+            self._digests = {
+                name: user_code.digest([e["function"], *([e["nki_kernel"]] if e.get("nki_kernel") else [])])[:8]
+                for name, e in self.customs.items()
+            }
+        return self._digests
 
     def search_shapes(self, shapes: list[pd.Series], say, hooks=None) -> dict[str, dict]:
         """Every custom candidate's search at each of these shapes; per shape and candidate its best full
@@ -295,6 +311,7 @@ class Tune:
             together.serve()
             for t in threads:
                 t.join()
+            self.call_log = together.log
         out: dict[str, dict] = {str(sh["shape"]): {} for sh in shapes}
         for (sid, name), got in tables.items():
             if isinstance(got, UserError):
@@ -350,7 +367,13 @@ class Tune:
                 )
             ordered = self.order(gemms, defaults)
             todo = (
-                [sh for _, sh in ordered.iterrows() if str(sh["shape"]) not in state["shapes"]] if self.customs else []
+                [
+                    sh
+                    for _, sh in ordered.iterrows()
+                    if state["shapes"].get(str(sh["shape"]), {}).get("code") != self.digests()
+                ]
+                if self.customs
+                else []
             )
             for i in range(0, len(todo), SHAPES_TOGETHER):
                 chunk = todo[i : i + SHAPES_TOGETHER]
@@ -365,7 +388,8 @@ class Tune:
                 t0 = time.monotonic()
                 found = self.search_shapes(chunk, say, hooks)
                 state.setdefault("chunks_s", []).append(time.monotonic() - t0)
-                state["shapes"].update({sid: {"candidates": c} for sid, c in found.items()})
+                state.setdefault("calls", []).extend(getattr(self, "call_log", []))
+                state["shapes"].update({sid: {"candidates": c, "code": self.digests()} for sid, c in found.items()})
                 self._save(state)
                 say(f"tune {self.entry['name']}: {len(state['shapes'])} of {len(ordered)} shapes searched")
             table = self.dispatch(gemms, defaults, state, judge, rounds, say)
@@ -423,11 +447,21 @@ class Tune:
                     "params": json.dumps(c["params"], sort_keys=True),
                     "winner_median_s": c["median_s"],
                     "winner_workload_id": c["workload_id"],
+                    **self._correctness(c["workload_id"]),
                 }
             )
         table = pd.DataFrame(rows)
         self._judge(table, judge, rounds, say)
         return table
+
+    def _correctness(self, wid: str) -> dict:
+        """The winner's output against the float64 reference (its case's metrics.json), as the sweep checks it."""
+        found = sorted((Path("results") / self.run).glob(f"*/workloads/{wid}/metrics.json"))
+        try:
+            metrics = json.loads(found[0].read_text())
+        except (IndexError, OSError, ValueError):
+            return {"correct": None}
+        return {k: metrics.get(k) for k in ("correct", "max_rel_error", "tolerance_rel")}
 
     def _judge(self, table: pd.DataFrame, judge, rounds: int, say) -> None:
         """The winners against the compiler's build, timed again together (cpu) and judged; stored in
@@ -441,7 +475,9 @@ class Tune:
             return
         path = self.folder / "judged.json"
         record = json.loads(path.read_text()) if path.is_file() else {}
-        key = {i: f"{r['shape']}|{r['winner_workload_id']}" for i, r in contenders.iterrows()}
+        key = {
+            i: f"{r['shape']}|{r['winner_workload_id']}|{self.digests()[r['winner']]}" for i, r in contenders.iterrows()
+        }
         todo = [i for i in contenders.index if key[i] not in record]
         if todo:
             if judge is None and getattr(self, "backend", "cpu") != "cpu":

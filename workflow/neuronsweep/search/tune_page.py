@@ -101,6 +101,8 @@ def render(model: str, table: pd.DataFrame, gain: pd.DataFrame) -> str:
         "params",
         "winner_median_s",
         "default_median_s",
+        "correct",
+        "max_rel_error",
         "trials",
         "candidates_out",
     ]
