@@ -45,6 +45,8 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     # the miscompiled kernel's wrong output leaves its device loop unconfirmed (a right one: the test below)
     loops = next(line for line in lines if "nki: NKI loops" in line)
     assert loops.startswith("SKIP") and "nl.fori_loop over the outer tiles" in loops and "not confirmed" in loops
+    body = next(line for line in lines if "nki: NKI loop body" in line)  # docs silent on a tile's liveness
+    assert body.startswith("SKIP") and "live per partition, of the 229376 and 16384 on trn2" in body, body
     assert by_contract["torchneuron: inspect layout"] == "SKIP"  # the profiler took its NEFF
     # the user's NKI kernel of config/examples/kernels, its keyword param passed by name; the stand-in's
     # miscompile is in every NKI matmul, so its output check fails too
@@ -76,3 +78,12 @@ def test_the_nki_loops_line_passes_only_a_device_loop_whose_output_is_right(tmp_
     assert nki_loops_line("nki", right, warned).verdict == "FAIL"
     older = {"nki_loops": "nl.affine_range", "correctness": {"correct": False}}  # before 0.7: no device loop to confirm
     assert nki_loops_line("nki", older, "").verdict == "PASS"
+
+
+def test_the_nki_loop_body_line_shows_what_a_body_keeps_on_chip_beside_the_targets_partition():
+    from neuronsweep.fieldtest import nki_body_line
+
+    spec = {"kind": "matmul", "m": 256, "k": 128, "n": 512, "dtype": "bf16", "impl": "nki"}
+    line = nki_body_line("nki", {"spec": spec, "target": "trn3", "correctness": {"correct": True}})
+    assert line.verdict == "PASS" and "4608 B of SBUF and 4096 B of PSUM" in line.detail  # 2(128 + 512)2 + 2(512)2
+    assert "of the 262144 and 16384 on trn3 (NeuronCore-v4" in line.detail and "the compiler built it" in line.detail

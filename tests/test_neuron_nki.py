@@ -108,7 +108,7 @@ from neuronsweep.kernels import nki_matmul, nki_mlp
 from neuronsweep.workloads import matmul, mlp
 out = {}
 import nki.isa as nisa, nki.language as nl
-loops = []
+loops, peaks = [], []
 for module, spec in [(nki_matmul, matmul.spec(m=384, k=384, n=1024, dtype="fp32")),
                      (nki_matmul, matmul.spec(m=64, k=96, n=200, dtype="fp32")),
                      (nki_mlp, mlp.spec(b=2, s=512, h=256, i=384, dtype="fp32"))]:
@@ -118,6 +118,7 @@ for module, spec in [(nki_matmul, matmul.spec(m=384, k=384, n=1024, dtype="fp32"
     got = module.make_kernel()(*(arrays[n] for n in module.ARG_NAMES))
     out[json.dumps(spec, sort_keys=True)] = float(np.max(np.abs(got - module.reference(arrays))))
     loops.append(list(nl.DEVICE_LOOPS))
+    peaks.append([list(nl.DEVICE_LOOP_BYTES), module.body_bytes(spec)])
 def memset_then_accumulate(a, b):  # the pattern the nc_matmul reference calls undefined on v2/v3
     acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
     nisa.memset(dst=acc, value=0.0)
@@ -131,6 +132,7 @@ try:
 except ValueError as e:
     out["memset"] = str(e)
 out["loops"] = loops
+out["peaks"] = peaks
 print(json.dumps(out))
 """
 
@@ -164,12 +166,37 @@ def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
         loops = errors.pop("loops")
         on_device = path in (nki_0_7, nki_0_6)
         assert loops == ([[[0, 3, 1]], [[0, 1, 1]], [[0, 2, 1]]] if on_device else [[], [], []]), loops
+        # what one body keeps live per partition, as the stand-in counts it, within what our kernels bound
+        # it by (kernels/__init__.py refuses a body past the target's partition on that figure)
+        peaks = errors.pop("peaks")
+        for measured, bound in peaks if on_device else []:
+            assert len(measured) == 1 and all(0 < measured[0][b] <= bound[b] for b in ("sbuf", "psum")), (
+                measured,
+                bound,
+            )
         assert len(errors) == 3 and max(errors.values()) < 1e-3, errors
     env["PYTHONPATH"] = nki_0_7  # a kernel that slices with the loop's value would not trace on the device
     sliced = "import nki.language as nl; t = nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)\n"
     sliced += "nl.fori_loop(0, 2, lambda i: t[i : i + 1])"
     bad = subprocess.run([sys.executable, "-c", sliced], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "it has no Python value while the kernel is traced" in bad.stderr
+    # a body keeps its live tiles on chip for the whole loop (NKI Dynamic Loops): 230 tiles of 1 KiB a
+    # partition kept at once pass trn3's 256 KiB and not trn2's 224 KiB; the same tiles one at a time pass
+    tiles = "import nki.language as nl\ndef body(i):\n    {}\nnl.fori_loop(0, 2, body)"
+    kept = "kept = [nl.ndarray((128, 512), nl.bfloat16, buffer=nl.sbuf) for _ in range(230)]"
+    one_at_a_time = "for _ in range(230):\n        t = nl.ndarray((128, 512), nl.bfloat16, buffer=nl.sbuf)"
+    for body, target, refused in ((kept, "trn2", True), (kept, "trn3", False), (one_at_a_time, "trn2", False)):
+        env["NEURON_PLATFORM_TARGET_OVERRIDE"] = target
+        got = subprocess.run([sys.executable, "-c", tiles.format(body)], capture_output=True, text=True, env=env)
+        assert (got.returncode != 0) == refused, got.stderr
+    assert "keeps 235520 bytes of SBUF live per partition at once, over the 229376 a partition holds on trn2" in (
+        subprocess.run(
+            [sys.executable, "-c", tiles.format(kept)],
+            capture_output=True,
+            text=True,
+            env={**env, "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"},
+        ).stderr
+    )
     # today's language has no return-style load/store: the legacy kernel spelling would not trace there
     bad = subprocess.run(
         [sys.executable, "-c", "import nki.language as nl; nl.load"], capture_output=True, text=True, env=env

@@ -469,6 +469,7 @@ NKI_SPEC = {"kind": "matmul", "m": 256, "k": 256, "n": 1024, "dtype": "bf16", "i
 
 def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_unsupported():
     from neuronsweep import kernels
+    from neuronsweep.host.targets import onchip
 
     assert kernels.unsupported(NKI_SPEC, "trn2", (0, 7, 0)) is None
     assert kernels.unsupported(NKI_SPEC, "inf2", (0, 5, 0)) is None  # SDK 2.31's nki still compiles for inf2
@@ -477,13 +478,26 @@ def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_u
     assert "the 2.33.1 nki.jit page still lists trn1 and inf2" in why and "this run's target is inf2" in why
     huge = {**NKI_SPEC, "m": 16384, "k": 16384, "n": 16384}  # 128 x 128 x 32 tiles
     assert "would unroll 524288 matmul instructions over all its tiles" in kernels.unsupported(huge, "trn2", (0, 5, 0))
-    assert kernels.unsupported(huge, "trn2", (0, 7, 0)) is None  # 0.7: M on the device, a body of 128 x 32
-    deep = {**huge, "k": 65536}  # a body of 512 x 32 tiles
-    assert "would unroll 16384 matmul instructions in one body of its device loop" in kernels.unsupported(
-        deep, "trn2", (0, 7, 0)
-    )
-    mlp = {"kind": "mlp", "b": 1, "s": 128, "h": 1024, "i": 512, "dtype": "bf16", "impl": "nki"}
+    assert kernels.unsupported(huge, "trn2", (0, 7, 0), chip=onchip("trn2")) is None  # 0.7: M on the device
+    # a device loop's body is bounded by what it keeps on chip (NKI Dynamic Loops), not by a count of its
+    # instructions: a body of 512 x 32 tiles, refused before as 16384 matmuls, holds a few tiles at a time
+    deep = {**huge, "k": 65536}
+    assert kernels.unsupported(deep, "trn2", (0, 7, 0), chip=onchip("trn2")) is None
+    mlp = {"kind": "mlp", "b": 1, "s": 512, "h": 1024, "i": 512, "dtype": "bf16", "impl": "nki"}
     assert kernels.for_spec(mlp).unrolled(mlp) == 3 * 8 * 4 and kernels.unsupported(mlp, "trn2", (0, 7, 0)) is None
+    # the MLP's intermediate (I/128 tiles of 512 tokens) is part of its body: 200 KiB of it fits a trn2
+    # partition (224 KiB, trainium2_arch.rst) and not a NeuronCore-v2's (192 KiB) nor, unrolled, half of one
+    wide = {**mlp, "i": 128 * 200}
+    assert kernels.unsupported(wide, "trn2", (0, 7, 0), chip=onchip("trn2")) is None
+    why = kernels.unsupported(wide, "trn2", (0, 7, 0), chip=onchip(None))  # no target known: the smallest
+    assert why.startswith("one body of the NKI mlp kernel's device loop keeps 210 KiB of SBUF live per partition, ")
+    assert "over the 192 KiB a partition holds on trn1" in why and "trainium_inferentia2_arch.rst" in why
+    assert "over half of its 196608" in kernels.unsupported(wide, "trn2", (0, 5, 0))  # no device loop: as before
+    too_wide = {**mlp, "i": 128 * 224}
+    assert "over the 224 KiB a partition holds on trn2" in kernels.unsupported(
+        too_wide, "trn2", (0, 7, 0), chip=onchip("trn2")
+    )
+    assert kernels.unsupported(too_wide, "trn3", (0, 7, 0), chip=onchip("trn3")) is None  # 256 KiB on v4
 
 
 @pytest.mark.workflow  # runs the stages' real commands (an NKI build on the stand-in)

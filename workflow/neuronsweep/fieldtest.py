@@ -20,13 +20,13 @@ from pathlib import Path
 
 import yaml
 
-from neuronsweep import doctor
+from neuronsweep import doctor, kernels
 from neuronsweep.analysis.stats import DEVICE_TIMES
 from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
 from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
-from neuronsweep.host import neuron_ls
+from neuronsweep.host import neuron_ls, targets
 from neuronsweep.store import layout
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
@@ -271,6 +271,8 @@ def contract_lines(case: Path, name: str, build: dict, capture: dict, view: dict
         users = (build.get("spec") or {}).get("kind") == "custom"
         if not users:  # the loops of our kernels (a user's are theirs)
             out.append(nki_loops_line(name, build, logs))
+            if "fori_loop" in (build.get("nki_loops") or ""):
+                out.append(nki_body_line(name, build))
         target = build.get("target") or "the target"
         out.append(
             Line("PASS", f"{name}: NKI on {target}", f"built and ran on {target} (its output: the correctness line)")
@@ -321,6 +323,29 @@ def nki_loops_line(name: str, build: dict, logs: str) -> Line:
         return Line("SKIP", f"{name}: NKI loops", f"{loops}: not confirmed, the kernel's output check did not pass")
     confirmed = ", its output matches numpy" if "fori_loop" in loops else ""
     return Line("PASS", f"{name}: NKI loops", f"{loops}{confirmed}; no deprecated range iterator in the compile log")
+
+
+def nki_body_line(name: str, build: dict) -> Line:
+    """NKI loop body: what one body of our kernel's device loop keeps live on chip, as we bound it, beside
+    the target's partition. The NKI Dynamic Loops page keeps every live tensor of a body on chip for the
+    whole loop but does not say when a tile stops being live; our bound counts a tile until the next one of
+    its name replaces it (as the stand-in does). A device that built and ran the case says the bound held
+    here; a body we refused is not tried, so a device that would take more is not seen by this line."""
+    spec = build.get("spec") or {}
+    need = kernels.for_spec(spec).body_bytes(spec)
+    chip = targets.onchip(build.get("target"))
+    built = (build.get("correctness") or {}).get("correct") is True
+    return Line(
+        "PASS" if built else "SKIP",
+        f"{name}: NKI loop body",
+        f"one body keeps up to {need['sbuf']} B of SBUF and {need['psum']} B of PSUM live per partition, of the "
+        f"{chip.sbuf_partition_bytes} and {chip.psum_partition_bytes} on {chip.name} ({chip.onchip_source}); "
+        + (
+            "the compiler built it and its output matches numpy"
+            if built
+            else "not confirmed: its output check did not pass"
+        ),
+    )
 
 
 def bundle(out: Path, work: Path) -> Path:

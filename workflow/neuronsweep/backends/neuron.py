@@ -49,7 +49,7 @@ from neuronsweep.backends.processes import child_args, fresh, run_child
 from neuronsweep.backends.programs import torchneuron_collective, xla_collective, xla_program
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
-from neuronsweep.host import slots
+from neuronsweep.host import slots, targets
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.kernels import unsupported as nki_unsupported
 from neuronsweep.kernels.nki_matmul import loops as kernel_loops
@@ -266,7 +266,7 @@ def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, time
 
 def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
-    why = nki_unsupported(spec, settings.options["target"])
+    why = nki_unsupported(spec, settings.options["target"], chip=targets.onchip(settings.options["target"]))
     if why:
         raise UserError(f"case {workload_id(spec)}: {why}; use impl: compiler for it.")
     workdir = out_dir.resolve() / "nki"

@@ -29,6 +29,14 @@ class Target:
     fp32_ratio: float = 4.0  # bf16 peak / fp32 peak: 4 on NeuronCore-v2 and -v3
     nki_platform: str = "trn1"  # NEURON_PLATFORM_TARGET_OVERRIDE for standalone NKI (nki.isa.nc_version)
     lnc_choices: tuple[int, ...] = (1,)  # what neuronx-cc accepts for --logical-nc-config (NCC_EARG001)
+    # on-chip memory of one physical NeuronCore, per partition (128 partitions): what an NKI device loop's
+    # body must keep its live tiles in for the whole loop (NKI Dynamic Loops, "Register Allocation Implications")
+    sbuf_partition_bytes: int = 192 * 1024
+    psum_partition_bytes: int = 16 * 1024
+    onchip_source: str = (
+        "NeuronCore-v2: a 24MiB SBUF and a 2MiB PSUM of 128 partitions each, 'one SBUF partition has 192KiB of "
+        "memory while one PSUM partition has 16KiB' (trainium_inferentia2_arch.rst)"
+    )
 
     def logical_cores_per_chip(self, lnc: int | None = None) -> int:
         """What the runtime numbers (NEURON_RT_VISIBLE_CORES) on one chip: physical cores / LNC."""
@@ -81,6 +89,9 @@ TARGETS = {
         chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)",
         nki_platform="trn2",
         lnc_choices=(1, 2),
+        sbuf_partition_bytes=224 * 1024,
+        onchip_source="NeuronCore-v3: 'SBUF capacity is 28MiB (or, 128 partitions of 224KiB)', 'PSUM capacity "
+        "remains the same at 2MiB' (trainium2_arch.rst): 16 KiB a partition",
     ),
     "trn3": Target(
         "trn3",
@@ -99,10 +110,19 @@ TARGETS = {
         fp32_ratio=671 / 183,
         nki_platform="trn3",
         lnc_choices=(1, 2),
+        sbuf_partition_bytes=32 * 2**20 // 128,
+        onchip_source="NeuronCore-v4: 'SBUF capacity is 32 MiB (up from 28 MiB in NeuronCore-v3), while the PSUM "
+        "capacity remains the same at 2 MiB' (trainium3_arch.rst): 256 KiB and 16 KiB a partition of 128",
     ),
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
 # NEURON_PLATFORM_TARGET_OVERRIDE accepts trn1|inf2|gen2, trn2|gen3, trn3|gen4 (nki.isa.nc_version): trn1n is trn1
+
+
+def onchip(target: str | None) -> Target:
+    """The target whose on-chip memory bounds an NKI device loop's body: the run's, or where it is not known
+    the one with the smallest SBUF partition (NeuronCore-v2's), so a body that fits there fits everywhere."""
+    return TARGETS.get(target or "") or min(TARGETS.values(), key=lambda t: t.sbuf_partition_bytes)
 
 
 def same_chip(a: str, b: str) -> bool:

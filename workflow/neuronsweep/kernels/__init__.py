@@ -39,14 +39,16 @@ TRN2_ONLY_FROM = (0, 7)
 TRN2_AND_LATER = ("trn2", "trn3")
 
 
-def unsupported(spec: dict, target: str | None = None, version: tuple | None = None) -> str | None:
+def unsupported(spec: dict, target: str | None = None, version: tuple | None = None, chip=None) -> str | None:
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
-    does not tile, a grid point whose traced kernel would hold more than MAX_UNROLLED matmuls (one device
-    loop body from NKI 0.6, every tile before), or a trn1/inf2 target under NKI 0.7+
-    (`version`: the installed nki's, read from its metadata when not given)."""
+    does not tile, a device loop's body (NKI 0.6+) that keeps more on chip than the target's partition holds,
+    a grid point whose unrolled kernel (before 0.6) would hold more than MAX_UNROLLED matmuls, or a trn1/inf2
+    target under NKI 0.7+
+    (`version`: the installed nki's, read from its metadata when not given; `chip`: the target's on-chip
+    memory, host/targets.py's onchip(target), which a device loop's body must fit in)."""
     version = nki_matmul.nki_version() if version is None else version
     if spec["kind"] != "custom":  # a user's kernel: its own shapes and loops are its author's to bound
-        why = _our_kernel_unsupported(spec, nki_matmul.device_loop(version))
+        why = _our_kernel_unsupported(spec, nki_matmul.device_loop(version), chip)
         if why:
             return why
     if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
@@ -60,16 +62,32 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
     return None
 
 
-def _our_kernel_unsupported(spec: dict, on_device: bool) -> str | None:
+def _our_kernel_unsupported(spec: dict, on_device: bool, chip=None) -> str | None:
     module = for_spec(spec)
-    why = module.supported(spec)
+    why = module.supported(spec, on_device)
     if why:
         return f"the NKI {spec['kind']} kernel does not handle this shape: {why}"
-    count = module.unrolled(spec, on_device)
+    if on_device:  # bounded by what its body keeps on chip (on the target's `chip`, where the caller knows it)
+        return None if chip is None else _body_too_big(spec, module.body_bytes(spec), chip)
+    count = module.unrolled(spec)
     if count > nki_matmul.MAX_UNROLLED:
-        where = "in one body of its device loop" if on_device else "over all its tiles"
         return (
-            f"the NKI {spec['kind']} kernel would unroll {count} matmul instructions {where} at this shape, "
-            f"over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
+            f"the NKI {spec['kind']} kernel would unroll {count} matmul instructions over all its tiles at this "
+            f"shape, over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
         )
+    return None
+
+
+def _body_too_big(spec: dict, need: dict[str, int], chip) -> str | None:
+    """Why one body of the kernel's device loop cannot stay on chip (NKI 0.6+), or None: the NKI Dynamic
+    Loops page keeps every live tensor of a body in SBUF/PSUM for the whole loop, so its peak must fit in a
+    partition of the target's (`chip`: host/targets.py, each figure with its page)."""
+    for buffer, have in (("sbuf", chip.sbuf_partition_bytes), ("psum", chip.psum_partition_bytes)):
+        if need[buffer] > have:
+            return (
+                f"one body of the NKI {spec['kind']} kernel's device loop keeps {need[buffer] / 1024:.0f} KiB of "
+                f"{buffer.upper()} live per partition, over the {have / 1024:.0f} KiB a partition holds on "
+                f"{chip.name} ({chip.onchip_source}); every live tensor of the body stays on chip for the whole "
+                "loop (NKI Dynamic Loops): a smaller shape or tile"
+            )
     return None

@@ -24,6 +24,8 @@ documents Inf2, Trn1 and Trn2.
 
 from __future__ import annotations
 
+from neuronsweep.workloads.dtypes import DTYPE_BYTES
+
 ARG_NAMES = ("lhsT", "rhs")
 P, TN_MAX = 128, 512  # partitions (contraction, stationary free), moving free size (one PSUM bank)
 
@@ -68,10 +70,10 @@ def loops(api: str, version: tuple[int, ...] | None = None) -> str:
     return "nl.affine_range"
 
 
-# Matmul instructions the traced kernel holds beyond which a grid point is unsupported: a Python loop
-# unrolls when the kernel is traced, so compile time and the instruction stream grow with its trip count.
-# Our bound, not an SDK limit (none is documented). With a device loop (NKI 0.6+) what unrolls is one body
-# of it (K x N tiles); before it we count every tile, as the compiler may unroll affine_range.
+# Matmul instructions the traced kernel holds beyond which a grid point is unsupported, without a device
+# loop (before NKI 0.6): the compiler may unroll affine_range, so compile time and the instruction stream
+# grow with the trip count. Our bound, not an SDK limit (none is documented). A device loop's body is
+# bounded by what it keeps on chip instead (body_bytes against the target's partition, kernels/__init__.py).
 MAX_UNROLLED = 4096
 
 
@@ -86,6 +88,16 @@ def unrolled(spec: dict, on_device: bool = False) -> int:
     m, k, n = spec["m"], spec["k"], spec["n"]
     tile_m, tile_n = tiles(spec)
     return (1 if on_device else max(1, m // tile_m)) * max(1, k // P) * max(1, n // tile_n)
+
+
+def body_bytes(spec: dict) -> dict[str, int]:
+    """Bytes per partition one body of the device loop (one M tile) keeps live at its peak, counted as the
+    stand-in counts a tile (from its allocation until the next tile of its name replaces it): SBUF, the lhs
+    and rhs tiles of two consecutive K steps and the result tiles of two N steps; PSUM, the accumulators
+    of two N steps. Every live tensor of the body stays on chip for the whole loop (NKI Dynamic Loops)."""
+    tile_m, tile_n = tiles(spec)
+    tm, tn, b = min(spec["m"], tile_m), min(spec["n"], tile_n), DTYPE_BYTES[spec["dtype"]]
+    return {"sbuf": 2 * (tm + tn) * b + 2 * tn * b, "psum": 2 * tn * 4}
 
 
 def load_nki():
@@ -195,8 +207,9 @@ def workload_view(a: dict, out):
     return {"a": a["lhsT"].T, "b": a["rhs"]}, out
 
 
-def supported(spec: dict) -> str | None:
-    """None if the kernel handles the shape, else why not (it does not pad partial tiles)."""
+def supported(spec: dict, on_device: bool = False) -> str | None:
+    """None if the kernel handles the shape, else why not (it does not pad partial tiles; with a device loop
+    or without, alike)."""
     m, k, n = spec["m"], spec["k"], spec["n"]
     tile_m, tile_n = tiles(spec)
     problems = [

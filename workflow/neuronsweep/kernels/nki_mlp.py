@@ -110,15 +110,29 @@ def unrolled(spec: dict, on_device: bool = False) -> int:
     return tiles * (2 * (i // P) * (h // P) + (h // P) * (i // P))
 
 
-def supported(spec: dict) -> str | None:
-    """Why this one-pass kernel cannot tile the case (its dims, or an intermediate past half an SBUF
-    partition), or None."""
+def body_bytes(spec: dict) -> dict[str, int]:
+    """Bytes per partition one body of the device loop (one token tile) keeps live at its peak, counted as
+    nki_matmul.body_bytes counts them: SBUF, the intermediate hT, the x and weight tiles of two H steps, the
+    activations of two I steps, the down weights of two steps and two output tiles; PSUM, gate and up of
+    two I steps and the accumulators of two H steps."""
+    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    tn, b = min(t, TN_MAX), DTYPE_BYTES[spec["dtype"]]
+    del h  # the body's peak does not grow with H: its tiles are replaced step by step
+    sbuf = (i // P) * tn * b + 2 * (tn + 2 * P) * b + 2 * tn * 4 + 2 * P * b + 2 * tn * b
+    return {"sbuf": sbuf, "psum": (2 * 2 + 2) * tn * 4}
+
+
+def supported(spec: dict, on_device: bool = False) -> str | None:
+    """Why this one-pass kernel cannot tile the case (its dims; without a device loop, an intermediate past
+    half an SBUF partition of NeuronCore-v2: the compiler schedules the unrolled tiles around it), or None.
+    With a device loop (NKI 0.6+) the intermediate is part of the body, bounded whole by the target's
+    partition (body_bytes, kernels/__init__.py)."""
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
     if t > TN_MAX and t % TN_MAX:
         problems.append(f"b*s={t} is not a multiple of 512 (or at most 512)")
     h_bytes = (i // P) * min(t, TN_MAX) * DTYPE_BYTES[spec["dtype"]]
-    if h_bytes > SBUF_PARTITION_BYTES // 2:
+    if not on_device and h_bytes > SBUF_PARTITION_BYTES // 2:
         problems.append(
             f"the intermediate takes {h_bytes} B of each SBUF partition, over half of its "
             f"{SBUF_PARTITION_BYTES} (i too large for this one-pass kernel)"

@@ -20,7 +20,7 @@ from neuronsweep import kernels
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
-from neuronsweep.host import caps, devicelock
+from neuronsweep.host import caps, devicelock, targets
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.workloads import (
     collective,
@@ -544,7 +544,8 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
             scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
             why = unsupported(spec, backend, slow_dtypes)
             if not why and spec.get("impl") == "nki":
-                why = kernels.unsupported(spec, config.get("neuron", {}).get("target") if backend == "neuron" else None)
+                target = config.get("neuron", {}).get("target") if backend == "neuron" else None
+                why = kernels.unsupported(spec, target, chip=targets.onchip(target))
             if why:
                 skipped[sc.workload_id] = why
             else:

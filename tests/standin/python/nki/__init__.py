@@ -75,6 +75,7 @@ def jit(fn):
 
         language.DEPRECATED_CALLS.clear()
         language.DEVICE_LOOPS.clear()
+        language.DEVICE_LOOP_BYTES.clear()
         out = fn(*(language.tensor(a, language.hbm) for a in arrays), **keywords)
         neff = Path(_ARTIFACTS) / "kernel.neff"
         if (language.DEPRECATED_CALLS or language.DEVICE_LOOPS) and neff.is_file():  # what the trace used, for tests
@@ -83,6 +84,7 @@ def jit(fn):
                 header["deprecated_calls"] = sorted(set(language.DEPRECATED_CALLS))
             if language.DEVICE_LOOPS:
                 header["device_loops"] = list(language.DEVICE_LOOPS)
+                header["device_loop_bytes"] = list(language.DEVICE_LOOP_BYTES)  # each body's peak per partition
             neff.write_bytes(b"NEFF\0" + json.dumps(header).encode())
         return np.asarray(out)
 

@@ -17,8 +17,15 @@ float32, float16 = np.float32, np.float16
 
 sbuf, psum, shared_hbm, hbm = "sbuf", "psum", "shared_hbm", "hbm"
 PARTITIONS = 128
-PSUM_PARTITION_BYTES = 16 * 1024  # 2 MiB over 128 partitions
-SBUF_PARTITION_BYTES = 192 * 1024  # 24 MiB over 128 partitions (NeuronCore-v2)
+PSUM_PARTITION_BYTES = 16 * 1024  # 2 MiB over 128 partitions on NeuronCore-v2, -v3 and -v4
+# SBUF per partition by NEURON_PLATFORM_TARGET_OVERRIDE: 192 KiB (trainium_inferentia2_arch.rst), "128
+# partitions of 224KiB" (trainium2_arch.rst), 32 MiB / 128 (trainium3_arch.rst)
+SBUF_BY_TARGET = {"trn1": 192, "inf2": 192, "gen2": 192, "trn2": 224, "gen3": 224, "trn3": 256, "gen4": 256}
+
+
+def sbuf_partition_bytes() -> int:
+    """The SBUF of one partition on the target the kernel is built for (trn2 when none is set)."""
+    return SBUF_BY_TARGET.get(os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2"), 224) * 1024
 
 
 class NkiScalar:
@@ -150,13 +157,59 @@ def ndarray(shape, dtype, buffer=sbuf, name=None):
         if shape[0] > PARTITIONS:
             raise ValueError(f"nl.ndarray: partition dimension {shape[0]} exceeds {PARTITIONS} ({buffer})")
         free = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
-        limit = PSUM_PARTITION_BYTES if buffer == psum else SBUF_PARTITION_BYTES
+        limit = PSUM_PARTITION_BYTES if buffer == psum else sbuf_partition_bytes()
         if free > limit:
             raise ValueError(f"nl.ndarray: {free} bytes per partition exceed the {buffer} size {limit}")
         data = np.full(shape, np.nan, dtype=np.float32).astype(dtype)
-    else:
-        data = np.zeros(shape, dtype=dtype)
-    return tensor(data, buffer)
+        out = tensor(data, buffer)
+        if _BODY:  # allocated in a device loop's body: live on chip until nothing refers to it
+            _BODY[-1].allocated(out, buffer, free)
+        return out
+    return tensor(np.zeros(shape, dtype=dtype), buffer)
+
+
+class _Body:
+    """What one body of nl.fori_loop keeps on chip, per partition. The NKI Dynamic Loops page ("Register
+    Allocation Implications"): the compiler "must keep all live tensors in on-chip memory (SBUF/PSUM) for the
+    entire duration of the loop"; "tensors allocated inside the loop body are allocated once and reused across
+    iterations". When a tile stops being live the page does not say (at its last use, or never); the stand-in
+    is strict where the docs are silent: a tile is live from its allocation until the kernel no longer refers
+    to it (the next tile bound to its name, or the body's end), an upper bound of any last-use liveness. The
+    peak of each buffer over the body's first iteration (every iteration runs the same body) must fit in a
+    partition, else the build fails as an allocation would."""
+
+    def __init__(self):
+        self.live = {sbuf: 0, psum: 0}
+        self.peak = {sbuf: 0, psum: 0}
+
+    def allocated(self, t, buffer: str, nbytes: int) -> None:
+        import weakref
+
+        self.live[buffer] += nbytes
+        self.peak[buffer] = max(self.peak[buffer], self.live[buffer])
+        weakref.finalize(t, self._freed, buffer, nbytes)
+
+    def _freed(self, buffer: str, nbytes: int) -> None:
+        self.live[buffer] -= nbytes
+
+    def nested(self, inner: "_Body") -> None:
+        """An inner loop's peak on top of what this body holds while it runs."""
+        for buffer in (sbuf, psum):
+            self.peak[buffer] = max(self.peak[buffer], self.live[buffer] + inner.peak[buffer])
+
+    def check(self) -> None:
+        for buffer, limit in ((sbuf, sbuf_partition_bytes()), (psum, PSUM_PARTITION_BYTES)):
+            if self.peak[buffer] > limit:
+                raise RuntimeError(
+                    f"nl.fori_loop: the loop body keeps {self.peak[buffer]} bytes of {buffer.upper()} live per "
+                    f"partition at once, over the {limit} a partition holds on "
+                    f"{os.environ.get('NEURON_PLATFORM_TARGET_OVERRIDE', 'trn2')}: every tensor live in the body "
+                    "stays on chip for the whole loop (NKI Dynamic Loops); keep fewer tiles live"
+                )
+
+
+_BODY: list = []  # the device loop bodies being traced, innermost last
+DEVICE_LOOP_BYTES = []  # {"sbuf", "psum"}: each nl.fori_loop body's peak live bytes per partition (for tests)
 
 
 DEPRECATED_CALLS = []  # the deprecated range iterators a kernel called while traced (NKI 0.6+)
@@ -210,8 +263,20 @@ def fori_loop(lower, upper, body_fun, step=1):
     if not all(-(2**31) <= b < 2**31 for b in (lo, hi)):
         raise ValueError("nl.fori_loop: a bound must be 32-bit")
     DEVICE_LOOPS.append([lo, hi, step])
-    for i in range(lo, hi, step):
-        body_fun(NkiScalar(i))
+    for n, i in enumerate(range(lo, hi, step)):
+        if n:
+            body_fun(NkiScalar(i))
+            continue
+        body = _Body()  # the first iteration: what the one body allocates and keeps live
+        _BODY.append(body)
+        try:
+            body_fun(NkiScalar(i))
+        finally:
+            _BODY.pop()
+        if _BODY:
+            _BODY[-1].nested(body)
+        DEVICE_LOOP_BYTES.append(dict(body.peak))
+        body.check()
 
 
 def silu(x):
