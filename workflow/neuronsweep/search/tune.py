@@ -168,6 +168,7 @@ class Tune:
         self.strategy = block.get("strategy", STRATEGY)
         self.seed = int(block.get("seed", 0))
         self.run = f"{cfg['run']}-tune-{entry['name']}"
+        self.backend = "cpu"  # settled when the model's GEMMs are planned (gemms())
         self.folder = Path("results") / cfg["run"] / "tune" / entry["name"]
 
     # ------------------------------------------------------------------ the shapes and their defaults
@@ -456,10 +457,10 @@ class Tune:
 
     def _correctness(self, wid: str) -> dict:
         """The winner's output against the float64 reference (its case's metrics.json), as the sweep checks it."""
-        found = sorted((Path("results") / self.run).glob(f"*/workloads/{wid}/metrics.json"))
+        path = layout.workload_dir(Path("results") / self.run, self.backend, wid) / "metrics.json"
         try:
-            metrics = json.loads(found[0].read_text())
-        except (IndexError, OSError, ValueError):
+            metrics = json.loads(path.read_text())
+        except (OSError, ValueError):
             return {"correct": None}
         return {k: metrics.get(k) for k in ("correct", "max_rel_error", "tolerance_rel")}
 
@@ -480,7 +481,7 @@ class Tune:
         }
         todo = [i for i in contenders.index if key[i] not in record]
         if todo:
-            if judge is None and getattr(self, "backend", "cpu") != "cpu":
+            if judge is None and self.backend != "cpu":
                 for i in todo:
                     record[key[i]] = {
                         "said": "not judged (stored timings: the programs run on the device, one process a case)"

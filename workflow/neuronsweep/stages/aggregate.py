@@ -53,6 +53,7 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
         row = {
             "scenario_id": sc["id"],
             "suite": sc["suite"],
+            "suite_kind": sc.get("kind") or sc["suite"],  # plans before the field: the suite's name
             "workload_id": sc["workload_id"],
             "backend": plan["backend"],
             **sc["labels"],
@@ -147,9 +148,10 @@ def targets_table(plan: dict) -> pd.DataFrame:
 def gemms_inside(part: pd.DataFrame, workloads_dir: Path) -> dict[str, dict]:
     """Each measured layer's GEMM modules' seconds inside it (metrics.json's gemms_inside_s), by workload id."""
     out = {}
-    for wid in part.loc[part["status"] == "ok", "workload_id"]:
+    layers = part["part"].notna() if "part" in part else pd.Series(False, index=part.index)  # a layer or the head
+    for wid in part.loc[(part["status"] == "ok") & layers, "workload_id"]:
         path = workloads_dir / str(wid) / "metrics.json"
-        if str(wid).startswith("layer-") and path.is_file():
+        if path.is_file():
             out[str(wid)] = MetricsRecord.read(path).values.get("gemms_inside_s") or {}
     return out
 
@@ -187,7 +189,7 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
     with replacing(out) as tmp:
         table.to_csv(tmp, index=False)
     for suite, part in table.groupby("suite"):  # per-suite views of the same rows, without empty columns
-        if str(suite).startswith("model-"):  # a model's GEMMs: their time rolled up per forward
+        if (part["suite_kind"] == "model").all():  # a model's GEMMs: their time rolled up per forward
             write_model_views(out.parent / "suites", str(suite), part, plan, workloads_dir)
             part = model_rollup.rollup(part)
         with replacing(out.parent / "suites" / f"{suite}.csv") as tmp:

@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from neuronsweep import kernels
@@ -49,6 +49,7 @@ class Scenario:
     suite: str
     workload_id: str
     labels: dict = field(default_factory=dict, hash=False, compare=False)
+    kind: str = ""  # the config's suite key (matmul, custom, model, ...): what a suite is, beside its name
 
 
 @dataclass
@@ -541,7 +542,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
         needs_config = {"custom": _custom_scenarios, "model": _model_scenarios}
         expanded = needs_config[suite_name](suite, config) if suite_name in needs_config else SUITES[suite_name](suite)
         for sc, spec in expanded:
-            scenarios.setdefault(sc.id, sc)  # the same row asked twice (grid and shapes) is one row
+            scenarios.setdefault(sc.id, replace(sc, kind=suite_name))  # asked twice (grid and shapes): one row
             why = unsupported(spec, backend, slow_dtypes)
             if not why and spec.get("impl") == "nki":
                 target = config.get("neuron", {}).get("target") if backend == "neuron" else None

@@ -380,7 +380,12 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         if recs
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
-    for suite in sorted(s for s in table_["suite"].unique() if str(s).startswith("model-")):  # a model's GEMMs first
+    kinds = (  # what each row's suite is; summaries written before suite_kind name a model's suite model-<name>
+        table_["suite_kind"]
+        if "suite_kind" in table_
+        else table_["suite"].astype(str).str.replace(r"^model-.*", "model", regex=True)
+    )
+    for suite in sorted(table_.loc[kinds == "model", "suite"].unique()):  # a model's GEMMs first
         parts.append(_model_section(suite, table_[table_["suite"] == suite], summary_csv.parent / "suites"))
     if len(ok):
         targets = _targets(targets_csv)
