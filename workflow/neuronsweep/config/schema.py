@@ -111,9 +111,12 @@ def load_schema() -> dict:
 
 def schema_default(dotted: str):
     """The schema's default of a key such as 'capture.iterations': the one place defaults live, for
-    the CLI's flags as much as for configs."""
+    the CLI's flags as much as for configs. A list's entries are stepped into by the key after the list's
+    ('suites.custom.search.per_round': per_round of a custom entry's search)."""
     root = sub = load_schema()
     for part in dotted.split("."):
+        if "properties" not in sub and "items" in sub:  # a list: the key names a field of its entries
+            sub = resolve_ref(sub["items"], root)
         sub = resolve_ref(sub["properties"][part], root)
     return copy.deepcopy(sub["default"])
 

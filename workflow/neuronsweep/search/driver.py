@@ -99,7 +99,10 @@ class Search:
         self.wall_s = budget.get("wall_seconds")
         self.max_builds = budget.get("builds")  # cases built and measured in full (cached or not)
         self.device_s = budget.get("device_seconds")  # seconds the trials held the device (lock spans)
-        self.per_round = int(entry["search"].get("per_round", 2))
+        self.per_round = int(
+            entry["search"].get("per_round") or schema.schema_default("suites.custom.search.per_round")
+        )
+        self._importance: dict | None = None  # Optuna's, once the rounds are done (tpe, random, grid)
         self.run = f"{cfg['run']}-search-{entry['name']}"
         self.folder = Path("results") / cfg["run"] / "search" / entry["name"]
         self.trials_csv = self.folder / "trials.csv"
@@ -482,7 +485,7 @@ class Search:
             "trials": len({_key(self.params_of(r)) for _, r in table.iterrows()}),
             "failed_or_wrong": int((table["status"] != "ok").sum()),
             "default": self.space.default,
-            "importance": getattr(self, "_importance", None),
+            "importance": self._importance,
         }
         if ok.empty:
             out |= {"winner": None, "why": "no trial was ok and correct"}
@@ -618,15 +621,17 @@ def snakemake_round(cfg: dict, rounds: Path, name: str, cores: int) -> tuple[pd.
     config_file = rounds / f"{name}.yaml"
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
     log = config_file.with_suffix(".log")
-    argv = [_snakemake(), "-s", str(REPO / "Snakefile"), "--cores", str(cores), "--configfile", str(config_file)]
+    snakefile = REPO / "Snakefile"
+    if not snakefile.is_file():
+        raise UserError(
+            f"a search runs the workflow's Snakefile, which is not at {snakefile}: run it from a checkout of "
+            "neuron-sweep installed with pip install -e ."
+        )
+    argv = [_snakemake(), "-s", str(snakefile), "--cores", str(cores), "--configfile", str(config_file)]
+    # --nolock: the round's outputs are this search's own run, and only_driver already keeps a second driver
+    # of it out; Snakemake's lock would only outlive a killed driver and refuse the resumed one
     with log.open("w") as out:
-        subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
-    if "Directory cannot be locked" in log.read_text():
-        # a driver killed mid-round left Snakemake's lock on this search's own outputs; the search
-        # lock (run_rounds) says no other driver of it runs, so the lock is stale
-        subprocess.run([*argv, "--unlock"], capture_output=True)
-        with log.open("w") as out:
-            subprocess.run([*argv, "--keep-going", "--rerun-incomplete"], stdout=out, stderr=subprocess.STDOUT)
+        subprocess.run([*argv, "--keep-going", "--rerun-incomplete", "--nolock"], stdout=out, stderr=subprocess.STDOUT)
     summary = Path("results") / cfg["run"] / "summary.csv"
     if not summary.is_file():  # up to date is fine: a round killed after its summary is found done
         tail = log.read_text().strip().splitlines()[-3:]

@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 
 
@@ -123,7 +124,7 @@ def parse(block: dict, params: dict, where: str) -> Space:
                     f"{where}: search.space.{name} is the range {values['low']}..{values['high']}"
                     f"{' on a log scale' if values.get('log') else ''}, which holds no value; fix low and high."
                 )
-            if block.get("strategy", "tpe") == "grid":
+            if _setting(block, "strategy") == "grid":
                 raise UserError(
                     f"{where}: strategy grid needs every search.space param as a list of values, and {name} is "
                     "a range; list its values, or use random or tpe."
@@ -161,7 +162,13 @@ def parse(block: dict, params: dict, where: str) -> Space:
                 f"{where}: search.default.{name} = {value!r} is outside search.space.{name}; the default "
                 "configuration must be one of the points searched."
             )
-    return Space(space, block.get("strategy", "tpe"), int(block.get("seed", 0)), default, int(block.get("eta", 3)))
+    return Space(space, _setting(block, "strategy"), int(_setting(block, "seed")), default, int(_setting(block, "eta")))
+
+
+def _setting(block: dict, key: str):
+    """A search block's setting, or the schema's default for a custom entry's search (the one source of
+    defaults: a validated block has them all; a block built in code may not)."""
+    return block[key] if key in block else schema_default(f"suites.custom.search.{key}")
 
 
 def _first(spec):

@@ -48,7 +48,6 @@ from neuronsweep.workloads import user_code
 COMPILER = "compiler"  # the backend's own build of the GEMM: every shape's default
 DISPATCH_FORMAT = 1
 GROUP = ["phase", "batch", "seq", "dtype"]  # one forward
-STRATEGY, TRIALS_PER_SHAPE = "halving", 6  # the tune block's defaults (config schema)
 SHAPES_TOGETHER = (
     8  # shapes searched together (a round of all of them one Snakemake call); the budget is checked between
 )
@@ -158,15 +157,17 @@ class Tune:
             self.customs[name] = customs[name]
         self.dims = {name: matrix_dims(e, f"{self.where}.candidates") for name, e in self.customs.items()}
         budget = block.get("budget") or {}
-        self.trials_per_shape = int(budget.get("trials_per_shape", TRIALS_PER_SHAPE))
+        self.trials_per_shape = int(
+            budget.get("trials_per_shape") or schema.schema_default("suites.model.tune.budget.trials_per_shape")
+        )
         if self.customs and self.trials_per_shape < len(self.customs):
             raise UserError(
                 f"{self.where}.budget.trials_per_shape is {self.trials_per_shape}, fewer than its "
                 f"{len(self.customs)} custom candidates (at least a trial each per shape); raise it."
             )
         self.wall_s = budget.get("wall_seconds")
-        self.strategy = block.get("strategy", STRATEGY)
-        self.seed = int(block.get("seed", 0))
+        self.strategy = block.get("strategy") or schema.schema_default("suites.model.tune.strategy")
+        self.seed = int(block.get("seed", schema.schema_default("suites.model.tune.seed")))
         self.run = f"{cfg['run']}-tune-{entry['name']}"
         self.backend = "cpu"  # settled when the model's GEMMs are planned (gemms())
         self.folder = Path("results") / cfg["run"] / "tune" / entry["name"]
