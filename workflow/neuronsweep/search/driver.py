@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import pandas as pd
 import yaml
@@ -50,6 +51,23 @@ from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.store import layout
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
+
+
+class TrialResult(TypedDict, total=False):
+    """What measuring one configuration gave: a row of trials.csv less its params and round bookkeeping."""
+
+    status: str  # ok, failed, wrong, unsupported, missing
+    objective_s: float | None  # the geometric mean of its cases' median latency (ok only)
+    reason: str  # why not ok: its first case's reason, with the case's id
+    cases: int  # cases it ran (grid points x dtypes x impls)
+    workload_ids: str  # those cases, joined by ";" (a CSV cell)
+    latency_spread_s: float | None  # the largest spread of its cases' timings
+    device_s: float | None  # seconds its cases held the device
+    run: str  # the run its cases are in
+    build_s: float | None
+    cache_hits: int | None
+
+
 SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap rung, or the workflow's cases
 SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
 
@@ -220,7 +238,7 @@ class Search:
             cfg["capture"] = {**cfg.get("capture", {}), **capture}
         return cfg
 
-    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[dict]:
+    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
         """Run the trials (one Snakemake call for a suite's params, one a trial for run-level settings);
         per trial: status, objective, reason, its cases."""
         if self.kind == "config":
@@ -253,7 +271,7 @@ class Search:
                     continue
         return total if found else None
 
-    def result_of(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> dict:
+    def result_of(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> TrialResult:
         """One trial's result from a round's summary.csv: its cases' status, objective and costs."""
         rows = summary
         for name, value in self.shape_labels.items():  # a tune's round holds every shape's trials
@@ -269,7 +287,7 @@ class Search:
         if (rows["status"] != "unsupported").any():  # an impl this backend cannot run is not the trial's
             rows = rows[rows["status"] != "unsupported"]
         ok = rows["status"] == "ok"
-        facts = {
+        facts: TrialResult = {
             "run": run,
             "cases": len(rows),
             "device_s": self._device_seconds(list(rows["workload_id"]), run),
@@ -279,19 +297,25 @@ class Search:
         }
         if not ok.all():
             first = rows[~ok].iloc[0]
-            return facts | {
-                "status": first["status"],
-                "objective_s": None,
-                "reason": f"{first['workload_id']}: {first['reason']}",
-            }
+            facts.update(
+                {
+                    "status": str(first["status"]),
+                    "objective_s": None,
+                    "reason": f"{first['workload_id']}: {first['reason']}",
+                }
+            )
+            return facts
         lat = rows["latency_median_s"].astype(float)
         spread = rows["latency_spread_s"].astype(float).max() if "latency_spread_s" in rows else None
-        return facts | {
-            "status": "ok",
-            "objective_s": float(math.exp(lat.map(math.log).mean())),
-            "latency_spread_s": None if spread is None or math.isnan(spread) else float(spread),
-            "reason": "",
-        }
+        facts.update(
+            {
+                "status": "ok",
+                "objective_s": float(math.exp(lat.map(math.log).mean())),
+                "latency_spread_s": None if spread is None or math.isnan(spread) else float(spread),
+                "reason": "",
+            }
+        )
+        return facts
 
     # ------------------------------------------------------------------ the loop
     def run_rounds(self, say=print, measure=None, screen=None) -> pd.DataFrame:
@@ -460,7 +484,7 @@ class Search:
             done = {_key(self.params_of(r)) for _, r in table[table["effort"] == effort].iterrows()}
         return [c for c in configs if _key(c) not in done]
 
-    def screen(self, trials: list[dict], n_round: int) -> list[dict]:
+    def screen(self, trials: list[dict], n_round: int) -> list[TrialResult]:
         """The cheap rung: on cpu, every configuration's cases run eagerly in one fresh process (one
         torch import for all), a few iterations each; on another backend, the workflow with a short capture."""
         return screen_together([(self, trials)], n_round)[0]
@@ -557,7 +581,7 @@ class Search:
         return result
 
 
-def screen_together(calls: list[tuple[Search, list[dict]]], n_round: int) -> list[list[dict]]:
+def screen_together(calls: list[tuple[Search, list[dict]]], n_round: int) -> list[list[TrialResult]]:
     """Halving's cheap rung of several searches at once (a tune's shapes): on cpu one fresh process times
     every configuration of every search eagerly (one torch import for all), a few iterations each; on
     another backend, each search's workflow with a short capture. Per call, a result per trial."""
@@ -590,7 +614,7 @@ def screen_together(calls: list[tuple[Search, list[dict]]], n_round: int) -> lis
     with devicelock.held(lock, f"neuronsweep search {first.entry['name']}: screening") as span:
         got = iter(cpu_timing.screen_in_process(jobs, timeout_s=600 + 10 * len(jobs)))
         held_s = time.time() - span["acquired_unix"]
-    results: list[dict] = []
+    results: list[TrialResult] = []
     for wids in cases:
         taken = [next(got) for _ in wids]
         errors = [f"{w}: {r['error']}" for w, r in zip(wids, taken) if "error" in r]
@@ -609,10 +633,8 @@ def screen_together(calls: list[tuple[Search, list[dict]]], n_round: int) -> lis
                 "device_s": held_s / len(cases),  # the screen's lock span, shared alike
             }
         )
-    out, it = [], iter(results)
-    for _, trials in calls:
-        out.append([next(it) for _ in trials])
-    return out
+    it = iter(results)
+    return [[next(it) for _ in trials] for _, trials in calls]
 
 
 def snakemake_round(cfg: dict, rounds: Path, name: str, cores: int) -> tuple[pd.DataFrame, Path]:

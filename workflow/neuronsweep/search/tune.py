@@ -341,7 +341,9 @@ class Tune:
             "folder": str(search.folder),
         }
 
-    def _measure_together(self, calls: list[tuple[driver.Search, list[dict]]], n_round: int) -> list[list[dict]]:
+    def _measure_together(
+        self, calls: list[tuple[driver.Search, list[dict]]], n_round: int
+    ) -> list[list[driver.TrialResult]]:
         """One round of several shapes' searches as one Snakemake call; per call, a result per trial."""
         cfg = calls[0][0].round_config([])
         cfg["suites"] = {"custom": [e for s, trials in calls for e in s.round_config(trials)["suites"]["custom"]]}
