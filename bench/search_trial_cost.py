@@ -74,7 +74,7 @@ def main() -> int:
             },
             base=Path(tmp),
         )
-        search = driver.Search(cfg, cfg["suites"]["custom"][0], "bench")
+        search = driver.ParamSearch(cfg, cfg["suites"]["custom"][0], "bench")
         trials = [{"block": b} for b in blocks]
         base = anchor(blocks)
         t0 = time.perf_counter()

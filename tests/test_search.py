@@ -28,7 +28,7 @@ def make(tmp: Path, monkeypatch, **block) -> search.Search:
         "inputs": {"x": [4, 4]},
         "search": {"space": SPACE, "strategy": "tpe", "budget": {"trials": 7}, "seed": 3, "per_round": 2, **block},
     }
-    return search.Search({"run": "t", "suites": {"custom": [entry]}}, entry, "test")
+    return search.ParamSearch({"run": "t", "suites": {"custom": [entry]}}, entry, "test")
 
 
 def fake_latency(params: dict) -> float:
@@ -506,7 +506,7 @@ def test_the_screen_rung_times_every_point_of_the_space_in_one_fresh_process(tmp
     (tmp_path / "splits.py").write_text(SPLITS)
     entry = landscape_entry(tmp_path, strategy="grid")
     monkeypatch.chdir(tmp_path)
-    s = search.Search(tiny_config(tmp_path, suites={"custom": [entry]}), entry, "test")
+    s = search.ParamSearch(tiny_config(tmp_path, suites={"custom": [entry]}), entry, "test")
     grid = s.space.grid()
     got = s.screen(grid, 0)
     assert len(got) == len(grid) == 24
@@ -547,7 +547,7 @@ def test_tpe_and_halving_find_the_grids_best_from_a_third_of_its_trials(tmp_path
         entry = landscape_entry(tmp_path / strategy, strategy=strategy, budget={"trials": trials})
         monkeypatch.chdir(tmp_path / strategy)
         measured: list = []
-        s = search.Search(tiny_config(tmp_path / strategy, suites={"custom": [entry]}), entry, "test")
+        s = search.ParamSearch(tiny_config(tmp_path / strategy, suites={"custom": [entry]}), entry, "test")
         table = s.run_rounds(
             say=lambda _: None,
             measure=from_landscape(times, measured),

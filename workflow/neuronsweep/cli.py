@@ -440,7 +440,7 @@ def cmd_search(args) -> None:
         print("\n".join(model.status_lines()))
         print(f"dispatch.json: {model.folder / 'dispatch.json'}" if args.action == "run" else "", end="")
         return
-    found = search.Search(cfg, entry, args.config, args.cores, kind)
+    found = search.KINDS[kind](cfg, entry, args.config, args.cores)
     if args.action == "status":
         print("\n".join(search.status_lines(found)))
         return

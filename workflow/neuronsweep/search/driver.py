@@ -1,5 +1,6 @@
 """`neuronsweep search run CONFIG`: the fastest correct configuration of a user's kernel (a suites.custom
-entry with a `search:` block), found within a budget.
+entry with a `search:` block: ParamSearch) or of run-level settings (a top-level `search:` entry:
+SettingsSearch), found within a budget. A model's `tune:` (search/tune.py) runs a ParamSearch per shape.
 
 A driver that calls the workflow once per round, not Snakemake checkpoints: each round's trials are
 ordinary cases of the run `<run>-search-<name>` (readable ids, built and cached like any case, so a
@@ -102,13 +103,14 @@ def pick(cfg: dict, name: str | None, source: str) -> tuple[str, dict]:
 
 
 class Search:
-    """One search: its folder (results/<run>/search/<name>/), its trials so far, its budget."""
+    """One search: its folder (results/<run>/search/<name>/), its trials so far, its budget, the strategy's
+    loop and the finalists. What a trial is differs by kind: ParamSearch (a suites.custom entry's params, a
+    round one Snakemake call) and SettingsSearch (run-level settings, a run a trial)."""
 
-    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, kind: str = "custom"):
-        self.cfg, self.entry, self.cores, self.kind = cfg, entry, cores, kind
-        where = f"{source}: " + (f"suites.custom ({entry['name']})" if kind == "custom" else f"search {entry['name']}")
-        block = entry["search"] if kind == "custom" else self._with_config_default(entry["search"], where)
-        self.space = search_space.parse(block, entry.get("params") or {}, where)
+    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2):
+        self.cfg, self.entry, self.cores = cfg, entry, cores
+        where = f"{source}: {self.named()}"
+        self.space = search_space.parse(self.block(where), entry.get("params") or {}, where)
         budget = entry["search"].get("budget") or {}
         size = self.space.size()
         self.max_trials = int(budget.get("trials") or size or 0)
@@ -126,48 +128,24 @@ class Search:
         self.trials_csv = self.folder / "trials.csv"
         self.shape_labels: dict = {}  # a tune's search: the labels of its one shape (its rounds share a call)
 
-    def _with_config_default(self, block: dict, where: str) -> dict:
-        """A run-level search's default: each key's value in the config unless search.default gives one."""
-        default = dict(block.get("default") or {})
-        for key, values in block["space"].items():
-            try:
-                here = _get(self.cfg, key)
-            except KeyError:
-                here = _schema_default(key)  # a key the config leaves out (suites.matmul.nki_tile.n): its default
-                if here is None:
-                    raise UserError(
-                        f"{where}: search.space names {key}, which is no key of the config; fix it."
-                    ) from None
-            if key not in default:
-                if here not in values:
-                    raise UserError(
-                        f"{where}: {key} is {here!r} in the config, which search.space.{key} does not list; "
-                        "add it, or give search.default."
-                    )
-                default[key] = here
-        return {**block, "default": default}
+    def named(self) -> str:
+        """How messages name this search in the config."""
+        raise NotImplementedError
+
+    def block(self, where: str) -> dict:
+        """The search block the space is parsed from."""
+        return self.entry["search"]
 
     def run_of(self, params: dict) -> str:
-        """The run a trial's cases are in: one for every trial of a suite's params, one a trial for
-        run-level settings (named by a hash of them: a setting may be any text)."""
-        if self.kind == "custom":
-            return self.run
-        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{self.run}-{digest}"
+        """The run a trial's cases are in."""
+        return self.run
 
-    def trial_config(self, params: dict) -> dict:
-        """A run-level trial's config: the user's with the trial's settings, only the searched suites."""
-        cfg = copy.deepcopy(self.cfg)
-        cfg.pop("search", None)
-        for key, value in params.items():
-            _set(cfg, key, value)
-        wanted = self.entry["search"].get("suites")
-        if wanted:
-            cfg["suites"] = {k: v for k, v in cfg["suites"].items() if k in wanted}
-        cfg["suites"].get("custom", [])[:] = [
-            {k: v for k, v in e.items() if k != "search"} for e in cfg["suites"].get("custom", [])
-        ]
-        return {**cfg, "run": self.run_of(params)}
+    def preflight_config(self) -> dict:
+        """The config a round of the default configuration would run (what preflight plans)."""
+        raise NotImplementedError
+
+    def check_values(self, where: str) -> None:
+        """Refuse, before any trial, a listed value that would not make a valid trial (none to check here)."""
 
     # ------------------------------------------------------------------ the record
     def recorded(self) -> pd.DataFrame:
@@ -199,17 +177,9 @@ class Search:
         """Plan the default configuration as a round would (the function loads, every param of the space
         is a keyword of it, a case runs on this backend): a bad search is one sentence here, not a
         failed round."""
-        where = (
-            f"suites.custom ({self.entry['name']}) search" if self.kind == "custom" else f"search {self.entry['name']}"
-        )
-        cfg = (
-            self.round_config([self.space.default]) if self.kind == "custom" else self.trial_config(self.space.default)
-        )
-        setup = settle_run(schema.validate(cfg, source=where))
-        if self.kind == "config":  # every listed value a valid setting, before any trial runs
-            for key, values in self.space.params.items():
-                for value in search_space.values_of(values) or []:
-                    schema.validate(self.trial_config({**self.space.default, key: value}), source=f"{where}: {key}")
+        where = self.preflight_named()
+        setup = settle_run(schema.validate(self.preflight_config(), source=where))
+        self.check_values(where)
         if not setup.plan.workloads:
             why = next(iter(setup.plan.unsupported.values()), "no case is planned")
             raise UserError(f"{where}: no case of it runs on {setup.backend} ({why}); search it where it runs.")
@@ -227,30 +197,13 @@ class Search:
         return int(full["cases"].fillna(self.cases_per_trial()).sum())
 
     # ------------------------------------------------------------------ one round
-    def round_config(self, trials: list[dict], capture: dict | None = None) -> dict:
-        """The sweep config of one round: the entry's cases at each trial's params, as one suite."""
-        entry = {k: v for k, v in self.entry.items() if k != "search"}
-        fixed = entry.get("params") or {}
-        entries = [{**entry, "params": {**fixed, **{k: [v] for k, v in t.items()}}} for t in trials]
-        cfg = {**self.cfg, "run": self.run, "suites": {"custom": entries}}
-        cfg.pop("search", None)  # a round is never a search of its own (no nested search target)
-        if capture:
-            cfg["capture"] = {**cfg.get("capture", {}), **capture}
-        return cfg
+    def preflight_named(self) -> str:
+        """How preflight's sentences name this search."""
+        return self.named()
 
     def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
-        """Run the trials (one Snakemake call for a suite's params, one a trial for run-level settings);
-        per trial: status, objective, reason, its cases."""
-        if self.kind == "config":
-            out = []
-            for i, t in enumerate(trials):
-                summary, log = self._snakemake(self.trial_config(t), f"round-{n_round}-{i}")
-                out.append(self.result_of(summary, {}, log, self.run_of(t)))
-            return out
-        summary, log = self._snakemake(
-            self.round_config(trials, capture), f"round-{n_round}{'-screen' if capture else ''}"
-        )
-        return [self.result_of(summary, t, log, self.run) for t in trials]
+        """Run the trials; per trial: status, objective, reason, its cases."""
+        raise NotImplementedError
 
     def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
         return snakemake_round(cfg, self.folder / "rounds", name, self.cores)
@@ -485,9 +438,8 @@ class Search:
         return [c for c in configs if _key(c) not in done]
 
     def screen(self, trials: list[dict], n_round: int) -> list[TrialResult]:
-        """The cheap rung: on cpu, every configuration's cases run eagerly in one fresh process (one
-        torch import for all), a few iterations each; on another backend, the workflow with a short capture."""
-        return screen_together([(self, trials)], n_round)[0]
+        """Halving's cheap rung (a suite's params only: ParamSearch)."""
+        raise NotImplementedError
 
     def _write(self, table: pd.DataFrame) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -581,7 +533,118 @@ class Search:
         return result
 
 
-def screen_together(calls: list[tuple[Search, list[dict]]], n_round: int) -> list[list[TrialResult]]:
+class ParamSearch(Search):
+    """A suites.custom entry's params (its `search:` block): every trial a case of the run
+    `<run>-search-<name>`, a round of trials one Snakemake call."""
+
+    def named(self) -> str:
+        """'suites.custom (<name>)'."""
+        return f"suites.custom ({self.entry['name']})"
+
+    def preflight_named(self) -> str:
+        """'suites.custom (<name>) search'."""
+        return f"suites.custom ({self.entry['name']}) search"
+
+    def preflight_config(self) -> dict:
+        """A round of the default configuration."""
+        return self.round_config([self.space.default])
+
+    def round_config(self, trials: list[dict], capture: dict | None = None) -> dict:
+        """The sweep config of one round: the entry's cases at each trial's params, as one suite."""
+        entry = {k: v for k, v in self.entry.items() if k != "search"}
+        fixed = entry.get("params") or {}
+        entries = [{**entry, "params": {**fixed, **{k: [v] for k, v in t.items()}}} for t in trials]
+        cfg = {**self.cfg, "run": self.run, "suites": {"custom": entries}}
+        cfg.pop("search", None)  # a round is never a search of its own (no nested search target)
+        if capture:
+            cfg["capture"] = {**cfg.get("capture", {}), **capture}
+        return cfg
+
+    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+        """The trials as one Snakemake call; per trial: status, objective, reason, its cases."""
+        summary, log = self._snakemake(
+            self.round_config(trials, capture), f"round-{n_round}{'-screen' if capture else ''}"
+        )
+        return [self.result_of(summary, t, log, self.run) for t in trials]
+
+    def screen(self, trials: list[dict], n_round: int) -> list[TrialResult]:
+        """The cheap rung: on cpu, every configuration's cases run eagerly in one fresh process (one
+        torch import for all), a few iterations each; on another backend, the workflow with a short capture."""
+        return screen_together([(self, trials)], n_round)[0]
+
+
+class SettingsSearch(Search):
+    """A top-level `search:` entry: dotted config keys (the compiler's flags, a built-in kernel's tile),
+    every trial the config with its settings in a run of its own, `<run>-search-<name>-<hash>`."""
+
+    def named(self) -> str:
+        """'search <name>'."""
+        return f"search {self.entry['name']}"
+
+    def preflight_config(self) -> dict:
+        """The default configuration's trial."""
+        return self.trial_config(self.space.default)
+
+    def check_values(self, where: str) -> None:
+        """Every listed value a valid setting, before any trial runs."""
+        for key, values in self.space.params.items():
+            for value in search_space.values_of(values) or []:
+                schema.validate(self.trial_config({**self.space.default, key: value}), source=f"{where}: {key}")
+
+    def block(self, where: str) -> dict:
+        """The search block with its default: each key's value in the config unless search.default gives one."""
+        block = self.entry["search"]
+        default = dict(block.get("default") or {})
+        for key, values in block["space"].items():
+            try:
+                here = _get(self.cfg, key)
+            except KeyError:
+                here = _schema_default(key)  # a key the config leaves out (suites.matmul.nki_tile.n): its default
+                if here is None:
+                    raise UserError(
+                        f"{where}: search.space names {key}, which is no key of the config; fix it."
+                    ) from None
+            if key not in default:
+                if here not in values:
+                    raise UserError(
+                        f"{where}: {key} is {here!r} in the config, which search.space.{key} does not list; "
+                        "add it, or give search.default."
+                    )
+                default[key] = here
+        return {**block, "default": default}
+
+    def run_of(self, params: dict) -> str:
+        """A run a trial, named by a hash of its settings (a setting may be any text)."""
+        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{self.run}-{digest}"
+
+    def trial_config(self, params: dict) -> dict:
+        """A run-level trial's config: the user's with the trial's settings, only the searched suites."""
+        cfg = copy.deepcopy(self.cfg)
+        cfg.pop("search", None)
+        for key, value in params.items():
+            _set(cfg, key, value)
+        wanted = self.entry["search"].get("suites")
+        if wanted:
+            cfg["suites"] = {k: v for k, v in cfg["suites"].items() if k in wanted}
+        cfg["suites"].get("custom", [])[:] = [
+            {k: v for k, v in e.items() if k != "search"} for e in cfg["suites"].get("custom", [])
+        ]
+        return {**cfg, "run": self.run_of(params)}
+
+    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+        """One Snakemake call a trial (each its own run); per trial: status, objective, reason, its cases."""
+        out = []
+        for i, t in enumerate(trials):
+            summary, log = self._snakemake(self.trial_config(t), f"round-{n_round}-{i}")
+            out.append(self.result_of(summary, {}, log, self.run_of(t)))
+        return out
+
+
+KINDS: dict[str, type[Search]] = {"custom": ParamSearch, "config": SettingsSearch}  # searches()'s kinds
+
+
+def screen_together(calls: list[tuple[ParamSearch, list[dict]]], n_round: int) -> list[list[TrialResult]]:
     """Halving's cheap rung of several searches at once (a tune's shapes): on cpu one fresh process times
     every configuration of every search eagerly (one torch import for all), a few iterations each; on
     another backend, each search's workflow with a short capture. Per call, a result per trial."""
@@ -759,7 +822,7 @@ def load(config_path: str, name: str | None, cores: int = 2) -> Search:
     """The search `name` of a config file (its only one when None)."""
     cfg = schema.load(config_path)
     kind, entry = pick(cfg, name, config_path)
-    return Search(cfg, entry, config_path, cores, kind)
+    return KINDS[kind](cfg, entry, config_path, cores)
 
 
 def _schema_default(dotted: str):

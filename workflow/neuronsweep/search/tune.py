@@ -10,7 +10,7 @@ winner over all of them (a search's geometric mean) is not what a user ships. He
    workload the model suite measures) is measured once, in one Snakemake call: each shape's default.
 2. Shapes are searched in order of count x default latency, so a budget cut short still covers the time
    that matters; per shape, each custom candidate (a suites.custom entry called with the shape's M x K and
-   K x N inputs) is an ordinary search (driver.Search: its strategy, trials.csv, resume) over its own
+   K x N inputs) is an ordinary search (driver.ParamSearch: its strategy, trials.csv, resume) over its own
    space, every trial a case of the run `<run>-tune-<model>`, so builds are shared across shapes.
 3. Each shape's fastest correct trial is timed again beside the compiler's build in fresh processes
    (runs/interleave.py, as compare times A and B) and judged by analysis/verdict.py: a winner not judged
@@ -238,7 +238,7 @@ class Tune:
         return out.sort_values("weight_s", ascending=False, kind="stable")
 
     # ------------------------------------------------------------------ a candidate's search at a shape
-    def candidate_search(self, name: str, shape: pd.Series) -> driver.Search:
+    def candidate_search(self, name: str, shape: pd.Series) -> driver.ParamSearch:
         """The search of candidate `name` at one shape: the custom entry at that shape's M, K, N and dtype,
         its own search space (or its params as one), this tune's strategy and budget."""
         base = self.customs[name]
@@ -254,7 +254,7 @@ class Tune:
         else:  # nothing to search: the function at its own keyword defaults, one trial
             block = {"space": {}, "strategy": "grid", "budget": {"trials": 1}}
         entry["search"] = block
-        search = driver.Search(self.cfg, entry, self.source, self.cores)
+        search = driver.ParamSearch(self.cfg, entry, self.source, self.cores)
         digest = self.digests()[name]
         search.run = self.run
         search.shape_labels = {m: int(shape["m"]), k: int(shape["k"]), n: int(shape["n"]), "dtype": shape["dtype"]}
@@ -324,7 +324,7 @@ class Tune:
                 out[sid][name] = self._best_of(searches[(sid, name)], got)
         return out
 
-    def _best_of(self, search: driver.Search, table: pd.DataFrame) -> dict:
+    def _best_of(self, search: driver.ParamSearch, table: pd.DataFrame) -> dict:
         full = table[(table["status"] == "ok") & (table.get("effort", driver.PIPELINE) == driver.PIPELINE)]
         trials = len(table[table["measured"].map(verdict.flag)])
         if full.empty:
@@ -342,7 +342,7 @@ class Tune:
         }
 
     def _measure_together(
-        self, calls: list[tuple[driver.Search, list[dict]]], n_round: int
+        self, calls: list[tuple[driver.ParamSearch, list[dict]]], n_round: int
     ) -> list[list[driver.TrialResult]]:
         """One round of several shapes' searches as one Snakemake call; per call, a result per trial."""
         cfg = calls[0][0].round_config([])
