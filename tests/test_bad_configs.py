@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import BIN, private_cache, snakemake, tiny_config
+from helpers import BIN, DATA, private_cache, snakemake, tiny_config
 
 from neuronsweep import backends, cli
 
@@ -24,14 +24,15 @@ def expected(name: str, tmp_path: Path) -> tuple[str, str, str]:
     """(config text, sentence of `neuronsweep plan`, sentence of `snakemake -n`) of one corpus file. Its
     first line says `# expect: <sentence>`; a second `# snakemake: <sentence>` line gives Snakemake's
     own words where Snakemake refuses the file before the workflow reads it (an empty file, a list).
-    @CACHE@ and @TMP@ stand for a private compile cache and the test's folder."""
+    @CACHE@, @TMP@ and @DATA@ stand for a private compile cache, the test's folder and tests/data."""
     lines = (CORPUS / f"{name}.yaml").read_text().split("\n")
     assert lines[0].startswith("# expect: "), f"{name}.yaml: first line must be '# expect: <sentence>'"
     plan = lines[0].removeprefix("# expect: ")
     own = lines[1].startswith("# snakemake: ")
     smk = lines[1].removeprefix("# snakemake: ") if own else plan
     text = "\n".join(lines[2:] if own else lines[1:])
-    for mark, value in {"@CACHE@": str(private_cache(tmp_path, calibrated=False)), "@TMP@": str(tmp_path)}.items():
+    marks = {"@CACHE@": str(private_cache(tmp_path, calibrated=False)), "@TMP@": str(tmp_path), "@DATA@": str(DATA)}
+    for mark, value in marks.items():
         text, plan, smk = text.replace(mark, value), plan.replace(mark, value), smk.replace(mark, value)
     return text, plan, smk
 
@@ -92,6 +93,7 @@ WIRED = [
     "track-pattern-bad-regex",
     "custom-missing-file",
     "run-dot-dot",
+    "search-default-outside-space",  # the searches and tunes, built before any job (search/checks.py)
 ]
 
 

@@ -213,6 +213,16 @@ def tune_sources(model):
     return files + [entry["hf_config"] if "hf_config" in entry else str(user_code.source_file(entry["module"]))]
 
 
+def check_searches():
+    """Every search and tune block built as its driver will build it: a bad one is one sentence before any job."""
+    from neuronsweep.search import checks  # only a config with a search needs the search package
+
+    try:
+        checks.check(CONFIG, CONFIG_SOURCE)
+    except UserError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
 def search_config(name):
     """The validated config as one file for the search driver (several --configfile and --config
     overrides merged, user code paths absolute), rewritten only when it changes."""

@@ -1,6 +1,8 @@
 SEARCHES = [e["name"] for e in CONFIG["suites"].get("custom", []) if e.get("search")] + [
     b["name"] for b in CONFIG.get("search", [])
 ]
+if SEARCHES or TUNES:
+    check_searches()
 
 
 rule search:
