@@ -205,6 +205,33 @@ def test_an_edited_candidate_is_searched_again_and_the_other_is_not(tmp_path, mo
     assert set(edited) == {"other"} and len(edited) == len([w for w in first if w == "other"])
 
 
+def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule(tmp_path, monkeypatch):
+    """Where the programs need the device, the stored timings go through compare's rule: rounds in processes
+    of their own are judged; one process's samples, or a device time alone, say why they are not."""
+    t = make(tmp_path, monkeypatch)
+    t.backend = "neuron"  # what gemms() settles (replaced here)
+    cases = tmp_path / "results" / "t-tune-toy" / "neuron" / "workloads"
+
+    def stored(wid: str, median: float, rounds: bool) -> None:
+        spread = [0.98, 0.99, 1.0, 1.01, 1.02]
+        latency = {"samples_s": [median * f for f in spread for _ in range(3)]}
+        if rounds:
+            latency |= {"round_medians_s": [median * f for f in spread], "rounds_in_processes": True}
+        (cases / wid / "capture").mkdir(parents=True)
+        (cases / wid / "capture" / "capture.json").write_text(json.dumps({"latency": latency}))
+
+    stored("matmul-m512-k256-n1024-fp32", 2e-3, rounds=True)
+    stored("custom-blocked-m512-block256-fp32", 1.6e-3, rounds=True)
+    stored("matmul-m1-k256-n256-fp32", 40e-6, rounds=False)
+    stored("custom-blocked-m1-block16-fp32", 32e-6, rounds=False)
+    table = t.run_all(say=lambda _: None, hooks=hooks([]))["dispatch"].set_index("m")
+    assert table.loc[512, "verdict"] == verdict.FASTER and table.loc[512, "ships"] == "blocked"
+    assert table.loc[512, "speedup_low"] > 1.2
+    assert table.loc[1, "verdict"] == verdict.ONE_PROCESS and table.loc[1, "ships"] == "compiler"
+    assert table.loc[1, "speedup"] == pytest.approx(40 / 32)  # the ratio of medians, shown, not claimed
+    assert table.loc[64, "verdict"] == verdict.NO_SPREAD and table.loc[64, "ships"] == "compiler"
+
+
 @pytest.mark.parametrize(
     "change, said",
     [

@@ -42,7 +42,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.runs import interleave
 from neuronsweep.search import FINALIST_ROUNDS, driver, tune_page
 from neuronsweep.stages.run_setup import settle_run
-from neuronsweep.store import layout
+from neuronsweep.store import layout, records
 from neuronsweep.workloads import user_code
 
 COMPILER = "compiler"  # the backend's own build of the GEMM: every shape's default
@@ -468,8 +468,9 @@ class Tune:
         return {k: metrics.get(k) for k in ("correct", "max_rel_error", "tolerance_rel")}
 
     def _judge(self, table: pd.DataFrame, judge, rounds: int, say) -> None:
-        """The winners against the compiler's build, timed again together (cpu) and judged; stored in
-        judged.json by (shape, winner's case) so a resumed tune does not time them again."""
+        """The winners against the compiler's build, timed again together (cpu) or as their captures stored
+        them (the programs need the device), and judged; stored in judged.json by (shape, winner's case,
+        its code) so a resumed tune does not time them again."""
         contenders = table[table["winner"].notna() & (table["winner"] != COMPILER)] if len(table) else table
         for col in ("speedup", "speedup_low", "speedup_high", "verdict", "tie", "ships"):
             if col not in table:
@@ -484,22 +485,21 @@ class Tune:
         }
         todo = [i for i in contenders.index if key[i] not in record]
         if todo:
-            if judge is None and self.backend != "cpu":
-                for i in todo:
-                    record[key[i]] = {
-                        "said": "not judged (stored timings: the programs run on the device, one process a case)"
-                    }
-            else:
-                rows = table.loc[todo]
-                verdicts = judge(rows) if judge is not None else verdict.judge(self._timed_pairs(rows, rounds, say))
-                for i, v in zip(todo, verdicts):
-                    record[key[i]] = {
-                        "said": v.said,
-                        "speedup": None if v.ratio is None else 1 / v.ratio,
-                        "speedup_low": None if v.ci_high is None else 1 / v.ci_high,
-                        "speedup_high": None if v.ci_low is None else 1 / v.ci_low,
-                        "rounds": rounds,
-                    }
+            rows = table.loc[todo]
+            if judge is not None:
+                verdicts = judge(rows)
+            elif self.backend == "cpu":
+                verdicts = verdict.judge(self._timed_pairs(rows, rounds, say))
+            else:  # the programs need the device: their stored timings, by the same rule (one process a case
+                verdicts = verdict.judge(self._stored_pairs(rows))  # is not judged, and says why)
+            for i, v in zip(todo, verdicts):
+                record[key[i]] = {
+                    "said": v.said,
+                    "speedup": None if v.ratio is None else 1 / v.ratio,
+                    "speedup_low": None if v.ci_high is None else 1 / v.ci_high,
+                    "speedup_high": None if v.ci_low is None else 1 / v.ci_low,
+                    "rounds": rounds if self.backend == "cpu" else None,
+                }
             write_json(path, record)
         for i in contenders.index:
             got = record[key[i]]
@@ -512,6 +512,18 @@ class Tune:
             ]
             table.loc[i, "tie"] = not faster
             table.loc[i, "ships"] = table.loc[i, "winner"] if faster else COMPILER
+
+    def _stored_pairs(self, rows: pd.DataFrame) -> list[tuple]:
+        """(default, winner) as their captures stored them (store/records.timing): the rounds in processes
+        where the backend timed them so, else one process's samples, or None for a device time alone."""
+        runs = Path("results") / self.run
+        return [
+            tuple(
+                records.timing(layout.workload_dir(runs, self.backend, r[col]))
+                for col in ("default_workload_id", "winner_workload_id")
+            )
+            for _, r in rows.iterrows()
+        ]
 
     def _timed_pairs(self, rows: pd.DataFrame, rounds: int, say) -> list[tuple]:
         """(default, winner) Timings per shape: both programs in every fresh process, in alternation."""
