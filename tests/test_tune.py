@@ -240,7 +240,7 @@ def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule
             "candidates names nki_mm, which is neither compiler nor a suites.custom",
         ),
         ({"budget": {"trials_per_shape": 1}, "candidates": ["blocked", "other"]}, "fewer than its 2 custom candidates"),
-        ({"candidates": ["scaled"]}, "not two matrices [m, k] and [k, n]"),
+        ({"candidates": ["scaled"]}, "not two matrices over grid names that share the contraction"),
     ],
 )
 def test_a_bad_tune_block_is_one_sentence_before_any_trial(tmp_path, monkeypatch, change, said):
@@ -317,3 +317,17 @@ def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
     )
     assert "shapes: 7 of 7 searched, 0 left" in status.stdout, status.stdout + status.stderr
     assert dispatch.load(folder / "dispatch.json").model == "tiny"
+
+
+def test_a_candidate_may_take_the_left_operand_transposed_as_tensore_does():
+    """The shipped NKI pair (config/examples/kernels/matmul_t*.py) takes lhsT [K, M] and rhs [K, N]."""
+    mm = {"name": "mm", "inputs": {"a": ["m", "k"], "b": ["k", "n"]}}
+    assert tune_mod.matrix_dims(mm, "x") == ("m", "k", "n")
+    assert tune_mod.matrix_dims({"name": "t", "inputs": {"lhsT": ["k", "m"], "rhs": ["k", "n"]}}, "x") == (
+        "m",
+        "k",
+        "n",
+    )
+    for inputs in ({"a": ["m", "k"]}, {"a": ["m", "k"], "b": ["m", "k"]}, {"a": ["m", "k"], "b": ["j", "n"]}):
+        with pytest.raises(UserError, match="share the contraction"):
+            tune_mod.matrix_dims({"name": "bad", "inputs": inputs}, "x")

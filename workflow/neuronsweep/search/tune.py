@@ -113,22 +113,23 @@ class Together:
 
 
 def matrix_dims(entry: dict, where: str) -> tuple[str, str, str]:
-    """The grid names (m, k, n) of a custom entry whose inputs are two matrices [m, k] and [k, n]; one
-    sentence otherwise (a tune calls it with each shape's M x K and K x N inputs)."""
+    """The grid names (m, k, n) of a custom entry whose inputs are two matrices over grid names sharing one,
+    the contraction: [m, k] and [k, n], or the transposed left operand TensorE takes, [k, m] and [k, n]
+    (config/examples/kernels/matmul_t.py); m is the first's other name, n the second's. One sentence
+    otherwise (a tune calls a candidate with each GEMM's M, K and N)."""
     shapes = list((entry.get("inputs") or {}).values())
-    ok = (
-        len(shapes) == 2
-        and all(len(s) == 2 and all(isinstance(d, str) and d.isidentifier() for d in s) for s in shapes)
-        and shapes[0][1] == shapes[1][0]
-        and len({shapes[0][0], shapes[0][1], shapes[1][1]}) == 3
-    )
-    if not ok:
+    names = [s for s in shapes if len(s) == 2 and all(isinstance(d, str) and d.isidentifier() for d in s)]
+    shared = set(names[0]) & set(names[1]) if len(shapes) == len(names) == 2 else set()
+    if len(shared) != 1 or len(set(names[0]) | set(names[1])) != 3:
         raise UserError(
-            f"{where}: suites.custom ({entry['name']}) has inputs {entry.get('inputs')}, not two matrices "
-            "[m, k] and [k, n] over grid names; a tune calls a candidate with each GEMM's M x K and K x N "
-            "inputs, so give its inputs that form."
+            f"{where}: suites.custom ({entry['name']}) has inputs {entry.get('inputs')}, not two matrices over grid "
+            "names that share the contraction ([m, k] and [k, n], or [k, m] and [k, n]); a tune calls a candidate "
+            "with each GEMM's M, K and N, so give its inputs that form."
         )
-    return shapes[0][0], shapes[0][1], shapes[1][1]
+    (k,) = shared
+    m = next(d for d in names[0] if d != k)
+    n = next(d for d in names[1] if d != k)
+    return m, k, n
 
 
 def shape_id(m: int, k: int, n: int, dtype: str) -> str:
