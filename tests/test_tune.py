@@ -149,6 +149,10 @@ def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tm
     assert table.lookup(1, 256, 256, "fp32").load().__name__ == "blocked"  # the function itself, imported
     page = (folder / "tune.html").read_text()
     assert "dispatch table" in page and "m512-k256-n1024-fp32" in page
+    assert (
+        "3 shapes: 2 ship a candidate judged faster than the compiler&#x27;s build; 1 had a candidate faster on its "
+        "stored timing that the test did not confirm (a tie, slower, or not judged)." in page
+    )
 
 
 def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch):

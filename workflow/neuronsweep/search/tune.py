@@ -441,7 +441,10 @@ class Tune:
             )
             ok = {name: c for name, c in found.items() if c["status"] == "ok"}
             best = min(ok.items(), key=lambda kv: kv[1]["median_s"], default=None)
-            if best is None or best[1]["median_s"] >= row["default_median_s"]:
+            if best is None:
+                rows.append(row | {"winner": COMPILER, "verdict": "no candidate ran correctly here (candidates_out)"})
+                continue
+            if best[1]["median_s"] >= row["default_median_s"]:
                 rows.append(row | {"winner": COMPILER, "verdict": "the compiler's build was the fastest measured"})
                 continue
             name, c = best

@@ -45,21 +45,28 @@ def ranked(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def counted(table: pd.DataFrame) -> str:
-    """One sentence: how many shapes ship a candidate, tie, or keep the compiler, and why."""
+    """One sentence: how many shapes ship a candidate, had one the test did not confirm, kept the compiler
+    as the fastest measured, had no candidate that ran, or were not searched."""
     ships = table["ships"].fillna("compiler") if "ships" in table else pd.Series("compiler", index=table.index)
-    won = int((ships != "compiler").sum())
+    said = table["verdict"].fillna("").astype(str) if "verdict" in table else pd.Series("", index=table.index)
     raced = table["winner"].notna() & (table["winner"] != "compiler") if "winner" in table else ships.isna()
-    kept = int((raced & (ships == "compiler")).sum())
-    fastest = int((table["winner"] == "compiler").sum()) if "winner" in table else 0
+    parts = [
+        (int((ships != "compiler").sum()), "ship a candidate judged faster than the compiler's build"),
+        (
+            int((raced & (ships == "compiler")).sum()),
+            "had a candidate faster on its stored timing that the test did not confirm (a tie, slower, or not judged)",
+        ),
+        (
+            int(said.str.startswith("the compiler's build was the fastest").sum()),
+            "kept the compiler's build as the fastest measured",
+        ),
+        (int(said.str.startswith("no candidate ran").sum()), "had no candidate that ran correctly"),
+    ]
+    rest = len(table) - sum(n for n, _ in parts)
     return (
-        f"{len(table)} shapes: {won} ship a candidate judged faster than the compiler's build; {kept} had a "
-        f"candidate faster on its stored timing that the fresh processes did not confirm (a tie, or slower); "
-        f"{fastest} kept the compiler's build as the fastest measured"
-        + (
-            f"; {len(table) - won - kept - fastest} not searched or not measured."
-            if len(table) > won + kept + fastest
-            else "."
-        )
+        f"{len(table)} shapes: "
+        + "; ".join(f"{n} {what}" for n, what in parts if n)
+        + (f"; {rest} not searched or not measured." if rest else ".")
     )
 
 
