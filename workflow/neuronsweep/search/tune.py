@@ -200,12 +200,9 @@ class Tune:
         return out
 
     def measure_defaults(self, gemms: pd.DataFrame) -> pd.DataFrame:
-        """Each shape's compiler build measured (one Snakemake call for all): defaults.csv, kept once done."""
+        """Each shape's compiler build measured (one Snakemake call for all): defaults.csv. Called on every
+        run, resumed or not: Snakemake reruns what a changed setting touches and nothing else."""
         path = self.folder / "defaults.csv"
-        if path.is_file():
-            done = pd.read_csv(path, keep_default_na=False, na_values=[""])
-            if set(done["shape"]) == set(gemms["shape"]):
-                return done
         summary, _ = driver.snakemake_round(self.defaults_config(), self.folder / "rounds", "defaults", self.cores)
         by_wid = summary.drop_duplicates("workload_id").set_index("workload_id")
         rows = []
