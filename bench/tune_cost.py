@@ -51,7 +51,6 @@ def anchor(pairs: list, function: str) -> dict:
     """One in-process loop timing each (shape, params) eagerly: 2 warm-up calls, 5 timed."""
     import torch
 
-    sys.path.insert(0, str(REPO / "workflow"))
     from neuronsweep.workloads import user_code
 
     fn = user_code.load(function)
@@ -79,7 +78,10 @@ def main() -> None:
     cfg = yaml.safe_load(args.config.read_text())
     candidate = next(c for c in cfg["suites"]["model"] if c.get("tune"))["tune"]["candidates"][-1]
     entry = next(e for e in cfg["suites"]["custom"] if e["name"] == candidate)
-    function = user_code_path(entry["function"], args.config.parent)
+    sys.path.insert(0, str(REPO / "workflow"))
+    from neuronsweep.workloads import user_code
+
+    function = user_code.resolved(entry["function"], args.config.parent)
     loop = anchor(tune.pop("pairs"), function)
     print(json.dumps({"tune": tune, "anchor": loop}))
     print(f"defaults (every shape's compiler build, one Snakemake call): {tune.pop('defaults_s'):.1f} s")
@@ -89,11 +91,6 @@ def main() -> None:
             f"{fig['per_trial_s']:.2f} s a trial"
         )
     print(f"anchor (in-process loop, same pairs): {loop['wall_s']:.2f} s: {loop['per_trial_s'] * 1e3:.1f} ms a trial")
-
-
-def user_code_path(ref: str, base: Path) -> str:
-    target, name = ref.rsplit(":", 1)
-    return f"{(base / target).resolve()}:{name}" if target.endswith(".py") else ref
 
 
 if __name__ == "__main__":

@@ -93,20 +93,17 @@ def field_test(tmp_path_factory) -> dict:
     return {**json.loads((work / "result.json").read_text()), "out": work / "ft"}
 
 
-def _runs_snakemake(func) -> bool:
+def _calls(func, names: tuple[str, ...]) -> bool:
+    """Whether a test's (or fixture's) source calls any of these."""
     try:
         source = inspect.getsource(func)
     except (OSError, TypeError):
         return False
-    return any(call in source for call in ("snakemake(", "snakemake_argv(", '"snakemake"'))
+    return any(call in source for call in names)
 
 
-def _probes_torch(func) -> bool:
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        return False
-    return any(call in source for call in ("tiny_config(", "private_cache(", "host_measurements("))
+RUNS_SNAKEMAKE = ("snakemake(", "snakemake_argv(", '"snakemake"')
+PROBES_TORCH = ("tiny_config(", "private_cache(", "host_measurements(")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -118,9 +115,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         funcs = [f for f in [getattr(item, "function", None)] + [d.func for ds in defs.values() for d in ds] if f]
-        if item.get_closest_marker("workflow") is None and any(_runs_snakemake(f) for f in funcs):
+        if item.get_closest_marker("workflow") is None and any(_calls(f, RUNS_SNAKEMAKE) for f in funcs):
             unmarked.append(item.nodeid)
-        elif not any(item.get_closest_marker(m) for m in ("workflow", "torch")) and any(map(_probes_torch, funcs)):
+        elif not any(item.get_closest_marker(m) for m in ("workflow", "torch")) and any(
+            _calls(f, PROBES_TORCH) for f in funcs
+        ):
             untorched.append(item.nodeid)
     if unmarked:
         raise pytest.UsageError(

@@ -39,6 +39,7 @@ from neuronsweep.analysis import verdict
 from neuronsweep.atomic import replacing, write_json
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
+from neuronsweep.json_numbers import finite_number
 from neuronsweep.runs import interleave
 from neuronsweep.search import FINALIST_ROUNDS, driver, tune_page
 from neuronsweep.stages.run_setup import settle_run
@@ -216,7 +217,7 @@ class Tune:
                     **{k: first[k] for k in ("m", "k", "n", "dtype", "workload_id")},
                     "status": status,
                     "reason": first["unsupported"] or ("" if got is None else _text(got.get("reason"))),
-                    "latency_median_s": _number(got["latency_median_s"])
+                    "latency_median_s": finite_number(got["latency_median_s"])
                     if got is not None and status == "ok"
                     else None,
                 }
@@ -421,7 +422,7 @@ class Tune:
                 **{k: d[k] for k in ("m", "k", "n", "dtype")},
                 "count": int(counts[sid]),
                 "gemms": modules[sid],
-                "default_median_s": _number(d["latency_median_s"]),
+                "default_median_s": finite_number(d["latency_median_s"]),
                 "default_workload_id": d["workload_id"],
             }
             searched = state["shapes"].get(sid)
@@ -590,7 +591,7 @@ class Tune:
                     "candidate": ships,
                     "function": functions.get(ships),
                     "params": params,
-                    "speedup": _number(r.get("speedup")) if ships != COMPILER else 1.0,
+                    "speedup": finite_number(r.get("speedup")) if ships != COMPILER else 1.0,
                 }
             )
         return {"format": DISPATCH_FORMAT, "model": self.entry["name"], "run": self.cfg["run"], "shapes": shapes}
@@ -642,14 +643,6 @@ def _projected(forward: pd.DataFrame | None, row: dict) -> dict:
 def _forward_csv(run: str, model: str) -> pd.DataFrame | None:
     path = Path("results") / run / "suites" / f"model-{model}-forward.csv"
     return pd.read_csv(path) if path.is_file() else None
-
-
-def _number(value) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _text(value) -> str:
