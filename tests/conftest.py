@@ -129,31 +129,44 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"these tests probe the host's torch but are not marked @pytest.mark.torch: {', '.join(untorched)}"
         )
-    # the long tests first: the xdist workers then finish together on short ones, not one waiting on
-    # a long test handed out last (the Slurm test first: its jobs mostly wait on the scheduler)
-    items.sort(key=lambda i: (i.get_closest_marker("workflow") is None, _longest_first(i.nodeid)))
+    # the long tests first, then the other workflow tests: the xdist workers then finish together on
+    # short ones, not one waiting on a long test handed out last (the Slurm test first: its jobs mostly
+    # wait on the scheduler)
+    items.sort(key=lambda i: (_longest_first(i.nodeid), i.get_closest_marker("workflow") is None))
 
 
 # The longest tests (`pytest --durations=20`, 2 cores), longest first; the other workflow tests follow in
 # their files' order. Work stealing hands the end of a worker's queue to the others, so a long test
 # left in the middle of it was often the last to finish, one core idle meanwhile. A test missing here
 # only costs that tail.
-LONGEST = (
+LONGEST = (  # from `pytest --durations` (2026-11-27), longest first
     "test_slurm.py::",
-    "test_fieldtest.py::test_field_test_prints",
-    "test_suites.py::test_every_suite_builds_on_neuron",
-    "test_slots.py::test_four_captures",
-    "test_collectives.py::test_gloo_sweep",
-    "test_search.py::test_the_compilers_optlevel",
-    "test_crash_recovery.py::",
-    "test_neuron_collectives.py::test_collectives_suite",
-    "test_search.py::test_tpe_and_halving",
     "test_search.py::test_a_real_search_on_cpu",
-    "test_torchneuron.py::test_smoke_and_llm",
-    "test_cpu_backend.py::test_stages_by_hand",
+    "test_fieldtest.py::test_field_test_prints",
+    "test_model_layers.py::test_a_tiny_moe_model",
+    "test_crash_recovery.py::",
     "test_bad_configs.py::test_refused_by_snakemake",
-    "test_slots.py::test_two_snakemake_processes",
+    "test_tune.py::test_a_real_tune",
+    "test_suites.py::test_every_suite_builds_on_neuron",
+    "test_torchneuron.py::test_collectives_on_torchneuron",
+    "test_search.py::test_the_compilers_optlevel",
+    "test_neuron_collectives.py::test_collectives_suite",
+    "test_cpu_backend.py::test_stages_by_hand",
+    "test_torchneuron.py::test_smoke_and_llm",
+    "test_warmstart.py::test_a_stage_runs_in_a_child",
     "test_search.py::test_an_nki_kernels_tile_size",
+    "test_torchneuron.py::test_each_build_compiles",
+    "test_slots.py::test_four_captures",
+    "test_torchneuron.py::test_a_neff_the_profiler_refuses",
+    "test_collectives.py::test_gloo_sweep",
+    "test_custom.py::test_a_users_function_is_swept",
+    "test_model_layers.py::test_the_torchneuron_standin_builds_the_head",
+    "test_custom.py::test_a_users_nki_kernel",
+    "test_workflow_semantics.py::test_failed_capture_keeps",
+    "test_suites.py::test_every_suite_end_to_end_on_cpu",
+    "test_slots.py::test_two_snakemake_processes",
+    "test_hostile_profiles.py::test_damaged_profiles_are_read_or_refused_in_one_sentence[legacy]",
+    "test_models.py::test_a_routing_policy_the_model_cannot_have",
 )
 
 

@@ -46,13 +46,16 @@ def _spec(text: str) -> dict:
 
 def cmd_plan(args) -> None:
     from neuronsweep.host import slots
-    from neuronsweep.search import checks, driver
+    from neuronsweep.search import searches
     from neuronsweep.stages import plan
     from neuronsweep.stages.run_setup import settle_run
 
-    run = settle_run(config.load(args.config))  # as the workflow settles it
-    if driver.searches(run.config):  # its searches and tunes built, as the Snakefile does: a bad block is refused here
-        checks.check(run.config, args.config)
+    cfg = config.load(args.config)
+    if searches(cfg):  # its searches and tunes built before the plan, as the Snakefile does
+        from neuronsweep.search import checks
+
+        checks.check(cfg, args.config)
+    run = settle_run(cfg)  # as the workflow settles it
     p = json.loads(run.plan_json())
     for line in run.log_lines():
         log.warning(line)  # stderr: stdout is the plan itself (JSON with --json)

@@ -11,6 +11,7 @@ from neuronsweep import backends, warmstart
 from neuronsweep.config import schema as ns_config
 from neuronsweep.host import neuron_ls, slots
 from neuronsweep.errors import UserError
+from neuronsweep.search import searches
 from neuronsweep.stages.plan import estimate
 from neuronsweep.stages.run_setup import settle_run, stage_plan
 from neuronsweep.store import layout
@@ -90,6 +91,10 @@ try:
     # Snakemake's YAML reader silently keeps the last of duplicate keys: the files are read again strictly;
     # the validated config is kept in .snakemake/ for the next start while nothing it depends on changes
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
+    if searches(CONFIG):  # each search and tune built as its driver will: a bad block is one sentence before
+        from neuronsweep.search import checks  # the plan's probes (the host's, a model's trace) and any job
+
+        checks.check(CONFIG, CONFIG_SOURCE)
     if not CLUSTER:  # neuron-ls asked once; this process and every job read the answer (neuron_ls.MACHINE_ENV)
         neuron_ls.share_with_jobs()
     # under a cluster executor the devices are on the nodes, not here: each job settles on its own
@@ -195,7 +200,9 @@ def search_sources(name):
     return [str(user_code.source_file(ref)) for ref in refs]
 
 
-TUNES = [e["name"] for e in CONFIG["suites"].get("model", []) if e.get("tune")]  # models with a tune: block
+SEARCHES_BY_NAME = searches(CONFIG)  # (kind, entry) by name: custom params, config settings, tune
+TUNES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if kind == "tune"]  # models with a tune: block
+SEARCHES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if kind != "tune"]
 
 
 def tune_sources(model):
@@ -211,16 +218,6 @@ def tune_sources(model):
     ]
     files = [str(user_code.source_file(ref)) for ref in refs]
     return files + [entry["hf_config"] if "hf_config" in entry else str(user_code.source_file(entry["module"]))]
-
-
-def check_searches():
-    """Every search and tune block built as its driver will build it: a bad one is one sentence before any job."""
-    from neuronsweep.search import checks  # only a config with a search needs the search package
-
-    try:
-        checks.check(CONFIG, CONFIG_SOURCE)
-    except UserError as exc:
-        raise WorkflowError(str(exc)) from None
 
 
 def search_config(name):

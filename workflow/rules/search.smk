@@ -1,10 +1,3 @@
-SEARCHES = [e["name"] for e in CONFIG["suites"].get("custom", []) if e.get("search")] + [
-    b["name"] for b in CONFIG.get("search", [])
-]
-if SEARCHES or TUNES:
-    check_searches()
-
-
 rule search:
     """Autotune a suites.custom entry's params or a top-level search:'s settings (docs/autotune.md): the driver runs its
     rounds as Snakemake calls of their own (run <run>-search-<name>, outputs apart from this run's), and

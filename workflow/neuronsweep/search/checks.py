@@ -1,14 +1,15 @@
 """A config's searches and tunes checked as their drivers will build them, before any job: the Snakefile
-(workflow/rules/search.smk) and `neuronsweep plan` call `check`, so a bad search or tune block (a default
-outside its space, a candidate no custom entry names, inputs that are not two matrices) is one sentence at
-the start, not after the sweep when its rule runs."""
+(workflow/rules/common.smk) and `neuronsweep plan` call `check` before the plan, so a bad search or tune
+block (a default outside its space, a candidate no custom entry names, inputs that are not two matrices)
+is one sentence at the start, neither after the sweep when its rule runs nor after the plan's probes (the
+host's, a model's trace: tens of seconds)."""
 
 from __future__ import annotations
 
-from neuronsweep.search import driver, tune
+from neuronsweep.search import driver, searches, tune
 
 
 def check(cfg: dict, source: str) -> None:
     """Build every search and tune of a validated config (a UserError names the first bad one)."""
-    for kind, entry in driver.searches(cfg).values():
+    for kind, entry in searches(cfg).values():
         (tune.Tune if kind == "tune" else driver.KINDS[kind])(cfg, entry, source)

@@ -45,7 +45,7 @@ from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.runs import interleave
-from neuronsweep.search import FINALIST_ROUNDS
+from neuronsweep.search import FINALIST_ROUNDS, searches
 from neuronsweep.search import page as search_page
 from neuronsweep.search import space as search_space
 from neuronsweep.stages.run_setup import settle_run
@@ -71,23 +71,6 @@ class TrialResult(TypedDict, total=False):
 
 SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap rung, or the workflow's cases
 SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
-
-
-def searches(cfg: dict) -> dict[str, tuple[str, dict]]:
-    """Every search of a config by name: (kind, entry). "custom": a suites.custom entry with a search:
-    block (its params); "config": a top-level search: entry (dotted config keys, a run per trial);
-    "tune": a suites.model entry with a tune: block (search/tune.py)."""
-    found: dict[str, tuple[str, dict]] = {}
-    for kind, entries in (
-        ("custom", [e for e in cfg["suites"].get("custom", []) if e.get("search")]),
-        ("config", [{"name": b["name"], "search": b} for b in cfg.get("search", [])]),
-        ("tune", [e for e in cfg["suites"].get("model", []) if e.get("tune")]),
-    ):
-        for entry in entries:
-            if entry["name"] in found:
-                raise UserError(f"two searches are named {entry['name']}; rename one.")
-            found[entry["name"]] = (kind, entry)
-    return found
 
 
 def pick(cfg: dict, name: str | None, source: str) -> tuple[str, dict]:
