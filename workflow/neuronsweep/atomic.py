@@ -14,6 +14,7 @@ from neuronsweep.errors import UserError
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this host (a stale lock or marker names a dead one)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -63,14 +64,17 @@ def replacing(path: str | Path):
 
 
 def write_json(path: str | Path, obj) -> None:
+    """`obj` as indented JSON at `path`, replaced whole: a reader never sees half a file."""
     with replacing(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def copy_file(src: str | Path, dst: str | Path) -> None:
+    """`src` copied to `dst`, replaced whole (see write_json)."""
     with replacing(dst) as tmp:
         shutil.copyfile(src, tmp)
 
 
 def read_json(path: str | Path):
+    """The JSON at `path`."""
     return json.loads(Path(path).read_text())

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from neuronsweep import __version__, backends
 from neuronsweep.backends.cores import default_threads
@@ -45,6 +46,7 @@ def _spec(text: str) -> dict:
 
 
 def cmd_plan(args) -> None:
+    """`neuronsweep plan`: the cases a config makes, as the workflow plans them, without running any."""
     from neuronsweep.host import slots
     from neuronsweep.search import searches
     from neuronsweep.stages import plan
@@ -126,6 +128,7 @@ def _options(text: str) -> dict:
 
 
 def cmd_build(args) -> None:
+    """`neuronsweep build`: the build stage of one case (the workflow's build jobs run this)."""
     from neuronsweep.config.settings import BuildSettings
     from neuronsweep.stages import build
 
@@ -162,6 +165,7 @@ def _add_build(p) -> None:
 
 
 def cmd_capture(args) -> None:
+    """`neuronsweep capture`: the capture stage of one case, or of a NEFF made anywhere (--neff)."""
     from neuronsweep.config.settings import CaptureSettings
     from neuronsweep.stages import capture
 
@@ -254,6 +258,7 @@ def _collectives(args) -> dict | None:
 
 
 def cmd_view(args) -> None:
+    """`neuronsweep view`: the view stage of one capture (the profiler's exports, or the trace's tables)."""
     from neuronsweep.config.settings import ViewSettings
     from neuronsweep.stages import view
 
@@ -277,6 +282,7 @@ def _add_view(p) -> None:
 
 
 def cmd_extract(args) -> None:
+    """`neuronsweep extract`: the normalized metrics of one case from its build, capture and view."""
     from neuronsweep.stages import extract
 
     opt = lambda p: Path(p) if p else None  # noqa: E731
@@ -306,6 +312,7 @@ def _add_extract(p) -> None:
 
 
 def cmd_report(args) -> None:
+    """`neuronsweep report`: report.html from a run's summary and plan."""
     from neuronsweep.stages import report
 
     report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.targets) if args.targets else None)
@@ -320,6 +327,7 @@ def _add_report(p) -> None:
 
 
 def cmd_compare(args) -> int:
+    """`neuronsweep compare A B`: B's cases judged against A's; exit 1 past --fail-on-regression."""
     from neuronsweep.runs import compare as compare_runs
 
     out = Path(args.out) if args.out else Path(args.run_b) / f"compare-{Path(args.run_a).name}"
@@ -338,6 +346,7 @@ def cmd_compare(args) -> int:
 
 
 def compare_budget_default() -> float:
+    """compare's --budget-s default (runs/interleave.py), read only when the parser is built."""
     from neuronsweep.runs.interleave import DEFAULT_BUDGET_S
 
     return DEFAULT_BUDGET_S
@@ -387,6 +396,7 @@ def _add_compare(p) -> None:
 
 
 def cmd_history(args) -> int:
+    """`neuronsweep history`: each case's time across runs, its steps, and the gate on the newest."""
     from neuronsweep.runs import history
 
     if args.last < 1:
@@ -433,6 +443,7 @@ def _add_history(p) -> None:
 
 
 def cmd_search(args) -> None:
+    """`neuronsweep search run|status`: a search or a model's tune, run or resumed, or where it stands."""
     from neuronsweep.search import driver as search
 
     cfg = config.load(args.config)
@@ -473,6 +484,7 @@ def _add_search(p) -> None:
 
 
 def cmd_status(args) -> None:
+    """`neuronsweep status RUN`: each stage's cases done, running, failed and waiting, and the time left."""
     from neuronsweep.runs import status
 
     run_dir = Path(args.run)
@@ -488,6 +500,7 @@ def _add_status(p) -> None:
 
 
 def cmd_query(args) -> None:
+    """`neuronsweep query PROFILE [SQL]`: a profile's tables in DuckDB, printed as a table or CSV."""
     from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 
     db = ProfileDB(patterns_from(_options(args.track_patterns))).load(args.path)
@@ -517,6 +530,7 @@ def _add_query(p) -> None:
 
 
 def cmd_convert(args) -> None:
+    """`neuronsweep convert`: a Chrome trace as a .pftrace that Perfetto opens."""
     from neuronsweep.formats import pftrace_writer
 
     src = Path(args.trace)
@@ -540,6 +554,7 @@ def _add_convert(p) -> None:
 
 
 def cmd_calibrate(args) -> None:
+    """`neuronsweep calibrate`: this host's measured GEMM rates and copy bandwidth (cpu peaks)."""
     from neuronsweep.atomic import write_json
     from neuronsweep.backends import cpu
     from neuronsweep.host import caps
@@ -572,6 +587,7 @@ def _add_calibrate(p) -> None:
 
 
 def cmd_doctor(args) -> int:
+    """`neuronsweep doctor`: devices, tools and versions; --field-test checks every Neuron contract."""
     if args.field_test:
         from neuronsweep import fieldtest
 
@@ -594,6 +610,7 @@ def _add_doctor(p) -> None:
 
 
 def cmd_aggregate(args) -> None:
+    """`neuronsweep aggregate`: every case's metrics as the run's summary.csv."""
     from neuronsweep.stages import aggregate
 
     table = aggregate.run(Path(args.plan), Path(args.out), Path(args.targets_out) if args.targets_out else None)
@@ -622,6 +639,8 @@ def _timeout_arg(p, stage: str) -> None:
 
 @dataclass(frozen=True)
 class Command:
+    """A command of the CLI: its help, description, examples, arguments and handler, listed or not."""
+
     help: str  # one line in `neuronsweep --help`
     description: str  # what it is for, in `neuronsweep COMMAND --help`
     examples: tuple[str, ...]
@@ -784,6 +803,7 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
 
 def parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser: the user's commands listed, the stage commands runnable but unlisted."""
     stages = ", ".join(n for n, c in COMMANDS.items() if not c.user)
     ap = argparse.ArgumentParser(
         prog="neuronsweep",
@@ -794,7 +814,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=__version__)
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name, command in COMMANDS.items():
-        listed = {"help": command.help} if command.user else {}  # stage commands: runnable, not listed
+        listed: dict[str, Any] = {"help": command.help} if command.user else {}  # stage commands: not listed
         p = sub.add_parser(
             name,
             **listed,
@@ -834,6 +854,8 @@ def _setup_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code. A failure is one sentence on stderr (2: bad input; 1: anything
+    else, after its traceback) and, for a stage of the workflow, a failure record in the case's logs."""
     args = parser().parse_args(argv)
     _setup_logging()
     # a case folder of the workflow (Snakemake made its logs/): failures are recorded there for aggregate

@@ -25,6 +25,8 @@ def _first_line(argv: list[str]) -> str:
 
 
 def report(config_path: str) -> str:
+    """`neuronsweep doctor`'s text: the host, Neuron devices, tools and packages, and what a run of the config
+    would use (backend, device lock, instance, slots)."""
     lines = [f"host: {platform.node()} {platform.machine()}, python {platform.python_version()}"]
     count, found = backends.neuron_inventory()
     lines.append(f"neuron devices: {count} ({found})")

@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[2]  # the checkout: Snakefile, config/
 
 @dataclass
 class Line:
+    """One line of the field test's table: a contract and what was found."""
+
     verdict: str  # PASS, FAIL or SKIP
     contract: str
     detail: str
@@ -73,6 +75,7 @@ USERS_KERNEL = {
 
 
 def config(work: Path, route: str | None, nki: bool) -> dict:
+    """The field test's sweep: one case per route and NKI kernel available here (and a collective on TorchNeuron)."""
     suites: dict = {
         "matmul": {
             "shapes": [CASE],
@@ -102,6 +105,7 @@ def config(work: Path, route: str | None, nki: bool) -> dict:
 
 
 def run_workflow(work: Path, cfg: dict, timeout_s: float) -> subprocess.CompletedProcess:
+    """The field test's sweep through the real workflow (Snakemake, keep-going), its log kept for the bundle."""
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
     argv = [
         sys.executable,

@@ -148,6 +148,11 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
             # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
             samples = warm_then_time(timed, 1, settings.repeats * settings.iterations)
         split = layer_split.measure(module, args) if spec["kind"] == "layer" else None
+    if prof is None:  # the config keeps nth_exec within num_exec; settings made by hand may not
+        raise UserError(
+            f"case {build.workload_id}: nth_exec {nth} is not one of its {settings.num_exec} executions, so none "
+            "was profiled; set capture.nth_exec between 1 and capture.num_exec."
+        )
     with replacing(out_dir / TRACE) as tmp:
         prof.export_chrome_trace(str(tmp))
     pids = []
@@ -174,7 +179,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 
 def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     """The Neuron summary's fields that a CPU trace can honestly fill, in the same units (s, fractions)."""
-    x, span = profiled_span(events, cap.settings.nth_exec)
+    x, span = profiled_span(events, cap.captured_with().nth_exec)
     ts, dur = x["ts"], x["dur"]
     start, end = ts[span], ts[span] + dur[span]
     ops = (x["cat"] == events.cats.get("cpu_op", -2)) & (start <= ts) & (ts <= end)
@@ -244,7 +249,7 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     entry = Path(cache_root).expanduser() / "calibration" / f"{cache_key(fingerprint)[:16]}.json"
     cached = read_json(entry) if entry.is_file() else None
     missing = [d for d in dtypes if not cached or d not in cached["gemm"]]
-    if not missing:
+    if cached and not missing:
         return _calibration_view(cached, dtypes, cache_hit=True)
     torch.set_num_threads(threads)
     with devicelock.held(device_lock, f"cpu calibration ({', '.join(missing)})"), torch.inference_mode():

@@ -98,7 +98,7 @@ def screen(jobs: list[dict]) -> list[dict]:
     import torch
 
     freeze_what_is_loaded()
-    out = []
+    out: list[dict] = []  # per job: its samples, or the error that stopped it
     for job in jobs:
         spec = job["spec"]
         try:

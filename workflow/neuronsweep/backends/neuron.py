@@ -542,15 +542,16 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
             f"wrote no device trace in either documented mode ({'; '.join(f'{m}: {w}' for m, w in tried.items())}); "
             "run neuronsweep doctor --field-test and attach its archive to a bug report."
         )
+    ntffs = [p for p in pairs if p is not None]  # every one: the loop above stopped where all(pairs)
     ranks = None
     if collective:
         ranks = []
-        for r, ntff in enumerate(pairs):
+        for r, ntff in enumerate(ntffs):
             shutil.copyfile(ntff, out_dir / f"profile_rank_{r}.ntff")
             ranks.append(
                 {"rank": r, "ntff": f"profile_rank_{r}.ntff", "written_as": f"inspect/{mode}/rank_{r}", "neff": own[r]}
             )
-    shutil.copyfile(pairs[0], out_dir / NTFF)
+    shutil.copyfile(ntffs[0], out_dir / NTFF)
     return {
         "profiler": "Neuron Runtime inspect mode (NEURON_RT_INSPECT_*)",
         "profiler_version": None,
@@ -567,7 +568,7 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
         "capture_refused": refused,
         "exit_status": 0,
         "capture_wall_s": time.time() - started,
-        "ntff_written_as": pairs[0].name,
+        "ntff_written_as": ntffs[0].name,
         "neff": str(neff),
         "neff_sha256": hashlib.sha256(neff.read_bytes()).hexdigest(),
         **({"ranks": ranks, "session_dir": f"inspect/{mode}"} if ranks else {}),

@@ -93,8 +93,9 @@ def collectives_argv(collectives: dict | None) -> list[str]:
     """The documented --collectives-* flags; a worker count or workers per node turns collectives on."""
     argv = []
     for key, flag in COLLECTIVE_FLAGS.items():
-        if (collectives or {}).get(key) is not None:
-            argv += [flag, str(collectives[key])]
+        value = (collectives or {}).get(key)
+        if value is not None:
+            argv += [flag, str(value)]
     return argv
 
 
@@ -155,7 +156,8 @@ def pair_inspect_outputs(folder: Path, neff: Path, mode: str = "model") -> Path 
     names for model, the core for session), the NEFF copy's content the build's. None when the runtime
     wrote no device trace; several, or NEFFs of another compilation only, fail with what was found."""
     digest, (neff_name, ntff_glob) = _sha256(neff), INSPECT_LAYOUTS[mode]
-    pairs, others = [], []
+    pairs: list[Path] = []
+    others: list[Path] = []
     for copy in sorted(folder.rglob("*.neff")):
         m = neff_name.match(copy.name)
         if not m:
@@ -317,8 +319,8 @@ def execution_samples(neff: Path, capture_dir: Path, settings: CaptureSettings, 
 def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> list[dict]:
     """Multi-worker capture: each profiled rank's NTFF (profile_rank_<r>[_exec_<n>].ntff) also as
     out_dir/profile_rank_<r>.ntff; the lowest rank's is also the capture's profile.ntff."""
-    ranks = []
-    for rank in profiled_ranks(settings.collectives):
+    ranks: list[dict] = []
+    for rank in profiled_ranks(settings.collectives or {}):
         name = expected_ntff(settings.num_exec, settings.nth_exec, rank=rank)
         if not (raw / name).is_file():
             found = sorted(p.name for p in raw.glob("*.ntff"))
@@ -509,7 +511,7 @@ def view_profile(
     summary = neuron_summary.parse(proc.stdout, str(out_dir / "summary-json.txt"))
 
     outputs = {}
-    wanted = []
+    wanted: list[tuple[str, Path, list[str]]] = []
     if settings.parquet and is_explorer(profiler):
         wanted.append(("parquet", out_dir / "parquet", []))
     if settings.json:

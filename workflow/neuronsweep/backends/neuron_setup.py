@@ -171,7 +171,7 @@ def settle(
     (plan.json, build.json). The target is always checked against neuron-ls (cheap); the packages are
     probed (a child importing torch: seconds) when a route is needed (not for a sweep of NKI kernels only)
     and is auto or `check_route` asks for it."""
-    options, why = dict(options), {}
+    options, why = dict(options), dict[str, object]()  # why: sentences, and the machine's LNC
     machine = machine if machine is not None else neuron_ls.discover()
     options["target"], options["lnc"], why["target"] = settle_target(options, machine)
     why["machine_lnc"] = machine_lnc(options, machine)

@@ -183,7 +183,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
 def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     """The Neuron summary's fields this trace can honestly fill, in the same units (s, fractions):
     total_time is the profiled execution's wall span, total_active_time the XLA execute time in it."""
-    x, span = profiled_span(events, cap.settings.nth_exec)
+    x, span = profiled_span(events, cap.captured_with().nth_exec)
     ts, dur = x["ts"], x["dur"]
     start, end = ts[span], ts[span] + dur[span]
     inside = (ts < end) & (ts + dur > start)  # overlaps

@@ -5,7 +5,7 @@ torch.profiler puts lists in a slice's args ("Input Dims": [[4, 32, 64], [], []]
 Made per value in Python that costs about 3 us an event, more than everything else the converter
 does; here the text comes from pyarrow's kernels (casts, list joins), so a batch of list args stays
 on the columnar path. Values whose text these kernels cannot give exactly (floats: Arrow's text of a
-double is not Python's repr; strings outside printable ASCII, which json.dumps escapes as \\uXXXX;
+double is not Python's repr; strings outside printable ASCII, which json.dumps writes as ASCII escapes;
 objects) give None, and the caller reads that batch the careful way.
 """
 

@@ -229,6 +229,7 @@ class Events:
         self.clear()
 
     def clear(self) -> None:
+        """Forget every event read so far (the next trace starts empty in the same spill folder)."""
         self.db.execute("DELETE FROM ev")
         self.rows = self.ann_bytes = 0
         self.keys: dict = {}
@@ -246,10 +247,12 @@ class Events:
         self.close()
 
     def close(self) -> None:
+        """Close the spill database and remove its folder."""
         self.db.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def problem(self, reason: str, example: str, count: int = 1) -> None:
+        """Count one kind of event that was skipped, keeping its first example for the message."""
         found = self.problems.setdefault(reason, [0, example])
         found[0] += count
 
@@ -301,7 +304,7 @@ class Events:
         """One batch's rows into `ev`, its args encoded (unless `annotated` already holds them)."""
         n = part.kind.size
         if annotated is None:
-            annotated = protowire.annotations(part.args)
+            annotated = protowire.debug_annotations(part.args)
         named = part.kind != COUNTER
         if not named.all():  # the loop's batches: counters have no args, the others' rows in order
             rows = np.cumsum(named) - 1
@@ -362,14 +365,15 @@ class Events:
     def add_dicts(self, events: list, ts_ns: list | None = None, dur_ns: list | None = None) -> None:
         """The loop: any JSON the trace holds. `ts_ns`/`dur_ns`: each event's stamps read exactly
         from the file's text (_stamps); without them (events given as Python objects), from the values."""
-        kind, key, ts, dur, name, cat, value, args, fkey = [], [], [], [], [], [], [], [], []
+        kind, key, ts, dur, name, cat, value, args = [], [], [], [], [], [], [], []
+        fkey: list[str | None] = []  # a flow's key, None for every other event
         counts = self.counts
         for i, e in enumerate(events):
             ph = e.get("ph") if isinstance(e, dict) else None
             if ph == "M":
                 self._metadata(e.get("name"), e.get("pid"), e.get("tid"), e.get("args"))
                 continue
-            k = PHASES.get(ph)
+            k = PHASES.get(ph) if isinstance(ph, str) else None
             if ph == "f":
                 k = FLOW_IN if e.get("bp") == "e" else FLOW_IN_NEXT
             elif ph == "C":
@@ -407,21 +411,23 @@ class Events:
                 continue
             d = 0
             if k == SLICE:
-                d = (exact_ns(e.get("dur")) if dur_ns is None else dur_ns[i]) if "dur" in e else 0
-                if d is None:
+                given = (exact_ns(e.get("dur")) if dur_ns is None else dur_ns[i]) if "dur" in e else 0
+                if given is None:
                     self.problem(
                         "complete events whose dur is not a number (or past 2^63 ns)", f"{label} at ts {us_text(t)}"
                     )
                     continue
-                if d < 0:
+                if given < 0:
                     self.problem("complete events with a negative duration", f"{label} at ts {us_text(t)}")
                     continue
+                d = given
                 counts["slices"] += 1
             elif k == INSTANT:
                 scope = e.get("s")
                 counts["instants"] += 1
             elif k in FLOWS:
                 counts["flow_events"] += 1
+            track: tuple
             if k == INSTANT and scope == "g":
                 track = ("global",)
             elif k == INSTANT and scope == "p":
@@ -488,7 +494,11 @@ class Events:
         x = kind == SLICE
         if not ts_ok.all() or (dur_ok is not None and not dur_ok[x].all()) or (ts_ns < 0).any():
             return False  # past int64 nanoseconds, or before zero: the loop names them
-        dur = np.where(x, np.where(dur_ok, dur_ns, 0), 0) if dur_ns is not None else np.zeros(rows.size, np.int64)
+        dur = (
+            np.where(x, np.where(dur_ok, dur_ns, 0), 0)
+            if dur_ns is not None and dur_ok is not None
+            else np.zeros(rows.size, np.int64)
+        )
         if (dur < 0).any():
             return False  # the loop names them
         args = (
@@ -496,7 +506,7 @@ class Events:
             if "args" in col and pa.types.is_struct(col["args"].type)
             else pa.array([{}] * rows.size, pa.struct([]))
         )
-        annotated = protowire.annotations(args)
+        annotated = protowire.debug_annotations(args)
         if annotated is None:
             return False  # an arg whose text only the loop makes exactly
         for r in np.flatnonzero(is_m).tolist():
@@ -650,7 +660,7 @@ def _fast(t: pa.Table, raw: bytes) -> bool:
     if "id2" in types or not (pa.types.is_int64(types.get("id", pa.int64())) or pa.types.is_string(types["id"])):
         return False  # a flow's id the loop reads (_flow_key)
     args = types.get("args", pa.null())
-    return pa.types.is_null(args) or pa.types.is_struct(args)  # which args it holds: protowire.annotations
+    return pa.types.is_null(args) or pa.types.is_struct(args)  # which args it holds: protowire.debug_annotations
 
 
 def _holds_null(column: pa.ChunkedArray | pa.Array) -> bool:
@@ -795,9 +805,9 @@ def _fill(events: Events, source) -> None:
             whole = whole["traceEvents"]
         if not isinstance(whole, list):
             raise UserError(f"{path}: {NOT_A_TRACE}; pass a Chrome trace (torch.profiler's export).")
-        for e in whole:  # exact stamps from the Decimals; args as orjson would give them
-            if isinstance(e, dict) and "args" in e:
-                e["args"] = _floats(e["args"])
+        for event in whole:  # exact stamps from the Decimals; args as orjson would give them
+            if isinstance(event, dict) and "args" in event:
+                event["args"] = _floats(event["args"])
         _fill(events, whole)
     elif first != b"{":
         raise UserError(f"{path}: not JSON ({NOT_A_TRACE}); pass a Chrome trace (torch.profiler's export).")

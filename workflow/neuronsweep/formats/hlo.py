@@ -100,6 +100,7 @@ def parse(text: str) -> list[dict]:
 
 
 def read(path: str | Path) -> list[dict]:
+    """The HLO module's instructions as rows (parse) from a text file."""
     return parse(Path(path).read_text())
 
 

@@ -56,6 +56,7 @@ def gzip_damage(path: Path):
 
 
 def is_gzip(path: Path) -> bool:
+    """Whether the file starts with gzip's magic bytes (profiles are saved either way)."""
     with open(path, "rb") as handle:
         return handle.read(2) == GZIP_MAGIC
 
@@ -71,6 +72,7 @@ def open_bytes(path: Path):
 
 
 def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped when it is gzip."""
     with open_bytes(path) as handle:
         return handle.read()
 

@@ -109,7 +109,7 @@ def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
         exact = None
     if exact is not None:
         return exact
-    return batch_table(json_records.batch_records(data))
+    return batch_table(json_records.batch_records(bytes(data)))
 
 
 def _exact(table: pa.Table, con=None) -> pa.Table | None:
@@ -154,16 +154,19 @@ class _Files:
     """Parquet files of one array: a new file whenever a batch's schema differs from the open one."""
 
     def __init__(self, out_dir: Path, key: str):
-        self.out_dir, self.key, self.files, self.writer = out_dir, key, [], None
+        self.out_dir, self.key = out_dir, key
+        self.files: list[Path] = []
+        self.writer = None
 
     def write(self, table: pa.Table) -> None:
         import pyarrow.parquet as pq
 
-        if self.writer is None or not self.writer.schema.equals(table.schema):
+        writer = self.writer
+        if writer is None or not writer.schema.equals(table.schema):
             self.close()
             self.files.append(self.out_dir / f"{self.key}-{len(self.files):04d}.parquet")
-            self.writer = pq.ParquetWriter(self.files[-1], table.schema)
-        self.writer.write_table(table)
+            self.writer = writer = pq.ParquetWriter(self.files[-1], table.schema)
+        writer.write_table(table)
 
     def close(self) -> None:
         if self.writer is not None:

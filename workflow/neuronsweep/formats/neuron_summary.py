@@ -19,6 +19,7 @@ from neuronsweep.json_numbers import finite_number
 
 
 def parse(text: str, source: str = "summary") -> dict:
+    """The summary-json text the profiler printed (log lines before it skipped) as one flat summary."""
     start = text.find("{")
     if start < 0:
         raise UserError(f"{source}: no JSON object found; was the view run with --output-format summary-json?")
@@ -38,6 +39,7 @@ STREAM_ABOVE = 16 * 2**20  # summary-json is kilobytes; a file this large is a f
 
 
 def unwrap(obj, source: str = "summary") -> dict:
+    """The one summary record of a summary object, whichever wrapper the profile version used."""
     for key in ("Summary", "summary"):  # parquet-style wrapper; legacy full profile
         if isinstance(obj, dict) and isinstance(obj.get(key), list) and obj[key]:
             return obj[key][0]

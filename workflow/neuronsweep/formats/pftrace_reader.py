@@ -24,6 +24,8 @@ from neuronsweep.formats import protoscan
 
 @dataclass
 class Track:
+    """A track of the trace: its uuid, name, parent, and whether it holds counters."""
+
     uuid: int
     name: str
     parent_uuid: int | None = None
@@ -102,6 +104,8 @@ class Slices:
 
 @dataclass
 class Counter:
+    """One counter value on its track at a time."""
+
     track_uuid: int
     ts: int
     value: float
@@ -109,6 +113,8 @@ class Counter:
 
 @dataclass
 class DecodedTrace:
+    """What a .pftrace holds that neuron-sweep reads: tracks, slices, counters and flows."""
+
     tracks: dict[int, Track]
     slices: Slices
     counters: list[Counter]
@@ -307,11 +313,12 @@ class _Reader:
         for s in np.unique(seq).tolist():
             idx = np.flatnonzero(seq == s)
             local = np.cumsum(cleared[idx])  # 0: the generation this sequence already has open
-            ids = [self.gen_of_seq.get(s)] + [None] * int(local[-1])
-            for k, known in enumerate(ids):
+            ids: list[int] = []
+            for known in [self.gen_of_seq.get(s)] + [None] * int(local[-1]):
                 if known is None:
-                    ids[k] = len(self.gens)
+                    known = len(self.gens)
                     self.gens.append(_Generation())
+                ids.append(known)
             gen[idx] = np.array(ids)[local]
             self.gen_of_seq[s] = ids[-1]
         return gen
@@ -440,10 +447,10 @@ class _Reader:
                 f"on track {int(track[ends[j]])}; recreate the trace."
             )
         for i in np.flatnonzero(closes & ~follows).tolist():  # ends a slice opened in an earlier chunk
-            s = int(stack[e_tk[i], e_level[i] - 1])
-            if int(ev_ts[be[i]]) < sl.ts[s]:
-                self.fail(f"a slice END at ts={int(ev_ts[be[i]])} comes before its BEGIN at ts={sl.ts[s]}.")
-            sl.dur[s] = int(ev_ts[be[i]]) - sl.ts[s]
+            was_open = int(stack[e_tk[i], e_level[i] - 1])
+            if int(ev_ts[be[i]]) < sl.ts[was_open]:
+                self.fail(f"a slice END at ts={int(ev_ts[be[i]])} comes before its BEGIN at ts={sl.ts[was_open]}.")
+            sl.dur[was_open] = int(ev_ts[be[i]]) - sl.ts[was_open]
 
         d = np.where(is_b, depth - 1, depth)[opens]  # each new slice's depth: its parent is at level d
         o = np.flatnonzero(opens)

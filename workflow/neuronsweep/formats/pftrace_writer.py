@@ -608,7 +608,7 @@ def _encode(batch: pa.RecordBatch, uuids: np.ndarray, kept: pa.Array | None, int
     interned_length = _lengths(interned)
     packet = stamp[1] + len(sequence) + header[1] + track_event + interned_length + len(NEEDS_STATE)
     before = rows_of(varint_part(packet, PACKET), stamp, fixed_part(sequence, none), header, category)
-    if flows is None and not interned_length.any():  # the usual chunk: the last field in the same gather
+    if flows is None and not np.any(interned_length):  # the usual chunk: the last field in the same gather
         return join(before, annotations, rows_of(*after, fixed_part(NEEDS_STATE, none)))
     return join(before, annotations, rows_of(*after), *([flows] if flows is not None else []), interned, NEEDS_STATE)
 
@@ -652,7 +652,7 @@ def write(events: chrome_trace.Events, out: str | Path) -> dict:
                 if not chrome_trace.out_of_memory(e):
                     raise
                 events.grow(f"{out}: sorting {events.rows} trace events")
-    counts = {
+    counts: dict[str, object] = {
         k: v for k, v in events.counts.items() if k in ("slices", "instants", "counters", "flows", "skipped") or v
     }
     if counts.get("overlapping"):

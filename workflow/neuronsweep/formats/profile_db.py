@@ -76,6 +76,7 @@ def patterns_from(mapping: dict | None) -> list[tuple[str, str]]:
 
 
 def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
+    """A track's class (the first pattern its name matches: dma, collectives, tensor, vector, ...) or None."""
     for cls, pattern in patterns:
         if re.search(pattern, name or ""):
             return cls
@@ -126,7 +127,7 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
             {
                 "id": pa.array([ids[t.uuid] for t in tracks], i64),
                 "name": pa.array([t.name for t in tracks], text),
-                "parent_id": pa.array([ids.get(t.parent_uuid) for t in tracks], i64),
+                "parent_id": pa.array([None if t.parent_uuid is None else ids.get(t.parent_uuid) for t in tracks], i64),
                 "type": pa.array(
                     [
                         "counter_track" if t.is_counter else "thread_track" if t.tid is not None else "track"
@@ -191,7 +192,7 @@ def _arg_values(values: list) -> dict[str, pa.Array]:
             if kind == "real"  # Arrow writes 1.0 as "1"
             else arr.cast(text),
         }
-    cols = {k: [] for k in ("int_value", "string_value", "real_value", "value_type", "display_value")}
+    cols: dict[str, list] = {k: [] for k in ("int_value", "string_value", "real_value", "value_type", "display_value")}
     for value in values:
         kind = kinds.get(type(value), "string")
         cols["int_value"].append(int(value) if kind in ("int", "bool") else None)
@@ -227,6 +228,7 @@ def sql_text(value) -> str:
 
 
 def read_parquet(files) -> str:
+    """DuckDB's read_parquet over these files, their columns united by name."""
     return f"read_parquet([{', '.join(sql_text(f) for f in files)}], union_by_name=true)"
 
 
@@ -371,7 +373,7 @@ class ProfileDB:
         for c, expr in cast.items():
             bad, first = self.con.execute(
                 f'SELECT count(*), any_value("{c}") FROM {relation} WHERE "{c}" IS NOT NULL AND {expr} IS NULL'
-            ).fetchone()
+            ).fetchone() or (0, None)  # an aggregate always answers one row
             if bad:
                 print(
                     f"{path}: {bad} {key} {c} values are not numbers (first: {first!r}); read as null", file=sys.stderr

@@ -20,6 +20,8 @@ _SHIFTS = [np.uint64(7 * k) for k in range(10)]
 
 
 class DecodeError(ValueError):
+    """The bytes are not the protobuf wire format the scan expects."""
+
     pass
 
 
@@ -34,6 +36,7 @@ class Fields:
     at: np.ndarray  # offset of a LEN's payload in the buffer
 
     def where(self, num: int, wire: int | None = None) -> np.ndarray:
+        """The mask of the fields numbered `num` (of wire type `wire`, when given)."""
         mask = self.num == num
         return mask & (self.wire == wire) if wire is not None else mask
 
@@ -52,6 +55,7 @@ class Fields:
 
 
 def padded(data) -> np.ndarray:
+    """The bytes as uint8 with PAD zero bytes after them, so a varint read never runs past the end."""
     return np.frombuffer(bytes(data) + bytes(PAD), np.uint8)
 
 

@@ -28,6 +28,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def varint(n: int) -> bytes:
+    """`n` as a protobuf varint."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -37,6 +38,7 @@ def varint(n: int) -> bytes:
 
 
 def field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: its tag, the payload's length as a varint, the payload."""
     return tag + varint(len(payload)) + payload
 
 
@@ -115,7 +117,7 @@ def rows_of(*parts: tuple[list, np.ndarray]) -> pa.Array:
     lengths = np.stack([length for _, length in parts], 1).astype(small)
     place = np.concatenate([np.arange(w, dtype=small) for w in widths])
     keep = place < lengths[:, np.repeat(np.arange(len(parts)), widths)]
-    return ragged(sum(length for _, length in parts), matrix[keep])
+    return ragged(np.add.reduce([length for _, length in parts]), matrix[keep])
 
 
 def join(*parts) -> pa.Array:
@@ -160,7 +162,7 @@ def _struct_annotations(args: pa.StructArray) -> pa.Array | None:
     return join(*pieces) if pieces else ragged(np.zeros(n, np.int64), b"")
 
 
-def annotations(args: pa.StructArray | list) -> pa.Array | None:
+def debug_annotations(args: pa.StructArray | list) -> pa.Array | None:
     """Each row's TrackEvent.debug_annotations, from an Arrow struct column (None: see
     _struct_annotations) or a list of dicts."""
     if isinstance(args, pa.StructArray):

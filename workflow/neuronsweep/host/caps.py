@@ -63,6 +63,7 @@ def host_record() -> dict:
 
 
 def cpu_model() -> str:
+    """The CPU's model name (for the calibration cache key and capture.json's host)."""
     for line in _cpuinfo_lines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
@@ -270,6 +271,7 @@ def under_load(start: dict, end: dict) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The host probe in its own process: one GEMM per dtype timed, printed as JSON (plan's estimate)."""
     import argparse
 
     ap = argparse.ArgumentParser(description="time one GEMM per dtype (the host probe); prints JSON")

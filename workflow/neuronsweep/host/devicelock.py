@@ -85,7 +85,7 @@ def held(path: str | Path, who: str = "a neuronsweep step"):
 
 def _try_group(handles: list) -> bool:
     """Take every lock of one group, or none: a group is one device slot (a lock per NeuronCore)."""
-    taken = []
+    taken: list = []
     for handle in handles:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -122,7 +122,7 @@ def held_any(groups: list[list[Path]], who: str = "a neuronsweep step"):
                     said = time.time()
                 time.sleep(POLL_S)
         mine = handles[chosen]
-        span = {
+        span: dict = {
             "lock": str(groups[chosen][0]) if len(groups[chosen]) == 1 else [str(p) for p in groups[chosen]],
             "group": chosen,
             "acquired_unix": time.time(),
@@ -143,6 +143,6 @@ def held_any(groups: list[list[Path]], who: str = "a neuronsweep step"):
                 handle.flush()
                 fcntl.flock(handle, fcntl.LOCK_UN)
     finally:
-        for group in handles:
-            for handle in group:
+        for opened in handles:
+            for handle in opened:
                 handle.close()

@@ -39,6 +39,7 @@ class Machine:
 
 
 def tool() -> str | None:
+    """neuron-ls on PATH or in the Neuron tools folder, or None."""
     return shutil.which("neuron-ls") or shutil.which("neuron-ls", path=NEURON_TOOL_DIR)
 
 
@@ -131,7 +132,9 @@ def discover() -> Machine:
     path = tool()
     if not path:
         return Machine()
-    devices, top, how, printed = [], {}, f"{path}: no JSON form answered", []
+    devices: list[dict] = []
+    top: dict = {}
+    how, printed = f"{path}: no JSON form answered", []
     for form in JSON_FORMS:
         command = f"{path} {' '.join(form)}"
         text = _run([path, *form])

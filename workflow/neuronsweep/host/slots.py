@@ -29,6 +29,8 @@ NEURON_TOOL_DIR = neuron_ls.NEURON_TOOL_DIR
 
 @dataclass(frozen=True)
 class Slot:
+    """A group of NeuronCores one capture holds (none: the whole device lock, on cpu and xla)."""
+
     index: int
     cores: tuple[int, ...]  # logical NeuronCore ids; () for the cpu/xla device lock
 
@@ -43,12 +45,15 @@ class Slot:
         return ",".join(map(str, self.cores))
 
     def locks(self, device_lock: str) -> list[Path]:
+        """The lock files a capture on this slot holds: one per NeuronCore beside the device lock."""
         base = Path(device_lock).expanduser()
         return [base] if not self.cores else [base.with_name(f"{base.name}.nc{core}") for core in self.cores]
 
 
 @dataclass(frozen=True)
 class Pool:
+    """The slots captures run on at once, how they were isolated, and how the devices were found."""
+
     slots: tuple[Slot, ...]
     isolation: str
     found: str  # how the devices were found, for doctor and capture.json
@@ -57,6 +62,7 @@ class Pool:
         return len(self.slots)
 
     def describe(self) -> str:
+        """One line for the run's start and doctor: how many slots, of how many cores, found how."""
         if not self.slots[0].cores:
             return f"1 device slot, the device lock ({self.found})"
         sizes = sorted({len(s.cores) for s in self.slots})

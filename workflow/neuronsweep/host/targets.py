@@ -43,12 +43,15 @@ class Target:
         return max(1, self.cores_per_chip // self.lnc(lnc))
 
     def hbm_bytes(self, lnc: int | None = None) -> float:
+        """HBM a logical core of `lnc` physical cores has (the target's default LNC when None)."""
         return self.hbm_bytes_per_core * self.lnc(lnc)
 
     def lnc(self, lnc: int | None) -> int:
+        """`lnc`, or the target's default."""
         return lnc or self.default_lnc
 
     def bf16_flops(self, lnc: int | None = None) -> float:
+        """TensorE's dense bf16 peak of a logical core of `lnc` physical cores."""
         return self.bf16_flops_per_core * self.lnc(lnc)
 
     def peak_flops(self, dtype: str, lnc: int | None = None) -> float:
@@ -57,6 +60,7 @@ class Target:
 
     @property
     def hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth of a stack, the roofline's memory side."""
         return self.hbm_stack_bytes_per_s
 
     @property

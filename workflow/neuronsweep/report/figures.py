@@ -239,6 +239,7 @@ def breakdown(rows: pd.DataFrame, workloads_dir: Path) -> go.Figure:
 
 
 def framework_device(rows: pd.DataFrame) -> go.Figure | None:
+    """Framework latency beside the profiled device time per case (None when no case was timed)."""
     rows = rows.dropna(subset=["latency_median_s"])
     if rows.empty:
         return None

@@ -86,6 +86,7 @@ class Run:
         self.workloads = layout.workloads_dir(self.folder, self.backend)
 
     def samples(self, wid: str) -> Timing | None:
+        """The case's stored timing (samples and process medians), or None."""
         return timing(self.workloads / wid)
 
     def toolchains(self) -> dict[str, str]:
@@ -113,6 +114,7 @@ def _flat(d, prefix="") -> dict:
 
 
 def config_differences(a: Run, b: Run) -> list[tuple[str, object, object]]:
+    """The config keys whose values differ between the runs (or that one run does not record its config)."""
     if a.config is None or b.config is None:
         return [
             (
@@ -195,8 +197,8 @@ def compare(
             timed="again, interleaved" if timed and wid in timings else "stored",
             time_a_s=ta,
             time_b_s=tb,
-            ratio_b_over_a=tb / ta if ta else None,
-            change_pct=(tb / ta - 1) * 100 if ta else None,
+            ratio_b_over_a=tb / ta if ta and tb is not None else None,
+            change_pct=(tb / ta - 1) * 100 if ta and tb is not None else None,
         )
         for metric in sorted(set(ra.index) & set(rb.index)):
             va, vb = _num(ra[metric]), _num(rb[metric])
@@ -237,6 +239,7 @@ def unseen(timings: dict, gate: float, min_effect: float = verdict.MIN_EFFECT) -
 
 
 def header(a: Run, b: Run) -> list[str]:
+    """compare's first lines: the runs, their backends, and their toolchains side by side."""
     lines = [f"A: {a.folder} ({a.backend}), B: {b.folder} ({b.backend})"]
     ta, tb = a.toolchains(), b.toolchains()
     for package in sorted(set(ta) | set(tb)):
@@ -420,11 +423,11 @@ def run(
     if fail_on_regression is not None:
         worse = judged.iloc[:0]
         if len(judged):
-            gate = [
+            fails = [
                 verdict.fails_gate(v, low, fail_on_regression)
                 for v, low in zip(judged["verdict"], judged["ratio_ci_low"])
             ]
-            worse = judged[gate]
+            worse = judged[fails]
         if len(worse):
             lines.append(
                 f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% with 95% "

@@ -144,6 +144,7 @@ def _summary(table: pd.DataFrame) -> str:
 
 
 def render(head, notes, table, changes, ops, gate_pct, min_effect_pct) -> str:
+    """compare.html: the verdicts, the forest plot, and the tables of what changed."""
     margin = gate_pct if gate_pct is not None else min_effect_pct
     fig = figures.forest(table, margin, "gate margin" if gate_pct is not None else "minimum effect")
     parts = ["<h1>neuron-sweep: B against A</h1>", _summary(table)]

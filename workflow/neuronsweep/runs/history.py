@@ -190,6 +190,7 @@ def _versions(toolchain: str) -> str:
 
 
 def figure(ok: pd.DataFrame) -> go.Figure:
+    """Each case's time across runs, a line per case, its change points marked."""
     fig = go.Figure()
     for (wid, backend), part in ok.groupby(["workload_id", "backend"], sort=True):
         hover = [
@@ -233,6 +234,7 @@ def figure(ok: pd.DataFrame) -> go.Figure:
 
 
 def write_html(ok: pd.DataFrame, out: Path) -> Path:
+    """history.html: the figure, the steps found and the runs."""
     steps = ok[ok["change_point"].astype(bool)][
         ["workload_id", "run", "finished_at", "step_pct", "time_s", "git_commit"]
     ]
@@ -278,20 +280,25 @@ def gate(df: pd.DataFrame, pct: float, last: int, min_effect: float) -> tuple[li
         pairs.append((_pooled(past), _pooled(mine)))
         wids.append(r.workload_id)
     said = verdict.judge(pairs, min_effect=min_effect, gate=pct / 100)
-    worse = [(w, v) for w, v in zip(wids, said) if verdict.fails_gate(v.said, v.ci_low, pct)]
+    # (workload, ratio, Holm p, unit): a verdict that fails the gate has its interval, so its ratio
+    worse = [
+        (w, v.ratio, v.p_adjusted, v.unit)
+        for w, v in zip(wids, said)
+        if verdict.fails_gate(v.said, v.ci_low, pct) and v.ratio is not None
+    ]
     lines = [
         f"regression gate: {new['run'].iloc[0]} ({new['finished_at'].iloc[0]}) against the pooled samples of the "
         f"{len(base_entries)} run(s) before it: {sum(v.judged for v in said)} judged, "
         f"{sum(v.said == verdict.SLOWER for v in said)} slower, {sum(v.said == verdict.FASTER for v in said)} faster"
     ]
-    for w, v in sorted(worse, key=lambda x: -x[1].ratio):
-        lines.append(f"  slower {100 * (v.ratio - 1):+.1f}%  {w}  (Holm p {v.p_adjusted:.2g}, tested on {v.unit})")
+    for w, ratio, p, unit in sorted(worse, key=lambda x: -x[1]):
+        lines.append(f"  slower {100 * (ratio - 1):+.1f}%  {w}  (Holm p {p:.2g}, tested on {unit})")
     if worse:
         lines.append(
             f"regression: {len(worse)} workload(s) slower by more than {pct}% with 95% confidence than the last "
             f"{len(base_entries)} run(s)"
         )
-    blind = [v.detectable for v in said if v.said.startswith(verdict.BLIND)]
+    blind = [v.detectable for v in said if v.said.startswith(verdict.BLIND) and v.detectable is not None]
     if blind:
         lines.append(
             f"gate: {len(blind)} workload(s) not judged: their processes could only show changes over "
@@ -322,6 +329,7 @@ def _pooled(entries: pd.DataFrame) -> Timing | None:
 
 
 def render(ok: pd.DataFrame) -> list[str]:
+    """history's text: each case's times across runs, a | before each change point."""
     lines = []
     for (wid, backend), part in ok.groupby(["workload_id", "backend"], sort=True):
         cells = [
@@ -343,6 +351,7 @@ def run(
     last: int,
     min_effect_pct: float,
 ) -> tuple[list[str], int]:
+    """`neuronsweep history`: add runs to the store, find each case's steps, write the page, gate the newest."""
     lines = []
     for folder in add:
         path, new = append(folder, store)

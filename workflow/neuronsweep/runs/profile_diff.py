@@ -21,6 +21,8 @@ import pandas as pd
 
 @dataclass(frozen=True)
 class Spec:
+    """What one table of a profile diff compares: its rows' keys and their time and count columns."""
+
     dimension: str  # what a row of the table is, as the report names it
     keys: tuple[str, ...]  # the columns that name a row (those present are used)
     time: str  # its time column (ns)

@@ -29,14 +29,17 @@ RECORD = {
 
 
 def running_path(case_dir: Path, stage: str) -> Path:
+    """The marker a stage leaves while it runs on a case (status reads it)."""
     return Path(case_dir) / "logs" / f"{stage}.running.json"
 
 
 def mark_running(case_dir: Path, stage: str) -> None:
+    """Mark a stage running on a case: its pid and host, so status tells running from killed."""
     write_json(running_path(case_dir, stage), {"pid": os.getpid(), "host": socket.gethostname()})
 
 
 def clear_running(case_dir: Path, stage: str) -> None:
+    """The stage ended: remove its marker."""
     running_path(case_dir, stage).unlink(missing_ok=True)
 
 
@@ -70,6 +73,7 @@ def stage_state(case_dir: Path, stage: str) -> tuple[str, float | None]:
 
 
 def summarize(run_dir: Path) -> dict:
+    """A run's counts per stage (done, running, failed, waiting) and the median seconds of each."""
     plan = read_json(Path(run_dir) / "plan.json")
     wids = [w for w in plan["workloads"] if w not in plan.get("unsupported", {})]
     root = layout.workloads_dir(run_dir, plan["backend"])
@@ -109,6 +113,7 @@ def summarize(run_dir: Path) -> dict:
 
 
 def render(s: dict) -> str:
+    """status's text: the table of stages and the estimate of the time left."""
     lines = [
         f"{s['run']}: {s['workloads']} workloads on {s['backend']} ({s['unsupported']} unsupported, not run)",
         f"{'stage':8} {'done':>6} {'running':>8} {'failed':>7} {'waiting':>8} {'median s':>9}",

@@ -139,6 +139,7 @@ class BuildRecord(StageRecord):
     STAGE: ClassVar[str] = "build"
     FILE: ClassVar[str] = "build.json"
 
+    spec: dict  # every build is of a workload (a capture of a NEFF alone has none)
     artifact: str = ""
     artifact_sha256: str | None = None  # of the artifact as built or fetched, checked before each capture
     artifact_bytes: int | None = None
@@ -186,6 +187,15 @@ class CaptureRecord(StageRecord):
     single_io: bool | None = None  # neuron: captured with --single-io after a device OOM
     device_span: dict | None = None  # devicelock.held: when the device was held, by whom
     host_load: dict | None = None  # caps.LoadWatch: the host at start and end, and the verdict
+
+    def captured_with(self) -> CaptureSettings:
+        """The settings it was captured with; a record that keeps none is one sentence, not an AttributeError."""
+        if self.settings is None:
+            raise UserError(
+                f"case {self.workload_id}: its capture record keeps no capture settings; rerun the capture stage "
+                "for this case."
+            )
+        return self.settings
 
     @classmethod
     def _typed(cls, typed: dict) -> dict:

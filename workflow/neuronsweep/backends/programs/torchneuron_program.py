@@ -27,6 +27,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
@@ -41,7 +42,7 @@ def neffs(root: str) -> dict[str, str]:
     }
 
 
-def first_two_calls(call, neff_cache: str) -> tuple[object, dict]:
+def first_two_calls(call, neff_cache: str) -> tuple[Any, dict]:
     """The first compiled call and a second one with the NEFF cache listed around each: what the first
     adds is the workload's NEFF, what the second adds a recompile. `call()` returns (value, seconds);
     the first call's value is returned beside the listing."""
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
     module = host_module.to("neuron")  # in place: the module's weights move to the device
     inputs = [x.to("neuron") for x in host_inputs]
-    torch.neuron.synchronize()
+    torch.neuron.synchronize()  # type: ignore[attr-defined]  # torch_neuronx registers it
     if inputs[0].device.type != "neuron":
         raise SystemExit(f"torch_neuronx placed the inputs on {inputs[0].device}, not on the neuron device")
 

@@ -280,11 +280,12 @@ def main(argv=None) -> int:
             after = metric(met, "ExecuteTime")
             walls.append((t3 - t0) * 1e-9)
             executes.append(after[1] - before[1] if after[0] > before[0] else None)
+        known = [e for e in executes if e is not None]  # every iteration's, or no execute statistics
         result["timing"] = {
             **latency_stats(walls, args.repeats),
             "recompiles_during_timing": metric(met, "CompileTime")[0] - after_warmup,
             "sync": "xm.mark_step() + xm.wait_device_ops() per iteration",
-            "execute": latency_stats(executes, args.repeats) if None not in executes else None,
+            "execute": latency_stats(known, args.repeats) if len(known) == len(executes) else None,
             "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration",
         }
     if args.check:  # last: the copy to the host must not count as a phase's artifact or a timed compile
