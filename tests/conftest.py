@@ -129,16 +129,24 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"these tests probe the host's torch but are not marked @pytest.mark.torch: {', '.join(untorched)}"
         )
-    # the long tests first, then the other workflow tests: the xdist workers then finish together on
-    # short ones, not one waiting on a long test handed out last (the Slurm test first: its jobs mostly
-    # wait on the scheduler)
-    items.sort(key=lambda i: (_longest_first(i.nodeid), i.get_closest_marker("workflow") is None))
+    items[:] = spread_longest(items, getattr(config, "workerinput", {}).get("workercount", 1))
 
 
-# The longest tests (`pytest --durations=20`, 2 cores), longest first; the other workflow tests follow in
-# their files' order. Work stealing hands the end of a worker's queue to the others, so a long test
-# left in the middle of it was often the last to finish, one core idle meanwhile. A test missing here
-# only costs that tail.
+def spread_longest(items: list, workers: int) -> list:
+    """The collection in the order xdist's work stealing should get it: it hands each worker a contiguous
+    share of the list at the start (the first third to one of three, ...), and later moves tests from the
+    end of the longest queue to an idle worker. So the tests are dealt round robin into one share per
+    worker, the longest first (the Slurm test first: its jobs mostly wait on the scheduler), then the
+    other workflow tests, the short ones last, where stealing evens out the end. Sorted longest first
+    instead, one worker got every long test and ran them one after another while the others idled."""
+    rank = {id(i): _longest_first(i.nodeid) for i in items}
+    ordered = sorted(items, key=lambda i: (rank[id(i)], i.get_closest_marker("workflow") is None))
+    shares = max(1, workers)
+    return [item for k in range(shares) for item in ordered[k::shares]]
+
+
+# The longest tests (`pytest --durations`, 2 cores), longest first (spread_longest deals them out). A test
+# missing here only costs the run's tail.
 LONGEST = (  # from `pytest --durations` (2026-11-27), longest first
     "test_slurm.py::",
     "test_search.py::test_a_real_search_on_cpu",
