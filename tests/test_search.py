@@ -559,3 +559,18 @@ def test_tpe_and_halving_find_the_grids_best_from_a_third_of_its_trials(tmp_path
         found = times[(winner["block"], winner["split"])][1]
         ranked = sorted(times.items(), key=lambda kv: kv[1][1])[:5]
         assert found <= best[1] * (1 + MIN_EFFECT), (strategy, winner, found, best_point, best, ranked)
+
+
+def test_the_rounds_run_the_snakefile_they_are_given_or_the_workflow_folders(tmp_path, monkeypatch):
+    """The workflow's rules pass their own Snakefile; run by hand, ./Snakefile, else the checkout's; a
+    Snakefile that is not there is one sentence (a wheel install has none beside the package)."""
+    from helpers import REPO
+
+    monkeypatch.chdir(tmp_path)
+    assert search.workflow_snakefile() == (REPO / "Snakefile").resolve()  # no ./Snakefile here
+    (tmp_path / "Snakefile").write_text("")
+    assert search.workflow_snakefile() == tmp_path / "Snakefile"
+    assert search.workflow_snakefile(REPO / "Snakefile") == (REPO / "Snakefile").resolve()
+    with pytest.raises(UserError, match=r"there is none at .*nowhere/Snakefile: pass --snakefile") as refused:
+        search.workflow_snakefile(tmp_path / "nowhere" / "Snakefile")
+    assert "\n" not in str(refused.value)

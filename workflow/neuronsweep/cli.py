@@ -451,13 +451,13 @@ def cmd_search(args) -> None:
     if kind == "tune":
         from neuronsweep.search import tune
 
-        model = tune.Tune(cfg, entry, args.config, args.cores)
+        model = tune.Tune(cfg, entry, args.config, args.cores, args.snakefile)
         if args.action == "run":
             model.run_all(say=print, rounds=args.finalist_rounds)
         print("\n".join(model.status_lines()))
         print(f"dispatch.json: {model.folder / 'dispatch.json'}" if args.action == "run" else "", end="")
         return
-    found = search.KINDS[kind](cfg, entry, args.config, args.cores)
+    found = search.KINDS[kind](cfg, entry, args.config, args.cores, args.snakefile)
     if args.action == "status":
         print("\n".join(search.status_lines(found)))
         return
@@ -474,6 +474,10 @@ def _add_search(p) -> None:
     p.add_argument("config", help="a config with a search: block (a suites.custom entry's, or a top-level one)")
     p.add_argument("--name", help="the search's name, where the config has several")
     p.add_argument("--cores", type=int, default=2, help="Snakemake's --cores for each round")
+    p.add_argument(
+        "--snakefile",
+        help="the workflow each round runs (default: ./Snakefile, else the checkout's this package is installed from)",
+    )
     p.add_argument(
         "--finalist-rounds",
         type=int,

@@ -14,8 +14,10 @@ rule search:
     threads: os.cpu_count() or 1  # its rounds take the cores, nothing beside it (Snakemake caps it at --cores)
     params:
         config=lambda wc: search_config(wc.name),
+        snakefile=workflow.main_snakefile,  # its rounds run this workflow, wherever neuron-sweep is installed
     shell:
-        "neuronsweep search run {params.config:q} --name {wildcards.name} --cores {threads} > {log:q} 2>&1"
+        "neuronsweep search run {params.config:q} --name {wildcards.name} --cores {threads} "
+        "--snakefile {params.snakefile:q} > {log:q} 2>&1"
 
 
 rule tune:
@@ -36,5 +38,7 @@ rule tune:
     threads: os.cpu_count() or 1  # its rounds take the cores, nothing beside it (Snakemake caps it at --cores)
     params:
         config=lambda wc: search_config(wc.model),
+        snakefile=workflow.main_snakefile,
     shell:
-        "neuronsweep search run {params.config:q} --name {wildcards.model} --cores {threads} > {log:q} 2>&1"
+        "neuronsweep search run {params.config:q} --name {wildcards.model} --cores {threads} "
+        "--snakefile {params.snakefile:q} > {log:q} 2>&1"

@@ -50,8 +50,7 @@ from neuronsweep.search import page as search_page
 from neuronsweep.search import space as search_space
 from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.store import layout
-
-REPO = Path(__file__).resolve().parents[3]  # the checkout: the Snakefile the rounds run
+from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 
 class TrialResult(TypedDict, total=False):
@@ -90,8 +89,9 @@ class Search:
     loop and the finalists. What a trial is differs by kind: ParamSearch (a suites.custom entry's params, a
     round one Snakemake call) and SettingsSearch (run-level settings, a run a trial)."""
 
-    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2):
+    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, snakefile: str | Path | None = None):
         self.cfg, self.entry, self.cores = cfg, entry, cores
+        self.snakefile = snakefile  # the workflow its rounds run (workflow_snakefile: looked up at the first)
         where = f"{source}: {self.named()}"
         self.space = search_space.parse(self.block(where), entry.get("params") or {}, where)
         budget = entry["search"].get("budget") or {}
@@ -189,23 +189,27 @@ class Search:
         raise NotImplementedError
 
     def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
-        return snakemake_round(cfg, self.folder / "rounds", name, self.cores)
+        return snakemake_round(cfg, self.folder / "rounds", name, self.cores, workflow_snakefile(self.snakefile))
 
     def _device_seconds(self, wids: list[str], run: str) -> float | None:
         """Seconds the trial's cases held the device: each capture's lock span, and a neuron build's
         (it runs on the cores); None when no record says."""
-        workloads, total, found = _workloads_dir(run), 0.0, False
+        workloads, held = _workloads_dir(run), []
         if workloads is None:
             return None
         for wid in wids:
-            for record in ("capture/capture.json", "build/build.json"):
-                try:
-                    span = json.loads((workloads / wid / record).read_text()).get("device_span") or {}
-                    total += float(span["released_unix"]) - float(span["acquired_unix"])
-                    found = True
-                except (OSError, TypeError, ValueError, KeyError, AttributeError):
+            case = workloads / wid
+            for kind in (CaptureRecord, BuildRecord):
+                if not (case / kind.STAGE / kind.FILE).is_file():
                     continue
-        return total if found else None
+                try:
+                    record = kind.read(case / kind.STAGE)
+                except UserError:  # a damaged record costs the trial this figure, not the search
+                    continue
+                span = record.device_span if isinstance(record, CaptureRecord) else record.details.get("device_span")
+                held.append(_span_seconds(span))
+        known = [s for s in held if s is not None]
+        return sum(known) if known else None
 
     def result_of(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> TrialResult:
         """One trial's result from a round's summary.csv: its cases' status, objective and costs."""
@@ -683,18 +687,26 @@ def screen_together(calls: list[tuple[ParamSearch, list[dict]]], n_round: int) -
     return [[next(it) for _ in trials] for _, trials in calls]
 
 
-def snakemake_round(cfg: dict, rounds: Path, name: str, cores: int) -> tuple[pd.DataFrame, Path]:
-    """One Snakemake call on `cfg` (rounds/<name>.yaml and .log): its run's summary.csv."""
+def workflow_snakefile(given: str | Path | None = None) -> Path:
+    """The Snakefile a search's rounds run: the one given (the workflow's rules pass their own), else
+    ./Snakefile where the search is run from a workflow's folder, else the checkout's beside this package
+    (pip install -e .); one sentence when there is none."""
+    checkout = Path(__file__).resolve().parents[3] / "Snakefile"
+    found = Path(given) if given else Path("Snakefile") if Path("Snakefile").is_file() else checkout
+    if not found.is_file():
+        raise UserError(
+            f"a search runs the workflow's Snakefile, and there is none at {found}: pass --snakefile, or run it "
+            "from the workflow's folder (a checkout of neuron-sweep)."
+        )
+    return found.resolve()
+
+
+def snakemake_round(cfg: dict, rounds: Path, name: str, cores: int, snakefile: Path) -> tuple[pd.DataFrame, Path]:
+    """One Snakemake call on `cfg` (rounds/<name>.yaml and .log) with `snakefile`: its run's summary.csv."""
     rounds.mkdir(parents=True, exist_ok=True)
     config_file = rounds / f"{name}.yaml"
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
     log = config_file.with_suffix(".log")
-    snakefile = REPO / "Snakefile"
-    if not snakefile.is_file():
-        raise UserError(
-            f"a search runs the workflow's Snakefile, which is not at {snakefile}: run it from a checkout of "
-            "neuron-sweep installed with pip install -e ."
-        )
     argv = [_snakemake(), "-s", str(snakefile), "--cores", str(cores), "--configfile", str(config_file)]
     # --nolock: the round's outputs are this search's own run, and only_driver already keeps a second driver
     # of it out; Snakemake's lock would only outlive a killed driver and refuse the resumed one
@@ -722,6 +734,16 @@ def only_driver(path: Path):
 
 def _labelled(labels: dict, params: dict) -> bool:
     return all(str(labels.get(k)) == str(v) for k, v in params.items())
+
+
+def _span_seconds(span) -> float | None:
+    """How long a devicelock.held span held the device (None: no span, or one without both ends)."""
+    if not isinstance(span, dict):
+        return None
+    try:
+        return float(span["released_unix"]) - float(span["acquired_unix"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _workloads_dir(run: str) -> Path | None:
@@ -801,11 +823,11 @@ def status_lines(search: Search) -> list[str]:
     return lines
 
 
-def load(config_path: str, name: str | None, cores: int = 2) -> Search:
+def load(config_path: str, name: str | None, cores: int = 2, snakefile: str | None = None) -> Search:
     """The search `name` of a config file (its only one when None)."""
     cfg = schema.load(config_path)
     kind, entry = pick(cfg, name, config_path)
-    return KINDS[kind](cfg, entry, config_path, cores)
+    return KINDS[kind](cfg, entry, config_path, cores, snakefile)
 
 
 def _schema_default(dotted: str):

@@ -141,8 +141,9 @@ def shape_id(m: int, k: int, n: int, dtype: str) -> str:
 class Tune:
     """One model's tune: its folder (results/<run>/tune/<model>/), shapes, candidates and budget."""
 
-    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2):
+    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, snakefile: str | Path | None = None):
         self.cfg, self.entry, self.source, self.cores = cfg, entry, source, cores
+        self.snakefile = snakefile  # the workflow its calls run (driver.workflow_snakefile)
         self.where = f"{source}: suites.model ({entry['name']}) tune"
         block = entry["tune"]
         customs = {e["name"]: e for e in cfg["suites"].get("custom", [])}
@@ -204,7 +205,9 @@ class Tune:
         """Each shape's compiler build measured (one Snakemake call for all): defaults.csv. Called on every
         run, resumed or not: Snakemake reruns what a changed setting touches and nothing else."""
         path = self.folder / "defaults.csv"
-        summary, _ = driver.snakemake_round(self.defaults_config(), self.folder / "rounds", "defaults", self.cores)
+        summary, _ = driver.snakemake_round(
+            self.defaults_config(), self.folder / "rounds", "defaults", self.cores, self._snakefile()
+        )
         by_wid = summary.drop_duplicates("workload_id").set_index("workload_id")
         rows = []
         for shape, group in gemms.groupby("shape", sort=False):
@@ -253,7 +256,7 @@ class Tune:
         else:  # nothing to search: the function at its own keyword defaults, one trial
             block = {"space": {}, "strategy": "grid", "budget": {"trials": 1}}
         entry["search"] = block
-        search = driver.ParamSearch(self.cfg, entry, self.source, self.cores)
+        search = driver.ParamSearch(self.cfg, entry, self.source, self.cores, self.snakefile)
         digest = self.digests()[name]
         search.run = self.run
         search.shape_labels = {m: int(shape["m"]), k: int(shape["k"]), n: int(shape["n"]), "dtype": shape["dtype"]}
@@ -340,6 +343,9 @@ class Tune:
             "folder": str(search.folder),
         }
 
+    def _snakefile(self) -> Path:
+        return driver.workflow_snakefile(self.snakefile)
+
     def _measure_together(
         self, calls: list[tuple[driver.ParamSearch, list[dict]]], n_round: int
     ) -> list[list[driver.TrialResult]]:
@@ -347,7 +353,9 @@ class Tune:
         cfg = calls[0][0].round_config([])
         cfg["suites"] = {"custom": [e for s, trials in calls for e in s.round_config(trials)["suites"]["custom"]]}
         self.calls += 1
-        summary, log = driver.snakemake_round(cfg, self.folder / "rounds", f"call-{self.calls}", self.cores)
+        summary, log = driver.snakemake_round(
+            cfg, self.folder / "rounds", f"call-{self.calls}", self.cores, self._snakefile()
+        )
         return [[s.result_of(summary, t, log, self.run) for t in trials] for s, trials in calls]
 
     # ------------------------------------------------------------------ the loop
