@@ -230,6 +230,11 @@ def test_a_request_is_typed_and_anything_else_is_refused_in_one_line(tmp_path, s
     for bad in (b"not json", b'{"argv": ["build"]}', b'{"argv": [], "cwd": "", "env": {}, "python": [], "pid": 1}'):
         with pytest.raises(ValueError, match="not a request"):
             warmstart.Request.parse(bad)
+    # the replies: the child's pid, then its exit status, each read only as the kind the job waits for
+    assert warmstart.Reply.read(warmstart.Reply(warmstart.PID, 41).line().decode(), warmstart.PID).value == 41
+    assert warmstart.Reply.read("exit 137\n", warmstart.EXIT) == warmstart.Reply(warmstart.EXIT, 137)
+    for line in ("", "exit 0\n", "pid\n", "pid x\n", "pid 1 2\n"):  # refused, gone, or not a reply
+        assert warmstart.Reply.read(line, warmstart.PID) is None
     path = server.partition(":")[2]
     stray = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stray.connect(path)

@@ -124,6 +124,30 @@ class Request:
         return request
 
 
+PID, EXIT = "pid", "exit"  # the kinds of Reply
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the server tells a job, a line each: `pid` (the child it forked for the command: signals go to
+    its group), then `exit` (the command's exit status, which the job exits with)."""
+
+    kind: str  # PID or EXIT
+    value: int
+
+    def line(self) -> bytes:
+        """The reply as the line the server sends."""
+        return f"{self.kind} {self.value}\n".encode()
+
+    @classmethod
+    def read(cls, line: str, kind: str) -> Reply | None:
+        """The reply of `kind` a line holds; None for anything else (the server refused, or went away)."""
+        parts = line.split()
+        if len(parts) != 2 or parts[0] != kind or not parts[1].lstrip("-").isdigit():
+            return None
+        return cls(kind, int(parts[1]))
+
+
 def main() -> int:
     """The `neuronsweep` command: a stage through the run's warm server when one takes it, else here."""
     argv = sys.argv[1:]
@@ -152,12 +176,12 @@ def _through_server(argv: list[str]) -> int | None:
         socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
         sock.sendall(request)
         reader = sock.makefile("r")
-        first = reader.readline().split()
+        forked = Reply.read(reader.readline(), PID)
     except OSError:
         return None
-    if first[:1] != ["pid"]:  # refused (other environment) or the server went away: nothing ran
+    if forked is None:  # refused (other environment) or the server went away: nothing ran
         return None
-    child = int(first[1])
+    child = forked.value
 
     def forward(signum, _frame):  # Snakemake stops a job with a signal to its process group
         try:
@@ -169,14 +193,14 @@ def _through_server(argv: list[str]) -> int | None:
         signal.signal(signum, forward)
     while True:
         try:
-            last = reader.readline().split()
+            ended = Reply.read(reader.readline(), EXIT)
             break
         except InterruptedError:
             continue
-    if last[:1] != ["exit"]:
+    if ended is None:
         print(f"neuronsweep: the warm server ended before {argv[0]} (pid {child}) did; rerun the job", file=sys.stderr)
         return 1
-    return int(last[1])
+    return ended.value
 
 
 def _interpreter() -> list[str]:
@@ -318,7 +342,7 @@ class _Server:
         self.children[pid] = conn
         try:
             conn.settimeout(None)
-            conn.sendall(f"pid {pid}\n".encode())
+            conn.sendall(Reply(PID, pid).line())
         except OSError:  # the job is already gone: so is its command
             _kill(pid)
             return
@@ -405,7 +429,7 @@ class _Server:
                 continue
             code = os.waitstatus_to_exitcode(status)
             try:
-                conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
+                conn.sendall(Reply(EXIT, code if code >= 0 else 128 - code).line())
             except OSError:
                 pass
             if conn.fileno() >= 0:
