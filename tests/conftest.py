@@ -145,9 +145,9 @@ def spread_longest(items: list, workers: int) -> list:
     return [item for k in range(shares) for item in ordered[k::shares]]
 
 
-# The longest tests (`pytest --durations`, 2 cores), longest first (spread_longest deals them out). A test
-# missing here only costs the run's tail.
-LONGEST = (  # from `pytest --durations` (2026-11-27), longest first
+# The longest tests (`pytest --durations`, 2 cores, 2026-11-27), longest first; spread_longest deals them
+# out. A test missing here only costs the run's tail.
+LONGEST = (
     "test_slurm.py::",
     "test_search.py::test_a_real_search_on_cpu",
     "test_fieldtest.py::test_field_test_prints",

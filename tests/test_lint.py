@@ -107,3 +107,23 @@ def test_the_snakemake_internals_common_smk_reaches_still_exist():
     assert "self._cores" in inspect.getsource(Workflow), "Workflow._cores"
     assert callable(getattr(DAG, "needrun_jobs", None)), "DAG.needrun_jobs"
     assert "self._scheduler" in inspect.getsource(Workflow), "Workflow.scheduler"
+
+
+def test_the_longest_tests_are_dealt_to_every_xdist_workers_first_share():
+    """xdist's work stealing hands out contiguous shares at the start: each must begin with long tests."""
+    from types import SimpleNamespace
+
+    from conftest import LONGEST, spread_longest
+
+    def item(nodeid: str, workflow: bool):
+        return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: object() if workflow else None)
+
+    long = [item(f"tests/{name}x", True) for name in LONGEST[:6]]
+    rest = [item(f"tests/test_short.py::t{i}", i < 6) for i in range(12)]
+    ordered = spread_longest(rest[:5] + long + rest[5:], 3)
+    shares = [ordered[i * 6 : (i + 1) * 6] for i in range(3)]  # 18 tests: the first hand-out of 3 workers
+    assert [[t.nodeid for t in s[:2]] for s in shares] == [
+        [long[k].nodeid, long[k + 3].nodeid] for k in range(3)
+    ]  # each share: its turn of the longest, longest first
+    assert all(s[-1].get_closest_marker("workflow") is None for s in shares)  # the short ones last
+    assert spread_longest(rest, 1) == sorted(rest, key=lambda t: t.get_closest_marker("workflow") is None)

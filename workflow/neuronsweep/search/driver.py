@@ -91,7 +91,7 @@ class Search:
 
     def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, snakefile: str | Path | None = None):
         self.cfg, self.entry, self.cores = cfg, entry, cores
-        self.snakefile = snakefile  # the workflow its rounds run (workflow_snakefile: looked up at the first)
+        self.snakefile = snakefile  # the workflow its rounds run (None: workflow_snakefile finds it each round)
         where = f"{source}: {self.named()}"
         self.space = search_space.parse(self.block(where), entry.get("params") or {}, where)
         budget = entry["search"].get("budget") or {}
