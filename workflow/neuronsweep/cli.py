@@ -473,7 +473,12 @@ def _add_search(p) -> None:
     )
     p.add_argument("config", help="a config with a search: block (a suites.custom entry's, or a top-level one)")
     p.add_argument("--name", help="the search's name, where the config has several")
-    p.add_argument("--cores", type=int, default=2, help="Snakemake's --cores for each round")
+    p.add_argument(
+        "--cores",
+        type=int,
+        default=default_threads(),
+        help="Snakemake's --cores for each round (default: the CPUs this process may run on, its affinity)",
+    )
     p.add_argument(
         "--snakefile",
         help="the workflow each round runs (default: ./Snakefile, else the checkout's this package is installed from)",

@@ -89,8 +89,11 @@ class Search:
     loop and the finalists. What a trial is differs by kind: ParamSearch (a suites.custom entry's params, a
     round one Snakemake call) and SettingsSearch (run-level settings, a run a trial)."""
 
-    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, snakefile: str | Path | None = None):
-        self.cfg, self.entry, self.cores = cfg, entry, cores
+    def __init__(
+        self, cfg: dict, entry: dict, source: str, cores: int | None = None, snakefile: str | Path | None = None
+    ):
+        self.cfg, self.entry = cfg, entry
+        self.cores = cores or default_threads()  # Snakemake's --cores per round: the CPUs this process may run on
         self.snakefile = snakefile  # the workflow its rounds run (None: workflow_snakefile finds it each round)
         where = f"{source}: {self.named()}"
         self.space = search_space.parse(self.block(where), entry.get("params") or {}, where)
@@ -823,7 +826,7 @@ def status_lines(search: Search) -> list[str]:
     return lines
 
 
-def load(config_path: str, name: str | None, cores: int = 2, snakefile: str | None = None) -> Search:
+def load(config_path: str, name: str | None, cores: int | None = None, snakefile: str | None = None) -> Search:
     """The search `name` of a config file (its only one when None)."""
     cfg = schema.load(config_path)
     kind, entry = pick(cfg, name, config_path)

@@ -37,6 +37,7 @@ import pandas as pd
 
 from neuronsweep.analysis import verdict
 from neuronsweep.atomic import replacing, write_json
+from neuronsweep.backends.cores import default_threads
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
@@ -141,8 +142,11 @@ def shape_id(m: int, k: int, n: int, dtype: str) -> str:
 class Tune:
     """One model's tune: its folder (results/<run>/tune/<model>/), shapes, candidates and budget."""
 
-    def __init__(self, cfg: dict, entry: dict, source: str, cores: int = 2, snakefile: str | Path | None = None):
-        self.cfg, self.entry, self.source, self.cores = cfg, entry, source, cores
+    def __init__(
+        self, cfg: dict, entry: dict, source: str, cores: int | None = None, snakefile: str | Path | None = None
+    ):
+        self.cfg, self.entry, self.source = cfg, entry, source
+        self.cores = cores or default_threads()  # Snakemake's --cores per call: the CPUs this process may run on
         self.snakefile = snakefile  # the workflow its calls run (driver.workflow_snakefile)
         self.where = f"{source}: suites.model ({entry['name']}) tune"
         block = entry["tune"]
