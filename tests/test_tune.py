@@ -6,17 +6,19 @@ tiny model on cpu through the CLI."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import BIN, DATA, tiny_config
+from helpers import BIN, DATA, snakemake_argv, tiny_config, workflow_env
 
 from neuronsweep.analysis import verdict
 from neuronsweep.errors import UserError
 from neuronsweep.search import dispatch
 from neuronsweep.search import tune as tune_mod
+from neuronsweep.stages import report as report_stage
 
 BLOCKS = [16, 64, 256]
 SHAPES = [(1, 256, 256, 2), (64, 256, 256, 6), (512, 256, 1024, 3)]  # m, k, n, count in the one forward
@@ -325,6 +327,29 @@ def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
     )
     assert "shapes: 3 of 3 searched, 0 left" in status.stdout, status.stdout + status.stderr
     assert dispatch.load(folder / "dispatch.json").model == "tiny"
+    # under Snakemake the report does not wait for the tune: one that fails as a whole (its dispatch.json
+    # gone, as Snakemake removes a failed job's output) leaves the sweep's report to be written
+    (folder / "dispatch.json").unlink()
+    plan = subprocess.run(
+        snakemake_argv(tmp_path, "-n", "results/t/report.html", "--cores", "1", "--quiet", "rules"),
+        capture_output=True,
+        text=True,
+        env=workflow_env(),
+    )
+    jobs = dict(re.findall(r"^(\w+) +(\d+)$", plan.stdout, re.M))  # Snakemake's job stats: rule count
+    assert plan.returncode == 0 and jobs["report"] == "1" and "tune" not in jobs, plan.stdout + plan.stderr
+
+
+def test_the_report_links_a_tune_it_did_not_wait_for(tmp_path):
+    """A tune runs beside the report: its page is linked whether written yet or not, the latter with the
+    command that says where the tune stands."""
+    waiting = report_stage._across_runs(tmp_path, ["tiny"])
+    assert '<a href="tune/tiny/tune.html">tune of tiny</a> (not written when this page was' in waiting
+    assert "neuronsweep search status CONFIG --name tiny" in waiting
+    (tmp_path / "tune" / "tiny").mkdir(parents=True)
+    (tmp_path / "tune" / "tiny" / "tune.html").write_text("<p>tune</p>")
+    done = report_stage._across_runs(tmp_path, ["tiny"])
+    assert '<a href="tune/tiny/tune.html">tune of tiny</a>' in done and "not written" not in done
 
 
 def test_a_candidate_may_take_the_left_operand_transposed_as_tensore_does():

@@ -315,7 +315,9 @@ def cmd_report(args) -> None:
     """`neuronsweep report`: report.html from a run's summary and plan."""
     from neuronsweep.stages import report
 
-    report.run(Path(args.summary), Path(args.plan), Path(args.out), Path(args.targets) if args.targets else None)
+    report.run(
+        Path(args.summary), Path(args.plan), Path(args.out), Path(args.targets) if args.targets else None, args.tunes
+    )
     log.info(f"report: {args.out}")
 
 
@@ -324,6 +326,13 @@ def _add_report(p) -> None:
     p.add_argument("--plan", required=True, help="the run's plan.json")
     p.add_argument("--out", required=True, help="the report.html to write")
     p.add_argument("--targets", help="roofline_targets.csv: the workloads modelled on trn1, inf2, trn2")
+    p.add_argument(
+        "--tunes",
+        nargs="*",
+        default=[],
+        metavar="MODEL",
+        help="the models the run tunes: the page links their tune.html",
+    )
 
 
 def cmd_compare(args) -> int:

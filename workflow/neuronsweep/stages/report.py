@@ -6,6 +6,7 @@ per-workload tables. Every recommendation quotes the numbers it rests on.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -186,16 +187,24 @@ def _figure(name: str, fig) -> str:
     return f'<div class="figure" data-figure="{name}">{body}</div>'
 
 
-def _across_runs(run_dir: Path) -> str:
-    """Links to the history page (results/history/history.html) and to the comparisons made into this
-    run's folder (`neuronsweep compare A <this run>` writes compare-<A>/compare.html), relative to
-    report.html."""
+def _across_runs(run_dir: Path, tunes: Sequence[str] = ()) -> str:
+    """Links to the history page (results/history/history.html), to each tuned model's tune.html and to
+    the comparisons made into this run's folder (`neuronsweep compare A <this run>` writes
+    compare-<A>/compare.html), relative to report.html. A tune runs beside the report (a tune that fails
+    as a whole must not cost the run its report), so its page may not exist yet: it is named with the
+    command that tells where the tune stands."""
     links = []
     if (run_dir.parent / "history" / "history.html").is_file():
         links.append('<a href="../history/history.html">history</a> (every run of results/, change points)')
-    for page_ in sorted(run_dir.glob("tune/*/tune.html")):  # a model's tune (neuronsweep search run)
-        rel = page_.relative_to(run_dir).as_posix()
-        links.append(f'<a href="{html.escape(rel)}">tune of {html.escape(page_.parent.name)}</a>')
+    for model in sorted(set(tunes) | {p.parent.name for p in run_dir.glob("tune/*/tune.html")}):
+        rel = f"tune/{model}/tune.html"
+        link = f'<a href="{html.escape(rel)}">tune of {html.escape(model)}</a>'
+        if not (run_dir / rel).is_file():
+            link += (
+                f" (not written when this page was: the tune job runs after the sweep; "
+                f"<code>neuronsweep search status CONFIG --name {html.escape(model)}</code> says where it stands)"
+            )
+        links.append(link)
     for page_ in sorted(run_dir.glob("compare-*/compare.html")):
         rel = page_.relative_to(run_dir).as_posix()
         links.append(f'<a href="{html.escape(rel)}">{html.escape(page_.parent.name)}</a>')
@@ -350,7 +359,9 @@ def _model_section(suite: str, rows: pd.DataFrame, folder: Path | None = None) -
     )
 
 
-def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | None = None) -> None:
+def run(
+    summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | None = None, tunes: Sequence[str] = ()
+) -> None:
     """Write report.html: one self-contained page of figures, rankings and recommendations.
 
     Args:
@@ -358,6 +369,7 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         plan_json: the run's plan.json (backend, config, unsupported cases).
         out_html: the page to write.
         targets_csv: roofline_targets.csv, for the figure of the workloads on the targets.
+        tunes: the models the run tunes (the tune rule runs beside the report, not before it).
     """
     table_ = pd.read_csv(summary_csv)
     plan = read_json(plan_json)
@@ -373,7 +385,7 @@ def run(summary_csv: Path, plan_json: Path, out_html: Path, targets_csv: Path | 
         "a series; drag to zoom, double-click to reset; the camera icon saves a PNG. Click a table header "
         f"to sort, type in the box above it to filter. {html.escape(PERFETTO_HINT)}.</p>",
     ]
-    parts.append(_across_runs(run_dir))
+    parts.append(_across_runs(run_dir, tunes))
     recs = recommendations(table_)
     parts.append(
         "<h2>Recommendations</h2><ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in recs) + "</ul>"
