@@ -51,6 +51,45 @@ def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(t
 
 
 @pytest.mark.workflow
+def test_rounds_in_processes_on_neuron_make_its_timings_judgeable(tmp_path):
+    """capture.rounds_in_processes on neuron: the TorchNeuron build's rounds each a run of the timing
+    program of its own, the NKI kernel's each a profiler capture of its own (every execution viewed), so
+    compare, history and a tune's stored timings test processes there as on cpu (one process a case is
+    not judged)."""
+    from helpers import torchneuron_env
+
+    from neuronsweep.analysis import verdict
+    from neuronsweep.store.records import timing
+
+    cfg = nki_config(tmp_path)
+    cfg["capture"] |= {"rounds_in_processes": True, "repeats": 3, "iterations": 2}
+    snakemake(tmp_path, config=cfg, env=torchneuron_env(tmp_path))
+    for wid, per_round in (
+        ("matmul-m128-k256-n512-fp32", "torchneuron_program"),
+        ("matmul-m128-k256-n512-fp32-nki", ""),
+    ):
+        d = neuron_wdir(tmp_path, wid)
+        cap = json.loads((d / "capture" / "capture.json").read_text())
+        latency = cap["latency"]
+        assert latency["rounds_in_processes"] and len(latency["round_medians_s"]) == 3 and latency["n"] == 6, wid
+        [v] = verdict.judge([(timing(d), timing(d))])
+        assert v.judged and v.unit == "processes" and v.n_a == 3, (wid, v)
+        if per_round:  # three runs of the program, three processes
+            assert len(set(cap["round_pids"])) == 3 and all(
+                (d / "capture" / "framework" / f"round_{r}").is_dir() for r in (1, 2, 3)
+            )
+        else:  # the case's capture, then two of their own
+            assert "3 capture processes" in latency["basis"]
+            assert [p.name for p in sorted((d / "capture" / "rounds").iterdir())] == ["round_2", "round_3"]
+    # one process a case is not judged, and says how it could be
+    one = json.loads((d / "capture" / "capture.json").read_text())
+    one["latency"]["rounds_in_processes"] = False
+    (d / "capture" / "capture.json").write_text(json.dumps(one))
+    [v] = verdict.judge([(timing(d), timing(d))])
+    assert v.said == verdict.ONE_PROCESS
+
+
+@pytest.mark.workflow
 def test_nki_recompiling_on_every_call_is_flagged(tmp_path):
     cfg = nki_config(tmp_path)
     cfg["suites"]["matmul"]["impl"] = ["nki"]

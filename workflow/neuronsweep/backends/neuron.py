@@ -440,25 +440,53 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
 def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
     """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
-    compile here means the graph changed (recompilation), which is recorded, not hidden."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    compile here means the graph changed (recompilation), which is recorded, not hidden. With
+    capture.rounds_in_processes each of the `repeats` rounds is a run of the program of its own."""
     env = tool_env(settings.visible_cores, settings.runtime_lnc)
     env.update(build.env)
-    cache = build.details["compile_cache"]
-    result = xla_program.run(
-        build.spec,
-        workdir / "timing.json",
-        env,
-        workdir,
-        [str(Path(cache) / "**" / "*.neff")],
-        settings.timeout_s,
-        warmup=settings.warmup,
-        iterations=settings.iterations,
-        repeats=settings.repeats,
-    )
-    timing = result["timing"]
-    timing["compiles_in_first_run"] = result["compile"]["count"]
-    return timing
+    globs = [str(Path(build.details["compile_cache"]) / "**" / "*.neff")]
+
+    def one_run(folder: Path, repeats: int) -> dict:
+        folder.mkdir(parents=True, exist_ok=True)
+        result = xla_program.run(
+            build.spec,
+            folder / "timing.json",
+            env,
+            folder,
+            globs,
+            settings.timeout_s,
+            warmup=settings.warmup,
+            iterations=settings.iterations,
+            repeats=repeats,
+        )
+        return {**result["timing"], "compiles_in_first_run": result["compile"]["count"], "pid": result.get("pid")}
+
+    if not settings.rounds_in_processes:
+        return {k: v for k, v in one_run(workdir, settings.repeats).items() if k != "pid"}
+    runs = [one_run(workdir / f"round_{r}", 1) for r in range(1, settings.repeats + 1)]
+    executes = [x for run in runs for x in (run["execute"] or {}).get("samples_s", [])]
+    return {
+        **_in_processes(runs, settings.repeats),
+        "compiles_in_first_run": runs[0]["compiles_in_first_run"],
+        "execute": (
+            latency_stats(executes, settings.repeats, in_processes=True)
+            if all(run["execute"] for run in runs)
+            else None
+        ),
+        "execute_source": runs[0].get("execute_source"),
+    }
+
+
+def _in_processes(runs: list[dict], repeats: int) -> dict:
+    """The timings of `repeats` runs of a device program, a round each (capture.rounds_in_processes), as one:
+    every sample, each run's median a round analysis/verdict.py tests, their recompiles summed."""
+    samples = [x for run in runs for x in run["samples_s"]]
+    return {
+        **latency_stats(samples, repeats, in_processes=True),
+        "recompiles_during_timing": sum(run.get("recompiles_during_timing") or 0 for run in runs),
+        "sync": runs[0]["sync"],
+        "round_pids": [run["pid"] for run in runs],
+    }
 
 
 def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
@@ -509,10 +537,39 @@ def rerun_torchneuron(build: BuildRecord, settings: CaptureSettings, workdir: Pa
 
 def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
     """warmup + repeats x iterations compiled calls on the neuron device, each between two
-    torch.neuron.synchronize()."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
-    return rerun_torchneuron(build, settings, workdir, {}, **timing)["timing"]
+    torch.neuron.synchronize(); with capture.rounds_in_processes each round a process of its own."""
+
+    def one_run(folder: Path, repeats: int) -> dict:
+        folder.mkdir(parents=True, exist_ok=True)
+        timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": repeats}
+        result = rerun_torchneuron(build, settings, folder, {}, **timing)
+        return {**result["timing"], "pid": result.get("pid")}
+
+    if not settings.rounds_in_processes:
+        return {k: v for k, v in one_run(workdir, settings.repeats).items() if k != "pid"}
+    return _in_processes([one_run(workdir / f"round_{r}", 1) for r in range(1, settings.repeats + 1)], settings.repeats)
+
+
+def nki_rounds(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    """An NKI kernel's samples: the profiler's device time of each of its `iterations` executions after the
+    warm-up, every one profiled. One capture process (the case's own) or, with capture.rounds_in_processes,
+    `repeats` of them, each a round: the first is the case's capture, the others profile into rounds/<r>/."""
+    first = settings.warmup + 1
+    runs = [execution_samples(neff, out_dir, settings, first, settings.iterations)]
+    if settings.rounds_in_processes:
+        for r in range(2, settings.repeats + 1):
+            folder = fresh(out_dir / "rounds" / f"round_{r}")
+            capture_neff(neff, folder, settings, build.details.get("capture_inputs"), kept=first)
+            runs.append(execution_samples(neff, folder, settings, first, settings.iterations))
+    samples = [x for run in runs for x in run["samples_s"]]
+    processes = len(runs)
+    return {
+        **latency_stats(samples, processes, in_processes=settings.rounds_in_processes),
+        "samples_are": runs[0]["samples_are"],
+        "basis": runs[0]["basis"]
+        + ("" if processes == 1 else f"; {processes} capture processes, each a round (capture.rounds_in_processes)"),
+        "executions": runs[0]["executions"],
+    }
 
 
 def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str) -> dict:
@@ -618,10 +675,11 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     elif torchneuron:
         record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
     elif nki:  # no supported NKI timing API: the profiler's device time of each execution
-        record["latency"] = execution_samples(neff, out_dir, settings, settings.warmup + 1, settings.iterations)
+        record["latency"] = nki_rounds(build, neff, settings, out_dir)
         record["latency_note"] = "NKI kernels run outside a framework here: each sample is one execution's device time"
     else:
         record["latency"] = framework_timing(build, settings, out_dir / "framework")
+    record["round_pids"] = record["latency"].pop("round_pids", None)  # where each round was a process of its own
     record["threads"] = None
     record["runtime_lnc"] = settings.runtime_lnc
     return record

@@ -64,7 +64,7 @@ class CaptureSettings:
     timeout_s: float
     attempt: int = 1  # Snakemake's attempt: after a device OOM the retry captures with --single-io
     single_io: bool = False
-    rounds_in_processes: bool = False  # cpu: each timed round in a fresh process (backends/programs/cpu_round.py)
+    rounds_in_processes: bool = False  # cpu, neuron: each timed round in a fresh process (cpu_round.py; a program run)
     options: dict = field(default_factory=dict)  # the backend's config section (neuron: profiler, enable_dge_notifs)
     slots: str | int = field(default_factory=lambda: schema_default("capture.slots"))
     isolation: str = field(default_factory=lambda: schema_default("capture.isolation"))

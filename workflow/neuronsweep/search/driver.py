@@ -50,7 +50,8 @@ from neuronsweep.search import page as search_page
 from neuronsweep.search import space as search_space
 from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.store import layout
-from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.records import BuildRecord, CaptureRecord, Timing
+from neuronsweep.store.records import timing as stored_timing
 
 
 class TrialResult(TypedDict, total=False):
@@ -471,31 +472,51 @@ class Search:
         return out
 
     def _finalists(self, ok: pd.DataFrame, default_rows: pd.DataFrame, rounds: int, say) -> dict:
-        """The winner against the default and the runner-up, timed again together in fresh processes."""
+        """The winner against the default and the runner-up: on cpu timed again together in fresh processes;
+        elsewhere (the programs need the device) as their captures stored them, judged by the same rule
+        (rounds in processes of their own are tested, one process a case is not judged and says so)."""
         backend = self.cfg.get("backend", "auto")
         workloads = _workloads_dir(self.run_of(self.params_of(ok.iloc[0])))
-        if rounds <= 0 or workloads is None or workloads.parent.name != "cpu":
-            why = "rounds 0" if rounds <= 0 else f"the {backend} backend's programs run on its device"
+        if rounds <= 0 or workloads is None:
+            why = "rounds 0" if rounds <= 0 else "no trial's cases were found"
             return {"evidence": f"stored timings only ({why}): one process a case, so no interval is claimed"}
         picks = {"winner": ok.iloc[0]}
         if len(ok) > 1:
             picks["runner_up"] = ok.iloc[1]
         if not default_rows.empty and default_rows.index[0] not in ok.index[:2]:
             picks["default"] = default_rows.iloc[0]
-        runs = workloads.parent.parent.parent
-        shapes = zip(*(row["workload_ids"].split(";") for row in picks.values()))  # the finalists' case of a shape
-        groups = [
-            {
-                f"{role}:{wid}": layout.workload_dir(runs / self.run_of(self.params_of(row)), "cpu", wid) / "build"
-                for (role, row), wid in zip(picks.items(), wids)
+        runs, backend_dir = workloads.parent.parent.parent, workloads.parent.name
+        if backend_dir == "cpu":
+            shapes = zip(*(row["workload_ids"].split(";") for row in picks.values()))  # the finalists' case of a shape
+            groups = [
+                {
+                    f"{role}:{wid}": layout.workload_dir(runs / self.run_of(self.params_of(row)), "cpu", wid) / "build"
+                    for (role, row), wid in zip(picks.items(), wids)
+                }
+                for wids in shapes
+            ]
+            timed: dict[str, Timing | None] = dict(
+                interleave.time_together(groups, rounds, seed=self.space.seed, say=say)
+            )
+            on = "fresh processes"
+            result: dict = {
+                "evidence": f"{rounds} fresh processes, each timing the finalists' programs of every shape in "
+                "alternation, in a random order"
             }
-            for wids in shapes
-        ]
-        timed = interleave.time_together(groups, rounds, seed=self.space.seed, say=say)
-        result: dict = {
-            "evidence": f"{rounds} fresh processes, each timing the finalists' programs of every shape in "
-            "alternation, in a random order"
-        }
+        else:
+            timed = {
+                f"{role}:{wid}": stored_timing(
+                    layout.workload_dir(runs / self.run_of(self.params_of(row)), backend_dir, wid)
+                )
+                for role, row in picks.items()
+                for wid in row["workload_ids"].split(";")
+            }
+            on = "the captures' stored rounds"
+            result = {
+                "evidence": f"stored timings (the {backend} backend's programs run on its device): judged where a "
+                "case's rounds ran in processes of their own (capture.rounds_in_processes), else one process a "
+                "case, not judged"
+            }
         default_is = (
             "runner_up"
             if not default_rows.empty and len(ok) > 1 and default_rows.index[0] == ok.index[1]
@@ -515,6 +536,7 @@ class Search:
                     "speedup": None if v.ratio is None else 1 / v.ratio,
                     "speedup_low": None if v.ci_high is None else 1 / v.ci_high,
                     "speedup_high": None if v.ci_low is None else 1 / v.ci_low,
+                    "on": on,
                 }
                 for v in verdicts
             ]

@@ -29,10 +29,10 @@ def verdict_line(best: dict) -> str:
     if vs and vs.get("speedup_low") is not None:
         said = (
             f"{vs['speedup']:.2f}x faster than the default (95 % interval {vs['speedup_low']:.2f}-"
-            f"{vs['speedup_high']:.2f}x, {vs['said']}, on fresh processes)"
+            f"{vs['speedup_high']:.2f}x, {vs['said']}, on {vs.get('on', 'fresh processes')})"
         )
     elif vs:
-        said = f"{vs['speedup']:.2f}x on fresh processes, {vs['said']}"
+        said = f"{vs['speedup']:.2f}x on {vs.get('on', 'fresh processes')}, {vs['said']}"
     else:
         said = f"{best.get('speedup_stored', float('nan')):.2f}x faster than the default; {best.get('evidence')}"
     tie = (

@@ -107,6 +107,7 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "torch_neuronx": getattr(torch_neuronx, "__version__", None),
         "device": str(inputs[0].device),
+        "pid": os.getpid(),  # a round in a process of its own (capture.rounds_in_processes) is this process
     }
     if args.check:
         host_out = tuple(o.cpu() for o in out) if isinstance(out, tuple | list) else out.cpu()  # a head: two

@@ -265,6 +265,7 @@ def main(argv=None) -> int:
         "first_run_wall_s": (t3 - t0) * 1e-9,
         "torch": torch.__version__,
         "device": str(device),
+        "pid": os.getpid(),  # a round in a process of its own (capture.rounds_in_processes) is this process
     }
     for _ in range(args.warmup):
         step()
