@@ -341,7 +341,7 @@ def test_a_one_process_pair_is_told_what_would_judge_it(finished_run, tmp_path):
     b = compare.Run(_variant(finished_run, tmp_path, "b", backend="neuron", processes=0))
     assert compare.judging_command(a, b).startswith("run both sweeps again with capture.rounds_in_processes: true")
     x = compare.Run(_variant(finished_run, tmp_path, "x", backend="xla", processes=0))
-    assert compare.judging_command(a, x).startswith("none here yet: a xla capture is one process a case")
+    assert compare.judging_command(a, x).startswith("none here yet: an xla capture is one process a case")
     assert compare.judging_command(compare.Run(finished_run / RUN), compare.Run(finished_run / RUN)).endswith(
         "--interleaved 8"
     )

@@ -79,7 +79,7 @@ def test_rounds_in_processes_on_neuron_make_its_timings_judgeable(tmp_path):
                 (d / "capture" / "framework" / f"round_{r}").is_dir() for r in (1, 2, 3)
             )
         else:  # the case's capture, then two of their own
-            assert "3 capture processes" in latency["basis"]
+            assert "in one capture process, each of 3 such processes a round" in latency["basis"]
             assert [p.name for p in sorted((d / "capture" / "rounds").iterdir())] == ["round_2", "round_3"]
     # one process a case is not judged, and says how it could be
     one = json.loads((d / "capture" / "capture.json").read_text())

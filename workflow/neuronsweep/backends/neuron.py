@@ -567,7 +567,7 @@ def nki_rounds(build: BuildRecord, neff: Path, settings: CaptureSettings, out_di
         **latency_stats(samples, processes, in_processes=settings.rounds_in_processes),
         "samples_are": runs[0]["samples_are"],
         "basis": runs[0]["basis"]
-        + ("" if processes == 1 else f"; {processes} capture processes, each a round (capture.rounds_in_processes)"),
+        + ("" if processes == 1 else f", each of {processes} such processes a round (capture.rounds_in_processes)"),
         "executions": runs[0]["executions"],
     }
 

@@ -311,7 +311,7 @@ def execution_samples(neff: Path, capture_dir: Path, settings: CaptureSettings, 
         **latency_stats(samples),
         "samples_are": DEVICE_TIMES,
         "basis": "device time per execution: the profiler's total_time of each profiled execution, after "
-        f"{first - 1} warm-up execution(s) (profiled, not counted), all in one process",
+        f"{first - 1} warm-up execution(s) (profiled, not counted), in one capture process",
         "executions": f"profile_exec_{first}..{first + count - 1}",
     }
 
