@@ -23,8 +23,9 @@ rule search:
 rule tune:
     """Tune a model (a suites.model entry's tune:, docs/autotune.md): per GEMM shape the fastest correct candidate,
     judged against the compiler's build, as a dispatch table and the time it saves. After the sweep (the forward's
-    measured GEMM share projects the saving), before the report (which links tune.html); its rounds are Snakemake
-    calls of their own (run <run>-tune-<model>), and it resumes where a killed tune stopped."""
+    measured GEMM share projects the saving), beside the report (which links tune.html without waiting for it: a tune
+    that fails as a whole costs the run its tune only); its rounds are Snakemake calls of their own (run
+    <run>-tune-<model>), and it resumes where a killed tune stopped."""
     input:
         config=workflow.configfiles,
         code=lambda wc: tune_sources(wc.model),
