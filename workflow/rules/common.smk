@@ -251,7 +251,9 @@ def aggregate_after_failure():
         from neuronsweep.stages.report import run as report_run  # `report` is a Snakemake keyword
 
         table = aggregate_run(Path(plan_json), Path(SUMMARY), Path(f"{RUN}/roofline_targets.csv"))
-        report_run(Path(SUMMARY), Path(plan_json), Path(f"{RUN}/report.html"), Path(f"{RUN}/roofline_targets.csv"))
+        report_run(
+            Path(SUMMARY), Path(plan_json), Path(f"{RUN}/report.html"), Path(f"{RUN}/roofline_targets.csv"), TUNES
+        )
         bad = table[table["status"] != "ok"]
         logger.error(
             f"neuron-sweep: {len(bad)} of {len(table)} scenarios did not finish; "
