@@ -62,6 +62,19 @@ def test_what_cannot_be_judged_says_why():
     assert not any(x.beyond or x.judged for x in v) and v[1].ratio == pytest.approx(1.0, rel=0.05)
 
 
+def test_device_times_against_a_wall_clock_are_not_judged_however_the_processes_agree():
+    """An NKI kernel's samples are the profiler's device time of each execution; a framework's (TorchNeuron,
+    torch-xla) the wall clock around a call, with the host's launch and sync in it. Their ratio is no
+    speed-up (it flattered an NKI kernel 200-600x on the stand-ins), so it is shown and not judged; the
+    same basis on both sides is judged as ever."""
+    wall, kernel = in_processes(40e-6, 0.02, 1), in_processes(10e-6, 0.02, 2)
+    device = Timing(kernel.samples, kernel.rounds, basis="device times")
+    v = verdict.judge([(wall, device), (device, Timing(wall.samples, wall.rounds, basis="device times"))])
+    assert v[0].said == "not judged (timed on different bases: A's samples are wall clock, B's device times)"
+    assert not v[0].judged and v[0].ci_low is None and v[0].ratio == pytest.approx(0.25, rel=0.1)
+    assert v[1].said == verdict.SLOWER and v[1].judged
+
+
 def with_outlier(timing: Timing, factor: float) -> Timing:
     """The same processes, the last one `factor` times slower (a busy moment, a cold cache)."""
     return Timing(timing.samples, [*timing.rounds[:-1], timing.rounds[-1] * factor])

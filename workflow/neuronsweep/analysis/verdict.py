@@ -109,6 +109,16 @@ def as_timing(side) -> Timing | None:
     return side if side is None or isinstance(side, Timing) else Timing(list(side))
 
 
+def other_basis(a, b) -> str | None:
+    """Why two sides timed on different bases cannot be judged (None: the same basis): an NKI kernel's
+    samples are the profiler's device time of each execution, a framework's the wall clock around a call,
+    which also holds the host's launch and synchronization, so their ratio is not a speed-up of either."""
+    bases = [(side.basis or "wall clock") if isinstance(side, Timing) else "wall clock" for side in (a, b)]
+    if bases[0] == bases[1]:
+        return None
+    return f"not judged (timed on different bases: A's samples are {bases[0]}, B's {bases[1]})"
+
+
 def unjudged(side) -> str | None:
     """Why one side cannot be judged (None: it can): no samples, or fewer than MIN_ROUNDS processes."""
     if side is None:
@@ -142,9 +152,11 @@ def judge(
     out: list[Verdict | None] = [None] * len(pairs)
     tested: list[tuple] = []
     sides = [(as_timing(a), as_timing(b)) for a, b in pairs]
-    first_step = alpha / max(1, sum(unjudged(a) is None and unjudged(b) is None for a, b in sides))  # Holm's
+    first_step = alpha / max(  # Holm's
+        1, sum(unjudged(a) is None and unjudged(b) is None and other_basis(a, b) is None for a, b in sides)
+    )
     for i, (a, b) in enumerate(sides):
-        why = [unjudged(a), unjudged(b)]
+        why = [other_basis(a, b), unjudged(a), unjudged(b)]
         if any(why):
             ratio = None
             if a is not None and b is not None and len(a) and len(b):

@@ -265,11 +265,12 @@ class Timing:
     samples: list[float]
     rounds: list[float] | None = None
     paired: bool = False
+    basis: str | None = None  # capture.json's latency.samples_are ("device times": an NKI kernel's); None: wall clock
 
     def scaled(self, factor: float) -> Timing:
         """The same timing in other units (every sample and round median times factor)."""
         rounds = self.rounds and [r * factor for r in self.rounds]
-        return Timing([s * factor for s in self.samples], rounds, self.paired)
+        return Timing([s * factor for s in self.samples], rounds, self.paired, self.basis)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -288,4 +289,5 @@ def timing(workload_dir: Path) -> Timing | None:
         return None
     samples = [s for s in samples if math.isfinite(s) and s > 0]
     rounds = [r for r in rounds if math.isfinite(r) and r > 0]
-    return Timing(samples, rounds or None) if samples else None
+    basis = latency.get("samples_are") if isinstance(latency.get("samples_are"), str) else None
+    return Timing(samples, rounds or None, basis=basis) if samples else None
