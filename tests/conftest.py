@@ -159,6 +159,7 @@ LONGEST = (
     "test_torchneuron.py::test_collectives_on_torchneuron",
     "test_search.py::test_the_compilers_optlevel",
     "test_neuron_collectives.py::test_collectives_suite",
+    "test_neuron_nki.py::test_rounds_in_processes_on_neuron",
     "test_cpu_backend.py::test_stages_by_hand",
     "test_torchneuron.py::test_smoke_and_llm",
     "test_warmstart.py::test_a_stage_runs_in_a_child",

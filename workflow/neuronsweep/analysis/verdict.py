@@ -27,6 +27,8 @@ reasonable time", ISMM 2013). So:
   anyone acts on.
 
 A side without samples (a profiled device time: one execution) is not judged either, with the reason.
+Nor are two sides timed on different bases (an NKI kernel's device time per execution against a
+framework's wall clock around a call, which holds the host's launch and sync): their ratio is no speed-up.
 
 Rounds timed in the same processes as the other side's, in alternation (compare's, runs/interleave.py:
 on our KVM hosts the machine's speed moves 20-40 % within seconds, which a process-to-process test

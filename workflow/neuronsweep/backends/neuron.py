@@ -440,53 +440,49 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
 def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
     """warmup + iterations on the XLA device, each synced; reuses the build's compile cache, so a
-    compile here means the graph changed (recompilation), which is recorded, not hidden. With
-    capture.rounds_in_processes each of the `repeats` rounds is a run of the program of its own."""
+    compile here means the graph changed (recompilation), which is recorded, not hidden."""
     env = tool_env(settings.visible_cores, settings.runtime_lnc)
     env.update(build.env)
     globs = [str(Path(build.details["compile_cache"]) / "**" / "*.neff")]
 
     def one_run(folder: Path, repeats: int) -> dict:
-        folder.mkdir(parents=True, exist_ok=True)
-        result = xla_program.run(
-            build.spec,
-            folder / "timing.json",
-            env,
-            folder,
-            globs,
-            settings.timeout_s,
-            warmup=settings.warmup,
-            iterations=settings.iterations,
-            repeats=repeats,
-        )
+        timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": repeats}
+        result = xla_program.run(build.spec, folder / "timing.json", env, folder, globs, settings.timeout_s, **timing)
         return {**result["timing"], "compiles_in_first_run": result["compile"]["count"], "pid": result.get("pid")}
 
+    timing, runs = _timed(one_run, workdir, settings)
+    if len(runs) > 1:  # rounds in processes: the first run's compiles, every run's XLA execute times
+        executes = [x for run in runs for x in (run["execute"] or {}).get("samples_s", [])]
+        timing["compiles_in_first_run"] = runs[0]["compiles_in_first_run"]
+        timing["execute"] = (
+            latency_stats(executes, len(runs), in_processes=True) if all(run["execute"] for run in runs) else None
+        )
+        timing["execute_source"] = runs[0].get("execute_source")
+    return timing
+
+
+def _timed(one_run, workdir: Path, settings: CaptureSettings) -> tuple[dict, list[dict]]:
+    """A device program's timing and the runs it came from: one run of `repeats` rounds in `workdir`, or
+    (capture.rounds_in_processes) a run of one round each in workdir/round_<r>/, merged: every sample, each
+    run's median a round that analysis/verdict.py tests, their recompiles summed, their pids (round_pids).
+    `one_run(folder, repeats)`: the program's timing dict with its samples_s, sync and pid."""
     if not settings.rounds_in_processes:
-        return {k: v for k, v in one_run(workdir, settings.repeats).items() if k != "pid"}
-    runs = [one_run(workdir / f"round_{r}", 1) for r in range(1, settings.repeats + 1)]
-    executes = [x for run in runs for x in (run["execute"] or {}).get("samples_s", [])]
-    return {
-        **_in_processes(runs, settings.repeats),
-        "compiles_in_first_run": runs[0]["compiles_in_first_run"],
-        "execute": (
-            latency_stats(executes, settings.repeats, in_processes=True)
-            if all(run["execute"] for run in runs)
-            else None
-        ),
-        "execute_source": runs[0].get("execute_source"),
-    }
-
-
-def _in_processes(runs: list[dict], repeats: int) -> dict:
-    """The timings of `repeats` runs of a device program, a round each (capture.rounds_in_processes), as one:
-    every sample, each run's median a round analysis/verdict.py tests, their recompiles summed."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        timing = one_run(workdir, settings.repeats)
+        timing.pop("pid", None)
+        return timing, [timing]
+    runs = []
+    for r in range(1, settings.repeats + 1):
+        (workdir / f"round_{r}").mkdir(parents=True, exist_ok=True)
+        runs.append(one_run(workdir / f"round_{r}", 1))
     samples = [x for run in runs for x in run["samples_s"]]
-    return {
-        **latency_stats(samples, repeats, in_processes=True),
+    merged = {
+        **latency_stats(samples, settings.repeats, in_processes=True),
         "recompiles_during_timing": sum(run.get("recompiles_during_timing") or 0 for run in runs),
         "sync": runs[0]["sync"],
         "round_pids": [run["pid"] for run in runs],
     }
+    return merged, runs
 
 
 def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
@@ -540,14 +536,11 @@ def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: P
     torch.neuron.synchronize(); with capture.rounds_in_processes each round a process of its own."""
 
     def one_run(folder: Path, repeats: int) -> dict:
-        folder.mkdir(parents=True, exist_ok=True)
         timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": repeats}
         result = rerun_torchneuron(build, settings, folder, {}, **timing)
         return {**result["timing"], "pid": result.get("pid")}
 
-    if not settings.rounds_in_processes:
-        return {k: v for k, v in one_run(workdir, settings.repeats).items() if k != "pid"}
-    return _in_processes([one_run(workdir / f"round_{r}", 1) for r in range(1, settings.repeats + 1)], settings.repeats)
+    return _timed(one_run, workdir, settings)[0]
 
 
 def nki_rounds(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path) -> dict:

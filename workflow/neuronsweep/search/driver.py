@@ -475,7 +475,6 @@ class Search:
         """The winner against the default and the runner-up: on cpu timed again together in fresh processes;
         elsewhere (the programs need the device) as their captures stored them, judged by the same rule
         (rounds in processes of their own are tested, one process a case is not judged and says so)."""
-        backend = self.cfg.get("backend", "auto")
         workloads = _workloads_dir(self.run_of(self.params_of(ok.iloc[0])))
         if rounds <= 0 or workloads is None:
             why = "rounds 0" if rounds <= 0 else "no trial's cases were found"
@@ -511,9 +510,9 @@ class Search:
                 for role, row in picks.items()
                 for wid in row["workload_ids"].split(";")
             }
-            on = "the captures' stored rounds"
+            on = "stored timings"
             result = {
-                "evidence": f"stored timings (the {backend} backend's programs run on its device): judged where a "
+                "evidence": f"stored timings (the {backend_dir} backend's programs run on its device): judged where a "
                 "case's rounds ran in processes of their own (capture.rounds_in_processes), else one process a "
                 "case, not judged"
             }
