@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def test_rounds_in_processes_on_neuron_make_its_timings_judgeable(tmp_path):
     from helpers import torchneuron_env
 
     from neuronsweep.analysis import verdict
+    from neuronsweep.analysis.stats import DEVICE_TIMES
     from neuronsweep.store.records import timing
 
     cfg = nki_config(tmp_path)
@@ -81,6 +83,21 @@ def test_rounds_in_processes_on_neuron_make_its_timings_judgeable(tmp_path):
         else:  # the case's capture, then two of their own
             assert "in one capture process, each of 3 such processes a round" in latency["basis"]
             assert [p.name for p in sorted((d / "capture" / "rounds").iterdir())] == ["round_2", "round_3"]
+    # TorchNeuron's wall clock against the kernel's device times: not judged, the bases differ
+    compiler, kernel = (neuron_wdir(tmp_path, f"matmul-m128-k256-n512-fp32{nki}") for nki in ("", "-nki"))
+    [v] = verdict.judge([(timing(compiler), timing(kernel))])
+    assert not v.judged and "different bases" in v.said, v
+    # neuron.latency_samples device: the compiler's build timed by device time too (its captures rerun, not its
+    # build), every execution profiled in each of its 3 processes, and the kernel against it is judged
+    cfg["neuron"]["latency_samples"] = "device"
+    run = snakemake(tmp_path, "--quiet", "rules", config=cfg, env=torchneuron_env(tmp_path))
+    jobs = dict(re.findall(r"^(\w+) +(\d+)$", run.output, re.M))  # Snakemake's job stats: rule count
+    assert jobs["capture"] == "2" and "build" not in jobs, run.output
+    latency = json.loads((compiler / "capture" / "capture.json").read_text())["latency"]
+    assert latency["samples_are"] == DEVICE_TIMES and len(latency["round_medians_s"]) == 3, latency
+    assert [p.name for p in sorted((compiler / "capture" / "rounds").iterdir())] == ["round_2", "round_3"]
+    [v] = verdict.judge([(timing(compiler), timing(kernel))])
+    assert v.judged and v.unit == "processes", v
     # one process a case is not judged, and says how it could be
     one = json.loads((d / "capture" / "capture.json").read_text())
     one["latency"]["rounds_in_processes"] = False

@@ -70,7 +70,10 @@ def test_device_times_against_a_wall_clock_are_not_judged_however_the_processes_
     wall, kernel = in_processes(40e-6, 0.02, 1), in_processes(10e-6, 0.02, 2)
     device = Timing(kernel.samples, kernel.rounds, basis="device times")
     v = verdict.judge([(wall, device), (device, Timing(wall.samples, wall.rounds, basis="device times"))])
-    assert v[0].said == "not judged (timed on different bases: A's samples are wall clock, B's device times)"
+    assert v[0].said == (
+        "not judged (timed on different bases: A's samples are wall clock, B's device times; "
+        "neuron.latency_samples: device times both sides by device time)"
+    )
     assert not v[0].judged and v[0].ci_low is None and v[0].ratio == pytest.approx(0.25, rel=0.1)
     assert v[1].said == verdict.SLOWER and v[1].judged
 

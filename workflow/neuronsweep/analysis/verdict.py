@@ -118,7 +118,10 @@ def other_basis(a, b) -> str | None:
     bases = [(side.basis or "wall clock") if isinstance(side, Timing) else "wall clock" for side in (a, b)]
     if bases[0] == bases[1]:
         return None
-    return f"not judged (timed on different bases: A's samples are {bases[0]}, B's {bases[1]})"
+    return (
+        f"not judged (timed on different bases: A's samples are {bases[0]}, B's {bases[1]}; "
+        "neuron.latency_samples: device times both sides by device time)"
+    )
 
 
 def unjudged(side) -> str | None:

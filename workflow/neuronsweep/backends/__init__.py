@@ -174,7 +174,7 @@ BACKENDS = {
                 "xla_debug",
                 "memory_tracker",
             ),
-            "capture": ("profiler", "enable_dge_notifs", "memory_tracker"),
+            "capture": ("profiler", "enable_dge_notifs", "memory_tracker", "latency_samples"),
             "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows", "memory_tracker"),
         },
         device_time=("profile_total_time_s", "device total_time"),

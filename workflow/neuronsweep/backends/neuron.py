@@ -543,10 +543,11 @@ def torchneuron_timing(build: BuildRecord, settings: CaptureSettings, workdir: P
     return _timed(one_run, workdir, settings)[0]
 
 
-def nki_rounds(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path) -> dict:
-    """An NKI kernel's samples: the profiler's device time of each of its `iterations` executions after the
-    warm-up, every one profiled. One capture process (the case's own) or, with capture.rounds_in_processes,
-    `repeats` of them, each a round: the first is the case's capture, the others profile into rounds/<r>/."""
+def device_time_rounds(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    """Samples that are the profiler's device time of each of the `iterations` executions after the warm-up,
+    every one profiled (an NKI kernel's always; a compiler build's with neuron.latency_samples: device). One
+    capture process (the case's own) or, with capture.rounds_in_processes, `repeats` of them, each a round:
+    the first is the case's capture, the others profile into rounds/<r>/."""
     first = settings.warmup + 1
     runs = [execution_samples(neff, out_dir, settings, first, settings.iterations)]
     if settings.rounds_in_processes:
@@ -654,22 +655,34 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     neff = build_dir / ARTIFACT
     torchneuron = build.details.get("route") == "torchneuron"
     nki = build.spec.get("impl") == "nki" and build.spec["kind"] != "collective"
-    if nki:  # every execution profiled: the warm-up, then `iterations` executions whose device times are samples
+    device_samples = nki or (build.spec["kind"] != "collective" and settings.options.get("latency_samples") == "device")
+    asked = settings
+    if device_samples:  # every execution profiled: the warm-up, then `iterations` whose device times are samples
         settings = replace(settings, num_exec=settings.warmup + settings.iterations, nth_exec=1)
     try:
-        kept = settings.warmup + 1 if nki else None
+        kept = settings.warmup + 1 if device_samples else None
         record = capture_neff(neff, out_dir, settings, build.details.get("capture_inputs"), kept=kept)
     except CaptureRefused as exc:
         if not torchneuron:
             raise
-        record = inspect_capture(build, neff, settings, out_dir, str(exc))
+        record, device_samples = inspect_capture(build, neff, asked, out_dir, str(exc)), False
+        settings = asked
     if build.spec["kind"] == "collective":
         record.update(collective_timing(build, settings, out_dir / "framework"))
+    elif device_samples:  # an NKI kernel (no supported NKI timing API) or neuron.latency_samples: device
+        record["latency"] = device_time_rounds(build, neff, settings, out_dir)
+        record["latency_note"] = (
+            "NKI kernels run outside a framework here: each sample is one execution's device time"
+            if nki
+            else "neuron.latency_samples device: each sample is one execution's device time, not a framework's"
+        )
     elif torchneuron:
         record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
-    elif nki:  # no supported NKI timing API: the profiler's device time of each execution
-        record["latency"] = nki_rounds(build, neff, settings, out_dir)
-        record["latency_note"] = "NKI kernels run outside a framework here: each sample is one execution's device time"
+        if settings.options.get("latency_samples") == "device":
+            record["latency_note"] = (
+                "neuron.latency_samples device asked, but the profiler refused this NEFF (timed through the "
+                "runtime's inspect mode): the samples are TorchNeuron's wall clock"
+            )
     else:
         record["latency"] = framework_timing(build, settings, out_dir / "framework")
     record["round_pids"] = record["latency"].pop("round_pids", None)  # where each round was a process of its own
