@@ -223,7 +223,7 @@ def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule
         latency = {"samples_s": [median * f for f in spread for _ in range(3)]}
         if rounds:
             latency |= {"round_medians_s": [median * f for f in spread], "rounds_in_processes": True}
-        (cases / wid / "capture").mkdir(parents=True)
+        (cases / wid / "capture").mkdir(parents=True, exist_ok=True)
         (cases / wid / "capture" / "capture.json").write_text(json.dumps({"latency": latency}))
 
     stored("matmul-m512-k256-n1024-fp32", 2e-3, rounds=True)
@@ -236,6 +236,11 @@ def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule
     assert table.loc[1, "verdict"] == verdict.ONE_PROCESS and table.loc[1, "ships"] == "compiler"
     assert table.loc[1, "speedup"] == pytest.approx(40 / 32)  # the ratio of medians, shown, not claimed
     assert table.loc[64, "verdict"] == verdict.NO_SPREAD and table.loc[64, "ships"] == "compiler"
+    # captured again (a capture setting changed): judged again, not the verdict judged.json kept
+    stored("custom-blocked-m1-block16-fp32", 32e-6, rounds=True)
+    stored("matmul-m1-k256-n256-fp32", 40e-6, rounds=True)
+    table = t.run_all(say=lambda _: None, hooks=hooks([]))["dispatch"].set_index("m")
+    assert table.loc[1, "verdict"] == verdict.FASTER and table.loc[1, "ships"] == "blocked"
 
 
 @pytest.mark.parametrize(

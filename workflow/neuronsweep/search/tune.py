@@ -27,6 +27,7 @@ finalists are each recorded when done.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import threading
@@ -50,6 +51,7 @@ from neuronsweep.workloads import user_code
 COMPILER = "compiler"  # the backend's own build of the GEMM: every shape's default
 DISPATCH_FORMAT = 1
 GROUP = ["phase", "batch", "seq", "dtype"]  # one forward
+PAIR = ("default_workload_id", "winner_workload_id")  # a verdict's two cases: the compiler's build, the winner
 SHAPES_TOGETHER = (
     8  # shapes searched together (a round of all of them one Snakemake call); the budget is checked between
 )
@@ -495,7 +497,8 @@ class Tune:
         path = self.folder / "judged.json"
         record = json.loads(path.read_text()) if path.is_file() else {}
         key = {
-            i: f"{r['shape']}|{r['winner_workload_id']}|{self.digests()[r['winner']]}" for i, r in contenders.iterrows()
+            i: f"{r['shape']}|{r['winner_workload_id']}|{self.digests()[r['winner']]}{self._stored_evidence(r)}"
+            for i, r in contenders.iterrows()
         }
         todo = [i for i in contenders.index if key[i] not in record]
         if todo:
@@ -527,15 +530,25 @@ class Tune:
             table.loc[i, "tie"] = not faster
             table.loc[i, "ships"] = table.loc[i, "winner"] if faster else COMPILER
 
+    def _stored_evidence(self, row: pd.Series) -> str:
+        """Off cpu a verdict rests on the two cases' stored captures: their records' digest, so that captures
+        taken again (a capture setting changed, e.g. neuron.latency_samples) are judged again. cpu times the
+        two builds again for its verdict: the code's digest is its evidence."""
+        if self.backend == "cpu":
+            return ""
+        runs = Path("results") / self.run
+        h = hashlib.sha256()
+        for col in PAIR:
+            with contextlib.suppress(OSError):  # no capture: no timing either, which the verdict says
+                h.update((layout.workload_dir(runs, self.backend, row[col]) / "capture" / "capture.json").read_bytes())
+        return "|" + h.hexdigest()[:8]
+
     def _stored_pairs(self, rows: pd.DataFrame) -> list[tuple]:
         """(default, winner) as their captures stored them (store/records.timing): the rounds in processes
         where the backend timed them so, else one process's samples, or None for a device time alone."""
         runs = Path("results") / self.run
         return [
-            tuple(
-                records.timing(layout.workload_dir(runs, self.backend, r[col]))
-                for col in ("default_workload_id", "winner_workload_id")
-            )
+            tuple(records.timing(layout.workload_dir(runs, self.backend, r[col])) for col in PAIR)
             for _, r in rows.iterrows()
         ]
 
