@@ -3,11 +3,11 @@ throughput). Is the slot pool's scheduling and locking free?
 
     python bench/parallel_capture.py [--quick] [--slots 1 2 4 8 16] [--exec-seconds 10]
 
-One sweep of 16 neuron cases on a stand-in trn1.32xlarge (16 chips of 2 NeuronCores) is built once;
-then for each slot count its captures alone are rerun (`--forcerun capture --until capture`, `--cores`
-= slots) with each profiled execution held on the device for --exec-seconds. From the capture.json
-records: the phase (first slot taken to last released), the speed-up over one slot against the ideal
-(min(slots, 16) x), and what the pool itself costs, measured apart from the rest:
+One sweep of 16 neuron cases (4 with --quick, CI's proof that the bench runs) on a stand-in trn1.32xlarge (16
+chips of 2 NeuronCores) is built once; then for each slot count its captures alone are rerun (`--forcerun
+capture --until capture`, `--cores` = slots) with each profiled execution held on the device for --exec-
+seconds. From the capture.json records: the phase (first slot taken to last released), the speed-up over one
+slot against the ideal (min(slots, 16) x), and what the pool itself costs, measured apart from the rest:
   - handoff_s: on each slot, the gaps between one capture's release and the next one's acquire while
     captures were still waiting (the lock poll and Snakemake's job start);
   - cpu_per_capture_s: the CPU seconds of the whole capture run (Snakemake and every job) per capture:
@@ -34,9 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 STANDIN = REPO / "tests" / "standin"
 CASES = {"m": [16, 32, 48, 64], "k": [16, 32], "n": [16, 32]}  # 16 cases
+QUICK_CASES = {"m": [16, 32], "k": [16], "n": [16, 32]}  # 4: two rounds of two slots
 
 
-def config(work: Path, slots: int) -> dict:
+def config(work: Path, slots: int, cases: dict) -> dict:
     return {
         "run": "bench",
         "backend": "neuron",
@@ -51,17 +52,17 @@ def config(work: Path, slots: int) -> dict:
             "device_lock": str(work / "device.lock"),
             "slots": slots,
         },
-        "suites": {"matmul": {"grid": CASES, "dtype": ["fp32"]}},
+        "suites": {"matmul": {"grid": cases, "dtype": ["fp32"]}},
     }
 
 
-def snakemake(work: Path, env: dict, slots: int, *args: str) -> tuple[float, float]:
+def snakemake(work: Path, env: dict, slots: int, cases: dict, *args: str) -> tuple[float, float]:
     """Wall and CPU seconds (Snakemake and all its jobs) of one run."""
     import resource
 
     import yaml
 
-    (work / "config.yaml").write_text(yaml.safe_dump(config(work, slots)))
+    (work / "config.yaml").write_text(yaml.safe_dump(config(work, slots, cases)))
     t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [
@@ -111,12 +112,13 @@ def handoffs(records: list[dict]) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1, 2 and 4 slots, 1 s per execution (CI)")
+    ap.add_argument("--quick", action="store_true", help="4 cases on 1, 2 and 4 slots, 0.5 s per execution (CI)")
     ap.add_argument("--slots", type=int, nargs="+")
     ap.add_argument("--exec-seconds", type=float)
     args = ap.parse_args()
     counts = sorted({1, *(args.slots or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16]))})  # 1: the baseline
-    exec_s = args.exec_seconds or (1.0 if args.quick else 10.0)
+    exec_s = args.exec_seconds or (0.5 if args.quick else 10.0)
+    cases = QUICK_CASES if args.quick else CASES
     work = Path(tempfile.mkdtemp(prefix="bench-slots-"))
     env = {
         **os.environ,
@@ -127,10 +129,10 @@ def main() -> None:
         "STANDIN_EXEC_SECONDS": str(exec_s),
     }
     try:
-        snakemake(work, env, max(counts), "--until", "build")
+        snakemake(work, env, max(counts), cases, "--until", "build")
         base = None
         for k in counts:
-            wall, cpu = snakemake(work, env, k, "--until", "capture", "--forcerun", "capture")
+            wall, cpu = snakemake(work, env, k, cases, "--until", "capture", "--forcerun", "capture")
             records = spans(work)
             phase = max(r["released_unix"] for r in records) - min(r["acquired_unix"] for r in records)
             held = [r["released_unix"] - r["acquired_unix"] for r in records]
@@ -141,7 +143,7 @@ def main() -> None:
             print(
                 json.dumps(
                     {
-                        "figure": "capture phase, 16 captures",
+                        "figure": f"capture phase, {len(records)} captures",
                         "slots": k,
                         "exec_s_per_execution": exec_s,
                         "project": {
