@@ -5,9 +5,10 @@ throughput). Is the slot pool's scheduling and locking free?
 
 One sweep of 16 neuron cases (4 with --quick, CI's proof that the bench runs) on a stand-in trn1.32xlarge (16
 chips of 2 NeuronCores) is built once; then for each slot count its captures alone are rerun (`--forcerun
-capture --until capture`, `--cores` = slots) with each profiled execution held on the device for --exec-
-seconds. From the capture.json records: the phase (first slot taken to last released), the speed-up over one
-slot against the ideal (min(slots, 16) x), and what the pool itself costs, measured apart from the rest:
+capture --until capture`, `--cores` = slots) with each profiled execution held on the device for
+--exec-seconds. From the capture.json records: the phase (first slot taken to last released), the speed-up
+over one slot against the ideal (min(slots, 16) x), and what the pool itself costs, measured apart from the
+rest:
   - handoff_s: on each slot, the gaps between one capture's release and the next one's acquire while
     captures were still waiting (the lock poll and Snakemake's job start);
   - cpu_per_capture_s: the CPU seconds of the whole capture run (Snakemake and every job) per capture:
