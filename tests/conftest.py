@@ -150,6 +150,7 @@ def spread_longest(items: list, workers: int) -> list:
 LONGEST = (
     "test_slurm.py::",
     "test_search.py::test_a_real_search_on_cpu",
+    "test_neuron_nki.py::test_rounds_in_processes_on_neuron",
     "test_fieldtest.py::test_field_test_prints",
     "test_model_layers.py::test_a_tiny_moe_model",
     "test_crash_recovery.py::",
@@ -159,7 +160,6 @@ LONGEST = (
     "test_torchneuron.py::test_collectives_on_torchneuron",
     "test_search.py::test_the_compilers_optlevel",
     "test_neuron_collectives.py::test_collectives_suite",
-    "test_neuron_nki.py::test_rounds_in_processes_on_neuron",
     "test_cpu_backend.py::test_stages_by_hand",
     "test_torchneuron.py::test_smoke_and_llm",
     "test_warmstart.py::test_a_stage_runs_in_a_child",
