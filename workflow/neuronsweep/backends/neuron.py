@@ -654,9 +654,10 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         settings = replace(settings, runtime_lnc=neff_lnc, visible_cores=cores)
     neff = build_dir / ARTIFACT
     torchneuron = build.details.get("route") == "torchneuron"
-    nki = build.spec.get("impl") == "nki" and build.spec["kind"] != "collective"
-    device_samples = nki or (build.spec["kind"] != "collective" and settings.options.get("latency_samples") == "device")
-    asked = settings
+    collective = build.spec["kind"] == "collective"
+    nki = build.spec.get("impl") == "nki" and not collective
+    device_asked = not collective and settings.options.get("latency_samples") == "device"
+    device_samples, asked = nki or device_asked, settings
     if device_samples:  # every execution profiled: the warm-up, then `iterations` whose device times are samples
         settings = replace(settings, num_exec=settings.warmup + settings.iterations, nth_exec=1)
     try:
@@ -667,7 +668,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
             raise
         record, device_samples = inspect_capture(build, neff, asked, out_dir, str(exc)), False
         settings = asked
-    if build.spec["kind"] == "collective":
+    if collective:
         record.update(collective_timing(build, settings, out_dir / "framework"))
     elif device_samples:  # an NKI kernel (no supported NKI timing API) or neuron.latency_samples: device
         record["latency"] = device_time_rounds(build, neff, settings, out_dir)
@@ -678,7 +679,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         )
     elif torchneuron:
         record["latency"] = torchneuron_timing(build, settings, out_dir / "framework")
-        if settings.options.get("latency_samples") == "device":
+        if device_asked:  # the profiler refused the NEFF: the inspect mode profiles, TorchNeuron times
             record["latency_note"] = (
                 "neuron.latency_samples device asked, but the profiler refused this NEFF (timed through the "
                 "runtime's inspect mode): the samples are TorchNeuron's wall clock"
