@@ -41,7 +41,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 # analysis/verdict.JUDGED: a test made that could see the gate (this script imports the package only inside its
 # functions, so that --help needs nothing installed)
-JUDGED = ["unchanged (within noise)", "unchanged (below the minimum effect)", "slower", "faster"]
+JUDGED = ["unchanged (within noise)", "unchanged (within the minimum effect)", "slower", "faster"]
 BIN = Path(sys.executable).parent
 
 

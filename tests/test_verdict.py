@@ -36,8 +36,27 @@ def test_a_ten_percent_change_across_processes_is_slower_with_its_interval_and_a
     # 1 % across processes that agree within 0.1 %: certain, and still below the 2 % minimum effect
     base, tiny = in_processes(1e-3, 0.001, 4, 12), in_processes(1.01e-3, 0.001, 5, 12)
     small = verdict.judge([(base, tiny)])[0]
-    assert small.p_adjusted < 1e-6 and small.said == "unchanged (below the minimum effect)"
+    assert small.p_adjusted < 1e-6 and small.said == "unchanged (within the minimum effect)"
     assert verdict.judge([(base, tiny)], min_effect=0.005)[0].said == "slower"
+
+
+def test_a_change_whose_interval_reaches_into_the_minimum_effect_is_not_called_slower():
+    """The one untouched case an A/B bench called different (docs/comparing-runs.md): its 8 paired
+    processes of an A/A pair, loops-vmap-t48 of two default sweeps, as compare timed them. Their ratios
+    put the change at +2.9 % with a 95 % interval of 1.014-1.043: real, but not shown past the 2 %
+    minimum effect, which a point estimate past 2 % took for "slower". The same processes with 10 %
+    more in B are slower, with the interval wholly past 1.02."""
+    a = [0.0006581, 0.0005685, 0.0006701, 0.0009135, 0.0009388, 0.0007339, 0.0007984, 0.0008406]
+    b = [0.0007295, 0.0005776, 0.0006869, 0.0009434, 0.0009766, 0.000765, 0.000802, 0.0008539]
+    side_a, side_b = Timing(a, a, paired=True), Timing(b, b, paired=True)
+    same = verdict.judge([(side_a, side_b)])[0]
+    assert same.p_adjusted < 0.05 and 1.02 < same.ratio < 1.04 and same.ci_low < 1.02 < same.ci_high
+    assert same.said == "unchanged (within the minimum effect)" and not same.beyond
+    slower = verdict.judge([(side_a, side_b.scaled(1.1))])[0]
+    assert slower.said == "slower" and slower.ci_low > 1.02
+    # and the same the other way round
+    assert verdict.judge([(side_b, side_a)])[0].said == "unchanged (within the minimum effect)"
+    assert verdict.judge([(side_b.scaled(1.1), side_a)])[0].said == "faster"
 
 
 def test_one_process_a_side_is_never_judged_however_many_samples_agree():
@@ -139,7 +158,7 @@ def test_holm_adjusts_in_order_and_is_monotone():
     assert verdict.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert verdict.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
     # twenty cases with the same p: one alone would be slower, twenty together are not
-    a, b = in_processes(1e-3, 0.03, 4, 6), in_processes(1.08e-3, 0.03, 14, 6)
+    a, b = in_processes(1e-3, 0.03, 4, 6), in_processes(1.08e-3, 0.03, 15, 6)
     alone = verdict.judge([(a, b)])[0]
     assert alone.said == "slower" and 0.05 / 20 < alone.p_value < 0.05, alone
     family = verdict.judge([(a, b)] * 20)

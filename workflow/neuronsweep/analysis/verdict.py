@@ -23,8 +23,12 @@ reasonable time", ISMM 2013). So:
   family-wise question, and one false alarm fails somebody's release build. Holm bounds the chance of
   any false alarm under any dependence between the cases (they share one machine); Benjamini-Hochberg
   bounds only the expected share of false alarms among the alarms, the wrong promise for a gate;
-- and the change must reach a minimum effect (default 2 %): a 0.3 % shift is not a regression
-  anyone acts on.
+- and the change must be shown past a minimum effect (default 2 %): a 0.3 % shift is not a
+  regression anyone acts on, so "slower" says the test's interval lies wholly past 1 + min_effect (a
+  minimum-effect test: the same t statistic against the shifted null |log ratio| <= log(1 + min_effect),
+  Holm-corrected over the family as the first). A point estimate past it is not enough: an A/A pair
+  of the default sweep called a +2.9 % (interval 1.014-1.043, Holm p 0.03) "slower" under that rule,
+  the one false call of 84 untouched cases (docs/comparing-runs.md).
 
 A side without samples (a profiled device time: one execution) is not judged either, with the reason.
 Nor are two sides timed on different bases (an NKI kernel's device time per execution against a
@@ -64,7 +68,7 @@ TRIM = 0.2  # the share of each side's processes trimmed at either end (Yuen's t
 
 UNCHANGED, SMALL, SLOWER, FASTER = (
     "unchanged (within noise)",
-    "unchanged (below the minimum effect)",
+    "unchanged (within the minimum effect)",
     "slower",
     "faster",
 )
@@ -171,43 +175,93 @@ def judge(
             continue
         assert a is not None and b is not None and a.rounds and b.rounds  # unjudged() said both have them
         paired = a.paired and b.paired and len(a.rounds) == len(b.rounds)
-        test = _paired if paired else _per_process
-        tested.append((i, *test(a.rounds, b.rounds, first_step), len(a.rounds), len(b.rounds)))
-    for (i, p, ratio, (low, high), detectable, na, nb), adjusted in zip(tested, holm([t[1] for t in tested])):
-        if adjusted >= alpha:
+        test = _paired(a.rounds, b.rounds) if paired else _per_process(a.rounds, b.rounds)
+        tested.append((i, test, len(a.rounds), len(b.rounds)))
+    changed = holm([test.p(0.0) for _, test, _, _ in tested])
+    past = holm([test.p(math.log1p(min_effect)) for _, test, _, _ in tested])
+    for (i, test, na, nb), p_changed, p_past in zip(tested, changed, past):
+        detectable = test.detectable(first_step)
+        if p_changed >= alpha:
             said = UNCHANGED if gate is None or detectable <= gate else f"{BLIND} {100 * detectable:.0f} %"
-        elif abs(ratio - 1) < min_effect:
+        elif p_past >= alpha:
             said = SMALL
         else:
-            said = SLOWER if ratio > 1 else FASTER
-        beyond = said in (SLOWER, FASTER)
-        out[i] = Verdict(said, beyond, p, adjusted, ratio, low, high, na, nb, "processes", detectable)
+            said = SLOWER if test.centre > 0 else FASTER
+        low, high = test.interval()
+        out[i] = Verdict(
+            said,
+            said in (SLOWER, FASTER),
+            test.p(0.0),
+            p_changed,
+            math.exp(test.centre),
+            low,
+            high,
+            na,
+            nb,
+            "processes",
+            detectable,
+        )
     return [v for v in out if v is not None]  # every pair has its verdict by now
 
 
-def _per_process(a: list[float], b: list[float], first_step: float) -> tuple[float, float, tuple[float, float], float]:
-    """Yuen's trimmed t-test on the logs of the round medians: (p, ratio B / A of the trimmed means,
-    its 95 % interval, the minimum detectable change at `first_step`). Rounds without any spread on
-    either side: p 1 if the sides are equal, else 0, and any change detectable."""
+@dataclass(frozen=True)
+class _Test:
+    """A t-test on log ratios kept as its centre, standard error and degrees of freedom, so that one
+    statistic answers "changed at all" (margin 0), "changed past the minimum effect" (margin
+    log(1 + min_effect)) and "what could it have shown" (the minimum detectable change)."""
+
+    centre: float  # the log of the ratio B / A
+    standard_error: float  # 0: no spread on either side
+    df: float
+
+    def p(self, margin: float) -> float:
+        """Two-sided p of the null |log ratio| <= margin: below 0.05 exactly where the 95 % interval
+        lies wholly past exp(+-margin); with margin 0, the t-test's own p-value. No spread: 0 where the
+        change is past the margin, else 1."""
+        beyond = abs(self.centre) - margin
+        if self.standard_error == 0:
+            return 0.0 if beyond > 0 or (beyond == 0 and margin > 0) else 1.0
+        from scipy import stats  # here, not at import: every sweep's history reads this module, few runs test
+
+        return min(1.0, float(2 * stats.t.sf(beyond / self.standard_error, self.df)))
+
+    def interval(self) -> tuple[float, float]:
+        """The 95 % interval of the ratio B / A."""
+        return self._around(ALPHA)
+
+    def detectable(self, first_step: float) -> float:
+        """The smallest change a test at `first_step` (Holm's) could have called different, as a
+        ratio's distance from 1 (0.04: 4 %)."""
+        return self._around(first_step)[1] / math.exp(self.centre) - 1
+
+    def _around(self, level: float) -> tuple[float, float]:
+        if self.standard_error == 0:
+            return math.exp(self.centre), math.exp(self.centre)
+        from scipy import stats
+
+        half = float(stats.t.ppf(1 - level / 2, self.df)) * self.standard_error
+        return math.exp(self.centre - half), math.exp(self.centre + half)
+
+
+def _per_process(a: list[float], b: list[float]) -> _Test:
+    """Yuen's trimmed t-test on the logs of the round medians (scipy's `ttest_ind(..., trim=0.2)`,
+    Welch's degrees of freedom): the difference of the trimmed means and its standard error."""
     la, lb = np.log(a), np.log(b)
     if la.var() == 0 and lb.var() == 0:
-        diff = float(lb.mean() - la.mean())
-        return (1.0 if diff == 0 else 0.0), math.exp(diff), (math.exp(diff), math.exp(diff)), 0.0
-    from scipy import stats  # here, not at import: every sweep's history reads this module, few runs test
+        return _Test(float(lb.mean() - la.mean()), 0.0, 1.0)
+    from scipy import stats
 
     res = stats.ttest_ind(lb, la, equal_var=False, trim=TRIM)
     ci = res.confidence_interval(1 - ALPHA)
-    diff = (ci.low + ci.high) / 2  # the difference of the trimmed means, at the interval's centre
     standard_error = (ci.high - ci.low) / (2 * stats.t.ppf(1 - ALPHA / 2, res.df))
-    detectable = math.expm1(stats.t.ppf(1 - first_step / 2, res.df) * standard_error)
-    return float(res.pvalue), math.exp(diff), (math.exp(ci.low), math.exp(ci.high)), detectable
+    return _Test(float((ci.low + ci.high) / 2), float(standard_error), float(res.df))
 
 
-def _paired(a: list[float], b: list[float], first_step: float) -> tuple[float, float, tuple[float, float], float]:
-    """The same figures as _per_process for paired rounds (both sides timed in each process, in
-    alternation): the trimmed one-sample t-test (Tukey and McLaughlin 1963) on each process's log
-    ratio log(b_i / a_i), 20 % trimmed at either end, its variance winsorized. The moment each process
-    ran in cancels in its ratio, so what is left is the programs' difference and the process's own."""
+def _paired(a: list[float], b: list[float]) -> _Test:
+    """The same for paired rounds (both sides timed in each process, in alternation): the trimmed
+    one-sample t-test (Tukey and McLaughlin 1963) on each process's log ratio log(b_i / a_i), 20 %
+    trimmed at either end, its variance winsorized. The moment each process ran in cancels in its
+    ratio, so what is left is the programs' difference and the process's own."""
     from scipy import stats
     from scipy.stats import mstats
 
@@ -217,12 +271,8 @@ def _paired(a: list[float], b: list[float], first_step: float) -> tuple[float, f
     centre = float(stats.trim_mean(d, TRIM))
     spread = float(np.asarray(mstats.winsorize(d, limits=(TRIM, TRIM))).std(ddof=1))
     if spread == 0 or kept < 2:
-        return (1.0 if centre == 0 else 0.0), math.exp(centre), (math.exp(centre), math.exp(centre)), 0.0
-    standard_error, df = spread * math.sqrt(n) / kept, kept - 1
-    p = float(2 * stats.t.sf(abs(centre) / standard_error, df))
-    half = stats.t.ppf(1 - ALPHA / 2, df) * standard_error
-    detectable = math.expm1(stats.t.ppf(1 - first_step / 2, df) * standard_error)
-    return p, math.exp(centre), (math.exp(centre - half), math.exp(centre + half)), detectable
+        return _Test(centre, 0.0, 1.0)
+    return _Test(centre, spread * math.sqrt(n) / kept, kept - 1)
 
 
 def fails_gate(said: str, ci_low, pct: float) -> bool:
