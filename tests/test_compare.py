@@ -47,7 +47,7 @@ def test_a_slower_workload_is_named_with_its_test_and_the_op_that_explains_it(fi
     assert row["tested_on"] == "processes"
     assert f"slower    {row['change_pct']:+.1f}%  {wid}" in out and "95% CI of B/A" in out
     assert out.strip().splitlines()[-1].startswith("regression: 1 workload(s) slower by more than 10.0%")
-    assert set(table.drop(index=wid)["verdict"]) <= {"unchanged (within noise)", "unchanged (within the minimum effect)"}
+    assert set(table.drop(index=wid)["verdict"]) <= {verdict.UNCHANGED, verdict.SMALL}
     metrics = pd.read_csv(tmp_path / "cmp" / "compare_metrics.csv")
     assert {"achieved_flops_per_s"} <= set(metrics.loc[metrics["workload_id"] == wid, "metric"])  # with its time
     assert not set(metrics["metric"]) & {"noisy", "cache_hit", "captured_under_load"}  # bookkeeping, never a metric
