@@ -379,7 +379,7 @@ def _add_compare(p) -> None:
         type=_percentage,
         default=2.0,
         metavar="PCT",
-        help="smallest change called slower or faster, percent",
+        help="slower or faster only where the change is shown past this (its interval beyond it), percent",
     )
     p.add_argument(
         "--interleaved",

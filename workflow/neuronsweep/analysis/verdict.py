@@ -63,7 +63,7 @@ from neuronsweep.store.records import Timing
 
 MIN_ROUNDS = 3  # rounds in processes of their own each side needs before it is tested
 ALPHA = 0.05  # family-wise error rate after Holm's correction
-MIN_EFFECT = 0.02  # smallest change called slower or faster (--min-effect)
+MIN_EFFECT = 0.02  # slower or faster only where the change is shown past it (--min-effect)
 TRIM = 0.2  # the share of each side's processes trimmed at either end (Yuen's test; Wilcox's usual 20 %)
 
 UNCHANGED, SMALL, SLOWER, FASTER = (
