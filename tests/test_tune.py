@@ -157,6 +157,54 @@ def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tm
     )
 
 
+OPTLEVEL = {1: {1: 0.7, 64: 1.0, 512: 1.1}, 3: {1: 1.2, 64: 0.995, 512: 0.85}}  # x the default (-O2) per M
+
+
+def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch):
+    """tune.settings: the compiler's build under each other -O level is a candidate at every shape, measured
+    once for all shapes (a run each); -O1 wins small M, -O3 large M, neither at M = 64 (-O3 0.5 % faster: a
+    tie), and the table says which flags to build each shape with."""
+    measured: list = []
+
+    def hook(name, labels):
+        if name.startswith("compiler["):
+            level = int(name.split("=")[1].rstrip("]"))
+            measured.append(level)
+            gemms = labels
+            return pd.DataFrame(
+                {
+                    "shape": gemms["shape"],
+                    **{c: gemms[c] for c in ("m", "k", "n", "dtype", "workload_id")},
+                    "run": f"t-tune-toy-O{level}",
+                    "status": "ok",
+                    "reason": "",
+                    "latency_median_s": [DEFAULT_S[m] * OPTLEVEL[level][m] for m in gemms["m"]],
+                }
+            )
+        return hooks([])(name, labels)
+
+    t = make(tmp_path, monkeypatch, candidates=("compiler",), settings={"neuron.optlevel": [1, 2, 3]})
+    assert list(t.variants) == ["compiler[neuron.optlevel=1]", "compiler[neuron.optlevel=3]"]  # -O2: the default
+    got = t.run_all(say=lambda _: None, hooks=hook, judge=judge)
+    assert sorted(measured) == [1, 3]  # once each, for every shape
+    table = got["dispatch"].set_index("m")
+    assert table.loc[1, "ships"] == "compiler[neuron.optlevel=1]" and table.loc[1, "winner_run"] == "t-tune-toy-O1"
+    assert table.loc[512, "ships"] == "compiler[neuron.optlevel=3]"
+    assert table.loc[64, "tie"] and table.loc[64, "ships"] == "compiler"
+    assert table.loc[1, "trials"] == 3  # the default and the two other levels
+    after = 2 * DEFAULT_S[1] * 0.7 + 6 * DEFAULT_S[64] + 3 * DEFAULT_S[512] * 0.85
+    assert got["gain"].iloc[0]["gemm_tuned_s"] == pytest.approx(after)
+    read = dispatch.load(tmp_path / "results" / "t" / "tune" / "toy" / "dispatch.json")
+    assert read.lookup(1, 256, 256, "fp32") == dispatch.Choice("compiler", None, {}, 1, {"neuron.optlevel": 1})
+    assert read.lookup(64, 256, 256, "fp32").settings == {}  # a tie ships the config's own flags
+    assert read.lookup(512, 256, 1024, "fp32").settings == {"neuron.optlevel": 3}
+    # with a custom candidate too, the settings' trials come out of each shape's budget
+    both = make(tmp_path, monkeypatch, settings={"neuron.optlevel": [1, 2, 3]}, budget={"trials_per_shape": 5})
+    assert both.trials_per_shape - len(both.variants) == 3
+    assert both.compiler_config(both.variants["compiler[neuron.optlevel=1]"])["neuron"] == {"optlevel": 1}
+    assert both.compiler_config()["run"] == "t-tune-toy" != both.compiler_config({"neuron.optlevel": 1})["run"]
+
+
 def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch):
     t = make(tmp_path, monkeypatch)
     suites = tmp_path / "results" / "t" / "suites"
@@ -252,6 +300,12 @@ def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule
         ),
         ({"budget": {"trials_per_shape": 1}, "candidates": ["blocked", "other"]}, "fewer than its 2 custom candidates"),
         ({"candidates": ["scaled"]}, "not two matrices over grid names that share the contraction"),
+        ({"settings": {"neuron.no_such_flag": [1, 2]}}, "settings names neuron.no_such_flag, which is no key"),
+        ({"settings": {"neuron.optlevel": [1, 7]}}, "settings (compiler[neuron.optlevel=7])"),
+        (
+            {"settings": {"neuron.optlevel": [1, 3]}, "candidates": ["blocked"], "budget": {"trials_per_shape": 2}},
+            "its settings take 2 trials at each shape, which leaves 0 for its 1 custom candidates",
+        ),
     ],
 )
 def test_a_bad_tune_block_is_one_sentence_before_any_trial(tmp_path, monkeypatch, change, said):
@@ -307,7 +361,14 @@ def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
         "seq": [16],
         "phases": ["decode"],
         "dtype": ["fp32"],
-        "tune": {"candidates": ["compiler", "blocked"], "strategy": "halving", "budget": {"trials_per_shape": 2}},
+        "tune": {
+            "candidates": ["compiler", "blocked"],
+            "strategy": "halving",
+            "budget": {"trials_per_shape": 3},
+            # the wiring of a setting's own run (no key changes cpu's build: a capture key takes the builds from
+            # the cache; on neuron it is the compiler's flags)
+            "settings": {"capture.warmup": [1, 2]},
+        },
     }
     cfg = tiny_config(tmp_path, suites={"custom": [custom], "model": [model]})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -321,7 +382,13 @@ def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
     table = pd.read_csv(folder / "dispatch.csv")
     assert len(table) == 3 and (table["default_median_s"] > 0).all()  # 7 projections and the head, 2 bmm
     assert table.set_index("n").loc[256, "count"] == 2 * 7 + 1
-    assert set(table["ships"]) <= {"compiler", "blocked"}
+    variant = "compiler[capture.warmup=2]"
+    assert set(table["ships"]) <= {"compiler", "blocked", variant}
+    assert (table["trials"] >= 3).all()  # the default, the setting's build, blocked's trials
+    [setting_run] = [p.name for p in (tmp_path / "results").glob("t-tune-tiny-*")]
+    assert len(list((tmp_path / "results" / setting_run / "cpu" / "workloads").glob("matmul-*/metrics.json"))) == 3
+    won = table[table["winner"] == variant]
+    assert (won["winner_run"] == setting_run).all() and won["verdict"].notna().all()
     contenders = table[table["winner"] == "blocked"]
     assert contenders["verdict"].notna().all() and contenders["speedup_low"].notna().all()
     assert (table.loc[table["ships"] == "blocked", "tie"] == False).all()  # noqa: E712 - a column of bools
@@ -331,6 +398,7 @@ def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
         [str(BIN / "neuronsweep"), "search", "status", "config.yaml", "--name", "tiny"], capture_output=True, text=True
     )
     assert "shapes: 3 of 3 searched, 0 left" in status.stdout, status.stdout + status.stderr
+    assert "settings: compiler[capture.warmup=2], each measured at every shape" in status.stdout
     assert dispatch.load(folder / "dispatch.json").model == "tiny"
     # under Snakemake the report does not wait for the tune: one that fails as a whole (its dispatch.json
     # gone, as Snakemake removes a failed job's output) leaves the sweep's report to be written

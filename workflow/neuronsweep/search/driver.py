@@ -607,14 +607,9 @@ class SettingsSearch(Search):
         block = self.entry["search"]
         default = dict(block.get("default") or {})
         for key, values in block["space"].items():
-            try:
-                here = _get(self.cfg, key)
-            except KeyError:
-                here = _schema_default(key)  # a key the config leaves out (suites.matmul.nki_tile.n): its default
-                if here is None:
-                    raise UserError(
-                        f"{where}: search.space names {key}, which is no key of the config; fix it."
-                    ) from None
+            here = config_setting(self.cfg, key)
+            if here is None:
+                raise UserError(f"{where}: search.space names {key}, which is no key of the config; fix it.")
             if key not in default:
                 if here not in values:
                     raise UserError(
@@ -634,7 +629,7 @@ class SettingsSearch(Search):
         cfg = copy.deepcopy(self.cfg)
         cfg.pop("search", None)
         for key, value in params.items():
-            _set(cfg, key, value)
+            set_setting(cfg, key, value)
         wanted = self.entry["search"].get("suites")
         if wanted:
             cfg["suites"] = {k: v for k, v in cfg["suites"].items() if k in wanted}
@@ -854,21 +849,24 @@ def load(config_path: str, name: str | None, cores: int | None = None, snakefile
     return KINDS[kind](cfg, entry, config_path, cores, snakefile)
 
 
-def _schema_default(dotted: str):
+def config_setting(cfg: dict, dotted: str):
+    """A dotted run-level key's value: the config's, else the schema's default for a key it leaves out
+    (suites.matmul.nki_tile.n), else None (no such key)."""
+    node = cfg
+    try:
+        for part in dotted.split("."):
+            node = node[part]
+        return node
+    except (KeyError, TypeError):
+        pass
     try:
         return schema.schema_default(dotted)
     except (KeyError, TypeError):
         return None
 
 
-def _get(cfg: dict, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = node[part]
-    return node
-
-
-def _set(cfg: dict, dotted: str, value) -> None:
+def set_setting(cfg: dict, dotted: str, value) -> None:
+    """Set a dotted key in a config, making the sections it needs."""
     *parents, last = dotted.split(".")
     node = cfg
     for part in parents:

@@ -7,7 +7,11 @@ winner over all of them (a search's geometric mean) is not what a user ships. He
 
 1. The model's GEMMs are planned as the model suite plans them (layers off): every unique (M, K, N, dtype)
    with how often each forward runs it. Their `compiler` build (the backend's own GEMM, the matmul
-   workload the model suite measures) is measured once, in one Snakemake call: each shape's default.
+   workload the model suite measures) is measured once, in one Snakemake call: each shape's default. With
+   `settings:` (run-level keys: the compiler's flags), the compiler's build under each other combination of
+   their values is measured the same way, a run of its own each (`<run>-tune-<model>-<hash>`), and is a
+   candidate at every shape (`compiler[neuron.optlevel=1]`): the flags a bucket's NEFF is compiled with are
+   chosen per shape like any kernel.
 2. Shapes are searched in order of count x default latency, so a budget cut short still covers the time
    that matters; per shape, each custom candidate (a suites.custom entry called with the shape's M x K and
    K x N inputs) is an ordinary search (driver.ParamSearch: its strategy, trials.csv, resume) over its own
@@ -27,7 +31,9 @@ finalists are each recorded when done.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
+import itertools
 import json
 import math
 import threading
@@ -51,7 +57,7 @@ from neuronsweep.workloads import user_code
 COMPILER = "compiler"  # the backend's own build of the GEMM: every shape's default
 DISPATCH_FORMAT = 1
 GROUP = ["phase", "batch", "seq", "dtype"]  # one forward
-PAIR = ("default_workload_id", "winner_workload_id")  # a verdict's two cases: the compiler's build, the winner
+PAIR = (("run", "default_workload_id"), ("winner_run", "winner_workload_id"))  # a verdict's two cases: run, id
 SHAPES_TOGETHER = (
     8  # shapes searched together (a round of all of them one Snakemake call); the budget is checked between
 )
@@ -174,19 +180,55 @@ class Tune:
                 f"{self.where}.budget.trials_per_shape is {self.trials_per_shape}, fewer than its "
                 f"{len(self.customs)} custom candidates (at least a trial each per shape); raise it."
             )
+        self.run = f"{cfg['run']}-tune-{entry['name']}"
+        self.variants = self._variants(block.get("settings") or {})
+        custom_trials = self.trials_per_shape - len(self.variants)
+        if self.customs and custom_trials < len(self.customs):
+            raise UserError(
+                f"{self.where}.budget.trials_per_shape is {self.trials_per_shape}: its settings take "
+                f"{len(self.variants)} trials at each shape, which leaves {custom_trials} for its "
+                f"{len(self.customs)} custom candidates (at least a trial each); raise it."
+            )
         self.wall_s = budget.get("wall_seconds")
         self.strategy = block.get("strategy") or schema.schema_default("suites.model.tune.strategy")
         self.seed = int(block.get("seed", schema.schema_default("suites.model.tune.seed")))
-        self.run = f"{cfg['run']}-tune-{entry['name']}"
         self.backend = "cpu"  # settled when the model's GEMMs are planned (gemms())
         self.folder = Path("results") / cfg["run"] / "tune" / entry["name"]
 
+    def _variants(self, settings: dict) -> dict[str, dict]:
+        """The compiler's build under tune.settings: a label (`compiler[neuron.optlevel=1]`) per combination
+        of the listed values other than the config's own (the default, measured anyway), each validated
+        as a config before any trial runs."""
+        own = {}
+        for key in settings:
+            own[key] = driver.config_setting(self.cfg, key)
+            if own[key] is None:
+                raise UserError(f"{self.where}.settings names {key}, which is no key of the config; fix it.")
+        out = {}
+        for values in itertools.product(*settings.values()):
+            chosen = dict(zip(settings, values))
+            if chosen != own:
+                label = f"{COMPILER}[{', '.join(f'{k}={v}' for k, v in chosen.items())}]"
+                out[label] = chosen
+                schema.validate(self.compiler_config(chosen), source=f"{self.where}.settings ({label})")
+        return out
+
     # ------------------------------------------------------------------ the shapes and their defaults
-    def defaults_config(self) -> dict:
-        """The model's GEMMs alone as a sweep (layers off): each shape's compiler build, in the tune's run."""
+    def compiler_config(self, settings: dict | None = None) -> dict:
+        """The model's GEMMs alone as a sweep (layers off): each shape's compiler build, in the tune's run
+        (the default), or with `settings` in a run named by their hash."""
         model = {k: v for k, v in self.entry.items() if k != "tune"} | {"layers": False}
-        cfg = {k: v for k, v in self.cfg.items() if k != "search"}
-        return {**cfg, "run": self.run, "suites": {"model": [model]}}
+        cfg = copy.deepcopy({k: v for k, v in self.cfg.items() if k != "search"})
+        run = self.run
+        for key, value in (settings or {}).items():
+            driver.set_setting(cfg, key, value)
+        if settings:
+            run = f"{self.run}-{hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]}"
+        return {**cfg, "run": run, "suites": {"model": [model]}}
+
+    def defaults_config(self) -> dict:
+        """The default's sweep (compiler_config without settings)."""
+        return self.compiler_config()
 
     def gemms(self) -> pd.DataFrame:
         """Every GEMM of every forward (phase, batch, seq, dtype): its module, m, k, n, count and workload id,
@@ -207,13 +249,14 @@ class Tune:
         out["shape"] = [shape_id(r.m, r.k, r.n, r.dtype) for r in out.itertuples()]
         return out
 
-    def measure_defaults(self, gemms: pd.DataFrame) -> pd.DataFrame:
-        """Each shape's compiler build measured (one Snakemake call for all): defaults.csv. Called on every
-        run, resumed or not: Snakemake reruns what a changed setting touches and nothing else."""
-        path = self.folder / "defaults.csv"
-        summary, _ = driver.snakemake_round(
-            self.defaults_config(), self.folder / "rounds", "defaults", self.cores, self._snakefile()
-        )
+    def measure_defaults(self, gemms: pd.DataFrame, settings: dict | None = None) -> pd.DataFrame:
+        """Each shape's compiler build measured (one Snakemake call for all): defaults.csv, or with
+        `settings` settings/<run>.csv. Called on every run, resumed or not: Snakemake reruns what a
+        changed setting touches and nothing else."""
+        cfg = self.compiler_config(settings)
+        name = "defaults" if not settings else cfg["run"]
+        path = self.folder / ("defaults.csv" if not settings else f"settings/{cfg['run']}.csv")
+        summary, _ = driver.snakemake_round(cfg, self.folder / "rounds", name, self.cores, self._snakefile())
         by_wid = summary.drop_duplicates("workload_id").set_index("workload_id")
         rows = []
         for shape, group in gemms.groupby("shape", sort=False):
@@ -224,6 +267,7 @@ class Tune:
                 {
                     "shape": shape,
                     **{k: first[k] for k in ("m", "k", "n", "dtype", "workload_id")},
+                    "run": cfg["run"],
                     "status": status,
                     "reason": first["unsupported"] or ("" if got is None else _text(got.get("reason"))),
                     "latency_median_s": finite_number(got["latency_median_s"])
@@ -232,10 +276,16 @@ class Tune:
                 }
             )
         out = pd.DataFrame(rows)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(path) as tmp:
             out.to_csv(tmp, index=False)
         return out
+
+    def measure_variants(self, gemms: pd.DataFrame, hooks=None) -> dict[str, pd.DataFrame]:
+        """Each setting's compiler builds (as measure_defaults: one Snakemake call a combination), by label."""
+        if hooks is not None:
+            return {label: hooks(label, gemms) for label in self.variants}
+        return {label: self.measure_defaults(gemms, settings) for label, settings in self.variants.items()}
 
     def order(self, gemms: pd.DataFrame, defaults: pd.DataFrame) -> pd.DataFrame:
         """The measured shapes, the most model time first (count over every forward x default latency)."""
@@ -269,6 +319,12 @@ class Tune:
         search.folder = self.folder / "shapes" / str(shape["shape"]) / f"{name}-{digest}"
         search.trials_csv = search.folder / "trials.csv"
         return search
+
+    def code_of(self, name: str) -> str:
+        """What a candidate's verdict is kept for: a custom candidate's code digest, a setting's values."""
+        if name in self.variants:
+            return hashlib.sha256(json.dumps(self.variants[name], sort_keys=True).encode()).hexdigest()[:8]
+        return self.digests()[name]
 
     def digests(self) -> dict[str, str]:
         """Each custom candidate's code (its function's and NKI kernel's files) as a short hash: its searches'
@@ -376,11 +432,13 @@ class Tune:
             self.calls = len(list((self.folder / "rounds").glob("call-*.yaml")))
             t0 = time.monotonic()
             defaults = self.measure_defaults(gemms) if hooks is None else hooks("defaults", gemms)
+            variants = self.measure_variants(gemms, hooks)
             state.setdefault("defaults_s", time.monotonic() - t0)
             if self.wall_s is not None and state["defaults_s"] > float(self.wall_s):
                 raise UserError(
-                    f"{self.where}.budget.wall_seconds is {self.wall_s}, less than measuring each shape's default "
-                    f"once took ({state['defaults_s']:.0f} s); raise it."
+                    f"{self.where}.budget.wall_seconds is {self.wall_s}, less than measuring each shape's compiler "
+                    f"build{' under each setting' if self.variants else ''} once took ({state['defaults_s']:.0f} s); "
+                    "raise it."
                 )
             ordered = self.order(gemms, defaults)
             todo = (
@@ -409,7 +467,7 @@ class Tune:
                 state["shapes"].update({sid: {"candidates": c, "code": self.digests()} for sid, c in found.items()})
                 self._save(state)
                 say(f"tune {self.entry['name']}: {len(state['shapes'])} of {len(ordered)} shapes searched")
-            table = self.dispatch(gemms, defaults, state, judge, rounds, say)
+            table = self.dispatch(gemms, defaults, variants, state, judge, rounds, say)
             gain = self.gain(gemms, table)
             self.write(table, gain)
         return {"dispatch": table, "gain": gain}
@@ -423,7 +481,14 @@ class Tune:
 
     # ------------------------------------------------------------------ the table
     def dispatch(
-        self, gemms: pd.DataFrame, defaults: pd.DataFrame, state: dict, judge, rounds: int, say
+        self,
+        gemms: pd.DataFrame,
+        defaults: pd.DataFrame,
+        variants: dict[str, pd.DataFrame],
+        state: dict,
+        judge,
+        rounds: int,
+        say,
     ) -> pd.DataFrame:
         """One row per shape: the winner, its median and the default's, the speed-up judged on fresh processes."""
         counts = gemms.groupby("shape")["count"].sum()
@@ -437,16 +502,20 @@ class Tune:
                 "count": int(counts[sid]),
                 "gemms": modules[sid],
                 "default_median_s": finite_number(d["latency_median_s"]),
+                "run": d.get("run", self.run),
                 "default_workload_id": d["workload_id"],
             }
             searched = state["shapes"].get(sid)
             if d["status"] != "ok":
                 rows.append(row | {"winner": None, "verdict": f"default not measured ({d['status']}: {d['reason']})"})
                 continue
-            if searched is None:
-                rows.append(row | {"winner": COMPILER, "verdict": "not searched (budget)" if self.customs else ""})
+            found = {label: _variant_at(v, sid, self.variants[label]) for label, v in variants.items()}
+            if searched is None and self.customs:
+                found |= {name: {"status": "skipped", "reason": "not searched (budget)"} for name in self.customs}
+            found |= (searched or {}).get("candidates", {})
+            if not found:
+                rows.append(row | {"winner": COMPILER, "verdict": ""})
                 continue
-            found = searched["candidates"]
             row["trials"] = 1 + sum(int(c.get("trials", 0)) for c in found.values())
             row["candidates_out"] = "; ".join(
                 f"{name}: {c['reason']}" for name, c in found.items() if c["status"] != "ok"
@@ -454,7 +523,10 @@ class Tune:
             ok = {name: c for name, c in found.items() if c["status"] == "ok"}
             best = min(ok.items(), key=lambda kv: kv[1]["median_s"], default=None)
             if best is None:
-                rows.append(row | {"winner": COMPILER, "verdict": "no candidate ran correctly here (candidates_out)"})
+                said = "no candidate ran correctly here (candidates_out)"
+                if searched is None and not self.variants:
+                    said = "not searched (budget)"
+                rows.append(row | {"winner": COMPILER, "verdict": said})
                 continue
             if best[1]["median_s"] >= row["default_median_s"]:
                 rows.append(row | {"winner": COMPILER, "verdict": "the compiler's build was the fastest measured"})
@@ -466,17 +538,18 @@ class Tune:
                     "winner": name,
                     "params": json.dumps(c["params"], sort_keys=True),
                     "winner_median_s": c["median_s"],
+                    "winner_run": c.get("run", self.run),
                     "winner_workload_id": c["workload_id"],
-                    **self._correctness(c["workload_id"]),
+                    **self._correctness(c.get("run", self.run), c["workload_id"]),
                 }
             )
         table = pd.DataFrame(rows)
         self._judge(table, judge, rounds, say)
         return table
 
-    def _correctness(self, wid: str) -> dict:
+    def _correctness(self, run: str, wid: str) -> dict:
         """The winner's output against the float64 reference (its case's metrics.json), as the sweep checks it."""
-        path = layout.workload_dir(Path("results") / self.run, self.backend, wid) / "metrics.json"
+        path = layout.workload_dir(Path("results") / run, self.backend, wid) / "metrics.json"
         try:
             metrics = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -497,7 +570,7 @@ class Tune:
         path = self.folder / "judged.json"
         record = json.loads(path.read_text()) if path.is_file() else {}
         key = {
-            i: f"{r['shape']}|{r['winner_workload_id']}|{self.digests()[r['winner']]}{self._stored_evidence(r)}"
+            i: f"{r['shape']}|{r['winner_workload_id']}|{self.code_of(r['winner'])}{self._stored_evidence(r)}"
             for i, r in contenders.iterrows()
         }
         todo = [i for i in contenders.index if key[i] not in record]
@@ -536,32 +609,28 @@ class Tune:
         two builds again for its verdict: the code's digest is its evidence."""
         if self.backend == "cpu":
             return ""
-        runs = Path("results") / self.run
         h = hashlib.sha256()
-        for col in PAIR:
+        for case in self._cases(row):
             with contextlib.suppress(OSError):  # no capture: no timing either, which the verdict says
-                h.update((layout.workload_dir(runs, self.backend, row[col]) / "capture" / "capture.json").read_bytes())
+                h.update((case / "capture" / "capture.json").read_bytes())
         return "|" + h.hexdigest()[:8]
+
+    def _cases(self, row: pd.Series) -> tuple[Path, Path]:
+        """The folders of a verdict's two cases: the compiler's default build, the winner's."""
+        a, b = (layout.workload_dir(Path("results") / str(row[run]), self.backend, str(row[wid])) for run, wid in PAIR)
+        return a, b
 
     def _stored_pairs(self, rows: pd.DataFrame) -> list[tuple]:
         """(default, winner) as their captures stored them (store/records.timing): the rounds in processes
         where the backend timed them so, else one process's samples, or None for a device time alone."""
-        runs = Path("results") / self.run
-        return [
-            tuple(records.timing(layout.workload_dir(runs, self.backend, r[col])) for col in PAIR)
-            for _, r in rows.iterrows()
-        ]
+        return [tuple(records.timing(case) for case in self._cases(r)) for _, r in rows.iterrows()]
 
     def _timed_pairs(self, rows: pd.DataFrame, rounds: int, say) -> list[tuple]:
         """(default, winner) Timings per shape: both programs in every fresh process, in alternation."""
-        runs = Path("results") / self.run
-        groups = [
-            {
-                f"default:{r['shape']}": layout.workload_dir(runs, "cpu", r["default_workload_id"]) / "build",
-                f"winner:{r['shape']}": layout.workload_dir(runs, "cpu", r["winner_workload_id"]) / "build",
-            }
-            for _, r in rows.iterrows()
-        ]
+        groups = []
+        for _, r in rows.iterrows():
+            default, winner = self._cases(r)
+            groups.append({f"default:{r['shape']}": default / "build", f"winner:{r['shape']}": winner / "build"})
         timed = interleave.time_together(groups, rounds, seed=self.seed, say=say)
         return [(timed[f"default:{s}"], timed[f"winner:{s}"]) for s in rows["shape"]]
 
@@ -610,12 +679,14 @@ class Tune:
         for _, r in table.sort_values("m").iterrows():
             ships = r.get("ships") or COMPILER
             params = json.loads(r["params"]) if ships != COMPILER and isinstance(r.get("params"), str) else {}
+            settings = self.variants.get(ships, {})
             shapes.setdefault(f"{r['dtype']}:{int(r['k'])}x{int(r['n'])}", []).append(
                 {
                     "m": int(r["m"]),
-                    "candidate": ships,
+                    "candidate": COMPILER if settings else ships,
                     "function": functions.get(ships),
-                    "params": params,
+                    "params": {} if settings else params,
+                    "settings": settings,
                     "speedup": finite_number(r.get("speedup")) if ships != COMPILER else 1.0,
                 }
             )
@@ -631,7 +702,10 @@ class Tune:
         measured = pd.read_csv(defaults)
         state = self._state()
         ok = int((measured["status"] == "ok").sum())
-        lines.append(f"shapes: {len(state['shapes'])} of {ok} searched, {ok - len(state['shapes'])} left")
+        if self.customs:
+            lines.append(f"shapes: {len(state['shapes'])} of {ok} searched, {ok - len(state['shapes'])} left")
+        if self.variants:
+            lines.append(f"settings: {', '.join(self.variants)}, each measured at every shape with the defaults")
         gain = self.folder / "gain.csv"
         if gain.is_file():
             for r in pd.read_csv(gain).itertuples():
@@ -641,6 +715,24 @@ class Tune:
                         f"{r.gemm_tuned_s * 1e3:.3g} ms ({r.saving_pct:.1f} % saved)"
                     )
         return lines
+
+
+def _variant_at(measured: pd.DataFrame, sid: str, settings: dict) -> dict:
+    """A setting's compiler build at one shape, as a candidate's best trial (or why it has none)."""
+    row = measured[measured["shape"] == sid]
+    if row.empty:
+        return {"status": "failed", "reason": "not measured", "trials": 0}
+    got = row.iloc[0]
+    if got["status"] != "ok" or finite_number(got["latency_median_s"]) is None:
+        return {"status": "failed", "reason": f"{got['status']}: {_text(got.get('reason'))}", "trials": 1}
+    return {
+        "status": "ok",
+        "params": settings,
+        "median_s": float(got["latency_median_s"]),
+        "workload_id": str(got["workload_id"]),
+        "run": str(got["run"]),
+        "trials": 1,
+    }
 
 
 def _projected(forward: pd.DataFrame | None, row: dict) -> dict:
