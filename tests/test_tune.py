@@ -203,6 +203,9 @@ def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch):
     assert both.trials_per_shape - len(both.variants) == 3
     assert both.compiler_config(both.variants["compiler[neuron.optlevel=1]"])["neuron"] == {"optlevel": 1}
     assert both.compiler_config()["run"] == "t-tune-toy" != both.compiler_config({"neuron.optlevel": 1})["run"]
+    # a key whose value is null (auto_cast's default) is a key: null is the default, the other value a candidate
+    nulls = make(tmp_path, monkeypatch, candidates=("compiler",), settings={"neuron.auto_cast": [None, "matmult"]})
+    assert list(nulls.variants) == ["compiler[neuron.auto_cast=matmult]"]
 
 
 def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch):

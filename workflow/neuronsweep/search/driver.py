@@ -608,7 +608,7 @@ class SettingsSearch(Search):
         default = dict(block.get("default") or {})
         for key, values in block["space"].items():
             here = config_setting(self.cfg, key)
-            if here is None:
+            if here is NO_KEY:
                 raise UserError(f"{where}: search.space names {key}, which is no key of the config; fix it.")
             if key not in default:
                 if here not in values:
@@ -849,9 +849,12 @@ def load(config_path: str, name: str | None, cores: int | None = None, snakefile
     return KINDS[kind](cfg, entry, config_path, cores, snakefile)
 
 
+NO_KEY = object()  # config_setting's answer for a key neither the config nor its schema has
+
+
 def config_setting(cfg: dict, dotted: str):
     """A dotted run-level key's value: the config's, else the schema's default for a key it leaves out
-    (suites.matmul.nki_tile.n), else None (no such key)."""
+    (suites.matmul.nki_tile.n; None where that default is null, as neuron.auto_cast's), else NO_KEY."""
     node = cfg
     try:
         for part in dotted.split("."):
@@ -862,7 +865,7 @@ def config_setting(cfg: dict, dotted: str):
     try:
         return schema.schema_default(dotted)
     except (KeyError, TypeError):
-        return None
+        return NO_KEY
 
 
 def set_setting(cfg: dict, dotted: str, value) -> None:

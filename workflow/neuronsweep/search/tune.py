@@ -202,7 +202,7 @@ class Tune:
         own = {}
         for key in settings:
             own[key] = driver.config_setting(self.cfg, key)
-            if own[key] is None:
+            if own[key] is driver.NO_KEY:
                 raise UserError(f"{self.where}.settings names {key}, which is no key of the config; fix it.")
         out = {}
         for values in itertools.product(*settings.values()):
