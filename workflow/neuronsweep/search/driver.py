@@ -621,8 +621,7 @@ class SettingsSearch(Search):
 
     def run_of(self, params: dict) -> str:
         """A run a trial, named by a hash of its settings (a setting may be any text)."""
-        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{self.run}-{digest}"
+        return f"{self.run}-{settings_digest(params)}"
 
     def trial_config(self, params: dict) -> dict:
         """A run-level trial's config: the user's with the trial's settings, only the searched suites."""
@@ -866,6 +865,11 @@ def config_setting(cfg: dict, dotted: str):
         return schema.schema_default(dotted)
     except (KeyError, TypeError):
         return NO_KEY
+
+
+def settings_digest(settings: dict) -> str:
+    """A short hash of run-level settings: the name of the run that measures them (a setting may be any text)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def set_setting(cfg: dict, dotted: str, value) -> None:

@@ -219,21 +219,15 @@ class Tune:
         (the default), or with `settings` in a run named by their hash."""
         model = {k: v for k, v in self.entry.items() if k != "tune"} | {"layers": False}
         cfg = copy.deepcopy({k: v for k, v in self.cfg.items() if k != "search"})
-        run = self.run
         for key, value in (settings or {}).items():
             driver.set_setting(cfg, key, value)
-        if settings:
-            run = f"{self.run}-{hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]}"
+        run = f"{self.run}-{driver.settings_digest(settings)}" if settings else self.run
         return {**cfg, "run": run, "suites": {"model": [model]}}
-
-    def defaults_config(self) -> dict:
-        """The default's sweep (compiler_config without settings)."""
-        return self.compiler_config()
 
     def gemms(self) -> pd.DataFrame:
         """Every GEMM of every forward (phase, batch, seq, dtype): its module, m, k, n, count and workload id,
         as the model suite plans them; `unsupported` holds a reason where this backend cannot run it."""
-        setup = settle_run(schema.validate(self.defaults_config(), source=self.where))
+        setup = settle_run(schema.validate(self.compiler_config(), source=self.where))
         rows = [
             {
                 **{k: sc.labels[k] for k in ("gemm", "m", "k", "n", "count", *GROUP)},
@@ -323,7 +317,7 @@ class Tune:
     def code_of(self, name: str) -> str:
         """What a candidate's verdict is kept for: a custom candidate's code digest, a setting's values."""
         if name in self.variants:
-            return hashlib.sha256(json.dumps(self.variants[name], sort_keys=True).encode()).hexdigest()[:8]
+            return driver.settings_digest(self.variants[name])
         return self.digests()[name]
 
     def digests(self) -> dict[str, str]:
