@@ -106,11 +106,25 @@ RUNS_SNAKEMAKE = ("snakemake(", "snakemake_argv(", '"snakemake"')
 PROBES_TORCH = ("tiny_config(", "private_cache(", "host_measurements(")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        help="also run the tests marked slow (the long end-to-end runs; CI runs them with `pytest --slow -m slow`)",
+    )
+
+
+def pytest_report_header(config):
+    if not config.getoption("--slow"):
+        return "tests marked slow (the long end-to-end runs) are deselected: `pytest --slow` runs them too"
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that runs the real workflow, itself or through a fixture, carries
     `@pytest.mark.workflow` (the inner loop, `pytest -m "not workflow"`, is everything else), and every
     other test that probes the host's torch (tiny_config does) carries `@pytest.mark.torch` (.ci/run's
-    Python 3.12/3.13 venvs have no torch and skip both): an unmarked one stops the collection, named."""
+    Python 3.12/3.13 venvs have no torch and skip both): an unmarked one stops the collection, named.
+    Tests marked `slow` are deselected unless `--slow` is given, after those checks (so they cover them too)."""
     unmarked, untorched = [], []
     for item in items:
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
@@ -129,6 +143,10 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"these tests probe the host's torch but are not marked @pytest.mark.torch: {', '.join(untorched)}"
         )
+    if not config.getoption("--slow"):
+        long = [item for item in items if item.get_closest_marker("slow")]
+        config.hook.pytest_deselected(items=long)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
     items[:] = spread_longest(items, getattr(config, "workerinput", {}).get("workercount", 1))
 
 

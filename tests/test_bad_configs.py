@@ -105,6 +105,7 @@ def snakemake_sample() -> list[str]:
     return sorted(set(WIRED) | set(own))
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_refused_by_snakemake_before_any_job(tmp_path):
     """`snakemake -n` on a file of each kind, two at a time (each is a Snakemake start-up)."""

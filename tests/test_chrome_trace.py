@@ -95,6 +95,7 @@ def traces(draw):
     return [events[i] for i in order], dict(expect), stamps, flows, counters, instants
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trace=traces(), gz=st.booleans(), chunk=st.sampled_from([3, 17, None]))
 def test_every_stamp_count_and_duration_survives_to_the_nanosecond(trace, gz, chunk, tmp_path_factory):

@@ -59,6 +59,7 @@ def test_knee_is_where_busbw_reaches_half_its_best():
     assert knee_bytes(climbing) is None and knee_bytes(rows.assign(busbw_bytes_per_s=None)) is None
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_gloo_sweep_of_4_ranks(tmp_path):
     """Both kinds of busbw factor (all_reduce 2(n-1)/n, reduce_scatter (n-1)/n) at n = 4, more ranks than

@@ -203,6 +203,7 @@ def test_a_negative_minimum_effect_is_one_sentence_for_compare_and_history(tmp_p
         assert proc.returncode == 2 and "--min-effect is '-1'; give a percentage of 0 or more" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_interleaved_judges_both_programs_timed_again_in_turns_not_the_stored_timings(finished_run, tmp_path):
     """--interleaved N: both runs' programs timed again here, N fresh processes a side. B's stored

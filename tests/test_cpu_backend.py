@@ -24,6 +24,7 @@ def ns(*args, check=True):
     return subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, check=check)
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the stages' real commands (torch builds and captures)
 def test_stages_by_hand_with_cache_reuse_across_result_folders(tmp_path):
     cache = tmp_path / "cache"
@@ -130,6 +131,7 @@ def test_stage_errors_name_the_case_and_the_fix(tmp_path):
     assert proc.returncode == 2 and "--spec is not valid JSON" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the stages' real commands (torch builds and captures)
 def test_unexpected_failure_still_ends_in_one_sentence_naming_the_case(tmp_path):
     wdir = tmp_path / "matmul-m24-k40-n8-bf16"
@@ -148,6 +150,7 @@ def test_unexpected_failure_still_ends_in_one_sentence_naming_the_case(tmp_path)
     assert "Traceback" in proc.stderr  # the details stay in the log above the sentence
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the stages' real commands (torch builds and captures)
 def test_a_corrupt_cache_entry_is_reported_discarded_and_rebuilt(tmp_path):
     cache = tmp_path / "cache"

@@ -61,6 +61,7 @@ def _whole(root: Path) -> list[str]:
     return broken
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_killed_at_every_stage_then_unlock_and_rerun(tmp_path, finished_run):
     cfg = tiny_config(tmp_path)

@@ -71,6 +71,7 @@ def config(tmp: Path, entries: list[dict], calibrated: bool = True) -> dict:
     return schema.validate(cfg, base=tmp)
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds(tmp_path):
     work = tmp_path / "work"
@@ -148,6 +149,7 @@ def test_expressions_are_parsed_never_evaluated_as_python():
         expressions.evaluate("m // (k - k)", {"m": 1, "k": 2})
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs a stage's real command (a neuron build on the TorchNeuron stand-in)
 @pytest.mark.torch
 def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself(tmp_path):
@@ -210,6 +212,7 @@ def scaled_kernel(lhsT, rhs, tile_n=512):  # a plain function: neuron-sweep puts
 """
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_a_users_nki_kernel_is_built_captured_and_checked_against_their_function(tmp_path):
     """The shipped example pair (config/examples/kernels/matmul_t*.py), copied outside the repository, on the

@@ -27,6 +27,7 @@ CONTRACTS = (
 NEW_LINES = ("users-kernel: keyword params", "nki: NKI on trn2", "users-kernel: NKI on trn2")
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the real workflow on the stand-in (conftest.field_test)
 def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     """One NKI kernel miscompiled (STANDIN_NKI_WRONG: 10 % off) fails its correctness line and the exit

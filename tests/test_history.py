@@ -38,6 +38,7 @@ def test_a_finished_sweep_is_in_the_history_and_its_report_links_it(finished_run
     assert '<a href="../history/history.html">history</a>' in (finished_run / RUN / "report.html").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_four_runs_with_a_planted_step_show_that_step_and_the_gate_judges_the_newest(finished_run, tmp_path):
     wid = pd.read_csv(finished_run / RUN / "summary.csv")["workload_id"].iloc[0]

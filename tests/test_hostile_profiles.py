@@ -228,6 +228,7 @@ def test_the_kinds_a_held_out_corpus_found_are_read_or_refused_in_one_sentence(k
     assert judge(fmt, tmp_path / name, tmp_path / "out") == (expected, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["chrome", "legacy", "summary", "pftrace", "parquet"])
 def test_damaged_profiles_are_read_or_refused_in_one_sentence(fmt, corpus, tmp_path):
     rng = random.Random(f"{fmt}-29")

@@ -106,6 +106,7 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
         _layer_scenarios({"name": "m"}, "sha", "balanced", {"layers": []}, "fp32")
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 @pytest.mark.torch
 def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp_path):
@@ -155,6 +156,7 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     assert "model moe: the whole forward" in page and "isolation gap" in page
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # the build stage's own command in a child, as the workflow runs it
 @pytest.mark.torch
 def test_the_torchneuron_standin_builds_the_head(tmp_path):

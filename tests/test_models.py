@@ -50,6 +50,7 @@ def test_a_tiny_gqa_models_gemms_are_the_hand_computed_ones():
     assert decode["lm_head", "linear1"] == (b, h, vocab, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_model_gemms_share_builds_with_the_matmul_suite_and_a_bad_config_is_one_sentence(tmp_path):
     cfg = tiny_config(
@@ -164,6 +165,7 @@ def test_moe_models_of_three_families_plan_each_experts_gemms_under_the_policy(t
     assert not any(which.startswith("gate_up.t0") for _, which in deepseek)  # an expert with no token: no GEMM
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_a_routing_policy_the_model_cannot_have_is_one_sentence_before_any_job(tmp_path):
     counts = tmp_path / "counts.json"

@@ -140,6 +140,7 @@ def test_multi_case_sweep_on_neuron(neuron_run):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_oom_then_single_io_retry_and_a_case_failing_for_good_keeps_the_rest(tmp_path):
     """One sweep, two faults: the first case's captures always fail, the second's run out of device memory

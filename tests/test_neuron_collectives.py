@@ -224,6 +224,7 @@ def test_nccom_test_table_is_read_as_documented(tmp_path, monkeypatch):
     assert missing["result"] is None and "not installed" in missing["why"]
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_nccom_test(tmp_path):
     """torch-xla collectives under torchrun, a NeuronCore per rank: the NEFF of the collective attributed

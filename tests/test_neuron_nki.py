@@ -20,6 +20,7 @@ def nki_config(tmp: Path) -> dict:
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(tmp_path):
     """Also: a kernel whose output is wrong (the stand-in's matmuls 10 % off, a miscompile) is measured,
@@ -51,6 +52,7 @@ def test_nki_kernel_build_saves_inputs_by_argument_name_and_capture_feeds_them(t
     assert build["nki_api"] == "nki" and build["correctness"]["max_rel_error"] == pytest.approx(0.1, rel=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_rounds_in_processes_on_neuron_make_its_timings_judgeable(tmp_path):
     """capture.rounds_in_processes on neuron: the TorchNeuron build's rounds each a run of the timing

@@ -50,6 +50,7 @@ def test_every_import_of_the_package_is_a_declared_dependency():
     assert "snakemake" not in third_party_imports()
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # builds a wheel and installs it in a venv
 def test_a_built_wheel_plans_a_config_outside_the_source_tree(tmp_path):
     src = tmp_path / "src"  # build from a copy: setuptools leaves build/ in the tree it builds

@@ -107,6 +107,7 @@ def test_a_bad_search_block_is_one_sentence(tmp_path, monkeypatch, block, said):
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 @pytest.mark.torch
 def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_again(tmp_path):
@@ -190,6 +191,7 @@ def test_halving_screens_the_budget_and_measures_the_best_third_and_the_default_
     assert best["winner"] == best3[0] and best["trials"] == 9  # a screened time never wins on its own
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 def test_an_nki_kernels_tile_size_is_searched_against_the_neuron_standins(tmp_path):
     """The shipped NKI kernel (config/examples/kernels/matmul_t_nki.py) on the trn2 stand-in of SDK 2.33:
@@ -369,6 +371,7 @@ def search_on_standins(tmp_path: Path, cfg: dict, standins: dict) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path):
     """Every optlevel a run of its own on the stand-in, each build compiled with its own flag; the winner's
@@ -393,6 +396,7 @@ def test_the_compilers_optlevel_is_searched_against_the_neuron_standins(tmp_path
     assert "one process a case" in best["evidence"]
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the workflow through the search driver's own Snakemake calls
 def test_the_builtin_nki_matmuls_tile_size_is_searched_against_the_neuron_standins(tmp_path):
     """A built-in kind's parameter: the NKI matmul's N tile (suites.matmul.nki_tile.n, not in the config:

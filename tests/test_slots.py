@@ -97,6 +97,7 @@ def _four_cases(tmp_path: Path, run: str, slots_setting, neff_cache: Path) -> di
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_four_captures_on_two_slots_run_side_by_side_each_pinned_to_its_chip(tmp_path, neff_cache):
     env = standin_env(tmp_path, STANDIN_DEVICES="2", STANDIN_EXEC_SECONDS="3")
@@ -113,6 +114,7 @@ def test_four_captures_on_two_slots_run_side_by_side_each_pinned_to_its_chip(tmp
     assert "Available:0" not in text and "Invalid NEURON_RT_VISIBLE_CORES" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_two_snakemake_processes_never_share_a_core(tmp_path, neff_cache):
     """Each process thinks it has 4 slots (neuron_device 4); they share the machine's 4 chips through

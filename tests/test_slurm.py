@@ -45,6 +45,7 @@ def _rows(work: Path, m: int) -> list[tuple]:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_the_sweep_through_slurm_matches_a_local_run(tmp_path, cluster, finished_run):
     slurm_env, state = cluster

@@ -181,6 +181,7 @@ def test_every_suite_end_to_end_on_cpu(tmp_path):
     assert set(targets["target"]) == {"trn1", "inf2", "trn2", "trn3"} and len(targets) == 4 * 8
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_every_suite_builds_on_neuron_against_the_standin(tmp_path):
     """Every suite on the torch-xla route of an inf2 (the stand-in's default machine), target and route

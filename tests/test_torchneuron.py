@@ -251,6 +251,7 @@ def neff_header(path) -> dict:
 SPEC = {"kind": "matmul", "m": 32, "k": 64, "n": 16, "dtype": "fp32"}
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
 def test_each_build_compiles_in_a_neff_cache_of_its_own_since_torchneurons_key_ignores_the_flags(tmp_path):
     o2 = build(tmp_path, SPEC, "o2")
@@ -298,6 +299,7 @@ def test_a_graph_that_compiles_again_on_the_second_call_is_flagged(tmp_path):
     assert record["recompiled_on_second_call"] and "recompiled on a repeated call" in record["recompilation_flag"]
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # runs the stages' real commands (TorchNeuron builds and captures)
 @pytest.mark.parametrize("model_trace", ["0", "1"])
 def test_a_neff_the_profiler_refuses_is_profiled_by_the_runtimes_inspect_mode(tmp_path, model_trace):
@@ -382,6 +384,7 @@ def sweep_config(tmp: Path, route: str) -> dict:
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 @pytest.mark.parametrize("route, knobs", [("torchneuron", "trn2")])  # xla on inf2: test_suites' every-suite sweep
 def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
@@ -400,6 +403,7 @@ def test_smoke_and_llm_buckets_sweeps_on_each_route(tmp_path, route, knobs):
     assert plan["neuron_setup"]["route"].startswith(f"neuron.route auto -> {route}")
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_collectives_on_torchneuron_run_a_rank_per_core_of_the_slot_and_are_profiled_both_ways(tmp_path, field_test):
     """torch.distributed backend `neuron` under torchrun: every rank on its own core of the slot (the

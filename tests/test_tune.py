@@ -332,6 +332,7 @@ def test_a_dispatch_table_of_another_format_is_refused_in_one_sentence(tmp_path)
         dispatch.load(tmp_path / "missing.json")
 
 
+@pytest.mark.slow
 @pytest.mark.workflow  # the tune's rounds are Snakemake calls of its own
 @pytest.mark.torch
 def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):

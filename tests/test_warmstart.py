@@ -95,6 +95,7 @@ def job_env(tmp_path: Path, server: str | None, cache: str = "cache", **extra: s
     return env
 
 
+@pytest.mark.slow
 def test_a_stage_runs_in_a_child_of_the_server_with_the_outcome_it_has_alone(tmp_path, server):
     argv = build_argv(tmp_path, tmp_path / "warm")
     warm = subprocess.run(argv, env=job_env(tmp_path, server), capture_output=True, text=True, timeout=120)
@@ -122,6 +123,7 @@ def test_a_stage_runs_in_a_child_of_the_server_with_the_outcome_it_has_alone(tmp
     assert failed[0].stderr.splitlines()[-1] == failed[1].stderr.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_job_with_other_import_time_settings_runs_on_its_own(tmp_path, server):
     argv = build_argv(tmp_path, tmp_path / "b")
     proc = subprocess.Popen(

@@ -113,6 +113,7 @@ def test_host_settings_reach_the_jobs_and_rerun_no_case(run_copy):
     assert capture["command"].startswith("NEURONSWEEP_HOST=")
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
     """A damaged artifact (Snakemake judges files by time, so it looks up to date) fails its capture with
@@ -148,6 +149,7 @@ def test_failed_capture_keeps_the_other_cases_and_the_advice_works(tmp_path):
     assert not list(workload(tmp_path, bad).glob("logs/*.error.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_two_runs_at_once_share_the_cache_and_never_capture_together(tmp_path):
     """Two Snakemake processes in one folder, runs r1 and r2 of the same cases, each with a core to spare
