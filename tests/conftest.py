@@ -187,7 +187,7 @@ LONGEST = (
     "test_torchneuron.py::test_a_neff_the_profiler_refuses",
     "test_collectives.py::test_gloo_sweep",
     "test_custom.py::test_a_users_function_is_swept",
-    "test_model_layers.py::test_the_torchneuron_standin_builds_the_head",
+    "test_model_layers.py::test_the_torchneuron_standin_builds",
     "test_custom.py::test_a_users_nki_kernel",
     "test_workflow_semantics.py::test_failed_capture_keeps",
     "test_suites.py::test_every_suite_end_to_end_on_cpu",

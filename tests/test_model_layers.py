@@ -157,33 +157,29 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
 
 
 @pytest.mark.slow
-@pytest.mark.workflow  # the build stage's own command in a child, as the workflow runs it
-@pytest.mark.torch
-def test_the_torchneuron_standin_builds_the_head(tmp_path):
-    """The head through TorchNeuron (the trn2 stand-in of SDK 2.33): the module moved to the neuron device
-    whole, compiled in one graph. A decoder layer is not built on the stand-in: transformers' mask and
-    cache code makes tensors on the device and indexes them, and a device registered from Python alone has
-    no device guard for C++'s indexing ("PyTorch is not linked with support for neuron devices")."""
-    import os
-    import subprocess
+@pytest.mark.workflow
+def test_the_torchneuron_standin_builds_captures_and_extracts_the_layers_and_the_head(tmp_path):
+    """Both kinds of layer and the head through TorchNeuron (the trn2 stand-in of SDK 2.33), at decode with
+    its KV cache: each part moved to the neuron device whole and compiled in one graph, captured, viewed
+    and extracted like any case. transformers' mask, positions and cache make tensors on the device
+    (torch.arange(device=...), torch.tensor([], device=...)) and index them, and its grouped experts count
+    tokens with an integer histc off the CPU: all of it runs on the device as on any PyTorch device. The
+    time is not split by category on neuron: the metrics say so, and the split is null."""
+    from helpers import neuron_config, torchneuron_env
 
-    from helpers import BIN, torchneuron_env
-
-    from neuronsweep.config.settings import HOST_ENV
-
-    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}
-    plan = make_plan(schema.validate(tiny_config(tmp_path, calibrated=False, suites={"model": [entry]})), "cpu")
-    [spec] = [s for w, s in plan.workloads.items() if w.startswith("layer-moe-head-")]
-    env = {
-        **os.environ,
-        **torchneuron_env(tmp_path),
-        HOST_ENV: json.dumps({"cache_dir": str(tmp_path / "cache"), "device_lock": str(tmp_path / "lock")}),
-    }
-    argv = [str(BIN / "neuronsweep"), "build", "--backend", "neuron", "--spec", json.dumps(spec)]
-    proc = subprocess.run(
-        [*argv, "--options", "{}", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    build = json.loads((tmp_path / "b" / "build.json").read_text())
-    assert build["route"] == "torchneuron" and build["correctness"]["correct"] is None
-    assert build["correctness"]["correct_why"] == "no NumPy reference for layer workloads"
+    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["decode"]}
+    cfg = neuron_config(tmp_path, suites={"model": [entry]})
+    cfg["neuron"]["route"] = "auto"
+    ids = ["layer-moe-head-decode-b1-s16-fp32", "layer-moe-l0-dense-decode-b1-s16-fp32"]
+    ids.append("layer-moe-l1-moe-decode-b1-s16-balanced-fp32")
+    targets = [f"results/t/neuron/workloads/{w}/metrics.json" for w in ids]
+    snakemake(tmp_path, *targets, config=cfg, env=torchneuron_env(tmp_path))
+    workloads = tmp_path / "results" / "t" / "neuron" / "workloads"
+    for wid in ids:
+        build = json.loads((workloads / wid / "build" / "build.json").read_text())
+        assert build["route"] == "torchneuron" and build["target"] == "trn2", wid
+        assert build["correctness"]["correct_why"] == "no NumPy reference for layer workloads"
+        metrics = json.loads((workloads / wid / "metrics.json").read_text())
+        assert metrics["latency_median_s"] > 0 and metrics["profile_total_time_s"] > 0, wid
+        if "head" not in wid:
+            assert metrics["split_gemm_s"] is None and "does not split" in metrics["notes"]["split_gemm_s"]

@@ -4,10 +4,12 @@ Like the real package it registers a `neuron` device (PyTorch's PrivateUse1, ren
 `torch.neuron` module, and a `neuron` torch.compile backend. Executing on the CPU, the lighter way:
 no C++ extension (PyTorch's open-registration test extension needs a compiler and a build), but a
 wrapper tensor subclass whose `.device` is `neuron:0` and whose data is a host tensor; `Tensor.to`
-learns the `neuron` device, every op on such tensors runs on the host copy. Limits, said plainly:
-`torch.neuron.is_available()` is False (True would send Dynamo to the accelerator's C++ stream API,
-which a Python-only device cannot have), and grad mode must be off on the device (autograd would
-ask C++ for the device's guard). Neither matters to an inference benchmark; both fail loudly.
+learns the `neuron` device, every op on such tensors runs on the host copy. The device has a guard and
+allocates on the host (PyTorch's Python-backend registration, `torch._C._acc`), so tensors made on it,
+as a model's masks and positions are, work too. Limits, said plainly: `torch.neuron.is_available()` is
+False (True would send Dynamo to the accelerator's C++ stream API, which a Python-only device cannot
+have), and grad mode must be off on the device (autograd is not modelled). Neither matters to an
+inference benchmark; both fail loudly.
 
 The compile backend, as the docs and the real cache behave:
 - the compiler's command line is TorchNeuron's own flags, then NEURON_CC_FLAGS appended ("torch.compile on
@@ -113,13 +115,22 @@ class NeuronTensor(torch.Tensor):
         if torch.is_grad_enabled() and any(isinstance(a, NeuronTensor) and a.requires_grad for a in args):
             raise RuntimeError("stand-in neuron device: autograd is not modelled; run under torch.no_grad()")
         to_host = kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cpu"
+        if func is torch.ops.aten.histc.default and not args[0].dtype.is_floating_point:
+            # integer bins, as an accelerator counts them (transformers' grouped experts call it so off the
+            # CPU); the host's histc has floating kernels only: count in float, give the dtype asked
+            host = _unwrap(args[0])
+            return NeuronTensor(func(host.float(), *args[1:], **kwargs).to(host.dtype))
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         if to_host:
             return out
-        return tree_map(lambda x: NeuronTensor(x) if type(x) is torch.Tensor else x, out)
+        return tree_map(lambda x: NeuronTensor(x) if isinstance(x, torch.Tensor) else x, out)  # a fake one too
 
 
 def _unwrap(x):
+    if type(x) is not NeuronTensor and isinstance(x, torch.Tensor) and x.device.type == "neuron":
+        # made on the device while Dynamo traces (a fake tensor: the factory ops above are not called
+        # then), beside a NeuronTensor whose data is the host's: the same tensor, on the host
+        return torch.ops.aten._to_copy.default(x, device="cpu")
     return _host_device(x.host if isinstance(x, NeuronTensor) else x)
 
 
@@ -127,12 +138,32 @@ _host_to = torch.Tensor.to
 
 
 def _to(self, *args, **kwargs):
+    if torch.compiler.is_compiling():
+        return _traced_to(self, *args, **kwargs)
     device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
     if device is not None and device.type == "neuron":
         _claim()
         host = self.host if isinstance(self, NeuronTensor) else self
         return NeuronTensor(_host_to(host, dtype=dtype, copy=True) if dtype is not None else host.detach().clone())
     return _host_to(self, *args, **kwargs)
+
+
+def _traced_to(self, *args, **kwargs):
+    """`Tensor.to` as Dynamo traces it inside a compiled graph (it cannot trace the builtin behind the patch
+    above): the same arguments, as the one op `to` becomes (`aten._to_copy`), or the tensor itself when
+    nothing changes; on the device the graph's op runs on the host data like every other."""
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    for arg in args:
+        if isinstance(arg, torch.dtype):
+            dtype = arg
+        elif isinstance(arg, torch.Tensor):
+            dtype, device = arg.dtype, arg.device
+        elif arg is not None:
+            device = arg
+    device = torch.device(device) if isinstance(device, str) else device
+    if (dtype is None or dtype == self.dtype) and (device is None or device == self.device) and not kwargs.get("copy"):
+        return self
+    return torch.ops.aten._to_copy.default(self, dtype=dtype or self.dtype, device=device or self.device)
 
 
 _host_copy_ = torch.Tensor.copy_
@@ -155,6 +186,55 @@ device_module.device_count = lambda: standin_cores.CORES
 device_module.current_device = lambda: 0
 device_module.synchronize = lambda device=None: None  # execution is synchronous on the host
 torch._register_device_module("neuron", device_module)
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return False  # see the module docstring
+
+    def has_primary_context(self, device_index) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+torch._C._acc.register_python_privateuseone_hook(_Hooks())
+torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+device_module._is_in_bad_fork = lambda: False
+device_module.manual_seed_all = lambda seed: None  # the host's generator makes the data here
+
+# A tensor made on the device (torch.arange(n, device="neuron"), as transformers' masks and positions are):
+# C++ allocates it through these two ops, which a Python-only device answers with a tensor on the host.
+_factories = torch.library.Library("aten", "IMPL")
+_factories.impl(
+    "empty.memory_format",
+    lambda size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None: NeuronTensor(
+        torch.empty(size, dtype=dtype)
+    ),
+    "PrivateUse1",
+)
+
+
+def _copy_from(src, dst, non_blocking=False):
+    """The copy C++ makes from host data into a tensor made on the device (torch.tensor(data, device=...))."""
+    _host_copy_(dst.host, _unwrap(src), non_blocking)
+    return dst
+
+
+_factories.impl("_copy_from", _copy_from, "PrivateUse1")
+_factories.impl(
+    "empty_strided",
+    lambda size, stride, dtype=None, layout=None, device=None, pin_memory=None: NeuronTensor(
+        torch.empty_strided(size, stride, dtype=dtype)
+    ),
+    "PrivateUse1",
+)
 
 
 # ------------------------------------------------------------------------------- the compile backend
