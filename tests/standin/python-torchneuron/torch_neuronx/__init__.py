@@ -199,18 +199,14 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
-class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
-
-
-torch._C._acc.register_python_privateuseone_hook(_Hooks())
-torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+torch._C._acc.register_python_privateuseone_hook(_Hooks())  # PyTorch's dummy hook says available: ours not
+torch._C._acc.register_python_privateuseone_device_guard(torch.utils.backend_registration._DummyDeviceGuard())
 device_module._is_in_bad_fork = lambda: False
 device_module.manual_seed_all = lambda seed: None  # the host's generator makes the data here
 
 # A tensor made on the device (torch.arange(n, device="neuron"), as transformers' masks and positions are):
-# C++ allocates it through these two ops, which a Python-only device answers with a tensor on the host.
+# C++ allocates it through empty/empty_strided and fills it through _copy_from, which a Python-only device
+# answers on the host.
 _factories = torch.library.Library("aten", "IMPL")
 _factories.impl(
     "empty.memory_format",
