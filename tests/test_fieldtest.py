@@ -17,6 +17,7 @@ CONTRACTS = (
     "view perfetto",
     "schema version",
     "parquet columns we read",
+    "framework ops",
     "MFU recomputed = tool's",
     "device time vs framework",
     "correctness",
@@ -49,6 +50,8 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     body = next(line for line in lines if "nki: NKI loop body" in line)  # docs silent on a tile's liveness
     assert body.startswith("SKIP") and "live per partition, of the 229376 and 16384 on trn2" in body, body
     assert by_contract["torchneuron: inspect layout"] == "SKIP"  # the profiler took its NEFF
+    # the docs name no HLO debug variables for TorchNeuron: the stand-in's profile has no framework ops
+    assert by_contract["torchneuron: framework ops"] == "SKIP"
     # the user's NKI kernel of config/examples/kernels, its keyword param passed by name; the stand-in's
     # miscompile is in every NKI matmul, so its output check fails too
     verdict = {c: next(line[:4] for line in lines if line[6:].startswith(c)) for c in NEW_LINES}  # no padding left
@@ -88,3 +91,38 @@ def test_the_nki_loop_body_line_shows_what_a_body_keeps_on_chip_beside_the_targe
     line = nki_body_line("nki", {"spec": spec, "target": "trn3", "correctness": {"correct": True}})
     assert line.verdict == "PASS" and "4608 B of SBUF and 4096 B of PSUM" in line.detail  # 2(128 + 512)2 + 2(512)2
     assert "of the 262144 and 16384 on trn3 (NeuronCore-v4" in line.detail and "the compiler built it" in line.detail
+
+
+def test_the_framework_ops_line_reads_the_table_a_layers_split_needs_and_fails_one_the_build_asked_for(tmp_path):
+    """A profile with a FrameworkInstruction table passes with its split; one without fails where the NEFF was
+    compiled with the HLO debug variables (the docs say it then has one) and is skipped where it was not."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuronsweep.fieldtest import framework_ops_line
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    def db(tables: dict) -> ProfileDB:
+        folder = tmp_path / str(len(list(tmp_path.iterdir()))) / "view" / "parquet"
+        folder.mkdir(parents=True)
+        for name, rows in tables.items():
+            pq.write_table(pa.Table.from_pylist(rows), folder / f"{name}.parquet")
+        loaded = ProfileDB()
+        loaded.load_view(folder.parent, "case")
+        loaded.finish()
+        return loaded
+
+    summary, debug = {"total_time": 1e-6}, {"env": {"XLA_HLO_DEBUG": "1"}}
+    ops = [
+        {"framework_name": "LlamaDecoderLayer[0]/LlamaAttention[0]/Linear[0]/aten.mm", "time_intervals": "[[0, 300]]"},
+        {"framework_name": "LlamaDecoderLayer[0]/LlamaRMSNorm[0]/aten.mul", "time_intervals": "[[300, 400]]"},
+    ]
+    line = framework_ops_line(db({"FrameworkInstruction": ops, "Summary": [summary]}), "xla", debug, summary)
+    assert line.verdict == "PASS" and "2 framework ops" in line.detail
+    assert "'gemm': 0.3, 'norm': 0.1, 'other': 0.6" in line.detail, line.detail
+    bare = db({"Summary": [summary]})
+    assert framework_ops_line(bare, "xla", debug, summary).verdict == "FAIL"
+    assert framework_ops_line(bare, "torchneuron", {"env": {}}, summary).verdict == "SKIP"
+    wrong = [{"framework_name": "L[0]/aten.mm", "time_intervals": "[[0]]"}]
+    line = framework_ops_line(db({"FrameworkInstruction": wrong}), "xla", debug, summary)
+    assert line.verdict == "FAIL" and "unreadable" in line.detail

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from neuronsweep import doctor, kernels
+from neuronsweep.analysis import derived, framework_split
 from neuronsweep.analysis.stats import DEVICE_TIMES
 from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
@@ -99,7 +100,8 @@ def config(work: Path, route: str | None, nki: bool) -> dict:
             "nth_exec": 2,
             "device_lock": str(work / "device.lock"),
         },
-        "neuron": {"route": route or "auto", "json": True, "parquet": True, "pftrace": True},
+        # xla_debug: the NEFF maps its instructions back to framework ops (framework_ops_line)
+        "neuron": {"route": route or "auto", "json": True, "parquet": True, "pftrace": True, "xla_debug": True},
         "suites": suites,
     }
 
@@ -186,6 +188,7 @@ def check_case(case: Path, name: str) -> list[Line]:
         db.finish()
         missing = profile_schema.problems(db, version)
         add(not missing, "parquet columns we read", "; ".join(missing) or ", ".join(sorted(db.tables)))
+        lines.append(framework_ops_line(db, name, build, summary))
     if metrics is None:
         add(False, "extract", (_read(case / "logs" / "extract.error.json") or {}).get("reason", "no metrics.json"))
         return lines
@@ -212,6 +215,30 @@ def check_case(case: Path, name: str) -> list[Line]:
     )
     lines += contract_lines(case, name, build, capture, view)
     return lines
+
+
+def framework_ops_line(db, name: str, build: dict, summary: dict) -> Line:
+    """Whether the profile maps device time to framework ops (parquet FrameworkInstruction), which a layer
+    case's split reads: documented for NEFFs compiled with XLA_IR_DEBUG=1 and XLA_HLO_DEBUG=1 (the torch-xla
+    route, which the field test compiles so); the docs say nothing of TorchNeuron, so there it is a finding."""
+    contract = f"{name}: framework ops"
+    debug = (build.get("env") or {}).get("XLA_HLO_DEBUG") == "1"
+    rows, why = derived.framework_ops(db)
+    if rows is None and why is None:
+        detail = "no FrameworkInstruction table: a layer case's split on this route is null"
+        if debug:
+            return Line("FAIL", contract, f"{detail}, though the NEFF was compiled with XLA_IR_DEBUG/XLA_HLO_DEBUG")
+        return Line("SKIP", contract, f"{detail} (the NEFF was compiled without the HLO debug variables)")
+    split, why = (None, why) if rows is None else framework_split.split(rows, summary.get("total_time"))
+    if rows is None or split is None:
+        return Line("FAIL", contract, f"the table is there but unreadable: {why}")
+    ops = [framework_split.parse(n)[0] for n, _ in rows]
+    shares = {c: round(v / split["span_s"], 3) for c, v in split["categories_s"].items() if v}
+    return Line(
+        "PASS" if all(ops) else "FAIL",
+        contract,
+        f"{len(rows)} framework ops (e.g. {rows[0][0]!r}), the split of total_time: {shares}",
+    )
 
 
 def _log_text(folder: Path) -> str:

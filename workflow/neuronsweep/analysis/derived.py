@@ -317,3 +317,17 @@ TABLES = {
     "op_mix": op_mix,
     "dma_queues": dma_queues,
 }
+
+
+def framework_ops(db) -> tuple[list | None, str | None]:
+    """(framework_name, time_intervals) of every row of the parquet FrameworkInstruction table, or (None, why)
+    where the table lacks them; (None, None) where the view has no such table."""
+    table = next((t for t in db.tables if t.lower() == "frameworkinstruction"), None) if db is not None else None
+    if table is None:
+        return None, None
+    cols = {column for column, _ in db.describe(table)}
+    lacking = [c for c in ("framework_name", "time_intervals") if c not in cols]
+    if lacking:
+        return None, f"the profile's FrameworkInstruction table has no {' or '.join(lacking)} column"
+    rows = db.sql(f'SELECT CAST(framework_name AS VARCHAR), CAST(time_intervals AS VARCHAR) FROM "{table}"').fetchall()
+    return rows, None

@@ -164,6 +164,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         "recompiled_on_second_call": result["compile"]["second_call_count"] > 0,
         "compile_s_source": "torch_xla.debug.metrics CompileTime" + (" (rank 0)" if collective else ""),
         "capture_inputs": None,
+        "experts_implementation": result.get("experts_implementation"),  # a layer's (workloads/layer.py)
         "correctness": rank_checks(workdir, spec) if collective else result.get("correctness"),
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
@@ -351,6 +352,8 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     slot_lnc = setup["machine_lnc"]  # the LNC the slots number their cores at: the machine's (neuron-ls)
     if nki_impl:
         options = {**options, "lnc": NKI_LNC}
+    if spec["kind"] == "layer":  # its split reads the profile's FrameworkInstruction, which needs the HLO metadata
+        options = {**options, "xla_debug": True}
     settings = replace(settings, options=options)
     versions = package_versions(NEURON_PACKAGES)
     torchneuron = not nki_impl and options["route"] == "torchneuron"

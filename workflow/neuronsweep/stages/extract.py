@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from neuronsweep.analysis import derived
+from neuronsweep.analysis import derived, framework_split
 from neuronsweep.analysis.metrics.case import compose
 from neuronsweep.analysis.metrics.collectives import rank_latency
 from neuronsweep.analysis.metrics.memory import Memory
@@ -79,6 +79,15 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
 
 
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
+
+
+def profile_split(db, summary: dict) -> tuple[dict | None, str | None] | None:
+    """A layer's split from the view's FrameworkInstruction table: framework_split.split's (split, why), or
+    None where the view has no such table."""
+    rows, why = derived.framework_ops(db)
+    if rows is None:
+        return (None, why) if why else None
+    return framework_split.split(rows, summary.get("total_time"))
 
 
 def gloo_rank_rows(capture: CaptureRecord | None) -> list[dict]:
@@ -167,7 +176,9 @@ def run(
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
-    values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets)
+    values = compute(
+        summary, capture, build, calibration, metadata, usage, workers, dma_packets, profile_split(db, summary)
+    )
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []

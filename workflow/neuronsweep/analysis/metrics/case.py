@@ -59,12 +59,14 @@ def compose(
     usage: dict | None = None,
     ranks: list[dict] | None = None,
     dma_packets: int | None = None,
+    profile_split: tuple[dict | None, str | None] | None = None,
     *,
     invalid: dict[str, str] | None = None,
     no_device_why: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
-    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table; with
+    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table, and a layer's
+    split from its FrameworkInstruction table (framework_split.split's (split, why)); with
     "spec" and "notes" (every null value's reason). `invalid`: summary field -> why the reader left it
     out; `no_device_why`: backend -> why it has no device counters."""
     known = [r for r in (build, capture) if r is not None]
@@ -113,7 +115,7 @@ def compose(
     if ranks:
         parts.append(RanksProfiled(ranks_profiled=len(ranks)))
     if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
-        parts.append(layer_split(capture, backend, timed.latency_median_s))
+        parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split))
     analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
     parts += [
         analytic,

@@ -32,16 +32,23 @@ def _flags() -> str:
 
 
 def mark_step():
-    ops, torch_xla._recorded[:] = list(torch_xla._recorded), []
-    if not ops:
+    recorded, torch_xla._recorded[:] = list(torch_xla._recorded), []
+    if not recorded:
         return
+    ops = [r[:2] for r in recorded]
+    # the framework op names reach the NEFF only from a graph traced with both debug variables set
+    # (how-to-link-view-source-code: "set these environment variables before compiling your NEFF")
+    debug = os.environ.get("XLA_IR_DEBUG") == "1" and os.environ.get("XLA_HLO_DEBUG") == "1"
+    names = [r[2] if len(r) > 2 else f"aten.{r[0]}" for r in recorded] if debug else None
     flags = _flags()
     cache_url = os.environ.get("NEURON_COMPILE_CACHE_URL")
     if not cache_url:
         raise RuntimeError(
             "stand-in: NEURON_COMPILE_CACHE_URL unset; refusing to use the shared /var/tmp/neuron-compile-cache"
         )
-    graph_hash = str(int(hashlib.sha256(json.dumps(ops).encode()).hexdigest()[:15], 16))
+    graph_hash = str(
+        int(hashlib.sha256(json.dumps(ops if names is None else [ops, names]).encode()).hexdigest()[:15], 16)
+    )
     flags_hash = hashlib.md5(flags.encode()).hexdigest()[:8]
     entry = Path(cache_url) / "neuronxcc-0.0.0.0+standin" / f"MODULE_{graph_hash}+{flags_hash}"
     neff = entry / "model.neff"
@@ -51,14 +58,17 @@ def mark_step():
         if neff.is_file():
             print(f"Using a cached neff at {neff}")
             return
-        _compile(ops, flags, neff, graph_hash)
+        _compile(ops, flags, neff, graph_hash, names)
 
 
-def _compile(ops, flags, neff, graph_hash):
+def _compile(ops, flags, neff, graph_hash, names=None):
     started = time.perf_counter_ns()
     graph_id = _graph_ids["next"]
     _graph_ids["next"] += 1
-    content = b"NEFF\0" + json.dumps({"graph": f"SyncTensorsGraph.{graph_id}", "ops": ops, "cc_flags": flags}).encode()
+    header = {"graph": f"SyncTensorsGraph.{graph_id}", "ops": ops, "cc_flags": flags}
+    if names:
+        header["framework_names"] = names
+    content = b"NEFF\0" + json.dumps(header).encode()
     neff.write_bytes(content)
     if os.environ.get("NEURON_FRAMEWORK_DEBUG") == "1":
         Path(f"MODULE_{graph_id}_SyncTensorsGraph.{graph_id}_{graph_hash}.neff").write_bytes(content)

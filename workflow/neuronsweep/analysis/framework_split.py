@@ -1,0 +1,109 @@
+"""A layer's time by category on neuron, from the profile's FrameworkInstruction table.
+
+Neuron Explorer's parquet output rolls the device instructions up the compiler's hierarchy (Framework ->
+HLO -> ... -> Instruction: profile-schema-reference.rst, "Hierarchical aggregation"). A FrameworkInstruction
+row is one framework op, named by its module path and op (`framework_name`, the reference's example
+`NeuronLlamaDecoderLayer[1]/function[2]/aten.add`), with the merged intervals of the device instructions it
+became (`time_intervals`, ns). The profile has it for NEFFs compiled with XLA_IR_DEBUG=1 and XLA_HLO_DEBUG=1
+(how-to-link-view-source-code.rst): neuron layer cases are built so.
+
+Each op gets its category from analysis/layer_categories.py's rules (the op, the innermost module class).
+The engines run in parallel, so ops overlap: an instant is shared equally among the categories running in
+it, and `other` is the execution's span (Summary.total_time) less the time no op covers, so the categories
+add up to the span exactly. The names carry module classes, not the attribute paths (`self_attn.q_proj`)
+that a GEMM timed alone is matched by, so no GEMM's time inside the layer is read from them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
+
+INDEX = re.compile(r"\[[^\]]*\]$")
+METHOD = (
+    "the profile's FrameworkInstruction intervals by category (Neuron Explorer); where ops of several categories "
+    "overlap, the time is shared equally among them; other = Summary.total_time less what the ops cover"
+)
+NO_GEMM_MODULES = (
+    "the profile names a framework op by its module classes (FrameworkInstruction.framework_name), not by the "
+    "module path a GEMM timed alone is matched by"
+)
+
+
+def parse(name: str) -> tuple[str, str, str]:
+    """(op, module path, innermost module class) of a framework_name: `A[0]/B[1]/function[2]/aten.mm` ->
+    ("mm", "A.B", "B"). The `[i]` indices and the `function` scopes are not modules."""
+    parts = [INDEX.sub("", p) for p in str(name).split("/") if p]
+    if not parts:
+        return "", "", ""
+    op = parts[-1].rpartition(".")[2] if parts[-1].startswith(("aten.", "prims.")) else parts[-1]
+    modules = [p for p in parts[:-1] if p and p != "function"]
+    return op, ".".join(modules), modules[-1] if modules else ""
+
+
+def intervals(text) -> list[tuple[int, int]]:
+    """The [[start, end], ...] of a time_intervals string; a malformed one raises ValueError."""
+    pairs = json.loads(text) if isinstance(text, str) else text
+    out = []
+    for pair in pairs:
+        start, end = (int(v) for v in pair)
+        if end < start:
+            raise ValueError(f"interval [{start}, {end}] ends before it starts")
+        out.append((start, end))
+    return out
+
+
+def shares(spans: list[tuple[int, int, str]]) -> tuple[dict[str, float], int]:
+    """Per category the ns it ran, an instant shared equally among the categories running then; and the ns
+    covered by any span."""
+    events = sorted([(s, 1, c) for s, e, c in spans if e > s] + [(e, -1, c) for s, e, c in spans if e > s])
+    running: dict[str, int] = {}
+    out = dict.fromkeys(CATEGORIES, 0.0)
+    covered, last = 0, None
+    for t, step, category in events:
+        active = [c for c, n in running.items() if n > 0]
+        if last is not None and active and t > last:
+            for c in active:
+                out[c] += (t - last) / len(active)
+            covered += t - last
+        running[category] = running.get(category, 0) + step
+        last = t
+    return out, covered
+
+
+def split(rows: list[tuple[str, object]], span_s: float | None) -> tuple[dict | None, str | None]:
+    """(the layer's split, None), or (None, why): `rows` are (framework_name, time_intervals) of the
+    profile's FrameworkInstruction table, `span_s` the profiled execution's total_time."""
+    if not rows:
+        return None, "the profile's FrameworkInstruction table is empty"
+    if not span_s or span_s <= 0:
+        return None, "the profile has no total_time to split"
+    spans = []
+    for name, text in rows:
+        op, module, cls = parse(name)
+        category = categorize(op, module, cls)
+        try:
+            spans += [(s, e, category) for s, e in intervals(text)]
+        except (ValueError, TypeError) as e:
+            shown = str(text)[:60]
+            return None, f"FrameworkInstruction {name!r}: time_intervals {shown!r} is not [[start, end], ...] ({e})"
+    ns, covered = shares(spans)
+    span_ns = span_s * 1e9
+    if covered > span_ns * 1.0001:
+        return None, (
+            f"the FrameworkInstruction intervals cover {covered * 1e-9:.6g} s, more than the execution's "
+            f"total_time {span_s:.6g} s: they are not of one execution"
+        )
+    categories = {c: v * 1e-9 for c, v in ns.items()}
+    categories["other"] += span_s - covered * 1e-9
+    return {
+        "executions": 1,
+        "span_s": span_s,
+        "categories_s": categories,
+        "gemms_inside_s": None,
+        "gemms_inside_why": NO_GEMM_MODULES,
+        "framework_ops": len(rows),
+        "method": METHOD,
+    }, None
