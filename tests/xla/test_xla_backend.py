@@ -169,3 +169,33 @@ def test_a_python_int_baked_into_the_graph_is_flagged_and_a_python_float_is_not(
         f"recompile-pythonint-m128-k128-n128-fp32: recompilation detected ({TIMED} compiles in {TIMED} timed calls)"
         in report
     )
+
+
+def test_a_models_layers_run_through_torch_xla_and_are_split_by_xlas_own_op_spans(tmp_path):
+    """A dense and an MoE layer of a tiny Qwen3-MoE at decode with its KV cache, and its head, through torch-xla:
+    each part is one graph, compiled once. The MoE layer's experts run transformers' batched_mm (torch-xla
+    cannot run the grouped GEMMs' integer histc). Each layer's capture profiles a few more executions with
+    torch-xla's profiler: XLA's span per HLO op, in the category of the aten op and the Python function it
+    came from, adds up to the execution's span, and the MoE layer's router and expert gathers are
+    moe_routing."""
+    from neuronsweep.analysis.layer_categories import CATEGORIES
+
+    entry = {"name": "moe", "hf_config": str(REPO / "tests" / "data" / "models" / "tiny-qwen3-moe.json")}
+    cfg = xla_config(tmp_path) | {"suites": {"model": [entry | {"seq": [16], "phases": ["decode"]}]}}
+    ids = ["layer-moe-head-decode-b1-s16-fp32", "layer-moe-l0-dense-decode-b1-s16-fp32"]
+    ids.append("layer-moe-l1-moe-decode-b1-s16-balanced-fp32")
+    snakemake(tmp_path, *[f"results/t/xla/workloads/{w}/metrics.json" for w in ids], config=cfg)
+    for wid in ids:
+        build = json.loads((wdir(tmp_path, wid) / "build" / "build.json").read_text())
+        assert build["compile_count"] == 1 and build["recompiled_on_second_call"] is False, wid
+        assert build["env"]["XLA_HLO_DEBUG"] == "1", wid  # each HLO op names its source line
+        m = json.loads((wdir(tmp_path, wid) / "metrics.json").read_text())
+        split = {c: m[f"split_{c}_s"] for c in CATEGORIES}
+        assert sum(split.values()) == pytest.approx(m["split_span_s"], rel=0.02), wid
+        assert split["gemm"] > 0 and split["norm"] > 0, (wid, split)
+        assert "per-thunk spans" in m["notes"]["split_span_s"] and m["gemms_inside_s"] is None
+        if "head" not in wid:
+            assert split["attention"] > 0 and split["rope"] > 0, (wid, split)
+    moe = wdir(tmp_path, ids[2])
+    assert json.loads((moe / "build" / "build.json").read_text())["experts_implementation"] == "batched_mm"
+    assert json.loads((moe / "metrics.json").read_text())["split_moe_routing_s"] > 0

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from neuronsweep.analysis.intervals import union_length
-from neuronsweep.backends import BACKENDS
+from neuronsweep.backends import BACKENDS, xla_split
 from neuronsweep.backends.build_facts import package_versions, recompilation_flag
 from neuronsweep.backends.processes import fresh
 from neuronsweep.backends.programs import xla_program
@@ -74,6 +74,8 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     """
     versions = package_versions(PACKAGES)
     options = settings.options
+    if spec["kind"] == "layer":  # its split reads each HLO op's source line (xla_split.py)
+        options = {**options, "xla_debug": True}
     device = options["pjrt_device"]
 
     def compile_module(entry: Path) -> tuple[Path, dict]:
@@ -99,6 +101,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             "second_call_compile_count": comp["second_call_count"],
             "recompiled_on_second_call": comp["second_call_count"] > 0,
             "device": result["device"],
+            "experts_implementation": result.get("experts_implementation"),  # a layer's (workloads/layer.py)
             "correctness": result["correctness"],
         }
 
@@ -146,6 +149,8 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     workdir = out_dir.resolve() / "xla"
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
+    layer = spec["kind"] == "layer"
+    split_dir = workdir / "split-profile"
     result = xla_program.run(
         spec,
         workdir / "capture_result.json",
@@ -159,8 +164,16 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         num_exec=settings.num_exec,
         nth_exec=settings.nth_exec,
         trace_out=trace_out,
+        profile_dir=split_dir if layer else None,
+        profile_executions=xla_split.EXECUTIONS if layer else None,
     )
     module, _ = xla_program.attribute(result, spec, "HLO module")
+    split, split_why = None, None
+    if layer:
+        try:
+            split = xla_split.measure(split_dir, module)
+        except (OSError, ValueError, KeyError) as e:  # the profiler wrote no trace, or not one we can read
+            split_why = f"no split of this layer: {e}"
     build_module = (build_dir / ARTIFACT).resolve()
     matches = Path(module).read_bytes() == build_module.read_bytes()
     return {
@@ -177,6 +190,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         "device": result["device"],
         "host": caps.host_record(),
         "artifacts": {"trace": TRACE},
+        **({"layer_split": split, "layer_split_why": split_why} if layer else {}),
     }
 
 

@@ -2,8 +2,9 @@
 module_0000.SyncTensorsGraph.5.cpu_after_optimizations.txt) as rows of an "instruction" table.
 
 The optimized module is what XLA actually runs, so its op mix (dots, fusions, copies, transposes)
-is the xla backend's counterpart of the Neuron profile's Instruction table. It has no per-op time:
-XLA's CPU runtime does not report one, so the table carries counts and sizes, not durations.
+is the xla backend's counterpart of the Neuron profile's Instruction table. It has no per-op time (only
+torch-xla's profiler records one, which a layer case's capture runs: backends/xla_split.py), so the
+table carries counts and sizes, not durations.
 Each row says which computation it is in: the entry, a fusion body (called by a `fusion` op, so it
 runs inside that op), or another called computation (to_apply of call/reduce/map...).
 """
@@ -25,6 +26,7 @@ INSTRUCTION = re.compile(
 ARRAY = re.compile(r"(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[0-9,]*)\]")
 CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 FUSION_KIND = re.compile(r"\bkind=(k\w+)")
+OPERAND = re.compile(r"%([\w.\-]+)")
 METADATA = re.compile(r'(op_type|op_name|source_file)="([^"]*)"|(source_line)=(\d+)')
 
 # column -> type of the Instruction table: "int" and "bool" columns, every other one text
@@ -42,12 +44,23 @@ COLUMNS = {
     "op_type": "str",
     "op_name": "str",
     "source_location": "str",
+    "operands": "str",
 }
 
 
 def _elements(shape: str) -> int:
     """Elements of an array shape, or of every array in a tuple shape."""
     return sum(math.prod(int(d) for d in m["dims"].split(",") if d) for m in ARRAY.finditer(shape))
+
+
+def _operand_list(rest: str) -> str:
+    """The text of an instruction's operands: `rest` (after "opcode(") up to its closing parenthesis."""
+    depth = 1
+    for i, ch in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return rest[:i]
+    return rest
 
 
 def parse(text: str) -> list[dict]:
@@ -89,6 +102,7 @@ def parse(text: str) -> list[dict]:
                 "op_type": meta.get("op_type"),
                 "op_name": meta.get("op_name"),
                 "source_location": source,
+                "operands": ",".join(OPERAND.findall(_operand_list(rest))),
             }
         )
     fused = {r["calls"] for r in rows if r["opcode"] == "fusion" and r["calls"]}

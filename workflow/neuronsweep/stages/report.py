@@ -330,14 +330,26 @@ def _whole_model(suite: str, folder: Path) -> str:
         f"<h2>model {name}: the whole forward</h2>"
         "<p class=muted>Each kind of decoder layer and the head measured as the model runs them (seeded weights; "
         "experts fed the routing policy's tokens): the forward's estimate is each layer kind's latency x its "
-        "layers plus the head's. The categories are shares of their profiled executions (torch.profiler ranges "
-        "around the program's ops; other is what no range covers). The isolation gap is a GEMM's time inside "
-        "its layer over count x its latency timed alone.</p>"
+        "layers plus the head's. The categories are shares of their profiled executions (cpu: torch.profiler "
+        "ranges around the program's ops; xla: XLA's span per HLO op; neuron: the profile's FrameworkInstruction "
+        "table; other is what no op covers). The isolation gap (cpu) is a GEMM's time inside its layer over "
+        "count x its latency timed alone.</p>"
         + (_figure(f"categories_{suite}", figs.model_categories(split, model_rollup.CATEGORIES)) if len(split) else "")
         + table(forward[[c for c in cols if c in forward]])
-        + (_figure(f"isolation_{suite}", figs.isolation_gap(gap)) if len(gap) else "")
+        + (_figure(f"isolation_{suite}", figs.isolation_gap(gap)) if _has_gap(gap) else NO_GAP if len(gap) else "")
         + (table(gap) if len(gap) else "")
     )
+
+
+NO_GAP = (
+    "<p class=muted>No GEMM's time inside its layer here: only the cpu backend names each op by its module "
+    "path, which matches a GEMM to its time alone (xla and neuron name an op by its source line or module "
+    "class). The table gives each GEMM's time alone.</p>"
+)
+
+
+def _has_gap(gap: pd.DataFrame) -> bool:
+    return "isolation_gap" in gap and bool(pd.to_numeric(gap["isolation_gap"], errors="coerce").notna().any())
 
 
 def _model_section(suite: str, rows: pd.DataFrame, folder: Path | None = None) -> str:

@@ -264,6 +264,21 @@ def torch_module(s: dict):
     return build(s, materialize=True)
 
 
+# torch-xla cannot run transformers' grouped expert GEMMs: off the CPU they count tokens per expert with an
+# integer histc, which torch-xla hands to its CPU fallback, where histc has no integer kernel. transformers'
+# batched_mm gathers each token's expert weights into one bmm of static shapes, as XLA compiles it.
+XLA_EXPERTS = "batched_mm"
+
+
+def use_experts(part, implementation: str) -> str | None:
+    """Run the part's experts with transformers' `implementation` (config._experts_implementation, read at
+    every forward); returns it, or None for a part without experts."""
+    configs = {id(c): c for m in experts_modules(part).values() if (c := getattr(m, "config", None)) is not None}
+    for config in configs.values():
+        config._experts_implementation = implementation
+    return implementation if configs else None
+
+
 def export_program(s: dict, example: tuple):
     """torch.export of the part traced on fake tensors, its weights left out (shapes only): the program
     the cpu backend saves, whatever the model's size."""

@@ -41,7 +41,7 @@ from neuronsweep.backends import BACKENDS, processes
 from neuronsweep.backends.processes import run_child
 from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import TORCH_DTYPES, kind_of, workload_id
+from neuronsweep.workloads import TORCH_DTYPES, kind_of, layer, workload_id
 
 PHASES = ("start", "inputs", "workload", "second")
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
@@ -53,7 +53,7 @@ STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of t
 
 def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
-    warmup, iterations, repeats, num_exec, nth_exec, trace_out."""
+    warmup, iterations, repeats, num_exec, nth_exec, trace_out, profile_dir, profile_executions."""
     cwd, out_json = cwd.resolve(), out_json.resolve()
     run_child("xla_program", child_args(spec, out_json, globs, settings), spec, cwd, env, "torch-xla run", timeout_s)
     return json.loads(out_json.read_text())
@@ -219,6 +219,8 @@ def main(argv=None) -> int:
     ap.add_argument("--num-exec", type=int, help="with --trace-out: the executions recorded")
     ap.add_argument("--nth-exec", type=int, help="with --trace-out: the profiled one")
     ap.add_argument("--trace-out")
+    ap.add_argument("--profile-dir", help="then this many executions under torch-xla's profiler (a layer's split)")
+    ap.add_argument("--profile-executions", type=int, default=0)
     args = ap.parse_args(argv)
     if args.trace_out and (args.num_exec is None or args.nth_exec is None):
         ap.error("--trace-out needs --num-exec and --nth-exec")
@@ -237,6 +239,7 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
     module = kind.torch_module(spec).to(device)  # weights move with the inputs, before the workload graph
+    experts = layer.use_experts(module, layer.XLA_EXPERTS) if spec["kind"] == "layer" else None
     host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
     inputs = [t.to(device) for t in host_inputs]
     xm.mark_step()
@@ -263,6 +266,7 @@ def main(argv=None) -> int:
             "second_call_seconds": compiles["second"][1] - compiles["workload"][1],
         },
         "first_run_wall_s": (t3 - t0) * 1e-9,
+        "experts_implementation": experts,
         "torch": torch.__version__,
         "device": str(device),
         "pid": os.getpid(),  # a round in a process of its own (capture.rounds_in_processes) is this process
@@ -289,8 +293,17 @@ def main(argv=None) -> int:
             "execute": latency_stats(known, args.repeats) if len(known) == len(executes) else None,
             "execute_source": "torch_xla.debug.metrics ExecuteTime, per iteration",
         }
+    if args.profile_dir:  # XLA's per-thunk spans (backends/xla_split.py), apart from the timed executions
+        import torch_xla.debug.profiler as xp
+
+        xp.start_trace(args.profile_dir)
+        for _ in range(args.profile_executions):
+            step()
+        xp.stop_trace()
     if args.check:  # last: the copy to the host must not count as a phase's artifact or a timed compile
-        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), step.first_output.cpu())
+        out = step.first_output
+        host_out = tuple(o.cpu() for o in out) if isinstance(out, tuple | list) else out.cpu()  # a head: two
+        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), host_out)
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 

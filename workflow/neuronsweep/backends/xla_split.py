@@ -1,0 +1,160 @@
+"""A layer case's time by category on the xla backend, from XLA's own per-op spans.
+
+Under torch-xla's profiler (torch_xla.debug.profiler start_trace/stop_trace), XLA's CPU runtime records a
+span for every thunk it runs, named by the optimized HLO instruction it runs (`dot.5`, `add_rsqrt_fusion`,
+a parallel fusion as `<name>.clone` inside a `call.N`), on the threads that ran it, and one
+`ThunkExecutor::Execute` per thread an execution ran on; the profiler writes them as a Chrome trace
+(plugins/profile/<run>/<host>.trace.json.gz). The HLO module, dumped with XLA_HLO_DEBUG=1, gives each
+instruction the aten op it came from (`op_type`) and the Python line that called it (`source_file`,
+`source_line`): the function or class around that line names the module the op ran in (`Linear.forward`,
+`rms_norm`, `eager_attention_forward`, `apply_rotary_pos_emb`). analysis/layer_categories.py's rules then
+give the category; a fusion counts in the category of the op its root came from.
+
+Per execution: its span runs from its first ThunkExecutor::Execute to its last thunk's end; where thunks
+of several categories run at once the instant is shared equally among them (framework_split.shares), and
+`other` is the span less what the thunks cover, so the categories add up to the span. The record is the
+split of the execution whose span is the median. The module path of an op is not in the metadata, so no
+GEMM's time inside the layer is read (the isolation gap is the cpu backend's).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+from neuronsweep.analysis.framework_split import shares
+from neuronsweep.analysis.layer_categories import categorize
+from neuronsweep.formats import hlo
+
+EXECUTIONS = 5  # profiled executions, after the capture's warm-up and timing
+EXECUTE = "ThunkExecutor::Execute"
+TRACE_GLOB = "plugins/profile/*/*.trace.json.gz"
+METHOD = (
+    f"XLA's per-thunk spans under torch-xla's profiler, each HLO instruction's category from its op_type and the "
+    f"function around its source line; overlapping categories share the time; other = the span less what the "
+    f"thunks cover: the median of {EXECUTIONS} executions"
+)
+NO_GEMM_MODULES = "the HLO metadata names an op's source line, not the module path a GEMM timed alone is matched by"
+
+
+@functools.cache
+def _definitions(path: str) -> list[tuple[int, int, str, str]]:
+    """(first line, last line, qualified name, innermost class or function name) of every def and class."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    out = []
+
+    def walk(node, prefix: str, cls: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                inner = child.name if isinstance(child, ast.ClassDef) else cls or child.name
+                out.append((child.lineno, child.end_lineno or child.lineno, name, inner))
+                walk(child, f"{name}.", inner if isinstance(child, ast.ClassDef) else cls)
+
+    walk(tree, "", "")
+    return out
+
+
+def enclosing(source_location: str | None) -> tuple[str, str]:
+    """(qualified name of the innermost def around a `file:line`, its class or else its function name)."""
+    if not source_location or ":" not in source_location:
+        return "", ""
+    path, _, line = source_location.rpartition(":")
+    if not line.isdigit():
+        return "", ""
+    around = [d for d in _definitions(path) if d[0] <= int(line) <= d[1]]
+    if not around:
+        return "", ""
+    first, last, qualname, owner = max(around, key=lambda d: d[0])
+    return qualname, owner
+
+
+def categories_of(rows: list[dict]) -> dict[str, str]:
+    """The entry computation's instructions -> their category. An instruction XLA added itself has no
+    metadata (a layout copy before a dot, a reduce split in two): it counts in the category of the first
+    op it feeds that has one, else in `other`."""
+    entry = [r for r in rows if r["computation_kind"] == "entry"]
+    out = {}
+    for r in entry:
+        if r["op_type"]:
+            qualname, owner = enclosing(r["source_location"])
+            out[r["hlo_name"]] = categorize(r["op_type"].rpartition("__")[2], "", owner, qualname)
+    users: dict[str, list[str]] = {}
+    for r in entry:
+        for operand in filter(None, (r["operands"] or "").split(",")):
+            users.setdefault(operand, []).append(r["hlo_name"])
+    for _ in range(len(entry)):  # a chain of added instructions (copy -> copy -> dot) takes a pass a link
+        added = {
+            r["hlo_name"]: next((out[u] for u in users.get(r["hlo_name"], []) if u in out), None)
+            for r in entry
+            if r["hlo_name"] not in out
+        }
+        found = {name: category for name, category in added.items() if category}
+        if not found:
+            break
+        out |= found
+    return {r["hlo_name"]: out.get(r["hlo_name"], "other") for r in entry}
+
+
+def trace_events(folder: Path) -> list[dict]:
+    """The complete ('X') events of the profiler's Chrome trace in `folder` (µs), by start."""
+    found = sorted(folder.glob(TRACE_GLOB))
+    if not found:
+        raise FileNotFoundError(f"torch-xla's profiler wrote no {TRACE_GLOB} under {folder}")
+    with gzip.open(found[-1], "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    return sorted((e for e in events if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
+
+
+def executions(events: list[dict], names: dict[str, str]) -> list[tuple[float, float, list[tuple]]]:
+    """(start, end, [(start, end, category)]) per execution, in µs: an execution starts where a
+    ThunkExecutor::Execute starts after the last execution ended (its other threads' executors start
+    inside it, while the first waits for completion), and holds the thunks of the module's instructions
+    that start in it."""
+    out: list[tuple[float, float, list[tuple]]] = []
+    for e in events:
+        start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        name = str(e["name"])
+        if name.startswith(EXECUTE):  # and its "(wait for completion)", while other threads finish the execution
+            if not out or (start > out[-1][1] and name == EXECUTE):
+                out.append((start, end, []))
+            else:
+                out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
+            continue
+        category = names.get(name.removesuffix(".clone"))
+        if category and out and out[-1][0] <= start <= out[-1][1]:
+            out[-1][2].append((start, end, category))
+            out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
+    return [x for x in out if x[2]]
+
+
+def measure(profile_dir: Path, module: str | Path) -> dict:
+    """The layer's split from the profiler's trace in profile_dir and the HLO module the process ran."""
+    names = categories_of(hlo.read(module))
+    per_exec = []
+    for start, end, spans in executions(trace_events(profile_dir), names):
+        us, covered = shares([(round(s * 1000), round(e * 1000), c) for s, e, c in spans])
+        span_s = (end - start) * 1e-6
+        categories = {c: v * 1e-9 for c, v in us.items()}
+        categories["other"] += span_s - covered * 1e-9
+        per_exec.append((span_s, categories))
+    if not per_exec:
+        raise ValueError(f"the profiler's trace under {profile_dir} has no execution of the module's instructions")
+    span, categories = sorted(per_exec, key=lambda x: x[0])[len(per_exec) // 2]
+    return {
+        "executions": len(per_exec),
+        "span_s": span,
+        "categories_s": categories,
+        "gemms_inside_s": None,
+        "gemms_inside_why": NO_GEMM_MODULES,
+        "spans_s": [round(s, 9) for s, _ in per_exec],
+        "span_spread_s": statistics.pstdev(s for s, _ in per_exec),
+        "method": METHOD,
+    }
