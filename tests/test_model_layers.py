@@ -16,6 +16,7 @@ from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import _layer_scenarios, layers_that_fit, make_plan
+from neuronsweep.workloads import layer
 
 pytest.importorskip("transformers", reason='the model suite needs transformers: pip install -e ".[models]"')
 # Qwen3-MoE's published fields, shrunk: hidden 128, 8 experts of 64, top 2, 2 layers of which the first
@@ -100,6 +101,15 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
     assert plan.unsupported[moe].startswith("one l1-moe of moe needs 0.0 GiB (its 0.0 GiB of fp32 weights")
     assert "more than 80% of a 1 MiB machine (0.0 GiB); measure it on a larger machine" in plan.unsupported[moe]
     assert gemms <= set(plan.workloads)  # the model's GEMMs are not touched
+    # on torch-xla the experts run as batched_mm: each of the 32 token-expert pairs (16 tokens, top 2; 4 a
+    # expert under balanced) holds a copy of its expert's gate_up (128 x 128) and down (64 x 128) weights
+    spec = next(s for s in make_plan(schema.validate(cfg), "xla").workloads.values() if s.get("layer_kind") == "moe")
+    assert layer.gathered_expert_bytes(spec) == 32 * (128 * 128 + 64 * 128) * 4
+    for gathers, fits in ((False, True), (True, False)):
+        plan = make_plan(schema.validate(cfg), "xla")
+        layers_that_fit(plan, 4 * 2**20, "a 4 MiB machine", gathers_experts=gathers)
+        assert (moe in plan.workloads) is fits
+    assert "0.0 GiB of expert weights gathered per token (batched_mm)" in plan.unsupported[moe]
     with pytest.raises(
         UserError, match=r"^suites.model \(m\): the model has no decoder layers neuron-sweep recognizes"
     ):

@@ -582,11 +582,16 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
     if backend in ("cpu", "xla"):
         import psutil
 
-        layers_that_fit(plan, psutil.virtual_memory().total, "this machine's RAM")
+        layers_that_fit(plan, psutil.virtual_memory().total, "this machine's RAM", gathers_experts=backend == "xla")
         check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
     elif backend == "neuron" and config["neuron"]["target"] in TARGETS:  # auto: settled by each job on its node
         target = TARGETS[config["neuron"]["target"]]
-        layers_that_fit(plan, target.hbm_bytes(config["neuron"]["lnc"]), f"one {target.name} logical NeuronCore's HBM")
+        layers_that_fit(
+            plan,
+            target.hbm_bytes(config["neuron"]["lnc"]),
+            f"one {target.name} logical NeuronCore's HBM",
+            gathers_experts=config["neuron"]["route"] == "xla",
+        )
         check_fits(
             plan,
             target.hbm_bytes(config["neuron"]["lnc"]),
@@ -621,18 +626,26 @@ def check_paths(config: dict) -> None:
 MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
 
 
-def layers_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
+def layers_that_fit(plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False) -> None:
     """A model's layer or head whose weights and working set exceed the memory it runs in is unsupported,
-    with the bytes it needs and the bytes there are; the model's GEMMs still run."""
+    with the bytes it needs and the bytes there are; the model's GEMMs still run. `gathers_experts`: torch-xla
+    runs an MoE layer's experts as batched_mm, which holds a copy of the experts' weights per token."""
     limit = MEMORY_SHARE * memory_bytes
     for wid, spec in list(plan.workloads.items()):
-        need = working_set_bytes(spec)
-        if spec["kind"] == "layer" and need > limit:
+        if spec["kind"] != "layer":
+            continue
+        gathered = layer.gathered_expert_bytes(spec) if gathers_experts else 0
+        need = working_set_bytes(spec) + gathered
+        if need > limit:
             del plan.workloads[wid]
+            copies = (
+                f", {gathered / 2**30:,.1f} GiB of expert weights gathered per token (batched_mm)" if gathered else ""
+            )
             plan.unsupported[wid] = (
                 f"one {layer.part_label(spec)} of {spec['model']} needs {need / 2**30:,.1f} GiB (its "
-                f"{layer.weight_bytes(spec) / 2**30:,.1f} GiB of {spec['dtype']} weights, its tensors and cache), more "
-                f"than {MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on a larger machine"
+                f"{layer.weight_bytes(spec) / 2**30:,.1f} GiB of {spec['dtype']} weights{copies}, its tensors and "
+                f"cache), more than {MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on "
+                "a larger machine"
             )
 
 

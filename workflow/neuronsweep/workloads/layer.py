@@ -270,6 +270,13 @@ def torch_module(s: dict):
 XLA_EXPERTS = "batched_mm"
 
 
+def gathered_expert_bytes(s: dict) -> int:
+    """What batched_mm gathers on top of the weights: each token's copy of its experts' weights, so every
+    expert GEMM of m tokens holds m copies of its k x n weight (the traced GEMMs' `.t<tokens>` entries)."""
+    elements = sum(g["m"] * g["k"] * g["n"] * g["count"] for g in s.get("gemms") or [] if ".t" in g["gemm"])
+    return elements * DTYPE_BYTES[s["dtype"]]
+
+
 def use_experts(part, implementation: str) -> str | None:
     """Run the part's experts with transformers' `implementation` (config._experts_implementation, read at
     every forward); returns it, or None for a part without experts."""
