@@ -82,3 +82,13 @@ def test_the_reports_model_section_says_why_it_has_no_isolation_gap_rather_than_
     )
     page = _whole_model("model-m", tmp_path)
     assert "No GEMM's time inside" not in page and "isolation_model-m" in page
+
+
+def test_a_model_figure_of_no_rows_yet_is_drawn_empty_not_a_traceback():
+    """A sweep whose GEMM cases all failed or were not asked for still gets its report (the failure path)."""
+    import pandas as pd
+
+    from neuronsweep.report import figures
+
+    empty = pd.DataFrame(columns=["phase", "batch", "seq", "dtype", "gemm", "gemm_time_s", "count", "share_pct"])
+    assert figures.model_rollup(empty).data == ()

@@ -172,18 +172,19 @@ def test_a_python_int_baked_into_the_graph_is_flagged_and_a_python_float_is_not(
 
 
 def test_a_models_layers_run_through_torch_xla_and_are_split_by_xlas_own_op_spans(tmp_path):
-    """A dense and an MoE layer of a tiny Qwen3-MoE at decode with its KV cache, and its head, through torch-xla:
-    each part is one graph, compiled once. The MoE layer's experts run transformers' batched_mm (torch-xla
-    cannot run the grouped GEMMs' integer histc). Each layer's capture profiles a few more executions with
-    torch-xla's profiler: XLA's span per HLO op, in the category of the aten op and the Python function it
-    came from, adds up to the execution's span, and the MoE layer's router and expert gathers are
-    moe_routing."""
+    """A dense and an MoE layer of a tiny Qwen3-MoE at decode with its KV cache, its head, and the dense layer's
+    prefill, through torch-xla: each part is one graph, compiled once (a prefill writes its KV cache: without
+    one, transformers' packed-sequence check syncs the graph in two). The MoE layer's experts run
+    transformers' batched_mm (torch-xla cannot run the grouped GEMMs' integer histc). Each layer's capture
+    profiles a few more executions with torch-xla's profiler: XLA's span per HLO op, in the category of the
+    aten op and the Python function it came from, adds up to the execution's span, and the MoE layer's
+    router and expert gathers are moe_routing."""
     from neuronsweep.analysis.layer_categories import CATEGORIES
 
     entry = {"name": "moe", "hf_config": str(REPO / "tests" / "data" / "models" / "tiny-qwen3-moe.json")}
-    cfg = xla_config(tmp_path) | {"suites": {"model": [entry | {"seq": [16], "phases": ["decode"]}]}}
+    cfg = xla_config(tmp_path) | {"suites": {"model": [entry | {"seq": [16], "phases": ["prefill", "decode"]}]}}
     ids = ["layer-moe-head-decode-b1-s16-fp32", "layer-moe-l0-dense-decode-b1-s16-fp32"]
-    ids.append("layer-moe-l1-moe-decode-b1-s16-balanced-fp32")
+    ids += ["layer-moe-l1-moe-decode-b1-s16-balanced-fp32", "layer-moe-l0-dense-prefill-b1-s16-fp32"]
     snakemake(tmp_path, *[f"results/t/xla/workloads/{w}/metrics.json" for w in ids], config=cfg)
     for wid in ids:
         build = json.loads((wdir(tmp_path, wid) / "build" / "build.json").read_text())

@@ -434,10 +434,16 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
     )
 
 
+def _forward_label(rows: pd.DataFrame) -> pd.Series:
+    """The label `phase batch seq dtype` per row (a Series even of no rows, where a row-wise join gives a frame)."""
+    cols = [rows[c].astype(str) for c in ("phase", "batch", "seq", "dtype")]
+    return cols[0] + " " + cols[1] + " " + cols[2] + " " + cols[3]
+
+
 def model_rollup(rolled: pd.DataFrame) -> go.Figure:
     """Each forward's GEMM time (count x measured latency), stacked by GEMM: where a model's GEMM time goes."""
     fig = go.Figure()
-    rolled = rolled.assign(forward=rolled[["phase", "batch", "seq", "dtype"]].astype(str).agg(" ".join, axis=1))
+    rolled = rolled.assign(forward=_forward_label(rolled))
     for j, (gemm, part) in enumerate(rolled.sort_values("forward").groupby("gemm", sort=False)):
         fig.add_trace(
             go.Bar(
@@ -460,7 +466,7 @@ def model_categories(forward: pd.DataFrame, categories: tuple[str, ...]) -> go.F
     """Each forward's profiled time by category (the layers weighted by how many there are, the head once),
     stacked to 100 %: where the model's time goes beyond the GEMMs."""
     fig = go.Figure()
-    label = forward[["phase", "batch", "seq", "dtype"]].astype(str).agg(" ".join, axis=1)
+    label = _forward_label(forward)
     for j, c in enumerate(categories):
         fig.add_trace(
             go.Bar(

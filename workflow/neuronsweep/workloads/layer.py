@@ -227,9 +227,12 @@ def _layer_part(s: dict, full, inner, layers):
                 self.register_buffer("past_values", torch.empty(values, dtype=dtype))
 
         def forward(self, hidden_states):
-            if not hasattr(self, "past_keys"):
-                return self.model(inputs_embeds=hidden_states, use_cache=False).last_hidden_state
+            # a prefill writes its KV cache, as generation's does; without a cache transformers also looks
+            # for packed sequences in the positions with a data-dependent `.all()`, which splits a
+            # torch-xla graph in two
             cache = DynamicCache(config=config)
+            if not hasattr(self, "past_keys"):
+                return self.model(inputs_embeds=hidden_states, cache=cache, use_cache=True).last_hidden_state
             cache.update(self.past_keys, self.past_values, 0)
             past = self.past_keys.shape[-2]
             position_ids = torch.arange(past, past + hidden_states.shape[1], device=hidden_states.device)[None]
