@@ -21,6 +21,8 @@ pytest.importorskip(
 
 from helpers import REPO, snakemake, tiny_config  # noqa: E402
 
+from neuronsweep.backends.xla import ARTIFACT
+from neuronsweep.formats import hlo
 from neuronsweep.formats.pftrace_reader import read as read_pftrace
 from neuronsweep.stages import extract
 from neuronsweep.store.records import BuildRecord
@@ -190,6 +192,13 @@ def test_a_models_layers_run_through_torch_xla_and_are_split_by_xlas_own_op_span
         build = json.loads((wdir(tmp_path, wid) / "build" / "build.json").read_text())
         assert build["compile_count"] == 1 and build["recompiled_on_second_call"] is False, wid
         assert build["env"]["XLA_HLO_DEBUG"] == "1", wid  # each HLO op names its source line
+        # inference: a layer's graph returns its output only, not what autograd would keep for a backward
+        root = next(
+            r
+            for r in hlo.read(wdir(tmp_path, wid) / "build" / ARTIFACT)
+            if r["is_root"] and r["computation_kind"] == "entry"
+        )
+        assert "head" in wid or root["shape"].count("[") == 1, (wid, root["shape"])
         m = json.loads((wdir(tmp_path, wid) / "metrics.json").read_text())
         split = {c: m[f"split_{c}_s"] for c in CATEGORIES}
         assert sum(split.values()) == pytest.approx(m["split_span_s"], rel=0.02), wid

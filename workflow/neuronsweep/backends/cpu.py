@@ -41,7 +41,7 @@ from neuronsweep.workloads import kind_of, working_set_bytes, workload_id
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
-ARTIFACT_FORMAT = "torch.export .pt2, v2"
+ARTIFACT_FORMAT = "torch.export .pt2, v3"  # v3: a prefill layer writes its KV cache
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
 
 

@@ -59,7 +59,8 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.workloads import workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
-ARTIFACT_FORMAT = "NEFF via TorchNeuron, torch-xla or nki.jit, v3"
+# v4: torch-xla with autograd off, a prefill layer writes its KV cache
+ARTIFACT_FORMAT = "NEFF via TorchNeuron, torch-xla or nki.jit, v4"
 NEURON_PACKAGES = neuron_setup.PACKAGES
 
 

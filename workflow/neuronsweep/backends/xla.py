@@ -37,7 +37,7 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 ARTIFACT = BACKENDS["xla"].artifacts["build"]
 TRACE = BACKENDS["xla"].artifacts["capture"]
-ARTIFACT_FORMAT = "optimized HLO text via torch-xla, v2"
+ARTIFACT_FORMAT = "optimized HLO text via torch-xla, v3"  # v3: autograd off
 MODULE_GLOB = "module_*after_optimizations.txt"  # cpu_after_optimizations.txt on PJRT CPU
 INSTRUCTION_TABLE = "parquet/Instruction.parquet"
 PACKAGES = ("torch", "torch-xla")

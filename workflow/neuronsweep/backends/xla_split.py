@@ -2,17 +2,18 @@
 
 Under torch-xla's profiler (torch_xla.debug.profiler start_trace/stop_trace), XLA's CPU runtime records a
 span for every thunk it runs, named by the optimized HLO instruction it runs (`dot.5`, `add_rsqrt_fusion`,
-a parallel fusion as `<name>.clone` inside a `call.N`), on the threads that ran it, and one
-`ThunkExecutor::Execute` per thread an execution ran on; the profiler writes them as a Chrome trace
-(plugins/profile/<run>/<host>.trace.json.gz). The HLO module, dumped with XLA_HLO_DEBUG=1, gives each
-instruction the aten op it came from (`op_type`) and the Python line that called it (`source_file`,
-`source_line`): the function or class around that line names the module the op ran in (`Linear.forward`,
-`rms_norm`, `eager_attention_forward`, `apply_rotary_pos_emb`). analysis/layer_categories.py's rules then
-give the category; a fusion counts in the category of the op its root came from.
+a parallel fusion as `<name>.clone` inside a `call.N`), on the threads that ran it, and a
+PjRtCpuExecutable::ExecuteHelper span where each execution was dispatched; the profiler writes them as a
+Chrome trace (plugins/profile/<run>/<host>.trace.json.gz). The HLO module, dumped with XLA_HLO_DEBUG=1,
+gives each instruction the aten op it came from (`op_type`) and the Python line that called it
+(`source_file`, `source_line`): the function or class around that line names the module the op ran in
+(`Linear.forward`, `rms_norm`, `eager_attention_forward`, `apply_rotary_pos_emb`).
+analysis/layer_categories.py's rules then give the category; a fusion counts in the category of the op its
+root came from.
 
-Per execution: its span runs from its first ThunkExecutor::Execute to its last thunk's end; where thunks
-of several categories run at once the instant is shared equally among them (framework_split.shares), and
-`other` is the span less what the thunks cover, so the categories add up to the span. The record is the
+Per execution: its span runs from its first op's start to its last op's end; where ops of several
+categories run at once the instant is shared equally among them (framework_split.shares), and
+`other` is the span less what the ops cover, so the categories add up to the span. The record is the
 split of the execution whose span is the median. The module path of an op is not in the metadata, so no
 GEMM's time inside the layer is read (the isolation gap is the cpu backend's).
 """
@@ -20,9 +21,11 @@ GEMM's time inside the layer is read (the isolation gap is the cpu backend's).
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import gzip
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -31,7 +34,7 @@ from neuronsweep.analysis.layer_categories import categorize
 from neuronsweep.formats import hlo
 
 EXECUTIONS = 5  # profiled executions, after the capture's warm-up and timing
-EXECUTE = "ThunkExecutor::Execute"
+DISPATCH = "PjRtCpuExecutable::ExecuteHelper"
 TRACE_GLOB = "plugins/profile/*/*.trace.json.gz"
 METHOD = (
     f"XLA's per-thunk spans under torch-xla's profiler, each HLO instruction's category from its op_type and the "
@@ -114,24 +117,19 @@ def trace_events(folder: Path) -> list[dict]:
 
 
 def executions(events: list[dict], names: dict[str, str]) -> list[tuple[float, float, list[tuple]]]:
-    """(start, end, [(start, end, category)]) per execution, in µs: an execution starts where a
-    ThunkExecutor::Execute starts after the last execution ended (its other threads' executors start
-    inside it, while the first waits for completion), and holds the thunks of the module's instructions
-    that start in it."""
-    out: list[tuple[float, float, list[tuple]]] = []
+    """(start, end, [(start, end, category)]) per execution, in µs: the spans of the module's instructions
+    from one PjRtCpuExecutable::ExecuteHelper (the dispatch of an execution) to the next, and the first of
+    them to the last one's end (XLA runs them on its own threads, after the dispatch returned)."""
+    dispatches = [float(e["ts"]) for e in events if e["name"] == DISPATCH]
+    out: list[tuple[float, float, list[tuple]]] = [(math.inf, -math.inf, []) for _ in dispatches]
     for e in events:
-        start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-        name = str(e["name"])
-        if name.startswith(EXECUTE):  # and its "(wait for completion)", while other threads finish the execution
-            if not out or (start > out[-1][1] and name == EXECUTE):
-                out.append((start, end, []))
-            else:
-                out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
-            continue
-        category = names.get(name.removesuffix(".clone"))
-        if category and out and out[-1][0] <= start <= out[-1][1]:
-            out[-1][2].append((start, end, category))
-            out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
+        category = names.get(str(e["name"]).removesuffix(".clone"))
+        at = bisect.bisect_right(dispatches, float(e["ts"])) - 1
+        if category and at >= 0:
+            start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+            first, last, spans = out[at]
+            spans.append((start, end, category))
+            out[at] = (min(first, start), max(last, end), spans)
     return [x for x in out if x[2]]
 
 

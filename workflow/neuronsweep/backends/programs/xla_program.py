@@ -231,6 +231,9 @@ def main(argv=None) -> int:
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
 
+    # inference: with autograd on, the tensors a module's ops save for a backward stay alive past the call,
+    # and torch-xla computes and returns every live tensor in each graph (a layer's weights transposed, ...)
+    torch.set_grad_enabled(False)
     spec = json.loads(args.spec)
     kind = kind_of(spec)
     device = xm.xla_device()
