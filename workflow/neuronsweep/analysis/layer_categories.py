@@ -34,7 +34,7 @@ def categorize(op: str, module_path: str, module_class: str, source: str = "") -
         return "collectives"
     if "rotary" in module_class.lower() or "rotary" in text or "rope" in text:
         return "rope"
-    if "norm" in module_class.lower():
+    if "norm" in module_class.lower() or name.endswith("norm"):  # or native_layer_norm, rms_norm by name
         return "norm"
     if "router" in module_class.lower() or (leaf in ("gate", "router") and name in GEMM_OPS):
         return "moe_routing"

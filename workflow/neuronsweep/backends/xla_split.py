@@ -80,15 +80,22 @@ def enclosing(source_location: str | None) -> tuple[str, str]:
 
 
 def categories_of(rows: list[dict]) -> dict[str, str]:
-    """The entry computation's instructions -> their category. An instruction XLA added itself has no
-    metadata (a layout copy before a dot, a reduce split in two): it counts in the category of the first
-    op it feeds that has one, else in `other`."""
+    """The entry computation's instructions -> their category. A `call` XLA wrapped around a fusion counts
+    in its root op's; another instruction XLA added itself has no metadata (a layout copy before a dot, a
+    reduce split in two): it counts in the category of the first op it feeds that has one, else `other`."""
     entry = [r for r in rows if r["computation_kind"] == "entry"]
+    roots = {r["computation"]: r for r in rows if r["is_root"] and r["op_type"]}
+
+    def category(r: dict) -> str:
+        qualname, owner = enclosing(r["source_location"])
+        return categorize(r["op_type"].rpartition("__")[2], "", owner, qualname)
+
     out = {}
     for r in entry:
         if r["op_type"]:
-            qualname, owner = enclosing(r["source_location"])
-            out[r["hlo_name"]] = categorize(r["op_type"].rpartition("__")[2], "", owner, qualname)
+            out[r["hlo_name"]] = category(r)
+        elif r["calls"] in roots:  # a `call` XLA wrapped around a parallel fusion: the fusion's root op
+            out[r["hlo_name"]] = category(roots[r["calls"]])
     users: dict[str, list[str]] = {}
     for r in entry:
         for operand in filter(None, (r["operands"] or "").split(",")):

@@ -24,7 +24,7 @@ INSTRUCTION = re.compile(
     r"(?P<opcode>[a-z][a-z0-9\-]*)\((?P<rest>.*)$"
 )
 ARRAY = re.compile(r"(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[0-9,]*)\]")
-CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+CALLS = re.compile(r"\b(?:calls|to_apply)=%?([\w.\-]+)")
 FUSION_KIND = re.compile(r"\bkind=(k\w+)")
 OPERAND = re.compile(r"%([\w.\-]+)")
 METADATA = re.compile(r'(op_type|op_name|source_file)="([^"]*)"|(source_line)=(\d+)')

@@ -1,0 +1,40 @@
+"""The xla backend's split of a layer's time, read from real torch-xla 2.9 output (tests/data/xla/split,
+made by its make.py on PJRT CPU): the optimized HLO module dumped with XLA_HLO_DEBUG=1 and the Chrome trace
+of torch-xla's profiler over 3 executions. Runs without torch-xla."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import DATA
+
+from neuronsweep.analysis.layer_categories import CATEGORIES
+from neuronsweep.backends import xla_split
+from neuronsweep.formats import hlo
+
+SPLIT = DATA / "xla" / "split"
+MODULE = SPLIT / "module_0000.SyncTensorsGraph.84.cpu_after_optimizations.txt"
+
+
+def test_each_hlo_op_gets_the_category_of_the_aten_op_it_came_from_or_of_the_op_xla_wrapped():
+    """A Linear, a GELU, a LayerNorm and a softmax: the dot is gemm, the softmax's reductions attention, the
+    norm's rsqrt norm; a `call` XLA wrapped around a parallel fusion takes its root op's category, and a
+    reduce XLA split off without metadata the category of the op it feeds."""
+    names = xla_split.categories_of(hlo.read(MODULE))
+    assert names["dot.45"] == "gemm" and names["add_rsqrt_fusion"] == "norm"
+    assert names["reduce.17"] == "attention" and names["call.7"] == "elementwise"
+    assert names["call.5"] == "attention"  # a call without metadata: its fusion's root is the softmax's
+
+
+def test_the_split_of_real_torch_xla_executions_adds_up_to_each_span():
+    events = xla_split.trace_events(SPLIT)
+    executions = xla_split.executions(events, xla_split.categories_of(hlo.read(MODULE)))
+    assert len(executions) == 3  # one per PjRtCpuExecutable::ExecuteHelper (the dispatches)
+    for start, end, spans in executions:
+        assert all(start <= s and e <= end for s, e, _ in spans)
+    split = xla_split.measure(SPLIT, MODULE)
+    assert split["executions"] == 3 and split["span_s"] == sorted(split["spans_s"])[1]
+    assert sum(split["categories_s"].values()) == pytest.approx(split["span_s"], rel=1e-9)
+    assert all(split["categories_s"][c] > 0 for c in ("gemm", "attention", "norm", "elementwise", "other"))
+    assert set(split["categories_s"]) == set(CATEGORIES) and split["gemms_inside_s"] is None
+    with pytest.raises(FileNotFoundError, match="wrote no plugins/profile"):
+        xla_split.trace_events(SPLIT / "plugins")
