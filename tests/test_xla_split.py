@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import DATA
 
-from neuronsweep.analysis.layer_categories import CATEGORIES
+from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
 from neuronsweep.backends import xla_split
 from neuronsweep.formats import hlo
 
@@ -23,6 +23,8 @@ def test_each_hlo_op_gets_the_category_of_the_aten_op_it_came_from_or_of_the_op_
     assert names["dot.45"] == "gemm" and names["add_rsqrt_fusion"] == "norm"
     assert names["reduce.17"] == "attention" and names["call.7"] == "elementwise"
     assert names["call.5"] == "attention"  # a call without metadata: its fusion's root is the softmax's
+    # what a Linear lowers to beside its dot (the weight's transpose, the bias) is the Linear's: gemm
+    assert categorize("permute", "", "Linear", "Linear.forward") == "gemm"
 
 
 def test_the_split_of_real_torch_xla_executions_adds_up_to_each_span():

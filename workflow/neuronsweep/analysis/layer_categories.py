@@ -40,6 +40,8 @@ def categorize(op: str, module_path: str, module_class: str, source: str = "") -
         return "moe_routing"
     if name in GEMM_OPS:  # a projection's, an MLP's or the experts' GEMM; attention's own are its scores and sum
         return "attention" if "attention" in module_class.lower() else "gemm"
+    if module_class == "Linear":  # xla: the weight's transpose and the bias a Linear lowers to beside its dot
+        return "gemm"
     if "attention" in module_class.lower() or name in ATTENTION_OPS or "mask" in text:
         return "attention"
     if name in ACTIVATION_OPS or name in ELEMENTWISE_OPS or "activation" in module_class.lower():
