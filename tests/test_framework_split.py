@@ -92,3 +92,26 @@ def test_a_model_figure_of_no_rows_yet_is_drawn_empty_not_a_traceback():
 
     empty = pd.DataFrame(columns=["phase", "batch", "seq", "dtype", "gemm", "gemm_time_s", "count", "share_pct"])
     assert figures.model_rollup(empty).data == ()
+
+
+def test_a_framework_table_without_its_intervals_is_one_sentence_not_a_split(tmp_path):
+    """A schema whose FrameworkInstruction lacks time_intervals (a later Neuron Explorer): the schema check
+    names the field, and the split is null with the column named."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuronsweep.analysis import derived
+    from neuronsweep.formats import profile_schema
+    from neuronsweep.formats.profile_db import ProfileDB
+
+    folder = tmp_path / "view" / "parquet"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([{"framework_name": "L[0]/aten.mm"}]), folder / "FrameworkInstruction.parquet")
+    db = ProfileDB()
+    db.load_view(folder.parent, "case")
+    db.finish()
+    assert derived.framework_ops(db) == (None, "the profile's FrameworkInstruction table has no time_intervals column")
+    assert profile_schema.problems(db, "12.0.1") == [
+        "profile schema 12.0.1: the FrameworkInstruction table has no time_intervals column, so a layer's split by "
+        "category is not read from it; send view/profile-schema.txt with a bug report"
+    ]

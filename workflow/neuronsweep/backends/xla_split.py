@@ -75,8 +75,7 @@ def enclosing(source_location: str | None) -> tuple[str, str]:
     around = [d for d in _definitions(path) if d[0] <= int(line) <= d[1]]
     if not around:
         return "", ""
-    first, last, qualname, owner = max(around, key=lambda d: d[0])
-    return qualname, owner
+    return max(around, key=lambda d: d[0])[2:]
 
 
 def categories_of(rows: list[dict]) -> dict[str, str]:

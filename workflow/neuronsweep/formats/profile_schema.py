@@ -27,6 +27,10 @@ READ = {
         "duration_ns": ("DMA queue busy time", "number"),
         "queue_name": ("the DMA queue table", "text"),
     },
+    "FrameworkInstruction": {
+        "framework_name": ("a layer's split by category", "text"),
+        "time_intervals": ("a layer's split by category", "text"),
+    },
     "Metadata": {
         "tensor_engine_num_rows": ("the device's own peaks", "number"),
         "tensor_engine_num_cols": ("the device's own peaks", "number"),

@@ -176,9 +176,9 @@ def run(
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
-    values = compute(
-        summary, capture, build, calibration, metadata, usage, workers, dma_packets, profile_split(db, summary)
-    )
+    layer = any(r is not None and (r.spec or {}).get("kind") == "layer" for r in (build, capture))
+    split = profile_split(db, summary) if layer else None
+    values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets, split)
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []
