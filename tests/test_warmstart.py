@@ -58,13 +58,11 @@ def spied(path: Path) -> list[dict]:
 
 @pytest.fixture
 def server(tmp_path):
-    """A warm server whose parent is this test, as Snakemake is a run's; finished at the end."""
+    """A warm server whose parent is this test, as Snakemake is a run's; finished at the end. Its socket
+    listens as start() returns, so a job started at once waits for the server's imports instead of
+    running alone (a sweep's first jobs did, under load)."""
     value = warmstart.start(os.getpid())
-    path = Path(value.partition(":")[2])
-    for _ in range(100):
-        if path.exists():
-            break
-        time.sleep(0.05)
+    assert Path(value.partition(":")[2]).is_socket()
     yield value
     warmstart.stop(value)
 
@@ -189,13 +187,7 @@ def test_a_neuron_runs_server_imports_no_framework_and_serves_its_stages(tmp_pat
     value = warmstart.start(os.getpid(), "neuron")
     path = Path(value.partition(":")[2])
     try:
-        pid_file, pid = Path(f"{path}.pid"), ""
-        for _ in range(200):  # written as the server starts, before its imports
-            pid = pid_file.read_text() if pid_file.exists() else ""
-            if pid.isdigit():
-                break
-            time.sleep(0.05)
-        server = psutil.Process(int(pid))
+        server = psutil.Process(int(Path(f"{path}.pid").read_text()))  # written by start()
         for _ in range(200):
             loaded = Path(f"/proc/{server.pid}/maps").read_text()
             if "duckdb" in loaded:  # the readers extract needs: the preload has finished

@@ -218,13 +218,20 @@ def start(parent_pid: int, backend: str = "cpu") -> str | None:
         return None
     # in a folder only this user can enter: whoever can connect runs commands as this user
     path = os.path.join(tempfile.mkdtemp(prefix=f"neuronsweep-warm-{parent_pid}-"), "socket")
-    subprocess.Popen(
-        [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid), backend],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    # Bound and listening here, before any job starts, and handed to the server: a job that connects
+    # while the server is still starting or importing waits in the backlog instead of running alone.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(64)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid), backend, str(listener.fileno())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(listener.fileno(),),
+        )
+    Path(path + ".pid").write_text(str(server.pid))
     return f"{socket.gethostname()}:{path}"
 
 
@@ -234,7 +241,12 @@ def stop(value: str | None) -> None:
     try:
         pid = int(Path(path + ".pid").read_text())
         os.kill(pid, signal.SIGTERM)
-    except (OSError, ValueError):  # it never started, or ended already: its folder, if left, goes
+    except (OSError, ValueError):  # it ended already: its folder, if left, goes
+        for leftover in (path, path + ".pid"):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
         try:
             os.rmdir(os.path.dirname(path))
         except OSError:
@@ -242,16 +254,11 @@ def stop(value: str | None) -> None:
 
 
 class _Server:
-    def __init__(self, path: str, parent_pid: int, backend: str) -> None:
+    def __init__(self, path: str, parent_pid: int, backend: str, listener: int) -> None:
         self.path, self.parent_pid, self.backend = path, parent_pid, backend
         self.children: dict[int, socket.socket] = {}  # pid -> the client waiting for it
         self.accepting = True
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if os.path.exists(path):
-            os.unlink(path)
-        self.listener.bind(path)  # bound before the imports: an early job waits instead of importing
-        self.listener.listen(64)
-        Path(path + ".pid").write_text(str(os.getpid()))
+        self.listener = socket.socket(fileno=listener)  # bound by start(): early jobs wait in its backlog
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
@@ -448,8 +455,8 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _serve(path: str, parent_pid: int, backend: str) -> int:
-    server = _Server(path, parent_pid, backend)
+def _serve(path: str, parent_pid: int, backend: str, listener: int) -> int:
+    server = _Server(path, parent_pid, backend, listener)
     try:
         server.preload()
     except Exception:  # noqa: BLE001 - without the imports there is nothing to save: jobs run alone
@@ -460,4 +467,4 @@ def _serve(path: str, parent_pid: int, backend: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu"))
+    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])))
