@@ -29,10 +29,25 @@ def test_each_hlo_op_gets_the_category_of_the_aten_op_it_came_from_or_of_the_op_
 
 def test_the_split_of_real_torch_xla_executions_adds_up_to_each_span():
     events = xla_split.trace_events(SPLIT)
-    executions = xla_split.executions(events, xla_split.categories_of(hlo.read(MODULE)))
+    rows = hlo.read(MODULE)
+    executions = xla_split.executions(events, xla_split.categories_of(rows), xla_split.users_of(rows))
     assert len(executions) == 3  # one per PjRtCpuExecutable::ExecuteHelper (the dispatches)
     for start, end, spans in executions:
-        assert all(start <= s and e <= end for s, e, _ in spans)
+        assert all(start <= s <= e <= done <= end for s, e, done, _ in spans)
+        assert end == max(done for _, _, done, _ in spans)
+    # The dot returned after 0.4 ms and its work went on in XLA's pool: its completion is where the GELU
+    # that takes its output started (1.9 ms), before its `end: dot.45` event (4.8 ms, recorded after the
+    # ops it made ready ran); the instants no span covers until then are the dot's.
+    start, end, spans = executions[0]
+    [(s, e, done, _)] = [x for x in spans if x[3] == "gemm"]
+    gelu = min(x[0] for x in spans if x[3] == "elementwise")
+    assert e - s < 500 and done == gelu and end - start < 2200
+    given, _ = xla_split.attribute([(round(a * 1000), round(b * 1000), round(c * 1000), k) for a, b, c, k in spans])
+    others = sum(b - a for a, b, _, k in spans if k != "gemm" and s < a < done)
+    assert given["gemm"] / 1000 == pytest.approx(done - s - others, abs=0.01)
+    # the third execution's trace has no `end: dot.45`: the dot ends with its span, the rest is `other`
+    [(s, e, done, _)] = [x for x in executions[2][2] if x[3] == "gemm"]
+    assert done == e
     split = xla_split.measure(SPLIT, MODULE)
     assert split["executions"] == 3 and split["span_s"] == sorted(split["spans_s"])[1]
     assert sum(split["categories_s"].values()) == pytest.approx(split["span_s"], rel=1e-9)

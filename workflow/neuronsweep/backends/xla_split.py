@@ -11,11 +11,17 @@ gives each instruction the aten op it came from (`op_type`) and the Python line 
 analysis/layer_categories.py's rules then give the category; a fusion counts in the category of the op its
 root came from.
 
-Per execution: its span runs from its first op's start to its last op's end; where ops of several
-categories run at once the instant is shared equally among them (framework_split.shares), and
-`other` is the span less what the ops cover, so the categories add up to the span. The record is the
-split of the execution whose span is the median. The module path of an op is not in the metadata, so no
-GEMM's time inside the layer is read (the isolation gap is the cpu backend's).
+An op's span covers only what its thunk did before returning: a dot or a parallel loop hands its work to
+XLA's thread pool and returns, and the runtime records `end: <op>` when that work completes
+(ThunkExecutor::TracedExecute, xla/backends/cpu/runtime/thunk_executor.cc). A large dot's work ran
+mostly after its span (Llama 3.2 1B's prefill layer: 70 % of the execution was covered by no span).
+So per execution, from its first op's start to its last op's completion: an instant inside ops' spans
+is shared equally among their categories (framework_split.shares); an instant inside no span but
+before some ops' completions is shared equally among those ops' categories (their work, or work
+queued behind theirs: the trace does not tell which op's the pool ran); `other` is the rest, so the
+categories add up to the span. The record is the split of the execution whose span is the median.
+The module path of an op is not in the metadata, so no GEMM's time inside the layer is read (the
+isolation gap is the cpu backend's).
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import bisect
 import functools
 import gzip
 import json
-import math
 import statistics
 from pathlib import Path
 
@@ -36,10 +41,11 @@ from neuronsweep.formats import hlo
 EXECUTIONS = 5  # profiled executions, after the capture's warm-up and timing
 DISPATCH = "PjRtCpuExecutable::ExecuteHelper"
 TRACE_GLOB = "plugins/profile/*/*.trace.json.gz"
+COMPLETION = "end: "  # the runtime's event when a thunk's work completed, after the name
 METHOD = (
     f"XLA's per-thunk spans under torch-xla's profiler, each HLO instruction's category from its op_type and the "
-    f"function around its source line; overlapping categories share the time; other = the span less what the "
-    f"thunks cover: the median of {EXECUTIONS} executions"
+    f"function around its source line; overlapping categories share the time; outside every span, the ops not yet "
+    f"completed (their `end:` event) share it; other = the rest: the median of {EXECUTIONS} executions"
 )
 NO_GEMM_MODULES = "the HLO metadata names an op's source line, not the module path a GEMM timed alone is matched by"
 
@@ -95,10 +101,7 @@ def categories_of(rows: list[dict]) -> dict[str, str]:
             out[r["hlo_name"]] = category(r)
         elif r["calls"] in roots:  # a `call` XLA wrapped around a parallel fusion: the fusion's root op
             out[r["hlo_name"]] = category(roots[r["calls"]])
-    users: dict[str, list[str]] = {}
-    for r in entry:
-        for operand in filter(None, (r["operands"] or "").split(",")):
-            users.setdefault(operand, []).append(r["hlo_name"])
+    users = users_of(rows)
     for _ in range(len(entry)):  # a chain of added instructions (copy -> copy -> dot) takes a pass a link
         added = {
             r["hlo_name"]: next((out[u] for u in users.get(r["hlo_name"], []) if u in out), None)
@@ -112,6 +115,16 @@ def categories_of(rows: list[dict]) -> dict[str, str]:
     return {r["hlo_name"]: out.get(r["hlo_name"], "other") for r in entry}
 
 
+def users_of(rows: list[dict]) -> dict[str, list[str]]:
+    """The entry computation's instructions -> the instructions that take their output."""
+    users: dict[str, list[str]] = {}
+    for r in rows:
+        if r["computation_kind"] == "entry":
+            for operand in filter(None, (r["operands"] or "").split(",")):
+                users.setdefault(operand, []).append(r["hlo_name"])
+    return users
+
+
 def trace_events(folder: Path) -> list[dict]:
     """The complete ('X') events of the profiler's Chrome trace in `folder` (µs), by start."""
     found = sorted(folder.glob(TRACE_GLOB))
@@ -122,29 +135,74 @@ def trace_events(folder: Path) -> list[dict]:
     return sorted((e for e in events if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
 
 
-def executions(events: list[dict], names: dict[str, str]) -> list[tuple[float, float, list[tuple]]]:
-    """(start, end, [(start, end, category)]) per execution, in µs: the spans of the module's instructions
+def executions(
+    events: list[dict], names: dict[str, str], users: dict[str, list[str]] | None = None
+) -> list[tuple[float, float, list[tuple]]]:
+    """(start, end, [(start, span end, completion, category)]) per execution, in µs: the module's instructions
     from one PjRtCpuExecutable::ExecuteHelper (the dispatch of an execution) to the next, and the first of
-    them to the last one's end (XLA runs them on its own threads, after the dispatch returned)."""
+    them to the last one's completion (XLA runs them on its own threads, after the dispatch returned).
+
+    An op's completion is its `end: <name>` event, but that event is recorded only after the work its
+    completion set off ran on the same thread (the ops it made ready, each in turn: the runtime runs an
+    event's callbacks last registered first), so it is capped by the first start of an op that takes the
+    op's output (`users`); without an event, its span's end."""
     dispatches = [float(e["ts"]) for e in events if e["name"] == DISPATCH]
-    out: list[tuple[float, float, list[tuple]]] = [(math.inf, -math.inf, []) for _ in dispatches]
+    completions: dict[str, list[float]] = {}
+    for e in events:  # by start already
+        if str(e["name"]).startswith(COMPLETION):
+            completions.setdefault(str(e["name"])[len(COMPLETION) :], []).append(float(e["ts"]))
+    ops: list[list[tuple[str, float, float, str]]] = [[] for _ in dispatches]
     for e in events:
-        category = names.get(str(e["name"]).removesuffix(".clone"))
+        name = str(e["name"]).removesuffix(".clone")
         at = bisect.bisect_right(dispatches, float(e["ts"])) - 1
-        if category and at >= 0:
-            start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-            first, last, spans = out[at]
-            spans.append((start, end, category))
-            out[at] = (min(first, start), max(last, end), spans)
-    return [x for x in out if x[2]]
+        if name in names and at >= 0:
+            ops[at].append((str(e["name"]), float(e["ts"]), float(e["ts"]) + float(e["dur"]), names[name]))
+    out = []
+    for spans in filter(None, ops):
+        starts: dict[str, list[float]] = {}
+        for name, start, _, _ in spans:
+            starts.setdefault(name, []).append(start)
+        timed = []
+        for name, start, end, category in spans:
+            later = completions.get(name, [])
+            i = bisect.bisect_left(later, start)
+            done = later[i] if i < len(later) else end
+            for user in (users or {}).get(name, []):
+                done = min([done, *(t for t in starts.get(user, []) if t >= start)])
+            timed.append((start, end, max(end, done), category))
+        out.append((min(t[0] for t in timed), max(t[2] for t in timed), timed))
+    return out
+
+
+def attribute(spans: list[tuple[int, int, int, str]]) -> tuple[dict[str, float], int]:
+    """Per category the ns it is given: the instants inside spans shared among their categories, the others
+    before some completions among those ops' categories; and the ns either covers."""
+    given, covered = shares([(s, e, c) for s, e, _, c in spans])
+    steps = sorted(
+        [(s, 1, 1, c) for s, _, _, c in spans]
+        + [(e, -1, 0, "") for _, e, _, _ in spans]
+        + [(d, 0, -1, c) for _, _, d, c in spans]
+    )
+    running, pending, last = 0, dict.fromkeys(given, 0), None
+    for t, run, pend, category in steps:
+        waiting = [c for c, n in pending.items() if n > 0]
+        if last is not None and t > last and not running and waiting:  # inside no span, ops not completed
+            for c in waiting:
+                given[c] += (t - last) / len(waiting)
+            covered += t - last
+        running += run
+        if category:
+            pending[category] += pend
+        last = t
+    return given, covered
 
 
 def measure(profile_dir: Path, module: str | Path) -> dict:
     """The layer's split from the profiler's trace in profile_dir and the HLO module the process ran."""
-    names = categories_of(hlo.read(module))
+    rows = hlo.read(module)
     per_exec = []
-    for start, end, spans in executions(trace_events(profile_dir), names):
-        us, covered = shares([(round(s * 1000), round(e * 1000), c) for s, e, c in spans])
+    for start, end, spans in executions(trace_events(profile_dir), categories_of(rows), users_of(rows)):
+        us, covered = attribute([(round(s * 1000), round(e * 1000), round(d * 1000), c) for s, e, d, c in spans])
         span_s = (end - start) * 1e-6
         categories = {c: v * 1e-9 for c, v in us.items()}
         categories["other"] += span_s - covered * 1e-9
