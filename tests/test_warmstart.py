@@ -145,6 +145,16 @@ def test_without_a_server_on_this_host_nothing_is_handed_over(tmp_path, monkeypa
     assert warmstart.start(os.getpid()) is None
 
 
+def test_a_socket_path_too_long_for_a_unix_socket_starts_no_server_and_leaves_nothing(tmp_path, monkeypatch):
+    """A long TMPDIR: start() cannot bind (108 bytes at most on Linux), so the run's jobs run on their own."""
+    long = tmp_path / ("d" * 120)
+    long.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(long))
+    monkeypatch.delenv(warmstart.OFF, raising=False)
+    assert warmstart.start(os.getpid()) is None
+    assert not any(long.iterdir())
+
+
 def test_kill_9_of_a_job_ends_the_command_it_handed_over(tmp_path, server):
     argv = build_argv(tmp_path, tmp_path / "b")
     job = subprocess.Popen(

@@ -220,18 +220,22 @@ def start(parent_pid: int, backend: str = "cpu") -> str | None:
     path = os.path.join(tempfile.mkdtemp(prefix=f"neuronsweep-warm-{parent_pid}-"), "socket")
     # Bound and listening here, before any job starts, and handed to the server: a job that connects
     # while the server is still starting or importing waits in the backlog instead of running alone.
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-        listener.bind(path)
-        listener.listen(64)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid), backend, str(listener.fileno())],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            pass_fds=(listener.fileno(),),
-        )
-    Path(path + ".pid").write_text(str(server.pid))
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(path)
+            listener.listen(64)
+            server = subprocess.Popen(
+                [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid), backend, str(listener.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(listener.fileno(),),
+            )
+        Path(path + ".pid").write_text(str(server.pid))
+    except OSError:  # a socket path too long for AF_UNIX (a long TMPDIR), no room: the jobs run on their own
+        stop(f":{path}")
+        return None
     return f"{socket.gethostname()}:{path}"
 
 
