@@ -35,6 +35,14 @@ def test_the_split_of_real_torch_xla_executions_adds_up_to_each_span():
     for start, end, spans in executions:
         assert all(start <= s <= e <= done <= end for s, e, done, _ in spans)
         assert end == max(done for _, _, done, _ in spans)
+    users = xla_split.users_of(rows)
+    assert users["dot.45"] == ["call.7"] and users["call.4"] == []  # the root tuple runs no thunk
+    row = dict.fromkeys(("computation_kind", "opcode", "hlo_name", "operands"), "entry")
+    view = [
+        {**row, "opcode": o, "hlo_name": n, "operands": a}
+        for o, n, a in (("dot", "d", ""), ("bitcast", "b", "d"), ("get-tuple-element", "g", "b"), ("copy", "c", "g,d"))
+    ]
+    assert xla_split.users_of(view)["d"] == ["c", "c"]  # through a bitcast and a get-tuple-element
     # The dot returned after 0.4 ms and its work went on in XLA's pool: its completion is where the GELU
     # that takes its output started (1.9 ms), before its `end: dot.45` event (4.8 ms, recorded after the
     # ops it made ready ran); the instants no span covers until then are the dot's.

@@ -41,6 +41,7 @@ from neuronsweep.formats import hlo
 EXECUTIONS = 5  # profiled executions, after the capture's warm-up and timing
 DISPATCH = "PjRtCpuExecutable::ExecuteHelper"
 TRACE_GLOB = "plugins/profile/*/*.trace.json.gz"
+NO_THUNK = {"bitcast", "tuple", "get-tuple-element", "parameter", "constant"}  # instructions with no span
 COMPLETION = "end: "  # the runtime's event when a thunk's work completed, after the name
 METHOD = (
     f"XLA's per-thunk spans under torch-xla's profiler, each HLO instruction's category from its op_type and the "
@@ -116,13 +117,25 @@ def categories_of(rows: list[dict]) -> dict[str, str]:
 
 
 def users_of(rows: list[dict]) -> dict[str, list[str]]:
-    """The entry computation's instructions -> the instructions that take their output."""
-    users: dict[str, list[str]] = {}
-    for r in rows:
-        if r["computation_kind"] == "entry":
-            for operand in filter(None, (r["operands"] or "").split(",")):
-                users.setdefault(operand, []).append(r["hlo_name"])
-    return users
+    """The entry computation's instructions -> the instructions that take their output, through those XLA
+    runs no thunk for (a bitcast, a tuple: no span) to the ones that have one."""
+    entry = [r for r in rows if r["computation_kind"] == "entry"]
+    direct: dict[str, list[str]] = {}
+    for r in entry:
+        for operand in filter(None, (r["operands"] or "").split(",")):
+            direct.setdefault(operand, []).append(r["hlo_name"])
+    views = {r["hlo_name"] for r in entry if r["opcode"] in NO_THUNK}
+
+    def through(name: str, seen: frozenset = frozenset()) -> list[str]:
+        out = []
+        for user in direct.get(name, []):
+            if user in views and user not in seen:
+                out += through(user, seen | {user})
+            elif user not in views:
+                out.append(user)
+        return out
+
+    return {name: through(name) for name in direct}
 
 
 def trace_events(folder: Path) -> list[dict]:
@@ -142,10 +155,9 @@ def executions(
     from one PjRtCpuExecutable::ExecuteHelper (the dispatch of an execution) to the next, and the first of
     them to the last one's completion (XLA runs them on its own threads, after the dispatch returned).
 
-    An op's completion is its `end: <name>` event, but that event is recorded only after the work its
-    completion set off ran on the same thread (the ops it made ready, each in turn: the runtime runs an
-    event's callbacks last registered first), so it is capped by the first start of an op that takes the
-    op's output (`users`); without an event, its span's end."""
+    An op's completion is its `end: <name>` event, capped by the first start of an op that takes its output
+    (`users`): the event can be written after the ops its completion made ready have run (in the traces, a
+    dot's user starts before the dot's `end:`); without an event, its span's end."""
     dispatches = [float(e["ts"]) for e in events if e["name"] == DISPATCH]
     completions: dict[str, list[float]] = {}
     for e in events:  # by start already
