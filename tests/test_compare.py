@@ -335,14 +335,14 @@ def test_a_whole_run_moving_one_way_is_called_drift_not_code():
 @pytest.mark.workflow
 def test_a_one_process_pair_is_told_what_would_judge_it(finished_run, tmp_path):
     """One process a side: on cpu compare times both again in turns; a neuron pair is captured again with
-    its rounds in processes of their own (its programs need their device); xla has nothing yet."""
+    its rounds in processes of their own (its programs need their device), and so is an xla pair."""
     from neuronsweep.runs import compare
 
     a = compare.Run(_variant(finished_run, tmp_path, "a", backend="neuron", processes=0))
     b = compare.Run(_variant(finished_run, tmp_path, "b", backend="neuron", processes=0))
     assert compare.judging_command(a, b).startswith("run both sweeps again with capture.rounds_in_processes: true")
     x = compare.Run(_variant(finished_run, tmp_path, "x", backend="xla", processes=0))
-    assert compare.judging_command(a, x).startswith("none here yet: an xla capture is one process a case")
+    assert compare.judging_command(a, x) == compare.judging_command(x, x) == compare.judging_command(a, b)
     assert compare.judging_command(compare.Run(finished_run / RUN), compare.Run(finished_run / RUN)).endswith(
         "--interleaved 8"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ pytest.importorskip(
     "in a venv of their own (.ci/run does it)",
 )
 
-from helpers import REPO, snakemake, tiny_config  # noqa: E402
+from helpers import BIN, REPO, snakemake, tiny_config  # noqa: E402
 
 from neuronsweep.backends.xla import ARTIFACT
 from neuronsweep.formats import hlo
@@ -209,3 +210,30 @@ def test_a_models_layers_run_through_torch_xla_and_are_split_by_xlas_own_op_span
     moe = wdir(tmp_path, ids[2])
     assert json.loads((moe / "build" / "build.json").read_text())["experts_implementation"] == "batched_mm"
     assert json.loads((moe / "metrics.json").read_text())["split_moe_routing_s"] > 0
+
+
+def test_rounds_in_processes_make_an_xla_run_one_compare_judges(tmp_path):
+    """capture.rounds_in_processes on xla: the traced capture process times round 1 and each other round is a
+    torch-xla process of its own, so compare --stored tests processes (one process a side it cannot judge)."""
+    cfg = xla_config(tmp_path)
+    cfg["capture"] |= {"repeats": 3, "rounds_in_processes": True}
+    cfg["suites"] = {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}, "dtype": ["fp32"]}}
+    snakemake(tmp_path, config=cfg)
+    [case] = (tmp_path / "results" / "t" / "xla" / "workloads").iterdir()
+    cap = json.loads((case / "capture" / "capture.json").read_text())
+    lat = cap["latency"]
+    assert lat["rounds_in_processes"] is True and lat["n"] == 3 * 3 and len(lat["round_medians_s"]) == 3
+    assert len(set(lat["round_pids"])) == 3 and lat["execute"]["n"] == 3 * 3
+    assert cap["module_matches_build"] is True and not (case / "capture" / "xla" / "round_2" / "dump").exists()
+
+    run = tmp_path / "results" / "t"
+    proc = subprocess.run(
+        [str(BIN / "neuronsweep"), "compare", str(run), str(run), "--stored", "--out", str(tmp_path / "cmp")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "cmp" / "compare.csv") as f:
+        [row] = list(csv.DictReader(f))
+    assert row["verdict"].startswith("unchanged"), row["verdict"]  # an A/A pair, tested on its 3 processes

@@ -36,3 +36,23 @@ def latency_stats(samples_s: list[float], rounds: int = 1, in_processes: bool = 
         "rounds_in_processes": in_processes,
         "samples_s": samples_s,
     }
+
+
+def process_rounds(runs: list[dict]) -> dict:
+    """One timing from runs of one round each, every run a process of its own (capture.rounds_in_processes):
+    every sample, each run's median a round that analysis/verdict.py tests, their recompiles summed, their
+    pids (`round_pids`); XLA's per-iteration execute times merged alike where the runs have them."""
+    samples = [x for run in runs for x in run["samples_s"]]
+    merged = {
+        **latency_stats(samples, len(runs), in_processes=True),
+        "recompiles_during_timing": sum(run.get("recompiles_during_timing") or 0 for run in runs),
+        "sync": runs[0]["sync"],
+        "round_pids": [run["pid"] for run in runs],
+    }
+    if "execute" in runs[0]:
+        executes = [x for run in runs for x in (run["execute"] or {}).get("samples_s", [])]
+        merged["execute"] = (
+            latency_stats(executes, len(runs), in_processes=True) if all(run["execute"] for run in runs) else None
+        )
+        merged["execute_source"] = runs[0].get("execute_source")
+    return merged

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from neuronsweep.analysis.correctness import rejudge, worst
-from neuronsweep.analysis.stats import latency_stats
+from neuronsweep.analysis.stats import latency_stats, process_rounds
 from neuronsweep.atomic import read_json
 from neuronsweep.backends import BACKENDS, nccom_test, neuron_setup
 from neuronsweep.backends.build_facts import package_versions, recompilation_flag
@@ -455,13 +455,8 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
         return {**result["timing"], "compiles_in_first_run": result["compile"]["count"], "pid": result.get("pid")}
 
     timing, runs = _timed(one_run, workdir, settings)
-    if len(runs) > 1:  # rounds in processes: the first run's compiles, every run's XLA execute times
-        executes = [x for run in runs for x in (run["execute"] or {}).get("samples_s", [])]
+    if len(runs) > 1:  # rounds in processes: the first run's compiles
         timing["compiles_in_first_run"] = runs[0]["compiles_in_first_run"]
-        timing["execute"] = (
-            latency_stats(executes, len(runs), in_processes=True) if all(run["execute"] for run in runs) else None
-        )
-        timing["execute_source"] = runs[0].get("execute_source")
     return timing
 
 
@@ -479,14 +474,7 @@ def _timed(one_run, workdir: Path, settings: CaptureSettings) -> tuple[dict, lis
     for r in range(1, settings.repeats + 1):
         (workdir / f"round_{r}").mkdir(parents=True, exist_ok=True)
         runs.append(one_run(workdir / f"round_{r}", 1))
-    samples = [x for run in runs for x in run["samples_s"]]
-    merged = {
-        **latency_stats(samples, settings.repeats, in_processes=True),
-        "recompiles_during_timing": sum(run.get("recompiles_during_timing") or 0 for run in runs),
-        "sync": runs[0]["sync"],
-        "round_pids": [run["pid"] for run in runs],
-    }
-    return merged, runs
+    return process_rounds(runs), runs
 
 
 def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:

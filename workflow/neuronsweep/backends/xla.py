@@ -9,7 +9,9 @@ capture the same program again: warmup, num_exec executions (the nth is the prof
         Chrome trace of wall-clock spans and metric samples, then timing rounds (wall clock and
         ExecuteTime per iteration). PJRT CPU cannot load serialized executables (torch-xla 2.9 logs
         "Deserializing serialized executable not supported"), so the capture compiles its graph again;
-        that compile is recorded, checked against the build's module, and not counted as a recompile
+        that compile is recorded, checked against the build's module, and not counted as a recompile.
+        With capture.rounds_in_processes that process times round 1 and each other round is a process
+        of its own (round_<r>/, compiling the graph again), so compare can test processes
 view    trace.json -> trace.pftrace, a summary with the Neuron summary's fields, and the op mix of
         the workload's module as parquet/Instruction.parquet (analysis/hlo.py)
 """
@@ -18,11 +20,13 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 from pathlib import Path
 
 import numpy as np
 
 from neuronsweep.analysis.intervals import union_length
+from neuronsweep.analysis.stats import process_rounds
 from neuronsweep.backends import BACKENDS, xla_split
 from neuronsweep.backends.build_facts import package_versions, recompilation_flag
 from neuronsweep.backends.processes import fresh
@@ -151,6 +155,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     trace_out = out_dir.resolve() / TRACE
     layer = spec["kind"] == "layer"
     split_dir = workdir / "split-profile"
+    in_processes = settings.rounds_in_processes and settings.repeats > 1
     result = xla_program.run(
         spec,
         workdir / "capture_result.json",
@@ -160,7 +165,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         settings.timeout_s,
         warmup=settings.warmup,
         iterations=settings.iterations,
-        repeats=settings.repeats,
+        repeats=1 if in_processes else settings.repeats,
         num_exec=settings.num_exec,
         nth_exec=settings.nth_exec,
         trace_out=trace_out,
@@ -168,6 +173,28 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         profile_executions=xla_split.EXECUTIONS if layer else None,
     )
     module, _ = xla_program.attribute(result, spec, "HLO module")
+    timing = result["timing"]
+    if in_processes:  # round 1 is the process above; each other round a process of its own, timing only
+        runs = [{**timing, "pid": result["pid"]}]
+        for r in range(2, settings.repeats + 1):
+            folder = _fresh(workdir / f"round_{r}")
+            more = xla_program.run(
+                spec,
+                folder.parent / "timing.json",
+                xla_env(options, folder),
+                folder.parent,
+                [],
+                settings.timeout_s,
+                warmup=settings.warmup,
+                iterations=settings.iterations,
+                repeats=1,
+                num_exec=settings.num_exec,  # traced as round 1 was, so every round ran the same calls first
+                nth_exec=settings.nth_exec,
+                trace_out=folder.parent / TRACE,
+            )
+            shutil.rmtree(folder)  # the round's own compile's dump: the module is round 1's
+            runs.append({**more["timing"], "pid": more["pid"]})
+        timing = process_rounds(runs)
     split, split_why = None, None
     if layer:
         try:
@@ -185,7 +212,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         else f"this process compiled a different module ({module}) than the "
         "build; the trace and timings are of this process's graph",
         "capture_compile": result["compile"],
-        "latency": result["timing"],
+        "latency": timing,
         "threads": None,
         "device": result["device"],
         "host": caps.host_record(),

@@ -324,18 +324,12 @@ def drift(table: pd.DataFrame, min_effect_pct: float) -> tuple[int, int, float] 
 
 
 def judging_command(a: Run, b: Run) -> str:
-    """The one command that would judge what one process a side cannot, or why there is none."""
+    """The one command that would judge what one process a side cannot."""
     if a.backend == b.backend == "cpu":
         return f"neuronsweep compare {a.folder} {b.folder} --interleaved {interleave.DEFAULT_ROUNDS}"
-    if {a.backend, b.backend} <= {"cpu", "neuron"}:  # neuron times each round in a process of its own when asked
-        return (
-            "run both sweeps again with capture.rounds_in_processes: true (each of the repeats rounds a process of "
-            "its own, on the device for neuron; collectives excepted), then compare them"
-        )
-    other = next(run.backend for run in (a, b) if run.backend not in ("cpu", "neuron"))
-    return (
-        f"none here yet: an {other} capture is one process a case, and its programs need their device to be timed "
-        "again in turns"
+    return (  # neuron and xla time each round in a process of its own when asked
+        "run both sweeps again with capture.rounds_in_processes: true (each of the repeats rounds a process of "
+        "its own, on the device for neuron; collectives excepted), then compare them"
     )
 
 
