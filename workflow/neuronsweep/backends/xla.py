@@ -174,7 +174,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     )
     module, _ = xla_program.attribute(result, spec, "HLO module")
     timing = result["timing"]
-    if in_processes:  # round 1 is the process above; each other round a process of its own, timing only
+    if in_processes:  # round 1 is the process above; each other round a process of its own, run as it was
         runs = [{**timing, "pid": result["pid"]}]
         for r in range(2, settings.repeats + 1):
             folder = _fresh(workdir / f"round_{r}")
