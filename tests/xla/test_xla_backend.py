@@ -214,7 +214,7 @@ def test_a_models_layers_run_through_torch_xla_and_are_split_by_xlas_own_op_span
 
 def test_rounds_in_processes_make_an_xla_run_one_compare_judges(tmp_path):
     """capture.rounds_in_processes on xla: the traced capture process times round 1 and each other round is a
-    torch-xla process of its own, so compare --stored tests processes (one process a side it cannot judge)."""
+    torch-xla process of its own, so compare (keeping an xla run's stored timings) tests processes."""
     cfg = xla_config(tmp_path)
     cfg["capture"] |= {"repeats": 3, "rounds_in_processes": True}
     cfg["suites"] = {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}, "dtype": ["fp32"]}}
@@ -228,12 +228,13 @@ def test_rounds_in_processes_make_an_xla_run_one_compare_judges(tmp_path):
 
     run = tmp_path / "results" / "t"
     proc = subprocess.run(
-        [str(BIN / "neuronsweep"), "compare", str(run), str(run), "--stored", "--out", str(tmp_path / "cmp")],
+        [str(BIN / "neuronsweep"), "compare", str(run), str(run), "--out", str(tmp_path / "cmp")],
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
+    assert f"timings: the stored ones ({run} ran on xla; only cpu runs are timed again)" in proc.stdout
     with open(tmp_path / "cmp" / "compare.csv") as f:
         [row] = list(csv.DictReader(f))
     assert row["verdict"].startswith("unchanged"), row["verdict"]  # an A/A pair, tested on its 3 processes

@@ -272,10 +272,15 @@ def retime_by_default(a: Run, b: Run) -> tuple[dict | None, list[str]]:
     met the goals (docs/comparing-runs.md). Stored timings of two runs differ by the machine's moment
     as well as by the code, even with rounds in processes (two default runs four minutes apart: 11 and
     18 % on two cases whose three processes a side agreed within 2 %). Where it cannot be done (a
-    program missing, another torch), the stored timings stand and the line says why."""
+    run off cpu, a program missing, another torch), the stored timings stand and the line says why."""
     wids = timed_in_both(a, b)
     if not wids:
         return None, []
+    off_cpu = next((run for run in (a, b) if run.backend != "cpu"), None)
+    if off_cpu is not None:  # only a cpu run's programs run here; the stored timings are what there is
+        return None, [
+            f"timings: the stored ones ({off_cpu.folder} ran on {off_cpu.backend}; only cpu runs are timed again)"
+        ]
     rounds = interleave.DEFAULT_ROUNDS
     try:
         timings = interleave.retime(a, b, wids, rounds)
