@@ -88,7 +88,7 @@ def test_every_op_of_a_layer_falls_in_one_category_by_its_module_and_name():
 
 
 @pytest.mark.torch  # the plan traces the model in a child with torch
-def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_gemms_still_run(tmp_path):
+def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_gemms_still_run(tmp_path, monkeypatch):
     cfg = tiny_config(
         tmp_path,
         calibrated=False,
@@ -110,6 +110,20 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
         layers_that_fit(plan, 4 * 2**20, "a 4 MiB machine", gathers_experts=gathers)
         assert (moe in plan.workloads) is fits
     assert "0.0 GiB of expert weights gathered per token (batched_mm)" in plan.unsupported[moe]
+    # on neuron with route auto the route is settled after the plan: settled to torch-xla, the layers are
+    # checked again with the gathered copies (made too big for a trn2 core here); TorchNeuron's are not
+    from neuronsweep import backends
+    from neuronsweep.backends import neuron_setup
+    from neuronsweep.stages.run_setup import settle_run
+
+    monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("neuron", "backend neuron: a device"))
+    monkeypatch.setattr(neuron_setup, "settle", lambda section, need_route: ({**section, "target": "trn2"}, {}))
+    monkeypatch.setattr(layer, "gathered_expert_bytes", lambda spec: 2**40 if spec.get("layer_kind") == "moe" else 0)
+    for route, fits in (("torchneuron", True), ("xla", False)):
+        monkeypatch.setattr(neuron_setup, "settle_route", lambda section, r=route: ({**section, "route": r}, {}))
+        setup = settle_run(schema.validate({**cfg, "backend": "neuron"}))
+        assert setup.config["neuron"]["route"] == route and (moe in setup.plan.workloads) is fits
+    assert "logical NeuronCore's HBM" in setup.plan.unsupported[moe]
     with pytest.raises(
         UserError, match=r"^suites.model \(m\): the model has no decoder layers neuron-sweep recognizes"
     ):

@@ -586,12 +586,9 @@ def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
         check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
     elif backend == "neuron" and config["neuron"]["target"] in TARGETS:  # auto: settled by each job on its node
         target = TARGETS[config["neuron"]["target"]]
-        layers_that_fit(
-            plan,
-            target.hbm_bytes(config["neuron"]["lnc"]),
-            f"one {target.name} logical NeuronCore's HBM",
-            gathers_experts=config["neuron"]["route"] == "xla",
-        )
+        # the route may still be auto here (settled after the plan, which says whether one is needed): then
+        # run_setup checks the layers again once it is
+        layers_that_fit(plan, *neuron_core_memory(config), gathers_experts=config["neuron"]["route"] == "xla")
         check_fits(
             plan,
             target.hbm_bytes(config["neuron"]["lnc"]),
@@ -624,6 +621,12 @@ def check_paths(config: dict) -> None:
 
 
 MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
+
+
+def neuron_core_memory(config: dict) -> tuple[float, str]:
+    """The HBM of one logical NeuronCore of the config's (settled) target, and how to name it."""
+    target = TARGETS[config["neuron"]["target"]]
+    return target.hbm_bytes(config["neuron"]["lnc"]), f"one {target.name} logical NeuronCore's HBM"
 
 
 def layers_that_fit(plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False) -> None:

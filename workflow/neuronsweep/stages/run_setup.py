@@ -18,7 +18,8 @@ from pathlib import Path
 from neuronsweep import backends
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import neuron_setup
-from neuronsweep.stages.plan import Plan, plan_for
+from neuronsweep.host.targets import TARGETS
+from neuronsweep.stages.plan import Plan, layers_that_fit, neuron_core_memory, plan_for
 
 
 @dataclass
@@ -64,6 +65,8 @@ def settle_run(config: dict, local: bool = True) -> RunSetup:
     if settle_here and neuron_setup.needs_route(plan.workloads.values()):
         config["neuron"], route = neuron_setup.settle_route(config["neuron"])
         setup.update(route)
+        if config["neuron"]["route"] == "xla" and config["neuron"]["target"] in TARGETS:  # settled from auto
+            layers_that_fit(plan, *neuron_core_memory(config), gathers_experts=True)  # batched_mm's copies too
     return RunSetup(config, backend, why, setup, plan, probe)
 
 
