@@ -50,8 +50,9 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     body = next(line for line in lines if "nki: NKI loop body" in line)  # docs silent on a tile's liveness
     assert body.startswith("SKIP") and "live per partition, of the 229376 and 16384 on trn2" in body, body
     assert by_contract["torchneuron: inspect layout"] == "SKIP"  # the profiler took its NEFF
-    # the docs name no HLO debug variables for TorchNeuron: the stand-in's profile has no framework ops
-    assert by_contract["torchneuron: framework ops"] == "SKIP"
+    # TorchNeuron compiled with the HLO debug variables, as the docs recommend for every capture method: the
+    # stand-in's NEFF names its framework ops and the profile maps time to them
+    assert by_contract["torchneuron: framework ops"] == "PASS"
     # the user's NKI kernel of config/examples/kernels, its keyword param passed by name; the stand-in's
     # miscompile is in every NKI matmul, so its output check fails too
     verdict = {c: next(line[:4] for line in lines if line[6:].startswith(c)) for c in NEW_LINES}  # no padding left
@@ -123,6 +124,8 @@ def test_the_framework_ops_line_reads_the_table_a_layers_split_needs_and_fails_o
     bare = db({"Summary": [summary]})
     assert framework_ops_line(bare, "xla", debug, summary).verdict == "FAIL"
     assert framework_ops_line(bare, "torchneuron", {"env": {}}, summary).verdict == "SKIP"
+    skipped = framework_ops_line(bare, "torchneuron", debug, summary)  # a finding there: the docs show no table
+    assert skipped.verdict == "SKIP" and "TorchNeuron's NEFF has none" in skipped.detail
     wrong = [{"framework_name": "L[0]/aten.mm", "time_intervals": "[[0]]"}]
     line = framework_ops_line(db({"FrameworkInstruction": wrong}), "xla", debug, summary)
     assert line.verdict == "FAIL" and "unreadable" in line.detail

@@ -187,8 +187,8 @@ def test_the_torchneuron_standin_builds_captures_and_extracts_the_layers_and_the
     its KV cache: each part moved to the neuron device whole and compiled in one graph, captured, viewed
     and extracted like any case. transformers' mask, positions and cache make tensors on the device
     (torch.arange(device=...), torch.tensor([], device=...)) and index them, and its grouped experts count
-    tokens with an integer histc off the CPU: all of it runs on the device as on any PyTorch device. The
-    time is not split by category on neuron: the metrics say so, and the split is null."""
+    tokens with an integer histc off the CPU: all of it runs on the device as on any PyTorch device. Each
+    part is compiled with the HLO debug variables, so its profile's framework ops split it by category."""
     from helpers import neuron_config, torchneuron_env
 
     entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["decode"]}
@@ -205,8 +205,13 @@ def test_the_torchneuron_standin_builds_captures_and_extracts_the_layers_and_the
         assert build["correctness"]["correct_why"] == "no NumPy reference for layer workloads"
         metrics = json.loads((workloads / wid / "metrics.json").read_text())
         assert metrics["latency_median_s"] > 0 and metrics["profile_total_time_s"] > 0, wid
-        if "head" not in wid:  # the docs name no HLO debug variables for TorchNeuron: no FrameworkInstruction
-            assert metrics["split_gemm_s"] is None and "no FrameworkInstruction" in metrics["notes"]["split_gemm_s"]
+        # compiled with XLA_IR_DEBUG/XLA_HLO_DEBUG, as the docs recommend for every capture method: the
+        # profile's FrameworkInstruction table splits the layer, adding up to its total_time
+        split = {c: metrics[f"split_{c}_s"] for c in CATEGORIES}
+        assert build["env"]["XLA_HLO_DEBUG"] == "1" and split["gemm"] > 0, (wid, split)
+        assert sum(split.values()) == pytest.approx(metrics["profile_total_time_s"], rel=1e-6), wid
+    moe = json.loads((workloads / ids[2] / "metrics.json").read_text())
+    assert moe["split_moe_routing_s"] > 0
 
 
 @pytest.mark.slow

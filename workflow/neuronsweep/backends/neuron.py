@@ -59,8 +59,8 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.workloads import workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
-# v4: torch-xla with autograd off, a prefill layer writes its KV cache
-ARTIFACT_FORMAT = "NEFF via TorchNeuron, torch-xla or nki.jit, v4"
+# v4: torch-xla with autograd off, a prefill layer writes its KV cache; v5: TorchNeuron gets the HLO debug variables
+ARTIFACT_FORMAT = "NEFF via TorchNeuron, torch-xla or nki.jit, v5"
 NEURON_PACKAGES = neuron_setup.PACKAGES
 
 
@@ -179,7 +179,8 @@ def rank_checks(workdir: Path, spec: dict) -> dict:
 
 def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_cores: str | None = None) -> dict:
     """TorchNeuron's environment ("TorchNeuron environment variables", SDK 2.33): the build's own NEFF
-    cache, artifacts kept, no silent fallback to CPU execution, the runtime's LNC equal to the compiler's."""
+    cache, artifacts kept, no silent fallback to CPU execution, the runtime's LNC equal to the compiler's;
+    the HLO debug variables when asked (a layer case's build always asks)."""
     env = tool_env(visible_cores)
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)  # inherited, it would leave no NEFF to attribute
     env.update(
@@ -192,6 +193,8 @@ def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_co
             "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
         }
     )
+    if xla_debug(options):  # "Setup (all methods)" of how-to-profile-workload: descriptive layer names in the profile
+        env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
 
 

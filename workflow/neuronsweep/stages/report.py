@@ -331,9 +331,9 @@ def _whole_model(suite: str, folder: Path) -> str:
         "<p class=muted>Each kind of decoder layer and the head measured as the model runs them (seeded weights; "
         "experts fed the routing policy's tokens): the forward's estimate is each layer kind's latency x its "
         "layers plus the head's. The categories are shares of their profiled executions (cpu: torch.profiler "
-        "ranges around the program's ops; xla: XLA's span per HLO op; neuron: the profile's FrameworkInstruction "
-        "table; other is what no op covers). The isolation gap (cpu) is a GEMM's time inside its layer over "
-        "count x its latency timed alone.</p>"
+        "ranges around the program's ops; xla: XLA's span per HLO op to its completion; neuron: the profile's "
+        "FrameworkInstruction table; other is what no op covers). The isolation gap (cpu) is a GEMM's time "
+        "inside its layer over count x its latency timed alone.</p>"
         + (_figure(f"categories_{suite}", figs.model_categories(split, model_rollup.CATEGORIES)) if len(split) else "")
         + table(forward[[c for c in cols if c in forward]])
         + (_figure(f"isolation_{suite}", figs.isolation_gap(gap)) if _has_gap(gap) else NO_GAP if len(gap) else "")

@@ -272,6 +272,23 @@ def _ops(gm) -> list:
     return ops
 
 
+def _framework_names(gm) -> list:
+    """Each op of _ops named by the modules it ran in, `<Class>[<n>]/.../aten.<op>` (the profile schema
+    reference's framework_name example; n counts that class's modules in the graph)."""
+    seen: dict = {}
+    names = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
+        scopes = []
+        for path, cls in (node.meta.get("nn_module_stack") or {}).values():
+            index = seen.setdefault(cls.__name__, {}).setdefault(path, len(seen[cls.__name__]))
+            scopes.append(f"{cls.__name__}[{index}]")
+        names.append("/".join([*scopes, f"aten.{name}"]))
+    return names
+
+
 def _neff_cache() -> Path:
     return Path(os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR", "/tmp/neff_cache"))
 
@@ -296,6 +313,10 @@ def _compile(gm, example_inputs) -> Path:
         "input_names": [f"input{i}" for i in range(len(signature))],
         "uuid": uuid.uuid4().hex,  # per compilation (NeffHeader)
     }
+    # descriptive layer names in the profile for a NEFF compiled with both debug variables set, recommended for
+    # every capture method, native PyTorch's too (neuron-explorer/how-to-profile-workload, "Setup (all methods)")
+    if os.environ.get("XLA_IR_DEBUG") == "1" and os.environ.get("XLA_HLO_DEBUG") == "1":
+        header["framework_names"] = _framework_names(gm)
     neff.parent.mkdir(parents=True, exist_ok=True)
     tmp = neff.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_bytes(b"NEFF\0" + json.dumps(header).encode())

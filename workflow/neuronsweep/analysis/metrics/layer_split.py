@@ -12,8 +12,7 @@ from neuronsweep.store.records import CaptureRecord
 
 NO_SPLIT = {
     "neuron": "the profile has no FrameworkInstruction table, which Neuron Explorer's parquet output has for a NEFF "
-    "compiled with XLA_IR_DEBUG=1 and XLA_HLO_DEBUG=1 (the torch-xla route); the Neuron docs name no such "
-    "variables for TorchNeuron",
+    "compiled with XLA_IR_DEBUG=1 and XLA_HLO_DEBUG=1 (a layer case's build sets them on every route)",
 }
 
 
