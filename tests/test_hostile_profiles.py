@@ -185,6 +185,13 @@ def _flipped(tmp: Path, corpus: dict) -> bytes:
     return bytes(data)
 
 
+def _column_flipped(tmp: Path, corpus: dict) -> bytes:
+    """A column's name in the file's schema made not UTF-8 (`neuronsweep query FILE` lists it first)."""
+    data = _parquet(tmp, corpus)
+    assert b"opcode" in data
+    return data.replace(b"opcode", b"o\xffcode")
+
+
 # The kinds a held-out corpus of 640 damaged files found still ending in a traceback (issue 59): each is
 # made on purpose here, through the same readers and the same judgement as the seeded mutations above.
 KINDS = {
@@ -210,6 +217,7 @@ KINDS = {
     ),
     "parquet table named with a quote": ("parquet", 'say "hi".parquet', lambda t, c: c["parquet"], "read"),
     "parquet text not UTF-8": ("parquet", "Instruction.parquet", _flipped, "refused"),
+    "parquet column name not UTF-8": ("parquet", "Instruction.parquet", _column_flipped, "refused"),
     "chrome every ts negative": (
         "chrome",
         "profile.json",

@@ -293,7 +293,7 @@ class _StrictLoader(_LOADER):  # type: ignore[misc,valid-type]  # CSafeLoader wh
 
 
 def _no_duplicates(loader, node, deep=False):
-    seen = {}
+    seen: dict[object, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:

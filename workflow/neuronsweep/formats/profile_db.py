@@ -475,7 +475,10 @@ class ProfileDB:
         """(column, type) of a table or view; its name quoted as DuckDB documents (a double quote inside
         a quoted identifier is written twice), since a table named after a file may hold any character."""
         quoted = table.replace('"', '""')
-        return [(c, t) for c, t, *_ in self.con.execute(f'DESCRIBE "{quoted}"').fetchall()]
+        try:  # a damaged file's schema (a column name that is not UTF-8) fails only here
+            return [(c, t) for c, t, *_ in self.con.execute(f'DESCRIBE "{quoted}"').fetchall()]
+        except duckdb.Error as exc:
+            raise self._failed(exc) from None
 
     def sql(self, text: str):
         """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""

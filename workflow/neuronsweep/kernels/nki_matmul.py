@@ -135,12 +135,12 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
         result_blocks = result.reshape((M // tm, tm, N)) if on_device else None
 
         def lhs_block(k, m):  # lhsT[k*tk : (k+1)*tk, m*tm : (m+1)*tm]
-            if on_device:
+            if lhs_blocks is not None:  # on the device
                 return lhs_blocks.ap(pattern=[[M, tk], [1, tm]], offset=k * tk * M, scalar_offset=m, indirect_dim=1)
             return lhsT[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm]
 
         def result_block(m, n):  # result[m*tm : (m+1)*tm, n*tn : (n+1)*tn]
-            if on_device:
+            if result_blocks is not None:  # on the device
                 return result_blocks.ap(pattern=[[N, tm], [1, tn]], offset=n * tn, scalar_offset=m, indirect_dim=0)
             return result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn]
 

@@ -233,8 +233,9 @@ def _layer_part(s: dict, full, inner, layers):
             cache = DynamicCache(config=config)
             if not hasattr(self, "past_keys"):
                 return self.model(inputs_embeds=hidden_states, cache=cache, use_cache=True).last_hidden_state
-            cache.update(self.past_keys, self.past_values, 0)
-            past = self.past_keys.shape[-2]
+            keys = self.get_buffer("past_keys")
+            cache.update(keys, self.get_buffer("past_values"), 0)
+            past = keys.shape[-2]
             position_ids = torch.arange(past, past + hidden_states.shape[1], device=hidden_states.device)[None]
             out = self.model(inputs_embeds=hidden_states, cache=cache, position_ids=position_ids, use_cache=True)
             return out.last_hidden_state

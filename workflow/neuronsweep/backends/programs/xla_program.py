@@ -305,6 +305,7 @@ def main(argv=None) -> int:
         xp.stop_trace()
     if args.check:  # last: the copy to the host must not count as a phase's artifact or a timed compile
         out = step.first_output
+        assert out is not None  # the step ran: every phase calls it before this
         host_out = tuple(o.cpu() for o in out) if isinstance(out, tuple | list) else out.cpu()  # a head: two
         result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), host_out)
     Path(args.out).write_text(json.dumps(result, indent=2))
