@@ -43,11 +43,11 @@ def test_the_categories_add_up_to_the_execution_and_overlapping_ops_share_their_
     )
     got, why = split(table, 310e-9)
     assert why is None
-    ns = {c: round(v * 1e9, 6) for c, v in got["categories_s"].items()}
+    ns = {c: round(v * 1e9, 6) for c, v in got.categories_s.items()}
     shares = {"gemm": 100, "attention": 50, "norm": 15, "elementwise": 35, "other": 310 - 200}
     assert ns == {**dict.fromkeys(CATEGORIES, 0.0), **shares}
-    assert sum(got["categories_s"].values()) == pytest.approx(got["span_s"], rel=1e-12)
-    assert got["gemms_inside_s"] is None and "FrameworkInstruction" in got["method"]
+    assert sum(got.categories_s.values()) == pytest.approx(got.span_s, rel=1e-12)
+    assert got.gemms_inside_s is None and "FrameworkInstruction" in got.method and got.framework_ops == 4
 
 
 def test_a_table_that_is_not_of_one_execution_or_not_intervals_is_refused_with_why():

@@ -236,7 +236,7 @@ def framework_ops_line(db, name: str, build: dict, summary: dict) -> Line:
     if rows is None or split is None:
         return Line("FAIL", contract, f"the table is there but unreadable: {why}")
     ops = [framework_split.parse(n)[0] for n, _ in rows]
-    shares = {c: round(v / split["span_s"], 3) for c, v in split["categories_s"].items() if v}
+    shares = {c: round(v / split.span_s, 3) for c, v in split.categories_s.items() if v}
     return Line(
         "PASS" if all(ops) else "FAIL",
         contract,

@@ -77,26 +77,21 @@ THREAD_VARS = (
     "NUMEXPR_NUM_THREADS",
 )
 STAGE_MODULES = tuple(dict.fromkeys(("neuronsweep.cli", *COMMAND_MODULES.values())))
-# What the server imports for each backend. cpu runs its workloads in the stage's own process, so torch
-# is preloaded; neuron and xla run theirs in child programs (backends/programs/), fresh interpreters
-# that read the device's environment when they import their framework: their server imports no
-# framework, only our stages and the readers behind them.
-PRELOAD = {
-    "cpu": (
-        "torch",
-        "torch.export",
-        "torch.export._trace",
-        "torch._export.serde.serialize",
-        "torch.profiler",
-        *STAGE_MODULES,
-        "neuronsweep.backends.cpu",
-    ),
-    "neuron": (*STAGE_MODULES, "neuronsweep.backends.neuron"),
-    "xla": (*STAGE_MODULES, "neuronsweep.backends.xla"),
-}
 # torch's private modules that torch.export imports on first use: they move between releases, and a
 # missing one only costs each job its import
 PRIVATE = {"torch.export._trace", "torch._export.serde.serialize"}
+
+
+def preload(backend: str) -> tuple[str, ...]:
+    """What the server imports for a backend: the framework its stages run workloads with in their own
+    process (Backend.preload: cpu's torch), our stages and the readers behind them, and the backend.
+    neuron and xla run theirs in child programs (backends/programs/), fresh interpreters that read the
+    device's environment when they import their framework: their server imports no framework."""
+    from neuronsweep.config.backends import BACKENDS
+
+    return (*BACKENDS[backend].preload, *STAGE_MODULES, f"neuronsweep.backends.{backend}")
+
+
 _HEADER = struct.Struct("!I")
 
 
@@ -275,7 +270,7 @@ class _Server:
         import importlib
         import threading
 
-        for name in PRELOAD[self.backend]:
+        for name in preload(self.backend):
             try:
                 importlib.import_module(name)
             except ModuleNotFoundError:

@@ -13,7 +13,7 @@ rule build:
     conda:
         "../../envs/neuronsweep.yaml"
     resources:
-        neuron_device=1 if ON_NEURON else 0,  # a neuron build runs the workload on the device
+        neuron_device=1 if ON_DEVICE else 0,  # a neuron build runs the workload on the device
     params:
         spec=spec_json,
         backend=BACKEND,

@@ -15,7 +15,7 @@ rule capture:
         profile=f"{WORKLOAD}/capture/{ARTIFACT['capture']}",
     log:
         f"{WORKLOAD}/logs/capture.log",
-    retries: 1 if ON_NEURON else 0
+    retries: DESCRIPTION.capture_retries
     conda:
         "../../envs/neuronsweep.yaml"
     threads: CAPTURE_THREADS

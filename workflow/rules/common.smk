@@ -122,8 +122,7 @@ COLLECTIVE_WID = backends.COLLECTIVE_WID
 COLLECTIVE_ARTIFACT = DESCRIPTION.build_artifact({"kind": "collective"})  # a launch plan, or a NEFF on neuron
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
-ON_NEURON = BACKEND == "neuron"
-ON_XLA = BACKEND == "xla"
+ON_DEVICE = DESCRIPTION.neuron_device  # its builds and captures hold a NeuronCore
 SECTION = CONFIG.get(BACKEND, {})  # the backend's config section (none for cpu)
 
 
@@ -143,7 +142,7 @@ def host_threads():
     return 1 if CLUSTER else workflow.cores
 
 
-CAPTURE_THREADS = 1 if ON_NEURON else host_threads()  # a neuron capture waits on its NeuronCores
+CAPTURE_THREADS = 1 if ON_DEVICE else host_threads()  # a device capture waits on its NeuronCores
 # Where and how long, not what is measured: to every job through the environment (settings.HOST_ENV),
 # not as params, so that moving the cache or changing a timeout or the slot pool reruns no case
 # (only plan.json, which keeps the config, and what follows it).

@@ -3,7 +3,7 @@ rule view:
     on neuron also parquet (neuron-explorer) and the legacy json when configured; on xla the
     build's HLO module as the Instruction table (its op mix)."""
     input:
-        **({"module": rules.build.output.artifact} if ON_XLA else {}),
+        **({"module": rules.build.output.artifact} if DESCRIPTION.view_reads_build else {}),
         record=rules.capture.output.record,
         profile=rules.capture.output.profile,
     output:

@@ -9,8 +9,9 @@ became (`time_intervals`, ns). The profile has it for NEFFs compiled with XLA_IR
 
 Each op gets its category from analysis/layer_categories.py's rules (the op, the innermost module class).
 The engines run in parallel, so ops overlap: an instant is shared equally among the categories running in
-it, and `other` is the execution's span (Summary.total_time) less the time no op covers, so the categories
-add up to the span exactly. The names carry module classes, not the attribute paths (`self_attn.q_proj`)
+it (analysis/intervals.shares), and `other` is the execution's span (Summary.total_time) less the time no
+op covers, so the categories add up to the span exactly (store/layer_split.py, the record every backend's
+split makes). The names carry module classes, not the attribute paths (`self_attn.q_proj`)
 that a GEMM timed alone is matched by, so no GEMM's time inside the layer is read from them.
 """
 
@@ -19,7 +20,9 @@ from __future__ import annotations
 import json
 import re
 
+from neuronsweep.analysis.intervals import shares
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
+from neuronsweep.store.layer_split import LayerSplitRecord
 
 INDEX = re.compile(r"\[[^\]]*\]$")
 METHOD = (
@@ -55,25 +58,7 @@ def intervals(text) -> list[tuple[int, int]]:
     return out
 
 
-def shares(spans: list[tuple[int, int, str]]) -> tuple[dict[str, float], int]:
-    """Per category the ns it ran, an instant shared equally among the categories running then; and the ns
-    covered by any span."""
-    events = sorted([(s, 1, c) for s, e, c in spans if e > s] + [(e, -1, c) for s, e, c in spans if e > s])
-    running: dict[str, int] = {}
-    out = dict.fromkeys(CATEGORIES, 0.0)
-    covered, last = 0, None
-    for t, step, category in events:
-        active = [c for c, n in running.items() if n > 0]
-        if last is not None and active and t > last:
-            for c in active:
-                out[c] += (t - last) / len(active)
-            covered += t - last
-        running[category] = running.get(category, 0) + step
-        last = t
-    return out, covered
-
-
-def split(rows: list[tuple[str, object]], span_s: float | None) -> tuple[dict | None, str | None]:
+def split(rows: list[tuple[str, object]], span_s: float | None) -> tuple[LayerSplitRecord | None, str | None]:
     """(the layer's split, None), or (None, why): `rows` are (framework_name, time_intervals) of the
     profile's FrameworkInstruction table, `span_s` the profiled execution's total_time."""
     if not rows:
@@ -96,14 +81,8 @@ def split(rows: list[tuple[str, object]], span_s: float | None) -> tuple[dict | 
             f"the FrameworkInstruction intervals cover {covered * 1e-9:.6g} s, more than the execution's "
             f"total_time {span_s:.6g} s: they are not of one execution"
         )
-    categories = {c: v * 1e-9 for c, v in ns.items()}
-    categories["other"] += span_s - covered * 1e-9
-    return {
-        "executions": 1,
-        "span_s": span_s,
-        "categories_s": categories,
-        "gemms_inside_s": None,
-        "gemms_inside_why": NO_GEMM_MODULES,
-        "framework_ops": len(rows),
-        "method": METHOD,
-    }, None
+    categories = {c: ns.get(c, 0.0) * 1e-9 for c in CATEGORIES}
+    record = LayerSplitRecord.median_of(
+        [(span_s, categories)], METHOD, gemms_inside_why=NO_GEMM_MODULES, framework_ops=len(rows)
+    )
+    return record, None

@@ -22,6 +22,25 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     return s[first], np.maximum.reduceat(e, np.flatnonzero(first))
 
 
+def shares(spans: list[tuple[int, int, str]]) -> tuple[dict[str, float], int]:
+    """Per label the time its spans ran, an instant shared equally among the labels running in it (the
+    engines of a NeuronCore or XLA's threads run ops of several categories at once); and the time covered
+    by any span. Spans are (start, end, label) in integer units (ns); an empty one counts for nothing."""
+    events = sorted([(s, 1, c) for s, e, c in spans if e > s] + [(e, -1, c) for s, e, c in spans if e > s])
+    running: dict[str, int] = {}
+    out: dict[str, float] = {}
+    covered, last = 0, None
+    for t, step, label in events:
+        active = [c for c, n in running.items() if n > 0]
+        if last is not None and active and t > last:
+            for c in active:
+                out[c] = out.get(c, 0.0) + (t - last) / len(active)
+            covered += t - last
+        running[label] = running.get(label, 0) + step
+        last = t
+    return out, covered
+
+
 def union_length(starts, ends) -> float:
     """Total length covered by the intervals [starts, ends), overlaps counted once."""
     s, e = merge(starts, ends)

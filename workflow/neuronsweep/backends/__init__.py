@@ -2,9 +2,9 @@
 
 A backend module provides what BackendModule (below) types: build, capture and view (settings.py,
 records.py); the dicts they return become the typed records' fields and details.
-BACKENDS below describes each one (its artifacts, stage options, what it cannot measure and why,
-how the report shows it), so the rules, extract and the report use them without importing the
-backend (and torch).
+BACKENDS (config/backends.py, re-exported here) describes each one (its artifacts, stage options, what it
+can measure, where its programs run, how the report shows it), so every layer asks it, never the
+backend's name, without importing the backend (and torch).
 Stage modules (build.py, capture.py, view.py) wrap these with records, atomic writes and errors.
 Backends are imported lazily so planning and extract never import torch; what several backends
 share is in a module per job (processes.py: programs under a time limit, torchrun ranks; cores.py;
@@ -18,16 +18,19 @@ import glob
 import importlib
 import importlib.util
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
-from neuronsweep.config.schema import section_defaults
+from neuronsweep.config.backends import BACKENDS, COLLECTIVE_PLAN, NAMES, Backend
 from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR, chips
+from neuronsweep.host.targets import TARGETS
 
-if TYPE_CHECKING:  # the records import the backends' descriptions: types only, no cycle at run time
+__all__ = ["BACKENDS", "COLLECTIVE_PLAN", "NAMES", "Backend", "BackendModule", "MemoryBudget", "load", "resolve"]
+
+if TYPE_CHECKING:  # types only: the stages' settings and records
     from neuronsweep.config.settings import BuildSettings, CaptureSettings
     from neuronsweep.store.cache import CompileCache
     from neuronsweep.store.records import BuildRecord, CaptureRecord
@@ -50,8 +53,6 @@ class BackendModule(Protocol):
         ...
 
 
-NAMES = ("cpu", "neuron", "xla")
-COLLECTIVE_PLAN = "collective.json"
 COLLECTIVE_WID = r"coll-[a-z0-9.-]+"  # workload ids of the collectives suite (workloads/collective.py)
 PROFILERS = ("neuron-explorer", "neuron-profile")
 
@@ -121,72 +122,31 @@ def load(name: str) -> BackendModule:
 
 
 @dataclass(frozen=True)
-class Backend:
-    """What the workflow, extract and the report know of a backend, in one place and without importing
-    it (or torch): the files its stages write, the config keys each stage takes (Snakemake params, so a
-    changed key reruns that stage), why it has no Neuron counters, and how the report shows it."""
+class MemoryBudget:
+    """The memory one case runs in, as the plan's checks name it: `what` (e.g. "this machine's RAM"), `hint`
+    the remedy a refusal ends with, `gathers_experts` whether an MoE layer's experts run as torch-xla's
+    batched_mm, which holds a copy of an expert's weights per token it gets."""
 
-    name: str
-    artifacts: dict[str, str]  # stage -> the file it must write ("build", "capture")
-    stage_options: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    device_counters_missing: str | None = None
-    device_time: tuple[str, str] = ("profile_active_time_s", "profiled op-busy time (under torch.profiler)")
-    call_steps: tuple[str, ...] = ()  # the Python-side steps of one call, as named in its trace
-
-    compiles_collectives: bool = False  # a collective is a compiled program (neuron), not library calls (gloo)
-
-    def build_artifact(self, spec: dict | None) -> str:
-        """The file its build writes for a workload: a collective's launch plan where nothing is
-        compiled for it, else the backend's artifact."""
-        collective = spec and spec.get("kind") == "collective" and not self.compiles_collectives
-        return COLLECTIVE_PLAN if collective else self.artifacts["build"]
-
-    def view_outputs(self, section: dict) -> list[str]:
-        """The files its view writes beside summary.json and view.json, for its config section."""
-        if self.name == "neuron":
-            view = ViewSettings.from_section(section)
-            return [f for f, on in (("trace.pftrace", view.pftrace), ("profile.json", view.json)) if on]
-        return ["trace.pftrace"] + (["parquet/Instruction.parquet"] if self.name == "xla" else [])
-
-    def host_peaks(self, section: dict) -> bool:
-        """Whether its roofline rests on the host calibration (it runs on the host CPU)."""
-        return self.name == "cpu" or (self.name == "xla" and section_defaults("xla", section)["pjrt_device"] == "CPU")
+    bytes: float
+    what: str
+    hint: str = ""
+    gathers_experts: bool = False
 
 
-BACKENDS = {
-    "cpu": Backend(
-        "cpu",
-        {"build": "model.pt2", "capture": "trace.json"},
-        device_counters_missing="the cpu backend has no Neuron engines, DMA queues or HBM counters to read",
-    ),
-    "neuron": Backend(
-        "neuron",
-        {"build": "model.neff", "capture": "profile.ntff"},
-        stage_options={
-            "build": (
-                "route",
-                "target",
-                "optlevel",
-                "auto_cast",
-                "lnc",
-                "disable_dge",
-                "extra_cc_flags",
-                "xla_debug",
-                "memory_tracker",
-            ),
-            "capture": ("profiler", "enable_dge_notifs", "memory_tracker", "latency_samples"),
-            "view": ("profiler", "parquet", "json", "pftrace", "perfetto_flows", "memory_tracker"),
-        },
-        device_time=("profile_total_time_s", "device total_time"),
-        compiles_collectives=True,
-    ),
-    "xla": Backend(
-        "xla",
-        {"build": "module.hlo.txt", "capture": "trace.json"},
-        stage_options={"build": ("pjrt_device", "xla_debug")},  # its capture reads them from build.json
-        device_counters_missing="the xla backend runs through a PJRT device without Neuron engines, DMA queues or "
-        "HBM counters",
-        device_time=("execute_median_s", "XLA ExecuteTime median (torch_xla metrics)"),
-        call_steps=("lazy tracing (forward)", "mark_step", "wait_device_ops"),
-    ),
-}
+def memory_budget(name: str, config: dict, host_bytes: float) -> MemoryBudget | None:
+    """The memory one case of a validated, settled `config` runs in on backend `name`: one logical
+    NeuronCore's HBM of the configured target, else this host's RAM (`host_bytes`); None where the target
+    is settled by each job on its node (neuron.target auto under a cluster executor)."""
+    backend = BACKENDS[name]
+    if not backend.neuron_device:
+        return MemoryBudget(host_bytes, "this machine's RAM", gathers_experts=backend.pjrt)
+    section = config[name]
+    if section["target"] not in TARGETS:
+        return None
+    target = TARGETS[section["target"]]
+    return MemoryBudget(
+        target.hbm_bytes(section["lnc"]),
+        f"one {target.name} logical NeuronCore's HBM",
+        " (or set neuron.lnc: 2 where the target allows it)",
+        gathers_experts=section["route"] == "xla",  # torch-xla's route runs the experts as batched_mm
+    )

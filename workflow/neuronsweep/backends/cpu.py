@@ -18,7 +18,7 @@ from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.intervals import union_length
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
-from neuronsweep.backends import BACKENDS, layer_split
+from neuronsweep.backends import BACKENDS, cpu_split
 from neuronsweep.backends.cpu_timing import (
     WARMUP_MIN_S,
     inputs,
@@ -147,7 +147,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         if not settings.rounds_in_processes:
             # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
             samples = warm_then_time(timed, 1, settings.repeats * settings.iterations)
-        split = layer_split.measure(module, args) if spec["kind"] == "layer" else None
+        split = cpu_split.measure(module, args) if spec["kind"] == "layer" else None
     if prof is None:  # the config keeps nth_exec within num_exec; settings made by hand may not
         raise UserError(
             f"case {build.workload_id}: nth_exec {nth} is not one of its {settings.num_exec} executions, so none "

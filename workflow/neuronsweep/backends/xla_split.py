@@ -16,10 +16,11 @@ XLA's thread pool and returns, and the runtime records `end: <op>` when that wor
 (ThunkExecutor::TracedExecute, xla/backends/cpu/runtime/thunk_executor.cc). A large dot's work ran
 mostly after its span (Llama 3.2 1B's prefill layer: 70 % of the execution was covered by no span).
 So per execution, from its first op's start to its last op's completion: an instant inside ops' spans
-is shared equally among their categories (framework_split.shares); an instant inside no span but
+is shared equally among their categories (analysis/intervals.shares); an instant inside no span but
 before some ops' completions is shared equally among those ops' categories (their work, or work
 queued behind theirs: the trace does not tell which op's the pool ran); `other` is the rest, so the
-categories add up to the span. The record is the split of the execution whose span is the median.
+categories add up to the span. The record (store/layer_split.py) is the split of the execution whose
+span is the median.
 The module path of an op is not in the metadata, so no GEMM's time inside the layer is read (the
 isolation gap is the cpu backend's).
 """
@@ -29,14 +30,12 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
-import gzip
-import json
-import statistics
 from pathlib import Path
 
-from neuronsweep.analysis.framework_split import shares
-from neuronsweep.analysis.layer_categories import categorize
-from neuronsweep.formats import hlo
+from neuronsweep.analysis.intervals import shares
+from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
+from neuronsweep.formats import chrome_trace, hlo
+from neuronsweep.store.layer_split import LayerSplitRecord
 
 EXECUTIONS = 5  # profiled executions, after the capture's warm-up and timing
 DISPATCH = "PjRtCpuExecutable::ExecuteHelper"
@@ -138,40 +137,40 @@ def users_of(rows: list[dict]) -> dict[str, list[str]]:
     return {name: through(name) for name in direct}
 
 
-def trace_events(folder: Path) -> list[dict]:
-    """The complete ('X') events of the profiler's Chrome trace in `folder` (µs), by start."""
+def trace_events(folder: Path) -> list[tuple[str, int, int]]:
+    """The complete ('X') events of the profiler's Chrome trace in `folder` as (name, ts, dur) in ns, by start,
+    read exactly by formats/chrome_trace.py."""
     found = sorted(folder.glob(TRACE_GLOB))
     if not found:
         raise FileNotFoundError(f"torch-xla's profiler wrote no {TRACE_GLOB} under {folder}")
-    with gzip.open(found[-1], "rt") as handle:
-        events = json.load(handle)["traceEvents"]
-    return sorted((e for e in events if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
+    with chrome_trace.read(found[-1]) as events:
+        return events.complete_slices()
 
 
 def executions(
-    events: list[dict], names: dict[str, str], users: dict[str, list[str]] | None = None
-) -> list[tuple[float, float, list[tuple]]]:
-    """(start, end, [(start, span end, completion, category)]) per execution, in µs: the module's instructions
+    events: list[tuple[str, int, int]], names: dict[str, str], users: dict[str, list[str]] | None = None
+) -> list[tuple[int, int, list[tuple[int, int, int, str]]]]:
+    """(start, end, [(start, span end, completion, category)]) per execution, in ns: the module's instructions
     from one PjRtCpuExecutable::ExecuteHelper (the dispatch of an execution) to the next, and the first of
     them to the last one's completion (XLA runs them on its own threads, after the dispatch returned).
 
     An op's completion is its `end: <name>` event, capped by the first start of an op that takes its output
     (`users`): the event can be written after the ops its completion made ready have run (in the traces, a
     dot's user starts before the dot's `end:`); without an event, its span's end."""
-    dispatches = [float(e["ts"]) for e in events if e["name"] == DISPATCH]
-    completions: dict[str, list[float]] = {}
-    for e in events:  # by start already
-        if str(e["name"]).startswith(COMPLETION):
-            completions.setdefault(str(e["name"])[len(COMPLETION) :], []).append(float(e["ts"]))
-    ops: list[list[tuple[str, float, float, str]]] = [[] for _ in dispatches]
-    for e in events:
-        name = str(e["name"]).removesuffix(".clone")
-        at = bisect.bisect_right(dispatches, float(e["ts"])) - 1
-        if name in names and at >= 0:
-            ops[at].append((str(e["name"]), float(e["ts"]), float(e["ts"]) + float(e["dur"]), names[name]))
+    dispatches = [ts for name, ts, _ in events if name == DISPATCH]
+    completions: dict[str, list[int]] = {}
+    for name, ts, _ in events:  # by start already
+        if name.startswith(COMPLETION):
+            completions.setdefault(name[len(COMPLETION) :], []).append(ts)
+    ops: list[list[tuple[str, int, int, str]]] = [[] for _ in dispatches]
+    for name, ts, dur in events:
+        op = name.removesuffix(".clone")
+        at = bisect.bisect_right(dispatches, ts) - 1
+        if op in names and at >= 0:
+            ops[at].append((name, ts, ts + dur, names[op]))
     out = []
     for spans in filter(None, ops):
-        starts: dict[str, list[float]] = {}
+        starts: dict[str, list[int]] = {}
         for name, start, _, _ in spans:
             starts.setdefault(name, []).append(start)
         timed = []
@@ -195,40 +194,28 @@ def attribute(spans: list[tuple[int, int, int, str]]) -> tuple[dict[str, float],
         + [(e, -1, 0, "") for _, e, _, _ in spans]
         + [(d, 0, -1, c) for _, _, d, c in spans]
     )
-    running, pending, last = 0, dict.fromkeys(given, 0), None
+    pending: dict[str, int] = {}
+    running, last = 0, None
     for t, run, pend, category in steps:
         waiting = [c for c, n in pending.items() if n > 0]
         if last is not None and t > last and not running and waiting:  # inside no span, ops not completed
             for c in waiting:
-                given[c] += (t - last) / len(waiting)
+                given[c] = given.get(c, 0.0) + (t - last) / len(waiting)
             covered += t - last
         running += run
         if category:
-            pending[category] += pend
+            pending[category] = pending.get(category, 0) + pend
         last = t
     return given, covered
 
 
-def measure(profile_dir: Path, module: str | Path) -> dict:
+def measure(profile_dir: Path, module: str | Path) -> LayerSplitRecord:
     """The layer's split from the profiler's trace in profile_dir and the HLO module the process ran."""
     rows = hlo.read(module)
     per_exec = []
     for start, end, spans in executions(trace_events(profile_dir), categories_of(rows), users_of(rows)):
-        us, covered = attribute([(round(s * 1000), round(e * 1000), round(d * 1000), c) for s, e, d, c in spans])
-        span_s = (end - start) * 1e-6
-        categories = {c: v * 1e-9 for c, v in us.items()}
-        categories["other"] += span_s - covered * 1e-9
-        per_exec.append((span_s, categories))
+        ns, _ = attribute(spans)
+        per_exec.append(((end - start) * 1e-9, {c: ns.get(c, 0.0) * 1e-9 for c in CATEGORIES}))
     if not per_exec:
         raise ValueError(f"the profiler's trace under {profile_dir} has no execution of the module's instructions")
-    span, categories = sorted(per_exec, key=lambda x: x[0])[len(per_exec) // 2]
-    return {
-        "executions": len(per_exec),
-        "span_s": span,
-        "categories_s": categories,
-        "gemms_inside_s": None,
-        "gemms_inside_why": NO_GEMM_MODULES,
-        "spans_s": [round(s, 9) for s, _ in per_exec],
-        "span_spread_s": statistics.pstdev(s for s, _ in per_exec),
-        "method": METHOD,
-    }
+    return LayerSplitRecord.median_of(per_exec, METHOD, gemms_inside_why=NO_GEMM_MODULES)

@@ -348,6 +348,13 @@ class Events:
         rows = np.flatnonzero(x.pop("is_span"))
         return ({c: np.asarray(v) for c, v in x.items()}, int(rows[0])) if rows.size else None
 
+    def complete_slices(self) -> list[tuple[str, int, int]]:
+        """Every complete ('X') event as (name, ts, dur) in ns, by start (input order among equal starts):
+        what a reader of a whole short trace needs (backends/xla_split.py)."""
+        names = {ordinal: name for name, ordinal in self.names.items()}
+        x = self.db.execute(f"SELECT name, ts, dur FROM ev WHERE kind = {SLICE} ORDER BY ts, seq").fetchnumpy()
+        return [(str(names[n]), int(t), int(d)) for n, t, d in zip(x["name"], x["ts"], x["dur"])]
+
     def _ordinal(self, table: dict, value) -> int:
         """`value`'s number in `table`, the next one when it is new."""
         found = table.get(value)

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock, neuron_ls
 from neuronsweep.host.targets import TARGETS
@@ -92,7 +93,7 @@ def pool(
     backend: str, slots: str | int = "auto", isolation: str = "chip", target: str | None = None, lnc: int | None = None
 ) -> Pool:
     """This machine's slots for a backend. `slots` N takes the first N (refused when there are fewer)."""
-    if backend != "neuron":
+    if not BACKENDS[backend].neuron_device:
         return Pool((Slot(0, ()),), "host", f"{backend}: a capture takes every core of the host")
 
     found_chips, found = chips(TARGETS[target if target in TARGETS else "trn1"].logical_cores_per_chip(lnc))
@@ -114,7 +115,7 @@ def pool(
 
 def for_config(config: dict, backend: str) -> Pool:
     """The pool a run of this (validated) config would use on this machine."""
-    capture, section = config["capture"], config.get("neuron", {})
+    capture, section = config["capture"], config.get(backend, {})  # a device backend's target and LNC
     return pool(backend, capture["slots"], capture["isolation"], section.get("target"), section.get("lnc"))
 
 

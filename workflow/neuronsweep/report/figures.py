@@ -205,20 +205,20 @@ def breakdown(rows: pd.DataFrame, workloads_dir: Path) -> go.Figure:
         }
         xlabel = "% of device total_time each engine / DMA is active (they overlap, so bars can pass 100)"
     else:
-        xla = (rows["backend"] == "xla").any()
-        steps = BACKENDS["xla"].call_steps
+        described = BACKENDS[rows["backend"].iloc[0]]
+        steps = described.call_steps  # its trace's Python-side steps, else aten ops
         shares = _self_time_shares(
-            rows, workloads_dir, (lambda n: n in steps) if xla else (lambda n: str(n).startswith("aten::"))
+            rows, workloads_dir, (lambda n: n in steps) if steps else (lambda n: str(n).startswith("aten::"))
         )
-        top = steps if xla else (pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else [])
+        top = steps if steps else (pd.concat(shares, axis=1).fillna(0).sum(axis=1).nlargest(5).index if shares else [])
         series = {op: [float(shares.get(w, pd.Series(dtype=float)).get(op, 0)) for w in wids] for op in top}
         # the rest, so each bar reaches 100 % of what was profiled (a workload without tables: none)
         series["other"] = [
             max(0.0, 100 - sum(v[i] for v in series.values())) if w in shares else 0.0 for i, w in enumerate(wids)
         ]
         xlabel = (
-            "% of the profiled calls' wall time per step (XLA compiles inside mark_step)"
-            if xla
+            f"% of the profiled calls' wall time per step ({described.call_steps_note})"
+            if steps
             else "% of profiled aten op self time: the top 5 ops and the rest (cpu has no engine counters)"
         )
     for j, (name, vals) in enumerate(series.items()):
@@ -264,10 +264,9 @@ def framework_device(rows: pd.DataFrame) -> go.Figure | None:
     fig.update_xaxes(title="ms", type=axis_type(both))
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
     title = "framework time against device time"
-    if rows["backend"].iloc[0] == "cpu":  # both are host times; the profiled one carries the profiler
-        title += (
-            " (cpu: the profiled time includes torch.profiler's own cost per op, so it sits above the framework time)"
-        )
+    note = BACKENDS[rows["backend"].iloc[0]].profiled_time_note  # e.g. both host times, one under a profiler
+    if note:
+        title += f" ({note})"
     return _layout(fig, title, max(360, 26 * len(rows) + 140))
 
 

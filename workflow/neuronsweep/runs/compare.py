@@ -24,6 +24,7 @@ import pandas as pd
 
 from neuronsweep.analysis import verdict
 from neuronsweep.atomic import read_json, replacing
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.report.page import human
 from neuronsweep.runs import compare_page, interleave, profile_diff
@@ -276,10 +277,10 @@ def retime_by_default(a: Run, b: Run) -> tuple[dict | None, list[str]]:
     wids = timed_in_both(a, b)
     if not wids:
         return None, []
-    off_cpu = next((run for run in (a, b) if run.backend != "cpu"), None)
-    if off_cpu is not None:  # only a cpu run's programs run here; the stored timings are what there is
+    elsewhere = next((run for run in (a, b) if not BACKENDS[run.backend].retimed_here), None)
+    if elsewhere is not None:  # its programs need their device; the stored timings are what there is
         return None, [
-            f"timings: the stored ones ({off_cpu.folder} ran on {off_cpu.backend}; only cpu runs are timed again)"
+            f"timings: the stored ones ({elsewhere.folder} ran on {elsewhere.backend}; only cpu runs are timed again)"
         ]
     rounds = interleave.DEFAULT_ROUNDS
     try:
@@ -330,7 +331,7 @@ def drift(table: pd.DataFrame, min_effect_pct: float) -> tuple[int, int, float] 
 
 def judging_command(a: Run, b: Run) -> str:
     """The one command that would judge what one process a side cannot."""
-    if a.backend == b.backend == "cpu":
+    if BACKENDS[a.backend].retimed_here and BACKENDS[b.backend].retimed_here:
         return f"neuronsweep compare {a.folder} {b.folder} --interleaved {interleave.DEFAULT_ROUNDS}"
     return (  # neuron and xla time each round in a process of its own when asked
         "run both sweeps again with capture.rounds_in_processes: true (each of the repeats rounds a process of "

@@ -34,6 +34,7 @@ from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
 from neuronsweep.atomic import read_json
 from neuronsweep.backends.cpu_timing import ARTIFACT, alternating_in_process
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
@@ -53,7 +54,7 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     if rounds < MIN_ROUNDS:
         raise UserError(f"--interleaved {rounds}: at least {MIN_ROUNDS} rounds a side are needed for a test.")
     for run in (a, b):
-        if run.backend != "cpu":
+        if not BACKENDS[run.backend].retimed_here:
             raise UserError(
                 f"{run.folder}: --interleaved times cpu runs again, and this one ran on {run.backend}, whose "
                 "programs need their device; compare the stored timings (without --interleaved)."

@@ -42,6 +42,7 @@ from neuronsweep.atomic import replacing, write_json
 from neuronsweep.backends import cpu_timing
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.config import schema
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.runs import interleave
@@ -485,11 +486,12 @@ class Search:
         if not default_rows.empty and default_rows.index[0] not in ok.index[:2]:
             picks["default"] = default_rows.iloc[0]
         runs, backend_dir = workloads.parent.parent.parent, workloads.parent.name
-        if backend_dir == "cpu":
+        if BACKENDS[backend_dir].retimed_here:
             shapes = zip(*(row["workload_ids"].split(";") for row in picks.values()))  # the finalists' case of a shape
             groups = [
                 {
-                    f"{role}:{wid}": layout.workload_dir(runs / self.run_of(self.params_of(row)), "cpu", wid) / "build"
+                    f"{role}:{wid}": layout.workload_dir(runs / self.run_of(self.params_of(row)), backend_dir, wid)
+                    / "build"
                     for (role, row), wid in zip(picks.items(), wids)
                 }
                 for wids in shapes
@@ -657,7 +659,7 @@ def screen_together(calls: list[tuple[ParamSearch, list[dict]]], n_round: int) -
     cfg = first.round_config([])
     cfg["suites"] = {"custom": [e for s, trials in calls for e in s.round_config(trials)["suites"]["custom"]]}
     setup = settle_run(schema.validate(cfg, source=f"search {first.entry['name']}"))
-    if setup.backend != "cpu":
+    if not BACKENDS[setup.backend].retimed_here:  # its programs run on a device: each search's own workflow
         return [s.measure(trials, n_round, capture=SCREEN_CAPTURE) for s, trials in calls]
     cases = [
         [

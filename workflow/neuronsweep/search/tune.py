@@ -46,6 +46,7 @@ from neuronsweep.analysis import verdict
 from neuronsweep.atomic import replacing, write_json
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.config import schema
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
 from neuronsweep.runs import interleave
@@ -572,7 +573,7 @@ class Tune:
             rows = table.loc[todo]
             if judge is not None:
                 verdicts = judge(rows)
-            elif self.backend == "cpu":
+            elif BACKENDS[self.backend].retimed_here:
                 verdicts = verdict.judge(self._timed_pairs(rows, rounds, say))
             else:  # the programs need the device: their stored timings, by the same rule (one process a case
                 verdicts = verdict.judge(self._stored_pairs(rows))  # is not judged, and says why)
@@ -582,7 +583,7 @@ class Tune:
                     "speedup": None if v.ratio is None else 1 / v.ratio,
                     "speedup_low": None if v.ci_high is None else 1 / v.ci_high,
                     "speedup_high": None if v.ci_low is None else 1 / v.ci_low,
-                    "rounds": rounds if self.backend == "cpu" else None,
+                    "rounds": rounds if BACKENDS[self.backend].retimed_here else None,
                 }
             write_json(path, record)
         for i in contenders.index:
@@ -601,7 +602,7 @@ class Tune:
         """Off cpu a verdict rests on the two cases' stored captures: their records' digest, so that captures
         taken again (a capture setting changed, e.g. neuron.latency_samples) are judged again. cpu times the
         two builds again for its verdict: the code's digest is its evidence."""
-        if self.backend == "cpu":
+        if BACKENDS[self.backend].retimed_here:
             return ""
         h = hashlib.sha256()
         for case in self._cases(row):

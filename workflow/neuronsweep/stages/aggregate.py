@@ -16,6 +16,7 @@ import pandas as pd
 from neuronsweep.analysis import model_rollup, roofline
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.atomic import read_json, replacing
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.store import layout
@@ -79,7 +80,8 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
     return out
 
 
-HOST_BACKENDS = ("cpu", "xla")  # their peaks are measured on the host (neuronsweep calibrate), not a datasheet
+# the backends whose peaks are measured on the host (neuronsweep calibrate), not a datasheet's
+HOST_BACKENDS = tuple(name for name, backend in BACKENDS.items() if not backend.neuron_device)
 ROOFLINE_COLUMNS = (
     "ideal_compute_s",
     "ideal_memory_s",

@@ -21,6 +21,7 @@ from neuronsweep.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.formats import legacy_json, neuron_summary, profile_schema
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
+from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
 
 
@@ -81,7 +82,7 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
 
 
-def profile_split(db, summary: dict) -> tuple[dict | None, str | None] | None:
+def profile_split(db, summary: dict) -> tuple[LayerSplitRecord | None, str | None] | None:
     """A layer's split from the view's FrameworkInstruction table: framework_split.split's (split, why), or
     None where the view has no such table."""
     rows, why = derived.framework_ops(db)
@@ -171,13 +172,14 @@ def run(
             raise UserError(f"{wrong[0]}.")
     metadata = profile_metadata(db, summary_json)
     usage = None
-    if capture is None or capture.backend == "neuron":  # only Neuron profiles have device memory
+    if capture is None or BACKENDS[capture.backend].neuron_device:  # only Neuron profiles have device memory
         legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
     layer = any(r is not None and (r.spec or {}).get("kind") == "layer" for r in (build, capture))
-    split = profile_split(db, summary) if layer else None
+    from_profile = capture is None or BACKENDS[capture.backend].layer_split == "profile"  # else the capture's
+    split = profile_split(db, summary) if layer and from_profile else None
     values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets, split)
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]

@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from neuronsweep import kernels
+from neuronsweep.backends import memory_budget
 from neuronsweep.backends.cores import default_threads
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock, targets
-from neuronsweep.host.targets import TARGETS
 from neuronsweep.workloads import (
     collective,
     custom,
@@ -545,7 +546,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
             scenarios.setdefault(sc.id, replace(sc, kind=suite_name))  # asked twice (grid and shapes): one row
             why = unsupported(spec, backend, slow_dtypes)
             if not why and spec.get("impl") == "nki":
-                target = config.get("neuron", {}).get("target") if backend == "neuron" else None
+                target = config.get(backend, {}).get("target") if BACKENDS[backend].neuron_device else None
                 why = kernels.unsupported(spec, target, chip=targets.onchip(target))
             if why:
                 skipped[sc.workload_id] = why
@@ -567,35 +568,33 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
 
 
 def host_probe(config: dict, backend: str) -> dict | None:
-    """cpu: the host's probe (caps.probe, cached beside the compile cache); other backends: None."""
-    if backend != "cpu":
+    """The host's probe (caps.probe, cached beside the compile cache) where the backend probes its host
+    (cpu), else None."""
+    if not BACKENDS[backend].probes_host:
         return None
 
     return caps.probe(config["cache_dir"], default_threads())
 
 
 def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
-    """The plan of a validated config on `backend`, and (cpu) the host probe it rests on."""
+    """The plan of a validated config on `backend`, and the host probe it rests on (None where the
+    backend probes no host). Its memory is checked by check_memory once the config is settled."""
     check_paths(config)
     probe = host_probe(config, backend)
-    plan = make_plan(config, backend, caps.slow_dtypes(probe) if probe else None)
-    if backend in ("cpu", "xla"):
-        import psutil
+    return make_plan(config, backend, caps.slow_dtypes(probe) if probe else None), probe
 
-        layers_that_fit(plan, psutil.virtual_memory().total, "this machine's RAM", gathers_experts=backend == "xla")
-        check_fits(plan, psutil.virtual_memory().total, "of this machine's RAM", "")
-    elif backend == "neuron" and config["neuron"]["target"] in TARGETS:  # auto: settled by each job on its node
-        target = TARGETS[config["neuron"]["target"]]
-        # the route may still be auto here (settled after the plan, which says whether one is needed): then
-        # run_setup checks the layers again once it is
-        layers_that_fit(plan, *neuron_core_memory(config), gathers_experts=config["neuron"]["route"] == "xla")
-        check_fits(
-            plan,
-            target.hbm_bytes(config["neuron"]["lnc"]),
-            f"of one {target.name} logical NeuronCore's HBM",
-            " (or set neuron.lnc: 2 where the target allows it)",
-        )
-    return plan, probe
+
+def check_memory(plan: Plan, config: dict) -> None:
+    """The plan's cases against the memory one case runs in (backends.memory_budget of the settled config:
+    this host's RAM, or one logical NeuronCore's HBM): a layer that does not fit is unsupported, any other
+    case refused. Nothing is checked where each job settles its target on its node."""
+    import psutil
+
+    budget = memory_budget(plan.backend, config, psutil.virtual_memory().total)
+    if budget is None:
+        return
+    layers_that_fit(plan, budget.bytes, budget.what, gathers_experts=budget.gathers_experts)
+    check_fits(plan, budget.bytes, f"of {budget.what}", budget.hint)
 
 
 def check_paths(config: dict) -> None:
@@ -621,12 +620,6 @@ def check_paths(config: dict) -> None:
 
 
 MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
-
-
-def neuron_core_memory(config: dict) -> tuple[float, str]:
-    """The HBM of one logical NeuronCore of the config's (settled) target, and how to name it."""
-    target = TARGETS[config["neuron"]["target"]]
-    return target.hbm_bytes(config["neuron"]["lnc"]), f"one {target.name} logical NeuronCore's HBM"
 
 
 def layers_that_fit(plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False) -> None:
@@ -674,12 +667,12 @@ def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
 def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | None = None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead).
-    warm_start (default: cpu, unless NEURONSWEEP_WARM_START=0): the stages fork from one
+    warm_start (default: on, unless NEURONSWEEP_WARM_START=0): the stages fork from one
     process that imported torch once, instead of importing it in every job."""
-    if warm_start is None:
-        warm_start = plan.backend == "cpu" and os.environ.get(WARM_START) != "0"
     if probe is None:
-        return f"no run-time estimate on {plan.backend}: only the cpu backend probes its host"
+        return f"no run-time estimate on {plan.backend}: only a backend that probes its host (cpu) has one"
+    if warm_start is None:  # a backend that probes its host runs its workloads in the stage's process
+        warm_start = os.environ.get(WARM_START) != "0"
     cap = config["capture"]
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
     rates = probe["gemm_flops_per_s"]
@@ -691,7 +684,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | No
     imports_s = (1 if warm_start else 2 * n) * (probe["torch_import_s"] + probe["stack_import_s"])
     ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
     imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
-    if cap.get("rounds_in_processes") and plan.backend == "cpu":  # each round imports torch again
+    if cap.get("rounds_in_processes"):  # each round imports torch again
         imports_s += n * cap["repeats"] * probe["torch_import_s"]
     dtypes = {s["dtype"] for s in plan.workloads.values()}
     calib_s = caps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth

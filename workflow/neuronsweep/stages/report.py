@@ -16,6 +16,7 @@ from neuronsweep.analysis import model_rollup
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.report import figures as figs
 from neuronsweep.report.page import page, table
 from neuronsweep.store import layout
@@ -29,12 +30,7 @@ def _us(seconds) -> str:
 
 
 def _host_only(row) -> str:
-    return (
-        ""
-        if row["backend"] == "neuron"
-        else f" (host-only: measured against this host's peaks on the {row['backend']} backend, "
-        "not a Trainium prediction)"
-    )
+    return BACKENDS[row["backend"]].host_only()
 
 
 def recommendations(table: pd.DataFrame) -> list[str]:
@@ -80,7 +76,7 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
         best = best.iloc[0]
         per = "time" if r["flops"] == best["flops"] else "time per FLOP"
         extra = _host_only(r)
-        if r["suite"] == "tiling" and r["backend"] == "neuron" and pd.notna(r.get("tiles_total")):
+        if r["suite"] == "tiling" and pd.notna(r.get("tiles_total")):  # the tile model: a NeuronCore's cases only
             extra = (
                 f" ({int(r['tiles_total'])} tiles at {r['tile_utilization_pct']:.0f}% utilization against "
                 f"{int(best['tiles_total'])} at {best['tile_utilization_pct']:.0f}%)"
@@ -144,7 +140,7 @@ def _collective_recommendations(ok: pd.DataFrame) -> list[str]:
             f"{int(small['coll_bytes']):,} B), so bucket smaller messages to at least {int(knee):,} B"
             + (
                 ""
-                if small["backend"] == "neuron"
+                if BACKENDS[small["backend"]].neuron_device
                 else " (host-only: gloo ranks on this host, not a prediction for NeuronLink)"
             )
             + "."
@@ -244,9 +240,7 @@ def _targets(path: Path | None) -> pd.DataFrame:
 
 
 def _platform(plan: dict) -> str:
-    if plan["backend"] == "neuron":
-        return f"neuron {plan.get('config', {}).get('neuron', {}).get('target', '')}".strip()
-    return f"this host ({plan['backend']} backend)"
+    return BACKENDS[plan["backend"]].platform(plan.get("config", {}))
 
 
 SUITE_COLUMNS = [

@@ -18,8 +18,7 @@ from pathlib import Path
 from neuronsweep import backends
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import neuron_setup
-from neuronsweep.host.targets import TARGETS
-from neuronsweep.stages.plan import Plan, layers_that_fit, neuron_core_memory, plan_for
+from neuronsweep.stages.plan import Plan, check_memory, plan_for
 
 
 @dataclass
@@ -58,15 +57,14 @@ def settle_run(config: dict, local: bool = True) -> RunSetup:
     jobs run on this machine (False under a cluster executor: each job settles on its node)."""
     backend, why = backends.resolve(config["backend"], local=local)
     setup: dict = {}
-    settle_here = backend == "neuron" and local
+    settle_here = backends.BACKENDS[backend].neuron_device and local
     if settle_here:
         config["neuron"], setup = neuron_setup.settle(config["neuron"], need_route=False)
     plan, probe = plan_for(config, backend)
-    if settle_here and neuron_setup.needs_route(plan.workloads.values()):
+    if settle_here and neuron_setup.needs_route(plan.workloads.values()):  # the plan says whether one is needed
         config["neuron"], route = neuron_setup.settle_route(config["neuron"])
         setup.update(route)
-        if config["neuron"]["route"] == "xla" and config["neuron"]["target"] in TARGETS:  # settled from auto
-            layers_that_fit(plan, *neuron_core_memory(config), gathers_experts=True)  # batched_mm's copies too
+    check_memory(plan, config)  # once settled: the route says whether an MoE layer's experts are gathered
     return RunSetup(config, backend, why, setup, plan, probe)
 
 

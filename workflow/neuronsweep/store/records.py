@@ -24,6 +24,7 @@ from neuronsweep.atomic import write_json
 from neuronsweep.config.settings import HOST_ENV, CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.store.cache import file_sha256
+from neuronsweep.store.layer_split import LayerSplitRecord
 
 
 def _command() -> str:
@@ -187,6 +188,8 @@ class CaptureRecord(StageRecord):
     single_io: bool | None = None  # neuron: captured with --single-io after a device OOM
     device_span: dict | None = None  # devicelock.held: when the device was held, by whom
     host_load: dict | None = None  # caps.LoadWatch: the host at start and end, and the verdict
+    layer_split: LayerSplitRecord | None = None  # a layer case's time by category, where the capture measures it
+    layer_split_why: str | None = None  # why a layer case's capture has none
 
     def captured_with(self) -> CaptureSettings:
         """The settings it was captured with; a record that keeps none is one sentence, not an AttributeError."""
@@ -199,6 +202,8 @@ class CaptureRecord(StageRecord):
 
     @classmethod
     def _typed(cls, typed: dict) -> dict:
+        if typed.get("layer_split") is not None and not isinstance(typed["layer_split"], LayerSplitRecord):
+            typed = {**typed, "layer_split": LayerSplitRecord.from_dict(typed["layer_split"], cls.FILE)}
         if isinstance(typed.get("settings"), dict):
             try:
                 typed = {**typed, "settings": CaptureSettings(**typed["settings"])}

@@ -13,6 +13,7 @@ import json
 import math
 from types import ModuleType
 
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.workloads import collective, custom, layer, loops, matmul, mlp
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
@@ -27,18 +28,16 @@ KINDS: dict[str, ModuleType] = {
 
 
 def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
-    """Why `backend` cannot run this workload, or None. slow_dtypes (cpu): dtype -> why this host has
-    no fast GEMM for it (caps.slow_dtypes, from a measured probe)."""
+    """Why `backend` cannot run this workload, or None. slow_dtypes (a backend that probes its host): dtype
+    -> why this host has no fast GEMM for it (caps.slow_dtypes, from a measured probe)."""
     if spec["kind"] == "collective":
         return _collective_unsupported(spec, backend)
-    if backend == "cpu" and slow_dtypes and spec["dtype"] in slow_dtypes:
+    described = BACKENDS[backend]
+    if described.probes_host and slow_dtypes and spec["dtype"] in slow_dtypes:  # the host runs its GEMMs
         return slow_dtypes[spec["dtype"]]
-    if backend == "cpu" and spec.get("varies"):
-        return (
-            "the cpu backend runs one torch.export graph, which freezes Python values at export time; "
-            "recompile traps need a lazy-tensor backend (xla or neuron)"
-        )
-    if spec.get("impl") == "nki" and backend != "neuron":
+    if described.varies_unsupported and spec.get("varies"):
+        return described.varies_unsupported
+    if spec.get("impl") == "nki" and not described.neuron_device:
         return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
     return None
 
@@ -46,12 +45,7 @@ def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = N
 def _collective_unsupported(spec: dict, backend: str) -> str | None:
     if spec["bytes"] == 0:
         return f"{spec['op']} among {spec['world']} ranks needs at least one {spec['dtype']} element per rank"
-    if backend == "xla":
-        return (
-            "torch-xla 2.9 on PJRT CPU (CPU_NUM_DEVICES=2, xmp.spawn) stops at the first all-reduce: its "
-            "rendezvous times out with 1 of 2 participants (tried here); run the suite on cpu (gloo)"
-        )
-    return None
+    return BACKENDS[backend].collectives_unsupported
 
 
 def tensor_bytes(spec: dict) -> int:

@@ -24,6 +24,8 @@ from neuronsweep.analysis.metrics.peaks import neuron_peaks
 from neuronsweep.analysis.metrics.timing import timing
 from neuronsweep.analysis.metrics.utilization import utilization
 from neuronsweep.analysis.metrics.work import work
+from neuronsweep.config.backends import BACKENDS
+from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 SCHEMA_VERSION = 1
@@ -59,7 +61,7 @@ def compose(
     usage: dict | None = None,
     ranks: list[dict] | None = None,
     dma_packets: int | None = None,
-    profile_split: tuple[dict | None, str | None] | None = None,
+    profile_split: tuple[LayerSplitRecord | None, str | None] | None = None,
     *,
     invalid: dict[str, str] | None = None,
     no_device_why: dict[str, str | None] | None = None,
@@ -85,7 +87,7 @@ def compose(
     )
     if identity.profile_schema_version is None:
         identity.notes["profile_schema_version"] = "the view has no parquet Metadata with profile_schema_version"
-    peaks = neuron_peaks(build, summary, metadata, identity.notes) if backend == "neuron" else None
+    peaks = neuron_peaks(build, summary, metadata, identity.notes) if BACKENDS[backend].neuron_device else None
     if peaks:
         identity.neuron_target, identity.lnc = peaks.target, peaks.lnc
     else:

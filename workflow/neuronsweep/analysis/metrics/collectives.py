@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from neuronsweep.analysis.metrics.parts import Part, ratio
+from neuronsweep.config.backends import BACKENDS, NO_LINK
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.store.records import CaptureRecord
 from neuronsweep.workloads import collective as coll
@@ -60,14 +61,11 @@ def collective(
     """`workers`: the profiled ranks' rows (neuron), which say on which chip each ran."""
     notes: dict[str, str] = {}
     link = None
-    if capture and capture.backend == "neuron":
+    missing = BACKENDS[capture.backend].collective_link_missing if capture else NO_LINK
+    if missing is None:
         link = _link_per_rank(target, workers, notes)
     else:
-        notes["link_bytes_per_s"] = (
-            "gloo ranks on one host exchange over loopback and shared memory: no link's bandwidth bounds busbw"
-            if capture and capture.backend == "cpu"
-            else "no link bandwidth is known for this platform"
-        )
+        notes["link_bytes_per_s"] = missing
     if median_s is None:
         notes["algbw_bytes_per_s"] = notes["busbw_bytes_per_s"] = "no latency was measured"
     crowded = capture.details.get("oversubscribed") if capture else None

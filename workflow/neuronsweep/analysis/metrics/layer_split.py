@@ -1,6 +1,7 @@
 """A model's layer measured whole (workloads/layer.py): its time by category and each GEMM's time inside it,
-as the capture measured them (cpu: backends/layer_split.py; xla: backends/xla_split.py) or as a neuron
-profile's FrameworkInstruction table says (analysis/framework_split.py)."""
+read from the one record every backend's split makes (store/layer_split.py): the capture's (cpu:
+backends/cpu_split.py; xla: backends/xla_split.py) or the profile's (neuron: analysis/framework_split.py),
+as the backend's descriptor says (config/backends.py `layer_split`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,9 @@ from dataclasses import dataclass
 
 from neuronsweep.analysis.layer_categories import CATEGORIES
 from neuronsweep.analysis.metrics.parts import Part, ratio
+from neuronsweep.config.backends import BACKENDS
+from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import CaptureRecord
-
-NO_SPLIT = {
-    "neuron": "the profile has no FrameworkInstruction table, which Neuron Explorer's parquet output has for a NEFF "
-    "compiled with XLA_IR_DEBUG=1 and XLA_HLO_DEBUG=1 (a layer case's build sets them on every route)",
-}
 
 
 @dataclass(kw_only=True)
@@ -38,26 +36,25 @@ def layer_split(
     capture: CaptureRecord | None,
     backend: str,
     latency_median_s: float | None,
-    profile: tuple[dict | None, str | None] | None = None,
+    profile: tuple[LayerSplitRecord | None, str | None] | None = None,
 ) -> LayerSplit:
-    """The capture's split, else the profile's (`profile`: framework_split.split's (split, why), None where
-    the view has no FrameworkInstruction table), or every key null with why."""
-    split = capture.details.get("layer_split") if capture else None
-    if not split and profile:
-        split, why = profile
-        if not split:
-            return LayerSplit.null(why or "")
-    if not split:
-        why = capture.details.get("layer_split_why") if capture else None
-        return LayerSplit.null(why or NO_SPLIT.get(backend, "the capture recorded no split of this layer"))
-    values = {f"split_{c}_s": split["categories_s"].get(c) for c in CATEGORIES}
+    """The layer's split where its backend measures one: the capture's record, or the profile's (`profile`:
+    framework_split.split's (record, why), None where the view has no FrameworkInstruction table); else
+    every key null with why."""
+    described = BACKENDS[backend]
+    if described.layer_split == "profile":
+        split, why = profile or (None, None)
+    else:
+        split, why = (capture.layer_split, capture.layer_split_why) if capture else (None, None)
+    if split is None:
+        return LayerSplit.null(why or described.layer_split_missing)
     part = LayerSplit(
-        split_span_s=split["span_s"],
-        **values,
-        split_span_over_latency=ratio(split["span_s"], latency_median_s),
-        gemms_inside_s=split["gemms_inside_s"],
-        notes={"split_span_s": split["method"]},
+        split_span_s=split.span_s,
+        **{f"split_{c}_s": split.categories_s.get(c) for c in CATEGORIES},
+        split_span_over_latency=ratio(split.span_s, latency_median_s),
+        gemms_inside_s=split.gemms_inside_s,
+        notes={"split_span_s": split.method},
     )
-    if split["gemms_inside_s"] is None:
-        part.notes["gemms_inside_s"] = split.get("gemms_inside_why") or "the split has no GEMM's time inside the layer"
+    if split.gemms_inside_s is None:
+        part.notes["gemms_inside_s"] = split.gemms_inside_why or "the split has no GEMM's time inside the layer"
     return part

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 
 from neuronsweep.analysis.metrics.parts import Part
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.json_numbers import finite_number
 
 
@@ -42,7 +43,7 @@ NO_TRACKER = (
 def memory(usage: dict | None, backend: str, no_device_why: str | None) -> Memory:
     """`usage`: the legacy profile's arrays by name (neuron only)."""
     part = Memory(notes={"largest_tensor_bytes": NO_TRACKER})
-    if backend != "neuron":
+    if not BACKENDS[backend].neuron_device:
         part.notes.update(
             dict.fromkeys(Memory.keys()[:-1], no_device_why or f"the {backend} backend has no device memory")
         )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.stats import DEVICE_TIMES, NOISY_REL_SPREAD
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.records import CaptureRecord
 
 
@@ -58,7 +59,10 @@ def timing(capture: CaptureRecord | None, backend: str, profile_total_time_s: fl
     threads = capture.threads if capture else None
     if threads is None:
         notes["threads"] = f"the {backend} backend leaves threading to its runtime"
-    device_s = {"neuron": profile_total_time_s, "xla": execute}.get(backend)
+    # the backend's device time where its device is apart from the framework (cpu's profiled time is the host's)
+    device_s = {"profile_total_time_s": profile_total_time_s, "execute_median_s": execute}.get(
+        BACKENDS[backend].device_time[0]
+    )
     overhead = None
     if lat.get("samples_are") == DEVICE_TIMES:  # NKI: the samples are the profiler's device times
         notes["framework_overhead_s"] = notes["latency_median_s"] = lat["basis"]

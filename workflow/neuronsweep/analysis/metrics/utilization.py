@@ -10,6 +10,7 @@ from neuronsweep.analysis.metrics.counters import ENGINES, ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.analysis.metrics.work import Roofline, Work
+from neuronsweep.config.backends import BACKENDS
 
 IDLE_PCT = 50.0  # below this device-active share, launch/sync/start-up overhead dominates
 
@@ -45,11 +46,10 @@ def utilization(
         for key in ("mfu_recomputed_pct", "mbu_recomputed_pct"):
             out.notes[key] = f"the {backend} backend has no tool MFU/MBU to recompute; see roofline_efficiency_pct"
     active = counters.profile_active_pct
-    if backend in ("neuron", "xla") and active is not None and active < IDLE_PCT:
+    share_of = BACKENDS[backend].active_share_of
+    if share_of and active is not None and active < IDLE_PCT:
         out.bound_class = "overhead"
-        out.bound_evidence = f"device active {active:.1f}% of the profiled call ({backend}: " + (
-            "total_time)" if backend == "neuron" else "XLA execute; the rest is tracing, compiling and dispatch)"
-        )
+        out.bound_evidence = f"device active {active:.1f}% of the profiled call ({backend}: {share_of})"
     elif busy:
         top = max(busy, key=lambda name: busy[name])
         out.bound_class = {"tensor": "compute", "dma": "memory"}.get(top, top)

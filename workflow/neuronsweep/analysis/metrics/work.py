@@ -10,6 +10,7 @@ from neuronsweep.analysis import roofline
 from neuronsweep.analysis.metrics.counters import ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
+from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.records import BuildRecord
 from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
 
@@ -87,7 +88,7 @@ def work(
     )
     if hasattr(kind, "counted_how"):  # a user's function: where its FLOPs and bytes came from
         analytic.notes["flops"], analytic.notes["min_bytes"] = kind.counted_how(spec)
-    if backend == "neuron":
+    if BACKENDS[backend].neuron_device:
         tiles = Tiles(**roofline.tiles(kind.gemms(spec)))
         for key in ("tiles_m", "tiles_k", "tiles_n", "tiles_total"):
             if getattr(tiles, key) is None:
@@ -130,7 +131,7 @@ def _roofline(
                     f"the summary has no total_active_time (tools before 2.27): {basis}, the busiest engine's "
                     "active time, a lower bound of the device's active time"
                 )
-    elif backend == "xla" and build and build.pjrt_device != "CPU":
+    elif BACKENDS[backend].pjrt and build and build.pjrt_device != "CPU":
         return Roofline.null(f"no peaks known for PJRT device {build.pjrt_device} (the host calibration is the CPU's)")
     elif calibration and calibration["peak_flops_per_s"].get(spec["dtype"]):
         peak_f, peak_b = calibration["peak_flops_per_s"][spec["dtype"]], calibration["peak_bytes_per_s"]
@@ -148,7 +149,7 @@ def _roofline(
     efficiency = place["roofline_efficiency_pct"]
     if measured is None:
         notes["roofline_efficiency_pct"] = f"no {basis} was measured"
-    elif efficiency is not None and efficiency > 100 and backend != "neuron":
+    elif efficiency is not None and efficiency > 100 and peaks is None:  # host peaks: a floor, not a ceiling
         raised = roofline.raised_to_achieved(flops, min_bytes, peak_f, peak_b, measured, source)
         peak_f, peak_b, source = (
             raised.pop("peak_flops_per_s"),

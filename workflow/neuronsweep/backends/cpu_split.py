@@ -5,9 +5,9 @@ them (`stack_trace`). A copy of the program's graph gets a profiler range around
 category, and around each GEMM alone (named by its module, relative to the layer); that copy runs a few
 times under torch.profiler, each execution in a range of its own. Per execution: a category's time is the
 sum of its ranges, `other` the execution's span less all of them (never dropped: the ranges' own cost and
-Python's between ops land there), so the categories add up to the span exactly. The record is the
-split of the execution whose span is the median, and each GEMM's median over the executions. The timed
-loop never runs this copy: the ranges cost a few microseconds each.
+Python's between ops land there), so the categories add up to the span exactly. The record
+(store/layer_split.py) is the split of the execution whose span is the median, and each GEMM's median over
+the executions. The timed loop never runs this copy: the ranges cost a few microseconds each.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize, is_gemm_op
+from neuronsweep.store.layer_split import LayerSplitRecord
 
 EXECUTIONS = 5  # profiled executions of the instrumented copy, after one untimed
 EXEC = "split-exec"
@@ -76,7 +77,7 @@ def instrument(module):
     return torch.fx.GraphModule(module, graph)
 
 
-def measure(module, args: list) -> dict:
+def measure(module, args: list) -> LayerSplitRecord:
     """The layer's split: per category the median seconds over EXECUTIONS profiled executions of the
     instrumented copy, each GEMM module's median seconds inside the layer, and the executions' median span."""
     import torch
@@ -114,16 +115,12 @@ def measure(module, args: list) -> dict:
             sums[category] += seconds
             if gemm_module:
                 modules[gemm_module] = modules.get(gemm_module, 0.0) + seconds
-        sums["other"] += total - sum(sums.values())
         splits.append((total, sums))
         for m, seconds in modules.items():
             gemms.setdefault(m, []).append(seconds)
-    span, categories = sorted(splits, key=lambda split: split[0])[len(splits) // 2]  # the median execution's
-    return {
-        "executions": len(per_exec),
-        "span_s": span,
-        "categories_s": categories,
-        "gemms_inside_s": {m: statistics.median(v) for m, v in sorted(gemms.items())},
-        "method": f"torch.profiler ranges around the exported program's ops by category: the median of {EXECUTIONS} "
+    return LayerSplitRecord.median_of(
+        splits,
+        f"torch.profiler ranges around the exported program's ops by category: the median of {EXECUTIONS} "
         "executions (each GEMM: its median); other = the span less every range",
-    }
+        gemms_inside_s={m: statistics.median(v) for m, v in sorted(gemms.items())},
+    )
