@@ -42,8 +42,7 @@ rule all:
         SUMMARY,
         f"{RUN}/report.html",
         expand(f"{WORKLOAD}/metrics.json", wid=PLAN.workloads),
-        expand(f"{RUN}/search/{{name}}/best.json", name=SEARCHES),
-        expand(f"{RUN}/tune/{{model}}/dispatch.json", model=TUNES),
+        SEARCH_TARGETS,
 
 
 # Everything made so far (Snakemake's modules, ours, the rules) lives as long as the run: moved out

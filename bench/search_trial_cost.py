@@ -5,7 +5,7 @@
 config/examples/kernels/gelu_mm.py's blocked matmul (256 x 1024 x 256) at CONFIGS block sizes, in a temporary directory:
 - anchor: kernel_tuner's way, one in-process loop timing each configuration (2 warm-up calls and 5
   timed ones, as the screen takes), its wall time and the time spent in the timed calls;
-- screen: halving's cheap rung (search/driver.py Search.screen): every configuration in one fresh
+- screen: halving's cheap rung (search/driver.py ParamSearch.screen): every configuration in one fresh
   process, plus the plan's look at the function. Goal: at most 1 s a trial beyond the time measured;
 - full: FULL configurations as ordinary cases of the workflow (one Snakemake call: plan, build,
   capture with its profile, view, extract, aggregate, report), the cost a trial has at the full rung

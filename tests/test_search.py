@@ -15,7 +15,9 @@ import yaml
 from helpers import BIN, tiny_config
 
 from neuronsweep.errors import UserError
+from neuronsweep.search import calls
 from neuronsweep.search import driver as search
+from neuronsweep.search import page as search_page
 
 SPACE = {"block": [4, 8, 16, 32, 64, 128, 256, 512], "order": ["ij", "ji"]}
 
@@ -162,7 +164,7 @@ def test_a_real_search_on_cpu_finds_the_faster_block_and_times_the_finalists_aga
 
 def test_trials_csv_keeps_its_case_counts_whole_where_a_row_has_none(tmp_path, monkeypatch):
     s = make(tmp_path, monkeypatch)
-    s._write(pd.DataFrame({"trial": [0, 1], "cases": [2, None]}))
+    s.write(pd.DataFrame({"trial": [0, 1], "cases": [2, None]}))
     assert s.trials_csv.read_text().splitlines() == ["trial,cases", "0,2", "1,"]  # not 2.0
 
 
@@ -326,8 +328,8 @@ def test_no_round_starts_that_would_pass_the_device_seconds_budget(tmp_path, mon
 
     table = s.run_rounds(say=said.append, measure=measure)
     assert table["measured"].sum() == 2 and "2.0 device seconds spent, a round takes about 2.0" in said[-1]
-    assert "2.0 device seconds of 3.5" in "\n".join(search.status_lines(s))
-    page = search.search_page.render("k", s.conclude(table, rounds=0), table)
+    assert "2.0 device seconds of 3.5" in "\n".join(s.status_lines())
+    page = search_page.render("k", s.conclude(table, rounds=0), table)
     assert "Best so far against the device seconds spent" in page
 
 
@@ -571,10 +573,10 @@ def test_the_rounds_run_the_snakefile_they_are_given_or_the_workflow_folders(tmp
     from helpers import REPO
 
     monkeypatch.chdir(tmp_path)
-    assert search.workflow_snakefile() == (REPO / "Snakefile").resolve()  # no ./Snakefile here
+    assert calls.workflow_snakefile() == (REPO / "Snakefile").resolve()  # no ./Snakefile here
     (tmp_path / "Snakefile").write_text("")
-    assert search.workflow_snakefile() == tmp_path / "Snakefile"
-    assert search.workflow_snakefile(REPO / "Snakefile") == (REPO / "Snakefile").resolve()
+    assert calls.workflow_snakefile() == tmp_path / "Snakefile"
+    assert calls.workflow_snakefile(REPO / "Snakefile") == (REPO / "Snakefile").resolve()
     with pytest.raises(UserError, match=r"there is none at .*nowhere/Snakefile: pass --snakefile") as refused:
-        search.workflow_snakefile(tmp_path / "nowhere" / "Snakefile")
+        calls.workflow_snakefile(tmp_path / "nowhere" / "Snakefile")
     assert "\n" not in str(refused.value)

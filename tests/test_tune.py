@@ -16,13 +16,16 @@ from helpers import BIN, DATA, snakemake_argv, tiny_config, workflow_env
 
 from neuronsweep.analysis import verdict
 from neuronsweep.errors import UserError
-from neuronsweep.search import dispatch
+from neuronsweep.search import dispatch, tune_shapes
 from neuronsweep.search import tune as tune_mod
 from neuronsweep.stages import report as report_stage
 
 BLOCKS = [16, 64, 256]
 SHAPES = [(1, 256, 256, 2), (64, 256, 256, 6), (512, 256, 1024, 3)]  # m, k, n, count in the one forward
 DEFAULT_S = {1: 40e-6, 64: 200e-6, 512: 2e-3}
+
+
+OPTLEVEL = {1: {1: 0.7, 64: 1.0, 512: 1.1}, 3: {1: 1.2, 64: 0.995, 512: 0.85}}  # x the default (-O2) per M
 
 
 def best_block(m: int) -> int:
@@ -37,25 +40,79 @@ def latency(m: int, block: int) -> float:
     return DEFAULT_S[m] * best * 1.3**steps
 
 
-def make(tmp: Path, monkeypatch, candidates=("compiler", "blocked"), **tune) -> tune_mod.Tune:
+class Landscape:
+    """The tune's workflow as a Snakemake call answers it: a summary.csv row per case of the config it is
+    given, its latency from the landscape above, so that everything else the tune does (its threads, the
+    merged calls, result_of, the record) is what production runs. `calls`: (m, blocks) per shape of each
+    call of the searches; `who`: the candidates in each; `stop_after` calls, a KeyboardInterrupt (a kill);
+    `levels`: the -O levels of the compiler's builds it measured other than the default."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.calls: list[tuple[int, list[int]]] = []
+        self.who: list[str] = []
+        self.levels: list[int] = []
+        self.stop_after = stop_after
+
+    def __call__(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
+        if "model" in cfg["suites"]:  # a compiler's build of every shape: the default, or a setting's
+            level = cfg.get("neuron", {}).get("optlevel")
+            if level is not None:
+                self.levels.append(level)
+            factor = {m: OPTLEVEL[level][m] for m in DEFAULT_S} if level in OPTLEVEL else dict.fromkeys(DEFAULT_S, 1)
+            rows = [
+                {"workload_id": f"matmul-m{m}-k{k}-n{n}-fp32", "status": "ok", "reason": ""}
+                | {"latency_median_s": DEFAULT_S[m] * factor[m]}
+                for m, k, n, _ in SHAPES
+            ]
+            return pd.DataFrame(rows), Path(name)
+        if self.stop_after is not None and len(self.calls) >= self.stop_after:
+            raise KeyboardInterrupt
+        rows, shapes = [], {}
+        for e in cfg["suites"]["custom"]:
+            (m,), (k,), (n,), (block,) = e["grid"]["m"], e["grid"]["k"], e["grid"]["n"], e["params"]["block"]
+            shapes.setdefault(m, []).append(block)
+            rows.append(
+                {"workload_id": f"custom-{e['name']}-m{m}-block{block}-fp32", "status": "ok", "reason": ""}
+                | {"latency_median_s": latency(m, block), "m": m, "k": k, "n": n, "dtype": "fp32", "block": block}
+            )
+        self.calls += list(shapes.items())
+        self.who += sorted({e["name"] for e in cfg["suites"]["custom"]})
+        return pd.DataFrame(rows), Path(name)
+
+
+@pytest.fixture(scope="module")
+def code(tmp_path_factory) -> Path:
+    """The candidates' files, one folder for the module's tests: the plan's look at them (a child that
+    imports torch) is cached by their path and content, so it runs once, not once a test."""
+    return write_code(tmp_path_factory.mktemp("code"))
+
+
+def write_code(folder: Path) -> Path:
+    """k.py (blocked) and k2.py (other), two candidates that multiply as the compiler's build does."""
+    for name, function in (("k.py", "blocked"), ("k2.py", "other")):
+        (folder / name).write_text(f"def {function}(a, b, block=16):\n    return a @ b\n")
+    return folder
+
+
+def make(
+    tmp: Path, monkeypatch, code: Path, candidates=("compiler", "blocked"), workflow=None, decide=None, **tune
+) -> tune_mod.Tune:
     monkeypatch.chdir(tmp)
-    (tmp / "k.py").write_text("def blocked(a, b, block=16):\n    return a @ b\n")
     custom = {
         "name": "blocked",
-        "function": str(tmp / "k.py") + ":blocked",
+        "function": str(code / "k.py") + ":blocked",
         "inputs": {"a": ["m", "k"], "b": ["k", "n"]},
         "grid": {"m": [8], "k": [8], "n": [8]},
         "params": {"block": BLOCKS},
     }
-    (tmp / "k2.py").write_text("def other(a, b, block=16):\n    return a @ b\n")
-    other = {**custom, "name": "other", "function": str(tmp / "k2.py") + ":other"}
+    other = {**custom, "name": "other", "function": str(code / "k2.py") + ":other"}
     model = {
         "name": "toy",
         "hf_config": "toy.json",
         "tune": {"candidates": list(candidates), "strategy": "grid", "budget": {"trials_per_shape": 3}, **tune},
     }
     cfg = {"run": "t", "backend": "cpu", "suites": {"custom": [custom, other], "model": [model]}}
-    t = tune_mod.Tune(cfg, model, "test")
+    t = tune_mod.Tune(cfg, model, "test", workflow=workflow or Landscape(), judge=decide)
     gemms = pd.DataFrame(
         [
             {"gemm": f"g{m}", "m": m, "k": k, "n": n, "count": c, "phase": "decode", "batch": 1, "seq": 16}
@@ -63,48 +120,9 @@ def make(tmp: Path, monkeypatch, candidates=("compiler", "blocked"), **tune) -> 
             for m, k, n, c in SHAPES
         ]
     )
-    gemms["shape"] = [tune_mod.shape_id(m, k, n, "fp32") for m, k, n, _ in SHAPES]
+    gemms["shape"] = [tune_shapes.shape_id(m, k, n, "fp32") for m, k, n, _ in SHAPES]
     monkeypatch.setattr(t, "gemms", lambda: gemms)
     return t
-
-
-def hooks(calls: list, stop_after: int | None = None, who: list | None = None):
-    """Measurements from the landscape; `stop_after` measure calls, a KeyboardInterrupt (a kill); `who`
-    gets the candidate of each measure call."""
-
-    def hook(name, labels):
-        if name == "defaults":
-            gemms = labels
-            return pd.DataFrame(
-                {
-                    "shape": gemms["shape"],
-                    **{c: gemms[c] for c in ("m", "k", "n", "dtype", "workload_id")},
-                    "status": "ok",
-                    "reason": "",
-                    "latency_median_s": [DEFAULT_S[m] for m in gemms["m"]],
-                }
-            )
-
-        def measure(trials, n_round):
-            if stop_after is not None and len(calls) >= stop_after:
-                raise KeyboardInterrupt
-            calls.append((labels["m"], [t["block"] for t in trials]))
-            if who is not None:
-                who.append(name)
-            return [
-                {
-                    "status": "ok",
-                    "objective_s": latency(labels["m"], t["block"]),
-                    "reason": "",
-                    "cases": 1,
-                    "workload_ids": f"custom-blocked-m{labels['m']}-block{t['block']}-fp32",
-                }
-                for t in trials
-            ]
-
-        return measure, None
-
-    return hook
 
 
 def judge(rows: pd.DataFrame) -> list:
@@ -117,9 +135,10 @@ def judge(rows: pd.DataFrame) -> list:
     return out
 
 
-def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tmp_path, monkeypatch):
-    calls: list = []
-    got = make(tmp_path, monkeypatch).run_all(say=lambda _: None, hooks=hooks(calls), judge=judge)
+def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tmp_path, monkeypatch, code):
+    monkeypatch.setattr(tune_mod, "SHAPES_TOGETHER", 1)  # a shape a chunk: the order they are searched in shows
+    measured = Landscape()
+    got = make(tmp_path, monkeypatch, code, workflow=measured, decide=judge).tune_all(say=lambda _: None)
     table = got["dispatch"].set_index("m")
     # the winner's param follows M; at M = 64 the winner is 1 % faster, a tie: the compiler ships
     for m in (1, 512):
@@ -130,7 +149,7 @@ def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tm
     assert table.loc[64, "tie"] and table.loc[64, "ships"] == "compiler"
     assert table.loc[64, "verdict"] == verdict.UNCHANGED
     # the shapes were searched most model time first: 512 (3 x 2 ms), 64 (6 x 0.2 ms), 1 (2 x 40 us)
-    assert list(dict.fromkeys(m for m, _ in calls)) == [512, 64, 1]
+    assert list(dict.fromkeys(m for m, _ in measured.calls)) == [512, 64, 1]
     # the saving by hand: count x latency, the tie saving nothing
     before = sum(c * DEFAULT_S[m] for m, _, _, c in SHAPES)
     after = 2 * latency(1, 16) + 6 * DEFAULT_S[64] + 3 * latency(512, 256)
@@ -143,12 +162,14 @@ def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tm
     folder = tmp_path / "results" / "t" / "tune" / "toy"
     table = dispatch.load(folder / "dispatch.json")
     assert table.lookup(1, 256, 256, "fp32") == dispatch.Choice(
-        "blocked", str(tmp_path / "k.py") + ":blocked", {"block": 16}, 1
+        "blocked", str(code / "k.py") + ":blocked", {"block": 16}, 1
     )
+    assert table.lookup(1, 256, 256, "fp32").speedup == pytest.approx(1 / 0.8)
     assert table.lookup(32, 256, 256, "fp32").candidate == "compiler"  # M = 32 takes the bucket of 64: a tie
     assert table.lookup(2048, 256, 1024, "fp32").params == {"block": 256}  # past every M: the largest
     assert table.lookup(1, 99, 99, "fp32") == dispatch.Choice("compiler")  # a shape the tune never saw
     assert table.lookup(1, 256, 256, "fp32").load().__name__ == "blocked"  # the function itself, imported
+    assert dispatch.Table.from_json(table.to_json()).to_json() == json.loads((folder / "dispatch.json").read_text())
     page = (folder / "tune.html").read_text()
     assert "dispatch table" in page and "m512-k256-n1024-fp32" in page
     assert (
@@ -157,38 +178,31 @@ def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tm
     )
 
 
-OPTLEVEL = {1: {1: 0.7, 64: 1.0, 512: 1.1}, 3: {1: 1.2, 64: 0.995, 512: 0.85}}  # x the default (-O2) per M
+def test_the_shapes_searches_run_together_a_round_of_all_of_them_one_call(tmp_path, monkeypatch, code):
+    """The production path: every shape's search in a thread of its own, a round of all of them one call of
+    the workflow (two rounds of 2 and 1 trials: two calls for three shapes), each trial's result read from
+    that call's summary by its shape's labels and its params."""
+    measured = Landscape()
+    t = make(tmp_path, monkeypatch, code, workflow=measured, decide=judge)
+    table = t.tune_all(say=lambda _: None)["dispatch"].set_index("m")
+    assert t.calls == 2 and sorted(len(b) for _, b in measured.calls) == [1, 1, 1, 2, 2, 2]
+    assert {json.loads(p)["block"] for p in table["params"]} == {16, 64, 256}
+    state = json.loads((tmp_path / "results" / "t" / "tune" / "toy" / "state.json").read_text())
+    assert [(c["kind"], c["searches"], c["trials"]) for c in state["calls"]] == [("measure", 3, 6), ("measure", 3, 3)]
 
 
-def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch):
+def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch, code):
     """tune.settings: the compiler's build under each other -O level is a candidate at every shape, measured
     once for all shapes (a run each); -O1 wins small M, -O3 large M, neither at M = 64 (-O3 0.5 % faster: a
     tie), and the table says which flags to build each shape with."""
-    measured: list = []
-
-    def hook(name, labels):
-        if name.startswith("compiler["):
-            level = int(name.split("=")[1].rstrip("]"))
-            measured.append(level)
-            gemms = labels
-            return pd.DataFrame(
-                {
-                    "shape": gemms["shape"],
-                    **{c: gemms[c] for c in ("m", "k", "n", "dtype", "workload_id")},
-                    "run": f"t-tune-toy-O{level}",
-                    "status": "ok",
-                    "reason": "",
-                    "latency_median_s": [DEFAULT_S[m] * OPTLEVEL[level][m] for m in gemms["m"]],
-                }
-            )
-        return hooks([])(name, labels)
-
-    t = make(tmp_path, monkeypatch, candidates=("compiler",), settings={"neuron.optlevel": [1, 2, 3]})
-    assert list(t.variants) == ["compiler[neuron.optlevel=1]", "compiler[neuron.optlevel=3]"]  # -O2: the default
-    got = t.run_all(say=lambda _: None, hooks=hook, judge=judge)
-    assert sorted(measured) == [1, 3]  # once each, for every shape
+    measured = Landscape()
+    t = make(tmp_path, monkeypatch, code, ("compiler",), measured, judge, settings={"neuron.optlevel": [1, 2, 3]})
+    assert list(t.block.variants) == ["compiler[neuron.optlevel=1]", "compiler[neuron.optlevel=3]"]  # -O2: default
+    got = t.tune_all(say=lambda _: None)
+    assert sorted(measured.levels) == [1, 3]  # once each, for every shape
     table = got["dispatch"].set_index("m")
-    assert table.loc[1, "ships"] == "compiler[neuron.optlevel=1]" and table.loc[1, "winner_run"] == "t-tune-toy-O1"
+    o1 = t.block.compiler_config({"neuron.optlevel": 1})["run"]
+    assert table.loc[1, "ships"] == "compiler[neuron.optlevel=1]" and table.loc[1, "winner_run"] == o1
     assert table.loc[512, "ships"] == "compiler[neuron.optlevel=3]"
     assert table.loc[64, "tie"] and table.loc[64, "ships"] == "compiler"
     assert table.loc[1, "trials"] == 3  # the default and the two other levels
@@ -199,73 +213,75 @@ def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch):
     assert read.lookup(64, 256, 256, "fp32").settings == {}  # a tie ships the config's own flags
     assert read.lookup(512, 256, 1024, "fp32").settings == {"neuron.optlevel": 3}
     # with a custom candidate too, the settings' trials come out of each shape's budget
-    both = make(tmp_path, monkeypatch, settings={"neuron.optlevel": [1, 2, 3]}, budget={"trials_per_shape": 5})
-    assert both.trials_per_shape - len(both.variants) == 3
-    assert both.compiler_config(both.variants["compiler[neuron.optlevel=1]"])["neuron"] == {"optlevel": 1}
-    assert both.compiler_config()["run"] == "t-tune-toy" != both.compiler_config({"neuron.optlevel": 1})["run"]
+    both = make(tmp_path, monkeypatch, code, settings={"neuron.optlevel": [1, 2, 3]}, budget={"trials_per_shape": 5})
+    assert both.block.trials_per_shape - len(both.block.variants) == 3
+    assert both.block.compiler_config(both.block.variants["compiler[neuron.optlevel=1]"])["neuron"] == {"optlevel": 1}
+    assert both.block.compiler_config()["run"] == "t-tune-toy" != o1
     # a key whose value is null (auto_cast's default) is a key: null is the default, the other value a candidate
-    nulls = make(tmp_path, monkeypatch, candidates=("compiler",), settings={"neuron.auto_cast": [None, "matmult"]})
-    assert list(nulls.variants) == ["compiler[neuron.auto_cast=matmult]"]
+    nulls = make(
+        tmp_path, monkeypatch, code, candidates=("compiler",), settings={"neuron.auto_cast": [None, "matmult"]}
+    )
+    assert list(nulls.block.variants) == ["compiler[neuron.auto_cast=matmult]"]
 
 
-def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch):
-    t = make(tmp_path, monkeypatch)
+def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch, code):
+    t = make(tmp_path, monkeypatch, code, decide=judge)
     suites = tmp_path / "results" / "t" / "suites"
     suites.mkdir(parents=True)
     pd.DataFrame(
         [{"phase": "decode", "batch": 1, "seq": 16, "dtype": "fp32", "forward_time_s": 0.1, "gemm_pct": 60.0}]
     ).to_csv(suites / "model-toy-forward.csv", index=False)
-    [gain] = t.run_all(say=lambda _: None, hooks=hooks([]), judge=judge)["gain"].to_dict("records")
+    [gain] = t.tune_all(say=lambda _: None)["gain"].to_dict("records")
     fraction = gain["saving_s"] / gain["gemm_default_s"]
     assert gain["gemm_share_pct"] == pytest.approx(60.0)
     assert gain["forward_tuned_s"] == pytest.approx(0.1 * (1 - 0.6 * fraction))
 
 
-def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budget(tmp_path, monkeypatch):
+def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budget(tmp_path, monkeypatch, code):
     monkeypatch.setattr(tune_mod, "SHAPES_TOGETHER", 1)  # the budget and the record between every shape
-    calls: list = []
+    killed = Landscape(stop_after=3)
     with pytest.raises(KeyboardInterrupt):  # killed in shape 64's second round (2 trials a round)
-        make(tmp_path, monkeypatch).run_all(say=lambda _: None, hooks=hooks(calls, stop_after=3), judge=judge)
-    assert [m for m, _ in calls] == [512, 512, 64]
+        make(tmp_path, monkeypatch, code, workflow=killed, decide=judge).tune_all(say=lambda _: None)
+    assert [m for m, _ in killed.calls] == [512, 512, 64]
     state = json.loads((tmp_path / "results" / "t" / "tune" / "toy" / "state.json").read_text())
     assert list(state["shapes"]) == ["m512-k256-n1024-fp32"]
-    more: list = []
-    got = make(tmp_path, monkeypatch).run_all(say=lambda _: None, hooks=hooks(more), judge=judge)
-    assert [(m, len(b)) for m, b in more] == [(64, 1), (1, 2), (1, 1)]  # 64's first round: recorded
+    more = Landscape()
+    got = make(tmp_path, monkeypatch, code, workflow=more, decide=judge).tune_all(say=lambda _: None)
+    assert [(m, len(b)) for m, b in more.calls] == [(64, 1), (1, 2), (1, 1)]  # 64's first round: recorded
     assert len(got["dispatch"]) == 3 and got["dispatch"]["winner"].notna().all()
     # the budget: 3 trials a shape with one custom candidate, each point once
     per_shape: dict = {}
-    for m, blocks in calls + more:
+    for m, blocks in killed.calls + more.calls:
         per_shape.setdefault(m, []).extend(blocks)
     assert {m: sorted(b) for m, b in per_shape.items()} == {m: BLOCKS for m in (512, 64, 1)}
     # a smaller budget is kept: one trial a shape
     (tmp_path / "b").mkdir()
-    few: list = []
-    make(tmp_path / "b", monkeypatch, budget={"trials_per_shape": 1}).run_all(
-        say=lambda _: None, hooks=hooks(few), judge=judge
+    few = Landscape()
+    make(tmp_path / "b", monkeypatch, code, workflow=few, decide=judge, budget={"trials_per_shape": 1}).tune_all(
+        say=lambda _: None
     )
-    assert [len(blocks) for _, blocks in few] == [1, 1, 1]
+    assert [len(blocks) for _, blocks in few.calls] == [1, 1, 1]
 
 
 def test_an_edited_candidate_is_searched_again_and_the_other_is_not(tmp_path, monkeypatch):
+    code = write_code(tmp_path)  # its own: one is edited below
     both = {"candidates": ["compiler", "blocked", "other"], "budget": {"trials_per_shape": 6}}
-    first: list = []
-    make(tmp_path, monkeypatch, **both).run_all(say=lambda _: None, hooks=hooks([], who=first), judge=judge)
-    assert sorted(set(first)) == ["blocked", "other"]
-    again: list = []
-    make(tmp_path, monkeypatch, **both).run_all(say=lambda _: None, hooks=hooks([], who=again), judge=judge)
-    assert again == []  # nothing changed: every search is recorded
-    edited: list = []
-    t = make(tmp_path, monkeypatch, **both)
+    first = Landscape()
+    make(tmp_path, monkeypatch, code, workflow=first, decide=judge, **both).tune_all(say=lambda _: None)
+    assert sorted(set(first.who)) == ["blocked", "other"]
+    again = Landscape()
+    make(tmp_path, monkeypatch, code, workflow=again, decide=judge, **both).tune_all(say=lambda _: None)
+    assert again.who == []  # nothing changed: every search is recorded
+    edited = Landscape()
     (tmp_path / "k2.py").write_text("def other(a, b, block=16):\n    return (a @ b) * 1\n")  # edited
-    t.run_all(say=lambda _: None, hooks=hooks([], who=edited), judge=judge)
-    assert set(edited) == {"other"} and len(edited) == len([w for w in first if w == "other"])
+    make(tmp_path, monkeypatch, code, workflow=edited, decide=judge, **both).tune_all(say=lambda _: None)
+    assert set(edited.who) == {"other"} and len(edited.who) == first.who.count("other")
 
 
-def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule(tmp_path, monkeypatch):
+def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule(tmp_path, monkeypatch, code):
     """Where the programs need the device, the stored timings go through compare's rule: rounds in processes
     of their own are judged; one process's samples, or a device time alone, say why they are not."""
-    t = make(tmp_path, monkeypatch)
+    t = make(tmp_path, monkeypatch, code)
     t.backend = "neuron"  # what gemms() settles (replaced here)
     cases = tmp_path / "results" / "t-tune-toy" / "neuron" / "workloads"
 
@@ -281,7 +297,7 @@ def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule
     stored("custom-blocked-m512-block256-fp32", 1.6e-3, rounds=True)
     stored("matmul-m1-k256-n256-fp32", 40e-6, rounds=False)
     stored("custom-blocked-m1-block16-fp32", 32e-6, rounds=False)
-    table = t.run_all(say=lambda _: None, hooks=hooks([]))["dispatch"].set_index("m")
+    table = t.tune_all(say=lambda _: None)["dispatch"].set_index("m")
     assert table.loc[512, "verdict"] == verdict.FASTER and table.loc[512, "ships"] == "blocked"
     assert table.loc[512, "speedup_low"] > 1.2
     assert table.loc[1, "verdict"] == verdict.ONE_PROCESS and table.loc[1, "ships"] == "compiler"
@@ -290,7 +306,7 @@ def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule
     # captured again (a capture setting changed): judged again, not the verdict judged.json kept
     stored("custom-blocked-m1-block16-fp32", 32e-6, rounds=True)
     stored("matmul-m1-k256-n256-fp32", 40e-6, rounds=True)
-    table = t.run_all(say=lambda _: None, hooks=hooks([]))["dispatch"].set_index("m")
+    table = t.tune_all(say=lambda _: None)["dispatch"].set_index("m")
     assert table.loc[1, "verdict"] == verdict.FASTER and table.loc[1, "ships"] == "blocked"
 
 
@@ -335,7 +351,7 @@ def test_a_dispatch_table_of_another_format_is_refused_in_one_sentence(tmp_path)
 @pytest.mark.slow
 @pytest.mark.workflow  # the tune's rounds are Snakemake calls of its own
 @pytest.mark.torch
-def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
+def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch, code):
     """The CLI, end to end: every decode GEMM of a 2-layer model measured with the compiler's build,
     searched with a blocked matmul, judged on fresh processes; the table, the gain and status. A model whose
     projections and head share one shape (hidden = intermediate = vocab, as many kv heads as heads), so

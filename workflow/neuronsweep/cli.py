@@ -453,27 +453,16 @@ def _add_history(p) -> None:
 
 def cmd_search(args) -> None:
     """`neuronsweep search run|status`: a search or a model's tune, run or resumed, or where it stands."""
-    from neuronsweep.search import driver as search
+    from neuronsweep.search import build
+    from neuronsweep.search.driver import pick
 
     cfg = config.load(args.config)
-    kind, entry = search.pick(cfg, args.name, args.config)
-    if kind == "tune":
-        from neuronsweep.search import tune
-
-        model = tune.Tune(cfg, entry, args.config, args.cores, args.snakefile)
-        if args.action == "run":
-            model.run_all(say=print, rounds=args.finalist_rounds)
-        print("\n".join(model.status_lines()))
-        print(f"dispatch.json: {model.folder / 'dispatch.json'}" if args.action == "run" else "", end="")
-        return
-    found = search.KINDS[kind](cfg, entry, args.config, args.cores, args.snakefile)
-    if args.action == "status":
-        print("\n".join(search.status_lines(found)))
-        return
-    table = found.run_rounds(say=print)
-    best = found.conclude(table, rounds=args.finalist_rounds, say=print)
-    print("\n".join(search.status_lines(found)))
-    print(f"best.json: {found.folder / 'best.json'}" if best.get("winner") else f"no winner: {best.get('why')}")
+    kind, entry = pick(cfg, args.name, args.config)
+    found = build(kind, cfg, entry, args.config, args.cores, args.snakefile)
+    wrote = found.drive(say=print, rounds=args.finalist_rounds) if args.action == "run" else None
+    print("\n".join(found.status_lines()))
+    if wrote:
+        print(wrote)
 
 
 def _add_search(p) -> None:

@@ -11,7 +11,7 @@ from neuronsweep import backends, warmstart
 from neuronsweep.config import schema as ns_config
 from neuronsweep.host import neuron_ls, slots
 from neuronsweep.errors import UserError
-from neuronsweep.search import searches
+from neuronsweep.search import KINDS, searches
 from neuronsweep.stages.plan import estimate
 from neuronsweep.stages.run_setup import settle_run, stage_plan
 from neuronsweep.store import layout
@@ -200,8 +200,9 @@ def search_sources(name):
 
 
 SEARCHES_BY_NAME = searches(CONFIG)  # (kind, entry) by name: custom params, config settings, tune
-TUNES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if kind == "tune"]  # models with a tune: block
-SEARCHES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if kind != "tune"]
+# what each search's rule writes (search.KINDS: a search's best.json, a tune's dispatch.json)
+SEARCH_TARGETS = [f"{RUN}/{KINDS[k].folder}/{name}/{KINDS[k].result}" for name, (k, _) in SEARCHES_BY_NAME.items()]
+TUNES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if KINDS[kind].after_sweep]  # the report links them
 
 
 def tune_sources(model):

@@ -109,6 +109,16 @@ class Verdict:
         """Whether a test was made and could see the change that matters (not "not judged")."""
         return self.said in JUDGED
 
+    def as_speedup(self) -> dict:
+        """B against A as B's speed-up (A's time over B's), with its 95 % interval turned the same way: what
+        a search's finalists and a tune's winners record."""
+        return {
+            "said": self.said,
+            "speedup": None if self.ratio is None else 1 / self.ratio,
+            "speedup_low": None if self.ci_high is None else 1 / self.ci_high,
+            "speedup_high": None if self.ci_low is None else 1 / self.ci_low,
+        }
+
 
 def as_timing(side) -> Timing | None:
     """A side as a Timing: a plain list is samples without rounds."""

@@ -6,10 +6,10 @@ host's, a model's trace: tens of seconds)."""
 
 from __future__ import annotations
 
-from neuronsweep.search import driver, searches, tune
+from neuronsweep.search import build, searches
 
 
 def check(cfg: dict, source: str) -> None:
     """Build every search and tune of a validated config (a UserError names the first bad one)."""
     for kind, entry in searches(cfg).values():
-        (tune.Tune if kind == "tune" else driver.KINDS[kind])(cfg, entry, source)
+        build(kind, cfg, entry, source)

@@ -1,5 +1,6 @@
-"""A tune's dispatch table read back (results/<run>/tune/<model>/dispatch.json, search/tune.py writes it):
-what to call for a GEMM of shape M x K x N in a dtype.
+"""A tune's dispatch table (results/<run>/tune/<model>/dispatch.json): what to call for a GEMM of shape
+M x K x N in a dtype. One type, `Choice`, and one `Table` that the tune writes (search/tune_table.py) and a
+runtime reads back (`load`).
 
 The JSON, format 1: {"format": 1, "model", "run", "shapes": {"<dtype>:<K>x<N>": [entry, ...]}}, the entries
 of one dtype and K x N by M ascending, each {"m", "candidate" ("compiler" or a suites.custom entry's name),
@@ -16,46 +17,81 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import user_code
 
 FORMAT = 1
+COMPILER = "compiler"  # the backend's own build of the GEMM: every shape's default
 
 
 @dataclass(frozen=True)
 class Choice:
     """What to call for one GEMM: the compiler's own (function None, built with `settings` where a tune
-    chose other values of run-level keys) or a function with its params."""
+    chose other values of run-level keys) or a function with its params; `speedup` over the compiler's build
+    as judged (not part of what to call, so not compared)."""
 
     candidate: str
     function: str | None = None
     params: dict = field(default_factory=dict)
     m: int | None = None  # the measured M this answer comes from (None: a K x N the tune never saw)
     settings: dict = field(default_factory=dict)  # e.g. {"neuron.optlevel": 1}: the compiler's flags for this shape
+    speedup: float | None = field(default=None, compare=False)
 
-    def load(self):
+    def load(self) -> Any:
         """The function itself (imported as the sweep imports it), or None for the compiler's GEMM."""
         return None if self.function is None else user_code.load(self.function)
 
+    def to_json(self) -> dict:
+        """The entry as dispatch.json keeps it."""
+        keys = ("m", "candidate", "function", "params", "settings", "speedup")
+        return {k: getattr(self, k) for k in keys}
+
+    @classmethod
+    def from_json(cls, entry: dict) -> Choice:
+        """An entry of dispatch.json (a table written before `settings` has none)."""
+        return cls(
+            entry["candidate"],
+            entry.get("function"),
+            dict(entry.get("params") or {}),
+            entry["m"],
+            dict(entry.get("settings") or {}),
+            entry.get("speedup"),
+        )
+
 
 class Table:
-    """A dispatch table: `lookup(m, k, n, dtype)` -> Choice."""
+    """A dispatch table: per dtype and K x N its choices by M; `lookup(m, k, n, dtype)` -> Choice."""
 
-    def __init__(self, record: dict, source: str = "dispatch.json"):
-        if record.get("format") != FORMAT:
-            raise UserError(f"{source}: format {record.get('format')!r}, this neuron-sweep reads format {FORMAT}.")
-        self.model = record.get("model")
-        self.shapes = {key: sorted(entries, key=lambda e: e["m"]) for key, entries in record["shapes"].items()}
+    def __init__(self, model: str | None, run: str | None, shapes: dict[str, list[Choice]]) -> None:
+        self.model, self.run = model, run
+        self.shapes = {key: sorted(entries, key=lambda e: e.m or 0) for key, entries in shapes.items()}
+
+    @staticmethod
+    def key(k: int, n: int, dtype: str) -> str:
+        """The shapes' key of a dtype and K x N."""
+        return f"{dtype}:{k}x{n}"
 
     def lookup(self, m: int, k: int, n: int, dtype: str) -> Choice:
         """What to call for an M x K by K x N GEMM in `dtype` (the module's rule for an M not measured)."""
-        entries = self.shapes.get(f"{dtype}:{k}x{n}")
+        entries = self.shapes.get(self.key(k, n, dtype))
         if not entries:
-            return Choice("compiler")
-        e = next((e for e in entries if e["m"] >= m), entries[-1])
-        params, settings = dict(e.get("params") or {}), dict(e.get("settings") or {})
-        return Choice(e["candidate"], e.get("function"), params, e["m"], settings)
+            return Choice(COMPILER)
+        return next((e for e in entries if (e.m or 0) >= m), entries[-1])
+
+    def to_json(self) -> dict:
+        """The table as dispatch.json keeps it."""
+        shapes = {key: [e.to_json() for e in entries] for key, entries in self.shapes.items()}
+        return {"format": FORMAT, "model": self.model, "run": self.run, "shapes": shapes}
+
+    @classmethod
+    def from_json(cls, record: dict, source: str = "dispatch.json") -> Table:
+        """The table from dispatch.json's object; another format is one sentence."""
+        if record.get("format") != FORMAT:
+            raise UserError(f"{source}: format {record.get('format')!r}, this neuron-sweep reads format {FORMAT}.")
+        shapes = {key: [Choice.from_json(e) for e in entries] for key, entries in record["shapes"].items()}
+        return cls(record.get("model"), record.get("run"), shapes)
 
 
 def load(path: str | Path) -> Table:
@@ -64,4 +100,4 @@ def load(path: str | Path) -> Table:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a dispatch table ({exc}); give a tune's dispatch.json.") from None
-    return Table(record, str(path))
+    return Table.from_json(record, str(path))
