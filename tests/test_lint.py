@@ -127,3 +127,49 @@ def test_the_longest_tests_are_dealt_to_every_xdist_workers_first_share():
     ]  # each share: its turn of the longest, longest first
     assert all(s[-1].get_closest_marker("workflow") is None for s in shares)  # the short ones last
     assert spread_longest(rest, 1) == sorted(rest, key=lambda t: t.get_closest_marker("workflow") is None)
+
+
+def _definitions() -> list[tuple[str, ast.AST]]:
+    """(module path relative to the package, node) of every function and class in the package."""
+    package = REPO / "workflow" / "neuronsweep"
+    return [
+        (str(path.relative_to(package)), node)
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+
+
+def _lines(node: ast.AST) -> int:
+    return node.end_lineno - node.lineno + 1  # type: ignore[attr-defined, operator]
+
+
+def test_functions_stay_short_and_no_search_class_passes_300_lines():
+    """Issue 71's gates: at most 8 functions over 80 lines (14 before), no class in search/ over 300 lines
+    (the tune was one of 562); a long function is split where it does two things, not to meet the count."""
+    long = [
+        f"{where}:{n.lineno} {n.name}"
+        for where, n in _definitions()
+        if not isinstance(n, ast.ClassDef) and _lines(n) > 80
+    ]
+    assert len(long) <= 8, long
+    search = [
+        f"{where} {n.name} ({_lines(n)})"
+        for where, n in _definitions()
+        if isinstance(n, ast.ClassDef) and where.startswith("search/") and _lines(n) > 300
+    ]
+    assert not search, search
+
+
+def test_the_share_of_fully_annotated_signatures_does_not_drop():
+    """A ratchet (issue 71 asks for 90 %): every parameter but self and cls, and the return, annotated in at
+    least the share of functions annotated today; raise the floor as annotations are added."""
+    functions = [n for _, n in _definitions() if not isinstance(n, ast.ClassDef)]
+
+    def annotated(n: ast.FunctionDef) -> bool:
+        args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs + [a for a in (n.args.vararg, n.args.kwarg) if a]
+        typed = all(a.annotation is not None for a in args if a.arg not in ("self", "cls"))
+        return typed and (n.returns is not None or n.name == "__init__")
+
+    share = sum(map(annotated, functions)) / len(functions)
+    assert share >= 0.71, f"{share:.1%} of signatures are fully annotated, below the floor of 71 %"

@@ -200,7 +200,7 @@ def search_sources(name):
 
 
 SEARCHES_BY_NAME = searches(CONFIG)  # (kind, entry) by name: custom params, config settings, tune
-# what each search's rule writes (search.KINDS: a search's best.json, a tune's dispatch.json)
+# each search's result file (search.KINDS; a search's best.json, a tune's dispatch.json)
 SEARCH_TARGETS = [f"{RUN}/{KINDS[k].folder}/{name}/{KINDS[k].result}" for name, (k, _) in SEARCHES_BY_NAME.items()]
 TUNES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if KINDS[kind].after_sweep]  # the report links them
 

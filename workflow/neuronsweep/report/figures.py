@@ -379,34 +379,7 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
             col=2,
         )
         if part.get("nccom_test_busbw_bytes_per_s", pd.Series(dtype=float)).notna().any():  # the anchor, dashed
-            anchor = dict(
-                text=part["workload_id"],
-                legendgroup=label,
-                mode="lines+markers",
-                showlegend=False,
-                line=dict(color=colour, dash="dash"),
-                marker=dict(symbol="x"),
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=part["coll_bytes"],
-                    y=part["nccom_test_busbw_bytes_per_s"] / 1e9,
-                    **anchor,
-                    hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test busbw %{y:.3g} GB/s<extra></extra>",
-                ),
-                row=1,
-                col=1,
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=part["coll_bytes"],
-                    y=part["nccom_test_time_s"] * 1e6,
-                    **anchor,
-                    hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test %{y:,.1f} us<extra></extra>",
-                ),
-                row=1,
-                col=2,
-            )
+            _nccom_anchor(fig, part, label, colour)
         knee = knee_bytes(part)
         if knee is not None:
             at = part[part["coll_bytes"] == knee].iloc[0]
@@ -430,6 +403,38 @@ def collectives(rows: pd.DataFrame) -> go.Figure:
         fig,
         "collectives against message size (star: the knee, where busbw reaches half its best; dashed: nccom-test)",
         480,
+    )
+
+
+def _nccom_anchor(fig: go.Figure, part: pd.DataFrame, label: str, colour: str) -> None:
+    """nccom-test's busbw and latency of the same collectives beside ours, dashed, in each subplot."""
+    anchor = dict(
+        text=part["workload_id"],
+        legendgroup=label,
+        mode="lines+markers",
+        showlegend=False,
+        line=dict(color=colour, dash="dash"),
+        marker=dict(symbol="x"),
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=part["coll_bytes"],
+            y=part["nccom_test_busbw_bytes_per_s"] / 1e9,
+            **anchor,
+            hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test busbw %{y:.3g} GB/s<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=part["coll_bytes"],
+            y=part["nccom_test_time_s"] * 1e6,
+            **anchor,
+            hovertemplate="<b>%{text}</b><br>%{x:,} B: nccom-test %{y:,.1f} us<extra></extra>",
+        ),
+        row=1,
+        col=2,
     )
 
 

@@ -378,8 +378,41 @@ def run(
     to the cases whose test could not see the gate (interleave.more_rounds)."""
     a, b = Run(folder_a), Run(folder_b)
     lines = header(a, b)
-    timings = None
+    gate = None if fail_on_regression is None else fail_on_regression / 100
+    timings = _timings(a, b, lines, interleaved, stored, gate, min_effect_pct, budget_s)
+    table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings, gate=gate)
+    ops = _inside(a, b, table)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in (("compare.csv", table), ("compare_metrics.csv", changes), ("compare_ops.csv", ops)):
+        with replacing(out / name) as tmp:
+            df.to_csv(tmp, index=False)
+    notes = hints(a, b, table, min_effect_pct, retimed=timings is not None)
+    with replacing(out / "compare.html") as tmp:
+        tmp.write_text(compare_page.render(lines, notes, table, changes, ops, fail_on_regression, min_effect_pct))
+    judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
+    lines += _verdict_lines(table, judged, ops) + notes
+    lines.append(f"wrote {out / 'compare.csv'}, compare_metrics.csv, compare_ops.csv and compare.html")
+    if fail_on_regression is None:
+        return lines, 0
+    said, code = _gate(table, judged, fail_on_regression)
+    return lines + said, code
+
+
+def _timings(
+    a: Run,
+    b: Run,
+    lines: list[str],
+    interleaved: int | None,
+    stored: bool,
+    gate: float | None,
+    min_effect_pct: float,
+    budget_s: float,
+) -> dict | None:
+    """The timings compare judges (None: the stored ones), the lines saying how they were taken added to `lines`:
+    both runs' programs timed again `interleaved` rounds a side, or by default where they can be, and more rounds
+    where the gate needs them, within the budget."""
     started = time.monotonic()
+    timings = None
     if interleaved is not None:
         wids = timed_in_both(a, b)
         timings = interleave.retime(a, b, wids, interleaved)
@@ -392,19 +425,14 @@ def run(
     elif not stored:
         timings, said = retime_by_default(a, b)
         lines += said
-    gate = None if fail_on_regression is None else fail_on_regression / 100
     if timings and gate is not None:  # rounds where the gate needs them, within the budget
         blind = lambda now: unseen(now, gate, min_effect_pct / 100)  # noqa: E731
         lines += interleave.more_rounds(a, b, timings, blind, budget_s, time.monotonic() - started)
-    table, changes = compare(a, b, min_effect=min_effect_pct / 100, timings=timings, gate=gate)
-    ops = _inside(a, b, table)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, df in (("compare.csv", table), ("compare_metrics.csv", changes), ("compare_ops.csv", ops)):
-        with replacing(out / name) as tmp:
-            df.to_csv(tmp, index=False)
-    notes = hints(a, b, table, min_effect_pct, retimed=timings is not None)
-    with replacing(out / "compare.html") as tmp:
-        tmp.write_text(compare_page.render(lines, notes, table, changes, ops, fail_on_regression, min_effect_pct))
+    return timings
+
+
+def _verdict_lines(table: pd.DataFrame, judged: pd.DataFrame, ops: pd.DataFrame) -> list[str]:
+    """The count of each verdict, then each change beyond noise with its interval and what changed inside."""
     said = table["verdict"] if len(table) else pd.Series(dtype=str)
     blind_rows = said.str.startswith(verdict.BLIND)
     counts = said[~blind_rows].value_counts().to_dict()
@@ -414,8 +442,7 @@ def run(
             f"{shown.min():.0f}" if round(shown.min()) == round(shown.max()) else f"{shown.min():.0f}-{shown.max():.0f}"
         )
         counts[f"{verdict.BLIND} {over} % (wider than the gate)"] = int(blind_rows.sum())
-    lines.append("workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-    judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
+    lines = ["workloads: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))]
     for _, r in (judged.sort_values("change_pct", ascending=False) if len(judged) else judged).iterrows():
         lines.append(
             f"  {r['verdict']:7} {r['change_pct']:+7.1f}%  {r['workload_id']}  ({human('time_s', r['time_a_s'])} -> "
@@ -423,28 +450,29 @@ def run(
             f"Holm p {r['p_holm']:.2g}, {r['n_a']:.0f} vs {r['n_b']:.0f} processes)"
         )
         lines.append("          " + explanation(r, ops))
-    lines += notes
-    lines.append(f"wrote {out / 'compare.csv'}, compare_metrics.csv, compare_ops.csv and compare.html")
-    code = 0
-    if fail_on_regression is not None:
-        worse = judged.iloc[:0]
-        if len(judged):
-            fails = [
-                verdict.fails_gate(v, low, fail_on_regression)
-                for v, low in zip(judged["verdict"], judged["ratio_ci_low"])
-            ]
-            worse = judged[fails]
-        if len(worse):
-            lines.append(
-                f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% with 95% "
-                f"confidence (worst {worse['change_pct'].max():+.1f}%: "
-                f"{worse.sort_values('change_pct').iloc[-1]['workload_id']})"
-            )
-            code = 1
-        unjudged = int((table["verdict"] == verdict.ONE_PROCESS).sum()) if len(table) else 0
-        if unjudged:
-            lines.append(
-                f"gate: {unjudged} workload(s) timed in one process a side were not judged, so not gated"
-                + ("" if code else "; no judged workload regressed")
-            )
+    return lines
+
+
+def _gate(table: pd.DataFrame, judged: pd.DataFrame, fail_on_regression: float) -> tuple[list[str], int]:
+    """--fail-on-regression PCT: the lines on what it found and the exit code (1: a judged workload regressed)."""
+    lines, code = [], 0
+    worse = judged.iloc[:0]
+    if len(judged):
+        fails = [
+            verdict.fails_gate(v, low, fail_on_regression) for v, low in zip(judged["verdict"], judged["ratio_ci_low"])
+        ]
+        worse = judged[fails]
+    if len(worse):
+        lines.append(
+            f"regression: {len(worse)} workload(s) slower by more than {fail_on_regression}% with 95% "
+            f"confidence (worst {worse['change_pct'].max():+.1f}%: "
+            f"{worse.sort_values('change_pct').iloc[-1]['workload_id']})"
+        )
+        code = 1
+    unjudged = int((table["verdict"] == verdict.ONE_PROCESS).sum()) if len(table) else 0
+    if unjudged:
+        lines.append(
+            f"gate: {unjudged} workload(s) timed in one process a side were not judged, so not gated"
+            + ("" if code else "; no judged workload regressed")
+        )
     return lines, code

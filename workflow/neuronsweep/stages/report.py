@@ -239,6 +239,57 @@ def _targets(path: Path | None) -> pd.DataFrame:
         return pd.DataFrame()
 
 
+def _figures(ok: pd.DataFrame, plan: dict, targets_csv: Path | None, workloads_dir: Path) -> list[str]:
+    """The figures of the measured rows (with their `files` links) and each suite's figure and table."""
+    parts = []
+    targets = _targets(targets_csv)
+    # a workload shared by two suites is one bar; collectives have their own figure
+    per_workload = ok[ok["suite"] != "collectives"].drop_duplicates("workload_id")
+    for name, title, fig in [
+        ("roofline", "roofline", figs.roofline(ok, _platform(plan))),
+        ("targets", "roofline on the targets (model)", figs.target_rooflines(targets) if len(targets) else None),
+        (
+            "breakdown",
+            "where the time goes",
+            figs.breakdown(per_workload, workloads_dir) if len(per_workload) else None,
+        ),
+        ("framework_vs_device", "framework against device", figs.framework_device(per_workload)),
+    ]:
+        if fig is not None:
+            parts.append(f"<h2>{title}</h2>" + _figure(name, fig))
+    for suite, rows in ok.groupby("suite"):
+        collectives = suite == "collectives"
+        fig = figs.collectives(rows) if collectives else figs.suite(suite, rows)
+        parts.append(f"<h2>suite {suite}</h2>" + _figure(f"suite_{suite}", fig))
+        rows = rows.sort_values(
+            ["coll_op", "coll_world", "dtype", "coll_bytes"] if collectives else ["group", "rank_in_group"]
+        )
+        cols = [c for c in (COLLECTIVE_COLUMNS if collectives else SUITE_COLUMNS) if c in rows]
+        parts.append(table(_escaped(rows[cols]).assign(files=rows["files"]), escape=False))
+    if (ok["suite"] == "loops").any():
+        parts.append("<h2>vmap / scan / for-loop</h2>" + table(compare.loops_table(ok)))
+    return parts
+
+
+def _apart(table_: pd.DataFrame, workloads_dir: Path) -> list[str]:
+    """What is listed apart from the figures: traces not drawn as recorded, wrong outputs, cases not measured."""
+    parts = []
+    converted = _conversion(workloads_dir, table_["workload_id"].drop_duplicates())
+    if len(converted):  # the trace is whole, but not as its thread drew it, or not all of it was read
+        parts.append(
+            "<h2>Traces not drawn as recorded</h2><p class=muted>Slices that do not nest in their thread "
+            "are kept whole on a track beside it (named '(overlapping N)' in trace.pftrace), so no time is "
+            "cut; events the converter could not read are counted, never changed.</p>" + table(converted)
+        )
+    wrong = table_[table_["status"] == "wrong"][["scenario_id", "status", "reason"]]
+    if len(wrong):  # measured, but its output is wrong: never ranked, listed apart
+        parts.append("<h2>Wrong output (not ranked)</h2>" + table(wrong))
+    others = table_[~table_["status"].isin(("ok", "wrong"))][["scenario_id", "status", "reason"]]
+    if len(others):
+        parts.append("<h2>Not measured</h2>" + table(others))
+    return parts
+
+
 def _platform(plan: dict) -> str:
     return BACKENDS[plan["backend"]].platform(plan.get("config", {}))
 
@@ -406,46 +457,9 @@ def run(
     for suite in sorted(table_.loc[kinds == "model", "suite"].unique()):  # a model's GEMMs first
         parts.append(_model_section(suite, table_[table_["suite"] == suite], summary_csv.parent / "suites"))
     if len(ok):
-        targets = _targets(targets_csv)
-        ok = ok.assign(files=_links(ok["workload_id"], run_dir, plan["backend"]))
-        # a workload shared by two suites is one bar; collectives have their own figure
-        per_workload = ok[ok["suite"] != "collectives"].drop_duplicates("workload_id")
-        for name, title, fig in [
-            ("roofline", "roofline", figs.roofline(ok, _platform(plan))),
-            ("targets", "roofline on the targets (model)", figs.target_rooflines(targets) if len(targets) else None),
-            (
-                "breakdown",
-                "where the time goes",
-                figs.breakdown(per_workload, workloads_dir) if len(per_workload) else None,
-            ),
-            ("framework_vs_device", "framework against device", figs.framework_device(per_workload)),
-        ]:
-            if fig is not None:
-                parts.append(f"<h2>{title}</h2>" + _figure(name, fig))
-        for suite, rows in ok.groupby("suite"):
-            collectives = suite == "collectives"
-            fig = figs.collectives(rows) if collectives else figs.suite(suite, rows)
-            parts.append(f"<h2>suite {suite}</h2>" + _figure(f"suite_{suite}", fig))
-            rows = rows.sort_values(
-                ["coll_op", "coll_world", "dtype", "coll_bytes"] if collectives else ["group", "rank_in_group"]
-            )
-            cols = [c for c in (COLLECTIVE_COLUMNS if collectives else SUITE_COLUMNS) if c in rows]
-            parts.append(table(_escaped(rows[cols]).assign(files=rows["files"]), escape=False))
-        if (ok["suite"] == "loops").any():
-            parts.append("<h2>vmap / scan / for-loop</h2>" + table(compare.loops_table(ok)))
-    converted = _conversion(workloads_dir, table_["workload_id"].drop_duplicates())
-    if len(converted):  # the trace is whole, but not as its thread drew it, or not all of it was read
-        parts.append(
-            "<h2>Traces not drawn as recorded</h2><p class=muted>Slices that do not nest in their thread "
-            "are kept whole on a track beside it (named '(overlapping N)' in trace.pftrace), so no time is "
-            "cut; events the converter could not read are counted, never changed.</p>" + table(converted)
-        )
-    wrong = table_[table_["status"] == "wrong"][["scenario_id", "status", "reason"]]
-    if len(wrong):  # measured, but its output is wrong: never ranked, listed apart
-        parts.append("<h2>Wrong output (not ranked)</h2>" + table(wrong))
-    others = table_[~table_["status"].isin(("ok", "wrong"))][["scenario_id", "status", "reason"]]
-    if len(others):
-        parts.append("<h2>Not measured</h2>" + table(others))
+        linked = ok.assign(files=_links(ok["workload_id"], run_dir, plan["backend"]))
+        parts += _figures(linked, plan, targets_csv, workloads_dir)
+    parts += _apart(table_, workloads_dir)
     parts.append(
         "<p class=muted>Units and formulas: docs/metrics.md. Every number comes from summary.csv "
         f"({html.escape(str(summary_csv))}).</p>"

@@ -28,6 +28,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
@@ -139,17 +140,6 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
         else:  # outside the decoder layers: the head's (the LM head)
             head[name or "(top level)", which, found[1]] += found[0]
 
-    def enter(name):
-        def hook(module, inputs):
-            stack.append(name)
-            for op in ("linear", "bmm"):  # a new call of the module numbers its GEMMs from 1 again
-                calls[len(stack), LAYER.sub(".*", name), op] = 0
-
-        return hook
-
-    def leave(module, inputs, output):
-        stack.pop()
-
     def experts_forward(name, module):
         def forward(hidden_states, *args, **kwargs):
             index = args[0] if args else next((v for k, v in kwargs.items() if "ind" in k), None)
@@ -169,19 +159,63 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
 
         return forward
 
-    handles = []
-    for name, module in model.named_modules():
-        handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    handles = _module_hooks(model, stack, calls)
     replaced = experts_modules(model)
     for name, module in replaced.items():
         module.forward = experts_forward(name, module)
+    recording = [phase == "prefill"]
+    try:
+        cache_shapes = _forward(model, batch, seq, phase, recording, Recorder(), stack, where)
+    finally:
+        for h in handles:
+            h.remove()
+        for module in replaced.values():
+            del module.forward  # the class's own again
+    return {
+        "gemms": _listed(seen),
+        "experts": loads,
+        "layers": layer_kinds(model, per_layer, cache_shapes),
+        "head": {"params": head_params(model), "gemms": _listed(head)},
+        "hidden": int(model.config.hidden_size),
+        "vocab": int(model.config.vocab_size),
+    }
+
+
+def _module_hooks(model: Any, stack: list[str], calls: Counter) -> list:
+    """Hooks on every module that keep `stack` the path of modules the forward is in, and number each call's
+    GEMMs from 1 again (`calls`); their handles, to remove."""
+
+    def enter(name: str) -> Any:
+        def hook(module: Any, inputs: Any) -> None:
+            stack.append(name)
+            for op in ("linear", "bmm"):
+                calls[len(stack), LAYER.sub(".*", name), op] = 0
+
+        return hook
+
+    def leave(module: Any, inputs: Any, output: Any) -> None:
+        stack.pop()
+
+    handles = []
+    for name, module in model.named_modules():
+        handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    return handles
+
+
+def _forward(
+    model: Any, batch: int, seq: int, phase: str, recording: list[bool], mode: Any, stack: list[str], where: str
+) -> dict[int, list]:
+    """One forward of `phase` under the dispatch `mode` that records GEMMs: a prefill of `seq` tokens, or a
+    decode of one token after it (recording turned on for the decode alone); the KV cache shapes each layer of
+    a decode attends to. A failure inside the model is one sentence naming the module it was in (`stack`)."""
+    import torch
+
     params = inspect.signature(model.forward).parameters
     extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     cache_key = "cache" if "cache" in params else "past_key_values"
-    recording = [phase == "prefill"]
     cache_shapes: dict[int, list] = {}
     try:
-        with torch.no_grad(), Recorder():
+        with torch.no_grad(), mode:
             out = model(input_ids=torch.zeros((batch, seq), dtype=torch.long), use_cache=True, **extra)
             if phase == "decode":
                 cache = getattr(out, "cache", None) or out.past_key_values
@@ -200,23 +234,7 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
             "down_proj), give a module: function of yours returning the model with experts it can trace "
             "(docs/your-code.md)."
         ) from None
-    finally:
-        for h in handles:
-            h.remove()
-        for module in replaced.values():
-            del module.forward  # the class's own again
-    gemms = [
-        {"module": module, "gemm": which, "m": m, "k": k, "n": n, "count": count}
-        for (module, which, (m, k, n)), count in sorted(seen.items())
-    ]
-    return {
-        "gemms": gemms,
-        "experts": loads,
-        "layers": layer_kinds(model, per_layer, cache_shapes),
-        "head": {"params": head_params(model), "gemms": _listed(head)},
-        "hidden": int(model.config.hidden_size),
-        "vocab": int(model.config.vocab_size),
-    }
+    return cache_shapes
 
 
 def _listed(found: Counter) -> list[dict]:

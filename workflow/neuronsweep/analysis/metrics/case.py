@@ -104,18 +104,7 @@ def compose(
     )
     timed = timing(capture, backend, counters.profile_total_time_s)
     parts: list[Part] = [identity, counters, timed, memory(usage, backend, no_device)]
-    device_times = [r["total_time_s"] for r in ranks or [] if r["total_time_s"] is not None]
-    if spec and spec["kind"] == "collective":  # only a collective's metrics have these keys
-        medians = [r["median_s"] for r in rank_latency(capture)]
-        size = collective(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
-        spread = rank_spread(
-            device_times if ranks else medians, None if medians else "capture.json has no per-rank times"
-        )
-        parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s)]
-    elif ranks:  # a multi-worker neuron capture: each rank's device time
-        parts.append(rank_spread(device_times))
-    if ranks:
-        parts.append(RanksProfiled(ranks_profiled=len(ranks)))
+    parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
     if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
         parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split))
     analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
@@ -133,13 +122,44 @@ def compose(
             else {"single_io": "only neuron captures have a --single-io mode"},
         ),
     ]
+    return {**_joined(parts), "spec": spec}
+
+
+def _ranks(
+    spec: dict | None,
+    capture: CaptureRecord | None,
+    median_s: float | None,
+    target: str | None,
+    ranks: list[dict] | None,
+) -> list[Part]:
+    """A collective's size, rank spread and nccom-test figures; a multi-worker capture's spread of each rank's
+    device time; how many ranks were profiled."""
+    device_times = [r["total_time_s"] for r in ranks or [] if r["total_time_s"] is not None]
+    parts: list[Part] = []
+    if spec and spec["kind"] == "collective":  # only a collective's metrics have these keys
+        medians = [r["median_s"] for r in rank_latency(capture)]
+        size = collective(spec, capture, median_s, target, ranks)
+        spread = rank_spread(
+            device_times if ranks else medians, None if medians else "capture.json has no per-rank times"
+        )
+        parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s)]
+    elif ranks:  # a multi-worker neuron capture: each rank's device time
+        parts.append(rank_spread(device_times))
+    if ranks:
+        parts.append(RanksProfiled(ranks_profiled=len(ranks)))
+    return parts
+
+
+def _joined(parts: list[Part]) -> dict[str, Any]:
+    """The parts' values and, under "notes", every null value's reason; a number that cannot be true (NaN,
+    infinity: not even JSON) is never written, its note says why."""
     values: dict[str, Any] = {}
     notes: dict[str, str] = {}
     for part in parts:
         values.update(part.items())
         notes.update(part.notes)
-    for key, value in values.items():  # a number that cannot be true is never written (NaN is not even JSON)
+    for key, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             values[key] = None
             notes[key] = f"came out {value} from the inputs; left null"
-    return {**values, "spec": spec, "notes": notes}
+    return {**values, "notes": notes}
