@@ -129,3 +129,15 @@ def test_the_framework_ops_line_reads_the_table_a_layers_split_needs_and_fails_o
     wrong = [{"framework_name": "L[0]/aten.mm", "time_intervals": "[[0]]"}]
     line = framework_ops_line(db({"FrameworkInstruction": wrong}), "xla", debug, summary)
     assert line.verdict == "FAIL" and "unreadable" in line.detail
+
+
+def test_the_dma_metadata_line_fails_a_profile_that_still_warns_dge_is_missing():
+    """With DGE notifications on (the default), a real device's profile must not carry the warning the real
+    inf2 profiles captured without them do; where there is no warnings list, or DGE was off, it says why."""
+    from neuronsweep.fieldtest import dge_line
+
+    warned = {"profile_warnings": ["Missing Data: Missing additional dynamic DMA metadata, reported DMA values ..."]}
+    assert dge_line(warned, "xla", {"dge_notifications": True}).verdict == "FAIL"
+    assert dge_line({"profile_warnings": []}, "xla", {"dge_notifications": True}).verdict == "PASS"
+    assert dge_line({"profile_warnings": None}, "xla", {}).verdict == "SKIP"
+    assert dge_line(warned, "xla", {"dge_notifications": False}).verdict == "SKIP"

@@ -22,6 +22,7 @@ import yaml
 
 from neuronsweep import doctor, kernels
 from neuronsweep.analysis import derived, framework_split
+from neuronsweep.analysis.metrics.bounds import DGE
 from neuronsweep.analysis.stats import DEVICE_TIMES
 from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
@@ -213,8 +214,23 @@ def check_case(case: Path, name: str) -> list[Line]:
         f"max_rel_error {metrics.get('max_rel_error')} "
         f"(tolerance {metrics.get('tolerance_rel')}) {metrics.get('notes', {}).get('correct', '')}".strip(),
     )
+    lines.append(dge_line(metrics, name, capture))
     lines += contract_lines(case, name, build, capture, view)
     return lines
+
+
+def dge_line(metrics: dict, name: str, capture: dict) -> Line:
+    """The capture asked for DGE notifications (neuron.enable_dge_notifs, the default): its profile must no
+    longer warn that dynamic DMA metadata is missing, which the real inf2 profiles captured without it do (and
+    which nulls the memory bounds that rest on DMA bytes)."""
+    contract = f"{name}: DMA metadata complete"
+    warnings = metrics.get("profile_warnings")
+    if warnings is None:
+        return Line("SKIP", contract, "no warnings list: the view kept no legacy profile JSON, where the tool writes it")
+    if capture.get("dge_notifications") is False:
+        return Line("SKIP", contract, "captured without DGE notifications (neuron.enable_dge_notifs: false)")
+    dge = [w for w in warnings if DGE in str(w)]
+    return Line("FAIL" if dge else "PASS", contract, dge[0] if dge else f"{len(warnings)} warning(s), none about DMA")
 
 
 def framework_ops_line(db, name: str, build: dict, summary: dict) -> Line:

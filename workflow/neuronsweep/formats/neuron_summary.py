@@ -3,23 +3,33 @@
 Shapes seen in the wild: summary-json's `{"n_<hash>": {...}}`,
 a `{"Summary": [{...}]}` wrapper, the legacy full-profile JSON's `{"summary": [{...}], "instruction":
 [...], ...}` (real inf2 files: tests/data/neuron/inf2-profiles/), and a flat dict; the tools may print
-log lines before the JSON. Whatever the shape, the result must hold the summary's times: a file
-without them is refused, never read as a summary whose every metric is null.
+log lines before the JSON. And summary-text (`view --output-format summary-text`), as users paste it
+into notes and issues: a shell prompt and the command (possibly wrapped), `WARN` lines, the `n_<hash>`
+line, then one `    key   value` line per field in no fixed order, values with spaces kept as text (real
+trn2 outputs: tests/data/neuron/trn2-summary-text/). Whatever the shape, the result must hold the
+summary's times: a file without them is refused, never read as a summary whose every metric is null.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from neuronsweep.errors import UserError
 from neuronsweep.formats.legacy_json import first_record
 from neuronsweep.json_numbers import finite_number
 
+PROFILE_LINE = re.compile(r"^n_[0-9a-f]+[ \t]*$", re.M)  # summary-text's line naming the profile
+FIELD_LINE = re.compile(r"^[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]+(\S(?:.*\S)?)[ \t]*$")  # its `    key   value`
+
 
 def parse(text: str, source: str = "summary") -> dict:
-    """The summary-json text the profiler printed (log lines before it skipped) as one flat summary."""
+    """The summary the profiler printed as one flat summary: summary-json (log lines before it skipped), or
+    summary-text where the text has its `n_<hash>` line and no JSON object."""
+    if PROFILE_LINE.search(text) and not re.search(r"^\s*\{", text, re.M):
+        return parse_text(text, source)
     start = text.find("{")
     if start < 0:
         raise UserError(f"{source}: no JSON object found; was the view run with --output-format summary-json?")
@@ -32,6 +42,32 @@ def parse(text: str, source: str = "summary") -> dict:
             f"{source}: the summary JSON is malformed ({exc.msg} at char {start + exc.pos}); rerun the view stage."
         ) from None
     return unwrap(obj, source)
+
+
+def parse_text(text: str, source: str = "summary") -> dict:
+    """summary-text as a flat summary: each `key value` line after the `n_<hash>` line, a value a number where
+    it reads as one, else its text (versions: `2.27.23 (8deec)`); what is not such a line (a trailing prompt)
+    is not a field. Two profiles in one text are refused, as in summary-json."""
+    starts = [m.end() for m in PROFILE_LINE.finditer(text)]
+    if len(starts) > 1:
+        raise UserError(f"{source}: holds {len(starts)} profiles (n_<hash> lines); view one NTFF at a time.")
+    fields = {}
+    for line in text[starts[0] :].splitlines():
+        found = FIELD_LINE.match(line)
+        if found:
+            key, value = found.groups()
+            fields[key] = _number(value)
+    return fields
+
+
+def _number(text: str) -> int | float | str:
+    """A summary-text value as summary-json has it: an int, a float, or the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 REQUIRED = ("total_time",)  # every summary shape the tools write has it (seconds)
@@ -100,6 +136,7 @@ PEAK_FIELDS = (  # the device metadata the roofline's peaks come from (analysis/
     "tensor_engine_num_cols",
     "tensor_engine_clock_freq",
     "hbm_ddr_bandwidth",
+    "dma_ddr_bandwidth",
     "num_physical_cores",
 )
 

@@ -71,7 +71,7 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
                 row.update(status="failed", reason=f"extract: {exc}")
             else:
                 row.update(status="ok", reason="")
-                row.update({k: v for k, v in values.items() if not isinstance(v, (dict, list))})
+                row.update({k: _cell(v) for k, v in values.items() if not isinstance(v, dict)})
                 if values.get("correct") is False:  # measured, but not ranked or recommended
                     row.update(status="wrong", reason=wrong_reason(values))
         else:
@@ -81,6 +81,14 @@ def rows(plan: dict, workloads_dir: Path) -> list[dict]:
 
 
 # the backends whose peaks are measured on the host (neuronsweep calibrate), not a datasheet's
+def _cell(value: object) -> object:
+    """A metrics.json value as a summary.csv cell: a list (insights, warnings) as one line of its items (an
+    insight by its rule; metrics.json has each whole), anything else as it is."""
+    if not isinstance(value, list):
+        return value
+    return "; ".join(str(v.get("rule", v.get("activity", v))) if isinstance(v, dict) else str(v) for v in value)
+
+
 HOST_BACKENDS = tuple(name for name, backend in BACKENDS.items() if not backend.neuron_device)
 ROOFLINE_COLUMNS = (
     "ideal_compute_s",

@@ -79,6 +79,16 @@ def profile_metadata(db, summary_json: Path) -> dict | None:
     return neuron_summary.metadata(legacy_json.first_record(summary_json, "metadata"))  # damaged: one sentence
 
 
+def profile_warnings(path: Path) -> list | None:
+    """The profile's own warnings (a legacy JSON's top-level `warnings`: what the tool could not measure);
+    None where the file is not a legacy JSON (summary-json and summary-text carry none)."""
+    with open(path, "rb") as handle:
+        if not handle.read(64).lstrip().startswith(b"{"):  # raw summary output starts with log lines
+            return None
+    found = legacy_json.small_array(path, "warnings")
+    return found if isinstance(found, list) else None
+
+
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
 
 
@@ -171,16 +181,17 @@ def run(
         if wrong:
             raise UserError(f"{wrong[0]}.")
     metadata = profile_metadata(db, summary_json)
-    usage = None
+    usage, warnings = None, None
     if capture is None or BACKENDS[capture.backend].neuron_device:  # only Neuron profiles have device memory
         legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
+        warnings = profile_warnings(legacy)
     workers = neuron_rank_rows(summary_json.parent)
     dma_packets = derived.dma_packet_count(db)
     layer = any(r is not None and (r.spec or {}).get("kind") == "layer" for r in (build, capture))
     from_profile = capture is None or BACKENDS[capture.backend].layer_split == "profile"  # else the capture's
     split = profile_split(db, summary) if layer and from_profile else None
-    values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets, split)
+    values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets, split, warnings)
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, headroom
 from neuronsweep.analysis.metrics.collectives import (
     RanksProfiled,
     collective,
@@ -62,6 +63,7 @@ def compose(
     ranks: list[dict] | None = None,
     dma_packets: int | None = None,
     profile_split: tuple[LayerSplitRecord | None, str | None] | None = None,
+    warnings: list | None = None,
     *,
     invalid: dict[str, str] | None = None,
     no_device_why: dict[str, str | None] | None = None,
@@ -69,8 +71,9 @@ def compose(
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
     the host calibration and (neuron) the profile's metadata, whose device peaks beat any table, and a layer's
     split from its FrameworkInstruction table (framework_split.split's (split, why)); with
-    "spec" and "notes" (every null value's reason). `invalid`: summary field -> why the reader left it
-    out; `no_device_why`: backend -> why it has no device counters."""
+    "spec" and "notes" (every null value's reason). `warnings`: the profile's own (legacy JSON's list; None
+    where its form has none). `invalid`: summary field -> why the reader left it out; `no_device_why`:
+    backend -> why it has no device counters."""
     known = [r for r in (build, capture) if r is not None]
     spec = next((r.spec for r in known if r.spec), None)
     backend = known[0].backend if known else "neuron"  # a bare summary-json is a Neuron tool's output
@@ -104,6 +107,11 @@ def compose(
     )
     timed = timing(capture, backend, counters.profile_total_time_s)
     parts: list[Part] = [identity, counters, timed, memory(usage, backend, no_device)]
+    if peaks is not None:  # a NeuronCore's profile: its headroom
+        parts += headroom(summary, counters, metadata, peaks, warnings)
+    else:
+        why = no_device or f"the {backend} backend's profile has no NeuronCore summary to bound"
+        parts += [Bounds.null(why), Efficiency.null(why)]
     parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
     if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
         parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split))

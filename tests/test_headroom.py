@@ -1,0 +1,114 @@
+"""Where the headroom is (analysis/metrics/bounds.py): the performance-bounds ladder, the summary's insights and
+the profile's warnings, on real Neuron output (inf2 legacy JSON profiles, trn2 summary-text), checked against
+a hand computation from each file's own summary and metadata; and summary-text read as summary-json is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import DATA
+
+from neuronsweep.errors import UserError
+from neuronsweep.formats import neuron_summary
+from neuronsweep.host.targets import TARGETS
+from neuronsweep.stages import extract
+
+TEXT = DATA / "neuron" / "trn2-summary-text"
+INF2 = DATA / "neuron" / "inf2-profiles"
+DGE = "Missing additional dynamic DMA metadata"
+
+
+def metrics(source, tmp_path) -> dict:
+    out = tmp_path / f"{source.stem}.metrics.json"
+    extract.run(source, out)
+    values = json.loads(out.read_text())
+    return values
+
+
+def test_summary_text_is_read_as_the_tool_printed_it():
+    """A prompt and the command (wrapped onto a second line in transpose_1024), a WARN line, the n_<hash> line,
+    then one field a line in no fixed order; versions with spaces stay text; the trailing prompt is no field."""
+    stream = neuron_summary.load(TEXT / "stream_256k_fd1k.summary-text.txt")
+    transpose = neuron_summary.load(TEXT / "transpose_1024.summary-text.txt")
+    assert len(stream) == 77 and len(transpose) == 91
+    assert transpose["total_time"] == pytest.approx(4.6470761e-05) and transpose["hardware_flops"] == 268435456
+    assert transpose["runtime_version"] == "2.27.23 (8deec)" and transpose["instance_type"] == "trn2.3xlarge"
+    assert stream["total_active_time"] == pytest.approx(1.4e-05, rel=0.05) and "hardware_flops" not in stream
+    assert not any(k.startswith(("(aws", "ubuntu", "WARN", "-s")) for k in transpose)
+    twice = (TEXT / "stream_256k_fd1k.summary-text.txt").read_text() * 2
+    with pytest.raises(UserError, match="holds 2 profiles"):
+        neuron_summary.parse(twice, "two.txt")
+
+
+def test_the_trn2_transpose_kernel_fires_the_transpose_and_throttling_insights(tmp_path):
+    m = metrics(TEXT / "transpose_1024.summary-text.txt", tmp_path)
+    fired = {i["rule"]: i for i in m["insights"]}
+    assert fired["transposes over 10 % of hardware FLOPs"]["value"] == 1.0  # every TensorE FLOP a transpose
+    assert fired["active FLOPs throttled"]["value"] == 0.5  # activity 1: limit 0.5 for 27 % of the time
+    assert m["throttle_util_limit_pct"] == 50.0 and m["throttled_time_pct"] == pytest.approx(27.06, abs=0.01)
+    # no metadata in summary-text: TensorE's peak is the target's documented figure, and the bound says so
+    peak = TARGETS["trn2"].bf16_flops(2)
+    assert m["bound_compute_ideal_s"] == pytest.approx(268435456 / peak)
+    assert "the view had no profile metadata" in m["notes"]["bound_compute_ideal_s"]
+    assert m["bound_compute_useful_s"] == 0.0 and m["bound_compute_s"] == pytest.approx(1.613914e-05)
+    assert m["bound_reference_s"] == pytest.approx(4.6470761e-05)  # trn2: total_time is mostly active
+    assert m["bound_memory_no_reloads_s"] is None  # this summary has inputs_and_weights_size_bytes only
+    assert "inputs_outputs_weights_size_bytes" in m["notes"]["bound_memory_no_reloads_s"]
+
+
+def test_the_trn2_stream_kernel_has_no_flop_bounds_but_its_compute_bound_stands(tmp_path):
+    m = metrics(TEXT / "stream_256k_fd1k.summary-text.txt", tmp_path)
+    for key in ("bound_compute_ideal_s", "bound_compute_useful_s", "speedup_if_compute_ideal"):
+        assert m[key] is None and "hardware_flops" in m["notes"][key], key
+    assert m["bound_compute_s"] > 0 and m["bottleneck_engine"] == "dma"
+    assert m["bound_pipeline_s"] == m["bound_memory_s"] == m["dma_active_time_s"]
+    assert m["insights"] == [] and m["throttling"] is None
+
+
+@pytest.mark.parametrize("name", ["profile_128x128x136", "profile_128x128x1000", "profile_128x128x1024"])
+def test_the_ladder_on_real_inf2_profiles_equals_a_hand_computation(name, tmp_path):
+    whole = json.loads((INF2 / f"{name}.json").read_text())
+    s, meta = whole["summary"][0], whole["metadata"][0]
+    m = metrics(INF2 / f"{name}.json", tmp_path)
+    te_peak = meta["pe_num_rows"] * meta["pe_num_cols"] * 2 * meta["pe_clock_freq"] * 1e9 * meta["num_physical_cores"]
+    # total_time is the execution's idle start: the kernel's own time is its active time
+    assert s["total_active_time"] < 0.01 * s["total_time"]
+    assert m["bound_reference_s"] == pytest.approx(s["total_active_time"])
+    assert m["bound_memory_s"] == pytest.approx(s["dma_active_time"])
+    assert m["bound_memory_no_reloads_s"] == pytest.approx(
+        s["inputs_outputs_weights_size_bytes"] / meta["dma_ddr_bandwidth"]
+    )
+    assert m["bound_compute_s"] == pytest.approx(s["tensor_engine_active_time"])
+    assert m["bound_compute_ideal_s"] == pytest.approx(s["hardware_flops"] / te_peak)
+    assert m["bound_compute_useful_s"] == pytest.approx((s["hardware_flops"] - s["transpose_flops"]) / te_peak)
+    engines = {e: s[f"{e}_engine_active_time"] for e in ("tensor", "vector", "scalar", "gpsimd")}
+    engines["dma"] = s["dma_active_time"]
+    assert m["bottleneck_engine"] == max(engines, key=engines.get)
+    assert m["bound_pipeline_s"] == pytest.approx(max(engines.values()))
+    assert m["speedup_if_pipelined"] == pytest.approx(s["total_active_time"] / max(engines.values()))
+    others = max(v for e, v in engines.items() if e != "tensor")
+    compute = max(s["hardware_flops"] / te_peak, others)
+    assert m["speedup_if_compute_ideal"] == pytest.approx(s["total_active_time"] / compute)
+    # the profile's own warning: carried, and the bound resting on its DMA bytes is null with it
+    assert any(DGE in w for w in m["profile_warnings"])
+    assert m["bound_memory_ideal_s"] is None and DGE in m["notes"]["bound_memory_ideal_s"]
+    assert m["speedup_if_memory_ideal"] is None and DGE in m["notes"]["speedup_if_memory_ideal"]
+    assert m["dma_excess_ratio"] < 1 and "incomplete" in m["notes"]["dma_excess_ratio"]
+
+
+def test_a_damaged_summary_leaves_bounds_null_with_the_field_named_and_the_rest_unaffected(tmp_path):
+    whole = json.loads((INF2 / "profile_128x128x136.json").read_text())
+    del whole["summary"][0]["hardware_flops"]
+    whole["summary"][0]["tensor_engine_active_time"] = -1  # cannot be true: the reader leaves it out
+    whole["metadata"][0]["dma_ddr_bandwidth"] = 0  # no peak: no division
+    whole["warnings"].append("a warning of another shape")
+    (tmp_path / "p.json").write_text(json.dumps(whole))
+    m = metrics(tmp_path / "p.json", tmp_path)
+    assert m["bound_compute_ideal_s"] is None and "hardware_flops" in m["notes"]["bound_compute_ideal_s"]
+    assert m["bound_compute_s"] is None and m["bound_pipeline_s"] is None
+    assert "tensor" in m["notes"]["bound_pipeline_s"]
+    assert "a warning of another shape" in m["profile_warnings"]
+    assert m["bound_memory_no_reloads_s"] is not None  # the HBM bandwidth of the metadata stands in
+    assert "no dma_ddr_bandwidth" in m["notes"]["bound_memory_no_reloads_s"]
+    assert m["profile_total_time_s"] == pytest.approx(whole["summary"][0]["total_time"])  # the rest: as before
