@@ -112,3 +112,56 @@ def test_a_damaged_summary_leaves_bounds_null_with_the_field_named_and_the_rest_
     assert m["bound_memory_no_reloads_s"] is not None  # the HBM bandwidth of the metadata stands in
     assert "no dma_ddr_bandwidth" in m["notes"]["bound_memory_no_reloads_s"]
     assert m["profile_total_time_s"] == pytest.approx(whole["summary"][0]["total_time"])  # the rest: as before
+
+
+def test_a_cases_time_splits_into_its_gaps_and_the_cases_rank_by_what_the_largest_recovers():
+    """Engines waiting, then the bottleneck's own ladder; a null rung (a profile whose DMA figures are
+    incomplete) leaves the time below the last known rung as one part; a model's GEMM weighs by its count."""
+    import pandas as pd
+
+    from neuronsweep.analysis import headroom
+
+    base = {"suite": "model-x", "bound_reference_s": 10.0, "bound_pipeline_s": 8.0}
+    rows = pd.DataFrame(
+        [
+            base
+            | {"scenario_id": "dma", "bottleneck_engine": "dma", "bound_memory_ideal_s": 5.0}
+            | {"bound_memory_no_reloads_s": 4.5, "count": 1},
+            base
+            | {"scenario_id": "te", "bottleneck_engine": "tensor", "bound_compute_ideal_s": 2.0}
+            | {"bound_compute_useful_s": 1.0, "count": 4},
+            base
+            | {"scenario_id": "dge", "bottleneck_engine": "dma", "bound_memory_ideal_s": None}
+            | {"bound_memory_no_reloads_s": 4.5, "count": 1},
+            {"scenario_id": "cpu", "suite": "matmul", "bound_reference_s": None},
+        ]
+    )
+    gaps = {r["scenario_id"]: headroom.split(r) for _, r in rows.iterrows()}
+    assert gaps["dma"] == {"waiting": 2.0, "dma_inefficiency": 3.0, "excess_traffic": 0.5} | {
+        "te_underuse": 0.0,
+        "transposes": 0.0,
+        "work": 4.5,
+    }
+    assert gaps["te"]["te_underuse"] == 6.0 and gaps["te"]["transposes"] == 1.0 and gaps["te"]["work"] == 1.0
+    assert gaps["dge"]["dma_inefficiency"] == 0.0 and gaps["dge"]["work"] == 8.0  # nothing below the unknown rung
+    assert gaps["cpu"] is None and all(sum(g.values()) == 10.0 for g in gaps.values() if g)
+    ranked = headroom.ranked(rows)
+    assert list(ranked["scenario_id"]) == ["te", "dma", "dge"]  # 4 x 6 s of TensorE under-use first
+    assert ranked.iloc[0]["largest_gap"] == "TensorE under-used" and ranked.iloc[0]["recoverable_s"] == 24.0
+
+
+def test_cases_that_share_a_cause_are_one_recommendation_with_the_range_of_their_figures():
+    import pandas as pd
+
+    from neuronsweep.stages import report
+
+    rows = pd.DataFrame(
+        [
+            {"scenario_id": f"model-x-decode-{g}", "workload_id": f"w{g}", "status": "ok", "backend": "neuron"}
+            | {"roofline_bound": "memory", "arithmetic_intensity_flops_per_byte": ai, "ridge_flops_per_byte": 200.0}
+            for g, ai in (("q", 0.5), ("k", 0.5), ("up", 1.0))
+        ]
+    )
+    recs = report._memory_bound(rows)
+    assert len(recs) == 1 and recs[0].startswith("3 cases are memory-bound (model-x-decode-q, model-x-decode-k")
+    assert "arithmetic intensity 0.5-1.0 FLOP/B, below the ridge 200.0" in recs[0]

@@ -21,6 +21,7 @@ from helpers import (
     standin_runs,
 )
 
+from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency
 from neuronsweep.backends import neuron, neuron_profiler
 from neuronsweep.backends.programs import xla_program
 from neuronsweep.config.schema import section_defaults
@@ -83,6 +84,8 @@ def test_multi_case_sweep_on_neuron(neuron_run):
     tmp_path = neuron_run
     table = pd.read_csv(tmp_path / "results" / "t" / "summary.csv")
     assert list(table["status"]) == ["ok", "ok"] and set(table["backend"]) == {"neuron"}
+    report = (tmp_path / "results" / "t" / "report.html").read_text()
+    assert "<h2>Headroom</h2>" in report and 'data-figure="headroom"' in report  # the neuron cases' ladders
     runs = standin_runs(tmp_path)
     captures = [r["argv"] for r in runs if r["argv"][0] == "capture"]
     assert len(captures) == 2
@@ -125,11 +128,20 @@ def test_multi_case_sweep_on_neuron(neuron_run):
         assert m["profile_flops_tool"] == m["flops"]  # the tool's FLOPs and 2·M·K·N agree
         assert m["provenance"]["metadata_peaks"] is True  # the peaks came from the view's parquet Metadata
         # every Neuron metric is filled; the stand-in's eager "device" records no ExecuteTime
-        # (the Memory Tracker's per-tensor view has no exported field)
-        assert m["latency_median_s"] > 0 and set(m["notes"]) - {"captured_under_load", "noisy"} == {
+        # (the Memory Tracker's per-tensor view has no exported field); the headroom's notes say what each
+        # bound rests on, and the stand-in does not throttle
+        headroom = set(Bounds.keys()) | set(Efficiency.keys())
+        assert m["latency_median_s"] > 0 and set(m["notes"]) - {"captured_under_load", "noisy"} - headroom == {
             "execute_median_s",
             "threads",
             "largest_tensor_bytes",
+        }
+        assert all(m[k] is not None for k in Bounds.keys()), {k: m["notes"].get(k) for k in Bounds.keys()}
+        assert m["profile_warnings"] == [] and m["dma_excess_ratio"] == 1.0  # captured with DGE notifications
+        assert {k for k in Efficiency.keys() if m[k] is None} == {
+            "throttle_util_limit_pct",
+            "throttled_time_pct",
+            "throttling",
         }
         legacy = json.loads((d / "view" / "profile.json").read_text())  # device memory, from the legacy json
         assert m["hbm_tensors_bytes"] == next(

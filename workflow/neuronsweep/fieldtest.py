@@ -226,7 +226,9 @@ def dge_line(metrics: dict, name: str, capture: dict) -> Line:
     contract = f"{name}: DMA metadata complete"
     warnings = metrics.get("profile_warnings")
     if warnings is None:
-        return Line("SKIP", contract, "no warnings list: the view kept no legacy profile JSON, where the tool writes it")
+        return Line(
+            "SKIP", contract, "no warnings list: the view kept no legacy profile JSON, where the tool writes it"
+        )
     if capture.get("dge_notifications") is False:
         return Line("SKIP", contract, "captured without DGE notifications (neuron.enable_dge_notifs: false)")
     dge = [w for w in warnings if DGE in str(w)]

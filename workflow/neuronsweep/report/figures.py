@@ -487,6 +487,28 @@ def model_categories(forward: pd.DataFrame, categories: tuple[str, ...]) -> go.F
     return _layout(fig, "where the forward's time goes: each layer kind's split x its layers, plus the head")
 
 
+def headroom(ranked: pd.DataFrame, gaps: dict[str, str]) -> go.Figure:
+    """Each neuron case's time split into the gaps of its bounds ladder (analysis/headroom.py), stacked: how much
+    of it each kind of overhead accounts for, and what is left at peak."""
+    fig = go.Figure()
+    for j, (gap, name) in enumerate(gaps.items()):
+        fig.add_trace(
+            go.Bar(
+                y=ranked["scenario_id"],
+                x=ranked[f"{gap}_s"].astype(float) * 1e6,
+                name=name,
+                orientation="h",
+                marker=dict(color=COLOURS[j % len(COLOURS)]),
+                hovertemplate="<b>%{y}</b>: " + name + " %{x:,.2f} us<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="us of the case's time (bound_reference_s)")
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
+    title = "where the headroom is: each case's time split into the gaps of its bounds (not predicted savings)"
+    return _layout(fig, title, max(360, 26 * len(ranked) + 140))
+
+
 def isolation_gap(gap: pd.DataFrame) -> go.Figure:
     """Each GEMM module's time inside its layer over its time alone (1: the same; above: slower inside)."""
     fig = go.Figure()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.io as pio
 
-from neuronsweep.analysis import model_rollup
+from neuronsweep.analysis import headroom, model_rollup
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
@@ -59,16 +59,38 @@ def _per_workload(rows: pd.DataFrame):
         yield (names[0] if len(names) == 1 else " and ".join(names) + " (one workload)"), part.iloc[0]
 
 
+def _span(values: Sequence[float], fmt: str) -> str:
+    """One figure, or the range of several ("0.5-2.0"), as a grouped recommendation names them."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return low if low == high else f"{low}-{high}"
+
+
+def _memory_bound(ok: pd.DataFrame) -> list[str]:
+    """The memory-bound cases: one line for a case alone, one line naming them all where several share the
+    cause (a model's decode GEMMs), with the range of their figures, not a line each."""
+    cases = list(_per_workload(ok[ok["roofline_bound"] == "memory"]))
+    if not cases:
+        return []
+    intensity = [float(r["arithmetic_intensity_flops_per_byte"]) for _, r in cases]
+    ridge = [float(r["ridge_flops_per_byte"]) for _, r in cases]
+    reach = [100 * i / g for i, g in zip(intensity, ridge)]
+    if len(cases) == 1:
+        label, r = cases[0]
+        return [
+            f"{label} is memory-bound: arithmetic intensity {intensity[0]:.1f} FLOP/B is below the ridge "
+            f"{ridge[0]:.1f}, so at most {reach[0]:.0f}% of peak compute is reachable; batch more rows (larger M) "
+            "or fuse it with its neighbours" + _host_only(r) + "."
+        ]
+    return [
+        f"{len(cases)} cases are memory-bound ({', '.join(label for label, _ in cases)}): arithmetic intensity "
+        f"{_span(intensity, '.1f')} FLOP/B, below the ridge {_span(ridge, '.1f')}, so at most "
+        f"{_span(reach, '.0f')}% of peak compute is reachable; batch more rows (larger M) or fuse them with their "
+        "neighbours" + _host_only(cases[0][1]) + "."
+    ]
+
+
 def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str]:
-    recs = []
-    for label, r in _per_workload(ok[ok["roofline_bound"] == "memory"]):
-        attainable = r["arithmetic_intensity_flops_per_byte"] / r["ridge_flops_per_byte"] * 100
-        recs.append(
-            f"{label} is memory-bound: arithmetic intensity "
-            f"{r['arithmetic_intensity_flops_per_byte']:.1f} FLOP/B is below the ridge "
-            f"{r['ridge_flops_per_byte']:.1f}, so at most {attainable:.0f}% of peak compute is reachable; "
-            "batch more rows (larger M) or fuse it with its neighbours" + _host_only(r) + "."
-        )
+    recs = _memory_bound(ok)
     for _, r in clean[(clean["significant"] == True) & (clean["x_of_best"] >= 1.2)].iterrows():  # noqa: E712
         best = clean[(clean["group"] == r["group"]) & (clean["rank_in_group"] == 1)]
         if best.empty:  # the fastest of its group is noisy: no clean comparison
@@ -98,6 +120,12 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
             "keep shapes and baked-in Python values fixed between calls, or cache the kernel."
         )
     recs += _collective_recommendations(ok)
+    return recs + _overhead_bound(ok)
+
+
+def _overhead_bound(ok: pd.DataFrame) -> list[str]:
+    """The overhead-bound cases, one line per advice: a case alone with its evidence, several named together."""
+    by_advice: dict[str, list[tuple[str, pd.Series]]] = {}
     for label, r in _per_workload(ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"]):
         advice = (
             "the collective's fixed cost dominates at this size: fewer, larger messages (bucketed) amortize "
@@ -105,7 +133,17 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
             if r.get("suite") == "collectives"
             else "launch, synchronization and compiles dominate: batch more work per call"
         )
-        recs.append(f"{label}: overhead-bound ({r['bound_evidence']}): {advice}.")
+        by_advice.setdefault(advice, []).append((label, r))
+    recs = []
+    for advice, cases in by_advice.items():
+        if len(cases) == 1:
+            label, r = cases[0]
+            recs.append(f"{label}: overhead-bound ({r['bound_evidence']}): {advice}.")
+            continue
+        active = [float(r["profile_active_pct"]) for _, r in cases if pd.notna(r.get("profile_active_pct"))]
+        shown = f"; device active {_span(active, '.1f')}% of the profiled call" if active else ""
+        names = ", ".join(label for label, _ in cases)
+        recs.append(f"{len(cases)} cases are overhead-bound ({names}{shown}): {advice}.")
     return recs
 
 
@@ -290,6 +328,27 @@ def _apart(table_: pd.DataFrame, workloads_dir: Path) -> list[str]:
     return parts
 
 
+def _headroom(ok: pd.DataFrame) -> str:
+    """Per suite, the neuron cases ranked by the time their largest gap could recover, and each case's time
+    split into its gaps (analysis/headroom.py); a line saying why where no case has a bounds ladder."""
+    ranked = headroom.ranked(ok) if "bound_reference_s" in ok else pd.DataFrame()
+    if ranked.empty:
+        return (
+            "<h2>Headroom</h2><p class=muted>No case here has a bounds ladder: it rests on a NeuronCore profile's "
+            "summary (the neuron backend; docs/metrics.md, Headroom).</p>"
+        )
+    cols = ["scenario_id", "suite", "bottleneck_engine", "reference_s", "largest_gap", "count", "recoverable_s"]
+    return (
+        "<h2>Headroom</h2><p class=muted>Neuron Explorer's performance bounds: each case's time split into what "
+        "each kind of overhead accounts for (engines waiting, then the bottleneck's own ladder), ranked by the "
+        "time the largest gap could recover (x the GEMM's count in its model's forward). The gaps are not "
+        "predicted savings: peaks are not reachable, and engines are coupled. metrics.json has each bound, its "
+        "speed-up and the profile's insights and warnings.</p>"
+        + _figure("headroom", figs.headroom(ranked, headroom.GAPS))
+        + table(ranked[cols])
+    )
+
+
 def _platform(plan: dict) -> str:
     return BACKENDS[plan["backend"]].platform(plan.get("config", {}))
 
@@ -449,6 +508,7 @@ def run(
         if recs
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
+    parts.append(_headroom(ok))
     kinds = (  # what each row's suite is; summaries written before suite_kind name a model's suite model-<name>
         table_["suite_kind"]
         if "suite_kind" in table_

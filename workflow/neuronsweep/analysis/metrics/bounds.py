@@ -1,8 +1,9 @@
 """Where a neuron case's headroom is, as Neuron Explorer's `recommend` computes it from a profile's summary: the
 ladder of performance bounds, the summary's insights at their documented thresholds, and the profile's own
-warnings about what it could not measure (docs/metrics.md, "Headroom"; the sources are in
-shared/reference/performance-bounds.md: AWS's profile-analysis guidance for Neuron Explorer and its summary
-page).
+warnings about what it could not measure (docs/metrics.md, "Headroom"). Sources: AWS's profile-analysis
+guidance for Neuron Explorer (aws-neuron/neuron-agentic-development, skills/neuron-nki-profile-querying/
+references/performance-bounds.md and its investigations/) and Neuron Explorer's summary page
+(overview-summary-page.rst) for the insights' thresholds.
 
 Every bound is a time: how long the kernel would take were one kind of overhead gone. The gap between two
 neighbouring bounds is what that overhead costs. The gaps are not predicted savings: peak rates are not
