@@ -193,12 +193,22 @@ def check_case(case: Path, name: str) -> list[Line]:
     if metrics is None:
         add(False, "extract", (_read(case / "logs" / "extract.error.json") or {}).get("reason", "no metrics.json"))
         return lines
+    lines += metrics_lines(metrics, name, capture)
+    lines += contract_lines(case, name, build, capture, view)
+    return lines
+
+
+def metrics_lines(metrics: dict, name: str, capture: dict) -> list[Line]:
+    """What the case's metrics.json must agree with: the tool's MFU, the framework's time, the output's
+    reference, and a profile whose DMA metadata is complete."""
+    lines = []
+
+    def add(ok: bool | None, contract: str, detail: str) -> None:
+        lines.append(Line("SKIP" if ok is None else "PASS" if ok else "FAIL", f"{name}: {contract}", detail))
+
     tool, ours = metrics.get("mfu_tool_pct"), metrics.get("mfu_recomputed_pct")
-    add(
-        None if tool is None or ours is None else math.isclose(tool, ours, rel_tol=1e-3),
-        "MFU recomputed = tool's",
-        f"tool {tool}, recomputed {ours}",
-    )
+    close = None if tool is None or ours is None else math.isclose(tool, ours, rel_tol=1e-3)
+    add(close, "MFU recomputed = tool's", f"tool {tool}, recomputed {ours}")
     # device busy time, not total_time: total_time holds ~2 ms of start-up per profiled execution (trn1)
     latency, device = metrics.get("latency_median_s"), metrics.get("profile_active_time_s")
     device_samples = (capture.get("latency") or {}).get("samples_are") == DEVICE_TIMES
@@ -214,9 +224,7 @@ def check_case(case: Path, name: str) -> list[Line]:
         f"max_rel_error {metrics.get('max_rel_error')} "
         f"(tolerance {metrics.get('tolerance_rel')}) {metrics.get('notes', {}).get('correct', '')}".strip(),
     )
-    lines.append(dge_line(metrics, name, capture))
-    lines += contract_lines(case, name, build, capture, view)
-    return lines
+    return [*lines, dge_line(metrics, name, capture)]
 
 
 def dge_line(metrics: dict, name: str, capture: dict) -> Line:
