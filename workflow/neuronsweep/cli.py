@@ -10,6 +10,7 @@ import logging
 import sys
 import textwrap
 import traceback
+from argparse import ArgumentParser, Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ def _spec(text: str) -> dict:
     return spec
 
 
-def cmd_plan(args) -> None:
+def cmd_plan(args: Namespace) -> None:
     """`neuronsweep plan`: the cases a config makes, as the workflow plans them, without running any."""
     from neuronsweep.host import slots
     from neuronsweep.search import searches
@@ -76,7 +77,7 @@ def cmd_plan(args) -> None:
         print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))
 
 
-def _add_plan(p) -> None:
+def _add_plan(p: ArgumentParser) -> None:
     p.add_argument("--config", default="config/config.yaml", help="the sweep's config file")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (the plan.json format)")
 
@@ -100,7 +101,7 @@ def _percentage(text: str) -> float:
     return value
 
 
-def _slot_args(p) -> None:
+def _slot_args(p: ArgumentParser) -> None:
     p.add_argument(
         "--slots",
         type=_slots,
@@ -127,7 +128,7 @@ def _options(text: str) -> dict:
     return options
 
 
-def cmd_build(args) -> None:
+def cmd_build(args: Namespace) -> None:
     """`neuronsweep build`: the build stage of one case (the workflow's build jobs run this)."""
     from neuronsweep.config.settings import BuildSettings
     from neuronsweep.stages import build
@@ -147,7 +148,7 @@ def cmd_build(args) -> None:
         log.warning(f"warning: {rec.recompilation_flag}")
 
 
-def _add_build(p) -> None:
+def _add_build(p: ArgumentParser) -> None:
     p.add_argument("--spec", required=True, help="workload spec as JSON, or @FILE")
     p.add_argument("--backend", default="cpu", choices=backends.NAMES, help="the backend to build for")
     p.add_argument("--out", required=True, help="build directory to write")
@@ -164,7 +165,7 @@ def _add_build(p) -> None:
     _timeout_arg(p, "build")
 
 
-def cmd_capture(args) -> None:
+def cmd_capture(args: Namespace) -> None:
     """`neuronsweep capture`: the capture stage of one case, or of a NEFF made anywhere (--neff)."""
     from neuronsweep.config.settings import CaptureSettings
     from neuronsweep.stages import capture
@@ -202,7 +203,7 @@ def cmd_capture(args) -> None:
     log.info(f"capture {rec.workload_id}: {timing} -> {args.out}")
 
 
-def _add_capture(p) -> None:
+def _add_capture(p: ArgumentParser) -> None:
     p.add_argument("--build", help="build directory (holds build.json)")
     p.add_argument("--neff", help="or any NEFF file (neuron; no framework timing)")
     p.add_argument("--out", required=True, help="capture directory to write")
@@ -238,7 +239,7 @@ def _add_capture(p) -> None:
     _timeout_arg(p, "capture")
 
 
-def _collectives(args) -> dict | None:
+def _collectives(args: Namespace) -> dict | None:
     """The --collectives-* options; a worker count or workers per node turns collectives mode on, as
     in the profiler itself."""
     given = {
@@ -257,7 +258,7 @@ def _collectives(args) -> dict | None:
     return {k: v for k, v in given.items() if v is not None}
 
 
-def cmd_view(args) -> None:
+def cmd_view(args: Namespace) -> None:
     """`neuronsweep view`: the view stage of one capture (the profiler's exports, or the trace's tables)."""
     from neuronsweep.config.settings import ViewSettings
     from neuronsweep.stages import view
@@ -272,7 +273,7 @@ def cmd_view(args) -> None:
     log.info(f"view {rec.workload_id}: summary.json, {rec.pftrace or 'no pftrace'} -> {args.out}")
 
 
-def _add_view(p) -> None:
+def _add_view(p: ArgumentParser) -> None:
     p.add_argument("--capture", help="capture directory (holds capture.json)")
     p.add_argument("--neff", help="or a NEFF ...")
     p.add_argument("--ntff", help="... and its NTFF (neuron)")
@@ -281,7 +282,7 @@ def _add_view(p) -> None:
     _timeout_arg(p, "view")
 
 
-def cmd_extract(args) -> None:
+def cmd_extract(args: Namespace) -> None:
     """`neuronsweep extract`: the normalized metrics of one case from its build, capture and view."""
     from neuronsweep.stages import extract
 
@@ -301,7 +302,7 @@ def cmd_extract(args) -> None:
     )
 
 
-def _add_extract(p) -> None:
+def _add_extract(p: ArgumentParser) -> None:
     p.add_argument("--summary-json", required=True, help="a view's summary.json, or raw summary-json output")
     p.add_argument("--profile-json", help="legacy full-profile JSON (streamed) for fields the summary lacks")
     p.add_argument("--capture-json", help="the capture's capture.json (timing, settings)")
@@ -311,7 +312,7 @@ def _add_extract(p) -> None:
     p.add_argument("--out", required=True, help="the metrics.json to write")
 
 
-def cmd_report(args) -> None:
+def cmd_report(args: Namespace) -> None:
     """`neuronsweep report`: report.html from a run's summary and plan."""
     from neuronsweep.stages import report
 
@@ -321,7 +322,7 @@ def cmd_report(args) -> None:
     log.info(f"report: {args.out}")
 
 
-def _add_report(p) -> None:
+def _add_report(p: ArgumentParser) -> None:
     p.add_argument("--summary", required=True, help="the run's summary.csv")
     p.add_argument("--plan", required=True, help="the run's plan.json")
     p.add_argument("--out", required=True, help="the report.html to write")
@@ -335,7 +336,7 @@ def _add_report(p) -> None:
     )
 
 
-def cmd_compare(args) -> int:
+def cmd_compare(args: Namespace) -> int:
     """`neuronsweep compare A B`: B's cases judged against A's; exit 1 past --fail-on-regression."""
     from neuronsweep.runs import compare as compare_runs
 
@@ -361,7 +362,7 @@ def compare_budget_default() -> float:
     return DEFAULT_BUDGET_S
 
 
-def _add_compare(p) -> None:
+def _add_compare(p: ArgumentParser) -> None:
     p.add_argument("run_a", help="results/<run> folder: the baseline")
     p.add_argument("run_b", help="results/<run> folder: the candidate")
     p.add_argument(
@@ -404,7 +405,7 @@ def _add_compare(p) -> None:
     )
 
 
-def cmd_history(args) -> int:
+def cmd_history(args: Namespace) -> int:
     """`neuronsweep history`: each case's time across runs, its steps, and the gate on the newest."""
     from neuronsweep.runs import history
 
@@ -435,7 +436,7 @@ def cmd_history(args) -> int:
     return code
 
 
-def _add_history(p) -> None:
+def _add_history(p: ArgumentParser) -> None:
     p.add_argument("runs", nargs="*", metavar="RUN", help="only these runs (their names); default every run")
     p.add_argument("--store", help="the history folder (default: results/history)")
     p.add_argument("--add", nargs="+", default=[], metavar="FOLDER", help="add finished results/<run> folders first")
@@ -451,7 +452,7 @@ def _add_history(p) -> None:
     p.add_argument("--record", help=argparse.SUPPRESS)  # the workflow's history rule: results/<run>/history.json
 
 
-def cmd_search(args) -> None:
+def cmd_search(args: Namespace) -> None:
     """`neuronsweep search run|status`: a search or a model's tune, run or resumed, or where it stands."""
     from neuronsweep.search import build
     from neuronsweep.search.driver import pick
@@ -465,7 +466,7 @@ def cmd_search(args) -> None:
         print(wrote)
 
 
-def _add_search(p) -> None:
+def _add_search(p: ArgumentParser) -> None:
     p.add_argument(
         "action", choices=["run", "status"], help="run: search until the budget is spent (resumes); status: where it is"
     )
@@ -490,7 +491,7 @@ def _add_search(p) -> None:
     )
 
 
-def cmd_status(args) -> None:
+def cmd_status(args: Namespace) -> None:
     """`neuronsweep status RUN`: each stage's cases done, running, failed and waiting, and the time left."""
     from neuronsweep.runs import status
 
@@ -501,12 +502,12 @@ def cmd_status(args) -> None:
     print(json.dumps(summary, indent=2) if args.json else status.render(summary))
 
 
-def _add_status(p) -> None:
+def _add_status(p: ArgumentParser) -> None:
     p.add_argument("run", help="results/<run> folder")
     p.add_argument("--json", action="store_true", help="print it as JSON, for scripts")
 
 
-def cmd_query(args) -> None:
+def cmd_query(args: Namespace) -> None:
     """`neuronsweep query PROFILE [SQL]`: a profile's tables in DuckDB, printed as a table or CSV."""
     from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 
@@ -520,7 +521,7 @@ def cmd_query(args) -> None:
     query_text.write(*db.fetch(args.sql, query_text.limit_for(args.max_rows, args.csv)), args.csv)
 
 
-def _add_query(p) -> None:
+def _add_query(p: ArgumentParser) -> None:
     p.add_argument(
         "path",
         help=".pftrace / .parquet / profile .json / Chrome trace .json[.gz], a view or workload folder, "
@@ -536,7 +537,7 @@ def _add_query(p) -> None:
     p.add_argument("--track-patterns", default="{}", help="JSON {class: regex} to classify tracks")
 
 
-def cmd_convert(args) -> None:
+def cmd_convert(args: Namespace) -> None:
     """`neuronsweep convert`: a Chrome trace as a .pftrace that Perfetto opens."""
     from neuronsweep.formats import pftrace_writer
 
@@ -555,12 +556,12 @@ def cmd_convert(args) -> None:
     log.info(f"{src} -> {out}: {said or 'no events'}")
 
 
-def _add_convert(p) -> None:
+def _add_convert(p: ArgumentParser) -> None:
     p.add_argument("trace", help="the Chrome trace (plain or gzip, told by content)")
     p.add_argument("out", nargs="?", help="the .pftrace to write (default: beside the trace, <name>.pftrace)")
 
 
-def cmd_calibrate(args) -> None:
+def cmd_calibrate(args: Namespace) -> None:
     """`neuronsweep calibrate`: this host's measured GEMM rates and copy bandwidth (cpu peaks)."""
     from neuronsweep.atomic import write_json
     from neuronsweep.backends import cpu
@@ -579,7 +580,7 @@ def cmd_calibrate(args) -> None:
     )
 
 
-def _add_calibrate(p) -> None:
+def _add_calibrate(p: ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the calibration.json to write")
     p.add_argument("--threads", type=int, default=default_threads(), help="torch's intra-op threads")
     p.add_argument("--dtypes", default="fp32", help="comma-separated dtypes to measure (the sweep's)")
@@ -593,7 +594,7 @@ def _add_calibrate(p) -> None:
     )
 
 
-def cmd_doctor(args) -> int:
+def cmd_doctor(args: Namespace) -> int:
     """`neuronsweep doctor`: devices, tools and versions; --field-test checks every Neuron contract."""
     if args.field_test:
         from neuronsweep import fieldtest
@@ -605,7 +606,7 @@ def cmd_doctor(args) -> int:
     return 0
 
 
-def _add_doctor(p) -> None:
+def _add_doctor(p: ArgumentParser) -> None:
     p.add_argument("--config", default="config/config.yaml", help="the config whose backend and target it resolves")
     p.add_argument(
         "--field-test",
@@ -616,7 +617,7 @@ def _add_doctor(p) -> None:
     p.add_argument("--out", default="field-test", help="with --field-test: where its run and bundle go")
 
 
-def cmd_aggregate(args) -> None:
+def cmd_aggregate(args: Namespace) -> None:
     """`neuronsweep aggregate`: every case's metrics as the run's summary.csv."""
     from neuronsweep.stages import aggregate
 
@@ -627,7 +628,7 @@ def cmd_aggregate(args) -> None:
         log.info(f"  {row['status']}: {row['scenario_id']}: {row['reason']}")
 
 
-def _add_aggregate(p) -> None:
+def _add_aggregate(p: ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="results/<run>/plan.json")
     p.add_argument("--out", required=True, help="the summary.csv to write")
     p.add_argument(
@@ -635,7 +636,7 @@ def _add_aggregate(p) -> None:
     )
 
 
-def _timeout_arg(p, stage: str) -> None:
+def _timeout_arg(p: ArgumentParser, stage: str) -> None:
     p.add_argument(
         "--timeout",
         type=float,
@@ -834,7 +835,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _case(args) -> str:
+def _case(args: Namespace) -> str:
     """Name the case a failed command was working on, for the one-sentence error."""
     try:
         if args.command == "build":

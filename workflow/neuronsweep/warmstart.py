@@ -178,7 +178,7 @@ def _through_server(argv: list[str]) -> int | None:
         return None
     child = forked.value
 
-    def forward(signum, _frame):  # Snakemake stops a job with a signal to its process group
+    def forward(signum, _frame) -> None:  # Snakemake stops a job with a signal to its process group
         try:
             os.killpg(child, signum)
         except ProcessLookupError:

@@ -292,7 +292,7 @@ class _StrictLoader(_LOADER):  # type: ignore[misc,valid-type]  # CSafeLoader wh
     drops a whole `suites:` or `capture:` section without a word)."""
 
 
-def _no_duplicates(loader, node, deep=False):
+def _no_duplicates(loader, node, deep: bool = False):
     seen: dict[object, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)

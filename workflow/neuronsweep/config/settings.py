@@ -74,7 +74,7 @@ class CaptureSettings:
     collectives: dict | None = None
     runtime_lnc: int | None = None  # neuron: NEURON_LOGICAL_NC_CONFIG of every device process, the NEFF's LNC
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_profiled_exec(self.num_exec, self.nth_exec, ("--num-exec", "--nth-exec"), "capture", kind="flag")
 
     def for_backend(self, backend: str) -> CaptureSettings:

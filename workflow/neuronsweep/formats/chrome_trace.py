@@ -207,7 +207,7 @@ class Events:
     pid) a process-scoped instant's; ("global",) global instants'; ("counter", pid, name, series);
     ("lane", key, n) the writer's n-th track beside a thread for slices that do not nest in it."""
 
-    def __init__(self, spill_dir: str | Path | None = None, source: str = "a Chrome trace"):
+    def __init__(self, spill_dir: str | Path | None = None, source: str = "a Chrome trace") -> None:
         self.source = source  # for messages
         self.fields = FIELDS  # how Arrow parses a batch (_parse)
         folder = Path(spill_dir or tempfile.gettempdir())
@@ -362,7 +362,7 @@ class Events:
             found = table[value] = len(table)
         return found
 
-    def _metadata(self, name, pid, tid, args) -> None:
+    def _metadata(self, name: object, pid: object, tid: object, args: object) -> None:
         value = (args or {}).get("name", "") if isinstance(args, dict) else ""
         if name == "process_name":
             self.proc_names[_hashable(pid)] = str(value)

@@ -117,7 +117,7 @@ class _Structure:
     nesting depth after each; what a block leaves open (a string, an escape, the depth) carries over.
     Scratch arrays are reused: a fresh 16 MiB array per step costs more in page faults than the step."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.depth, self.in_string, self.escape_next = 0, 0, False
         self.scratch = [np.empty(BLOCK, np.uint8) for _ in range(3)]
 
@@ -155,7 +155,7 @@ class _Array:
     """One wanted top-level array being split: the bytes of a record cut by the block's end, and the
     bytes after the last record (which must be a comma and whitespace)."""
 
-    def __init__(self, key: str):
+    def __init__(self, key: str) -> None:
         self.key = key
         self.pending = b""  # an unfinished record's first bytes
         self.gap = b""  # bytes since the last record's end (or the array's `[`)

@@ -153,7 +153,7 @@ def _exact(table: pa.Table, con=None) -> pa.Table | None:
 class _Files:
     """Parquet files of one array: a new file whenever a batch's schema differs from the open one."""
 
-    def __init__(self, out_dir: Path, key: str):
+    def __init__(self, out_dir: Path, key: str) -> None:
         self.out_dir, self.key = out_dir, key
         self.files: list[Path] = []
         self.writer = None
@@ -254,7 +254,7 @@ def array_to_parquet(path: Path, key: str, out_dir: Path) -> list[Path]:
     files: list[Path] = []
     writer = None
 
-    def flush(batch):
+    def flush(batch) -> None:
         nonlocal writer
         table = batch_table(batch)
         if writer is None or not writer.schema.equals(table.schema):

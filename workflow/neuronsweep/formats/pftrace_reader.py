@@ -249,7 +249,7 @@ class _Generation:
 
 
 class _Reader:
-    def __init__(self, path):
+    def __init__(self, path) -> None:
         self.path = path
         self.tracks: dict[int, Track] = {}
         self.slices = Slices()

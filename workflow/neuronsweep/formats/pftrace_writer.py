@@ -100,7 +100,7 @@ class _Tracks:
     protobuf classes would (tests compare): importing them cost 1.5% of a million-slice
     conversion."""
 
-    def __init__(self, handle, events: chrome_trace.Events):
+    def __init__(self, handle, events: chrome_trace.Events) -> None:
         self.handle, self.next_uuid = handle, 1
         threads = [k for k in events.keys if k[0] == "thread"]
         self.pids = _remap([k[1] for k in threads] + [k[1] for k in events.keys if k[0] == "process"], PID_RANGE)
@@ -183,7 +183,7 @@ class _Lanes:
 
     SLICE, NEXT, ENCLOSING = 1, 0, 2  # classes of the rows (flow events binding to the next slice sort first)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.stacks: list[list[tuple]] = [[]]
         self.track = None
         self.pending: list[tuple[int, int]] = []  # (seq, ts) of flow events waiting for the next slice
@@ -436,7 +436,7 @@ class _FlowIds:
     each chunk's flow ids looked up by seq; a join in the sort carried them at a memory cost growing
     with every event's args."""
 
-    def __init__(self, events: chrome_trace.Events):
+    def __init__(self, events: chrome_trace.Events) -> None:
         table = (
             events.db.sql("SELECT seq, flows FROM flows ORDER BY seq").to_arrow_reader(CHUNK).read_all()
             if events.counts["flows"]
@@ -458,7 +458,7 @@ class _Ends:
     """The ENDs of slices whose BEGIN is written and whose END cannot be yet: a later chunk may still
     begin a slice on their track before they end."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.key = self.base = self.end = self.rank = self.start = np.zeros(0, np.int64)
 
     def add(self, key, base, end, rank, start) -> None:
@@ -538,7 +538,7 @@ class _Interning:
     """Name and category iids numbered by first use in the written order, each entry sent with
     the packet that uses it first (as a writer interning on the fly does), chunk after chunk."""
 
-    def __init__(self, events: chrome_trace.Events):
+    def __init__(self, events: chrome_trace.Events) -> None:
         # one more than the table: index -1 (none) stays iid 0
         self.tables = [
             (INTERNED_CATEGORY, list(events.cats), np.zeros(len(events.cats) + 1, np.int64)),

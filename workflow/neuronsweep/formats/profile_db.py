@@ -267,7 +267,7 @@ PERFETTO_VIEWS = {
 class ProfileDB:
     """A DuckDB connection holding the tables of one or more view folders."""
 
-    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS, memory_limit: str = "256MB"):
+    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS, memory_limit: str = "256MB") -> None:
         self.con = duckdb.connect()
         # bounded memory: past the limit DuckDB spills to its temp directory instead of growing
         self._spill = tempfile.TemporaryDirectory(prefix="neuronsweep-duckdb-")

@@ -40,7 +40,7 @@ class Fields:
         mask = self.num == num
         return mask & (self.wire == wire) if wire is not None else mask
 
-    def last(self, num: int, n: int, default=0, dtype=np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    def last(self, num: int, n: int, default: int = 0, dtype=np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """Per message, the value of field `num` (the last occurrence wins, as protobuf says) and
         whether it was present."""
         out = np.full(n, default, dtype)

@@ -103,7 +103,7 @@ class Run:
         return {package: ", ".join(sorted(v)) for package, v in sorted(seen.items())}
 
 
-def _flat(d, prefix="") -> dict:
+def _flat(d, prefix: str = "") -> dict:
     out = {}
     for key, value in (d or {}).items():
         name = f"{prefix}{key}"

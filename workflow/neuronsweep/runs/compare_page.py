@@ -19,7 +19,7 @@ from neuronsweep.report.page import table as html_table
 PROGRAM, ONCE, TIME = "the program's own count or size", "measured once a side: shown, not judged", "with the time"
 
 
-def p_text(p) -> str:
+def p_text(p: float | None) -> str:
     """A p-value as a reader wants it: two digits, and "< 0.001" below that."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return ""

@@ -234,7 +234,7 @@ def sampler(space: Space):
 class Study:
     """The sampler's view: the default configuration is trial 0 (enqueued), then the strategy proposes."""
 
-    def __init__(self, space: Space):
+    def __init__(self, space: Space) -> None:
         optuna = _optuna()
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)

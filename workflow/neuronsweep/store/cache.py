@@ -45,7 +45,7 @@ class CompileCache:
     """Build artifacts keyed by what made them, shared by runs and result folders: an entry is stored whole (atomic
     rename) and checked against its own digest when fetched."""
 
-    def __init__(self, root: str | Path, backend: str):
+    def __init__(self, root: str | Path, backend: str) -> None:
         self.root = Path(root).expanduser()
         self.backend = backend
         self.discarded: list[str] = []  # why entries were thrown away during this build (for build.json)

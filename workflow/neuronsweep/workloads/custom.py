@@ -10,6 +10,7 @@ builds rerun, and the compile cache key changes with them.
 from __future__ import annotations
 
 import math
+from argparse import Namespace
 
 from neuronsweep.workloads.user_code import load
 
@@ -116,7 +117,7 @@ def torch_module(s: dict):
     fn, names, kwargs = load(s["function"]), input_names(s), params(s)
 
     class UserFunction(torch.nn.Module):
-        def forward(self, *args):
+        def forward(self, *args: Namespace):
             return fn(**dict(zip(names, args, strict=True)), **kwargs)
 
     return UserFunction()

@@ -21,6 +21,7 @@ again, identical to the ones `torch_module` makes.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
@@ -140,10 +141,10 @@ class _Routed:
     """A pre-hook that hands the experts the policy's tokens: the router's top-k indices replaced by
     routing.assignment's (the router still runs; its weights are kept)."""
 
-    def __init__(self, policy, torch):
+    def __init__(self, policy, torch) -> None:
         self.policy, self.torch = policy, torch
 
-    def __call__(self, module, args, kwargs):
+    def __call__(self, module: Any, args: tuple, kwargs: dict) -> Any:
         hidden, *rest = args
         if not rest:  # (hidden, index, weights) is the experts' call transformers' MoE families make
             return None
@@ -217,7 +218,7 @@ def _layer_part(s: dict, full, inner, layers):
         config.layer_types = [types[s["index"]]]
 
     class LayerPart(torch.nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.model = inner
             if s["phase"] == "decode" and s.get("kv_cache"):
@@ -251,7 +252,7 @@ def _head_part(s: dict, full, inner):
     embed, norm, head = inner.embed_tokens, inner.norm, full.get_output_embeddings()
 
     class HeadPart(torch.nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.embed, self.norm, self.lm_head = embed, norm, head
             batch, rows = s["batch"], _rows(s) // s["batch"]

@@ -72,7 +72,7 @@ def torch_module(s: dict):
             return a @ b
 
     class Varying(torch.nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.calls = 0
 

@@ -69,7 +69,7 @@ def build_model(entry: dict):
     return load(entry["module"])().to(dtype)
 
 
-def _gemm(func, args) -> tuple[int, tuple[int, int, int]] | None:
+def _gemm(func: Any, args: tuple) -> tuple[int, tuple[int, int, int]] | None:
     """(how many, (M, K, N)) of an aten GEMM call, or None for any other op."""
     name = func.overloadpacket.__name__
     if name not in GEMM_OPS:
@@ -106,7 +106,7 @@ def _expert_gemms(module, hidden: int, load: list[int]) -> list[tuple[str, tuple
     return out
 
 
-def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: str = "suites.model") -> dict:
+def trace(model, batch: int, seq: int, phase: str, routing: str = "balanced", where: str = "suites.model") -> dict:
     """One forward of `phase`: {"gemms": counted per (module, which GEMM of that module's call, shape),
     "experts": each MoE layer kind's load under `routing`}."""
     import torch
@@ -141,7 +141,7 @@ def trace(model, batch: int, seq: int, phase: str, routing="balanced", where: st
             head[name or "(top level)", which, found[1]] += found[0]
 
     def experts_forward(name, module):
-        def forward(hidden_states, *args, **kwargs):
+        def forward(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
             index = args[0] if args else next((v for k, v in kwargs.items() if "ind" in k), None)
             hidden, experts = int(hidden_states.shape[-1]), int(module.down_proj.shape[0])
             if index is not None:  # (tokens, hidden) and the router's top-k indices (tokens, k)

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     host_group = dist.new_group(backend="gloo")
 
-    def rendezvous():
+    def rendezvous() -> None:
         """Every rank here, off the device: a gloo all_reduce of a host tensor (dist.barrier would pick the
         accelerator and put its own collective in the device queue)."""
         dist.all_reduce(torch.zeros(1), group=host_group)

@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     device = xm.xla_device()
     out = Path(args.out)
 
-    def sync():
+    def sync() -> None:
         xm.mark_step()
         xm.wait_device_ops()
 

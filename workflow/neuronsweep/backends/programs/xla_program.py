@@ -128,7 +128,7 @@ class _Step:
     """One call of the workload, synced, with perf_counter_ns at each boundary (a monotonic clock:
     the wall clock can be stepped while timing)."""
 
-    def __init__(self, module, inputs, xm):
+    def __init__(self, module, inputs, xm) -> None:
         self.module, self.inputs, self.xm = module, inputs, xm
         self.first_output = None  # the first call's result, for the correctness check
 
