@@ -135,6 +135,7 @@ def judge(rows: pd.DataFrame) -> list:
     return out
 
 
+@pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
 def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tmp_path, monkeypatch, code):
     monkeypatch.setattr(tune_mod, "SHAPES_TOGETHER", 1)  # a shape a chunk: the order they are searched in shows
     measured = Landscape()
@@ -178,6 +179,7 @@ def test_each_shape_gets_its_own_winner_and_the_saving_is_count_times_latency(tm
     )
 
 
+@pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
 def test_the_shapes_searches_run_together_a_round_of_all_of_them_one_call(tmp_path, monkeypatch, code):
     """The production path: every shape's search in a thread of its own, a round of all of them one call of
     the workflow (two rounds of 2 and 1 trials: two calls for three shapes), each trial's result read from
@@ -224,6 +226,7 @@ def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch, code):
     assert list(nulls.block.variants) == ["compiler[neuron.auto_cast=matmult]"]
 
 
+@pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
 def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypatch, code):
     t = make(tmp_path, monkeypatch, code, decide=judge)
     suites = tmp_path / "results" / "t" / "suites"
@@ -237,6 +240,7 @@ def test_the_projection_uses_the_forwards_measured_gemm_share(tmp_path, monkeypa
     assert gain["forward_tuned_s"] == pytest.approx(0.1 * (1 - 0.6 * fraction))
 
 
+@pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
 def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budget(tmp_path, monkeypatch, code):
     monkeypatch.setattr(tune_mod, "SHAPES_TOGETHER", 1)  # the budget and the record between every shape
     killed = Landscape(stop_after=3)
@@ -263,6 +267,7 @@ def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budge
     assert [len(blocks) for _, blocks in few.calls] == [1, 1, 1]
 
 
+@pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
 def test_an_edited_candidate_is_searched_again_and_the_other_is_not(tmp_path, monkeypatch):
     code = write_code(tmp_path)  # its own: one is edited below
     both = {"candidates": ["compiler", "blocked", "other"], "budget": {"trials_per_shape": 6}}
@@ -278,6 +283,7 @@ def test_an_edited_candidate_is_searched_again_and_the_other_is_not(tmp_path, mo
     assert set(edited.who) == {"other"} and len(edited.who) == first.who.count("other")
 
 
+@pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
 def test_off_cpu_the_winners_are_judged_on_their_stored_timings_by_the_same_rule(tmp_path, monkeypatch, code):
     """Where the programs need the device, the stored timings go through compare's rule: rounds in processes
     of their own are judged; one process's samples, or a device time alone, say why they are not."""
@@ -351,7 +357,7 @@ def test_a_dispatch_table_of_another_format_is_refused_in_one_sentence(tmp_path)
 @pytest.mark.slow
 @pytest.mark.workflow  # the tune's rounds are Snakemake calls of its own
 @pytest.mark.torch
-def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch, code):
+def test_a_real_tune_of_a_tiny_model_on_cpu(tmp_path, monkeypatch):
     """The CLI, end to end: every decode GEMM of a 2-layer model measured with the compiler's build,
     searched with a blocked matmul, judged on fresh processes; the table, the gain and status. A model whose
     projections and head share one shape (hidden = intermediate = vocab, as many kv heads as heads), so
