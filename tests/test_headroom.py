@@ -165,3 +165,23 @@ def test_cases_that_share_a_cause_are_one_recommendation_with_the_range_of_their
     recs = report._memory_bound(rows)
     assert len(recs) == 1 and recs[0].startswith("3 cases are memory-bound (model-x-decode-q, model-x-decode-k")
     assert "arithmetic intensity 0.5-1.0 FLOP/B, below the ridge 200.0" in recs[0]
+
+
+def test_compare_names_the_bounds_a_judged_change_moved():
+    """A kernel edit judged faster says which gap it closed: its bounds' changes beside the time's."""
+    import pandas as pd
+
+    from neuronsweep.runs.compare import bounds_moved
+
+    changes = pd.DataFrame(
+        [
+            {"workload_id": "w", "metric": "bound_memory_s", "change_pct": -40.0},
+            {"workload_id": "w", "metric": "bound_compute_s", "change_pct": 1.5},
+            {"workload_id": "w", "metric": "hbm_read_bytes", "change_pct": -40.0},
+            {"workload_id": "v", "metric": "bound_memory_s", "change_pct": 9.0},
+        ]
+    )
+    assert bounds_moved(changes, "w") == (
+        "bounds (one profiled execution a side): bound_memory_s -40.0%, bound_compute_s +1.5%"
+    )
+    assert bounds_moved(changes, "x") == "" and bounds_moved(pd.DataFrame(), "w") == ""

@@ -390,7 +390,7 @@ def run(
     with replacing(out / "compare.html") as tmp:
         tmp.write_text(compare_page.render(lines, notes, table, changes, ops, fail_on_regression, min_effect_pct))
     judged = table[table["beyond_noise"].fillna(False).astype(bool)] if "beyond_noise" in table else table.iloc[:0]
-    lines += _verdict_lines(table, judged, ops) + notes
+    lines += _verdict_lines(table, judged, ops, changes) + notes
     lines.append(f"wrote {out / 'compare.csv'}, compare_metrics.csv, compare_ops.csv and compare.html")
     if fail_on_regression is None:
         return lines, 0
@@ -431,8 +431,9 @@ def _timings(
     return timings
 
 
-def _verdict_lines(table: pd.DataFrame, judged: pd.DataFrame, ops: pd.DataFrame) -> list[str]:
-    """The count of each verdict, then each change beyond noise with its interval and what changed inside."""
+def _verdict_lines(table: pd.DataFrame, judged: pd.DataFrame, ops: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
+    """The count of each verdict, then each change beyond noise with its interval, what changed inside and
+    which of its performance bounds moved (a neuron case: the gap a kernel edit or a tune closed)."""
     said = table["verdict"] if len(table) else pd.Series(dtype=str)
     blind_rows = said.str.startswith(verdict.BLIND)
     counts = said[~blind_rows].value_counts().to_dict()
@@ -450,7 +451,20 @@ def _verdict_lines(table: pd.DataFrame, judged: pd.DataFrame, ops: pd.DataFrame)
             f"Holm p {r['p_holm']:.2g}, {r['n_a']:.0f} vs {r['n_b']:.0f} processes)"
         )
         lines.append("          " + explanation(r, ops))
+        moved = bounds_moved(changes, r["workload_id"])
+        if moved:
+            lines.append("          " + moved)
     return lines
+
+
+def bounds_moved(changes: pd.DataFrame, wid: str) -> str:
+    """The performance bounds of a workload that changed between the runs (one profiled execution a side:
+    shown beside the judged time, not tested), as `bounds: bound_memory_s -12.0%, ...`; "" for none."""
+    if changes.empty or "metric" not in changes:
+        return ""
+    rows = changes[(changes["workload_id"] == wid) & changes["metric"].astype(str).str.startswith("bound_")]
+    said = [f"{r['metric']} {r['change_pct']:+.1f}%" for _, r in rows.iterrows() if pd.notna(r.get("change_pct"))]
+    return "bounds (one profiled execution a side): " + ", ".join(said) if said else ""
 
 
 def _gate(table: pd.DataFrame, judged: pd.DataFrame, fail_on_regression: float) -> tuple[list[str], int]:
