@@ -115,3 +115,25 @@ def test_report_renders_hovers_sorts_and_filters(browser, finished_run, tmp_path
     shot = tmp_path / "report.png"
     browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 30_000
+
+
+@pytest.mark.workflow
+def test_the_headroom_section_renders_for_the_neuron_cases(browser, neuron_run):
+    """The neuron stand-in's sweep: each case's time split into the gaps of its bounds, drawn, and the ranked
+    table beside it."""
+    from selenium.webdriver.common.by import By
+
+    browser.get((neuron_run / "results" / "t" / "report.html").as_uri())
+    rendered = _until(lambda: browser.execute_script("return !!document.querySelector('#fig-headroom .main-svg')"))
+    assert rendered, "the headroom figure did not render"
+    bars = browser.find_elements(By.CSS_SELECTOR, "#fig-headroom .barlayer .trace")
+    assert len(bars) >= 2  # a trace per gap
+    heading = next(h for h in browser.find_elements(By.TAG_NAME, "h2") if h.text == "Headroom")
+    table = heading.find_element(By.XPATH, "following::table[1]")
+    assert [th.text for th in table.find_elements(By.CSS_SELECTOR, "th")][:3] == [
+        "scenario_id",
+        "suite",
+        "bottleneck_engine",
+    ]
+    assert len(table.find_elements(By.CSS_SELECTOR, "tbody tr")) == 2
+    assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
