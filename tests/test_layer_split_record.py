@@ -94,6 +94,8 @@ def test_the_neuron_producer_reads_the_profile_and_the_reader_takes_it_from_ther
 
 def test_a_damaged_split_in_capture_json_is_one_sentence():
     made = capture_with(LayerSplitRecord.median_of([(1.0, {"gemm": 0.5})], "test"), "cpu").to_json()
+    earlier = {**made["layer_split"], "span_spread_s": 0.1}  # what xla's split wrote beside before: passed over
+    assert CaptureRecord.from_json({**made, "layer_split": earlier}).layer_split.span_s == 1.0
     for damaged in ({"span": 1}, "a string", {**made["layer_split"], "categories_s": [1, 2]}):
         with pytest.raises(UserError, match="capture.json: its layer_split is not this version's") as err:
             CaptureRecord.from_json({**made, "layer_split": damaged})

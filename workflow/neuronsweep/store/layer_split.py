@@ -12,7 +12,7 @@ metrics read it (analysis/metrics/layer_split.py), and so will the headroom's wi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from neuronsweep.errors import UserError
 
@@ -67,12 +67,14 @@ class LayerSplitRecord:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "capture.json") -> LayerSplitRecord:
-        """The record as `to_dict` wrote it; another shape is one sentence naming `where`."""
+        """The record as `to_dict` wrote it (a key an earlier version wrote beside, as xla's span_spread_s, is
+        passed over); another shape is one sentence naming `where`."""
         record = None
         if isinstance(data, dict):
+            known = {f.name for f in fields(cls)}
             try:
-                record = cls(**data)
-            except TypeError:  # a key of another version's, or one missing
+                record = cls(**{k: v for k, v in data.items() if k in known})
+            except TypeError:  # a key this version needs is missing
                 pass
         if record is None or not isinstance(record.categories_s, dict) or not isinstance(record.span_s, int | float):
             raise UserError(
