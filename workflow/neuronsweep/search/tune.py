@@ -76,6 +76,7 @@ class Tune:
         self.judge = judge
         self.backend = "cpu"  # settled when the model's GEMMs are planned (gemms())
         self.calls = 0  # calls of the workflow made for the searches (call-<n>; counted again on resume)
+        self.checked: set[str] = set()  # the custom candidates planned at a shape already (tune_search)
 
     def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
         snakefile = calls.workflow_snakefile(self.snakefile)
@@ -128,7 +129,7 @@ class Tune:
                 return
             t0 = time.monotonic()
             found, log = tune_search.search_shapes(
-                block, chunk, say, self.measure_together, self.screen, self.cores, self.snakefile
+                block, chunk, say, self.measure_together, self.screen, self.cores, self.snakefile, self.checked
             )
             state.setdefault("chunks_s", []).append(time.monotonic() - t0)
             state.setdefault("calls", []).extend(log)

@@ -119,18 +119,22 @@ def search_shapes(
     screen: Call,
     cores: int | None = None,
     snakefile: str | Path | None = None,
+    checked: set[str] | None = None,
 ) -> tuple[dict, list[dict]]:
     """Every custom candidate's search at each of these shapes, run together (`measure` and `screen`: a call
     of several searches' trials, as one Snakemake call and one screen); per shape and candidate its best full
-    trial (or why none), and the log of the calls made."""
+    trial (or why none), and the log of the calls made. `checked`: the candidates planned already (at an
+    earlier chunk's shape), which this call adds to: each is planned once a tune, not once a chunk."""
     searches = {
         (str(sh["shape"]), name): candidate_search(tune, name, sh, cores, snakefile)
         for sh in shapes
         for name in tune.customs
     }
     together = Together(len(searches), measure, screen)
-    checked = set()  # a candidate planned at one shape (its function loads, its params are keywords) is
-    for name in tune.customs:  # planned per shape only where that failed: a child each, else
+    # each candidate is planned once a tune (its function loads, its params are keywords: a child that imports
+    # torch), at the first shape it meets; one that failed there is planned at each shape, where it loses the shape
+    checked = set() if checked is None else checked
+    for name in sorted(set(tune.customs) - checked):
         with contextlib.suppress(UserError):
             searches[(str(shapes[0]["shape"]), name)].preflight()
             checked.add(name)
