@@ -73,8 +73,9 @@ def headroom(
     target's documented figures; `warnings`: the profile's own list, None where its form carries none)."""
     said = [_warning_text(w) for w in warnings or []]
     dge = next((w for w in said if DGE in w), None)
-    efficiency = _efficiency(summary, counters, metadata, peaks, said if warnings is not None else None, dge)
-    bounds = _ladder(summary, counters, metadata, peaks, efficiency, dge)
+    dma_peak = _dma_peak(metadata, peaks)
+    efficiency = _efficiency(summary, counters, dma_peak[0], said if warnings is not None else None, dge)
+    bounds = _ladder(counters, dma_peak, peaks, efficiency, dge)
     efficiency.insights = _insights(summary, efficiency)
     return [bounds, efficiency]
 
@@ -98,13 +99,9 @@ def _dma_peak(metadata: dict | None, peaks: Peaks | None) -> tuple[float | None,
 
 
 def _efficiency(
-    summary: dict,
-    counters: ProfileCounters,
-    metadata: dict | None,
-    peaks: Peaks | None,
-    warnings: list[str] | None,
-    dge: str | None,
+    summary: dict, counters: ProfileCounters, peak: float | None, warnings: list[str] | None, dge: str | None
 ) -> Efficiency:
+    """The summary's fields the ladder and the insights read (`peak`: the DMA's), each null with why."""
     part = Efficiency(**dict.fromkeys(Efficiency.keys()))  # type: ignore[arg-type]  # filled below
     part.profile_warnings = warnings
     get = summary.get
@@ -114,7 +111,6 @@ def _efficiency(
     part.necessary_bytes = get("inputs_outputs_weights_size_bytes")
     part.dma_transfer_count = get("dma_transfer_count")
     part.dma_avg_transfer_bytes = ratio(counters.dma_transfer_bytes, part.dma_transfer_count)
-    peak, _ = _dma_peak(metadata, peaks)
     achieved = ratio(counters.dma_transfer_bytes, counters.dma_active_time_s)
     part.dma_achieved_pct_of_peak = None if achieved is None or not peak else 100 * achieved / peak
     part.dma_excess_ratio = ratio(counters.dma_transfer_bytes, part.necessary_bytes)
@@ -176,9 +172,8 @@ def _throttling(summary: dict) -> list[dict]:
 
 
 def _ladder(
-    summary: dict,
     counters: ProfileCounters,
-    metadata: dict | None,
+    dma_peak: tuple[float | None, str],
     peaks: Peaks | None,
     efficiency: Efficiency,
     dge: str | None,
@@ -198,7 +193,7 @@ def _ladder(
         notes["bound_reference_s"] = "total_time: the profiled execution"
     times = {e: getattr(counters, f"{e}_engine_active_time_s") for e in ENGINES} | {"dma": counters.dma_active_time_s}
     part.bound_memory_s, part.bound_compute_s = times["dma"], times["tensor"]
-    dma_peak, dma_source = _dma_peak(metadata, peaks)
+    dma_rate, dma_source = dma_peak
     incomplete = f"the profile warns its DMA figures may be inaccurate ({dge})" if dge else None
     if efficiency.dma_excess_ratio is not None and efficiency.dma_excess_ratio < 1:
         incomplete = incomplete or "the DMA bytes are fewer than the kernel's own inputs and outputs: incomplete"
@@ -206,10 +201,10 @@ def _ladder(
         notes["bound_memory_ideal_s"] = incomplete
     else:
         part.bound_memory_ideal_s = _over(
-            counters.dma_transfer_bytes, dma_peak, "dma_transfer_total_bytes", notes, "bound_memory_ideal_s"
+            counters.dma_transfer_bytes, dma_rate, "dma_transfer_total_bytes", notes, "bound_memory_ideal_s"
         )
     part.bound_memory_no_reloads_s = _over(
-        efficiency.necessary_bytes, dma_peak, "inputs_outputs_weights_size_bytes", notes, "bound_memory_no_reloads_s"
+        efficiency.necessary_bytes, dma_rate, "inputs_outputs_weights_size_bytes", notes, "bound_memory_no_reloads_s"
     )
     te_peak = peaks.bf16_flops_per_s if peaks else None
     te_source = peaks.source if peaks else "no TensorE peak is known"
