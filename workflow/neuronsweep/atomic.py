@@ -7,8 +7,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.errors import UserError
 
@@ -43,7 +45,7 @@ UMASK = _umask()  # read once: os.umask can only be read by setting it
 
 
 @contextmanager
-def replacing(path: str | Path):
+def replacing(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside `path`; on success rename it over `path`, on error remove it. A writer
     that left the file empty failed without saying so (a 0-byte trace once passed unnoticed): refused."""
     path = Path(path)
@@ -63,7 +65,7 @@ def replacing(path: str | Path):
         raise
 
 
-def write_json(path: str | Path, obj) -> None:
+def write_json(path: str | Path, obj: object) -> None:
     """`obj` as indented JSON at `path`, replaced whole: a reader never sees half a file."""
     with replacing(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
@@ -75,6 +77,6 @@ def copy_file(src: str | Path, dst: str | Path) -> None:
         shutil.copyfile(src, tmp)
 
 
-def read_json(path: str | Path):
+def read_json(path: str | Path) -> Any:
     """The JSON at `path`."""
     return json.loads(Path(path).read_text())

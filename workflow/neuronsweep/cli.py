@@ -799,7 +799,7 @@ COMMANDS = {
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Descriptions and examples as written; each option's default shown where it has one."""
 
-    def _get_help_string(self, action):
+    def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if (
             action.default not in (None, False, [], argparse.SUPPRESS)

@@ -243,7 +243,7 @@ def dge_line(metrics: dict, name: str, capture: dict) -> Line:
     return Line("FAIL" if dge else "PASS", contract, dge[0] if dge else f"{len(warnings)} warning(s), none about DMA")
 
 
-def framework_ops_line(db, name: str, build: dict, summary: dict) -> Line:
+def framework_ops_line(db: ProfileDB, name: str, build: dict, summary: dict) -> Line:
     """Whether the profile maps device time to framework ops (parquet FrameworkInstruction), which a layer
     case's split reads, for a NEFF compiled with XLA_IR_DEBUG=1 and XLA_HLO_DEBUG=1 (which the field test
     sets on every route). The docs show the table for torch-xla's NEFFs; for native PyTorch (TorchNeuron)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 
-def finite_number(value) -> float | None:
+def finite_number(value: object) -> float | None:
     """A finite number as JSON gives it (a number written as text too); None for anything else (a
     bool, other text, a list or object, NaN, an infinity). Every reader checks values with this."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):

@@ -10,7 +10,15 @@ own rounding; under neuron auto-cast the cast type's tolerance applies, since ca
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
 from neuronsweep.workloads import collective, kind_of
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Array = Any  # a NumPy array or a torch tensor of any dtype
 
 # max normwise relative error per compute dtype: fp32 keeps ~1e-7 per operation, so 1e-4 leaves room
 # for long sums; bf16 and fp16 round the output alone to 2^-9 and 2^-11, and the MLP rounds its
@@ -37,7 +45,7 @@ def rejudge(record: dict | None, dtype: str, auto_cast: str | None) -> dict | No
 MAX_ROWS = 512  # output rows checked: spread over the whole output, so every 128-row tile up to 64k rows
 
 
-def check(spec: dict, inputs: dict, output) -> dict:
+def check(spec: dict, inputs: dict, output: Array) -> dict:
     """The correctness record: errors, tolerance and verdict, or why the case is not checked.
     `inputs` and `output` are array-likes (NumPy, or torch tensors of any dtype). Output row i depends
     only on row i of the kind's ROW_INPUT, so a large case is checked on MAX_ROWS rows spread evenly over
@@ -59,7 +67,7 @@ def check(spec: dict, inputs: dict, output) -> dict:
     return record | ({"rows_checked": len(picked), "rows": rows} if len(picked) < rows else {})
 
 
-def _check_whole(spec: dict, kind, inputs: dict, output) -> dict:
+def _check_whole(spec: dict, kind: ModuleType, inputs: dict, output: Array) -> dict:
     try:
         out = kind.output_array(output)
     except kind.NotComparable as exc:
@@ -73,7 +81,7 @@ def _check_whole(spec: dict, kind, inputs: dict, output) -> dict:
     return compare(spec["dtype"], ref, out) | {"reference": "the function itself in float64 on the CPU, same inputs"}
 
 
-def check_rank(spec: dict, rank: int, output) -> dict:
+def check_rank(spec: dict, rank: int, output: Array) -> dict:
     """A collective's rank: its output after the collective of every rank's collective.rank_input."""
     return {"rank": rank, **compare(spec["dtype"], collective.rank_reference(spec, rank), output)}
 
@@ -85,7 +93,7 @@ def worst(records: list[dict]) -> dict:
     return max(records, key=lambda r: (r["correct"] is False, r.get("max_rel_error") or 0.0))
 
 
-def compare(dtype: str, ref, output) -> dict:
+def compare(dtype: str, ref: Array, output: Array) -> dict:
     """The normwise comparison of an output with its float64 reference, at `dtype`'s tolerance."""
     import numpy as np
 
@@ -114,7 +122,7 @@ def _verdict(abs_err: float | None, rel_err: float | None, tol: float, precision
     }
 
 
-def _f64(a):
+def _f64(a: Array) -> np.ndarray:
     import numpy as np
 
     if hasattr(a, "detach"):  # a torch tensor (bf16 has no NumPy dtype)

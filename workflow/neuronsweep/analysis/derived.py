@@ -12,7 +12,14 @@ SET_ORDERING_MODE): busy time, but not the workload's op mix.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from neuronsweep.analysis.profile_tables import ProfileTables
 from neuronsweep.json_numbers import finite_number
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _union(source: str) -> str:
@@ -50,7 +57,7 @@ ENGINE_OF_LABEL = (
 )
 
 
-def _instruction_columns(db):
+def _instruction_columns(db: ProfileTables) -> tuple[str, str, str, str, str] | None:
     """(table, engine column, start column, duration column) of an instruction table with timing."""
     found = _instruction_table(db)
     if found is None:
@@ -69,7 +76,7 @@ NUMBER_TYPES = (
 )
 
 
-def type_problems(db, where) -> list[str]:
+def type_problems(db: ProfileTables, where: str | Path) -> list[str]:
     """One sentence per column the tables below read whose type cannot be what it is read as (text or a
     list where a time, a size or a core index belongs; anything but text where an engine, opcode or
     queue name belongs), whatever the profile names it: checked once, before any SQL binds it, so a
@@ -96,7 +103,7 @@ def type_problems(db, where) -> list[str]:
     return out
 
 
-def _dma_columns(db):
+def _dma_columns(db: ProfileTables) -> tuple[str, str, str, str, str | None, str] | None:
     """(table, queue name column, start, duration, size) of the DMA table (legacy `dma`, parquet `DmaPacket`)."""
     table = next((t for t in db.tables if t.lower() in ("dma", "dmapacket")), None)
     if table is None:
@@ -111,17 +118,19 @@ def _dma_columns(db):
         pick("transfer_size", "transfer_bytes"),
         _core(cols),
     )
-    return found if all(found[1:4]) else None
+    return found if all(found[1:4]) else None  # type: ignore[return-value]  # the three checked here
 
 
-def dma_packet_count(db) -> int | None:
+def dma_packet_count(db: ProfileTables | None) -> int | None:
     """Rows of the profile's DMA table; None when the view has none. Zero rows is what a capture without
     DGE notifications may leave (Neuron Explorer's capture guide)."""
     found = _dma_columns(db) if db is not None else None
-    return None if found is None else db.sql(f'SELECT count(*) FROM "{found[0]}"').fetchone()[0]
+    return (
+        None if db is None or found is None else (db.sql(f'SELECT count(*) FROM "{found[0]}"').fetchone() or (None,))[0]
+    )
 
 
-def _device_intervals(db) -> str | None:
+def _device_intervals(db: ProfileTables) -> str | None:
     """SQL rows (class, ts, te, dur) of the profile's own instructions per engine, semaphore waits
     left out, plus its DMA packets as class 'dma'; None without an instruction table with timing."""
     found = _instruction_columns(db)
@@ -141,7 +150,7 @@ def _device_intervals(db) -> str | None:
     return sql
 
 
-def engine_busy(db):
+def engine_busy(db: ProfileTables) -> pd.DataFrame | None:
     """Busy ns per engine (interval union, semaphore waits left out) beside the summed durations and,
     where the summary has it, the tool's own `<engine>_engine_active_time`; from the instruction table
     when there is one, else per .pftrace track class. Each physical core's engines are their own
@@ -177,7 +186,7 @@ def engine_busy(db):
         FROM u JOIN sums USING (class) GROUP BY u.class ORDER BY busy_ns DESC""")
 
 
-def _beside_tool(db, table):
+def _beside_tool(db: ProfileTables, table: pd.DataFrame) -> pd.DataFrame:
     """Add the summary's own active time per engine (ns) and total_time, where the summary has them as
     times (a legacy profile's table holds whatever its JSON held: text, a number too large for a float)."""
     if "summary" not in db.tables:
@@ -196,7 +205,7 @@ def _beside_tool(db, table):
     return table
 
 
-def overlap(db):
+def overlap(db: ProfileTables) -> pd.DataFrame | None:
     """ns during which two engines (classes) are both busy (the diagonal is each one's busy time), on
     the same physical core; under LNC 2 the mean over the two physical cores, as engine_busy's."""
     if "slice" not in db.tables and _device_intervals(db) is None:
@@ -210,7 +219,7 @@ def overlap(db):
         GROUP BY 1, 2 ORDER BY 1, 2""")
 
 
-def opcodes(db):
+def opcodes(db: ProfileTables) -> pd.DataFrame | None:
     """Per class and slice name (opcode on Neuron, aten op on cpu): count, duration distribution, and
     self time (duration minus nested children), which adds up without double counting."""
     if "slice" not in db.tables:
@@ -227,7 +236,7 @@ def opcodes(db):
         WHERE sl.dur > 0 GROUP BY 1, 2 ORDER BY total_ns DESC""")
 
 
-def unknown_tracks(db):
+def unknown_tracks(db: ProfileTables) -> pd.DataFrame | None:
     """The profile's tracks no class pattern matched (track_id, name), so a user can add a pattern for them; None
     without classified tracks."""
     if "track_class" not in db.tables:
@@ -235,7 +244,7 @@ def unknown_tracks(db):
     return db.df("SELECT track_id, name FROM track_class WHERE class IS NULL ORDER BY name")
 
 
-def _instruction_table(db):
+def _instruction_table(db: ProfileTables) -> tuple[str, set[str], str | None] | None:
     """(name, columns, duration column or None) of the Instruction table (neuron legacy json or parquet,
     or the xla backend's HLO module), or None when the view has none."""
     table = next((t for t in db.tables if t.lower() == "instruction"), None)
@@ -254,7 +263,7 @@ def _work(cols: set[str]) -> str:
     return " AND ".join(cond)
 
 
-def top_sources(db, limit: int = 20):
+def top_sources(db: ProfileTables, limit: int = 20) -> pd.DataFrame | None:
     """Work instruction time by NKI source line or HLO name (semaphore waits and runtime control left out)."""
     found = _instruction_table(db)
     if found is None:
@@ -272,7 +281,7 @@ def top_sources(db, limit: int = 20):
     return db.df(" UNION ALL ".join(parts) + f" ORDER BY total_time DESC LIMIT {limit}")
 
 
-def op_mix(db):
+def op_mix(db: ProfileTables) -> pd.DataFrame | None:
     """Work instructions per opcode (and engine) from the Instruction table, with their time where the
     table has one (the xla HLO dump has none)."""
     found = _instruction_table(db)
@@ -288,7 +297,7 @@ def op_mix(db):
         FROM "{table}" WHERE {_work(cols)} GROUP BY {", ".join(group)} ORDER BY instructions DESC, opcode""")
 
 
-def dma_queues(db):
+def dma_queues(db: ProfileTables) -> pd.DataFrame | None:
     """Per DMA queue (named by the legacy json's `subgroup`, e.g. qSyncSpillReload0-Q1-E0, since its
     `dma_queue` is only a number; parquet DmaPacket's `queue_name`): packets, bytes, busy time."""
     found = _dma_columns(db)
@@ -319,11 +328,11 @@ TABLES = {
 }
 
 
-def framework_ops(db) -> tuple[list | None, str | None]:
+def framework_ops(db: ProfileTables | None) -> tuple[list | None, str | None]:
     """(framework_name, time_intervals) of every row of the parquet FrameworkInstruction table, or (None, why)
     where the table lacks them; (None, None) where the view has no such table."""
     table = next((t for t in db.tables if t.lower() == "frameworkinstruction"), None) if db is not None else None
-    if table is None:
+    if db is None or table is None:
         return None, None
     cols = {column for column, _ in db.describe(table)}
     lacking = [c for c in ("framework_name", "time_intervals") if c not in cols]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from neuronsweep.analysis.intervals import shares
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
@@ -46,7 +47,7 @@ def parse(name: str) -> tuple[str, str, str]:
     return op, ".".join(modules), modules[-1] if modules else ""
 
 
-def intervals(text) -> list[tuple[int, int]]:
+def intervals(text: Any) -> list[tuple[int, int]]:
     """The [[start, end], ...] of a time_intervals string; a malformed one raises ValueError."""
     pairs = json.loads(text) if isinstance(text, str) else text
     out = []

@@ -5,9 +5,10 @@ Columns in, numpy throughout: a trace's ops are up to millions of intervals."""
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
-def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+def merge(starts: ArrayLike, ends: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Merge [start, end) intervals into disjoint sorted ones (touching ones join); empty and
     inverted intervals are dropped."""
     starts, ends = np.asarray(starts, np.float64), np.asarray(ends, np.float64)
@@ -41,7 +42,7 @@ def shares(spans: list[tuple[int, int, str]]) -> tuple[dict[str, float], int]:
     return out, covered
 
 
-def union_length(starts, ends) -> float:
+def union_length(starts: ArrayLike, ends: ArrayLike) -> float:
     """Total length covered by the intervals [starts, ends), overlaps counted once."""
     s, e = merge(starts, ends)
     return float((e - s).sum())

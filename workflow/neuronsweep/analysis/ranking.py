@@ -27,7 +27,7 @@ GROUPS = {  # suite -> columns that define "comparable"
 }
 
 
-def _time(row) -> tuple[float | None, str | None]:
+def _time(row: pd.Series) -> tuple[float | None, str | None]:
     """(time, basis): the framework median where measured, else the device time."""
     if pd.notna(row.get("latency_median_s")):
         return row["latency_median_s"], "latency_median_s"
@@ -36,7 +36,7 @@ def _time(row) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _costs(samples: dict, row, per: float) -> Timing | None:
+def _costs(samples: dict, row: pd.Series, per: float) -> Timing | None:
     """A case's timing as costs (per FLOP where the group's work differs); None: no samples."""
     timing = verdict.as_timing(samples.get(row.get("workload_id")))
     return None if timing is None else timing.scaled(per)

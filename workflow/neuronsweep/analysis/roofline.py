@@ -7,12 +7,13 @@ are the host's own, measured by `neuronsweep calibrate`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 PE = 128  # TensorE systolic array: contraction (partition) dim and stationary free dim
 MOVING_FREE = 512  # moving free size: one PSUM bank of 512 fp32
 
 
-def _positive(value) -> float | int | None:
+def _positive(value: Any) -> float | int | None:
     """A metadata value as a number above 0 (ints stay ints; numbers written as text are read); None
     for anything else (text, lists, NaN, 0, negatives), so a damaged file never gives a peak."""
     if isinstance(value, bool):

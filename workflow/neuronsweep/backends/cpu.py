@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.intervals import union_length
@@ -222,7 +224,7 @@ CALIB_RUN_S = 0.2  # one GEMM this long is past caches and thread start-up on an
 CALIB_MAX_N = 4096
 
 
-def _calibrate_gemm(torch, dtype: str) -> dict:
+def _calibrate_gemm(torch: ModuleType, dtype: str) -> dict:
     """Grow an n^3 GEMM until one run takes CALIB_RUN_S (or the budget would not allow the next
     size), then keep its best rate over the remaining budget."""
     deadline = time.perf_counter() + caps.CALIBRATION_BUDGET_S
@@ -270,7 +272,7 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     return _calibration_view(record, dtypes, cache_hit=False)
 
 
-def _calibrate_copy(torch) -> dict:
+def _calibrate_copy(torch: ModuleType) -> dict:
     src = torch.empty(64 * 2**20, dtype=torch.float32)  # 256 MiB, far beyond any cache
     dst = torch.empty_like(src)
     dst.copy_(src)
@@ -290,7 +292,7 @@ def _calibration_view(record: dict, dtypes: list[str], cache_hit: bool) -> dict:
     }
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0

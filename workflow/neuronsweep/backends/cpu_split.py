@@ -13,15 +13,19 @@ the executions. The timed loop never runs this copy: the ranges cost a few micro
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize, is_gemm_op
 from neuronsweep.store.layer_split import LayerSplitRecord
+
+if TYPE_CHECKING:
+    from torch import fx
 
 EXECUTIONS = 5  # profiled executions of the instrumented copy, after one untimed
 EXEC = "split-exec"
 
 
-def _where(node) -> tuple[str, str, str]:
+def _where(node: fx.Node) -> tuple[str, str, str]:
     """(module path relative to the layer, module class, the calling source line) of a graph node."""
     stack = node.meta.get("nn_module_stack") or {}
     path, cls = list(stack.values())[-1] if stack else ("", "")
@@ -32,14 +36,14 @@ def _where(node) -> tuple[str, str, str]:
     return relative, cls.rpartition(".")[2], lines[-1].strip() if lines else ""
 
 
-def _op(node) -> str:
+def _op(node: fx.Node) -> str:
     target = node.target
     name = getattr(target, "__name__", str(target)).split(".")[0]
     namespace = str(getattr(target, "namespace", ""))
     return f"{namespace}::{name}" if namespace and namespace != "aten" else name
 
 
-def labels(graph) -> list[tuple[object, str]]:
+def labels(graph: fx.Graph) -> list[tuple[fx.Node, str]]:
     """(node, range name) for every op node: "<category>" or, for a GEMM, "<category>|<module>"."""
     out = []
     for node in graph.nodes:
@@ -52,7 +56,7 @@ def labels(graph) -> list[tuple[object, str]]:
     return out
 
 
-def instrument(module):
+def instrument(module: fx.GraphModule) -> fx.GraphModule:
     """A copy of the exported module's graph with a profiler range around each run of same-named nodes,
     over the module's own weights (shared, not copied: a layer's weights can be gigabytes)."""
     import copy
@@ -77,7 +81,7 @@ def instrument(module):
     return torch.fx.GraphModule(module, graph)
 
 
-def measure(module, args: list) -> LayerSplitRecord:
+def measure(module: fx.GraphModule, args: list) -> LayerSplitRecord:
     """The layer's split: per category the median seconds over EXECUTIONS profiled executions of the
     instrumented copy, each GEMM module's median seconds inside the layer, and the executions' median span."""
     import torch

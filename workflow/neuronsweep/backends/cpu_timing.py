@@ -9,7 +9,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from neuronsweep.backends import BACKENDS
 from neuronsweep.backends.processes import run_tool
@@ -17,12 +20,16 @@ from neuronsweep.errors import UserError
 from neuronsweep.store.records import BuildRecord
 from neuronsweep.workloads import TORCH_DTYPES, kind_of
 
+if TYPE_CHECKING:
+    import torch
+    from torch import fx
+
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
 LEAD_S = 0.01  # untimed runs at the start of the timing loop's call (one at least)
 
 
-def torch_dtype(torch, name: str):
+def torch_dtype(torch: ModuleType, name: str) -> torch.dtype:
     """The torch dtype for a config dtype name (fp32, bf16, ...)."""
     return getattr(torch, TORCH_DTYPES[name])
 
@@ -36,7 +43,7 @@ def freeze_what_is_loaded() -> None:
     gc.freeze()
 
 
-def load_module(torch, build_dir: Path, spec: dict):
+def load_module(torch: ModuleType, build_dir: Path, spec: dict) -> fx.GraphModule:
     """The case's saved program as a callable module; a model's layer gets its seeded weights back
     (workloads/layer.py: its .pt2 holds the program only)."""
     kind = kind_of(spec)
@@ -142,14 +149,14 @@ def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int
     return _cpu_round(args, timeout_s, f"timed round {r} of {build_dir} in its own process")
 
 
-def inputs(torch, spec: dict) -> list:
+def inputs(torch: ModuleType, spec: dict) -> list:
     """The case's inputs, the same values in every process (seeded)."""
     kind, gen = kind_of(spec), torch.Generator().manual_seed(0)
     shapes, dtype = kind.tensor_shapes(spec), torch_dtype(torch, spec["dtype"])
     return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
 
 
-def timing_loop(module, args: list):
+def timing_loop(module: Callable, args: list) -> Callable[[int], list[float]]:
     """timed(n): n executions, each timed alone (perf_counter_ns), in seconds."""
 
     def timed(executions: int) -> list[float]:
@@ -163,7 +170,7 @@ def timing_loop(module, args: list):
     return timed
 
 
-def warm_then_time(timed, warmup: int, iterations: int) -> list[float]:
+def warm_then_time(timed: Callable[[int], list[float]], warmup: int, iterations: int) -> list[float]:
     """`iterations` timed runs after `warmup` runs and at least WARMUP_MIN_S of runs. `timed(n)` is the
     timing loop run n times; the warm-up runs that loop itself, and the call that times also runs
     LEAD_S of untimed runs first: a loop that had not run made the 1st and 8th timed runs of a 55 us

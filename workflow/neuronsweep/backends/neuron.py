@@ -23,6 +23,7 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -261,7 +262,9 @@ def rank_neffs(neff_cache: Path, world: int) -> list[str | None]:
     return out
 
 
-def torchneuron_run(spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options) -> dict:
+def torchneuron_run(
+    spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options: object
+) -> dict:
     """Run torchneuron_program in `workdir`; options: check, warmup, iterations, repeats, inspect_nth."""
     workdir = workdir.resolve()
     args = child_args(spec, workdir / "result.json", neff_cache=neff_cache, **options)
@@ -463,7 +466,7 @@ def framework_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pat
     return timing
 
 
-def _timed(one_run, workdir: Path, settings: CaptureSettings) -> tuple[dict, list[dict]]:
+def _timed(one_run: Callable[[Path, int], dict], workdir: Path, settings: CaptureSettings) -> tuple[dict, list[dict]]:
     """A device program's timing and the runs it came from: one run of `repeats` rounds in `workdir`, or
     (capture.rounds_in_processes) a run of one round each in workdir/round_<r>/, merged: every sample, each
     run's median a round that analysis/verdict.py tests, their recompiles summed, their pids (round_pids).
@@ -516,7 +519,9 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     }
 
 
-def rerun_torchneuron(build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options) -> dict:
+def rerun_torchneuron(
+    build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options: object
+) -> dict:
     """The build's workload again in TorchNeuron on the capture's cores, through the build's NEFF cache
     (a NEFF appearing there now is a recompile): torchneuron_program, or a collective's ranks."""
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -488,7 +489,7 @@ def view_profile(
 
     tracker = ["--enable-memory-tracker"] if settings.memory_tracker else []
 
-    def run(fmt: str, extra: list[str], written: list[Path] | None = None):
+    def run(fmt: str, extra: list[str], written: list[Path] | None = None) -> subprocess.CompletedProcess:
         argv = base + ["--output-format", fmt] + extra + tracker
         commands[fmt] = argv
         proc = run_tool(

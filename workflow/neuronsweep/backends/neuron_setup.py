@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterable
 
 from neuronsweep.errors import UserError
 from neuronsweep.host import neuron_ls
@@ -191,6 +192,6 @@ def settle_route(options: dict, probe: dict | None = None) -> tuple[dict, dict]:
     }
 
 
-def needs_route(workloads) -> bool:
+def needs_route(workloads: Iterable[dict]) -> bool:
     """Whether any planned workload is built by a framework (every one but an NKI kernel)."""
     return any(spec.get("impl") != "nki" for spec in workloads)

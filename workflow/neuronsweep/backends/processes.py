@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
@@ -94,7 +95,9 @@ def _size(paths: list[Path]) -> int | None:
     return None
 
 
-def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> subprocess.CompletedProcess:
+def _run_until_written(
+    argv: list[str], timeout_s: float, what: str, cwd: Path | None, env: dict | None, written: list[Path]
+) -> subprocess.CompletedProcess:
     import tempfile
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -119,7 +122,7 @@ def _run_until_written(argv, timeout_s, what, cwd, env, written: list[Path]) -> 
         return _completed(argv, proc.returncode, out, err)
 
 
-def _completed(argv: list[str], code: int, out, err) -> subprocess.CompletedProcess:
+def _completed(argv: list[str], code: int, out: IO[str], err: IO[str]) -> subprocess.CompletedProcess:
     out.seek(0)
     err.seek(0)
     return subprocess.CompletedProcess(argv, code, out.read(), err.read())
@@ -133,7 +136,7 @@ def fresh(folder: Path) -> Path:
     return folder
 
 
-def child_args(spec: dict, out: Path, **settings) -> list[str]:
+def child_args(spec: dict, out: Path, **settings: object) -> list[str]:
     """A child program's command line: the spec, where to write, then each setting given as
     `--key-name value` (None left out)."""
     args = ["--spec", json.dumps(spec), "--out", str(out)]

@@ -59,7 +59,7 @@ def _definitions(path: str) -> list[tuple[int, int, str, str]]:
         return []
     out = []
 
-    def walk(node, prefix: str, cls: str) -> None:
+    def walk(node: ast.AST, prefix: str, cls: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
                 name = f"{prefix}{child.name}"

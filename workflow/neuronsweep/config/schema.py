@@ -13,9 +13,10 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -23,10 +24,13 @@ from neuronsweep import __version__
 from neuronsweep.atomic import write_json
 from neuronsweep.errors import UserError
 
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
+
 SCHEMA = "config.schema.yaml"  # shipped inside the package, so an installed wheel validates too
 
 
-def _default(sub: dict, root: dict):
+def _default(sub: dict, root: dict) -> tuple[bool, Any]:
     """A property's default, also through a local "#/$defs/..." reference."""
     if "default" in sub:
         return True, sub["default"]
@@ -38,13 +42,13 @@ def _default(sub: dict, root: dict):
     return False, None
 
 
-def _with_defaults(base, root: dict):
+def _with_defaults(base: Any, root: dict) -> Any:
     """A validator class that also writes each property's schema default into the instance."""
     from jsonschema import validators
 
     validate_properties = base.VALIDATORS["properties"]
 
-    def set_defaults(validator, properties, instance, schema):
+    def set_defaults(validator: Any, properties: dict, instance: object, schema: dict) -> Iterator:
         if isinstance(instance, dict):
             for key, sub in properties.items():
                 has, value = _default(sub, root)
@@ -65,7 +69,7 @@ def resolve_ref(sub: dict, root: dict) -> dict:
     )
 
 
-def _scalar(value, sub: dict):
+def _scalar(value: Any, sub: dict) -> Any:
     """A value as the schema's scalar type wants it: `--config capture='{iterations: 3}'` reaches us as
     the string '3' (Snakemake parses nested --config values with YAML's BaseLoader, all strings), and
     YAML's 3.0 is an integer to JSON Schema but not to the CLI; anything else is left for the validator."""
@@ -84,7 +88,7 @@ def _scalar(value, sub: dict):
     return value
 
 
-def _coerce(instance, sub: dict, root: dict):
+def _coerce(instance: Any, sub: dict, root: dict) -> Any:
     """Walk the config beside its schema, coercing scalars (_scalar) in place."""
     sub = resolve_ref(sub, root)
     if isinstance(instance, dict):
@@ -109,7 +113,7 @@ def load_schema() -> dict:
     return yaml.load(resources.files("neuronsweep.config").joinpath(SCHEMA).read_text(), Loader=_LOADER)
 
 
-def schema_default(dotted: str):
+def schema_default(dotted: str) -> Any:
     """The schema's default of a key such as 'capture.iterations': the one place defaults live, for
     the CLI's flags as much as for configs. A list's entries are stepped into by the key after the list's
     ('suites.custom.search.per_round': per_round of a custom entry's search)."""
@@ -132,7 +136,7 @@ def check_profiled_exec(num_exec: int, nth_exec: int, names: tuple[str, str], so
         )
 
 
-def _key(path) -> str:
+def _key(path: Iterable[str | int]) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
@@ -154,7 +158,7 @@ def _alternative(alt: dict) -> str:
     return words + (f" of at least {alt['minimum']}" if "minimum" in alt else "")
 
 
-def _sentence(error, source: str) -> str:
+def _sentence(error: ValidationError, source: str) -> str:
     """One sentence for one jsonschema error: what is wrong, which key, how to fix it."""
     key = _key(error.absolute_path)
     v, val = error.validator, error.validator_value  # val: the schema's value for v (a list, a type name, ...)
@@ -292,7 +296,7 @@ class _StrictLoader(_LOADER):  # type: ignore[misc,valid-type]  # CSafeLoader wh
     drops a whole `suites:` or `capture:` section without a word)."""
 
 
-def _no_duplicates(loader, node, deep: bool = False):
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[object, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -307,7 +311,7 @@ def _no_duplicates(loader, node, deep: bool = False):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
-def read_yaml(path: str | Path):
+def read_yaml(path: str | Path) -> Any:
     """A YAML config file, duplicate keys refused; every problem is one sentence naming the file."""
     path = Path(path)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from neuronsweep.config.schema import check_profiled_exec, schema_default, section_defaults
 from neuronsweep.errors import UserError
@@ -17,7 +18,7 @@ from neuronsweep.errors import UserError
 HOST_ENV = "NEURONSWEEP_HOST"
 
 
-def host_setting(key: str, fallback):
+def host_setting(key: str, fallback: Any) -> Any:
     """A host setting (slots, device lock, cache root) the Snakemake run passed in NEURONSWEEP_HOST, else `fallback`; a
     damaged value is one sentence."""
     raw = os.environ.get(HOST_ENV)

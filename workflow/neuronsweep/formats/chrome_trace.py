@@ -40,9 +40,11 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Hashable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -111,7 +113,7 @@ def _cap_mb() -> int:
 LIMIT_US = Decimal(2**63 - 1) / 1000  # a stamp Perfetto holds (int64 nanoseconds) is below this
 
 
-def exact_ns(value) -> int | None:
+def exact_ns(value: object) -> int | None:
     """Microseconds as the JSON wrote them (an int, a decimal string, a Decimal; a float only as its
     shortest repr, all a float still knows) to integer nanoseconds; None if it is no finite number
     or past int64 nanoseconds (never wrapped around)."""
@@ -243,7 +245,7 @@ class Events:
     def __enter__(self) -> Events:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -355,7 +357,7 @@ class Events:
         x = self.db.execute(f"SELECT name, ts, dur FROM ev WHERE kind = {SLICE} ORDER BY ts, seq").fetchnumpy()
         return [(str(names[n]), int(t), int(d)) for n, t, d in zip(x["name"], x["ts"], x["dur"])]
 
-    def _ordinal(self, table: dict, value) -> int:
+    def _ordinal(self, table: dict, value: Hashable) -> int:
         """`value`'s number in `table`, the next one when it is new."""
         found = table.get(value)
         if found is None:
@@ -635,7 +637,7 @@ class Events:
         self.db.execute(f"DELETE FROM ev WHERE kind IN ({BEGIN}, {END})")
 
 
-def _hashable(value):
+def _hashable(value: Any) -> Hashable:
     """A JSON value usable in a track key (lists and objects as their JSON text)."""
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
@@ -716,7 +718,7 @@ def looks_like(path: Path) -> bool:
         return bool(TRACE_EVENTS.search(handle.read(SNIFF)))
 
 
-def read(source, spill_dir: str | Path | None = None) -> Events:
+def read(source: str | Path | dict | list, spill_dir: str | Path | None = None) -> Events:
     """A trace's events (close them, or use them as a context manager): `source` is a Chrome trace
     dict or list, or a JSON file's path (plain or gzip); their table lives in a temporary folder in
     `spill_dir`. What could not be converted is said in one line on stderr (Events.said)."""
@@ -760,7 +762,7 @@ def _keep_freed_pages() -> None:
         mallopt(M_TRIM_THRESHOLD, 128 << 20)
 
 
-def _fill(events: Events, source) -> None:
+def _fill(events: Events, source: str | Path | dict | list) -> None:
     if not isinstance(source, (str, Path)):
         if isinstance(source, dict) and isinstance(source.get("traceEvents"), list):
             listed = source["traceEvents"]
@@ -790,10 +792,10 @@ def _fill(events: Events, source) -> None:
             events.clear()
     found = json_records.Split()
     try:
-        for _, raw, _ in json_records.split(path, {"traceEvents"}, set(), found):
+        for _, part, _ in json_records.split(path, {"traceEvents"}, set(), found):
             if "traceEvents" in found.irregular:
                 break
-            _batch(events, raw)
+            _batch(events, part)
     except (json_records.NotJSON, ValueError, EOFError, OSError) as e:
         raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
     if "traceEvents" in found.repeated:
@@ -840,7 +842,7 @@ def _batch(events: Events, raw: bytes) -> None:
     events.add_dicts(records, *_stamps(raw, records))
 
 
-def _floats(value):
+def _floats(value: Any) -> Any:
     """Decimals (json.loads with parse_float=Decimal) back to floats, inside lists and objects."""
     if isinstance(value, Decimal):
         return float(value)

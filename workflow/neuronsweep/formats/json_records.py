@@ -21,7 +21,9 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from io import BufferedReader
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -43,7 +45,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 @contextmanager
-def gzip_damage(path: Path):
+def gzip_damage(path: Path) -> Iterator[None]:
     """A damaged gzip file (truncated, corrupt) as one sentence instead of zlib's traceback."""
     try:
         yield
@@ -61,7 +63,7 @@ def is_gzip(path: Path) -> bool:
         return handle.read(2) == GZIP_MAGIC
 
 
-def open_bytes(path: Path):
+def open_bytes(path: Path) -> gzip.GzipFile | BufferedReader:
     """The file's bytes, decompressed when it is gzip (told by its first bytes, not its name)."""
     handle = open(path, "rb")
     if handle.read(2) == GZIP_MAGIC:
@@ -121,7 +123,7 @@ class _Structure:
         self.depth, self.in_string, self.escape_next = 0, 0, False
         self.scratch = [np.empty(BLOCK, np.uint8) for _ in range(3)]
 
-    def block(self, buf: bytes):
+    def block(self, buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         n = len(buf)
         if n > BLOCK:
             self.scratch = [np.empty(n, np.uint8) for _ in range(3)]
@@ -163,7 +165,7 @@ class _Array:
         self.first = b""  # the first record's bytes
 
 
-def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iterator[tuple[str, bytes, int]]:
+def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iterator[tuple[str, bytes | bytearray, int]]:
     """Yield (key, ndjson bytes, record count) batches of the top-level arrays named in `keys`, and
     fill `result` as it goes (a key is in result.irregular before a batch of its that may hold
     anything but records is yielded). Of the `first_of` arrays only the first record is kept."""
@@ -216,7 +218,9 @@ def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iter
         raise NotJSON(f"the JSON ends inside {'a string' if scan.in_string else 'an object or array'}: cut short")
 
 
-def _records(arr: _Array, buf: bytes, start: int, stop: int, pos, chars, after, result: Split):
+def _records(
+    arr: _Array, buf: bytes, start: int, stop: int, pos: np.ndarray, chars: np.ndarray, after: np.ndarray, result: Split
+) -> tuple[bytes | bytearray, int] | None:
     """The records of `arr` that end within buf[start:stop], as (ndjson bytes, count), or None; keeps
     what is left (an unfinished record, or the bytes after the last one) for the next region."""
     if ((chars == LBRACKET) & (after == 3)).any():  # a list as an item
@@ -270,7 +274,7 @@ def _check_gap(arr: _Array, gap: bytes, result: Split) -> None:
         result.irregular.add(arr.key)
 
 
-def loads(data: bytes):
+def loads(data: bytes) -> Any:
     """orjson, except where an int may pass 64 bits (20 digits or more): orjson makes those floats."""
     return json.loads(data) if LONG_INT.search(data) else orjson.loads(data)
 
@@ -312,10 +316,10 @@ def quick_split(path: Path, opening: re.Pattern) -> Iterator[bytes]:
                 data = SEPARATOR.sub(b"}\n{", data)
             cut = data.rfind(b"\n{")
             carry, body = (data[cut + 1 :], data[:cut].lstrip(WHITESPACE)) if cut >= 0 else (data, b"")
-            data = buf = None  # only the batch is kept while it is read: the next block is read after
+            del data, buf  # only the batch is kept while it is read: the next block is read after
             if body.rstrip(WHITESPACE):  # the same bytes object where there is nothing to strip: no copy
                 yield _shallow(body)
-            body = None
+            del body
             buf = handle.read(BLOCK)
     # the last record (what is carried holds no record edge), then `]` and whatever follows the array
     tail = carry.lstrip(WHITESPACE)

@@ -19,8 +19,10 @@ files with union_by_name, which widens int64 + float64 to DOUBLE and anything + 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pyarrow as pa
@@ -28,13 +30,16 @@ import pyarrow as pa
 from neuronsweep.errors import UserError
 from neuronsweep.formats import json_records
 
+if TYPE_CHECKING:
+    import duckdb
+
 BATCH = 20_000
 INT64 = (-(2**63), 2**63 - 1)
 EXACT_FLOAT_INT = 2**53
 SCALAR_LEAVES = ("int64", "string", "bool", "null")  # list leaf types whose JSON text Arrow keeps exact
 
 
-def _text(v) -> str:
+def _text(v: object) -> str:
     """A value as text: strings as they are, anything else as compact JSON (orjson; json for ints
     beyond 64 bits, which orjson refuses)."""
     if isinstance(v, str):
@@ -90,7 +95,7 @@ def batch_table(records: list[dict]) -> pa.Table:
     return pa.table({name: arr for name, arr in arrays.items() if arr is not None})
 
 
-def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
+def ndjson_table(data: bytes | bytearray, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
     """One batch of newline-delimited records as the same table `batch_table` makes of them. pyarrow's
     JSON reader parses it; a batch it cannot type exactly is decoded with orjson and typed by us:
     a column changing type (Arrow refuses it), a double at or beyond 2^53 (Arrow reads an int beyond
@@ -112,7 +117,7 @@ def ndjson_table(data: bytes | bytearray, con=None) -> pa.Table:
     return batch_table(json_records.batch_records(bytes(data)))
 
 
-def _exact(table: pa.Table, con=None) -> pa.Table | None:
+def _exact(table: pa.Table, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table | None:
     """`table` typed as `batch_table` would type it, or None where pyarrow's types may not be exact."""
     import pyarrow.compute as pc
 
@@ -174,7 +179,12 @@ class _Files:
             self.writer = None
 
 
-def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), firsts=("summary", "metadata")) -> None:
+def write_tables(
+    path: Path,
+    out_dir: Path,
+    arrays: tuple[str, ...] = ("instruction", "dma"),
+    firsts: tuple[str, ...] = ("summary", "metadata"),
+) -> None:
     """The profile's `arrays` as `<key>-NNNN.parquet` files and the first record of each of `firsts`
     as `<key>.parquet`, in one pass over the file (see the module docstring). A damaged file is one
     sentence naming it, whichever decoder found the damage."""
@@ -187,7 +197,7 @@ def write_tables(path: Path, out_dir: Path, arrays=("instruction", "dma"), first
         ) from None
 
 
-def _write_tables(path: Path, out_dir: Path, arrays, firsts) -> None:
+def _write_tables(path: Path, out_dir: Path, arrays: tuple[str, ...], firsts: tuple[str, ...]) -> None:
     import duckdb
     import pyarrow.parquet as pq
 
@@ -232,7 +242,7 @@ def _write_tables(path: Path, out_dir: Path, arrays, firsts) -> None:
 
 
 @contextmanager
-def _readable(path: Path, what: str):
+def _readable(path: Path, what: str) -> Iterator[None]:
     """What the streaming JSON decoders (ijson, json) raise on a damaged file, as one sentence."""
     import ijson
 
@@ -254,7 +264,7 @@ def array_to_parquet(path: Path, key: str, out_dir: Path) -> list[Path]:
     files: list[Path] = []
     writer = None
 
-    def flush(batch) -> None:
+    def flush(batch: list) -> None:
         nonlocal writer
         table = batch_table(batch)
         if writer is None or not writer.schema.equals(table.schema):

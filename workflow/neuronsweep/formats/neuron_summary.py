@@ -16,6 +16,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.formats.legacy_json import first_record
@@ -74,7 +75,7 @@ REQUIRED = ("total_time",)  # every summary shape the tools write has it (second
 STREAM_ABOVE = 16 * 2**20  # summary-json is kilobytes; a file this large is a full profile: stream it
 
 
-def unwrap(obj, source: str = "summary") -> dict:
+def unwrap(obj: Any, source: str = "summary") -> dict:
     """The one summary record of a summary object, whichever wrapper the profile version used."""
     for key in ("Summary", "summary"):  # parquet-style wrapper; legacy full profile
         if isinstance(obj, dict) and isinstance(obj.get(key), list) and obj[key]:

@@ -11,8 +11,10 @@ Features this decoder does not implement fail loudly instead of producing silent
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -48,7 +50,7 @@ class Slice:
     args: dict = field(default_factory=dict)
 
 
-def _ints(kind: str = "q"):
+def _ints(kind: str = "q") -> Any:
     return field(default_factory=lambda: array(kind))
 
 
@@ -85,7 +87,7 @@ class Slices:
             args,
         )
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Slice]:
         args: dict[int, dict] = {}
         for s, k, v in zip(self.arg_slice, self.arg_key, self.arg_value):
             args.setdefault(s, {})[k] = v
@@ -135,7 +137,7 @@ def _varint(data, pos: int) -> tuple[int, int]:
 CHUNK = 4 << 20  # bytes of packets decoded together
 
 
-def _chunks(data: bytes, path: str | Path):
+def _chunks(data: bytes, path: str | Path) -> Iterator[tuple[int, bytes, np.ndarray, np.ndarray]]:
     """The trace file in chunks of whole packets (a Trace is `repeated TracePacket packet = 1`:
     length-delimited packets one after another) with each packet's payload bounds in the chunk, so
     memory holds one chunk's fields, not the trace's."""
@@ -249,7 +251,7 @@ class _Generation:
 
 
 class _Reader:
-    def __init__(self, path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = path
         self.tracks: dict[int, Track] = {}
         self.slices = Slices()
@@ -262,7 +264,7 @@ class _Reader:
         self.flows: list[tuple[int, int]] = []
         self.flow_last: dict[int, int] = {}  # flow id -> the last slice it reached
 
-    def fail(self, what: str):
+    def fail(self, what: str) -> NoReturn:
         raise UserError(f"{self.path}: {what}")
 
     def wires(self, fields: protoscan.Fields, expected: dict, what: str) -> None:
@@ -343,7 +345,16 @@ class _Reader:
                 tid=td.thread.tid if td.HasField("thread") else None,
             )
 
-    def _events(self, buf, raw, packet, at, length, ts, gen) -> None:
+    def _events(
+        self,
+        buf: np.ndarray,
+        raw: bytes,
+        packet: np.ndarray,
+        at: np.ndarray,
+        length: np.ndarray,
+        ts: np.ndarray,
+        gen: np.ndarray,
+    ) -> None:
         n = packet.size
         ef = protoscan.scan(buf, at, at + length)
         self.wires(ef, EVENT_WIRES, "TrackEvent")
@@ -376,7 +387,7 @@ class _Reader:
         self._args(buf, raw, ef, slice_of, ev_gen)
         self._flows(ef, slice_of)
 
-    def _flows(self, ef, slice_of) -> None:
+    def _flows(self, ef: protoscan.Fields, slice_of: np.ndarray) -> None:
         """Flow ids link each slice to the previous one with the same id (trace_processor's v2 flows);
         a terminating id links and then ends its flow, so the id may start another."""
         ids = ef.where(E_FLOW_IDS, protoscan.I64) | ef.where(E_FLOW_IDS_OLD, protoscan.VARINT)
@@ -480,7 +491,9 @@ class _Reader:
         sl.parent.frombytes(parent.astype(np.int64).tobytes())
         return slice_of
 
-    def _interned(self, table: str, gens: np.ndarray, iids: np.ndarray, convert=lambda name: name) -> np.ndarray:
+    def _interned(
+        self, table: str, gens: np.ndarray, iids: np.ndarray, convert: Callable[[str], str] = lambda name: name
+    ) -> np.ndarray:
         """Interned names of (generation, iid) pairs ("" if unknown), looked up and converted once per
         distinct pair."""
         iids = iids.astype(np.uint64)
@@ -492,7 +505,7 @@ class _Reader:
         names = [convert(getattr(self.gens[k >> 40], table).get(k & ((1 << 40) - 1), "")) for k in keys.tolist()]
         return np.array(names, object)[inverse] if keys.size else np.zeros(0, object)
 
-    def _names(self, raw, ef, n, ev_gen, opens) -> list[str]:
+    def _names(self, raw: bytes, ef: protoscan.Fields, n: int, ev_gen: np.ndarray, opens: np.ndarray) -> list[str]:
         """The names of the events that open slices: interned (name_iid) or inline (name)."""
         iid, _ = ef.last(E_NAME_IID, n)
         names = self._interned("names", ev_gen, iid)
@@ -501,7 +514,9 @@ class _Reader:
         names[ef.msg[inline]] = protoscan.text(raw, ef.at[inline], ef.value[inline])
         return names[opens].tolist()
 
-    def _categories(self, raw, ef, n, ev_gen, opens) -> list[str | None]:
+    def _categories(
+        self, raw: bytes, ef: protoscan.Fields, n: int, ev_gen: np.ndarray, opens: np.ndarray
+    ) -> list[str | None]:
         """Categories joined by commas: the inline strings, else the interned ids' names. An event
         with one interned id (the usual case) is looked up per distinct id; any other, one by one."""
         inline = ef.where(E_CATS, protoscan.LEN)
@@ -526,8 +541,8 @@ class _Reader:
                 for a, m in zip(at[packed[lo:hi]].tolist(), value[packed[lo:hi]].tolist()):
                     pos = a
                     while pos < a + m:
-                        iid, pos = _varint(raw, pos)
-                        ids.append(iid)
+                        one, pos = _varint(raw, pos)
+                        ids.append(one)
                 cats = [self.gens[ev_gen[j]].cats.get(i, "") for i in ids]
             out[j] = ",".join(cats) or None
         return out[opens].tolist()
@@ -539,7 +554,9 @@ class _Reader:
             key = self.keys[name] = f"debug.{name}"
         return key
 
-    def _args(self, buf, raw, ef, slice_of, ev_gen) -> None:
+    def _args(
+        self, buf: np.ndarray, raw: bytes, ef: protoscan.Fields, slice_of: np.ndarray, ev_gen: np.ndarray
+    ) -> None:
         """The debug annotations of the events that opened slices, as `debug.<name>` args."""
         ann = ef.where(E_ANNOTATIONS, protoscan.LEN)
         event = ef.msg[ann]
@@ -573,7 +590,7 @@ class _Reader:
         self.slices.arg_value += values.tolist()
 
 
-def _text(value) -> str:
+def _text(value: str | bytes) -> str:
     """A string field as text: the protobuf runtime hands over bytes where they are not UTF-8."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 

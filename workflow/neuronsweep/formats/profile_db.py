@@ -22,7 +22,10 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
+from array import array
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -39,6 +42,9 @@ from neuronsweep.formats import (
     pftrace_writer,
 )
 from neuronsweep.formats.table_cache import tables_for
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Track name -> class; first match wins; names no pattern matches are reported as unknown.
 DEFAULT_TRACK_PATTERNS = [
@@ -75,7 +81,7 @@ def patterns_from(mapping: dict | None) -> list[tuple[str, str]]:
     return list(mapping.items())
 
 
-def classify(name: str, patterns=DEFAULT_TRACK_PATTERNS) -> str | None:
+def classify(name: str, patterns: list[tuple[str, str]] = DEFAULT_TRACK_PATTERNS) -> str | None:
     """A track's class (the first pattern its name matches: dma, collectives, tensor, vector, ...) or None."""
     for cls, pattern in patterns:
         if re.search(pattern, name or ""):
@@ -104,7 +110,7 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
     track_of = pc.index_in(pa.array(uuids), value_set=pa.array(sorted(trace.tracks), pa.uint64()))
     keys = pa.array(sl.arg_key, text)
 
-    def ints(col):
+    def ints(col: bytes | array) -> pa.Array:
         return pa.array(np.frombuffer(col, np.int64) if len(col) else np.zeros(0, np.int64), i64)
 
     tables = {
@@ -209,7 +215,7 @@ def _arg_values(values: list) -> dict[str, pa.Array]:
     }
 
 
-def _track_class(track: pa.Table, patterns) -> pa.Table:
+def _track_class(track: pa.Table, patterns: list[tuple[str, str]]) -> pa.Table:
     """Our class of every non-counter track (config track_patterns), from the track table: kept out of
     the cached tables, since the patterns may change between queries."""
     rows = [r for r in track.select(["id", "name", "type"]).to_pylist() if r["type"] != "counter_track"]
@@ -222,12 +228,12 @@ def _track_class(track: pa.Table, patterns) -> pa.Table:
     )
 
 
-def sql_text(value) -> str:
+def sql_text(value: object) -> str:
     """A SQL string literal: file and folder names with quotes must simply work, never run as SQL."""
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def read_parquet(files) -> str:
+def read_parquet(files: Iterable[str | Path]) -> str:
     """DuckDB's read_parquet over these files, their columns united by name."""
     return f"read_parquet([{', '.join(sql_text(f) for f in files)}], union_by_name=true)"
 
@@ -267,7 +273,7 @@ PERFETTO_VIEWS = {
 class ProfileDB:
     """A DuckDB connection holding the tables of one or more view folders."""
 
-    def __init__(self, patterns=DEFAULT_TRACK_PATTERNS, memory_limit: str = "256MB") -> None:
+    def __init__(self, patterns: list[tuple[str, str]] = DEFAULT_TRACK_PATTERNS, memory_limit: str = "256MB") -> None:
         self.con = duckdb.connect()
         # bounded memory: past the limit DuckDB spills to its temp directory instead of growing
         self._spill = tempfile.TemporaryDirectory(prefix="neuronsweep-duckdb-")
@@ -277,7 +283,14 @@ class ProfileDB:
         self.tables: dict[str, list[str]] = {}  # table -> the per-source relations behind it
         self.sources: list[str] = []  # what was loaded, for messages
 
-    def _add(self, table: str, workload_id: str, data, materialize: bool = True, source=None) -> None:
+    def _add(
+        self,
+        table: str,
+        workload_id: str,
+        data: str | pa.Table,
+        materialize: bool = True,
+        source: str | Path | None = None,
+    ) -> None:
         """Store `data` (an Arrow table, or a SQL relation text) for one workload under `table`; a
         relation on files (parquet) stays a view unless materialize is asked."""
         part = f"part_{sum(map(len, self.tables.values()))}"  # DuckDB names are case-insensitive
@@ -480,14 +493,14 @@ class ProfileDB:
         except duckdb.Error as exc:
             raise self._failed(exc) from None
 
-    def sql(self, text: str):
+    def sql(self, text: str) -> duckdb.DuckDBPyConnection:
         """Run SQL; `x REGEXP 'p'` (SQLite / Perfetto syntax) is rewritten to regexp_matches(x, 'p')."""
         try:
             return self.con.execute(REGEXP.sub(r"regexp_matches(\1, \2)", text))
         except duckdb.Error as exc:
             raise self._failed(exc) from None
 
-    def df(self, text: str):
+    def df(self, text: str) -> pd.DataFrame:
         """A query's whole result as a pandas DataFrame, with the errors of reading it as `sql`'s."""
         relation = self.sql(text)
         try:

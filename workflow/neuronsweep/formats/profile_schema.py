@@ -14,6 +14,11 @@ here; the profile's own SchemaFields says whether it still has them, and the fie
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from neuronsweep.formats.profile_db import ProfileDB
+
 # table -> field -> (what needs it, the kind of value we read it as)
 READ = {
     "Instruction": {
@@ -42,7 +47,7 @@ FIELDS_TABLE = "SchemaFields"
 KINDS = {"integer": "number", "number": "number", "string": "text"}  # OpenAPI types as SchemaFields gives them
 
 
-def declared(db) -> dict[str, dict[str, dict]] | None:
+def declared(db: ProfileDB) -> dict[str, dict[str, dict]] | None:
     """table -> field -> {"type", "unit"} as the profile's SchemaFields declares them; None without one."""
     if FIELDS_TABLE not in db.tables:
         return None
@@ -57,7 +62,7 @@ def declared(db) -> dict[str, dict[str, dict]] | None:
     return out
 
 
-def problems(db, version: str | None) -> list[str]:
+def problems(db: ProfileDB, version: str | None) -> list[str]:
     """One sentence per field we read that a parquet table of this profile lacks, by its SchemaFields where
     it has one (or declares with a type we cannot read as what we need), else by the table's columns.
     Tables the profile does not have are not asked: a table is written only when that activity happened."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 PAD = 16  # zero bytes after the data, so a varint read never indexes past the buffer
@@ -40,10 +41,10 @@ class Fields:
         mask = self.num == num
         return mask & (self.wire == wire) if wire is not None else mask
 
-    def last(self, num: int, n: int, default: int = 0, dtype=np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    def last(self, num: int, n: int, default: int = 0, dtype: DTypeLike = np.uint64) -> tuple[np.ndarray, np.ndarray]:
         """Per message, the value of field `num` (the last occurrence wins, as protobuf says) and
         whether it was present."""
-        out = np.full(n, default, dtype)
+        out: np.ndarray = np.full(n, default, dtype)
         present = np.zeros(n, bool)
         idx = np.flatnonzero(self.num == num)
         msg = self.msg[idx]
@@ -54,7 +55,7 @@ class Fields:
         return out, present
 
 
-def padded(data) -> np.ndarray:
+def padded(data: bytes | bytearray | memoryview) -> np.ndarray:
     """The bytes as uint8 with PAD zero bytes after them, so a varint read never runs past the end."""
     return np.frombuffer(bytes(data) + bytes(PAD), np.uint8)
 

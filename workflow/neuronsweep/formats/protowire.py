@@ -14,6 +14,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import ArrayLike
 
 from neuronsweep.formats import arrow_json
 
@@ -42,7 +43,7 @@ def field(tag: bytes, payload: bytes) -> bytes:
     return tag + varint(len(payload)) + payload
 
 
-def annotation(key, value) -> bytes:
+def annotation(key: object, value: object) -> bytes:
     """One debug annotation as the loop reads it from a dict: ints, bools, floats as themselves,
     anything else as its JSON text."""
     if isinstance(value, bool):
@@ -59,7 +60,7 @@ def annotation(key, value) -> bytes:
 # ------------------------------------------------------------------------------------- columns
 
 
-def ragged(lengths: np.ndarray, data) -> pa.Array:
+def ragged(lengths: np.ndarray, data: bytes | np.ndarray) -> pa.Array:
     """A binary column from each row's length and all rows' bytes one after another."""
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -72,7 +73,7 @@ def ragged(lengths: np.ndarray, data) -> pa.Array:
 # fields cost one copy.
 
 
-def varint_part(values, tag: bytes = b"", mask=None) -> tuple[list, np.ndarray]:
+def varint_part(values: ArrayLike, tag: bytes = b"", mask: np.ndarray | None = None) -> tuple[list, np.ndarray]:
     """Each row `tag` + the varint of its value (negative int64 as two's complement), empty where
     `mask` is False; as wide as the largest value needs."""
     v = np.asarray(values).astype(np.uint64)
@@ -90,13 +91,13 @@ def varint_part(values, tag: bytes = b"", mask=None) -> tuple[list, np.ndarray]:
     return blocks, lengths
 
 
-def fixed_part(tag: bytes, payload: np.ndarray, mask=None) -> tuple[list, np.ndarray]:
+def fixed_part(tag: bytes, payload: np.ndarray, mask: np.ndarray | None = None) -> tuple[list, np.ndarray]:
     """Each row `tag` + its fixed-size payload (an (n, k) uint8 array), empty where `mask` is False."""
     width = len(tag) + payload.shape[1]
     return [tag, payload], np.full(payload.shape[0], width, np.int64) if mask is None else np.where(mask, width, 0)
 
 
-def _width(block) -> int:
+def _width(block: bytes | np.ndarray) -> int:
     return len(block) if isinstance(block, bytes) else 1 if block.ndim == 1 else block.shape[1]
 
 
@@ -120,7 +121,7 @@ def rows_of(*parts: tuple[list, np.ndarray]) -> pa.Array:
     return ragged(np.add.reduce([length for _, length in parts]), matrix[keep])
 
 
-def join(*parts) -> pa.Array:
+def join(*parts: bytes | pa.Array) -> pa.Array:
     """Each row the concatenation of the parts' rows (bytes: the same in every row)."""
     return pc.binary_join_element_wise(
         *(pa.scalar(p, pa.large_binary()) if isinstance(p, bytes) else p for p in parts), EMPTY

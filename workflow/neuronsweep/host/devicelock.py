@@ -15,8 +15,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
@@ -53,7 +55,7 @@ def _describe(info: dict | None) -> str:
     return f"pid {info['pid']} ({info['holder']}) since {since}, {time.time() - info['since_unix']:.0f} s ago"
 
 
-def _read(handle) -> dict | None:
+def _read(handle: IO[str]) -> dict | None:
     handle.seek(0)
     try:
         return json.loads(handle.read() or "null")
@@ -76,7 +78,7 @@ def holder(path: str | Path) -> str:
 
 
 @contextmanager
-def held(path: str | Path, who: str = "a neuronsweep step"):
+def held(path: str | Path, who: str = "a neuronsweep step") -> Iterator[dict]:
     """Wait until the lock is ours (saying who holds it meanwhile); yields a dict that gets the
     acquired/released times."""
     with held_any([[Path(path)]], who) as span:
@@ -98,7 +100,7 @@ def _try_group(handles: list) -> bool:
 
 
 @contextmanager
-def held_any(groups: list[list[Path]], who: str = "a neuronsweep step"):
+def held_any(groups: list[list[Path]], who: str = "a neuronsweep step") -> Iterator[dict]:
     """Wait until every lock of one of the groups is ours (the first free group, in order), saying who
     holds them meanwhile; yields a dict with the group's index, its locks and the acquired/released
     times. Polled every POLL_S: a slot freed is taken within that, which bench/parallel_capture.py

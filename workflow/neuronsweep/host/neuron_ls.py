@@ -20,7 +20,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 NEURON_TOOL_DIR = "/opt/aws/neuron/bin"
 JSON_FORMS = (("--output-format", "json"), ("--json-output",))  # newest first
@@ -43,7 +45,7 @@ def tool() -> str | None:
     return shutil.which("neuron-ls") or shutil.which("neuron-ls", path=NEURON_TOOL_DIR)
 
 
-def _first(items, key):
+def _first(items: Iterable, key: str) -> Any:
     for item in items:
         if isinstance(item, dict) and item.get(key) not in (None, ""):
             return item[key]

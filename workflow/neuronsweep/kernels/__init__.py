@@ -3,13 +3,35 @@ nki_kernel). `nki` itself is imported only when a kernel is made: it exists only
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
 
 from neuronsweep.kernels import custom_nki, nki_matmul, nki_mlp
 
 
-def for_spec(spec: dict):
+class OnChip(Protocol):
+    """A target's on-chip memory per partition (host/targets.py's Target, a layer above this one)."""
+
+    @property
+    def name(self) -> str:
+        """The target's name, as the run's config spells it."""
+
+    @property
+    def sbuf_partition_bytes(self) -> int:
+        """SBUF bytes per partition."""
+
+    @property
+    def psum_partition_bytes(self) -> int:
+        """PSUM bytes per partition."""
+
+    @property
+    def onchip_source(self) -> str:
+        """The page the two figures come from."""
+
+
+def for_spec(spec: dict) -> ModuleType:
     """The NKI kernel module of a workload kind: its inputs(spec, rng) and workload_view(arrays, out)."""
     return {"matmul": nki_matmul, "mlp": nki_mlp, "custom": custom_nki}[spec["kind"]]
 
@@ -23,7 +45,7 @@ class Launch:
     keywords: dict = field(default_factory=dict)
 
 
-def launch(spec: dict, decorate=None) -> Launch:
+def launch(spec: dict, decorate: Callable | None = None) -> Launch:
     """The case's kernel under nki.jit (or `decorate`, the legacy route's nki.benchmark: our kernels only)."""
     if spec["kind"] == "custom":
         kernel = custom_nki.make_kernel(spec)
@@ -39,7 +61,9 @@ TRN2_ONLY_FROM = (0, 7)
 TRN2_AND_LATER = ("trn2", "trn3")
 
 
-def unsupported(spec: dict, target: str | None = None, version: tuple | None = None, chip=None) -> str | None:
+def unsupported(
+    spec: dict, target: str | None = None, version: tuple | None = None, chip: OnChip | None = None
+) -> str | None:
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
     does not tile, a device loop's body (NKI 0.6+) that keeps more on chip than the target's partition holds,
     a grid point whose unrolled kernel (before 0.6) would hold more than MAX_UNROLLED matmuls, or a trn1/inf2
@@ -62,7 +86,7 @@ def unsupported(spec: dict, target: str | None = None, version: tuple | None = N
     return None
 
 
-def _our_kernel_unsupported(spec: dict, on_device: bool, chip=None) -> str | None:
+def _our_kernel_unsupported(spec: dict, on_device: bool, chip: OnChip | None = None) -> str | None:
     module = for_spec(spec)
     why = module.supported(spec, on_device)
     if why:
@@ -78,7 +102,7 @@ def _our_kernel_unsupported(spec: dict, on_device: bool, chip=None) -> str | Non
     return None
 
 
-def _body_too_big(spec: dict, need: dict[str, int], chip) -> str | None:
+def _body_too_big(spec: dict, need: dict[str, int], chip: OnChip) -> str | None:
     """Why one body of the kernel's device loop cannot stay on chip (NKI 0.6+), or None: the NKI Dynamic
     Loops page keeps every live tensor of a body in SBUF/PSUM for the whole loop, so its peak must fit in a
     partition of the target's (`chip`: host/targets.py, each figure with its page)."""

@@ -11,6 +11,7 @@ called as it is. Its output is checked against the user's PyTorch `function` in 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,7 +25,7 @@ LEGACY_WHY = (
 )
 
 
-def arg_names(spec: dict, kernel) -> list[str]:
+def arg_names(spec: dict, kernel: Callable) -> list[str]:
     """The input names in the order the kernel takes them positionally."""
     names = custom.input_names(spec)
     try:
@@ -36,7 +37,7 @@ def arg_names(spec: dict, kernel) -> list[str]:
     return sorted(names, key=order.index)
 
 
-def make_kernel(spec: dict):
+def make_kernel(spec: dict) -> Callable:
     """The user's kernel, under nki.jit unless it already is."""
     nki = load_nki()[0]
     kernel = load(spec["nki_kernel"])
@@ -48,11 +49,11 @@ def keywords(spec: dict) -> dict:
     return custom.params(spec)
 
 
-def inputs(spec: dict, rng) -> dict[str, np.ndarray]:
+def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Standard-normal float32 inputs of the case's shapes (cast to its dtype by nki_program)."""
     return {name: rng.standard_normal(tuple(shape), dtype=np.float32) for name, shape in spec["inputs"]}
 
 
-def workload_view(a: dict, out):
+def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
     """The kernel's inputs and output are the function's: nothing to rename or transpose."""
     return a, out

@@ -24,7 +24,14 @@ documents Inf2, Trn1 and Trn2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ARG_NAMES = ("lhsT", "rhs")
 P, TN_MAX = 128, 512  # partitions (contraction, stationary free), moving free size (one PSUM bank)
@@ -100,7 +107,7 @@ def body_bytes(spec: dict) -> dict[str, int]:
     return {"sbuf": 2 * (tm + tn) * b + 2 * tn * b, "psum": 2 * tn * 4}
 
 
-def load_nki():
+def load_nki() -> tuple[ModuleType, ModuleType, ModuleType, str]:
     """(nki, nl, nisa, api): the standalone `nki` package (SDK 2.28+) or the legacy neuronxcc.nki."""
     try:
         import nki
@@ -116,7 +123,7 @@ def load_nki():
         return nki, nl, nisa, "neuronxcc.nki"
 
 
-def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
+def make_kernel(decorate: Callable | None = None, tile_m: int = P, tile_n: int = TN_MAX) -> Callable:
     """The kernel under `decorate` (default nki.jit; the legacy route passes nki.benchmark(...)), its
     M and N tiles at most tile_m and tile_n (constants of the traced kernel, as the tutorials' are)."""
     nki, nl, nisa, api = load_nki()
@@ -144,7 +151,7 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
                 return result_blocks.ap(pattern=[[N, tm], [1, tn]], offset=n * tn, scalar_offset=m, indirect_dim=0)
             return result[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn]
 
-        def row_block(m):
+        def row_block(m) -> None:
             for n in (range if on_device else nl.affine_range)(N // tn):
                 acc = nl.ndarray((tm, tn), dtype=nl.float32, buffer=nl.psum)  # no memset: see PSUM above
                 for k in (range if on_device else nl.affine_range)(K // tk):
@@ -185,7 +192,7 @@ def make_kernel(decorate=None, tile_m: int = P, tile_n: int = TN_MAX):
     return (decorate or nki.jit)(nki_matmul_tiled if api == "nki" else nki_matmul_tiled_legacy)
 
 
-def inputs(spec: dict, rng) -> dict:
+def inputs(spec: dict, rng: np.random.Generator) -> dict:
     """The kernel's inputs by argument name (lhsT is A transposed: K on the partitions), float32 from `rng`."""
     import numpy as np
 
@@ -195,14 +202,14 @@ def inputs(spec: dict, rng) -> dict:
     }
 
 
-def reference(a: dict):
+def reference(a: dict) -> np.ndarray:
     """The float64 result the kernel's output is checked against."""
     import numpy as np
 
     return a["lhsT"].astype(np.float64).T @ a["rhs"].astype(np.float64)
 
 
-def workload_view(a: dict, out):
+def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
     """The kernel's inputs and output as the matmul workload names them (A = lhsT^T, B = rhs, C)."""
     return {"a": a["lhsT"].T, "b": a["rhs"]}, out
 

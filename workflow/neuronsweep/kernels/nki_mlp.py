@@ -11,6 +11,8 @@ device the build checks the output against NumPy (`correctness` in build.json).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from neuronsweep.kernels.nki_matmul import device_loop, load_nki
@@ -21,7 +23,7 @@ P, TN_MAX = 128, 512
 SBUF_PARTITION_BYTES = 192 * 1024  # NeuronCore-v2: 24 MiB over 128 partitions (trainium_inferentia2_arch.rst)
 
 
-def make_kernel(decorate=None):
+def make_kernel(decorate: Callable | None = None) -> Callable:
     """The SwiGLU MLP kernel in the installed NKI's spelling, put under `decorate` (nki.jit by default)."""
     nki, nl, nisa, api = load_nki()
     on_device = api == "nki" and device_loop()  # the token-tile loop on the device (nki_matmul.device_loop)
@@ -41,7 +43,7 @@ def make_kernel(decorate=None):
                 return tiles.ap(pattern=[[T, P], [1, tn]], offset=row * T, scalar_offset=t, indirect_dim=1)
             return tensor[row : row + P, t * tn : (t + 1) * tn]
 
-        def token_tile(t):
+        def token_tile(t) -> None:
             hT = nl.ndarray((P, (I // P) * tn), dtype=xT.dtype, buffer=nl.sbuf)
             for i in loop(I // P):
                 gate = nl.ndarray((P, tn), dtype=nl.float32, buffer=nl.psum)
@@ -140,7 +142,7 @@ def supported(spec: dict, on_device: bool = False) -> str | None:
     return "; ".join(problems) or None
 
 
-def inputs(spec: dict, rng) -> dict[str, np.ndarray]:
+def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The kernel's inputs by argument name, float32, the weights scaled so the activations stay near 1."""
     t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
     scale_h, scale_i = float(h) ** -0.5, float(i) ** -0.5  # python floats keep the arrays float32
@@ -159,6 +161,6 @@ def reference(a: dict[str, np.ndarray]) -> np.ndarray:
     return ((gate / (1 + np.exp(-gate)) * up) @ a["w_down"].astype(np.float64)).T
 
 
-def workload_view(a: dict, out):
+def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
     """The kernel's inputs and output as the mlp workload names them (x = xT^T, out = outT^T)."""
     return {"x": a["xT"].T, "w_gate": a["w_gate"], "w_up": a["w_up"], "w_down": a["w_down"]}, np.asarray(out).T

@@ -72,7 +72,7 @@ def metric_kind(metric: str) -> str:
 class Run:
     """One finished run folder: its plan, summary rows (one per workload), config and toolchains."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         summary, plan = self.folder / "summary.csv", self.folder / "plan.json"
         if not summary.is_file() or not plan.is_file():

@@ -16,7 +16,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from neuronsweep.analysis.correctness import check_rank, worst
 from neuronsweep.analysis.stats import latency_stats
@@ -140,7 +143,13 @@ def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: f
         )
 
 
-def _op(dist, torch, spec: dict, values=None):
+if TYPE_CHECKING:
+    import torch
+
+
+def _op(
+    dist: ModuleType, torch: ModuleType, spec: dict, values: list[float] | None = None
+) -> tuple[Callable[[], object], torch.Tensor]:
     """The collective as a no-argument call on preallocated buffers (input: ones, or `values`), and the
     buffer its result lands in."""
     dtype = getattr(torch, TORCH_DTYPES[spec["dtype"]])

@@ -24,15 +24,20 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.backends.processes import fresh
 from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels.nki_matmul import load_nki, loops
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def _inputs(spec: dict, names: list[str], inputs_dir: Path):
+
+def _inputs(spec: dict, names: list[str], inputs_dir: Path) -> tuple[dict[str, np.ndarray], list[list[str]]]:
     import numpy as np
 
     arrays = for_spec(spec).inputs(spec, np.random.default_rng(0))
@@ -59,7 +64,7 @@ def _neffs(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, "**", "*.neff"), recursive=True))
 
 
-def _jit_twice(kernel, args_in, keywords: dict, root: Path, keep: Path) -> tuple[dict, object]:
+def _jit_twice(kernel: Callable, args_in: list, keywords: dict, root: Path, keep: Path) -> tuple[dict, object]:
     """Call the kernel twice, the artifacts folder emptied before each call; the first compile's NEFF
     is kept at `keep`. Returns (build facts, the output of the first call)."""
     fresh(root)
@@ -88,7 +93,7 @@ def _jit_twice(kernel, args_in, keywords: dict, root: Path, keep: Path) -> tuple
     return facts, out
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Build (and with --iterations, time) one NKI kernel for the spec in this fresh process; writes the result JSON
     given by --out."""
     ap = argparse.ArgumentParser()
@@ -106,7 +111,7 @@ def main(argv=None) -> int:
     how = launch(spec, None if api == "nki" else nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
     arrays, saved = _inputs(spec, how.arg_names, Path(args.inputs_dir))
     args_in = [arrays[name] for name in how.arg_names]
-    result = {"api": api, "inputs": saved, "loops": None if spec["kind"] == "custom" else loops(api)}
+    result: dict[str, object] = {"api": api, "inputs": saved, "loops": None if spec["kind"] == "custom" else loops(api)}
     if api == "nki":
         keep = Path(root).parent / "kernel.neff"
         facts, out = _jit_twice(how.kernel, args_in, how.keywords, Path(root), keep)

@@ -27,7 +27,9 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
@@ -37,14 +39,14 @@ from neuronsweep.backends.programs.torchneuron_program import first_two_calls, n
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
-def run(spec: dict, out_dir: Path, env: dict, neff_cache: Path, timeout_s: float, **settings) -> dict:
+def run(spec: dict, out_dir: Path, env: dict, neff_cache: Path, timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir; settings: warmup, iterations, repeats, inspect_nth."""
     out_dir = out_dir.resolve()
     args = child_args(spec, out_dir, neff_cache=neff_cache, **settings)
     return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "TorchNeuron collective", timeout_s)
 
 
-def _collective(funcol, group, spec: dict):
+def _collective(funcol: ModuleType, group: object, spec: dict) -> Callable:
     """The collective as an out-of-place function of the rank's input."""
     return {
         "all_reduce": lambda x: funcol.all_reduce(x, "sum", group),
@@ -54,7 +56,7 @@ def _collective(funcol, group, spec: dict):
     }[spec["op"]]
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """One rank's TorchNeuron collective under torchrun: compile, check and time it on its own core; rank 0 writes the
     result, every rank its times."""
     ap = argparse.ArgumentParser()
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
     synchronize()
     compiled = torch.compile(_collective(funcol, dist.group.WORLD, spec), backend="neuron", fullgraph=True)
 
-    def call():
+    def call() -> tuple[None, float]:
         rendezvous()
         synchronize()
         t0 = time.perf_counter_ns()

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def neffs(root: str) -> dict[str, str]:
     }
 
 
-def first_two_calls(call, neff_cache: str) -> tuple[Any, dict]:
+def first_two_calls(call: Callable[[], Any], neff_cache: str) -> tuple[Any, dict]:
     """The first compiled call and a second one with the NEFF cache listed around each: what the first
     adds is the workload's NEFF, what the second adds a recompile. `call()` returns (value, seconds);
     the first call's value is returned beside the listing."""
@@ -60,7 +61,7 @@ def first_two_calls(call, neff_cache: str) -> tuple[Any, dict]:
     }
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Compile the spec's workload with torch.compile on the neuron device, note the NEFFs that appear, check the output
     and (optionally) time it; writes the result JSON given by --out."""
     ap = argparse.ArgumentParser()
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
 
     compiled = torch.compile(module, backend="neuron", fullgraph=True, dynamic=False)
 
-    def call():
+    def call() -> tuple[Any, float]:
         synchronize()
         t0 = time.perf_counter_ns()
         out = compiled(*inputs)

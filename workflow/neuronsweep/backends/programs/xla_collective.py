@@ -23,7 +23,10 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
@@ -33,7 +36,7 @@ from neuronsweep.backends.programs.xla_program import PHASES, artifacts, child_a
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
-def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings) -> dict:
+def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
     out_dir = out_dir.resolve()
@@ -41,7 +44,11 @@ def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float
     return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "torch-xla collective", timeout_s)
 
 
-def _collective(xm, spec: dict, tensor):
+if TYPE_CHECKING:
+    import torch
+
+
+def _collective(xm: ModuleType, spec: dict, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
     """The collective as a call on the rank's input; its result is a lazy tensor until the sync."""
     n = spec["world"]
     return {
@@ -52,7 +59,7 @@ def _collective(xm, spec: dict, tensor):
     }[spec["op"]]
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """One rank's torch-xla collective under torchrun, in xla_program's phases; rank 0 writes the result, every rank its
     times."""
     ap = argparse.ArgumentParser()

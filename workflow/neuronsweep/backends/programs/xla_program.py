@@ -32,7 +32,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
@@ -51,7 +53,9 @@ STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of t
 # ------------------------------------------------------------------------------- parent side
 
 
-def run(spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings) -> dict:
+def run(
+    spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings: object
+) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out, profile_dir, profile_executions."""
     cwd, out_json = cwd.resolve(), out_json.resolve()
@@ -109,7 +113,7 @@ def artifacts(patterns: list[str]) -> dict[str, str]:
     return found
 
 
-def metric(met, name: str) -> tuple[int, float]:
+def metric(met: ModuleType, name: str) -> tuple[int, float]:
     """(count, total seconds) of a torch_xla metric; (0, 0.0) when it was never recorded."""
     data = met.metric_data(name)
     if not data:
@@ -118,7 +122,7 @@ def metric(met, name: str) -> tuple[int, float]:
     return int(count), float(total_ns) * 1e-9
 
 
-def _samples(met, name: str) -> list[tuple[float, float]]:
+def _samples(met: ModuleType, name: str) -> list[tuple[float, float]]:
     """The metric's recent samples as (wall-clock seconds when recorded, value ns)."""
     data = met.metric_data(name)
     return [(float(ts), float(v)) for ts, v in data[2]] if data and len(data) > 2 else []
@@ -128,7 +132,7 @@ class _Step:
     """One call of the workload, synced, with perf_counter_ns at each boundary (a monotonic clock:
     the wall clock can be stepped while timing)."""
 
-    def __init__(self, module, inputs, xm) -> None:
+    def __init__(self, module: Callable, inputs: list, xm: ModuleType) -> None:
         self.module, self.inputs, self.xm = module, inputs, xm
         self.first_output = None  # the first call's result, for the correctness check
 
@@ -146,7 +150,7 @@ class _Step:
         return t0, t1, t2, t3
 
 
-def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
+def _trace(step: _Step, met: ModuleType, num_exec: int, nth: int, device: str) -> dict:
     """Chrome trace of num_exec executions: per execution a span with its tracing, mark_step and
     wait_device_ops children on the Python thread, and the XLA execute and compile samples the
     metrics recorded meanwhile on tracks of their own (a sample's timestamp, wall clock, is when it
@@ -203,7 +207,7 @@ def _trace(step: _Step, met, num_exec: int, nth: int, device: str) -> dict:
     }
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the spec's workload on the XLA device in phases, listing the artifacts that appear in each; check, time and
     trace it as asked; writes the result JSON given by --out."""
     ap = argparse.ArgumentParser()
