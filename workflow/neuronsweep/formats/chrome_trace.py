@@ -158,7 +158,7 @@ def _decimal_ns(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return ns, ok
 
 
-def _stamps(raw: bytes, records: list) -> tuple[list, list]:
+def _stamps(raw: bytes | bytearray, records: list) -> tuple[list, list]:
     """Each record's ts and dur in ns (None: absent or no number), read from the batch's text: by
     Arrow as decimals, else (a stamp Arrow cannot parse as one) by the standard library."""
     try:
@@ -468,7 +468,7 @@ class Events:
                 )
             )
 
-    def add_table(self, t: pa.Table, raw: bytes) -> bool:
+    def add_table(self, t: pa.Table, raw: bytes | bytearray) -> bool:
         """The fast path: False (and nothing added) where the batch's columns are not exactly its JSON."""
         if not _fast(t, raw):
             return False
@@ -651,7 +651,7 @@ def _flow_key(e: dict) -> str:
     return f"{e.get('cat') or ''}\x00{ident}"
 
 
-def _fast(t: pa.Table, raw: bytes) -> bool:
+def _fast(t: pa.Table, raw: bytes | bytearray) -> bool:
     """Whether Arrow's columns are exactly what the JSON wrote (see the module docstring)."""
     types = {n: t.schema.field(n).type for n in t.column_names}
     if any(map(_holds_null, t.columns)) and b"null" in raw:  # else no JSON null: each would be an Arrow null
@@ -685,7 +685,7 @@ def _holds_null(column: pa.ChunkedArray | pa.Array) -> bool:
     return False
 
 
-def _parse(raw: bytes, events: Events) -> pa.Table | None:
+def _parse(raw: bytes | bytearray, events: Events) -> pa.Table | None:
     """Arrow's columns of a batch (None: it cannot read them as `events.fields` says). A stamp with
     digits below a nanosecond's place fails the parse with 3 places: that batch and the rest of the
     trace are parsed with 9 (rescaling every stamp cost 2-4% of a conversion)."""
@@ -822,7 +822,7 @@ def _fill(events: Events, source: str | Path | dict | list) -> None:
         raise UserError(f"{path}: not JSON ({NOT_A_TRACE}); pass a Chrome trace (torch.profiler's export).")
 
 
-def _batch(events: Events, raw: bytes) -> None:
+def _batch(events: Events, raw: bytes | bytearray) -> None:
     """One ndjson batch of events: Arrow's columns where they are exact, else each half the same way,
     down to LOOP_BYTES, which the loop reads: a few odd events (torch.profiler's global instants with
     text pids, say) send only their neighbourhood to the loop, not their whole batch."""

@@ -165,7 +165,9 @@ class _Array:
         self.first = b""  # the first record's bytes
 
 
-def split(path: Path, keys: set[str], first_of: set[str], result: Split) -> Iterator[tuple[str, bytes | bytearray, int]]:
+def split(
+    path: Path, keys: set[str], first_of: set[str], result: Split
+) -> Iterator[tuple[str, bytes | bytearray, int]]:
     """Yield (key, ndjson bytes, record count) batches of the top-level arrays named in `keys`, and
     fill `result` as it goes (a key is in result.irregular before a batch of its that may hold
     anything but records is yielded). Of the `first_of` arrays only the first record is kept."""
@@ -274,12 +276,12 @@ def _check_gap(arr: _Array, gap: bytes, result: Split) -> None:
         result.irregular.add(arr.key)
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes | bytearray) -> Any:
     """orjson, except where an int may pass 64 bits (20 digits or more): orjson makes those floats."""
     return json.loads(data) if LONG_INT.search(data) else orjson.loads(data)
 
 
-def batch_records(batch: bytes) -> list:
+def batch_records(batch: bytes | bytearray) -> list:
     """The records of one batch `split` yielded, as Python objects (newlines only separate records)."""
     return loads(b"[" + batch.replace(b"\n", b",") + b"]")
 
