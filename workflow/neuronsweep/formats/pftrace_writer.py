@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Hashable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -77,11 +79,11 @@ SYNTHETIC_ID = 1 << 30  # ids given to pids and tids Perfetto cannot hold count 
 PID_RANGE, TID_RANGE = (-(2**31), 2**31), (-(2**63), 2**63)  # ProcessDescriptor.pid int32; ThreadDescriptor.tid int64
 
 
-def _valid(value, bounds) -> bool:
+def _valid(value: object, bounds: tuple[int, int]) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value < bounds[1]
 
 
-def _remap(values, bounds) -> dict:
+def _remap(values: list, bounds: tuple[int, int]) -> dict:
     """An id Perfetto can hold for each value that is not one (text, past its integer range, a
     float, null), counting up from SYNTHETIC_ID past the ids the trace uses itself."""
     used = {v for v in values if _valid(v, bounds)}
@@ -100,7 +102,7 @@ class _Tracks:
     protobuf classes would (tests compare): importing them cost 1.5% of a million-slice
     conversion."""
 
-    def __init__(self, handle, events: chrome_trace.Events) -> None:
+    def __init__(self, handle: BinaryIO, events: chrome_trace.Events) -> None:
         self.handle, self.next_uuid = handle, 1
         threads = [k for k in events.keys if k[0] == "thread"]
         self.pids = _remap([k[1] for k in threads] + [k[1] for k in events.keys if k[0] == "process"], PID_RANGE)
@@ -113,7 +115,14 @@ class _Tracks:
     def write(self, body: bytes) -> None:
         self.handle.write(PACKET + varint(len(body)) + body)
 
-    def add(self, name: str, pid=None, tid=None, counter_unit: str | None = None, parent: int | None = None) -> int:
+    def add(
+        self,
+        name: str,
+        pid: int | None = None,
+        tid: int | None = None,
+        counter_unit: str | None = None,
+        parent: int | None = None,
+    ) -> int:
         uuid, self.next_uuid = self.next_uuid, self.next_uuid + 1
         body = UUID + varint(uuid)
         if pid is not None and tid is not None:  # int32 and int64: a negative one as ten bytes
@@ -130,7 +139,7 @@ class _Tracks:
         self.write(field(DESCRIPTOR, body))
         return uuid
 
-    def _process(self, events: chrome_trace.Events, raw) -> int:
+    def _process(self, events: chrome_trace.Events, raw: Hashable) -> int:
         if raw not in self.processes:
             name = events.proc_names.get(raw) or (raw if isinstance(raw, str) else f"process {raw}")
             self.processes[raw] = self.add(name, pid=self.pids.get(raw, raw))
@@ -168,7 +177,7 @@ class _Tracks:
         return np.array(self.uuids, np.uint64), kept
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -191,7 +200,9 @@ class _Lanes:
         self.bound_parts: list[np.ndarray] = []  # (n, 2) arrays of the same, bound by _bind
         self.unbound: list[tuple[int, int]] = []  # (flow event seq, ts)
 
-    def __call__(self, cls, seq, start, end, track) -> np.ndarray:
+    def __call__(
+        self, cls: np.ndarray, seq: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray
+    ) -> np.ndarray:
         """Each row's lane (slices; -1 for flow events)."""
         lane, n, j = np.full(start.size, -1, np.int64), start.size, 0
         while j < n and track[j] == self.track:  # the rows the carried stacks (as they grow) still reach
@@ -225,7 +236,16 @@ class _Lanes:
             self._loop(cls, seq, start, end, track, lane, j, n)
         return lane
 
-    def _bind(self, cls, seq, start, end, track, sl, fl) -> None:
+    def _bind(
+        self,
+        cls: np.ndarray,
+        seq: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        track: np.ndarray,
+        sl: np.ndarray,
+        fl: np.ndarray,
+    ) -> None:
         """Flow events `fl` among slices `sl` that nest (rows of one chunk, none reaching the carried
         stacks), bound as _loop binds them, with numpy: one enclosing its time walks up from the last
         slice before it through the parents; one binding to the next slice takes the next row's."""
@@ -259,7 +279,17 @@ class _Lanes:
         self.unbound += list(zip(seq[fl[lost]].tolist(), b[lost].tolist()))
         self.pending = list(zip(seq[fl[waits]].tolist(), b[waits].tolist()))
 
-    def _loop(self, cls, seq, start, end, track, lane_out, lo, hi) -> None:
+    def _loop(
+        self,
+        cls: np.ndarray,
+        seq: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        track: np.ndarray,
+        lane_out: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> None:
         stacks, current, pending = self.stacks, self.track, self.pending
         for i, (c, s, b, f, trk) in enumerate(
             zip(
@@ -365,7 +395,7 @@ def _nested(start: np.ndarray, end: np.ndarray, track: np.ndarray) -> bool:
     return bool((by_level[0::2] < n).all() and (by_level[0::2] + n == by_level[1::2]).all())
 
 
-def _sorted(events: chrome_trace.Events, kinds: tuple, keys_only: bool = False):
+def _sorted(events: chrome_trace.Events, kinds: tuple, keys_only: bool = False) -> pa.RecordBatchReader:
     """Rows of these kinds in (track, start, class, longer first, input) order, streamed in chunks:
     the order a nesting stack meets a track's slices in. Classes (_Lanes): instants, counters and
     flow events binding to the next slice first, then slices, then flow events binding to the slice
@@ -461,7 +491,7 @@ class _Ends:
     def __init__(self) -> None:
         self.key = self.base = self.end = self.rank = self.start = np.zeros(0, np.int64)
 
-    def add(self, key, base, end, rank, start) -> None:
+    def add(self, key: np.ndarray, base: np.ndarray, end: np.ndarray, rank: np.ndarray, start: np.ndarray) -> None:
         self.key, self.base, self.end, self.rank, self.start = (
             np.concatenate([a, b.astype(np.int64)])
             for a, b in zip((self.key, self.base, self.end, self.rank, self.start), (key, base, end, rank, start))
@@ -478,8 +508,14 @@ class _Ends:
 
 
 def _track_order(
-    events: chrome_trace.Events, batch, lanes: _Lanes, ends: _Ends, flow_ids: _FlowIds, rank: int, goes_on
-):
+    events: chrome_trace.Events,
+    batch: pa.RecordBatch,
+    lanes: _Lanes,
+    ends: _Ends,
+    flow_ids: _FlowIds,
+    rank: int,
+    goes_on: tuple[int, int] | None,
+) -> tuple[pa.RecordBatch, int]:
     """One chunk of the sorted rows as packets in the order written: per track (a thread, or a lane
     beside it), by time; at one time instants and counters first, then ends (inner first), then
     begins (outer first), a zero-length slice's end right after its begin. The file is not in time
@@ -617,7 +653,7 @@ def _lengths(column: pa.Array | None) -> np.ndarray | int:
     return 0 if column is None else pc.binary_length(column).to_numpy().astype(np.int64)
 
 
-def _write_column(handle, packets: pa.Array, first: bool) -> None:
+def _write_column(handle: BinaryIO, packets: pa.Array, first: bool) -> None:
     """The column's bytes as they lie in its buffer; the sequence's first packet clears its state
     (the same flag byte, another value: its last)."""
     offsets = np.frombuffer(packets.buffers()[1], np.int64)[packets.offset : packets.offset + len(packets) + 1]
@@ -698,11 +734,18 @@ def _write(events: chrome_trace.Events, path: Path) -> None:
             _written(handle, events, packets, tracks, interning, first)
 
 
-def _array(column) -> pa.Array:
+def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _written(handle, events, packets: pa.RecordBatch, tracks: _Tracks, interning: _Interning, first: bool) -> bool:
+def _written(
+    handle: BinaryIO,
+    events: chrome_trace.Events,
+    packets: pa.RecordBatch,
+    tracks: _Tracks,
+    interning: _Interning,
+    first: bool,
+) -> bool:
     """Encode and write a chunk's packets (the lanes it opened described first); whether the next
     packet is still the sequence's first."""
     uuids, kept = tracks.describe(events)
@@ -710,7 +753,7 @@ def _written(handle, events, packets: pa.RecordBatch, tracks: _Tracks, interning
     return first and not packets.num_rows
 
 
-def chrome_to_pftrace(trace, out: str | Path) -> dict:
+def chrome_to_pftrace(trace: str | Path | dict | list, out: str | Path) -> dict:
     """Convert a Chrome trace (a dict or list, or a JSON file's path, plain or gzip) to `out` (.pftrace)."""
     with chrome_trace.read(trace, spill_dir=Path(out).parent) as events:
         return write(events, out)

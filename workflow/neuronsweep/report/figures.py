@@ -5,8 +5,10 @@ roofline_targets.csv or a workload's tables/opcodes.csv.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -45,7 +47,7 @@ def _layout(fig: go.Figure, title: str, height: int = 460) -> go.Figure:
     return fig
 
 
-def whiskers(rows: pd.DataFrame):
+def whiskers(rows: pd.DataFrame) -> list[np.ndarray] | None:
     """Asymmetric error bars in ms: median +- half the spread, the lower end clipped at the fastest
     sample (a time is never negative, and a log axis needs a positive end)."""
     if "latency_spread_s" not in rows:
@@ -57,7 +59,7 @@ def whiskers(rows: pd.DataFrame):
     return [lower.to_numpy() * 1e3, half.to_numpy() * 1e3]
 
 
-def axis_type(values) -> str:
+def axis_type(values: Iterable) -> str:
     """log where the values span more than a factor of 20: a linear axis hides the small bars."""
     vals = pd.Series(values, dtype=float).dropna()
     vals = vals[vals > 0]
@@ -72,7 +74,7 @@ def _roof_x(ai: pd.Series, ridges: pd.Series) -> list[float]:
     return [lo * (hi / lo) ** (i / 120) for i in range(121)]
 
 
-def _add_roof(fig, xs, peak: float, bw: float, label: str, colour: str, **where) -> None:
+def _add_roof(fig: go.Figure, xs: list[float], peak: float, bw: float, label: str, colour: str, **where: int) -> None:
     """Both roofs (bandwidth slope, compute flat) and the ridge point where they meet."""
     ridge = peak / bw
     fig.add_trace(
@@ -180,7 +182,7 @@ def target_rooflines(targets: pd.DataFrame) -> go.Figure | None:
     return _layout(fig, "on Trainium and Inferentia targets: modelled from datasheet peaks, not measured", 480)
 
 
-def _self_time_shares(rows: pd.DataFrame, workloads_dir: Path, keep) -> dict[str, pd.Series]:
+def _self_time_shares(rows: pd.DataFrame, workloads_dir: Path, keep: Callable[[str], bool]) -> dict[str, pd.Series]:
     """Per workload, % of the profiled self time on the Python/CPU thread by slice name, for the
     names `keep` accepts (from tables/opcodes.csv)."""
     shares = {}
@@ -532,7 +534,7 @@ def isolation_gap(gap: pd.DataFrame) -> go.Figure:
     return _layout(fig, "the isolation gap: each GEMM's time inside its layer over its time alone")
 
 
-def forest(table: pd.DataFrame, margin_pct: float, margin_name: str):
+def forest(table: pd.DataFrame, margin_pct: float, margin_name: str) -> go.Figure:
     """compare's forest plot: each workload's B/A ratio, its 95 % interval where it was judged (filled,
     coloured by verdict), the ratio alone where it was not (hollow, grey), the minimum detectable change
     of each test as two ticks, 1 and the margin drawn.

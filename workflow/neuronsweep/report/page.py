@@ -6,6 +6,7 @@ tables scrolling sideways instead of being cut at the page edge.
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -42,14 +43,14 @@ BINARY = ((2**40, "Ti"), (2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki"))
 DECIMAL = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def _scaled(value: float, units, unit: str = "") -> str:
+def _scaled(value: float, units: Iterable[tuple[float, str]], unit: str = "") -> str:
     for size, prefix in units:
         if abs(value) >= size:
             return f"{value / size:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}".rstrip()
 
 
-def human(column: str, value) -> str:
+def human(column: str, value: object) -> str:
     """A number as a reader wants it, from its column's SI unit: `latency_median_s` 0.004244 -> 4.24 ms,
     `achieved_flops_per_s` 3.162e10 -> 31.6 GFLOP/s, `*_bytes` -> GiB. The CSVs keep the SI values."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from typing import TextIO
 
 import pandas as pd
 
@@ -20,7 +21,7 @@ def limit_for(max_rows: int | None, as_csv: bool) -> int | None:
     return None if max_rows <= 0 else max_rows
 
 
-def write(columns: list[str], rows: list[tuple], total: int, as_csv: bool, out=None) -> None:
+def write(columns: list[str], rows: list[tuple], total: int, as_csv: bool, out: TextIO | None = None) -> None:
     """Print a result fetched by ProfileDB.fetch: the rows given, then how many more there were (on
     stderr for --csv). Values are kept as Python gives them (dtype object), so ints stay exact."""
     out = out or sys.stdout

@@ -19,6 +19,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -103,7 +104,7 @@ class Run:
         return {package: ", ".join(sorted(v)) for package, v in sorted(seen.items())}
 
 
-def _flat(d, prefix: str = "") -> dict:
+def _flat(d: dict | None, prefix: str = "") -> dict:
     out = {}
     for key, value in (d or {}).items():
         name = f"{prefix}{key}"
@@ -128,7 +129,7 @@ def config_differences(a: Run, b: Run) -> list[tuple[str, object, object]]:
     return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
-def _num(value) -> float | None:
+def _num(value: Any) -> float | None:
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -136,7 +137,7 @@ def _num(value) -> float | None:
     return None if pd.isna(x) else x
 
 
-def _basis(ra, rb) -> str | None:
+def _basis(ra: dict | pd.Series, rb: dict | pd.Series) -> str | None:
     for column in ("latency_median_s", "profile_total_time_s"):
         if _num(ra.get(column)) is not None and _num(rb.get(column)) is not None:
             return column
@@ -298,7 +299,7 @@ def retime_by_default(a: Run, b: Run) -> tuple[dict | None, list[str]]:
 EXPLAINS_WITHIN = 2.0  # an op explains a change when its delta is within this factor of it, same sign
 
 
-def explanation(row, ops: pd.DataFrame) -> str:
+def explanation(row: pd.Series, ops: pd.DataFrame) -> str:
     """The op that explains a judged change, named only when its delta agrees with the change in sign
     and within EXPLAINS_WITHIN in size: both profiles are one execution each, and an op delta 50x the
     timed change (or of the other sign) explains nothing about it."""

@@ -26,7 +26,7 @@ def p_text(p: float | None) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.2g}"
 
 
-def _interval(low, high) -> str:
+def _interval(low: float | None, high: float | None) -> str:
     return "" if pd.isna(low) or pd.isna(high) else f"{low:.3f} .. {high:.3f}"
 
 
@@ -35,7 +35,7 @@ def workloads(table: pd.DataFrame) -> pd.DataFrame:
     if not len(table):
         return table
 
-    def col(name):
+    def col(name: str) -> pd.Series:
         return table[name] if name in table else pd.Series([None] * len(table), index=table.index)
 
     shown = pd.DataFrame(
@@ -106,7 +106,7 @@ def _op_rows(part: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _count(value) -> str:
+def _count(value: float | None) -> str:
     return "absent" if pd.isna(value) else f"{value:,.0f}"
 
 
@@ -143,7 +143,15 @@ def _summary(table: pd.DataFrame) -> str:
     )
 
 
-def render(head, notes, table, changes, ops, gate_pct, min_effect_pct) -> str:
+def render(
+    head: list[str],
+    notes: list[str],
+    table: pd.DataFrame,
+    changes: pd.DataFrame,
+    ops: pd.DataFrame,
+    gate_pct: float | None,
+    min_effect_pct: float,
+) -> str:
     """compare.html: the verdicts, the forest plot, and the tables of what changed."""
     margin = gate_pct if gate_pct is not None else min_effect_pct
     fig = figures.forest(table, margin, "gate margin" if gate_pct is not None else "minimum effect")

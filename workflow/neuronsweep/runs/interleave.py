@@ -27,8 +27,10 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Protocol
 
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
@@ -46,7 +48,21 @@ DEFAULT_BUDGET_S = 240.0  # compare's timing in all: the default sweep's 8 round
 DEFAULT_TIMEOUT_S = 3600  # a round's time limit where the capture did not record its own
 
 
-def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[str, tuple[Timing, Timing]]:
+class Side(Protocol):
+    """One run folder as the rounds read it: runs/compare.py's Run (which imports this module)."""
+
+    folder: Path
+    backend: str
+    workloads: Path
+
+    def toolchains(self) -> dict[str, str]:
+        """Package -> its versions over the run's workloads, joined by ", "."""
+        ...
+
+
+def retime(
+    a: Side, b: Side, wids: list[str], rounds: int, seed: int = 0, say: Callable[[str], None] | None = None
+) -> dict[str, tuple[Timing, Timing]]:
     """Per workload id: (A's timing, B's timing), paired: `rounds` fresh processes, each timing A's and
     B's program of every workload in alternation, with A's capture settings (threads, warm-up,
     iterations) for both, under the device lock so that no capture runs beside them. `a`, `b`:
@@ -92,7 +108,15 @@ def retime(a, b, wids: list[str], rounds: int, seed: int = 0, say=None) -> dict[
     return {wid: (_timing_of(samples[(wid, "a")], True), _timing_of(samples[(wid, "b")], True)) for wid in wids}
 
 
-def more_rounds(a, b, timings: dict, blind, budget_s: float, spent_s: float, say=None) -> list[str]:
+def more_rounds(
+    a: Side,
+    b: Side,
+    timings: dict,
+    blind: Callable[[dict], list[str]],
+    budget_s: float,
+    spent_s: float,
+    say: Callable[[str], None] | None = None,
+) -> list[str]:
     """Further rounds, MORE_ROUNDS at a time, for the workloads `blind(timings)` names (those whose test
     could not yet see the gate), added to `timings` in place while the next batch fits in what is left
     of `budget_s` (`spent_s` already spent on the first rounds). A batch is estimated at what a round
@@ -124,7 +148,9 @@ def _joined(first: Timing, then: Timing) -> Timing:
     return Timing(first.samples + then.samples, (first.rounds or []) + (then.rounds or []), first.paired)
 
 
-def time_together(groups: list[dict[str, Path]], rounds: int, seed: int = 0, say=None) -> dict[str, Timing]:
+def time_together(
+    groups: list[dict[str, Path]], rounds: int, seed: int = 0, say: Callable[[str], None] | None = None
+) -> dict[str, Timing]:
     """Programs of one run compared with each other (a search's finalists, one group per shape: each
     finalist's build of it) timed again: `rounds` fresh processes, each timing the programs of every group
     in alternation, as compare times A and B, the groups and the programs' order drawn per round. Per key:
@@ -161,7 +187,7 @@ def _timing(settings: dict) -> dict:
     return {k: settings[k] for k in ("threads", "warmup", "iterations")}
 
 
-def _same_toolchain(a, b) -> None:
+def _same_toolchain(a: Side, b: Side) -> None:
     """Both programs run on this environment's torch and Python: refuse runs built with others, whose
     change (a new torch is what an SDK release is on cpu) timing them here would not measure."""
     here = {"torch": metadata.version("torch"), "python": platform.python_version()}
