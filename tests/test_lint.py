@@ -162,8 +162,9 @@ def test_functions_stay_short_and_no_search_class_passes_300_lines():
 
 
 def test_the_share_of_fully_annotated_signatures_does_not_drop():
-    """A ratchet (issue 71 asks for 90 %): every parameter but self and cls, and the return, annotated in at
-    least the share of functions annotated today; raise the floor as annotations are added."""
+    """Every parameter but self and cls, and the return, annotated (ruff's ANN rules hold the package to it;
+    this counts the share as issue 71 measured it: 68 % then, 90 % asked). The floor leaves only the
+    kernels NKI traces, whose source stays as its tutorials write it."""
     functions = [n for _, n in _definitions() if not isinstance(n, ast.ClassDef)]
 
     def annotated(n: ast.FunctionDef) -> bool:
@@ -172,4 +173,4 @@ def test_the_share_of_fully_annotated_signatures_does_not_drop():
         return typed and (n.returns is not None or n.name == "__init__")
 
     share = sum(map(annotated, functions)) / len(functions)
-    assert share >= 0.75, f"{share:.1%} of signatures are fully annotated, below the floor of 75 %"
+    assert share >= 0.98, f"{share:.1%} of signatures are fully annotated, below the floor of 98 %"

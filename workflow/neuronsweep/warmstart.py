@@ -31,6 +31,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import FrameType
 
 from neuronsweep.environment import WARM_JOB as JOB
 from neuronsweep.environment import WARM_SOCKET as ENV
@@ -178,7 +179,9 @@ def _through_server(argv: list[str]) -> int | None:
         return None
     child = forked.value
 
-    def forward(signum, _frame) -> None:  # Snakemake stops a job with a signal to its process group
+    def forward(
+        signum: int, _frame: FrameType | None
+    ) -> None:  # Snakemake stops a job with a signal to its process group
         try:
             os.killpg(child, signum)
         except ProcessLookupError:

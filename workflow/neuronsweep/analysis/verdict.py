@@ -292,7 +292,7 @@ def fails_gate(said: str, ci_low: object, pct: float) -> bool:
     level drifts a few percent with the machine's moment (docs/comparing-runs.md), and a gate on
     the point estimate failed A/A pairs that drifted 5.1-5.9 %."""
     try:
-        return said == SLOWER and float(ci_low) > 1  # type: ignore[arg-type]  # text, None: not past the gate + pct / 100
+        return said == SLOWER and float(ci_low) > 1 + pct / 100  # type: ignore[arg-type]  # text, None: raise below
     except (TypeError, ValueError):
         return False
 

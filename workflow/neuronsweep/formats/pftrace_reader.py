@@ -123,7 +123,7 @@ class DecodedTrace:
     flows: list[tuple[int, int]] = field(default_factory=list)  # (slice out, slice in), as trace_processor's flow table
 
 
-def _varint(data, pos: int) -> tuple[int, int]:
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[pos]

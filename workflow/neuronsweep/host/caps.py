@@ -19,6 +19,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 from neuronsweep.atomic import read_json, write_json
 from neuronsweep.environment import WARM_JOB
@@ -101,7 +102,7 @@ def fingerprint(threads: int) -> dict:
     }
 
 
-def measure_gemm(torch, dtype_name: str, n: int, budget_s: float) -> tuple[float, int]:
+def measure_gemm(torch: ModuleType, dtype_name: str, n: int, budget_s: float) -> tuple[float, int]:
     """Best FLOP/s of n^3 GEMMs repeated for about budget_s (at least one timed run after one warm-up)."""
     a = torch.randn(n, n, dtype=getattr(torch, TORCH_DTYPES[dtype_name]))
     with torch.inference_mode():

@@ -16,14 +16,19 @@ Snakemake's `neuron_device` resource is set to the same count at planning time o
 from __future__ import annotations
 
 import glob
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.settings import BuildSettings, CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock, neuron_ls
 from neuronsweep.host.targets import TARGETS
+
+S = TypeVar("S", BuildSettings, CaptureSettings)  # a step's settings, handed back with its slot's cores
 
 NEURON_TOOL_DIR = neuron_ls.NEURON_TOOL_DIR
 
@@ -138,7 +143,9 @@ def widened(found: Pool, cores: int) -> Pool:
 
 
 @contextmanager
-def held(settings, backend: str, who: str, target: str | None = None, lnc: int | None = None, cores: int = 1):
+def held(
+    settings: S, backend: str, who: str, target: str | None = None, lnc: int | None = None, cores: int = 1
+) -> Iterator[tuple[S, dict]]:
     """Take a free slot of this machine for one step, waiting while all are held. Yields the settings
     with `visible_cores` set to the slot's cores (None on cpu/xla) and the lock span (slot, cores, when
     held) that the step's record keeps. `cores` above a slot's joins consecutive slots (widened)."""

@@ -14,14 +14,21 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
 
+if TYPE_CHECKING:
+    import optuna
 
-def _optuna():
+ParamSpec = Any  # a list of values, or a dict {values | low, high, log; when}: code branches on which
+
+
+def _optuna() -> ModuleType:
     """Optuna, or one sentence on how to install it (the `tune` extra)."""
     try:
         import optuna
@@ -32,14 +39,14 @@ def _optuna():
     return optuna
 
 
-def values_of(spec) -> list | None:
+def values_of(spec: ParamSpec) -> list | None:
     """A param's values (a list, or {values, when}); None for an integer range {low, high, log, when}."""
     if isinstance(spec, list):
         return spec
     return list(spec["values"]) if "values" in spec else None
 
 
-def applies(spec, point: dict) -> bool:
+def applies(spec: ParamSpec, point: dict) -> bool:
     """A conditional param ({..., when: {other: value or [values]}}) applies only where the params it
     names, chosen before it, have one of those values."""
     when = spec.get("when", {}) if isinstance(spec, dict) else {}
@@ -87,7 +94,7 @@ class Space:
             out = [q for p in out for q in ([{**p, name: v} for v in values] if applies(spec, p) else [p])]
         return out
 
-    def point(self, choose) -> dict:
+    def point(self, choose: Callable[[str, ParamSpec], Any]) -> dict:
         """A point chosen param by param in the space's order (`choose(name, spec)`), a conditional param
         only where the params chosen before it say it applies."""
         out: dict = {}
@@ -165,18 +172,18 @@ def parse(block: dict, params: dict, where: str) -> Space:
     return Space(space, _setting(block, "strategy"), int(_setting(block, "seed")), default, int(_setting(block, "eta")))
 
 
-def _setting(block: dict, key: str):
+def _setting(block: dict, key: str) -> Any:
     """A search block's setting, or the schema's default for a custom entry's search (the one source of
     defaults: a validated block has them all; a block built in code may not)."""
     return block[key] if key in block else schema_default(f"suites.custom.search.{key}")
 
 
-def _first(spec):
+def _first(spec: ParamSpec) -> Any:
     values = values_of(spec)
     return int(spec["low"]) if values is None else values[0]
 
 
-def _holds(spec, value) -> bool:
+def _holds(spec: ParamSpec, value: object) -> bool:
     values = values_of(spec)
     if values is None:
         return isinstance(value, int) and int(spec["low"]) <= value <= int(spec["high"])
@@ -201,7 +208,7 @@ def points(space: Space, n: int) -> list[dict]:
     return out
 
 
-def _draw(rng: random.Random, spec):
+def _draw(rng: random.Random, spec: ParamSpec) -> Any:
     values = values_of(spec)
     if values is not None:
         return rng.choice(values)
@@ -215,14 +222,14 @@ def _frozen(point: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in point.items()))
 
 
-def _suggest(trial, name: str, spec):
+def _suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
     values = values_of(spec)
     if values is None:
         return trial.suggest_int(name, int(spec["low"]), int(spec["high"]), log=bool(spec.get("log", False)))
     return trial.suggest_categorical(name, values)
 
 
-def sampler(space: Space):
+def sampler(space: Space) -> optuna.samplers.BaseSampler:
     """The strategy's Optuna sampler, seeded: grid, random and halving draw at random, tpe models."""
     optuna = _optuna()
 
@@ -248,7 +255,7 @@ class Study:
             random.Random(space.seed).shuffle(points)
             self.grid = [p for p in points if p != space.default]
 
-    def ask(self):
+    def ask(self) -> optuna.Trial:
         """The next trial: the grid's next point, or the sampler's proposal."""
         if self.grid and self.study.trials:  # trial 0 is the enqueued default
             self.study.enqueue_trial(self.grid.pop(0))
@@ -258,7 +265,7 @@ class Study:
         self.space.point(lambda name, spec: _suggest(trial, name, spec))
         return trial
 
-    def tell(self, trial, objective: float | None) -> None:
+    def tell(self, trial: optuna.Trial, objective: float | None) -> None:
         """A trial's result; one without a finite objective is a failed trial."""
         optuna = _optuna()
 

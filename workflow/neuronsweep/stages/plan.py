@@ -39,6 +39,7 @@ from neuronsweep.workloads import (
     working_set_bytes,
     workload_id,
 )
+from neuronsweep.workloads.routing import Policy
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
-def collective_sizes(sizes) -> list[int]:
+def collective_sizes(sizes: list[int] | dict) -> list[int]:
     """A list of byte sizes, or {from, to}: `from` doubled until past `to` (nccl-tests' -b/-e/-f 2)."""
     if isinstance(sizes, list):
         return sizes
@@ -490,7 +491,7 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
     return out
 
 
-def _layer_scenarios(entry: dict, digest: str, policy, one: dict, dtype: str) -> list[tuple[Scenario, dict]]:
+def _layer_scenarios(entry: dict, digest: str, policy: Policy, one: dict, dtype: str) -> list[tuple[Scenario, dict]]:
     """The model measured whole at one phase, batch, seq and dtype: each kind of decoder layer and the
     head, a `layer` workload each (workloads/layer.py)."""
     if not one.get("layers"):

@@ -14,7 +14,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.store.records import CaptureRecord, ViewRecord
 
 
-def _finish(out_dir: Path, started: float, result: dict, **fields) -> ViewRecord:
+def _finish(out_dir: Path, started: float, result: dict, **fields: object) -> ViewRecord:
     write_json(out_dir / "summary.json", result.pop("summary"))
     record = ViewRecord.create(started, **fields, **result)
     record.write(out_dir)

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from neuronsweep import __version__
 from neuronsweep.atomic import write_json
@@ -75,12 +75,12 @@ class StageRecord:
     provenance: dict = field(default_factory=dict)  # see provenance(); flat in the JSON too
 
     @classmethod
-    def create(cls, started: float, **fields):
+    def create(cls, started: float, **fields: object) -> Self:
         """A record of a stage that began at `started` (time.time()): typed fields by name, the rest details."""
         return cls.from_json({**fields, **provenance(cls.STAGE, started)})
 
     @classmethod
-    def from_json(cls, data: dict):
+    def from_json(cls, data: dict) -> Self:
         """The record from its flat JSON object: typed fields by name, provenance, the rest details."""
         names = {f.name for f in dataclasses.fields(cls)} - {"details", "provenance"}
         typed = {k: v for k, v in data.items() if k in names}
@@ -126,7 +126,7 @@ class StageRecord:
         return path
 
     @classmethod
-    def read(cls, where: Path):
+    def read(cls, where: Path) -> Self:
         """The record in `where` (its stage directory) or at `where` (the file)."""
         where = Path(where)
         path = where if where.suffix == ".json" else where / cls.FILE

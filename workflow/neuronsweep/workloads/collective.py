@@ -11,7 +11,12 @@ A collective moves data; it does no work a roofline measures, so it has no FLOPs
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import numpy as np
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 BUSBW_FACTOR = {
@@ -64,7 +69,7 @@ def bandwidths(s: dict, time_s: float | None) -> dict:
     return {"algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUSBW_FACTOR[s["op"]](s["world"])}
 
 
-def rank_input(s: dict, rank: int):
+def rank_input(s: dict, rank: int) -> np.ndarray:
     """The input the correctness call gives `rank`: small whole numbers, distinct per rank and element,
     so every sum a collective makes is exact in fp32, bf16 and fp16 alike (the timed calls keep ones)."""
     import numpy as np
@@ -72,7 +77,7 @@ def rank_input(s: dict, rank: int):
     return (np.arange(counts(s)[0]) % 7 + rank + 1).astype(np.float64)
 
 
-def rank_reference(s: dict, rank: int):
+def rank_reference(s: dict, rank: int) -> np.ndarray:
     """What `rank` must hold after the collective of every rank's rank_input (torch.distributed's
     semantics: all_to_all_single sends chunk j of each input to rank j)."""
     import numpy as np

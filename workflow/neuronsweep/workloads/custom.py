@@ -10,9 +10,13 @@ builds rerun, and the compile cache key changes with them.
 from __future__ import annotations
 
 import math
-from argparse import Namespace
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.workloads.user_code import load
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 COUNTED_BY = "torch.utils.flop_counter on fake tensors"
 
@@ -52,7 +56,7 @@ def spec(
     return s
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -109,7 +113,7 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return []  # the tile model knows GEMMs; a user's function is whatever it is
 
 
-def torch_module(s: dict):
+def torch_module(s: dict) -> torch.nn.Module:
     """The user's function as an nn.Module: forward takes the inputs in the config's order and calls the
     function with them by name and with the case's params as keywords."""
     import torch
@@ -117,7 +121,7 @@ def torch_module(s: dict):
     fn, names, kwargs = load(s["function"]), input_names(s), params(s)
 
     class UserFunction(torch.nn.Module):
-        def forward(self, *args: Namespace):
+        def forward(self, *args: torch.Tensor) -> Any:
             return fn(**dict(zip(names, args, strict=True)), **kwargs)
 
     return UserFunction()
@@ -130,7 +134,7 @@ class NotComparable(Exception):
     """The function's output is not a tensor or a tuple of tensors: nothing to check it against."""
 
 
-def output_array(out):
+def output_array(out: object) -> np.ndarray:
     """The output as one flat float64 array (a tensor, or a tuple or list of tensors, concatenated)."""
     import numpy as np
 
@@ -142,7 +146,7 @@ def output_array(out):
     )
 
 
-def reference(s: dict, a: dict):
+def reference(s: dict, a: dict) -> Any:
     """The user's own function in float64 on the CPU, on the case's inputs: the reference every
     implementation (the compiler's, an NKI kernel's) is checked against."""
     import torch

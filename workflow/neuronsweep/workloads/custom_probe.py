@@ -11,13 +11,15 @@ the function for real and fails with the user's traceback, that case only.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from types import ModuleType
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import TORCH_DTYPES
 from neuronsweep.workloads.user_code import answer_stdin, load
 
 
-def _signature_problem(fn, where: str, inputs: list[str], params: list[str]) -> str | None:
+def _signature_problem(fn: Callable, where: str, inputs: list[str], params: list[str]) -> str | None:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -36,7 +38,7 @@ def _signature_problem(fn, where: str, inputs: list[str], params: list[str]) -> 
     return None
 
 
-def _trace(torch, fn, case: dict) -> dict:
+def _trace(torch: ModuleType, fn: Callable, case: dict) -> dict:
     """One case on fake tensors: output shapes and counted FLOPs, or the error the function raised."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from typing import Any
 
 OPERATORS = {
     ast.Add: operator.add,
@@ -54,7 +55,7 @@ def _parse(text: str) -> ast.Expression:
     return tree
 
 
-def _walk(node: ast.AST, values: dict[str, int]):
+def _walk(node: ast.AST, values: dict[str, int]) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):

@@ -21,17 +21,26 @@ again, identical to the ones `torch_module` makes.
 from __future__ import annotations
 
 import math
-from typing import Any
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
 from neuronsweep.workloads.model_probe import build_model, decoder_layers, experts_modules
+from neuronsweep.workloads.routing import Policy
+
+if TYPE_CHECKING:
+    import torch
+
+HFModule = Any  # a transformers model or one of its modules: its attributes are its family's (mypy skips transformers)
+
 
 SEED = 0  # the weights' and the decode cache's seed: every process makes the same ones
 
 
-def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy) -> dict:
+def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy: Policy) -> dict:
     """A layer kind (`kind`, from the probe) or the head (`kind` None) of `entry`'s model at one phase,
     batch and seq (`one`, the probe's pass), in `dtype`; `policy`: the routing policy as read
     (routing.read_counts' counts in place of a file)."""
@@ -131,7 +140,7 @@ def weight_bytes(s: dict) -> int:
     return s["params"] * DTYPE_BYTES[s["dtype"]]
 
 
-def _model(s: dict):
+def _model(s: dict) -> HFModule:
     """The whole model as its config builds it, on the current device (meta or fake: no memory)."""
     entry = {k: s[k] for k in ("hf_config", "module") if k in s} | {"dtype": s["dtype"], "where": s["model"]}
     return build_model(entry)
@@ -141,7 +150,7 @@ class _Routed:
     """A pre-hook that hands the experts the policy's tokens: the router's top-k indices replaced by
     routing.assignment's (the router still runs; its weights are kept)."""
 
-    def __init__(self, policy, torch) -> None:
+    def __init__(self, policy: Policy, torch: ModuleType) -> None:
         self.policy, self.torch = policy, torch
 
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> Any:
@@ -158,7 +167,7 @@ class _Routed:
         return (hidden, chosen, *rest[1:]), kwargs
 
 
-def build(s: dict, materialize: bool):
+def build(s: dict, materialize: bool) -> torch.nn.Module:
     """The part as an nn.Module whose forward takes the hidden states. `materialize`: real seeded weights
     (else the current fake or meta mode's, for tracing)."""
     import torch
@@ -187,7 +196,7 @@ def build(s: dict, materialize: bool):
     return part.eval()
 
 
-def _fill_buffers(part, torch) -> None:
+def _fill_buffers(part: HFModule, torch: ModuleType) -> None:
     """After to_empty: decode's cached keys and values seeded random, as the weights; the head's token ids 0."""
     for name in ("past_keys", "past_values"):
         if hasattr(part, name):
@@ -196,7 +205,7 @@ def _fill_buffers(part, torch) -> None:
         part.token_ids.zero_()
 
 
-def _layer_part(s: dict, full, inner, layers):
+def _layer_part(s: dict, full: HFModule, inner: HFModule, layers: list) -> torch.nn.Module:
     """The model's forward over one layer: inputs_embeds in, that layer's hidden states out (the final
     norm is the head's); the layer's cache slot and attention type become the model's only ones."""
     import torch
@@ -227,7 +236,7 @@ def _layer_part(s: dict, full, inner, layers):
                 self.register_buffer("past_keys", torch.empty(keys, dtype=dtype))
                 self.register_buffer("past_values", torch.empty(values, dtype=dtype))
 
-        def forward(self, hidden_states):
+        def forward(self, hidden_states: torch.Tensor) -> Any:
             # a prefill writes its KV cache, as generation's does; without a cache transformers also looks
             # for packed sequences in the positions with a data-dependent `.all()`, which splits a
             # torch-xla graph in two
@@ -244,7 +253,7 @@ def _layer_part(s: dict, full, inner, layers):
     return LayerPart()
 
 
-def _head_part(s: dict, full, inner):
+def _head_part(s: dict, full: HFModule, inner: HFModule) -> torch.nn.Module:
     """The model's embedding of the phase's tokens, and its final norm and LM head on the last position
     (prefill keeps one position's logits, as generation does)."""
     import torch
@@ -258,13 +267,13 @@ def _head_part(s: dict, full, inner):
             batch, rows = s["batch"], _rows(s) // s["batch"]
             self.register_buffer("token_ids", torch.zeros((batch, rows), dtype=torch.long), persistent=False)
 
-        def forward(self, hidden_states):
+        def forward(self, hidden_states: torch.Tensor) -> Any:
             return self.lm_head(self.norm(hidden_states[:, -1:, :])), self.embed(self.token_ids)
 
     return HeadPart()
 
 
-def torch_module(s: dict):
+def torch_module(s: dict) -> torch.nn.Module:
     """The part with its seeded weights (what xla and TorchNeuron run; cpu exports it without them)."""
     return build(s, materialize=True)
 
@@ -282,7 +291,7 @@ def gathered_expert_bytes(s: dict) -> int:
     return elements * DTYPE_BYTES[s["dtype"]]
 
 
-def use_experts(part, implementation: str) -> str | None:
+def use_experts(part: HFModule, implementation: str) -> str | None:
     """Run the part's experts with transformers' `implementation` (config._experts_implementation, read at
     every forward); returns it, or None for a part without experts."""
     configs = {id(c): c for m in experts_modules(part).values() if (c := getattr(m, "config", None)) is not None}
@@ -291,7 +300,7 @@ def use_experts(part, implementation: str) -> str | None:
     return implementation if configs else None
 
 
-def export_program(s: dict, example: tuple):
+def export_program(s: dict, example: tuple) -> torch.export.ExportedProgram:
     """torch.export of the part traced on fake tensors, its weights left out (shapes only): the program
     the cpu backend saves, whatever the model's size."""
     import torch
@@ -311,7 +320,7 @@ def export_program(s: dict, example: tuple):
     return program
 
 
-def load_program(path, s: dict):
+def load_program(path: str | Path, s: dict) -> torch.nn.Module:
     """The saved program with the part's seeded weights (torch_module's, by name), as a callable module."""
     import torch
     import transformers.integrations.moe  # noqa: F401 - registers the grouped-GEMM op the program calls

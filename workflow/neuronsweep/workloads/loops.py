@@ -7,6 +7,12 @@ under the same conditions and can be compared fairly.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
 
 def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dict:
     """A loops case: the loop pattern (vmap, scan, for), steps, batch, features and dtype."""
@@ -53,7 +59,7 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return [(s["batch"], s["features"], s["features"])] * s["steps"]
 
 
-def torch_module(s: dict):
+def torch_module(s: dict) -> torch.nn.Module:
     """The loop as a torch module in the spec's pattern."""
     import torch
 
@@ -64,23 +70,23 @@ def torch_module(s: dict):
     if s["pattern"] == "scan" and scan is None:
         raise RuntimeError(f"torch {torch.__version__} has no scan primitive (torch._higher_order_ops.scan)")
 
-    def step(x, w):
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w) + 0.1
 
     class VMap(torch.nn.Module):
-        def forward(self, x, w):
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             return torch.vmap(step, in_dims=(0, None))(x, w)
 
     class Scan(torch.nn.Module):
-        def forward(self, x, w):
-            def body(carry, x_t):
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            def body(carry: torch.Tensor, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return carry.clone(), step(x_t, w)  # scan rejects an output that aliases its input
 
             _, ys = scan(body, torch.zeros((), dtype=x.dtype), x)
             return ys
 
     class ForLoop(torch.nn.Module):
-        def forward(self, x, w):
+        def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             return torch.stack([step(x[t], w) for t in range(x.shape[0])])
 
     return {"vmap": VMap, "scan": Scan, "for_loop": ForLoop}[s["pattern"]]()
@@ -89,7 +95,7 @@ def torch_module(s: dict):
 ROW_INPUT = "x"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(s: dict, a: dict):
+def reference(s: dict, a: dict) -> np.ndarray:
     """The float64 NumPy steps of the same inputs: one expression for all three patterns."""
     import numpy as np
 

@@ -9,6 +9,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
 NKI_TILE = {"m": 128, "n": 512}  # the NKI kernel's largest tiles (kernels/nki_matmul.py), its default
 
 
@@ -63,12 +69,12 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return [(s["m"], s["k"], s["n"])]
 
 
-def torch_module(s: dict):
+def torch_module(s: dict) -> torch.nn.Module:
     """An nn.Module whose forward is the GEMM, so torch.export sees exactly one aten.matmul."""
     import torch
 
     class MatMul(torch.nn.Module):
-        def forward(self, a, b):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             return a @ b
 
     class Varying(torch.nn.Module):
@@ -76,7 +82,7 @@ def torch_module(s: dict):
             super().__init__()
             self.calls = 0
 
-        def forward(self, a, b):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             self.calls += 1
             if s["varies"] == "python_int":
                 return torch.roll(a @ b, shifts=self.calls, dims=0)
@@ -88,6 +94,6 @@ def torch_module(s: dict):
 ROW_INPUT = "a"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(s: dict, a: dict):
+def reference(s: dict, a: dict) -> np.ndarray | None:
     """The float64 NumPy result of the same inputs (None for a workload that varies between calls)."""
     return None if s.get("varies") else a["a"] @ a["b"]

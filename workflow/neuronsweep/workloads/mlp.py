@@ -7,6 +7,11 @@ capture feeds them like activations; FLOPs count the three GEMMs (the elementwis
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:
@@ -57,12 +62,14 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return [(t, h, i), (t, h, i), (t, i, h)]
 
 
-def torch_module(s: dict):
+def torch_module(s: dict) -> torch.nn.Module:
     """The gated MLP (down(silu(gate(x)) * up(x))) as a torch module."""
     import torch
 
     class GatedMLP(torch.nn.Module):
-        def forward(self, x, w_gate, w_up, w_down):
+        def forward(
+            self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
+        ) -> torch.Tensor:
             return (torch.nn.functional.silu(x @ w_gate) * (x @ w_up)) @ w_down
 
     return GatedMLP()
@@ -71,7 +78,7 @@ def torch_module(s: dict):
 ROW_INPUT = "x"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(s: dict, a: dict):
+def reference(s: dict, a: dict) -> np.ndarray:
     """The float64 NumPy gated MLP of the same inputs."""
     import numpy as np
 

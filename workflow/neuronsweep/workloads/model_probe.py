@@ -27,19 +27,26 @@ import inspect
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import TORCH_DTYPES
 from neuronsweep.workloads.user_code import answer_stdin, load
 
+if TYPE_CHECKING:
+    pass
+
+HFModule = Any  # a transformers model or one of its modules: its attributes are its family's (mypy skips transformers)
+
+
 GEMM_OPS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
 LAYER = re.compile(r"\.(\d+)(?=\.|$)")
 
 
-def build_model(entry: dict):
+def build_model(entry: dict) -> HFModule:
     """The model under fake tensors, in the entry's first dtype, attention in eager mode (its GEMMs visible
     as bmm)."""
     import torch
@@ -80,7 +87,7 @@ def _gemm(func: Any, args: tuple) -> tuple[int, tuple[int, int, int]] | None:
     return 1, (int(a.shape[0]), int(a.shape[1]), int(b.shape[1]))
 
 
-def experts_modules(model) -> dict:
+def experts_modules(model: HFModule) -> dict:
     """name -> module of every fused experts module (a 3-D `down_proj` weight: [experts, ., .])."""
     return {
         name: module
@@ -89,7 +96,7 @@ def experts_modules(model) -> dict:
     }
 
 
-def _expert_gemms(module, hidden: int, load: list[int]) -> list[tuple[str, tuple[int, int, int], int]]:
+def _expert_gemms(module: HFModule, hidden: int, load: list[int]) -> list[tuple[str, tuple[int, int, int], int]]:
     """(which, (M, K, N), how many) of one call of an experts module whose experts get `load` tokens: each
     3-D weight's [experts, a, b] read as the GEMM from `hidden` (gate_up, gate, up: K is the hidden size)
     or back to it (down: N is), whichever way round the family stores it."""
@@ -106,7 +113,9 @@ def _expert_gemms(module, hidden: int, load: list[int]) -> list[tuple[str, tuple
     return out
 
 
-def trace(model, batch: int, seq: int, phase: str, routing: str = "balanced", where: str = "suites.model") -> dict:
+def trace(
+    model: HFModule, batch: int, seq: int, phase: str, routing: str = "balanced", where: str = "suites.model"
+) -> dict:
     """One forward of `phase`: {"gemms": counted per (module, which GEMM of that module's call, shape),
     "experts": each MoE layer kind's load under `routing`}."""
     import torch
@@ -121,7 +130,7 @@ def trace(model, batch: int, seq: int, phase: str, routing: str = "balanced", wh
     loads: dict[str, dict] = {}
 
     class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
             found = _gemm(func, args)
             if found is not None and recording[0]:
                 module = LAYER.sub(".*", stack[-1]) if stack else "(top level)"
@@ -131,7 +140,7 @@ def trace(model, batch: int, seq: int, phase: str, routing: str = "balanced", wh
                 _in_layer(stack[-1] if stack else "", f"{op}{calls[len(stack), module, op]}", found)
             return func(*args, **(kwargs or {}))
 
-    def _in_layer(name: str, which: str, found) -> None:
+    def _in_layer(name: str, which: str, found: tuple) -> None:
         if not recording[0]:
             return
         if name.startswith(layers_at):
@@ -140,7 +149,7 @@ def trace(model, batch: int, seq: int, phase: str, routing: str = "balanced", wh
         else:  # outside the decoder layers: the head's (the LM head)
             head[name or "(top level)", which, found[1]] += found[0]
 
-    def experts_forward(name, module):
+    def experts_forward(name: str, module: HFModule) -> Callable[..., Any]:
         def forward(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
             index = args[0] if args else next((v for k, v in kwargs.items() if "ind" in k), None)
             hidden, experts = int(hidden_states.shape[-1]), int(module.down_proj.shape[0])
@@ -244,7 +253,7 @@ def _listed(found: Counter) -> list[dict]:
     ]
 
 
-def head_params(model) -> int:
+def head_params(model: HFModule) -> int:
     """Parameters of the embedding, the final norm and the LM head (a tied weight once)."""
     name, _ = decoder_layers(model)
     inner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
@@ -253,7 +262,7 @@ def head_params(model) -> int:
     return sum(int(p.numel()) for p in unique.values())
 
 
-def decoder_layers(model) -> tuple[str, list]:
+def decoder_layers(model: HFModule) -> tuple[str, list]:
     """(name, modules) of the model's decoder layers: the ModuleList of config.num_hidden_layers
     entries (model.layers in every family transformers ships), or ("", []) when it has none."""
     import torch
@@ -265,7 +274,7 @@ def decoder_layers(model) -> tuple[str, list]:
     return "", []
 
 
-def _cache_shapes(cache) -> dict[int, list]:
+def _cache_shapes(cache: object) -> dict[int, list]:
     """Each layer's cached keys' and values' shapes (transformers' Cache.layers), before the decode step."""
     return {
         i: [list(layer.keys.shape), list(layer.values.shape)]
@@ -274,7 +283,7 @@ def _cache_shapes(cache) -> dict[int, list]:
     }
 
 
-def layer_kinds(model, per_layer: dict[int, Counter], cache_shapes: dict[int, list]) -> list[dict]:
+def layer_kinds(model: HFModule, per_layer: dict[int, Counter], cache_shapes: dict[int, list]) -> list[dict]:
     """The distinct kinds of decoder layer (dense or MoE, sliding or global attention): layers whose GEMMs
     and attention type are the same are one kind. Each: its first layer's index, how many layers are of
     it, its label, its parameters and its GEMMs in one call (module relative to the layer)."""

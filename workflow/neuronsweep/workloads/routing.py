@@ -19,11 +19,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.errors import UserError
 
+Policy = Any  # "balanced", {zipf: s}, or {counts: [...] | file}: the config's routing (code branches on which)
 
-def label(policy) -> str:
+
+def label(policy: Policy) -> str:
     """The policy as scenario ids carry it: balanced, zipf1.2, counts."""
     if policy == "balanced":
         return "balanced"
@@ -64,7 +67,7 @@ def read_counts(path: Path, where: str) -> list[int]:
     return counts
 
 
-def tokens_per_expert(policy, tokens: int, top_k: int, experts: int, where: str = "suites.model") -> list[int]:
+def tokens_per_expert(policy: Policy, tokens: int, top_k: int, experts: int, where: str = "suites.model") -> list[int]:
     """Tokens each expert gets in one forward of `tokens` tokens, busiest first; they add up to
     tokens x top_k (`policy`: "balanced", {"zipf": s} or {"counts": [n, ...], "file": where they came from}
     as read_counts gives)."""

@@ -10,7 +10,9 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from neuronsweep.errors import UserError
 
@@ -62,7 +64,7 @@ def digest(refs: list[str]) -> str:
     return h.hexdigest()
 
 
-def load(ref: str):
+def load(ref: str) -> Any:
     """The object a reference names, its module imported (a file under a name of its own, so two files
     of one name never collide)."""
     target, name = split(ref)
@@ -95,7 +97,7 @@ def load(ref: str):
     return obj
 
 
-def answer_stdin(probe) -> int:
+def answer_stdin(probe: Callable[[dict], object]) -> int:
     """A plan-time child's main (custom_probe, model_probe): the request as JSON on stdin, the answer on stdout."""
     json.dump(probe(json.load(sys.stdin)), sys.stdout)
     return 0

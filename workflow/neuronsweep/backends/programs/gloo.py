@@ -144,11 +144,12 @@ def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: f
 
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
 def _op(
-    dist: ModuleType, torch: ModuleType, spec: dict, values: list[float] | None = None
+    dist: ModuleType, torch: ModuleType, spec: dict, values: np.ndarray | None = None
 ) -> tuple[Callable[[], object], torch.Tensor]:
     """The collective as a no-argument call on preallocated buffers (input: ones, or `values`), and the
     buffer its result lands in."""
