@@ -171,7 +171,7 @@ def test_compare_names_the_bounds_a_judged_change_moved():
     """A kernel edit judged faster says which gap it closed: its bounds' changes beside the time's."""
     import pandas as pd
 
-    from neuronsweep.runs.compare import bounds_moved
+    from neuronsweep.runs.compare_page import bounds_moved, workloads
 
     changes = pd.DataFrame(
         [
@@ -185,3 +185,8 @@ def test_compare_names_the_bounds_a_judged_change_moved():
         "bounds (one profiled execution a side): bound_memory_s -40.0%, bound_compute_s +1.5%"
     )
     assert bounds_moved(changes, "x") == "" and bounds_moved(pd.DataFrame(), "w") == ""
+    # compare.html's workloads table: the bounds that moved beside each case's time
+    table = pd.DataFrame([{"workload_id": "w", "verdict": "faster"}, {"workload_id": "x", "verdict": "same"}])
+    shown = workloads(table, changes).set_index("workload")["bounds moved (one profile a side)"]
+    assert shown.to_dict() == {"w": "bound_memory_s -40.0%, bound_compute_s +1.5%", "x": ""}
+    assert "bounds moved (one profile a side)" not in workloads(table, pd.DataFrame())

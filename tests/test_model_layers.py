@@ -240,5 +240,11 @@ def test_a_layer_on_the_neuron_xla_route_is_split_by_category_from_its_profiles_
         assert split["gemm"] > 0 and split["attention"] > 0 and split["norm"] > 0 and split["other"] > 0, (wid, split)
         assert "FrameworkInstruction" in metrics["notes"]["split_span_s"], wid
         assert metrics["gemms_inside_s"] is None and "module classes" in metrics["notes"]["gemms_inside_s"]
+        # each category's window bounded from the parquet tables (the stand-in's GEMMs keep TensorE busy, its
+        # other ops the DMA: tests/standin/README.md), and the bottlenecks in one summary.csv line
+        bounds = metrics["split_bounds"]
+        assert bounds["gemm"]["bottleneck_engine"] == "tensor" and bounds["norm"]["bottleneck_engine"] == "dma", wid
+        assert bounds["gemm"]["bound_reference_s"] > 0 and bounds["gemm"]["bound_compute_ideal_s"] > 0, wid
+        assert "gemm: tensor" in metrics["split_bottlenecks"] and "norm: dma" in metrics["split_bottlenecks"], wid
     moe = json.loads((workloads / ids[1] / "metrics.json").read_text())
     assert moe["split_moe_routing_s"] > 0

@@ -59,6 +59,20 @@ def intervals(text: Any) -> list[tuple[int, int]]:
     return out
 
 
+def categorize_ops(rows: list[tuple[str, object]]) -> tuple[dict[str, list[tuple[int, int]]] | None, str | None]:
+    """Each category's intervals (ns) from the rows (framework_name, time_intervals), or (None, why) where an
+    interval is not [[start, end], ...]: the windows a category's time and its bounds are read over."""
+    windows: dict[str, list[tuple[int, int]]] = {}
+    for name, text in rows:
+        op, module, cls = parse(name)
+        try:
+            windows.setdefault(categorize(op, module, cls), []).extend(intervals(text))
+        except (ValueError, TypeError) as e:
+            shown = str(text)[:60]
+            return None, f"FrameworkInstruction {name!r}: time_intervals {shown!r} is not [[start, end], ...] ({e})"
+    return windows, None
+
+
 def split(rows: list[tuple[str, object]], span_s: float | None) -> tuple[LayerSplitRecord | None, str | None]:
     """(the layer's split, None), or (None, why): `rows` are (framework_name, time_intervals) of the
     profile's FrameworkInstruction table, `span_s` the profiled execution's total_time."""
@@ -66,16 +80,10 @@ def split(rows: list[tuple[str, object]], span_s: float | None) -> tuple[LayerSp
         return None, "the profile's FrameworkInstruction table is empty"
     if not span_s or span_s <= 0:
         return None, "the profile has no total_time to split"
-    spans = []
-    for name, text in rows:
-        op, module, cls = parse(name)
-        category = categorize(op, module, cls)
-        try:
-            spans += [(s, e, category) for s, e in intervals(text)]
-        except (ValueError, TypeError) as e:
-            shown = str(text)[:60]
-            return None, f"FrameworkInstruction {name!r}: time_intervals {shown!r} is not [[start, end], ...] ({e})"
-    ns, covered = shares(spans)
+    windows, why = categorize_ops(rows)
+    if windows is None:
+        return None, why
+    ns, covered = shares([(s, e, category) for category, spans in windows.items() for s, e in spans])
     span_ns = span_s * 1e9
     if covered > span_ns * 1.0001:
         return None, (

@@ -46,3 +46,30 @@ def union_length(starts: ArrayLike, ends: ArrayLike) -> float:
     """Total length covered by the intervals [starts, ends), overlaps counted once."""
     s, e = merge(starts, ends)
     return float((e - s).sum())
+
+
+def covered_by(window: tuple[np.ndarray, np.ndarray], starts: ArrayLike, ends: ArrayLike) -> float:
+    """Length of the intervals [starts, ends) (their union) inside `window` (merged, as `merge` returns):
+    a window's DMA or engine activity, clipped to it. Computed as the window's covered length up to each
+    merged end minus up to each merged start, so it is one pass of searchsorted, not a loop of pairs."""
+    w_start, w_end = window
+    if not w_start.size:
+        return 0.0
+    s, e = merge(starts, ends)
+    before = np.concatenate([[0.0], np.cumsum(w_end - w_start)])  # window length before window i
+
+    def upto(t: np.ndarray) -> np.ndarray:  # window length in (-inf, t]
+        i = np.searchsorted(w_start, t, "right") - 1
+        inside = np.clip(t - w_start[np.maximum(i, 0)], 0.0, (w_end - w_start)[np.maximum(i, 0)])
+        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0.0)
+
+    return float((upto(e) - upto(s)).sum())
+
+
+def starts_inside(window: tuple[np.ndarray, np.ndarray], times: ArrayLike) -> np.ndarray:
+    """Which of `times` fall in `window` (merged): the events a window counts (a DMA packet's bytes, an
+    instruction's FLOPs) by where they start."""
+    w_start, w_end = window
+    t = np.asarray(times, np.float64)
+    i = np.searchsorted(w_start, t, "right") - 1
+    return (i >= 0) & (t < w_end[np.maximum(i, 0)]) if w_start.size else np.zeros(t.size, bool)

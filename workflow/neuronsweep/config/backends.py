@@ -62,6 +62,8 @@ class Backend:
     # reads it from the profile), and why a layer has none where that source gave none
     layer_split: str = "capture"
     layer_split_missing: str = "the capture recorded no split of this layer"
+    # why a layer's categories have no window bounds (the ladder over each category's window) on it
+    window_bounds_missing: str = "only a Neuron profile's tables (DmaPacket, ActiveTime, Instruction) bound a window"
     # the framework its stages run workloads with in their own process, which the warm server imports once
     preload: tuple[str, ...] = ()
 

@@ -452,20 +452,10 @@ def _verdict_lines(table: pd.DataFrame, judged: pd.DataFrame, ops: pd.DataFrame,
             f"Holm p {r['p_holm']:.2g}, {r['n_a']:.0f} vs {r['n_b']:.0f} processes)"
         )
         lines.append("          " + explanation(r, ops))
-        moved = bounds_moved(changes, r["workload_id"])
+        moved = compare_page.bounds_moved(changes, r["workload_id"])
         if moved:
             lines.append("          " + moved)
     return lines
-
-
-def bounds_moved(changes: pd.DataFrame, wid: str) -> str:
-    """The performance bounds of a workload that changed between the runs (one profiled execution a side:
-    shown beside the judged time, not tested), as `bounds: bound_memory_s -12.0%, ...`; "" for none."""
-    if changes.empty or "metric" not in changes:
-        return ""
-    rows = changes[(changes["workload_id"] == wid) & changes["metric"].astype(str).str.startswith("bound_")]
-    said = [f"{r['metric']} {r['change_pct']:+.1f}%" for _, r in rows.iterrows() if pd.notna(r.get("change_pct"))]
-    return "bounds (one profiled execution a side): " + ", ".join(said) if said else ""
 
 
 def _gate(table: pd.DataFrame, judged: pd.DataFrame, fail_on_regression: float) -> tuple[list[str], int]:

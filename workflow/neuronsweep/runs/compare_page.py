@@ -30,8 +30,19 @@ def _interval(low: float | None, high: float | None) -> str:
     return "" if pd.isna(low) or pd.isna(high) else f"{low:.3f} .. {high:.3f}"
 
 
-def workloads(table: pd.DataFrame) -> pd.DataFrame:
-    """compare.csv as a reader wants it: verdict and change first, times in their unit."""
+def bounds_moved(changes: pd.DataFrame, wid: str) -> str:
+    """The performance bounds of a workload that changed between the runs (one profiled execution a side:
+    shown beside the judged time, not tested), as `bounds: bound_memory_s -12.0%, ...`; "" for none."""
+    if changes.empty or "metric" not in changes:
+        return ""
+    rows = changes[(changes["workload_id"] == wid) & changes["metric"].astype(str).str.startswith("bound_")]
+    said = [f"{r['metric']} {r['change_pct']:+.1f}%" for _, r in rows.iterrows() if pd.notna(r.get("change_pct"))]
+    return "bounds (one profiled execution a side): " + ", ".join(said) if said else ""
+
+
+def workloads(table: pd.DataFrame, changes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """compare.csv as a reader wants it: verdict and change first, times in their unit; a neuron case's
+    performance bounds that moved beside its time (`changes`: compare_metrics.csv's rows)."""
     if not len(table):
         return table
 
@@ -58,6 +69,9 @@ def workloads(table: pd.DataFrame) -> pd.DataFrame:
             ],
         }
     )
+    moved = [bounds_moved(changes, w).partition(": ")[2] for w in table["workload_id"]] if changes is not None else []
+    if any(moved):
+        shown["bounds moved (one profile a side)"] = moved
     order = {verdict.SLOWER: 0, verdict.FASTER: 1}
     key = [order.get(v, 2 if v in verdict.JUDGED else 3) for v in shown["verdict"]]
     return shown.assign(_k=key).sort_values(["_k", "workload"]).drop(columns="_k")
@@ -170,7 +184,7 @@ def render(
         "minimum detectable change, the smallest change that case's processes could have called different; "
         "where it is wider than the gate, the case is not judged and says so. One process a side is not judged: "
         "its samples test that process, not the code (docs/comparing-runs.md).</p>",
-        html_table(workloads(table)),
+        html_table(workloads(table, changes)),
         *_inside(ops),
         *_metrics(changes),
         "<h2>The two runs</h2>",

@@ -16,6 +16,7 @@ from neuronsweep.analysis import derived, framework_split
 from neuronsweep.analysis.metrics.case import compose
 from neuronsweep.analysis.metrics.collectives import rank_latency
 from neuronsweep.analysis.metrics.memory import Memory
+from neuronsweep.analysis.window_inputs import WindowInputs, window_inputs
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
 from neuronsweep.errors import UserError
@@ -38,7 +39,7 @@ def compute(summary: dict, *records: Any, **known: Any) -> dict:
     )
 
 
-def view_db(view_dir: Path, track_patterns: dict | None = None):
+def view_db(view_dir: Path, track_patterns: dict | None = None) -> ProfileDB | None:
     """The view's profile tables, read once for the metadata and every derived table (a legacy json is
     a gigabyte-sized stream); None when the folder holds none."""
     db = ProfileDB(patterns_from(track_patterns))
@@ -49,7 +50,7 @@ def view_db(view_dir: Path, track_patterns: dict | None = None):
     return db
 
 
-def write_tables(db, out_dir: Path) -> dict:
+def write_tables(db: ProfileDB | None, out_dir: Path) -> dict:
     """Per-workload tables from the view (derived.TABLES) as CSV; returns name -> rows written."""
     if db is None:
         return {}
@@ -64,7 +65,7 @@ def write_tables(db, out_dir: Path) -> dict:
     return written
 
 
-def profile_metadata(db, summary_json: Path) -> dict | None:
+def profile_metadata(db: ProfileDB | None, summary_json: Path) -> dict | None:
     """The device metadata (peaks, clocks, bandwidth): the view's parquet `Metadata` or legacy json
     `metadata` table; else, when the summary file given is itself a legacy full profile, its
     `metadata[0]`; None otherwise (summary-json carries none)."""
@@ -92,13 +93,20 @@ def profile_warnings(path: Path) -> list | None:
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
 
 
-def profile_split(db, summary: dict) -> tuple[LayerSplitRecord | None, str | None] | None:
+def profile_split(db: ProfileDB | None, summary: dict) -> tuple[LayerSplitRecord | None, str | None] | None:
     """A layer's split from the view's FrameworkInstruction table: framework_split.split's (split, why), or
     None where the view has no such table."""
     rows, why = derived.framework_ops(db)
     if rows is None:
         return (None, why) if why else None
     return framework_split.split(rows, summary.get("total_time"))
+
+
+def profile_windows(db: ProfileDB | None) -> tuple[dict[str, WindowInputs] | None, str | None] | None:
+    """Each category's window inputs from the view's parquet tables (window_inputs.window_inputs), or None
+    where the view has no FrameworkInstruction rows to make windows of."""
+    rows, _ = derived.framework_ops(db)
+    return None if db is None or not rows else window_inputs(db, rows)
 
 
 def gloo_rank_rows(capture: CaptureRecord | None) -> list[dict]:
@@ -176,10 +184,8 @@ def run(
     build = BuildRecord.read(build_json) if build_json else None
     calibration = read_json(calibration_json) if calibration_json else None
     db = view_db(summary_json.parent, track_patterns)
-    if db is not None:  # a damaged parquet column is one sentence before any SQL binds it
-        wrong = derived.type_problems(db, summary_json.parent)
-        if wrong:
-            raise UserError(f"{wrong[0]}.")
+    if db is not None and (wrong := derived.type_problems(db, summary_json.parent)):  # before any SQL binds it
+        raise UserError(f"{wrong[0]}.")  # a damaged parquet column: one sentence
     metadata = profile_metadata(db, summary_json)
     usage, warnings = None, None
     if capture is None or BACKENDS[capture.backend].neuron_device:  # only Neuron profiles have device memory
@@ -187,11 +193,11 @@ def run(
         usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
         warnings = profile_warnings(legacy)
     workers = neuron_rank_rows(summary_json.parent)
-    dma_packets = derived.dma_packet_count(db)
+    packets = derived.dma_packet_count(db)
     layer = any(r is not None and (r.spec or {}).get("kind") == "layer" for r in (build, capture))
     from_profile = capture is None or BACKENDS[capture.backend].layer_split == "profile"  # else the capture's
-    split = profile_split(db, summary) if layer and from_profile else None
-    values = compute(summary, capture, build, calibration, metadata, usage, workers, dma_packets, split, warnings)
+    split, windows = (profile_split(db, summary), profile_windows(db)) if layer and from_profile else (None, None)
+    values = compute(summary, capture, build, calibration, metadata, usage, workers, packets, split, warnings, windows)
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []

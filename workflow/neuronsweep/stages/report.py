@@ -6,10 +6,11 @@ per-workload tables. Every recommendation quotes the numbers it rests on.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 import plotly.io as pio
 
 from neuronsweep.analysis import headroom, model_rollup
@@ -22,14 +23,14 @@ from neuronsweep.report.page import page, table
 from neuronsweep.store import layout
 
 
-def _us(seconds) -> str:
+def _us(seconds: float | None) -> str:
     return "n/a" if seconds is None or pd.isna(seconds) else f"{seconds * 1e6:,.1f} us"
 
 
 # ------------------------------------------------------------------------------ recommendations
 
 
-def _host_only(row) -> str:
+def _host_only(row: pd.Series) -> str:
     return BACKENDS[row["backend"]].host_only()
 
 
@@ -51,7 +52,7 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     return recs
 
 
-def _per_workload(rows: pd.DataFrame):
+def _per_workload(rows: pd.DataFrame) -> Iterator[tuple[str, pd.Series]]:
     """(label, row) once per workload: scenarios that share one (ffn_up and ffn_gate of an llm) are one
     measurement, said once with every scenario named."""
     for _, part in rows.groupby("workload_id" if "workload_id" in rows else "scenario_id", sort=False):
@@ -212,7 +213,7 @@ PLOT_CONFIG = {
 }  # the camera button saves a PNG
 
 
-def _figure(name: str, fig) -> str:
+def _figure(name: str, fig: go.Figure | None) -> str:
     if fig is None:
         return ""
     body = pio.to_html(
@@ -346,6 +347,23 @@ def _headroom(ok: pd.DataFrame) -> str:
         "speed-up and the profile's insights and warnings.</p>"
         + _figure("headroom", figs.headroom(ranked, headroom.GAPS))
         + table(ranked[cols])
+        + _layer_windows(ok)
+    )
+
+
+def _layer_windows(ok: pd.DataFrame) -> str:
+    """Each layer case's categories and the engine bounding each one's window (metrics.json's split_bounds:
+    the same ladder over the category's own intervals), where the profile's tables gave them."""
+    if "split_bottlenecks" not in ok:
+        return ""
+    rows = ok[ok["split_bottlenecks"].notna() & (ok["split_bottlenecks"].astype(str) != "")]
+    if rows.empty:
+        return ""
+    return (
+        "<h3>Inside each layer: the engine bounding each category's window</h3><p class=muted>The ladder over "
+        "each category's own intervals (DMA packets, engine activity and MATMUL FLOPs clipped to them): a "
+        "category bound by dma waits on memory, one bound by tensor on TensorE. metrics.json's split_bounds "
+        "has each window's rungs.</p>" + table(rows[["scenario_id", "split_bottlenecks"]])
     )
 
 
@@ -398,7 +416,7 @@ COLLECTIVE_COLUMNS = [
 ]
 
 
-def _conversion(workloads_dir: Path, wids) -> pd.DataFrame:
+def _conversion(workloads_dir: Path, wids: Iterable[str]) -> pd.DataFrame:
     """Per workload whose Chrome trace did not convert as drawn (view.json's pftrace_counts): slices
     put beside their thread, and what was not converted."""
     rows = []

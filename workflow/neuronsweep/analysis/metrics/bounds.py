@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from neuronsweep.analysis.metrics.counters import ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
+from neuronsweep.analysis.window_inputs import WindowInputs
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")  # the compute engines a bottleneck can be, beside dma
 DGE = "dynamic DMA metadata"  # the profiler's warning when a capture ran without DGE notifications
@@ -325,3 +326,32 @@ def _insights(summary: dict, e: Efficiency) -> list[dict]:
             "move larger contiguous blocks per descriptor (at least 4 KiB per partition)",
         )
     return out  # NKI instruction coverage: no profile here names the field, so it is not read
+
+
+WINDOW_REFERENCE = (
+    "the union of the category's op intervals (FrameworkInstruction): categories that run at once each count "
+    "the overlap"
+)
+NO_WINDOW_NECESSARY_BYTES = "TensorInfo's necessary bytes are the kernel's tensors, not a window's"
+
+
+def window_ladder(
+    inputs: WindowInputs, metadata: dict | None, peaks: Peaks | None, warnings: list | None
+) -> dict[str, object]:
+    """One category's window's ladder, the same rungs as the kernel's (analysis/window_inputs.py reads them
+    from the tables), as a dict of the Bounds keys and their notes: its reference is its window."""
+    counters = ProfileCounters(
+        profile_total_time_s=inputs.window_s,
+        profile_active_time_s=inputs.window_s,
+        dma_active_time_s=inputs.dma_active_s,
+        dma_transfer_bytes=inputs.dma_bytes,
+    )
+    for engine in ENGINES:
+        setattr(counters, f"{engine}_engine_active_time_s", inputs.engine_active_s.get(engine))
+    efficiency = Efficiency(**dict.fromkeys(Efficiency.keys()))  # type: ignore[arg-type]  # two inputs only
+    efficiency.hardware_flops, efficiency.transpose_flops = inputs.hardware_flops, inputs.transpose_flops
+    dge = next((w for w in map(_warning_text, warnings or []) if DGE in w), None)
+    part = _ladder(counters, _dma_peak(metadata, peaks), peaks, efficiency, dge)
+    part.notes["bound_reference_s"] = WINDOW_REFERENCE
+    part.notes["bound_memory_no_reloads_s"] = part.notes["speedup_if_no_reloads"] = NO_WINDOW_NECESSARY_BYTES
+    return {**{k: getattr(part, k) for k in Bounds.keys()}, "notes": part.notes}

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, headroom
+from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, headroom, window_ladder
 from neuronsweep.analysis.metrics.collectives import (
     RanksProfiled,
     collective,
@@ -21,10 +21,11 @@ from neuronsweep.analysis.metrics.layer_split import layer_split
 from neuronsweep.analysis.metrics.memory import memory
 from neuronsweep.analysis.metrics.output_check import correctness
 from neuronsweep.analysis.metrics.parts import Part
-from neuronsweep.analysis.metrics.peaks import neuron_peaks
+from neuronsweep.analysis.metrics.peaks import Peaks, neuron_peaks
 from neuronsweep.analysis.metrics.timing import timing
 from neuronsweep.analysis.metrics.utilization import utilization
 from neuronsweep.analysis.metrics.work import work
+from neuronsweep.analysis.window_inputs import WindowInputs
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord
@@ -64,6 +65,7 @@ def compose(
     dma_packets: int | None = None,
     profile_split: tuple[LayerSplitRecord | None, str | None] | None = None,
     warnings: list | None = None,
+    windows: tuple[dict[str, WindowInputs] | None, str | None] | None = None,
     *,
     invalid: dict[str, str] | None = None,
     no_device_why: dict[str, str | None] | None = None,
@@ -114,7 +116,8 @@ def compose(
         parts += [Bounds.null(why), Efficiency.null(why)]
     parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
     if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
-        parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split))
+        bounded = _window_ladders(windows, metadata, peaks, warnings)
+        parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split, bounded))
     analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
     parts += [
         analytic,
@@ -131,6 +134,19 @@ def compose(
         ),
     ]
     return {**_joined(parts), "spec": spec}
+
+
+def _window_ladders(
+    windows: tuple[dict[str, WindowInputs] | None, str | None] | None,
+    metadata: dict | None,
+    peaks: Peaks | None,
+    warnings: list | None,
+) -> tuple[dict[str, dict] | None, str | None] | None:
+    """Each category's window ladder (bounds.window_ladder), or why none; None where no window was read."""
+    if windows is None:
+        return None
+    found, why = windows
+    return {c: window_ladder(w, metadata, peaks, warnings) for c, w in (found or {}).items()} or None, why
 
 
 def _ranks(

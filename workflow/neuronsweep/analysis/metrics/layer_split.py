@@ -30,6 +30,8 @@ class LayerSplit(Part):
     split_other_s: float | None
     split_span_over_latency: float | None
     gemms_inside_s: dict | None
+    split_bounds: dict | None  # per category: its window's ladder (neuron, parquet: analysis/window_inputs.py)
+    split_bottlenecks: str | None  # per category its window's bottleneck engine, one line for summary.csv
 
 
 def layer_split(
@@ -37,10 +39,11 @@ def layer_split(
     backend: str,
     latency_median_s: float | None,
     profile: tuple[LayerSplitRecord | None, str | None] | None = None,
+    windows: tuple[dict[str, dict] | None, str | None] | None = None,
 ) -> LayerSplit:
     """The layer's split where its backend measures one: the capture's record, or the profile's (`profile`:
     framework_split.split's (record, why), None where the view has no FrameworkInstruction table); else
-    every key null with why."""
+    every key null with why. `windows`: each category's window ladder (bounds.window_ladder), or why none."""
     described = BACKENDS[backend]
     if described.layer_split == "profile":
         split, why = profile or (None, None)
@@ -53,8 +56,18 @@ def layer_split(
         **{f"split_{c}_s": split.categories_s.get(c) for c in CATEGORIES},
         split_span_over_latency=ratio(split.span_s, latency_median_s),
         gemms_inside_s=split.gemms_inside_s,
+        split_bounds=None,
+        split_bottlenecks=None,
         notes={"split_span_s": split.method},
     )
+    ladders, no_windows = windows or (None, described.window_bounds_missing)
+    if ladders:
+        part.split_bounds = ladders
+        part.split_bottlenecks = "; ".join(
+            f"{c}: {ladder['bottleneck_engine']}" for c, ladder in ladders.items() if ladder["bottleneck_engine"]
+        )
+    else:
+        part.notes["split_bounds"] = part.notes["split_bottlenecks"] = no_windows or "no category has a window"
     if split.gemms_inside_s is None:
         part.notes["gemms_inside_s"] = split.gemms_inside_why or "the split has no GEMM's time inside the layer"
     return part

@@ -1,0 +1,112 @@
+"""What the performance-bounds ladder reads, over a window of a profile instead of the whole kernel: each
+category of a layer's FrameworkInstruction ops (analysis/framework_split.py), read from the parquet tables.
+
+As AWS's profile-analysis guidance for Neuron Explorer computes a window's bounds (performance-bounds.md,
+"over a time window"; the tables' fields from profile-schema-reference.rst):
+- DMA active time: the union of `DmaPacket` intervals clipped to the window (the DMA engines overlap: never
+  a plain sum); bytes: `transfer_bytes` of the packets with `queue_type != 'instruction'` and more than 4
+  bytes that start in the window;
+- each engine's active time: `ActiveTime` (already merged per engine) clipped to the window, the mean over
+  the physical cores of a logical one (as derived.engine_busy counts them);
+- hardware FLOPs: `adjusted_flops` of the `MATMUL` instructions that start in the window (BF16-equivalent,
+  so TensorE's BF16 peak divides them); transposes: those with `tensor_instruction_type = 'TRANSPOSE'`.
+The necessary bytes (TensorInfo) are the kernel's tensors, not a window's: a window has no such bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from neuronsweep.analysis.framework_split import categorize_ops
+from neuronsweep.analysis.intervals import covered_by, merge, starts_inside
+from neuronsweep.analysis.profile_tables import ProfileTables
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")  # ActiveTime's engines a bottleneck can be, beside dma
+TABLES = {
+    "DmaPacket": ("start_ts", "end_ts", "transfer_bytes", "queue_type"),
+    "ActiveTime": ("start_ts", "end_ts", "engine"),
+    "Instruction": ("start_ts", "opcode", "adjusted_flops", "tensor_instruction_type"),
+}
+
+
+@dataclass
+class WindowInputs:
+    """One category's window (ns) and what the profile's tables say happened in it (seconds, bytes, FLOPs)."""
+
+    window_s: float
+    dma_active_s: float
+    dma_bytes: float
+    engine_active_s: dict[str, float]
+    hardware_flops: float
+    transpose_flops: float
+
+
+def window_inputs(
+    db: ProfileTables, rows: list[tuple[str, object]]
+) -> tuple[dict[str, WindowInputs] | None, str | None]:
+    """Per category of the layer's FrameworkInstruction rows (framework_name, time_intervals), its window's
+    inputs; or (None, why) where a table or column the window needs is missing."""
+    lacking = _lacking(db)
+    if lacking:
+        return None, f"the profile has no {lacking}, which a category's window bounds read"
+    windows, why = categorize_ops(rows)
+    if windows is None:
+        return None, why
+    dma = _frame(db, "DmaPacket", "start_ts, end_ts, transfer_bytes, queue_type")
+    counted = dma[(dma["queue_type"].astype(str) != "instruction") & (dma["transfer_bytes"] > 4)]
+    core = "coalesce(pcore_idx, 0)" if "pcore_idx" in _names(db, "ActiveTime") else "0"
+    active = _frame(db, "ActiveTime", f"start_ts, end_ts, lower(engine) AS engine, {core} AS core")
+    cores = max(1, active["core"].nunique())
+    matmul = _frame(
+        db,
+        "Instruction",
+        "start_ts, adjusted_flops, upper(tensor_instruction_type) AS type",
+        "opcode = 'MATMUL' AND adjusted_flops IS NOT NULL",
+    )
+    out = {}
+    for category, spans in windows.items():
+        window = merge([s for s, _ in spans], [e for _, e in spans])
+        engines = {
+            e: sum(
+                covered_by(window, p["start_ts"], p["end_ts"]) for _, p in active[active["engine"] == e].groupby("core")
+            )
+            / cores
+            * 1e-9
+            for e in ENGINES
+        }
+        flops = matmul[starts_inside(window, matmul["start_ts"])]
+        out[category] = WindowInputs(
+            window_s=float((window[1] - window[0]).sum()) * 1e-9,
+            dma_active_s=covered_by(window, dma["start_ts"], dma["end_ts"]) * 1e-9,
+            dma_bytes=float(counted["transfer_bytes"][starts_inside(window, counted["start_ts"])].sum()),
+            engine_active_s=engines,
+            hardware_flops=float(flops["adjusted_flops"].sum()),
+            transpose_flops=float(flops.loc[flops["type"] == "TRANSPOSE", "adjusted_flops"].sum()),
+        )
+    return out, None
+
+
+def _table(db: ProfileTables, name: str) -> str:
+    return next(t for t in db.tables if t.lower() == name.lower())
+
+
+def _names(db: ProfileTables, name: str) -> set[str]:
+    return {c for c, _ in db.describe(_table(db, name))}
+
+
+def _lacking(db: ProfileTables) -> str | None:
+    """The first table, or table.column, the windows need that the profile lacks."""
+    for name, columns in TABLES.items():
+        if not any(t.lower() == name.lower() for t in db.tables):
+            return f"{name} table"
+        missing = [c for c in columns if c not in _names(db, name)]
+        if missing:
+            return f"{name}.{missing[0]} column"
+    return None
+
+
+def _frame(db: ProfileTables, name: str, columns: str, where: str = "TRUE") -> pd.DataFrame:
+    """The table's `columns` for the rows `where` keeps."""
+    return db.df(f'SELECT {columns} FROM "{_table(db, name)}" WHERE {where}')
