@@ -148,6 +148,8 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     assert sorted(parts.index) == [
         f"model-moe-prefill-b1-s16-{part}-fp32" for part in ("head", "l0-dense", "l1-moe-balanced")
     ]
+    # each part checked against itself in float64 on the CPU (same seeded weights, same routed tokens)
+    assert parts["correct"].astype(str).eq("True").all(), parts[["correct", "max_rel_error"]]
     for _, row in parts.iterrows():
         split = {c: row[f"split_{c}_s"] for c in CATEGORIES}
         assert all(v >= 0 for v in split.values()), split  # other is what no range covers: never negative
@@ -178,6 +180,37 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     assert experts["gemms"] == 2 * 8  # gate_up and down of each of the 8 experts, each timed alone
     page = (results / "report.html").read_text()
     assert "model moe: the whole forward" in page and "isolation gap" in page
+
+
+@pytest.mark.workflow
+@pytest.mark.torch
+def test_a_tp_2_forward_on_cpu_is_one_ranks_layers_plus_its_measured_collectives(tmp_path):
+    """The tiny MoE model decoding at tp 2 with its experts split over the two ranks (moe_ep 2): its layers
+    are one rank's shard (half the heads, 4 of the 8 experts), checked in float64, and its collectives run
+    on 2 gloo ranks; the forward is the layers' time plus each collective's count x latency."""
+    parallel = {"tp_degree": 2, "moe_tp_degree": 1, "moe_ep_degree": 2}
+    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["decode"], "parallel": parallel}
+    cfg = tiny_config(tmp_path, suites={"model": [entry]})
+    snakemake(tmp_path, config=cfg)
+    results = tmp_path / "results" / "t"
+    table = pd.read_csv(results / "summary.csv")
+    assert (table["status"] == "ok").all(), table.loc[table["status"] != "ok", ["scenario_id", "reason"]]
+    parts = table[table["part"].isin(["layer", "head"])].set_index("scenario_id")
+    assert sorted(parts.index) == [
+        f"model-moe-decode-b1-s16-tp2-ep2-{part}-fp32" for part in ("head", "l0-dense", "l1-moe-balanced")
+    ]
+    assert parts["correct"].astype(str).eq("True").all(), parts[["correct", "max_rel_error"]]
+    colls = table[table["part"] == "collective"].set_index("scenario_id")
+    assert set(colls["op"]) == {"all_reduce", "all_gather"} and (colls["world"] == 2).all()
+    assert (colls["latency_median_s"] > 0).all()
+    q = table[table["scenario_id"] == "model-moe-decode-b1-s16-tp2-ep2-self_attn.q_proj-fp32"].iloc[0]
+    assert (q["k"], q["n"]) == (128, 2 * 32)  # 2 of the 4 Q heads of 32: column-parallel
+    forward = pd.read_csv(results / "suites/model-moe-forward.csv").iloc[0]
+    measured = (parts["layers"] * parts["latency_median_s"]).sum() + (colls["count"] * colls["latency_median_s"]).sum()
+    assert forward["tp"] == 2 and forward["forward_time_s"] == pytest.approx(measured)
+    assert forward["collectives_time_s"] == pytest.approx((colls["count"] * colls["latency_median_s"]).sum())
+    assert 0 < forward["collectives_pct"] < 100
+    assert sum(forward[f"{c}_pct"] for c in CATEGORIES) == pytest.approx(100)
 
 
 @pytest.mark.slow

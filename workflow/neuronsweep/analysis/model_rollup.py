@@ -5,7 +5,10 @@
 - the model whole (`layers`, workloads/layer.py): the forward's estimate (each kind of layer's measured
   time x how many layers are of it, plus the head's), the share of it each category takes (the GEMMs'
   share measured, not assumed) and each GEMM's time inside its layer beside its time alone (the isolation
-  gap: inside / alone; above 1, the GEMM runs slower in the layer than alone).
+  gap: inside / alone; above 1, the GEMM runs slower in the layer than alone);
+- under a parallel layout (workloads/parallel.py) every figure is one rank's, per tp: the forward adds
+  each collective's count x its measured latency (`collectives_time_s`, `collectives_pct`), and the
+  collectives are a category of their own beside the layers' profiled categories.
 """
 
 from __future__ import annotations
@@ -14,17 +17,30 @@ import pandas as pd
 
 from neuronsweep.analysis.layer_categories import CATEGORIES
 
-GROUP = ["model", "phase", "batch", "seq", "dtype"]
+GROUP = ["model", "phase", "batch", "seq", "dtype", "tp"]  # tp: 1 where the entry has no parallel layout
+COLLECTIVE = "collective"  # the `part` of a collective a forward issues
+
+
+def _grouped(part: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a tp of 1 where they have none (an entry without a parallel layout)."""
+    tp = pd.to_numeric(part["tp"], errors="coerce") if "tp" in part else pd.Series(float("nan"), index=part.index)
+    return part.assign(tp=tp.fillna(1).astype(int))
 
 
 def _gemm_rows(part: pd.DataFrame) -> pd.Series:
-    """Which rows are GEMMs timed alone (the others are the model's layers and head, measured whole)."""
+    """Which rows are GEMMs timed alone (the others are the model's layers and head, measured whole, and
+    the collectives its forward issues)."""
     return part["part"].isna() if "part" in part else pd.Series(True, index=part.index)
+
+
+def _collective_rows(part: pd.DataFrame) -> pd.Series:
+    return part["part"] == COLLECTIVE if "part" in part else pd.Series(False, index=part.index)
 
 
 def rollup(part: pd.DataFrame) -> pd.DataFrame:
     """The suite's rows with `gemm_time_s` (count x latency_median_s), the group's `model_gemm_time_s` and
     `share_pct`; a group with a GEMM not measured (failed, unsupported) has no total (null, not partial)."""
+    part = _grouped(part)
     out = part[_gemm_rows(part)].copy()
     latency = pd.to_numeric(out.get("latency_median_s"), errors="coerce")
     out["gemm_time_s"] = pd.to_numeric(out["count"], errors="coerce") * latency
@@ -40,7 +56,8 @@ def headlines(part: pd.DataFrame) -> list[str]:
     table = rollup(part)
     lines = []
     for key, group in table.groupby(GROUP, dropna=False):
-        model, phase, batch, seq, dtype = key
+        model, phase, batch, seq, dtype, tp = key
+        seq = f"{seq}, tp {tp}" if tp > 1 else seq
         if group["model_gemm_time_s"].isna().all():
             lines.append(f"{model} {phase} at batch {batch}, seq {seq} ({dtype}): not every GEMM was measured")
             continue
@@ -76,43 +93,66 @@ def _measured(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def forward(part: pd.DataFrame) -> pd.DataFrame:
-    """One row per forward (model, phase, batch, seq, dtype) whose model was measured whole: its estimate
-    from the layers' and the head's measured latency, the GEMMs alone's sum beside it, and each category's
-    share of the layers' and head's profiled time (their splits weighted by how many layers are of each
-    kind). A forward with a part not measured has no estimate, and says which."""
+    """One row per forward (model, phase, batch, seq, dtype, tp) whose model was measured whole: its estimate
+    from the layers' and the head's measured latency plus each collective's count x latency, the GEMMs
+    alone's sum beside it, and each category's share (the layers' profiled splits weighted by how many
+    layers are of each kind, the collectives' measured time their own category). A forward with a part not
+    measured has no estimate, and says which; one with a noisy part (its spread past the ranking's rule)
+    has its estimate and says which part is noisy."""
     if "part" not in part or part["part"].isna().all():
         return pd.DataFrame()
+    part = _grouped(part)
     gemms = rollup(part)
     out = []
-    for key, group in part[~_gemm_rows(part)].groupby(GROUP, dropna=False):
+    whole = part[~_gemm_rows(part)]
+    for key, group in whole.groupby(GROUP, dropna=False):
         row = dict(zip(GROUP, key))
-        weight = pd.to_numeric(group["layers"], errors="coerce").fillna(1)
+        layers, colls = group[~_collective_rows(group)], group[_collective_rows(group)]
+        weight = pd.to_numeric(layers["layers"], errors="coerce").fillna(1)
+        count = pd.to_numeric(colls.get("count"), errors="coerce").fillna(1)
         latency = pd.to_numeric(group.get("latency_median_s"), errors="coerce")
         missing = group.loc[latency.isna() | (group["status"] != "ok"), "scenario_id"].tolist()
-        row["parts"] = len(group)
-        row["forward_time_s"] = None if missing else float((weight * latency).sum())
-        row["forward_why"] = f"not measured: {', '.join(missing)}" if missing else ""
+        noisy = group.loc[group.get("noisy", pd.Series(False, index=group.index)) == True, "scenario_id"]  # noqa: E712
+        row["parts"] = len(layers)
+        row["collectives_time_s"] = float((count * latency[colls.index]).sum()) if len(colls) else 0.0
+        layer_time = float((weight * latency[layers.index]).sum())
+        row["forward_time_s"] = None if missing else layer_time + row["collectives_time_s"]
+        row["collectives_pct"] = (
+            100 * row["collectives_time_s"] / row["forward_time_s"] if row["forward_time_s"] else None
+        )
+        why = [f"not measured: {', '.join(missing)}"] if missing else []
+        why += [f"noisy (spread over 25 % of its median): {', '.join(noisy)}"] if len(noisy) else []
+        row["forward_why"] = "; ".join(why)
         alone = gemms[(~gemms["model_gemm_time_s"].isna())]
         for col, value in zip(GROUP, key):
             alone = alone[alone[col].astype(str) == str(value)]
         row["gemms_alone_time_s"] = float(alone["model_gemm_time_s"].iloc[0]) if len(alone) else None
         if row["forward_time_s"] and row["gemms_alone_time_s"]:
             row["gemms_alone_over_forward_pct"] = 100 * row["gemms_alone_time_s"] / row["forward_time_s"]
-        split = group.dropna(subset=["split_span_s"]) if "split_span_s" in group else group.iloc[:0]
-        if len(split) == len(group) and len(group):
-            w = weight[split.index]
-            span = float((w * split["split_span_s"].astype(float)).sum())
-            for c in CATEGORIES:
-                row[f"{c}_pct"] = 100 * float((w * split[f"split_{c}_s"].astype(float)).sum()) / span
-            row["profiled_over_timed"] = span / row["forward_time_s"] if row["forward_time_s"] else None
+        _categories(row, layers, weight, row["collectives_time_s"])
         out.append(row)
     return pd.DataFrame(out)
+
+
+def _categories(row: dict, layers: pd.DataFrame, weight: pd.Series, collectives_s: float) -> None:
+    """Each category's share of the forward's profiled time: the layers' splits weighted by their count,
+    and the collectives the forward issues added to the collectives category (their measured time)."""
+    split = layers.dropna(subset=["split_span_s"]) if "split_span_s" in layers else layers.iloc[:0]
+    if len(split) != len(layers) or not len(layers):
+        return
+    w = weight[split.index]
+    span = float((w * split["split_span_s"].astype(float)).sum()) + collectives_s
+    for c in CATEGORIES:
+        within = float((w * split[f"split_{c}_s"].astype(float)).sum())
+        row[f"{c}_pct"] = 100 * (within + (collectives_s if c == "collectives" else 0.0)) / span
+    row["profiled_over_timed"] = span / row["forward_time_s"] if row["forward_time_s"] else None
 
 
 def isolation(part: pd.DataFrame, specs: dict, inside: dict) -> pd.DataFrame:
     """Each GEMM module of each measured layer and head: its seconds inside the layer (`inside`: workload id
     -> the capture's gemms_inside_s, per call of the layer) beside count x the latency of its GEMMs timed
     alone (the matmul rows of the same forward with its shapes), and their ratio, the isolation gap."""
+    part = _grouped(part)
     gemm_rows = _measured(part[_gemm_rows(part)])
     latency = {
         (
@@ -128,7 +168,7 @@ def isolation(part: pd.DataFrame, specs: dict, inside: dict) -> pd.DataFrame:
         if pd.notna(r.get("latency_median_s"))
     }
     out = []
-    for _, r in _measured(part[~_gemm_rows(part)]).iterrows():
+    for _, r in _measured(part[~_gemm_rows(part) & ~_collective_rows(part)]).iterrows():
         spec, measured = specs.get(r["workload_id"]), inside.get(r["workload_id"]) or {}
         if not spec:
             continue

@@ -236,7 +236,8 @@ def validate(config: dict[str, Any], source: str = "config", base: Path | None =
     return cfg
 
 
-USER_CODE_KEYS = ("function", "nki_kernel", "module", "hf_config")  # suites.custom, suites.model
+USER_CODE_KEYS = ("function", "nki_kernel", "module", "hf_config", "neuron_config")  # suites.custom, suites.model
+FILE_KEYS = ("hf_config", "neuron_config")  # a path, never module:name
 
 
 def _resolve_user_code(cfg: dict, base: Path) -> None:
@@ -248,8 +249,8 @@ def _resolve_user_code(cfg: dict, base: Path) -> None:
                 value = entry.get(key)
                 if not isinstance(value, str):
                     continue
-                target, sep, name = value.rpartition(":") if key != "hf_config" else (value, "", "")
-                if key == "hf_config" or target.endswith(".py") or "/" in target:
+                target, sep, name = value.rpartition(":") if key not in FILE_KEYS else (value, "", "")
+                if key in FILE_KEYS or target.endswith(".py") or "/" in target:
                     path = (base / Path(target).expanduser()).resolve()
                     entry[key] = f"{path}{sep}{name}"
             counts = entry.get("routing", {}).get("counts") if isinstance(entry.get("routing"), dict) else None

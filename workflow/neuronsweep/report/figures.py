@@ -443,7 +443,9 @@ def _nccom_anchor(fig: go.Figure, part: pd.DataFrame, label: str, colour: str) -
 def _forward_label(rows: pd.DataFrame) -> pd.Series:
     """The label `phase batch seq dtype` per row (a Series even of no rows, where a row-wise join gives a frame)."""
     cols = [rows[c].astype(str) for c in ("phase", "batch", "seq", "dtype")]
-    return cols[0] + " " + cols[1] + " " + cols[2] + " " + cols[3]
+    label = cols[0] + " " + cols[1] + " " + cols[2] + " " + cols[3]
+    tp = pd.to_numeric(rows["tp"], errors="coerce") if "tp" in rows else None
+    return label if tp is None or not (tp > 1).any() else label + " tp" + tp.fillna(1).astype(int).astype(str)
 
 
 def model_rollup(rolled: pd.DataFrame) -> go.Figure:

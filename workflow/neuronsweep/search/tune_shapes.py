@@ -16,7 +16,7 @@ from neuronsweep.json_numbers import finite_number
 from neuronsweep.search.driver import set_setting, settings_digest
 from neuronsweep.stages.run_setup import settle_run
 
-GROUP = ["phase", "batch", "seq", "dtype"]  # one forward
+GROUP = ["phase", "batch", "seq", "dtype", "tp"]  # one forward (tp: 1 without a parallel layout)
 
 
 def shape_id(m: int, k: int, n: int, dtype: str) -> str:
@@ -42,11 +42,12 @@ def plan_gemms(config: dict, where: str) -> tuple[pd.DataFrame, str]:
     setup = settle_run(schema.validate(config, source=where))
     rows = [
         {
-            **{k: sc.labels[k] for k in ("gemm", "m", "k", "n", "count", *GROUP)},
+            **{k: sc.labels.get(k, 1) for k in ("gemm", "m", "k", "n", "count", *GROUP)},
             "workload_id": sc.workload_id,
             "unsupported": setup.plan.unsupported.get(sc.workload_id, ""),
         }
         for sc in setup.plan.scenarios
+        if "gemm" in sc.labels  # not the collectives a parallel layout issues
     ]
     if not rows:
         raise UserError(f"{where}: the model runs no GEMM this plan found; nothing to tune.")

@@ -178,8 +178,9 @@ def gain(gemms: pd.DataFrame, table: pd.DataFrame, forward: pd.DataFrame | None)
         for sid, r in by_shape.iterrows()
     }
     out = []
-    for values, group in gemms.groupby(GROUP, sort=False):
-        row = dict(zip(GROUP, values))
+    keys = [c for c in GROUP if c in gemms]  # a table of before has no tp
+    for values, group in gemms.groupby(keys, sort=False):
+        row = dict(zip(keys, values))
         before = [c * by_shape.loc[s, "default_median_s"] for s, c in zip(group["shape"], group["count"])]
         after = [c * tuned[s] for s, c in zip(group["shape"], group["count"])]
         if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in before + after):
@@ -198,7 +199,7 @@ def _projected(forward: pd.DataFrame | None, row: dict) -> dict:
     if forward is None:
         return {"projection": "the model was not measured whole in this run (layers: true, then the sweep)"}
     match = forward
-    for col in GROUP:
+    for col in (c for c in GROUP if c in match and c in row):  # a table of before has no tp
         match = match[match[col].astype(str) == str(row[col])]
     if match.empty or pd.isna(match.iloc[0].get("forward_time_s")) or pd.isna(match.iloc[0].get("gemm_pct")):
         return {"projection": "this forward was not measured whole (or not split by category)"}

@@ -33,6 +33,7 @@ from neuronsweep.workloads import (
     loops,
     matmul,
     mlp,
+    parallel,
     routing,
     unsupported,
     user_code,
@@ -417,81 +418,177 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
     return out
 
 
-def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
-    """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
-    that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs."""
+@dataclass
+class _ModelPass:
+    """One probe request of a model entry: the entry (batch and seq from its layout's form), its layout,
+    the phases that share one rank config, and that config."""
+
+    entry: dict
+    layout: parallel.Sharding
+    rank: parallel.RankConfig
+    config: dict  # the model's config.json fields (empty for a module entry)
+
+
+def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_ModelPass]]:
+    """The probe's request (one entry per model, layout and group of phases with one rank config) and what
+    each request entry is; every parallel layout checked before any job."""
     request: dict = {"entries": [], "answers": "layers"}  # the answer's form: a cached older one is not reused
-    for i, entry in enumerate(entries):
-        where = f"suites.model[{i}] ({entry['name']})"
-        if ("hf_config" in entry) == ("module" in entry):
+    passes = []
+    family = _family(config)
+    for i, raw in enumerate(entries):
+        where = f"suites.model[{i}] ({raw['name']})"
+        if ("hf_config" in raw) == ("module" in raw):
             raise UserError(f"{where}: give exactly one of hf_config (a config.json) and module (FILE.py:NAME).")
+        entry, layouts = parallel.entry_layout(raw, where)
+        parallel.check_tp(layouts, family, where)
         source = entry.get("hf_config") or str(user_code.source_file(entry["module"]))
         try:
             digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
         except OSError:
             raise UserError(f"{where}: no such file {source}; give a path relative to the config file.") from None
+        if "module" in entry and layouts != [parallel.Sharding(1)]:
+            raise UserError(
+                f"{where}: parallel needs hf_config: a rank's shard is its config.json with the rank's heads."
+            )
+        fields = json.loads(Path(source).read_text()) if "hf_config" in entry else {}
         policy = entry.get("routing", "balanced")
         if isinstance(policy, dict) and "counts" in policy:  # the shares of a measured load, read here
             policy = {"counts": routing.read_counts(Path(policy["counts"]), where), "file": policy["counts"]}
-        request["entries"].append(
-            {
-                "where": where,
-                **{k: entry[k] for k in ("hf_config", "module") if k in entry},
-                "sha256": digest,
-                "batch": entry["batch"],
-                "seq": entry["seq"],
-                "phases": entry["phases"],
-                "dtype": entry["dtype"][0],  # the trace runs in the case's dtype; shapes do not depend on it
-                "routing": policy,
-            }
+        for layout in layouts:
+            groups: dict[str, tuple[parallel.RankConfig, list[str]]] = {}
+            for phase in entry["phases"]:
+                rank = parallel.rank_config(fields, layout, phase, where)
+                _check_rank_fits(fields, rank, entry, family, where)
+                groups.setdefault(json.dumps(rank.fields, sort_keys=True), (rank, []))[1].append(phase)
+            for rank, phases in groups.values():
+                request["entries"].append(
+                    {
+                        "where": where,
+                        **{k: entry[k] for k in ("hf_config", "module") if k in entry},
+                        "sha256": digest,
+                        "batch": entry["batch"],
+                        "seq": entry["seq"],
+                        "phases": phases,
+                        "dtype": entry["dtype"][0],  # the trace runs in the case's dtype; shapes do not depend on it
+                        "routing": policy,
+                        **({"rank_config": rank.fields, "expert_ep": rank.expert_ep} if rank.fields else {}),
+                    }
+                )
+                passes.append(_ModelPass(entry, layout, rank, fields))
+    return request, passes
+
+
+def _family(config: dict) -> str | None:
+    """The instance family whose TP degrees a parallel layout must be: neuron.target where it names one."""
+    target = (config.get("neuron") or {}).get("target")
+    return target if target in parallel.SUPPORTED_TP else None
+
+
+def _check_rank_fits(fields: dict, rank: parallel.RankConfig, entry: dict, family: str | None, where: str) -> None:
+    """A rank's weights and KV cache (its largest batch and seq) against its core's HBM, where the target is known."""
+    hbm = parallel.HBM_PER_CORE.get(family or "")
+    if not hbm or not rank.fields:
+        return
+    need = max(parallel.rank_bytes(fields, rank, d, max(entry["batch"]), max(entry["seq"])) for d in entry["dtype"])
+    if need > hbm:
+        raise UserError(
+            f"{where}: one rank's weights and KV cache at tp {rank.labels['tp']} take {need / 1e9:.1f} GB, over the "
+            f"{hbm / 1e9:.0f} GB of HBM a {family} NeuronCore has (nxd-inference api-guide); raise tp_degree."
         )
+
+
+def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
+    """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
+    that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs; under
+    a parallel layout one rank's GEMMs, and the collectives each forward issues."""
+    request, passes = _model_requests(entries, config)
     answer = probe_child("model_probe", request, config.get("cache_dir"))
     if "error" in answer:
         raise UserError(answer["error"])
     out = []
-    for entry, request_entry, passes in zip(entries, request["entries"], answer["entries"]):
+    for mp, request_entry, traced in zip(passes, request["entries"], answer["entries"]):
+        entry, layout = mp.entry, mp.layout
         policy = routing.label(entry.get("routing", "balanced"))
-        for one, dtype in itertools.product(passes, entry["dtype"]):
-            for g in one["gemms"]:
-                spec = matmul.spec(m=g["m"], k=g["k"], n=g["n"], dtype=dtype)
-                short = g["module"].replace("model.layers.*.", "").replace("*", "n")
-                gemm = f"{short}.{g['gemm']}" if g["gemm"] not in ("linear1",) else short
-                moe = one.get("experts", {}).get(g["module"])  # an expert GEMM: its tokens are the policy's
-                if moe:
-                    gemm = f"{gemm}-{policy}"
-                labels = {
-                    "model": entry["name"],
-                    "phase": one["phase"],
-                    "batch": one["batch"],
-                    "seq": one["seq"],
-                    "module": g["module"],
-                    "gemm": gemm,
-                    "count": g["count"],
-                    "m": g["m"],
-                    "k": g["k"],
-                    "n": g["n"],
-                    "dtype": dtype,
-                }
-                if moe:
-                    labels |= {
-                        "routing": policy,
-                        "experts": moe["experts"],
-                        "top_k": moe["top_k"],
-                        "expert_load": "/".join(map(str, moe["load"])),  # tokens per expert, busiest first
-                    }
-                sid = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}-{gemm}-{dtype}"
-                out.append(
-                    (
-                        Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels),
-                        spec,
-                    )
-                )
+        for one, dtype in itertools.product(traced, entry["dtype"]):
+            moe = bool(one.get("experts"))
+            tag = f"-{layout.label(one['phase'], moe)}" if mp.rank.fields else ""
+            common = {k: one[k] for k in ("phase", "batch", "seq")} | {"dtype": dtype} | mp.rank.labels
+            prefix = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}{tag}"
+            out += _gemm_scenarios(entry, one, dtype, policy, common, prefix, mp.config, mp.rank)
+            if mp.rank.fields:
+                out += _collective_scenarios(entry, one, dtype, common, prefix, mp.config, layout)
             if entry.get("layers", True):
-                out += _layer_scenarios(entry, request_entry["sha256"], request_entry["routing"], one, dtype)
+                ranked = {**entry, "rank_config": mp.rank.fields, "expert_ep": mp.rank.expert_ep, "layout": tag[1:]}
+                out += _layer_scenarios(ranked, request_entry["sha256"], request_entry["routing"], one, dtype, common)
     return out
 
 
-def _layer_scenarios(entry: dict, digest: str, policy: Policy, one: dict, dtype: str) -> list[tuple[Scenario, dict]]:
+def _gemm_scenarios(
+    entry: dict,
+    one: dict,
+    dtype: str,
+    policy: str,
+    common: dict,
+    prefix: str,
+    fields: dict,
+    rank: parallel.RankConfig,
+) -> list[tuple[Scenario, dict]]:
+    """The pass's GEMMs, each a matmul workload. Under EP the router still scores every expert: its GEMM
+    (hidden -> the rank's experts, as the rank's config builds it) is counted over all of them."""
+    out = []
+    for g in one["gemms"]:
+        n = g["n"]
+        moe = one.get("experts", {}).get(g["module"])  # an expert GEMM: its tokens are the policy's
+        if rank.expert_ep > 1 and _is_router(g, fields, rank):
+            n = g["n"] * rank.expert_ep
+        spec = matmul.spec(m=g["m"], k=g["k"], n=n, dtype=dtype)
+        short = g["module"].replace("model.layers.*.", "").replace("*", "n")
+        gemm = f"{short}.{g['gemm']}" if g["gemm"] not in ("linear1",) else short
+        if moe:
+            gemm = f"{gemm}-{policy}"
+        labels = {"model": entry["name"], **common, "module": g["module"], "gemm": gemm, "count": g["count"]}
+        labels |= {"m": g["m"], "k": g["k"], "n": n}
+        if moe:
+            labels |= {
+                "routing": policy,
+                "experts": moe["experts"],
+                "top_k": moe["top_k"],
+                "expert_load": "/".join(map(str, moe["load"])),  # tokens per expert, busiest first
+            }
+        sid = f"{prefix}-{gemm}-{dtype}"
+        out.append(
+            (Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)
+        )
+    return out
+
+
+def _is_router(g: dict, fields: dict, rank: parallel.RankConfig) -> bool:
+    """Whether a traced GEMM is an MoE router: a `gate` Linear onto the rank's experts."""
+    local = next((rank.fields[k] for k in parallel.EXPERT_COUNT_KEYS if k in rank.fields), None)
+    return local is not None and g["module"].endswith("gate") and g["n"] == local
+
+
+def _collective_scenarios(
+    entry: dict, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: parallel.Sharding
+) -> list[tuple[Scenario, dict]]:
+    """The collectives one forward of this pass issues per rank (parallel.collectives), each a workload of
+    the collectives suite's kind (shared with it where the op, size, world and dtype agree)."""
+    kinds = [{"layers": k["layers"], "moe": k["kind"].startswith("moe")} for k in one.get("layers") or []]
+    out = []
+    for c in parallel.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
+        spec = collective.spec(c.op, c.nbytes, c.world, dtype)
+        labels = {"model": entry["name"], **common, "part": "collective", "op": c.op, "bytes": spec["bytes"]}
+        labels |= {"world": c.world, "group": c.group, "count": c.count, "where": c.what}
+        sid = f"{prefix}-coll-{c.op.replace('_', '')}-{spec['bytes']}b-{dtype}"
+        out.append(
+            (Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)
+        )
+    return out
+
+
+def _layer_scenarios(
+    entry: dict, digest: str, policy: Policy, one: dict, dtype: str, common: dict | None = None
+) -> list[tuple[Scenario, dict]]:
     """The model measured whole at one phase, batch, seq and dtype: each kind of decoder layer and the
     head, a `layer` workload each (workloads/layer.py)."""
     if not one.get("layers"):
@@ -510,13 +607,15 @@ def _layer_scenarios(entry: dict, digest: str, policy: Policy, one: dict, dtype:
             "batch": one["batch"],
             "seq": one["seq"],
             "dtype": dtype,
+            **(common or {}),
             "part": spec["part"],
             "layer_kind": spec.get("layer_kind", "head"),
             "layers": spec.get("layers", 1),
         }
         if policy_label:
             labels["routing"] = policy_label[1:]
-        sid = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}-{part}{policy_label}-{dtype}"
+        layout = f"-{entry['layout']}" if entry.get("layout") else ""
+        sid = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}{layout}-{part}{policy_label}-{dtype}"
         out.append(
             (Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)
         )
@@ -595,6 +694,8 @@ def check_memory(plan: Plan, config: dict) -> None:
     if budget is None:
         return
     layers_that_fit(plan, budget.bytes, budget.what, gathers_experts=budget.gathers_experts)
+    if BACKENDS[plan.backend].probes_host:  # its collectives' ranks are processes of this host
+        ranks_that_fit(plan, budget.bytes, budget.what)
     check_fits(plan, budget.bytes, f"of {budget.what}", budget.hint)
 
 
@@ -621,6 +722,27 @@ def check_paths(config: dict) -> None:
 
 
 MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
+
+
+RANK_BYTES = 256 * 2**20  # one gloo rank: a Python process with torch and its process group (227 MiB measured)
+
+
+def ranks_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
+    """A collective whose ranks (a process each on this host, with their buffers) exceed the memory they
+    run in is unsupported, with the bytes it needs and the bytes there are: the host holds that many ranks
+    at most (a parallel layout's tp 64 on a small machine)."""
+    limit = MEMORY_SHARE * memory_bytes
+    for wid, spec in list(plan.workloads.items()):
+        if spec["kind"] != "collective":
+            continue
+        need = spec["world"] * (RANK_BYTES + 2 * spec["bytes"])
+        if need > limit:
+            del plan.workloads[wid]
+            plan.unsupported[wid] = (
+                f"{spec['world']} ranks of {spec['op']}, a process each here, need {need / 2**30:,.1f} GiB, more than "
+                f"{MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on the instance "
+                "(the neuron backend runs a rank per NeuronCore)"
+            )
 
 
 def layers_that_fit(plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False) -> None:

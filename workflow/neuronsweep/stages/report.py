@@ -447,14 +447,19 @@ def _whole_model(suite: str, folder: Path) -> str:
     gap = pd.read_csv(gap_csv) if gap_csv.is_file() and gap_csv.stat().st_size > 1 else pd.DataFrame()
     name = html.escape(suite.removeprefix("model-"))
     split = forward.dropna(subset=["gemm_pct"]) if "gemm_pct" in forward else forward.iloc[:0]
-    cols = ["phase", "batch", "seq", "dtype", "forward_time_s", "gemms_alone_time_s", "gemm_pct", "forward_why"]
+    cols = ["phase", "batch", "seq", "dtype", "tp", "forward_time_s", "collectives_time_s", "collectives_pct"]
+    cols += ["gemms_alone_time_s", "gemm_pct", "forward_why"]
+    if "tp" in forward and forward["tp"].nunique() < 2 and (forward["tp"] == 1).all():  # no parallel layout
+        cols = [c for c in cols if c not in ("tp", "collectives_time_s", "collectives_pct")]
     return (
         f"<h2>model {name}: the whole forward</h2>"
         "<p class=muted>Each kind of decoder layer and the head measured as the model runs them (seeded weights; "
         "experts fed the routing policy's tokens): the forward's estimate is each layer kind's latency x its "
         "layers plus the head's. The categories are shares of their profiled executions (cpu: torch.profiler "
         "ranges around the program's ops; xla: XLA's span per HLO op to its completion; neuron: the profile's "
-        "FrameworkInstruction table; other is what no op covers). The isolation gap (cpu) is a GEMM's time "
+        "FrameworkInstruction table; other is what no op covers). Under a parallel layout every figure is one "
+        "rank's, per tp, and the forward adds each collective's count x its measured latency: collectives are "
+        "a category of their own. The isolation gap (cpu) is a GEMM's time "
         "inside its layer over count x its latency timed alone.</p>"
         + (_figure(f"categories_{suite}", figs.model_categories(split, model_rollup.CATEGORIES)) if len(split) else "")
         + table(forward[[c for c in cols if c in forward]])

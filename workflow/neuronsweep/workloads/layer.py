@@ -26,12 +26,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from neuronsweep.errors import UserError
+from neuronsweep.workloads import custom
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
 from neuronsweep.workloads.model_probe import build_model, decoder_layers, experts_modules
 from neuronsweep.workloads.routing import Policy
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 HFModule = Any  # a transformers model or one of its modules: its attributes are its family's (mypy skips transformers)
@@ -48,6 +50,7 @@ def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: s
         "kind": "layer",
         "model": entry["name"],
         **{k: entry[k] for k in ("hf_config", "module") if k in entry},
+        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout") if entry.get(k)},  # one rank's shard
         "source_sha256": source_sha256,
         "part": "layer" if kind else "head",
         "phase": one["phase"],
@@ -79,9 +82,10 @@ def part_label(s: dict) -> str:
 
 
 def workload_id(s: dict) -> str:
-    """layer-<model>-<part>-<phase>-b<batch>-s<seq>[-<routing>]-<dtype>."""
+    """layer-<model>-<part>-<phase>-b<batch>-s<seq>[-<layout>][-<routing>]-<dtype> (layout: tp8, tp8-ep4)."""
     policy = f"-{routing_policy.label(s['routing'])}" if s.get("routing") else ""
-    return f"layer-{s['model']}-{part_label(s)}-{s['phase']}-b{s['batch']}-s{s['seq']}{policy}-{s['dtype']}"
+    layout = f"-{s['layout']}" if s.get("layout") else ""
+    return f"layer-{s['model']}-{part_label(s)}-{s['phase']}-b{s['batch']}-s{s['seq']}{layout}{policy}-{s['dtype']}"
 
 
 def _rows(s: dict) -> int:
@@ -135,6 +139,23 @@ def gemms(s: dict) -> list[tuple[int, int, int]]:
     return [(g["m"], g["k"], g["n"]) for g in s["gemms"] for _ in range(g["count"])]
 
 
+NotComparable = custom.NotComparable
+output_array = custom.output_array  # the part's output (the hidden states; the head's logits and embeddings) flat
+
+
+def reference(s: dict, a: dict) -> np.ndarray:
+    """The part with the same seeded weights in float64 on the CPU, on the case's hidden states: what every
+    backend's output of the part is checked against, as a user's function is (its experts handed the same
+    tokens: the routing hook does not depend on the dtype; the experts looped in eager mode, since the
+    grouped GEMM has no float64 kernel)."""
+    import torch
+
+    part = build(s, materialize=True).to(torch.float64)
+    use_experts(part, "eager")
+    with torch.inference_mode():
+        return output_array(part(torch.as_tensor(a["hidden_states"], dtype=torch.float64)))
+
+
 def weight_bytes(s: dict) -> int:
     """The part's weights at its dtype: what materializing it costs."""
     return s["params"] * DTYPE_BYTES[s["dtype"]]
@@ -142,7 +163,10 @@ def weight_bytes(s: dict) -> int:
 
 def _model(s: dict) -> HFModule:
     """The whole model as its config builds it, on the current device (meta or fake: no memory)."""
-    entry = {k: s[k] for k in ("hf_config", "module") if k in s} | {"dtype": s["dtype"], "where": s["model"]}
+    entry = {k: s[k] for k in ("hf_config", "module", "rank_config") if k in s} | {
+        "dtype": s["dtype"],
+        "where": s["model"],
+    }
     return build_model(entry)
 
 
@@ -150,8 +174,8 @@ class _Routed:
     """A pre-hook that hands the experts the policy's tokens: the router's top-k indices replaced by
     routing.assignment's (the router still runs; its weights are kept)."""
 
-    def __init__(self, policy: Policy, torch: ModuleType) -> None:
-        self.policy, self.torch = policy, torch
+    def __init__(self, policy: Policy, torch: ModuleType, ep: int = 1) -> None:
+        self.policy, self.torch, self.ep = policy, torch, ep
 
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> Any:
         hidden, *rest = args
@@ -160,11 +184,26 @@ class _Routed:
         index = rest[0]
         tokens, top_k = int(index.shape[0]), int(index.shape[-1])
         experts = int(module.down_proj.shape[0])
-        load = routing_policy.tokens_per_expert(self.policy, tokens, top_k, experts)
+        load = routing_policy.rank_share(self.policy, tokens, top_k, experts, self.ep)
+        if self.ep > 1:  # the rank's experts take its share of the slots: top_k' a token, the rest padded on
+            top_k = max(1, -(-sum(load) // tokens))
+            load = _padded(load, tokens * top_k, tokens)
         chosen = self.torch.tensor(
             routing_policy.assignment(load, tokens, top_k), dtype=index.dtype, device=index.device
         )
-        return (hidden, chosen, *rest[1:]), kwargs
+        weights = [r[..., :top_k] if hasattr(r, "shape") and r.shape == index.shape else r for r in rest[1:]]
+        return (hidden, chosen, *weights), kwargs
+
+
+def _padded(load: list[int], slots: int, cap: int) -> list[int]:
+    """`load` with the slots it lacks of `slots` given to its least loaded experts (none above `cap`): a
+    rank's experts under EP must fill whole rows of top_k' slots (the padding is at most tokens - 1)."""
+    out, missing = list(load), slots - sum(load)
+    while missing > 0:
+        i = min((i for i in range(len(out)) if out[i] < cap), key=lambda i: out[i])
+        out[i] += 1
+        missing -= 1
+    return sorted(out, reverse=True)
 
 
 def build(s: dict, materialize: bool) -> torch.nn.Module:
@@ -192,7 +231,7 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
         _fill_buffers(part, torch)
     if s.get("routing"):
         for module in experts_modules(part).values():
-            module.register_forward_pre_hook(_Routed(s["routing"], torch), with_kwargs=True)
+            module.register_forward_pre_hook(_Routed(s["routing"], torch, s.get("expert_ep", 1)), with_kwargs=True)
     return part.eval()
 
 

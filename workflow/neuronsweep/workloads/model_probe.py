@@ -29,15 +29,12 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import TORCH_DTYPES
 from neuronsweep.workloads.user_code import answer_stdin, load
-
-if TYPE_CHECKING:
-    pass
 
 HFModule = Any  # a transformers model or one of its modules: its attributes are its family's (mypy skips transformers)
 
@@ -65,7 +62,7 @@ def build_model(entry: dict) -> HFModule:
         if not path.is_file():
             raise UserError(f"{entry['where']}: no such file {path}; give a config.json relative to the config file.")
         try:
-            fields = json.loads(path.read_text())
+            fields = json.loads(path.read_text()) | (entry.get("rank_config") or {})  # one rank's shard
             config = AutoConfig.for_model(**fields)
         except (ValueError, KeyError) as exc:
             raise UserError(
@@ -114,10 +111,16 @@ def _expert_gemms(module: HFModule, hidden: int, load: list[int]) -> list[tuple[
 
 
 def trace(
-    model: HFModule, batch: int, seq: int, phase: str, routing: str = "balanced", where: str = "suites.model"
+    model: HFModule,
+    batch: int,
+    seq: int,
+    phase: str,
+    routing: str = "balanced",
+    where: str = "suites.model",
+    expert_ep: int = 1,
 ) -> dict:
-    """One forward of `phase`: {"gemms": counted per (module, which GEMM of that module's call, shape),
-    "experts": each MoE layer kind's load under `routing`}."""
+    """One forward of `phase`: {"gemms": per (module, which GEMM of its call, shape), "experts": each MoE layer
+    kind's load under `routing`}; `expert_ep`: a rank's shard, its experts the busiest rank's share."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -157,7 +160,7 @@ def trace(
                 tokens, top_k = hidden_states.numel() // hidden, int(index.shape[-1])
             else:  # every expert's copy of the tokens, routed by scores (Llama 4): (experts x tokens, hidden)
                 tokens, top_k = hidden_states.numel() // hidden // experts, int(model.config.num_experts_per_tok)
-            load = routing_policy.tokens_per_expert(routing, tokens, top_k, experts, where)
+            load = routing_policy.rank_share(routing, tokens, top_k, experts, expert_ep, where)
             if recording[0]:
                 folded = LAYER.sub(".*", name)
                 for which, shape, count in _expert_gemms(module, hidden, load):
@@ -168,8 +171,7 @@ def trace(
 
         return forward
 
-    handles = _module_hooks(model, stack, calls)
-    replaced = experts_modules(model)
+    handles, replaced = _module_hooks(model, stack, calls), experts_modules(model)
     for name, module in replaced.items():
         module.forward = experts_forward(name, module)
     recording = [phase == "prefill"]
@@ -328,7 +330,12 @@ def probe(request: dict) -> dict:
                 routing = entry.get("routing", "balanced")
                 answers.append(
                     [
-                        {"phase": phase, "batch": b, "seq": s, **trace(model, b, s, phase, routing, entry["where"])}
+                        {
+                            "phase": phase,
+                            "batch": b,
+                            "seq": s,
+                            **trace(model, b, s, phase, routing, entry["where"], entry.get("expert_ep", 1)),
+                        }
                         for phase in entry["phases"]
                         for b in entry["batch"]
                         for s in entry["seq"]

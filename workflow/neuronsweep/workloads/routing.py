@@ -87,6 +87,15 @@ def tokens_per_expert(policy: Policy, tokens: int, top_k: int, experts: int, whe
     return _whole(weights, slots, cap=tokens)
 
 
+def rank_share(
+    policy: Policy, tokens: int, top_k: int, experts: int, ep: int = 1, where: str = "suites.model"
+) -> list[int]:
+    """The tokens of the `experts` a rank holds under expert parallelism `ep` (experts x ep in all): every
+    token is gathered onto every rank, so they are the first `experts` of the loads over all of them, the
+    busiest rank's, which the layer waits for (tokens_per_expert's order)."""
+    return tokens_per_expert(policy, tokens, top_k, experts * ep, where)[:experts]
+
+
 def _whole(weights: list[float], total: int, cap: int) -> list[int]:
     """`total` split in proportion to `weights` as whole numbers (largest remainder), none above `cap`:
     what a capped expert cannot take goes to the others in proportion."""

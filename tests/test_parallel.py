@@ -1,0 +1,195 @@
+"""A model as NxD Inference runs it (issue 73): each rank's shard and the collectives each forward issues,
+checked by hand against the rules of ../shared/reference/parallelism.md (gqa.py's head counts, the
+parallelism app note's collectives, the MoE deep dive), then planned from a config as a user writes it:
+each rank's GEMMs, the layers as one rank's shard, the same plan from a neuron_config.json, and bad input as
+one sentence before any job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuronsweep.config import schema
+from neuronsweep.errors import UserError
+from neuronsweep.workloads import parallel
+from neuronsweep.workloads.parallel import Collective, Sharding, collectives, entry_layout, rank_config
+
+# a GQA model with 16 Q heads of 64 and 4 KV heads: tp 2 is below its KV heads, 4 equal, 8 above, 6 neither
+GQA = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 3072}
+GQA |= {"vocab_size": 32000, "num_hidden_layers": 2, "model_type": "llama"}
+MOE = {"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128}
+MOE |= {"intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8}
+MOE |= {"vocab_size": 151936, "num_hidden_layers": 48}
+
+
+@pytest.mark.parametrize(
+    ("tp", "q", "kv", "rule"),
+    [
+        (2, 8, 2, "KV heads split, 2 a rank"),  # below: 4 KV heads over 2 ranks
+        (4, 4, 1, "KV heads split, 1 a rank"),  # equal: one each
+        (8, 2, 1, "REPLICATE_TO_TP_DEGREE: each of the 4 KV heads on 2 ranks"),  # above: replicated up to tp
+        (6, 3, 3, "CONVERT_TO_MHA: tp 6 is not a multiple of the 4 KV heads"),  # 16 Q heads padded to 18
+    ],
+)
+def test_a_ranks_heads_are_split_as_nxd_inference_splits_them(tp, q, kv, rule):
+    rank = rank_config(GQA, Sharding(tp), "decode", "m")
+    assert rank.fields["num_attention_heads"] == q and rank.fields["num_key_value_heads"] == kv
+    assert rank.fields["head_dim"] == 64  # kept: 1024 / 16, whatever the rank's heads
+    assert rank.labels["kv_sharding"] == rule
+    assert rank.fields["intermediate_size"] == 3072 // tp and rank.fields["vocab_size"] == -(-32000 // tp)
+    assert ("q_heads_padded" in rank.labels) is (tp == 6)
+
+
+def test_an_moe_rank_holds_every_expert_under_tp_and_its_share_under_ep():
+    tp_only = rank_config(MOE, Sharding(8), "decode", "m")
+    assert tp_only.fields["num_experts"] == 128 and tp_only.fields["moe_intermediate_size"] == 768 // 8
+    assert tp_only.expert_ep == 1
+    ep = rank_config(MOE, Sharding(64, moe={"decode": (2, 32), "prefill": (2, 32)}), "decode", "m")
+    assert ep.fields["num_experts"] == 128 // 32 and ep.fields["moe_intermediate_size"] == 768 // 2
+    assert ep.expert_ep == 32 and ep.labels["experts_per_rank"] == 4
+    assert ep.fields["intermediate_size"] == 6144 // 64  # a dense layer's MLP stays split over all of tp
+
+
+def test_a_ranks_experts_get_the_busiest_ranks_share_of_every_token():
+    from neuronsweep.workloads.routing import rank_share, tokens_per_expert
+
+    whole = tokens_per_expert({"zipf": 1.2}, 64, 8, 128)
+    assert rank_share({"zipf": 1.2}, 64, 8, 4, ep=32) == whole[:4]  # every token gathered: rank 0's 4 experts
+
+
+def test_the_collectives_of_a_forward_by_phase_with_and_without_sequence_parallelism():
+    kinds = [{"layers": 2, "moe": False}]
+    mb = 1 * 1024 * 2  # batch 1 x hidden 1024 x bf16, per token
+    decode = collectives(GQA, Sharding(8), "decode", 1, 128, "bf16", kinds)
+    assert decode == [
+        Collective("all_reduce", mb, 8, "tp", 4, "after o and after down"),
+        Collective("all_gather", 32000 * 2, 8, "tp", 1, "the LM head's logits"),
+    ]
+    prefill = collectives(GQA, Sharding(8), "prefill", 1, 128, "bf16", kinds)
+    assert prefill[0] == Collective("all_reduce", 128 * mb, 8, "tp", 4, "after o and after down")
+    sp = collectives(
+        GQA, Sharding(8, sequence_parallel=True, sampling_on_device=True), "prefill", 1, 128, "bf16", kinds
+    )
+    assert [(c.op, c.nbytes, c.count) for c in sp] == [
+        ("all_gather", 128 * mb, 4),
+        ("reduce_scatter", 128 * mb, 5),  # after o and down in each layer, and the embedding's output once
+    ]
+    sp_decode = collectives(
+        GQA, Sharding(8, sequence_parallel=True, sampling_on_device=True), "decode", 1, 128, "bf16", kinds
+    )
+    assert [(c.op, c.count) for c in sp_decode] == [("all_reduce", 4)]  # the decode graph has no SP
+    assert collectives(GQA, Sharding(1), "decode", 1, 128, "bf16", kinds) == []
+
+
+def test_an_moe_layer_gathers_every_token_in_prefill_and_all_reduces_in_decode():
+    kinds = [{"layers": 48, "moe": True}]
+    s = Sharding(64, moe={"prefill": (2, 32), "decode": (2, 32)}, sampling_on_device=True)
+    size = 4 * 2048 * 2  # batch 4, one token, hidden 2048, bf16
+    decode = {c.op: c for c in collectives(MOE, s, "decode", 4, 1024, "bf16", kinds)}
+    assert decode["all_reduce"].count == 48 + 48 and decode["all_reduce"].nbytes == size  # o's, then the experts'
+    prefill = [(c.op, c.nbytes, c.count) for c in collectives(MOE, s, "prefill", 4, 1024, "bf16", kinds)]
+    assert prefill == [
+        ("all_reduce", 1024 * size, 48),  # after o
+        ("all_gather", 1024 * size, 48),  # every token onto every rank, before the experts
+        ("reduce_scatter", 1024 * size, 48),  # after the experts
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parallel_block", "model", "says"),
+    [
+        ({"tp_degree": 8, "moe_ep_degree": 4}, GQA, "parallel sets MoE degrees, but the model has no experts"),
+        ({"tp_degree": 8, "moe_tp_degree": 2, "moe_ep_degree": 2}, MOE, r"must equal tp_degree \(8\) in prefill"),
+        (
+            {"tp_degree": 64, "moe_tp_degree": 1, "moe_ep_degree": 64},
+            MOE | {"num_experts": 96},
+            "96 experts do not split",
+        ),
+        ({"tp_degree": 5}, GQA, "intermediate_size 3072 does not split over 5 ranks"),
+    ],
+)
+def test_a_layout_nxd_inference_could_not_run_is_one_sentence(parallel_block, model, says):
+    with pytest.raises(UserError, match=says):
+        entry, [layout] = entry_layout({"parallel": parallel_block}, "suites.model[0] (m)")
+        rank_config(model, layout, "prefill", "suites.model[0] (m)")
+
+
+def test_a_tp_degree_the_instance_family_does_not_run_is_one_sentence():
+    layouts = [Sharding(4)]
+    parallel.check_tp(layouts, "trn2", "m")  # trn2 runs 1-64 in powers of two
+    with pytest.raises(
+        UserError, match=r"^m: parallel.tp_degree 4 is not one NxD Inference supports on trn1 \(1, 2, 8"
+    ):
+        parallel.check_tp(layouts, "trn1", "m")
+
+
+def test_a_parallel_key_nxd_inference_does_not_have_is_one_sentence():
+    cfg = {"run": "t", "suites": {"model": [{"name": "m", "hf_config": "x.json", "parallel": {"tp": 8}}]}}
+    with pytest.raises(UserError, match="tp_degree|'tp'") as info:
+        schema.validate(cfg)
+    assert "\n" not in str(info.value) and "parallel" in str(info.value)
+
+
+def test_a_neuron_config_gives_the_layout_batch_and_buckets(tmp_path):
+    nc = {
+        "neuron_config": {
+            "tp_degree": 32,
+            "batch_size": 4,
+            "seq_len": 2048,
+            "sequence_parallel_enabled": True,
+            "enable_bucketing": True,
+            "context_encoding_buckets": [512, 2048],
+            "token_generation_buckets": [2048],
+        }
+    }
+    path = tmp_path / "neuron_config.json"
+    path.write_text(json.dumps(nc))
+    entry, [layout] = entry_layout({"neuron_config": str(path), "batch": [1], "seq": [128]}, "m")
+    assert (entry["batch"], entry["seq"]) == ([4], [512, 2048])
+    assert layout == Sharding(32, sequence_parallel=True)
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))  # an HF config, not a neuron_config
+    with pytest.raises(UserError, match=r"^m: neuron_config .* has no tp_degree: it is not the neuron_config.json"):
+        entry_layout({"neuron_config": str(path)}, "m")
+
+
+def test_vllm_settings_become_nxd_inferences_with_its_buckets():
+    entry, [layout] = entry_layout({"vllm": {"tensor_parallel_size": 8, "max_num_seqs": 4, "max_model_len": 1000}}, "m")
+    assert (entry["batch"], entry["seq"]) == ([4], [128, 256, 512, 1000])
+    assert layout == Sharding(8, sampling_on_device=True)
+
+
+@pytest.mark.torch
+def test_the_plan_lists_each_ranks_gemms_and_the_same_plan_comes_from_a_neuron_config(tmp_path):
+    """A GQA model planned at tp 4 (its KV heads) from YAML and from the neuron_config.json a checkpoint
+    would write: the same scenarios, each GEMM one rank's, the collectives beside them."""
+    pytest.importorskip("transformers")
+    from helpers import DATA
+
+    from neuronsweep.stages.plan import make_plan
+
+    model = str(DATA / "models" / "tiny-llama-gqa.json")  # 8 Q heads, 2 KV heads of 32, hidden 256
+    base = {"name": "g", "hf_config": model, "phases": ["decode"], "layers": False}
+    yaml_form = {**base, "batch": [2], "seq": [64], "parallel": {"tp_degree": 4}}
+    (tmp_path / "nc.json").write_text(json.dumps({"neuron_config": {"tp_degree": 4, "batch_size": 2, "seq_len": 64}}))
+    file_form = {**base, "neuron_config": str(tmp_path / "nc.json")}
+    plans = [
+        make_plan(schema.validate({"run": "t", "cache_dir": str(tmp_path / "c"), "suites": {"model": [e]}}), "cpu")
+        for e in (yaml_form, file_form)
+    ]
+    assert [(s.id, s.labels) for s in plans[0].scenarios] == [(s.id, s.labels) for s in plans[1].scenarios]
+    assert plans[0].workloads == plans[1].workloads
+    shapes = {
+        s.labels["gemm"]: (s.labels["m"], s.labels["k"], s.labels["n"])
+        for s in plans[0].scenarios
+        if "gemm" in s.labels
+    }
+    assert shapes["self_attn.q_proj"] == (2, 256, 2 * 32)  # 8 / 4 Q heads: column-parallel
+    assert shapes["self_attn.k_proj"] == (2, 256, 32)  # tp 4 over 2 KV heads: replicated, one a rank
+    assert shapes["self_attn.o_proj"] == (2, 64, 256)  # row-parallel: K / 4
+    assert shapes["mlp.down_proj"] == (2, 512 // 4, 256) and shapes["lm_head"] == (2, 256, 1000 // 4)
+    colls = [s for s in plans[0].scenarios if s.labels.get("part") == "collective"]
+    assert {(c.labels["op"], c.labels["bytes"], c.labels["world"], c.labels["count"]) for c in colls} == {
+        ("all_reduce", 2 * 256 * 4, 4, 4),  # 2 layers x (after o, after down) of batch 2 x hidden 256 fp32
+        ("all_gather", 2 * 1000 * 4, 4, 1),  # the LM head's logits, gathered (sampling on the host)
+    }
