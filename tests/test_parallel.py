@@ -193,3 +193,30 @@ def test_the_plan_lists_each_ranks_gemms_and_the_same_plan_comes_from_a_neuron_c
         ("all_reduce", 2 * 256 * 4, 4, 4),  # 2 layers x (after o, after down) of batch 2 x hidden 256 fp32
         ("all_gather", 2 * 1000 * 4, 4, 1),  # the LM head's logits, gathered (sampling on the host)
     }
+
+
+def test_the_run_targets_family_refuses_a_tp_degree_before_any_probe(tmp_path):
+    """neuron.target (settled to the machine's family before the plan on neuron) decides the TP degrees:
+    Llama 3.3 70B's tp 64 plans for trn2, and is one sentence for inf2, before the model is even traced."""
+    from neuronsweep.stages.plan import make_plan
+
+    entry = {"name": "l", "hf_config": str(tmp_path / "c.json"), "parallel": {"tp_degree": 64}}
+    (tmp_path / "c.json").write_text(json.dumps(GQA))
+    cfg = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "inf2"}, "suites": {"model": [entry]}}
+    with pytest.raises(
+        UserError, match=r"^suites.model\[0\] \(l\): parallel.tp_degree 64 is not one NxD Inference supports on inf2"
+    ):
+        make_plan(schema.validate(cfg), "neuron")
+
+
+def test_a_rank_whose_weights_and_cache_pass_its_cores_hbm_is_one_sentence(tmp_path):
+    """Llama 3.3 70B at tp 2 on trn2: 35 B parameters a rank in bf16 are 70 GB, over a core's 24 GB."""
+    from helpers import REPO
+
+    from neuronsweep.stages.plan import make_plan
+
+    model = str(REPO / "config/examples/models/llama-3.3-70b.json")
+    entry = {"name": "l", "hf_config": model, "parallel": {"tp_degree": 2}, "dtype": ["bf16"]}
+    cfg = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "trn2"}, "suites": {"model": [entry]}}
+    with pytest.raises(UserError, match=r"one rank's weights and KV cache at tp 2 take 7\d\.\d GB, over the 24 GB"):
+        make_plan(schema.validate(cfg), "neuron")

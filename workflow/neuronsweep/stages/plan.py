@@ -487,7 +487,7 @@ def _family(config: dict) -> str | None:
 def _check_rank_fits(fields: dict, rank: parallel.RankConfig, entry: dict, family: str | None, where: str) -> None:
     """A rank's weights and KV cache (its largest batch and seq) against its core's HBM, where the target is known."""
     hbm = parallel.HBM_PER_CORE.get(family or "")
-    if not hbm or not rank.fields:
+    if not hbm or not any(k in entry for k in ("parallel", "neuron_config", "vllm")):  # a layout was given
         return
     need = max(parallel.rank_bytes(fields, rank, d, max(entry["batch"]), max(entry["seq"])) for d in entry["dtype"])
     if need > hbm:
