@@ -480,8 +480,8 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
 
 def _family(config: dict) -> str | None:
     """The instance family whose TP degrees a parallel layout must be: neuron.target where it names one."""
-    target = (config.get("neuron") or {}).get("target")
-    return target if target in parallel.SUPPORTED_TP else None
+    sections = [config.get(name) or {} for name, described in BACKENDS.items() if described.neuron_device]
+    return next((s["target"] for s in sections if s.get("target") in parallel.SUPPORTED_TP), None)
 
 
 def _check_rank_fits(fields: dict, rank: parallel.RankConfig, entry: dict, family: str | None, where: str) -> None:

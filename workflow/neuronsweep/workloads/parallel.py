@@ -1,8 +1,9 @@
 """A model as NxD Inference runs it on an instance: tensor and expert parallel, each rank its own shard.
 
-The rules, with their sources, are in ../shared/reference/parallelism.md (NxD Inference's config keys and
-defaults, `modules/attention/gqa.py` for the heads, the parallelism app note for the layers' collectives,
-`modules/moe_v2.py` and the MoE deep dive for the experts). In short, at tensor-parallel degree tp:
+The rules come from NxD Inference (aws-neuron/neuronx-distributed-inference: `models/config.py` for the
+keys and defaults, `modules/attention/gqa.py` for the heads, `modules/moe_v2.py` for the experts) and the
+Neuron SDK docs (the parallelism app note for the layers' collectives, the MoE architecture deep dive, the
+NxD Inference API guide for the TP degrees per instance). In short, at tensor-parallel degree tp:
 - q, k, v, gate and up are column-parallel (N / tp), o and down row-parallel (K / tp), the LM head
   vocab-parallel (N = vocab / tp); attention runs heads / tp per rank. Q heads are padded up to a multiple
   of tp; KV heads are split where tp divides them, else replicated up to tp where tp is a multiple of them
