@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+PLAN = Path(tempfile.gettempdir()) / "neuronsweep-bench-default-plan.json"  # the warm sweep's, for the anchor
 
 
 def sweep(cores: int, warm: bool) -> dict:
@@ -50,6 +51,7 @@ def sweep(cores: int, warm: bool) -> dict:
             raise SystemExit(1)
         run = Path(tmp) / "results" / "default"
         rows = list(csv.DictReader((run / "summary.csv").open()))
+        PLAN.write_text((run / "plan.json").read_text())  # the anchor measures the same workloads
         captures = list(run.glob("*/workloads/*/capture/capture.json"))
         # what a case spends doing its work: the timed executions (median x count) and the build's compile
         measured = sum(_measured_s(json.loads(p.read_text())) for p in captures)
@@ -69,10 +71,12 @@ def sweep(cores: int, warm: bool) -> dict:
     }
 
 
-def plain() -> dict:
-    """The anchor: the same workloads measured by a plain in-process script (bench/plain_sweep.py)."""
+def plain(plan: Path) -> dict:
+    """The anchor: the workloads the sweep ran (its plan.json), measured by a plain in-process script
+    (bench/plain_sweep.py)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "plain_sweep.py")], capture_output=True, text=True)
+    argv = [sys.executable, str(REPO / "bench" / "plain_sweep.py"), "--plan", str(plan)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
         raise SystemExit(1)
@@ -93,7 +97,7 @@ def main() -> int:
     ap.add_argument("--no-anchor", action="store_true", help="skip the run without warm start")
     args = ap.parse_args()
     runs = [sweep(args.cores, warm=True)]
-    anchor = plain()
+    anchor = plain(PLAN)
     if not args.no_anchor:
         runs.append(sweep(args.cores, warm=False))
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
