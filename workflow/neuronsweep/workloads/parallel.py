@@ -312,14 +312,14 @@ def rank_bytes(config: dict, rank: RankConfig, dtype: str, batch: int, seq: int)
     """A rank's weights and KV cache at its shard (approximate: the decoder's projections, experts, embedding
     and head), for the check that they fit its core's HBM."""
     f = {**config, **rank.fields}
-    hidden, layers = f["hidden_size"], f.get("num_hidden_layers", 1)
-    q, kv = f["num_attention_heads"], f["num_key_value_heads"]
+    hidden, layers, q = f.get("hidden_size"), f.get("num_hidden_layers", 1), f.get("num_attention_heads")
+    if not isinstance(hidden, int) or not isinstance(q, int):
+        return 0  # a config without them: rank_config has said so where it matters
+    kv = f.get("num_key_value_heads") or q
     hd = f.get("head_dim") or hidden // q
     attention = hidden * (q + 2 * kv) * hd + q * hd * hidden
     experts = next((f[k] for k in EXPERT_COUNT_KEYS if isinstance(f.get(k), int)), 0)
-    inter = (
-        f.get("moe_intermediate_size") if experts and "moe_intermediate_size" in f else f.get("intermediate_size", 0)
-    )
+    inter = (f.get("moe_intermediate_size") if experts else None) or f.get("intermediate_size") or 0
     mlp = 3 * hidden * inter * max(1, experts)
     embed = 2 * hidden * f.get("vocab_size", 0)
     kv_cache = 2 * layers * batch * seq * kv * hd
