@@ -235,7 +235,7 @@ def test_the_torchneuron_standin_builds_captures_and_extracts_the_layers_and_the
     for wid in ids:
         build = json.loads((workloads / wid / "build" / "build.json").read_text())
         assert build["route"] == "torchneuron" and build["target"] == "trn2", wid
-        assert build["correctness"]["correct_why"] == "no NumPy reference for layer workloads"
+        assert build["correctness"]["correct"] is True, (wid, build["correctness"])  # against itself in float64
         metrics = json.loads((workloads / wid / "metrics.json").read_text())
         assert metrics["latency_median_s"] > 0 and metrics["profile_total_time_s"] > 0, wid
         # compiled with XLA_IR_DEBUG/XLA_HLO_DEBUG, as the docs recommend for every capture method: the
