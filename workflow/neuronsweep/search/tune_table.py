@@ -26,6 +26,7 @@ from neuronsweep.search.tune_block import TuneBlock
 from neuronsweep.search.tune_shapes import GROUP, variant_at
 from neuronsweep.store import layout, records
 
+WINNER_COLUMNS = ("params", "winner_median_s", "winner_run", "winner_workload_id", "correct")
 PAIR = (("run", "default_workload_id"), ("winner_run", "winner_workload_id"))  # a verdict's two cases: run, id
 Judge = Callable[[pd.DataFrame], list[verdict.Verdict]]
 
@@ -53,7 +54,11 @@ def rows(
             out.append(row | {"winner": None, "verdict": f"default not measured ({d['status']}: {d['reason']})"})
             continue
         out.append(row | _winner(tune, sid, row, variants, state.get("shapes", {}).get(sid), backend))
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    for col in WINNER_COLUMNS:  # dispatch.csv has them where the compiler won every shape too (empty)
+        if col not in table:
+            table[col] = None
+    return table
 
 
 def _winner(tune: TuneBlock, sid: str, row: dict, variants: dict, searched: dict | None, backend: str) -> dict:
