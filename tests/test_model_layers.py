@@ -16,7 +16,7 @@ from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import _layer_scenarios, layers_that_fit, make_plan
-from neuronsweep.workloads import layer
+from neuronsweep.workloads import layer, working_set_bytes
 
 pytest.importorskip("transformers", reason='the model suite needs transformers: pip install -e ".[models]"')
 # Qwen3-MoE's published fields, shrunk: hidden 128, 8 experts of 64, top 2, 2 layers of which the first
@@ -110,6 +110,15 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
         layers_that_fit(plan, 4 * 2**20, "a 4 MiB machine", gathers_experts=gathers)
         assert (moe in plan.workloads) is fits
     assert "0.0 GiB of expert weights gathered per token (batched_mm)" in plan.unsupported[moe]
+    # where the output check runs in the same memory, its float64 copy of the weights counts too: a machine
+    # the layer fits in without it, and not with it
+    spec = make_plan(schema.validate(cfg), "cpu").workloads[moe]
+    memory = (working_set_bytes(spec) + 4 * spec["params"]) / 0.8  # half the float64 copy to spare
+    for checks, fits in ((False, True), (True, False)):
+        plan = make_plan(schema.validate(cfg), "cpu")
+        layers_that_fit(plan, memory, "this machine", checks_here=checks)
+        assert (moe in plan.workloads) is fits
+    assert "of their float64 copy for the output check" in plan.unsupported[moe]
     # on neuron with route auto the route is settled after the plan: settled to torch-xla, the layers are
     # checked again with the gathered copies (made too big for a trn2 core here); TorchNeuron's are not
     from neuronsweep import backends

@@ -125,12 +125,14 @@ def load(name: str) -> BackendModule:
 class MemoryBudget:
     """The memory one case runs in, as the plan's checks name it: `what` (e.g. "this machine's RAM"), `hint`
     the remedy a refusal ends with, `gathers_experts` whether an MoE layer's experts run as torch-xla's
-    batched_mm, which holds a copy of an expert's weights per token it gets."""
+    batched_mm, which holds a copy of an expert's weights per token it gets; `checks_here` whether a layer's
+    output check (its float64 copy on the CPU: layer.reference) runs in this memory too."""
 
     bytes: float
     what: str
     hint: str = ""
     gathers_experts: bool = False
+    checks_here: bool = False
 
 
 def memory_budget(name: str, config: dict, host_bytes: float) -> MemoryBudget | None:
@@ -139,7 +141,7 @@ def memory_budget(name: str, config: dict, host_bytes: float) -> MemoryBudget | 
     is settled by each job on its node (neuron.target auto under a cluster executor)."""
     backend = BACKENDS[name]
     if not backend.neuron_device:
-        return MemoryBudget(host_bytes, "this machine's RAM", gathers_experts=backend.pjrt)
+        return MemoryBudget(host_bytes, "this machine's RAM", gathers_experts=backend.pjrt, checks_here=True)
     section = config[name]
     if section["target"] not in TARGETS:
         return None

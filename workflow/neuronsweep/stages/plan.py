@@ -514,7 +514,7 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
             tag = f"-{layout.label(one['phase'], moe)}" if mp.rank.fields else ""
             common = {k: one[k] for k in ("phase", "batch", "seq")} | {"dtype": dtype} | mp.rank.labels
             prefix = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}{tag}"
-            out += _gemm_scenarios(entry, one, dtype, policy, common, prefix, mp.config, mp.rank)
+            out += _gemm_scenarios(entry, one, dtype, policy, common, prefix, mp.rank)
             if mp.rank.fields:
                 out += _collective_scenarios(entry, one, dtype, common, prefix, mp.config, layout)
             if entry.get("layers", True):
@@ -530,7 +530,6 @@ def _gemm_scenarios(
     policy: str,
     common: dict,
     prefix: str,
-    fields: dict,
     rank: parallel.RankConfig,
 ) -> list[tuple[Scenario, dict]]:
     """The pass's GEMMs, each a matmul workload. Under EP the router still scores every expert: its GEMM
@@ -539,7 +538,7 @@ def _gemm_scenarios(
     for g in one["gemms"]:
         n = g["n"]
         moe = one.get("experts", {}).get(g["module"])  # an expert GEMM: its tokens are the policy's
-        if rank.expert_ep > 1 and _is_router(g, fields, rank):
+        if rank.expert_ep > 1 and _is_router(g, rank):
             n = g["n"] * rank.expert_ep
         spec = matmul.spec(m=g["m"], k=g["k"], n=n, dtype=dtype)
         short = g["module"].replace("model.layers.*.", "").replace("*", "n")
@@ -562,7 +561,7 @@ def _gemm_scenarios(
     return out
 
 
-def _is_router(g: dict, fields: dict, rank: parallel.RankConfig) -> bool:
+def _is_router(g: dict, rank: parallel.RankConfig) -> bool:
     """Whether a traced GEMM is an MoE router: a `gate` Linear onto the rank's experts."""
     local = next((rank.fields[k] for k in parallel.EXPERT_COUNT_KEYS if k in rank.fields), None)
     return local is not None and g["module"].endswith("gate") and g["n"] == local
@@ -693,7 +692,7 @@ def check_memory(plan: Plan, config: dict) -> None:
     budget = memory_budget(plan.backend, config, psutil.virtual_memory().total)
     if budget is None:
         return
-    layers_that_fit(plan, budget.bytes, budget.what, gathers_experts=budget.gathers_experts)
+    layers_that_fit(plan, budget.bytes, budget.what, budget.gathers_experts, budget.checks_here)
     if BACKENDS[plan.backend].probes_host:  # its collectives' ranks are processes of this host
         ranks_that_fit(plan, budget.bytes, budget.what)
     check_fits(plan, budget.bytes, f"of {budget.what}", budget.hint)
@@ -745,21 +744,25 @@ def ranks_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
             )
 
 
-def layers_that_fit(plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False) -> None:
+def layers_that_fit(
+    plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False, checks_here: bool = False
+) -> None:
     """A model's layer or head whose weights and working set exceed the memory it runs in is unsupported,
     with the bytes it needs and the bytes there are; the model's GEMMs still run. `gathers_experts`: torch-xla
-    runs an MoE layer's experts as batched_mm, which holds a copy of the experts' weights per token."""
+    runs an MoE layer's experts as batched_mm, which holds a copy of the experts' weights per token;
+    `checks_here`: the output check's float64 copy of the weights is held beside them (layer.reference)."""
     limit = MEMORY_SHARE * memory_bytes
     for wid, spec in list(plan.workloads.items()):
         if spec["kind"] != "layer":
             continue
         gathered = layer.gathered_expert_bytes(spec) if gathers_experts else 0
-        need = working_set_bytes(spec) + gathered
+        checked = spec["params"] * 8 if checks_here else 0  # float64
+        need = working_set_bytes(spec) + gathered + checked
         if need > limit:
             del plan.workloads[wid]
             copies = (
                 f", {gathered / 2**30:,.1f} GiB of expert weights gathered per token (batched_mm)" if gathered else ""
-            )
+            ) + (f", {checked / 2**30:,.1f} GiB of their float64 copy for the output check" if checked else "")
             plan.unsupported[wid] = (
                 f"one {layer.part_label(spec)} of {spec['model']} needs {need / 2**30:,.1f} GiB (its "
                 f"{layer.weight_bytes(spec) / 2**30:,.1f} GiB of {spec['dtype']} weights{copies}, its tensors and "

@@ -29,14 +29,12 @@ from neuronsweep.errors import UserError
 from neuronsweep.workloads import custom
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
-from neuronsweep.workloads.model_probe import build_model, decoder_layers, experts_modules
+from neuronsweep.workloads.model_probe import HFModule, build_model, decoder_layers, experts_modules
 from neuronsweep.workloads.routing import Policy
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-
-HFModule = Any  # a transformers model or one of its modules: its attributes are its family's (mypy skips transformers)
 
 
 SEED = 0  # the weights' and the decode cache's seed: every process makes the same ones
