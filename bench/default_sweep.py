@@ -43,7 +43,7 @@ def sweep(cores: int, warm: bool) -> dict:
             str(cores),
         ]
         env = {**os.environ, "NEURONSWEEP_WARM_START": "1" if warm else "0"}
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
@@ -58,8 +58,10 @@ def sweep(cores: int, warm: bool) -> dict:
         compiled = sum(
             json.loads(p.read_text()).get("compile_s") or 0.0 for p in run.glob("*/workloads/*/build/build.json")
         )
+        spans = timeline(run, started, wall)
     cases = len(captures)
     return {
+        "timeline_s": spans,
         "warm_start": warm,
         "wall_s": round(wall, 1),
         "scenarios": len(rows),
@@ -68,6 +70,31 @@ def sweep(cores: int, warm: bool) -> dict:
         "compile_s": round(compiled, 2),
         # the core-seconds the run had, less those its cases spent measuring and compiling, per case
         "overhead_per_case_s": round((wall * cores - measured - compiled) / max(cases, 1), 2),
+    }
+
+
+def timeline(run: Path, started: float, wall: float) -> dict:
+    """Where the sweep's wall time went, from its cases' stage records (each has its start and its own wall):
+    before the first case's record (Snakemake's start, the config, the host probe, the plan, the DAG), each
+    stage's records summed, the time between the first record's start and the last one's end that no record
+    holds (the jobs' own start and finish, the calibration), and after the last record (aggregate, history,
+    report)."""
+    records = []
+    for path in [*run.glob("*/workloads/*/*/*.json"), *run.glob("*/workloads/*/metrics.json")]:
+        data = json.loads(path.read_text())
+        stamp = data.get("provenance", data) if isinstance(data, dict) else {}
+        if isinstance(stamp, dict) and "started_unix" in stamp and "wall_s" in stamp:
+            records.append((stamp["started_unix"], stamp["wall_s"], stamp.get("stage") or path.parent.name))
+    first, last = min(r[0] for r in records), max(r[0] + r[1] for r in records)
+    stages: dict[str, float] = {}
+    for _, seconds, stage in records:
+        stages[stage] = stages.get(stage, 0.0) + seconds
+    covered = sum(seconds for _, seconds, _ in records)  # two jobs at once count twice: a lower bound of the rest
+    return {
+        "before_first_job": round(first - started, 1),
+        **{f"{stage}_records": round(v, 1) for stage, v in sorted(stages.items())},
+        "between_records": round(max(0.0, (last - first) - covered), 1),
+        "after_last_record": round(started + wall - last, 1),
     }
 
 

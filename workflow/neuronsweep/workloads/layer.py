@@ -226,6 +226,8 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
         part.to_empty(device="cpu")
         torch.manual_seed(SEED)
         full.initialize_weights() if hasattr(full, "initialize_weights") else full.init_weights()
+        if hasattr(full, "tie_weights"):  # to_empty made the tied LM head a tensor of its own: tied again,
+            full.tie_weights()  # as the model (and the program traced from it) has it
         _fill_buffers(part, torch)
     if s.get("routing"):
         for module in experts_modules(part).values():
@@ -364,7 +366,7 @@ def load_program(path: str | Path, s: dict) -> torch.nn.Module:
 
     program = torch.export.load(str(path))
     real = build(s, materialize=True)
-    named = dict(real.named_parameters()) | dict(real.named_buffers())
+    named = dict(real.named_parameters(remove_duplicate=False)) | dict(real.named_buffers(remove_duplicate=False))
     for name, value in list(program.state_dict.items()):
         program._state_dict[name] = (
             torch.nn.Parameter(named[name], False) if isinstance(value, torch.nn.Parameter) else named[name]
