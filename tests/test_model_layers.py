@@ -63,6 +63,39 @@ def test_a_layer_saved_without_weights_gets_them_back_and_its_experts_the_policy
             assert load == [t for t in routing.tokens_per_expert(ZIPF, tokens, 2, 8) if t]
 
 
+@pytest.mark.torch
+def test_a_tied_lm_head_stays_tied_in_the_saved_program_and_its_float64_check(tmp_path):
+    """A model whose LM head shares the embedding (Llama 3.2 1B, Qwen2.5 0.5B): the head's saved program, the
+    module and the float64 reference give the same logits (materializing untied them once: 4 % apart)."""
+    import numpy as np
+    import torch
+
+    from neuronsweep.workloads.model_probe import probe
+
+    tied = tmp_path / "tied.json"
+    tied.write_text(
+        json.dumps(json.loads((DATA / "models" / "tiny-llama-gqa.json").read_text()) | {"tie_word_embeddings": True})
+    )
+    entry = {
+        "where": "t",
+        "hf_config": str(tied),
+        "batch": [1],
+        "seq": [8],
+        "phases": ["decode"],
+        "routing": "balanced",
+    }
+    [[one]] = probe({"entries": [entry]})["entries"]
+    spec = layer.spec({"name": "tied", "hf_config": str(tied)}, "sha", one, None, "fp32", "balanced")
+    x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+    torch.export.save(layer.export_program(spec, (x,)), tmp_path / "p.pt2")
+    with torch.no_grad():
+        saved = layer.output_array(layer.load_program(tmp_path / "p.pt2", spec)(x))
+        own = layer.output_array(layer.torch_module(spec)(x))
+    assert np.array_equal(saved, own)
+    ref = layer.reference(spec, {"hidden_states": x.numpy()})
+    assert np.abs(saved - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 def test_every_op_of_a_layer_falls_in_one_category_by_its_module_and_name():
     cases = {
         ("linear", "self_attn.q_proj", "Linear", ""): "gemm",
