@@ -85,15 +85,16 @@ def test_a_tied_lm_head_stays_tied_in_the_saved_program_and_its_float64_check(tm
         "routing": "balanced",
     }
     [[one]] = probe({"entries": [entry]})["entries"]
-    spec = layer.spec({"name": "tied", "hf_config": str(tied)}, "sha", one, None, "fp32", "balanced")
-    x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
-    torch.export.save(layer.export_program(spec, (x,)), tmp_path / "p.pt2")
-    with torch.no_grad():
-        saved = layer.output_array(layer.load_program(tmp_path / "p.pt2", spec)(x))
-        own = layer.output_array(layer.torch_module(spec)(x))
-    assert np.array_equal(saved, own)
-    ref = layer.reference(spec, {"hidden_states": x.numpy()})
-    assert np.abs(saved - ref).max() <= 1e-5 * np.abs(ref).max()
+    for kind in [None, *one["layers"]]:  # the head, and a layer of the same model (which holds neither weight)
+        spec = layer.spec({"name": "tied", "hf_config": str(tied)}, "sha", one, kind, "fp32", "balanced")
+        x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+        torch.export.save(layer.export_program(spec, (x,)), tmp_path / "p.pt2")
+        with torch.no_grad():
+            saved = layer.output_array(layer.load_program(tmp_path / "p.pt2", spec)(x))
+            own = layer.output_array(layer.torch_module(spec)(x))
+        assert np.array_equal(saved, own), spec["part"]
+        ref = layer.reference(spec, {"hidden_states": x.numpy()})
+        assert np.abs(saved - ref).max() <= 1e-5 * np.abs(ref).max(), spec["part"]
 
 
 def test_every_op_of_a_layer_falls_in_one_category_by_its_module_and_name():

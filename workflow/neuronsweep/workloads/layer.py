@@ -226,8 +226,8 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
         part.to_empty(device="cpu")
         torch.manual_seed(SEED)
         full.initialize_weights() if hasattr(full, "initialize_weights") else full.init_weights()
-        if hasattr(full, "tie_weights"):  # to_empty made the tied LM head a tensor of its own: tied again,
-            full.tie_weights()  # as the model (and the program traced from it) has it
+        if s["part"] == "head" and hasattr(full, "tie_weights"):  # to_empty untied a tied LM head: tied again,
+            full.tie_weights()  # as the model (and the program traced from it) has it; a layer holds neither
         _fill_buffers(part, torch)
     if s.get("routing"):
         for module in experts_modules(part).values():
