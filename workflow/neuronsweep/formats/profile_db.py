@@ -117,12 +117,10 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
         "slice": pa.table(
             {
                 "id": ids_col,
-                "slice_id": ids_col,
                 "ts": ints(sl.ts),
                 "dur": ints(sl.dur),
                 "track_id": track_of.cast(i64),
                 "category": cats,
-                "cat": cats,
                 "name": pa.array(sl.name, text),
                 "depth": ints(sl.depth),
                 "parent_id": pa.array(parent, i64, mask=parent < 0),
@@ -145,9 +143,7 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
                 "upid": pa.array([t.pid for t in tracks], i64),
             }
         ),
-        "args": pa.table(
-            {"arg_set_id": pa.array(arg_slice, i64), "flat_key": keys, "key": keys, **_arg_values(sl.arg_value)}
-        ),
+        "args": pa.table({"arg_set_id": pa.array(arg_slice, i64), "key": keys, **_arg_values(sl.arg_value)}),
         "flow": pa.table(
             {
                 "id": pa.array(range(len(trace.flows)), i64),
@@ -167,6 +163,30 @@ def _pftrace_tables(path: Path) -> dict[str, pa.Table]:
         ),
     }
     return tables
+
+
+# Perfetto's columns that hold the same values as another (slice_id is id, cat is category, flat_key is
+# key): written once in the cached tables and named twice in the view over them, in Perfetto's order
+COLUMNS = {
+    "slice": "id, id AS slice_id, ts, dur, track_id, category, category AS cat, name, depth, parent_id, arg_set_id",
+    "args": "arg_set_id, key AS flat_key, key, int_value, string_value, real_value, value_type, display_value",
+}
+
+
+def write_pftrace_tables(trace: Path, folder: Path) -> None:
+    """The .pftrace's tables as `<name>.parquet` in folder. Only text columns are dictionary-encoded:
+    ids and times are nearly all distinct, and encoding them cost as much as the rest of the write."""
+    import pyarrow.parquet as pq
+
+    for name, table in _pftrace_tables(trace).items():
+        text = [f.name for f in table.schema if pa.types.is_string(f.type)]
+        pq.write_table(table, folder / f"{name}.parquet", use_dictionary=text or False)
+
+
+def pftrace_view(folder: Path, name: str) -> str:
+    """The cached table `name` as a relation with Perfetto's columns."""
+    files = read_parquet([folder / f"{name}.parquet"])
+    return f"(SELECT {COLUMNS[name]} FROM {files})" if name in COLUMNS else files
 
 
 def _arg_values(values: list) -> dict[str, pa.Array]:
@@ -318,13 +338,9 @@ class ProfileDB:
         """A .pftrace's tables, decoded once and cached as Parquet beside it (table_cache)."""
         import pyarrow.parquet as pq
 
-        def make(folder: Path) -> None:
-            for name, table in _pftrace_tables(path).items():
-                pq.write_table(table, folder / f"{name}.parquet")
-
-        folder = tables_for(path, make, Path(self._spill.name))
+        folder = tables_for(path, lambda folder: write_pftrace_tables(path, folder), Path(self._spill.name))
         for name in ("slice", "track", "args", "counter", "flow"):
-            self._add(name, workload_id, read_parquet([folder / f"{name}.parquet"]), materialize=False)
+            self._add(name, workload_id, pftrace_view(folder, name), materialize=False)
         self._add("track_class", workload_id, _track_class(pq.read_table(folder / "track.parquet"), self.patterns))
 
     def _add_chrome(self, path: Path, workload_id: str) -> None:
@@ -334,13 +350,12 @@ class ProfileDB:
 
         def make(folder: Path) -> None:
             pftrace_writer.chrome_to_pftrace(path, folder / "trace.pftrace")
-            for name, table in _pftrace_tables(folder / "trace.pftrace").items():
-                pq.write_table(table, folder / f"{name}.parquet")
+            write_pftrace_tables(folder / "trace.pftrace", folder)
             (folder / "trace.pftrace").unlink()
 
         folder = tables_for(path, make, Path(self._spill.name))
         for name in ("slice", "track", "args", "counter", "flow"):
-            data = read_parquet([folder / f"{name}.parquet"])
+            data = pftrace_view(folder, name)
             if name == "args":  # trace_processor keys a JSON trace's args as args.<name> (debug.<name> in protobuf)
                 data = (
                     "(SELECT * REPLACE (regexp_replace(key, '^debug\\.', 'args.') AS key, "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from neuronsweep.atomic import remove_stale
 
-FORMAT = 2  # bump when a table's columns or types change: older folders are then made again
+FORMAT = 3  # bump when a table's columns or types change: older folders are then made again
 
 
 def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Path:
