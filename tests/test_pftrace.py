@@ -736,3 +736,59 @@ def test_a_killed_writers_event_table_is_removed_by_the_next_writer(tmp_path):
     with pytest.raises(UserError):
         chrome_to_pftrace(tmp_path / "bad.json", tmp_path / "bad.pftrace")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".trace")) == [live.name]
+
+
+def _rows(decoded):
+    s = decoded.slices
+    return [(x.track_uuid, x.ts, x.dur, x.name, x.category, x.depth, x.parent, x.args) for x in s]
+
+
+def test_packets_framed_by_the_c_parser_or_walked_give_the_same_trace(tmp_path, monkeypatch):
+    """The C parser frames a plain file (the walk is not used); a file whose headers are written long
+    (a padded length varint, a top-level field that is not a packet: both valid protobuf) is walked,
+    and both read as the same slices."""
+    from neuronsweep.formats import pftrace_reader
+
+    events = [
+        {"ph": "X", "name": f"op{i % 3}", "pid": 7, "tid": 8, "ts": i, "dur": 0.5, "args": {"i": i}} for i in range(50)
+    ]
+    (tmp_path / "t.json").write_text(json.dumps(chrome(events)))
+    plain = tmp_path / "plain.pftrace"
+    chrome_to_pftrace(tmp_path / "t.json", plain)
+    data = plain.read_bytes()
+    assert data[0] == 0x0A and data[1] < 0x80
+    long = bytes([0x0A, data[1] | 0x80, 0x00]) + data[2:] + bytes([2 << 3, 5])  # length 0x05 as 0x85 0x00; field 2
+    (tmp_path / "long.pftrace").write_bytes(long)
+    assert pftrace_reader._frames(long) is None and pftrace_reader._frames(data) is not None
+
+    walked = read(tmp_path / "long.pftrace")
+
+    def no_walk(*args):
+        raise AssertionError("a plain file is framed by the C parser")
+
+    monkeypatch.setattr(pftrace_reader, "_walked_chunks", no_walk)
+    framed = read(plain)
+    assert _rows(framed) == _rows(walked) and len(framed.slices) == 50
+    assert [s.args["debug.i"] for s in framed.slices] == list(range(50))
+
+
+def test_texts_decodes_each_distinct_payload_once_and_a_hash_collision_the_slow_way(monkeypatch):
+    import numpy as np
+
+    from neuronsweep.formats import protoscan
+
+    items = [b"", b"a", b"a\x00", b"abcdefgh", b"abcdefghi", b"p" * 16, b"q" * 17, "\u00e9".encode(), b"\xff", b"a"]
+    raw = b"".join(items)
+    at = np.cumsum([0] + [len(i) for i in items])[:-1]
+    length = np.array([len(i) for i in items])
+    expected = protoscan.text(raw, at, length)
+    calls = []
+
+    def counted(s):
+        calls.append(s)
+        return s.upper()
+
+    got = protoscan.texts(protoscan.padded(raw), raw, at, length, counted)
+    assert got.tolist() == [s.upper() for s in expected] and len(calls) == len(set(expected))
+    monkeypatch.setattr(protoscan, "_MIX", [np.uint64(0)] * 3)  # every payload hashes alike: told apart anyway
+    assert protoscan.texts(protoscan.padded(raw), raw, at, length).tolist() == expected
