@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from neuronsweep.errors import UserError
 from neuronsweep.formats import json_records
+from neuronsweep.formats.table_cache import dictionary_columns
 
 if TYPE_CHECKING:
     import duckdb
@@ -170,7 +171,9 @@ class _Files:
         if writer is None or not writer.schema.equals(table.schema):
             self.close()
             self.files.append(self.out_dir / f"{self.key}-{len(self.files):04d}.parquet")
-            self.writer = writer = pq.ParquetWriter(self.files[-1], table.schema)
+            self.writer = writer = pq.ParquetWriter(
+                self.files[-1], table.schema, use_dictionary=dictionary_columns(table.schema)
+            )
         writer.write_table(table)
 
     def close(self) -> None:
@@ -271,7 +274,7 @@ def array_to_parquet(path: Path, key: str, out_dir: Path) -> list[Path]:
             if writer is not None:
                 writer.close()
             files.append(out_dir / f"{key}-{len(files):04d}.parquet")
-            writer = pq.ParquetWriter(files[-1], table.schema)
+            writer = pq.ParquetWriter(files[-1], table.schema, use_dictionary=dictionary_columns(table.schema))
         writer.write_table(table)
 
     batch: list[dict] = []

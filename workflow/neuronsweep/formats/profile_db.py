@@ -41,7 +41,7 @@ from neuronsweep.formats import (
     pftrace_reader,
     pftrace_writer,
 )
-from neuronsweep.formats.table_cache import tables_for
+from neuronsweep.formats.table_cache import dictionary_columns, tables_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -174,13 +174,11 @@ COLUMNS = {
 
 
 def write_pftrace_tables(trace: Path, folder: Path) -> None:
-    """The .pftrace's tables as `<name>.parquet` in folder. Only text columns are dictionary-encoded:
-    ids and times are nearly all distinct, and encoding them cost as much as the rest of the write."""
+    """The .pftrace's tables as `<name>.parquet` in folder."""
     import pyarrow.parquet as pq
 
     for name, table in _pftrace_tables(trace).items():
-        text = [f.name for f in table.schema if pa.types.is_string(f.type)]
-        pq.write_table(table, folder / f"{name}.parquet", use_dictionary=text or False)
+        pq.write_table(table, folder / f"{name}.parquet", use_dictionary=dictionary_columns(table.schema))
 
 
 def pftrace_view(folder: Path, name: str) -> str:
