@@ -33,6 +33,29 @@ sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="session", autouse=True)
+def forked_probes():
+    """The plan's probes of users' code and models forked from a process that has imported torch
+    (probe_fork.py) instead of a fresh interpreter each: the same child, without its imports."""
+    import probe_fork
+
+    from neuronsweep.stages import plan
+
+    probe_fork.real, plan.run_probe = plan.run_probe, probe_fork.run_probe
+    yield
+    plan.run_probe = probe_fork.real
+
+
+@pytest.fixture
+def real_probe(monkeypatch):
+    """The plan's probes as production runs them: `python -m neuronsweep.workloads.<probe>`."""
+    import probe_fork
+
+    from neuronsweep.stages import plan
+
+    monkeypatch.setattr(plan, "run_probe", probe_fork.real)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def host_cache_root(tmp_path_factory):
     """Where the session's host measurements go; measured only when a test first asks (private_cache)."""
     HOST_CACHE["root"] = shared_dir(tmp_path_factory) / "host-cache"

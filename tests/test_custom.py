@@ -252,3 +252,14 @@ def test_a_users_nki_kernel_is_built_captured_and_checked_against_their_function
         assert metrics["flops"] == 2 * 128 * 128 * 512 and metrics["latency_median_s"] > 0
     wrong = table.loc["custom-scaled-k128-m128-n512-fp32-nki"]
     assert wrong["status"] == "wrong" and "max relative error 1 > tolerance" in wrong["reason"]
+
+
+@pytest.mark.torch  # the real child imports torch
+def test_the_plans_probe_in_a_fresh_interpreter_says_what_the_forked_one_says(tmp_path, real_probe):
+    """The suite forks the plan's probes (tests/probe_fork.py); production starts `python -m` for each:
+    one bad reference and one good entry through the real child, as the forked one gives them."""
+    kernels(tmp_path / "kernels")
+    with pytest.raises(UserError, match=r"has no nope; check the name after the colon"):
+        make_plan(config(tmp_path, [entry(function="kernels/gelu_mm.py:nope")], calibrated=False), "cpu")
+    plan = make_plan(config(tmp_path, [entry()], calibrated=False), "cpu")
+    assert plan.workloads and all(spec["flops"] > 0 for spec in plan.workloads.values())

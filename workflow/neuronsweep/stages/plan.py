@@ -321,6 +321,18 @@ def custom_cases(entry: dict, where: str) -> list[dict]:
     return cases
 
 
+def run_probe(module: str, request: str) -> subprocess.CompletedProcess[str]:
+    """`python -m neuronsweep.workloads.<module>` with the request on its stdin: a fresh interpreter per
+    probe (the test suite swaps in one that forks it from a process that has imported torch already)."""
+    return subprocess.run(
+        [sys.executable, "-m", f"neuronsweep.workloads.{module}"],
+        input=request,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
     """custom_probe.py or model_probe.py in a child (torch, transformers and the user's code stay out of
     the planner), its answer kept beside the compile cache while the request (which holds the hashes of
@@ -332,13 +344,7 @@ def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
             return json.loads(slot.read_text())
         except ValueError:
             pass
-    proc = subprocess.run(
-        [sys.executable, "-m", f"neuronsweep.workloads.{module}"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_probe(module, json.dumps(request))
     try:
         answer = json.loads(proc.stdout)
     except ValueError:
