@@ -78,6 +78,7 @@ THREAD_VARS = (
     "NUMEXPR_NUM_THREADS",
 )
 STAGE_MODULES = tuple(dict.fromkeys(("neuronsweep.cli", *COMMAND_MODULES.values())))
+BUILD_FIRST = ("neuronsweep.cli",)  # with the framework, the build stage and the backend: what a build imports
 # torch's private modules that torch.export imports on first use: they move between releases, and a
 # missing one only costs each job its import
 PRIVATE = {"torch.export._trace", "torch._export.serde.serialize"}
@@ -267,18 +268,45 @@ class _Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: self.close())
         self.env = dict(os.environ)
+        self.pending: list[str] = []  # modules still to import (preload)
 
     def preload(self) -> None:
-        import gc
+        """What a build needs (the framework, the CLI, the build stage, the backend): the server takes jobs
+        once these are in. The rest (the other stages' readers and report: 3 to 4 s on cpu) comes in
+        while the first builds run (`_import_next`), and all of it before any other command is forked."""
+        self.pending = list(preload(self.backend))
+        first = {*BUILD_FIRST, "neuronsweep.stages.build", f"neuronsweep.backends.{self.backend}"}
+        for name in [n for n in self.pending if n.split(".")[0] != "neuronsweep" or n in first]:
+            self._import(name)
+        self._settle()
+
+    def _import(self, name: str) -> None:
         import importlib
+
+        self.pending.remove(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            if name not in PRIVATE:
+                raise
+
+    def _import_next(self) -> None:
+        """One more of the pending imports, between requests (a job that connects meanwhile waits in the
+        backlog for a moment). One that fails ends the serving: the commands running finish, later jobs
+        run on their own."""
+        if not self.pending:
+            return
+        try:
+            self._import(self.pending[0])
+            self._settle()
+        except Exception:  # noqa: BLE001 - nothing is lost but the time warm start saves
+            self.pending.clear()
+            self.close()
+
+    def _settle(self) -> None:
+        import gc
         import threading
 
-        for name in preload(self.backend):
-            try:
-                importlib.import_module(name)
-            except ModuleNotFoundError:
-                if name not in PRIVATE:
-                    raise
         if threading.active_count() > 1:  # forking a threaded process is unsafe: serve nothing
             raise RuntimeError("an import started a thread")
         sys.stdout.flush()
@@ -307,7 +335,8 @@ class _Server:
             if not self.accepting and self.listener.fileno() >= 0:
                 events.unregister(self.listener)
                 self.listener.close()
-            for key, _ in events.select(timeout=1.0):
+            ready = events.select(timeout=0.0 if self.pending else 1.0)
+            for key, _ in ready:
                 if key.fileobj is self.listener and self.accepting:
                     self._take(events)
                 elif key.fileobj == self.wake_r:
@@ -315,6 +344,8 @@ class _Server:
                 elif isinstance(key.fileobj, socket.socket):
                     self._client_gone(events, key.fileobj)
             self._reap(events)
+            if not ready:
+                self._import_next()
 
     def _take(self, events: selectors.BaseSelector) -> None:
         conn, _ = self.listener.accept()
@@ -332,6 +363,10 @@ class _Server:
             request = Request.parse(body)
             if len(fds) != 3 or not self._same_imports(request):
                 raise OSError("refused")
+            while self.pending and request.argv[0] != "build":  # a capture times with nothing importing beside it
+                self._import_next()
+            if not self.accepting:
+                raise OSError("the server is closing")
             pid = os.fork()
         except (OSError, ValueError) as exc:  # refused (another environment), or not a request: the job runs alone
             for fd in fds:
@@ -461,10 +496,10 @@ def _serve(path: str, parent_pid: int, backend: str, listener: int) -> int:
     server = _Server(path, parent_pid, backend, listener)
     try:
         server.preload()
+        server.serve()
     except Exception:  # noqa: BLE001 - without the imports there is nothing to save: jobs run alone
         server.close()
         return 1
-    server.serve()
     return 0
 
 
