@@ -53,6 +53,7 @@ def real_probe(monkeypatch):
     from neuronsweep.stages import plan
 
     monkeypatch.setattr(plan, "run_probe", probe_fork.real)
+    return monkeypatch
 
 
 @pytest.fixture(scope="session", autouse=True)
