@@ -144,15 +144,17 @@ def _exact(table: pa.Table, con: duckdb.DuckDBPyConnection | None = None) -> pa.
             return None
         keep.append(name)
     table = table.select(keep)
-    if as_text:  # compact JSON text, as _text writes it
+    if as_text:  # compact JSON text, as _text writes it; only these columns go through DuckDB and back
         import duckdb
 
         con = con or duckdb.connect(config={"threads": 1})
-        con.register("batch", table)
+        con.register("batch", table.select(as_text))
         cols = ", ".join(f'to_json("{n}")::VARCHAR AS "{n}"' for n in as_text)
-        rel = con.sql(f"SELECT * REPLACE ({cols}) FROM batch")
-        table = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()  # DuckDB 2 / 1
+        rel = con.sql(f"SELECT {cols} FROM batch")
+        texts = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()  # DuckDB 2 / 1
         con.unregister("batch")
+        for name in as_text:
+            table = table.set_column(table.schema.get_field_index(name), name, texts.column(name))
     return table
 
 
