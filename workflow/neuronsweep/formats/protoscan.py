@@ -95,7 +95,7 @@ def scan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fields:
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     pos = starts.copy()
     active = np.flatnonzero(pos < ends)
-    parts = []
+    parts: list[tuple[np.ndarray, ...]] = []
     while active.size:
         key, p = varints(buf, pos[active])
         wire, num = (key & np.uint64(7)).astype(np.uint8), (key >> np.uint64(3)).astype(np.int64)
