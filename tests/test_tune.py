@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import BIN, DATA, snakemake_argv, tiny_config, workflow_env
+from helpers import BIN, DATA, private_cache, snakemake_argv, tiny_config, workflow_env
 
 from neuronsweep.analysis import verdict
 from neuronsweep.errors import UserError
@@ -111,7 +111,8 @@ def make(
         "hf_config": "toy.json",
         "tune": {"candidates": list(candidates), "strategy": "grid", "budget": {"trials_per_shape": 3}, **tune},
     }
-    cfg = {"run": "t", "backend": "cpu", "suites": {"custom": [custom, other], "model": [model]}}
+    cache = str(private_cache(code, calibrated=False))  # beside the candidates: their probe answers kept
+    cfg = {"run": "t", "backend": "cpu", "cache_dir": cache, "suites": {"custom": [custom, other], "model": [model]}}
     t = tune_mod.Tune(cfg, model, "test", workflow=workflow or Landscape(), judge=decide)
     gemms = pd.DataFrame(
         [
