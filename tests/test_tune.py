@@ -194,6 +194,7 @@ def test_the_shapes_searches_run_together_a_round_of_all_of_them_one_call(tmp_pa
     assert [(c["kind"], c["searches"], c["trials"]) for c in state["calls"]] == [("measure", 3, 6), ("measure", 3, 3)]
 
 
+@pytest.mark.torch  # its plan probes the host (tune.make: private_cache)
 def test_the_compilers_flags_are_chosen_per_shape(tmp_path, monkeypatch, code):
     """tune.settings: the compiler's build under each other -O level is a candidate at every shape, measured
     once for all shapes (a run each); -O1 wins small M, -O3 large M, neither at M = 64 (-O3 0.5 % faster: a
