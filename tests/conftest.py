@@ -3,6 +3,7 @@ helpers.py."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -117,12 +118,18 @@ def field_test(tmp_path_factory) -> dict:
     return {**json.loads((work / "result.json").read_text()), "out": work / "ft"}
 
 
+@functools.cache
+def _source(func) -> str:
+    """A function's source, read once (collection asks for each fixture's once per test that uses it)."""
+    try:
+        return inspect.getsource(func)
+    except (OSError, TypeError):
+        return ""
+
+
 def _calls(func, names: tuple[str, ...]) -> bool:
     """Whether a test's (or fixture's) source calls any of these."""
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        return False
+    source = _source(func)
     return any(call in source for call in names)
 
 
@@ -130,6 +137,7 @@ RUNS_SNAKEMAKE = ("snakemake(", "snakemake_argv(", '"snakemake"')
 PROBES_TORCH = ("tiny_config(", "private_cache(", "host_measurements(")
 
 
+@functools.cache
 def _probing(module) -> tuple[str, ...]:
     """PROBES_TORCH and the calls of the test module's own helpers that reach one of them (test_tune's
     `make` does, through private_cache): a helper hides a probe from the check no longer."""
