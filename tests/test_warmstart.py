@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -176,11 +177,16 @@ def test_kill_9_of_a_job_ends_the_command_it_handed_over(tmp_path, server):
 
 
 def test_a_sweep_forks_its_stages_from_its_server_and_stops_it(tmp_path):
-    """A real run: every process that imported the user's module was a child of the run's server;
-    when Snakemake ends, so does the server (its socket gone)."""
+    """A real run from a cache without the host probe: the server, started as Snakemake plans, measures
+    the probe (no child imports torch for it alone) and every process that imported the user's module was
+    a child of that server; when Snakemake ends, so does the server (its socket gone)."""
     cfg = tiny_config(tmp_path, suites={"custom": [spy_entry(tmp_path / "k")]})
+    shutil.rmtree(Path(cfg["cache_dir"]) / "host")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     snakemake(tmp_path, env={"SPY_FILE": str(tmp_path / "spy.jsonl")})
+    [probe] = [json.loads(p.read_text()) for p in (Path(cfg["cache_dir"]) / "host").glob("probe-*.json")]
+    assert probe["measured_in"] == "the run's warm server"
+    assert probe["torch_import_s"] > 0.1 and min(probe["gemm_flops_per_s"].values()) > 0
     records = spied(tmp_path / "spy.jsonl")
     assert records and all("neuronsweep.warmstart" in " ".join(r["parent"]) for r in records)
     [server] = {r["parent_pid"] for r in records}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -210,9 +211,10 @@ def _interpreter() -> list[str]:
 # ---------------------------------------------------------------------------------------- server
 
 
-def start(parent_pid: int, backend: str = "cpu") -> str | None:
+def start(parent_pid: int, backend: str = "cpu", probe: tuple[int, int] | None = None) -> str | None:
     """Start a server for the Snakemake process parent_pid of a `backend` run; returns the value of ENV
-    for its jobs."""
+    for its jobs. probe = (threads, fd): the server first measures the host probe and writes it to fd
+    (start_probing)."""
     if os.environ.get(OFF) == "0":
         return None
     # in a folder only this user can enter: whoever can connect runs commands as this user
@@ -223,19 +225,42 @@ def start(parent_pid: int, backend: str = "cpu") -> str | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
             listener.bind(path)
             listener.listen(64)
+            args = [path, str(parent_pid), backend, str(listener.fileno()), *(str(n) for n in probe or ())]
             server = subprocess.Popen(
-                [sys.executable, "-m", "neuronsweep.warmstart", path, str(parent_pid), backend, str(listener.fileno())],
+                [sys.executable, "-m", "neuronsweep.warmstart", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
-                pass_fds=(listener.fileno(),),
+                pass_fds=(listener.fileno(), *([probe[1]] if probe else [])),
             )
         Path(path + ".pid").write_text(str(server.pid))
     except OSError:  # a socket path too long for AF_UNIX (a long TMPDIR), no room: the jobs run on their own
         stop(f":{path}")
         return None
     return f"{socket.gethostname()}:{path}"
+
+
+def start_probing(
+    parent_pid: int, backend: str, threads: int, timeout_s: float = 300.0
+) -> tuple[str | None, dict | None]:
+    """`start`, the server measuring the host probe (host/caps.py) before anything else: a cold probe is a
+    child that imports torch (about 3 s) only to time a GEMM, and the server imports torch for the builds
+    anyway. Returns ENV's value and the probe's measurements (None when the server gave none: the caller
+    measures them itself, as before)."""
+    read_end, write_end = os.pipe()
+    try:
+        value = start(parent_pid, backend, (threads, write_end))
+    finally:
+        os.close(write_end)  # the server holds its own copy: end of file when it has written, or died
+    with os.fdopen(read_end, "rb") as answer:
+        if value is None or not select.select([answer], [], [], timeout_s)[0]:
+            return value, None
+        try:
+            measured = json.loads(answer.read() or b"null")
+        except ValueError:
+            measured = None
+    return value, measured if isinstance(measured, dict) else None
 
 
 def stop(value: str | None) -> None:
@@ -492,9 +517,37 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _serve(path: str, parent_pid: int, backend: str, listener: int) -> int:
+def _probe(threads: int, fd: int) -> None:
+    """The host probe, written to fd as JSON: its imports timed here (the first this process makes), its
+    GEMMs in a forked child (torch's thread pool must not start in a process that forks every job)."""
+    from neuronsweep.host import caps
+
+    with os.fdopen(fd, "w") as out:
+        imports = caps.timed_imports()
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(read_end)
+                with os.fdopen(write_end, "w") as rates:
+                    json.dump(caps.gemm_rates(threads), rates)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        with os.fdopen(read_end) as rates:
+            text = rates.read()
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0:
+            json.dump({**imports, **json.loads(text)}, out)
+
+
+def _serve(path: str, parent_pid: int, backend: str, listener: int, probe: tuple[int, int] | None = None) -> int:
     server = _Server(path, parent_pid, backend, listener)
     try:
+        if probe:
+            _probe(*probe)
         server.preload()
         server.serve()
     except Exception:  # noqa: BLE001 - without the imports there is nothing to save: jobs run alone
@@ -504,4 +557,5 @@ def _serve(path: str, parent_pid: int, backend: str, listener: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])))
+    probe_args = (int(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else None
+    sys.exit(_serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), probe_args))

@@ -59,8 +59,31 @@ def start_warm_server():
         case_jobs = sum(job.rule.name in ("build", "capture") for job in workflow.dag.needrun_jobs())
     except Exception:  # noqa: BLE001 - unknown: start it, as it only saves time
         case_jobs = 2
-    if case_jobs >= 2:
+    if case_jobs >= 2 and not os.environ.get(warmstart.ENV):  # unless it took the host probe (below)
         os.environ[warmstart.ENV] = warmstart.start(os.getpid(), BACKEND) or ""
+
+
+def probe_in_warm_server(config):
+    """A host probe not yet measured (a cold cache) is taken by the warm server, started now: the probe
+    alone is a child that imports torch only to time a GEMM, and the server imports torch for the builds
+    anyway; it goes on with its other imports while Snakemake plans. Local runs of a backend that probes
+    its host only; the probe record says where it was measured."""
+    if not workflow.is_main_process or CLUSTER or os.environ.get(warmstart.ENV):
+        return
+    from neuronsweep.backends.cores import default_threads
+    from neuronsweep.host import caps
+
+    backend, _ = backends.resolve(config["backend"], local=True)
+    threads = default_threads()
+    if not backends.BACKENDS[backend].probes_host or caps.probe_entry(config["cache_dir"], threads).is_file():
+        return
+
+    def measure(threads):
+        value, measured = warmstart.start_probing(os.getpid(), backend, threads)
+        os.environ[warmstart.ENV] = value or ""
+        return measured
+
+    caps.probe(config["cache_dir"], threads, measure)
 
 
 onstart:
@@ -91,12 +114,13 @@ try:
     # Snakemake's YAML reader silently keeps the last of duplicate keys: the files are read again strictly;
     # the validated config is kept in .snakemake/ for the next start while nothing it depends on changes
     CONFIG = ns_config.validate_files(config, workflow.configfiles, CONFIG_SOURCE, Path(".snakemake/neuronsweep"))
+    if not CLUSTER:  # neuron-ls asked once; this process and every job read the answer (neuron_ls.MACHINE_ENV)
+        neuron_ls.share_with_jobs()
+    probe_in_warm_server(CONFIG)
     if searches(CONFIG):  # each search and tune built as its driver will: a bad block is one sentence before
         from neuronsweep.search import checks  # the plan's probes (the host's, a model's trace) and any job
 
         checks.check(CONFIG, CONFIG_SOURCE)
-    if not CLUSTER:  # neuron-ls asked once; this process and every job read the answer (neuron_ls.MACHINE_ENV)
-        neuron_ls.share_with_jobs()
     # under a cluster executor the devices are on the nodes, not here: each job settles on its own
     SETUP = settle_run(CONFIG, local=not CLUSTER)
     BACKEND, BACKEND_REASON, NEURON_SETUP = SETUP.backend, SETUP.backend_reason, SETUP.neuron_setup

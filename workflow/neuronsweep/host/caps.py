@@ -5,8 +5,8 @@ PyTorch's bf16 and fp16 GEMMs are fast only where the CPU (or oneDNN's emulation
 them; elsewhere they fall back to a reference loop hundreds of times slower than fp32 (0.34 GFLOP/s
 bf16 against 74 fp32 on a 2-core AVX2 laptop). Flags alone cannot tell (AVX-512 hosts without
 avx512_bf16 still emulate bf16 well), so the plan rests on a measured probe: a 256^3 GEMM per dtype,
-timed for about 50 ms, in a child process (torch stays out of Snakemake's own process), cached per
-host and torch version beside the compile cache.
+timed for about 50 ms outside Snakemake's own process (the run's warm server on a cold cache, else a
+child of its own), cached per host and torch version beside the compile cache.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -116,29 +117,68 @@ def measure_gemm(torch: ModuleType, dtype_name: str, n: int, budget_s: float) ->
     return 2 * n**3 / best, runs
 
 
-def _probe_here(threads: int) -> dict:
-    """Run in the child: time the imports every job pays (torch for build and capture; the table stack
-    for view, extract and aggregate), then each dtype's GEMM."""
-    t0 = time.perf_counter()
-    import duckdb  # noqa: F401
-    import pandas  # noqa: F401
-    import pyarrow  # noqa: F401
+STACK = ("duckdb", "pandas", "pyarrow")  # the table stack view, extract and aggregate import
 
+
+def timed_imports() -> dict:
+    """Import the table stack, then torch, each timed: what every job pays on its own (plan's estimate).
+    Only meaningful in a process that has imported neither yet (the probe's child, or the warm server as
+    it starts)."""
+    import importlib
+
+    t0 = time.perf_counter()
+    for name in STACK:
+        importlib.import_module(name)
     t1 = time.perf_counter()
-    import torch
+    import torch  # noqa: F401
 
     t2 = time.perf_counter()
+    return {"stack_import_s": t1 - t0, "torch_import_s": t2 - t1}
+
+
+def gemm_rates(threads: int) -> dict:
+    """Each dtype's GEMM rate on `threads` threads."""
+    import torch
+
     torch.set_num_threads(threads)
-    rates = {d: measure_gemm(torch, d, PROBE_N, PROBE_BUDGET_S)[0] for d in DTYPES}
-    return {"stack_import_s": t1 - t0, "torch_import_s": t2 - t1, "gemm_flops_per_s": rates}
+    return {"gemm_flops_per_s": {d: measure_gemm(torch, d, PROBE_N, PROBE_BUDGET_S)[0] for d in DTYPES}}
 
 
-def probe(cache_root: str | Path, threads: int) -> dict:
-    """The host's probe record (cached): flags, torch import time, GEMM FLOP/s per dtype."""
+def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | None] | None = None) -> dict:
+    """The host's probe record (cached): flags, import times, GEMM FLOP/s per dtype. Measured by
+    `measure(threads)` when given and it answers (the run's warm server, which imports torch anyway:
+    common.smk), else in a child of its own (torch stays out of Snakemake's process)."""
     fp = {**fingerprint(threads), "format": PROBE_FORMAT}
-    entry = Path(cache_root).expanduser() / "host" / f"probe-{cache_key(fp)[:16]}.json"
+    entry = probe_entry(cache_root, threads)
     if entry.is_file():
         return read_json(entry)
+    measured = measure(threads) if measure is not None else None
+    where = "the run's warm server" if measured is not None else "a child of its own"
+    record = {
+        **fp,
+        "flags": cpu_flags(),
+        **(measured if measured is not None else _measure_in_child(threads)),
+        "measured_in": where,
+        "method": PROBE_FORMAT,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        write_json(entry, record)
+    except OSError as exc:
+        raise UserError(
+            f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
+            f"at {exc.filename or entry}); point it at one."
+        ) from None
+    return record
+
+
+def probe_entry(cache_root: str | Path, threads: int) -> Path:
+    """Where the probe record of this host (and torch, and thread count) is kept."""
+    fp = {**fingerprint(threads), "format": PROBE_FORMAT}
+    return Path(cache_root).expanduser() / "host" / f"probe-{cache_key(fp)[:16]}.json"
+
+
+def _measure_in_child(threads: int) -> dict:
     cmd = [sys.executable, "-m", __name__, "--threads", str(threads)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -153,21 +193,7 @@ def probe(cache_root: str | Path, threads: int) -> dict:
             f"the host probe failed ({last}); the cpu backend needs a working PyTorch "
             "(pip install torch==2.13.0, or PyTorch's CPU wheel)."
         )
-    record = {
-        **fp,
-        "flags": cpu_flags(),
-        **json.loads(proc.stdout),
-        "method": PROBE_FORMAT,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    try:
-        write_json(entry, record)
-    except OSError as exc:
-        raise UserError(
-            f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
-            f"at {exc.filename or entry}); point it at one."
-        ) from None
-    return record
+    return json.loads(proc.stdout)
 
 
 def slow_dtypes(probe_record: dict) -> dict[str, str]:
@@ -278,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="time one GEMM per dtype (the host probe); prints JSON")
     ap.add_argument("--threads", type=int, required=True)
     args = ap.parse_args(argv)
-    print(json.dumps(_probe_here(args.threads)))
+    print(json.dumps({**timed_imports(), **gemm_rates(args.threads)}))
     return 0
 
 
