@@ -5,7 +5,8 @@ Each stage of each case is its own Snakemake job, and on cpu most of a small cas
 starting Python and importing torch and torch.export again in every job (2 to 3 s of a 3 s build,
 docs/benchmarks.md); pandas, DuckDB and plotly cost every backend's extract, aggregate and report
 about a second more. The workflow starts one server per Snakemake run (common.smk `onstart`, local
-execution only) that imports them once and then only forks: the `neuronsweep` command a job runs
+execution only; on a cold cache already while Snakemake plans, to measure the host probe) that imports
+them once and then only forks: the `neuronsweep` command a job runs
 connects to it, hands over its argv, working folder, environment and standard streams, and waits
 for the forked child's exit status, which it exits with. A forked child is a new process (its own
 pid, process group, file descriptors and device slot); it starts from the server's imported modules
