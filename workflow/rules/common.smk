@@ -80,7 +80,9 @@ def probe_in_warm_server(config):
 
     def measure(threads):
         value, measured = warmstart.start_probing(os.getpid(), backend, threads)
-        os.environ[warmstart.ENV] = value or ""
+        if measured is None:  # the probe is measured in a child after all, and onstart starts a server anew
+            warmstart.stop(value)
+        os.environ[warmstart.ENV] = (value or "") if measured is not None else ""
         return measured
 
     caps.probe(config["cache_dir"], threads, measure)
