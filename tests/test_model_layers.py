@@ -225,6 +225,7 @@ def test_a_tiny_moe_model_is_measured_whole_on_cpu_and_rolled_up_per_forward(tmp
     assert "model moe: the whole forward" in page and "isolation gap" in page
 
 
+@pytest.mark.slow  # a whole model's sweep with gloo ranks: 181 s of a README `pytest` on CI (2026-12-02)
 @pytest.mark.workflow
 @pytest.mark.torch
 def test_a_tp_2_forward_on_cpu_is_one_ranks_layers_plus_its_measured_collectives(tmp_path):
