@@ -82,7 +82,8 @@ def probe_in_warm_server(config):
         value, measured = warmstart.start_probing(os.getpid(), backend, threads)
         if measured is None:  # the probe is measured in a child after all, and onstart starts a server anew
             warmstart.stop(value)
-        os.environ[warmstart.ENV] = (value or "") if measured is not None else ""
+            value = None
+        os.environ[warmstart.ENV] = value or ""
         return measured
 
     caps.probe(config["cache_dir"], threads, measure)

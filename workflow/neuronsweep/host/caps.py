@@ -149,7 +149,7 @@ def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | 
     `measure(threads)` when given and it answers (the run's warm server, which imports torch anyway:
     common.smk), else in a child of its own (torch stays out of Snakemake's process)."""
     fp = {**fingerprint(threads), "format": PROBE_FORMAT}
-    entry = probe_entry(cache_root, threads)
+    entry = _entry(cache_root, fp)
     if entry.is_file():
         return read_json(entry)
     measured = measure(threads) if measure is not None else None
@@ -174,7 +174,10 @@ def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | 
 
 def probe_entry(cache_root: str | Path, threads: int) -> Path:
     """Where the probe record of this host (and torch, and thread count) is kept."""
-    fp = {**fingerprint(threads), "format": PROBE_FORMAT}
+    return _entry(cache_root, {**fingerprint(threads), "format": PROBE_FORMAT})
+
+
+def _entry(cache_root: str | Path, fp: dict) -> Path:
     return Path(cache_root).expanduser() / "host" / f"probe-{cache_key(fp)[:16]}.json"
 
 
