@@ -166,6 +166,25 @@ def test_a_profile_is_decoded_once_and_its_tables_reused_until_it_changes(tmp_pa
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_tables_another_process_published_meanwhile_are_kept_for_its_readers(tmp_path):
+    """Two processes decoding one profile at once (CI's pytest workers on a fresh clone): the one that
+    finishes second must not remove the folder the first published and is reading from."""
+    from neuronsweep.formats.table_cache import tables_for
+
+    source = tmp_path / "p.json"
+    source.write_text("{}")
+    folder = tmp_path / ".p.json.tables"
+
+    def make(out):
+        (out / "t.parquet").write_text("ours")
+        if not folder.exists():  # the other process publishes first, while we decode
+            tables_for(source, lambda other: (other / "t.parquet").write_text("theirs"), tmp_path)
+
+    assert tables_for(source, make, tmp_path) == folder
+    assert (folder / "t.parquet").read_text() == "theirs"  # still there for its reader
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".p.json.tables", "p.json"]  # ours discarded
+
+
 @pytest.mark.parametrize("chunk", [1, 100, 4 << 20])  # bytes per decoded chunk: 1 is a packet at a time
 def test_packets_written_otherwise_decode_the_same(chunk, tmp_path, monkeypatch):
     """What other writers do and ours does not: inline names and categories, several categories,

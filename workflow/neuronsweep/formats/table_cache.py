@@ -9,6 +9,7 @@ fixture, someone else's results), the tables are made in the caller's scratch fo
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -30,11 +31,8 @@ def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Pat
     folder = source.parent / f".{source.name}.tables"
     st = source.stat()
     stamp = {"format": FORMAT, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    try:
-        if json.loads((folder / "stamp.json").read_text()) == stamp:
-            return folder
-    except (OSError, ValueError):
-        pass
+    if _fresh(folder, stamp):
+        return folder
     prefix = f".{source.name}.tables."
     try:
         remove_stale(source.parent, prefix)
@@ -49,12 +47,27 @@ def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Pat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(folder, ignore_errors=True)  # a stale one (the source changed since)
+    # Published under a lock, the stamp read again: two processes decoding the same profile at once
+    # (pytest's workers, two queries) must not remove a fresh folder the other already reads from.
+    # The lock is on the directory that holds the profile: nothing is left beside it.
+    lock = os.open(source.parent, os.O_RDONLY)
     try:
-        os.rename(tmp, folder)
-    except OSError:  # another process published it first: read ours, removed once this process is gone
-        return tmp
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _fresh(folder, stamp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)  # a stale one (the source changed since)
+            os.rename(tmp, folder)
+    finally:
+        os.close(lock)  # closing the last descriptor releases the lock
     return folder
+
+
+def _fresh(folder: Path, stamp: dict[str, int]) -> bool:
+    try:
+        return bool(json.loads((folder / "stamp.json").read_text()) == stamp)
+    except (OSError, ValueError):
+        return False
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str] | bool:
