@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,7 @@ pytest.importorskip(
     "in a venv of their own (.ci/run does it)",
 )
 
-from helpers import BIN, REPO, snakemake, tiny_config  # noqa: E402
+from helpers import BIN, REPO, made_once, shared_dir, snakemake, tiny_config  # noqa: E402
 
 from neuronsweep.backends.xla import ARTIFACT
 from neuronsweep.formats import hlo
@@ -64,10 +65,16 @@ def xla_config(tmp: Path) -> dict:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def xla_run(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("xla")
-    snakemake(work, config=xla_config(work))
+    """The module's one xla sweep, made once per test run: a module-scoped fixture is made again by each
+    xdist worker that runs one of its tests (three times on CI's three workers)."""
+    work = shared_dir(tmp_path_factory) / "xla-run"
+    with made_once(work) as make:
+        if make:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            snakemake(work, config=xla_config(work))
     return work
 
 
@@ -80,11 +87,13 @@ def rows(work: Path) -> dict[str, dict]:
         return {r["workload_id"]: r for r in csv.DictReader(f)}
 
 
-def test_every_case_finishes_and_a_rerun_has_nothing_to_do(xla_run):
+def test_every_case_finishes_and_a_rerun_has_nothing_to_do(xla_run, tmp_path):
     assert {wid: r["status"] for wid, r in rows(xla_run).items()} == dict.fromkeys(
         [MLP, STATIC, INT, FLOAT, CUSTOM], "ok"
     )
-    assert snakemake(xla_run, "-n").rules == []
+    run = tmp_path / "run"  # a copy (mtimes and .snakemake included): the other workers read the shared run
+    shutil.copytree(xla_run, run, symlinks=True)
+    assert snakemake(run, "-n").rules == []
 
 
 def test_a_users_function_runs_on_xla_checked_against_itself_in_float64(xla_run):
