@@ -2,9 +2,10 @@
 
 A gigabyte legacy JSON or a million-slice .pftrace takes tens of seconds to decode; its tables take
 a fraction of a second to read back. The tables of `<dir>/<file>` live in `<dir>/.<file>.tables/`,
-published with one rename (never seen half-made) and reused while the file's size and modification
-time match the folder's stamp. Where the folder beside the file cannot be written (a read-only
-fixture, someone else's results), the tables are made in the caller's scratch folder for this use only.
+published with one rename (never seen half-made, under `<dir>/.<file>.tables.lock`) and reused while
+the file's size and modification time match the folder's stamp. Where the folder beside the file cannot
+be written (a read-only fixture, someone else's results), the tables are made in the caller's scratch
+folder for this use only.
 """
 
 from __future__ import annotations
@@ -48,18 +49,15 @@ def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Pat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     # Published under a lock, the stamp read again: two processes decoding the same profile at once
-    # (pytest's workers, two queries) must not remove a fresh folder the other already reads from.
-    # The lock is on the directory that holds the profile: nothing is left beside it.
-    lock = os.open(source.parent, os.O_RDONLY)
-    try:
+    # (pytest's workers, two queries) must not remove a fresh folder the other already reads from. A lock
+    # file opened for writing: NFS emulates flock with a write lock, which a read-only descriptor cannot take.
+    with open(source.parent / f"{prefix}lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _fresh(folder, stamp):
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             shutil.rmtree(folder, ignore_errors=True)  # a stale one (the source changed since)
             os.rename(tmp, folder)
-    finally:
-        os.close(lock)  # closing the last descriptor releases the lock
     return folder
 
 
