@@ -19,7 +19,7 @@ from helpers import (
     made_once,
     neuron_config,
     shared_dir,
-    snakemake,
+    shared_sweep,
     standin_env,
     tiny_config,
     torchneuron_env,
@@ -67,13 +67,7 @@ def host_cache_root(tmp_path_factory):
 def finished_run(tmp_path_factory) -> Path:
     """A completed tiny sweep, made once per test run; tests copy it (mtimes and .snakemake metadata
     included) before changing it."""
-    work = shared_dir(tmp_path_factory) / "finished"
-    with made_once(work) as make:
-        if make:
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir()
-            snakemake(work, config=tiny_config(work))
-    return work
+    return shared_sweep(tmp_path_factory, "finished", tiny_config)
 
 
 @pytest.fixture
@@ -88,13 +82,9 @@ def neuron_run(tmp_path_factory) -> Path:
     """The two-case sweep on the neuron stand-in toolchain, made once per test run for the tests that only
     read it (test_neuron_backend, test_neuron_profiler); captures hold the device half a second, so builds
     and captures overlap on the chip's two cores."""
-    work = shared_dir(tmp_path_factory) / "neuron-run"
-    with made_once(work) as make:
-        if make:
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir()
-            snakemake(work, config=neuron_config(work), env=standin_env(work, STANDIN_CAPTURE_SECONDS="0.5"))
-    return work
+    return shared_sweep(
+        tmp_path_factory, "neuron-run", neuron_config, lambda work: standin_env(work, STANDIN_CAPTURE_SECONDS="0.5")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +123,7 @@ def _calls(func, names: tuple[str, ...]) -> bool:
     return any(call in source for call in names)
 
 
-RUNS_SNAKEMAKE = ("snakemake(", "snakemake_argv(", '"snakemake"')
+RUNS_SNAKEMAKE = ("snakemake(", "snakemake_argv(", "shared_sweep(", '"snakemake"')
 PROBES_TORCH = ("tiny_config(", "private_cache(", "host_measurements(")
 
 

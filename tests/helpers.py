@@ -44,6 +44,18 @@ def shared_dir(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def shared_sweep(tmp_path_factory, name: str, config, env=None) -> Path:
+    """A sweep made once per test run, in a folder every xdist worker shares (the others wait for it):
+    `config(work)` and `env(work)` give its config and environment. Tests that change it copy it first."""
+    work = shared_dir(tmp_path_factory) / name
+    with made_once(work) as make:
+        if make:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            snakemake(work, config=config(work), env=env(work) if env else None)
+    return work
+
+
 def host_measurements(calibrated: bool = True) -> Path:
     """The host probe (a GEMM per dtype, which a cpu plan rests on) and, for tests that run captures, the
     calibration, each measured once per test run: every test gets a fresh compile cache, and without this

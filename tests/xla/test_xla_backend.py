@@ -21,7 +21,7 @@ pytest.importorskip(
     "in a venv of their own (.ci/run does it)",
 )
 
-from helpers import BIN, REPO, made_once, shared_dir, snakemake, tiny_config  # noqa: E402
+from helpers import BIN, REPO, shared_sweep, snakemake, tiny_config  # noqa: E402
 
 from neuronsweep.backends.xla import ARTIFACT
 from neuronsweep.formats import hlo
@@ -69,13 +69,7 @@ def xla_config(tmp: Path) -> dict:
 def xla_run(tmp_path_factory) -> Path:
     """The module's one xla sweep, made once per test run: a module-scoped fixture is made again by each
     xdist worker that runs one of its tests (three times on CI's three workers)."""
-    work = shared_dir(tmp_path_factory) / "xla-run"
-    with made_once(work) as make:
-        if make:
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir()
-            snakemake(work, config=xla_config(work))
-    return work
+    return shared_sweep(tmp_path_factory, "xla-run", xla_config)
 
 
 def wdir(work: Path, wid: str) -> Path:
