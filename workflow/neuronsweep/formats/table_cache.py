@@ -15,7 +15,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,16 +50,31 @@ def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Pat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     # Published under a lock, the stamp read again: two processes decoding the same profile at once
-    # (pytest's workers, two queries) must not remove a fresh folder the other already reads from. A lock
-    # file opened for writing: NFS emulates flock with a write lock, which a read-only descriptor cannot take.
-    with open(source.parent / f"{prefix}lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # (pytest's workers, two queries) must not remove a fresh folder the other already reads from.
+    with _locked(source.parent / f"{prefix}lock"):
         if _fresh(folder, stamp):
             shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)  # a stale one (the source changed since)
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a stale one (the source changed since)
+        try:
             os.rename(tmp, folder)
+        except OSError:  # the stale one would not go (a file held open on NFS): ours, removed once we are gone
+            return tmp
     return folder
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """flock on a lock file opened for writing (NFS emulates flock with a write lock, which a read-only
+    descriptor cannot take). A teammate's lock file this user may not open: no lock, as before there was one."""
+    try:
+        handle = open(path, "a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _fresh(folder: Path, stamp: dict[str, int]) -> bool:
