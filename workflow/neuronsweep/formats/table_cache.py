@@ -66,14 +66,18 @@ def tables_for(source: Path, make: Callable[[Path], None], scratch: Path) -> Pat
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """flock on a lock file opened for writing (NFS emulates flock with a write lock, which a read-only
-    descriptor cannot take). A teammate's lock file this user may not open: no lock, as before there was one."""
+    descriptor cannot take). A teammate's lock file this user may not open, or a mount without locks
+    (ENOLCK): no lock, as before there was one."""
     try:
         handle = open(path, "a")
     except OSError:
         yield
         return
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
         yield
 
 
