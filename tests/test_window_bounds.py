@@ -40,21 +40,33 @@ INSTRUCTIONS = [  # start, opcode, adjusted_flops, tensor_instruction_type
 DMA_PEAK, TE_PEAK = 1e12, 1e12  # bytes/s, FLOP/s: every packet's bytes / the peak within its own time
 
 
-def write_view(folder, drop: str | None = None):
+def peaks(cores: int) -> Peaks:
+    """One physical core's peaks times `cores`, on both sides (analysis/metrics/peaks.py)."""
+    return Peaks(TE_PEAK * cores, 4.0, 4e11, "trn2", cores, "the test's", DMA_PEAK * cores, "the test's DMA")
+
+
+PEAKS = peaks(1)
+
+
+def write_view(folder, drop: str | None = None, cores: tuple[int, ...] = (0,)):
     parquet = folder / "view" / "parquet"
     parquet.mkdir(parents=True)
     tables = {
         "FrameworkInstruction": FRAMEWORK,
-        "DmaPacket": [
-            {"start_ts": s, "end_ts": e, "duration_ns": e - s, "transfer_bytes": b, "queue_type": q, "pcore_idx": 0}
+        "DmaPacket": [  # each busy physical core moves the same packets at the same times
+            {"start_ts": s, "end_ts": e, "duration_ns": e - s, "transfer_bytes": b, "queue_type": q, "pcore_idx": c}
             for s, e, b, q in DMA
+            for c in cores
         ],
         "ActiveTime": [
-            {"start_ts": s, "end_ts": e, "duration_ns": e - s, "engine": n, "pcore_idx": 0} for n, s, e in ACTIVE
+            {"start_ts": s, "end_ts": e, "duration_ns": e - s, "engine": n, "pcore_idx": c}
+            for n, s, e in ACTIVE
+            for c in cores
         ],
         "Instruction": [
             {"start_ts": s, "end_ts": s + 10, "opcode": o, "adjusted_flops": f, "tensor_instruction_type": t}
             for s, o, f, t in INSTRUCTIONS
+            for _ in cores
         ],
     }
     for name, rows in tables.items():
@@ -93,9 +105,7 @@ def test_each_categorys_window_is_read_from_the_tables_as_the_guidance_reads_it(
 def test_the_window_ladder_says_the_attention_is_dma_bound_and_the_projection_tensor_bound(tmp_path):
     db, rows = write_view(tmp_path)
     found, _ = window_inputs(db, rows)
-    peaks = Peaks(TE_PEAK, 4.0, 4e11, "trn2", 1, "the test's peaks")
-    metadata = {"dma_ddr_bandwidth": DMA_PEAK}
-    attention = window_ladder(found["attention"], metadata, peaks, None)
+    attention = window_ladder(found["attention"], PEAKS, None)
     assert attention["bottleneck_engine"] == "dma"
     assert attention["bound_reference_s"] == pytest.approx(100e-9)
     assert attention["bound_memory_s"] == pytest.approx(90e-9)
@@ -105,7 +115,7 @@ def test_the_window_ladder_says_the_attention_is_dma_bound_and_the_projection_te
     assert attention["notes"]["bound_reference_s"] == WINDOW_REFERENCE
     assert attention["bound_memory_no_reloads_s"] is None
     assert attention["notes"]["bound_memory_no_reloads_s"] == NO_WINDOW_NECESSARY_BYTES
-    gemm = window_ladder(found["gemm"], metadata, peaks, None)
+    gemm = window_ladder(found["gemm"], PEAKS, None)
     assert gemm["bottleneck_engine"] == "tensor" and gemm["bound_pipeline_s"] == pytest.approx(190e-9)
     assert gemm["bound_compute_ideal_s"] == pytest.approx(1.2e6 / TE_PEAK)
     assert gemm["bound_compute_useful_s"] == pytest.approx(1.0e6 / TE_PEAK)
@@ -117,7 +127,7 @@ def test_a_dge_warning_nulls_the_windows_memory_ideal_as_it_does_the_kernels(tmp
     db, rows = write_view(tmp_path)
     found, _ = window_inputs(db, rows)
     warning = [{"category": "dma", "message": "Missing additional dynamic DMA metadata, reported DMA values ..."}]
-    ladder = window_ladder(found["attention"], {"dma_ddr_bandwidth": DMA_PEAK}, None, warning)
+    ladder = window_ladder(found["attention"], PEAKS, warning)
     assert ladder["bound_memory_ideal_s"] is None and "dynamic DMA metadata" in ladder["notes"]["bound_memory_ideal_s"]
     assert ladder["bound_memory_s"] == pytest.approx(90e-9)  # the active time stands
 
@@ -127,3 +137,34 @@ def test_a_profile_without_a_column_the_windows_read_gets_no_window_bounds_and_s
     db, rows = write_view(tmp_path, drop=drop)
     found, why = window_inputs(db, rows)
     assert found is None and why == f"the profile has no {drop} column, which a category's window bounds read"
+
+
+def test_at_lnc_2_both_peaks_are_two_cores_and_both_cores_busy_meet_them_as_one_core_does(tmp_path):
+    """A logical core of two physical ones, both doing the single core's work at the same times: every active
+    time is the union over the two cores (the same 190 ns of TensorE), the work is twice (FLOPs, DMA bytes), and
+    both peaks are two cores': so every rung equals the single core's. Never TensorE's two cores against one
+    core's DMA, which would halve the compute rungs alone and lean the bottleneck towards memory."""
+    one = window_ladder(window_inputs(*write_view(tmp_path / "one"))[0]["gemm"], peaks(1), None)
+    both = window_inputs(*write_view(tmp_path / "two", cores=(0, 1)))[0]["gemm"]
+    assert both.engine_active_s["tensor"] == pytest.approx(190e-9) and both.dma_active_s == pytest.approx(50e-9)
+    assert (both.hardware_flops, both.dma_bytes) == (2_400_000, 12_000)
+    ladder = window_ladder(both, peaks(2), None)
+    for rung in ("bound_memory_s", "bound_memory_ideal_s", "bound_compute_s", "bound_compute_ideal_s"):
+        assert ladder[rung] == pytest.approx(one[rung]), rung
+    assert ladder["bound_memory_ideal_s"] == pytest.approx(12_000 / (2 * DMA_PEAK))
+    assert ladder["bound_compute_ideal_s"] == pytest.approx(2.4e6 / (2 * TE_PEAK))
+    assert ladder["bottleneck_engine"] == one["bottleneck_engine"] == "tensor"
+    assert ladder["speedup_if_compute_ideal"] == pytest.approx(one["speedup_if_compute_ideal"])
+
+
+def test_at_lnc_2_one_busy_core_shows_the_idle_one_as_headroom_on_both_sides(tmp_path):
+    """Only physical core 0 works: the same active times, half the logical core's peaks reached. Both ideal
+    rungs halve against the single core's (the other core could take half the work), on both sides alike."""
+    one = window_ladder(window_inputs(*write_view(tmp_path / "one"))[0]["gemm"], peaks(1), None)
+    alone = window_inputs(*write_view(tmp_path / "lnc2"))[0]["gemm"]
+    ladder = window_ladder(alone, peaks(2), None)
+    assert ladder["bound_compute_s"] == pytest.approx(190e-9) and ladder["bound_memory_s"] == pytest.approx(50e-9)
+    assert ladder["bound_compute_ideal_s"] == pytest.approx(one["bound_compute_ideal_s"] / 2)
+    assert ladder["bound_memory_ideal_s"] == pytest.approx(one["bound_memory_ideal_s"] / 2)
+    ratio = ladder["bound_memory_ideal_s"] / ladder["bound_compute_ideal_s"]
+    assert ratio == pytest.approx(one["bound_memory_ideal_s"] / one["bound_compute_ideal_s"])  # no lean

@@ -50,12 +50,19 @@ def union_length(starts: ArrayLike, ends: ArrayLike) -> float:
 
 def covered_by(window: tuple[np.ndarray, np.ndarray], starts: ArrayLike, ends: ArrayLike) -> float:
     """Length of the intervals [starts, ends) (their union) inside `window` (merged, as `merge` returns):
-    a window's DMA or engine activity, clipped to it. Computed as the window's covered length up to each
-    merged end minus up to each merged start, so it is one pass of searchsorted, not a loop of pairs."""
-    w_start, w_end = window
-    if not w_start.size:
-        return 0.0
+    a window's DMA or engine activity, clipped to it."""
     s, e = merge(starts, ends)
+    return float(inside_each(window, s, e).sum())
+
+
+def inside_each(window: tuple[np.ndarray, np.ndarray], starts: ArrayLike, ends: ArrayLike) -> np.ndarray:
+    """Each interval's length inside `window` (merged), one value per interval (overlapping intervals each
+    count their own). Computed as the window's covered length up to each end minus up to each start, so it
+    is one pass of searchsorted, not a loop of pairs."""
+    w_start, w_end = window
+    s, e = np.asarray(starts, np.float64), np.asarray(ends, np.float64)
+    if not w_start.size:
+        return np.zeros(s.size)
     before = np.concatenate([[0.0], np.cumsum(w_end - w_start)])  # window length before window i
 
     def upto(t: np.ndarray) -> np.ndarray:  # window length in (-inf, t]
@@ -63,7 +70,7 @@ def covered_by(window: tuple[np.ndarray, np.ndarray], starts: ArrayLike, ends: A
         inside = np.clip(t - w_start[np.maximum(i, 0)], 0.0, (w_end - w_start)[np.maximum(i, 0)])
         return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0.0)
 
-    return float((upto(e) - upto(s)).sum())
+    return np.maximum(upto(e) - upto(s), 0.0)
 
 
 def starts_inside(window: tuple[np.ndarray, np.ndarray], times: ArrayLike) -> np.ndarray:

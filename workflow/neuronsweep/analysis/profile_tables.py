@@ -26,3 +26,15 @@ class ProfileTables(Protocol):
 
     def describe(self, table: str) -> list[tuple[str, str]]:
         """(column, type) of a table or view."""
+
+
+def find_table(db: ProfileTables, *names: str) -> str | None:
+    """The first of `names` the profile has, as the profile spells it (parquet's `ActiveTime`, the legacy
+    JSON's `active_time`: names compare without case); None where it has none of them."""
+    have = {t.lower(): t for t in db.tables}
+    return next((have[n.lower()] for n in names if n.lower() in have), None)
+
+
+def columns(db: ProfileTables, table: str) -> set[str]:
+    """The columns a table of the profile has."""
+    return {c for c, _ in db.describe(table)}

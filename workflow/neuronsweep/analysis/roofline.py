@@ -29,9 +29,11 @@ def _positive(value: Any) -> float | int | None:
 
 def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     """Peaks from the profile's own metadata (legacy json `metadata[0]`: pe_num_rows/cols, pe_clock_freq
-    in GHz, num_physical_cores, hbm_ddr_bandwidth; parquet Metadata: tensor_engine_num_rows/cols,
-    tensor_engine_clock_freq, num_physical_cores):
-    what this very device reports, preferred over the TARGETS table. None when the fields are absent."""
+    in GHz, num_physical_cores, hbm_ddr_bandwidth, dma_ddr_bandwidth; parquet Metadata: tensor_engine_num_rows/cols,
+    tensor_engine_clock_freq, num_physical_cores): what this very device reports, preferred over the TARGETS
+    table. Both compute and DMA are the logical core's: one physical core's figure (the schema reference defines
+    TensorE's array and dma_ddr_bandwidth per physical NeuronCore) times the physical cores behind it, so the
+    two sides of the bounds ladder are of the same cores. None when the TensorE or HBM fields are absent."""
     if not meta:
         return None
     rows = _positive(meta.get("pe_num_rows") or meta.get("tensor_engine_num_rows"))
@@ -40,10 +42,16 @@ def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     hbm = _positive(meta.get("hbm_ddr_bandwidth"))
     if not (rows and cols and clock and hbm):  # absent, or no number a device reports: the TARGETS table
         return None
-    cores = _positive(meta.get("num_physical_cores")) or lnc  # the physical cores behind the profiled logical core
+    cores = int(_positive(meta.get("num_physical_cores")) or lnc)  # the physical cores behind the logical core
+    dma = _positive(meta.get("dma_ddr_bandwidth"))
     return {
         "bf16_flops_per_s": rows * cols * 2 * clock * 1e9 * cores,
         "hbm_bytes_per_s": float(hbm),
+        "lnc": cores,
+        "dma_bytes_per_s": float(dma) * cores if dma else None,
+        "dma_source": f"the profile's metadata dma_ddr_bandwidth {dma:.4g} B/s x {cores} physical core(s)"
+        if dma
+        else "",
         "source": f"the profile's metadata: TensorE {rows}x{cols} at {clock} GHz x {cores} physical core(s), "
         f"hbm_ddr_bandwidth {hbm:.4g} B/s",
     }

@@ -6,8 +6,9 @@ As AWS's profile-analysis guidance for Neuron Explorer computes a window's bound
 - DMA active time: the union of `DmaPacket` intervals clipped to the window (the DMA engines overlap: never
   a plain sum); bytes: `transfer_bytes` of the packets with `queue_type != 'instruction'` and more than 4
   bytes that start in the window;
-- each engine's active time: `ActiveTime` (already merged per engine) clipped to the window, the mean over
-  the physical cores of a logical one (as derived.engine_busy counts them);
+- each engine's active time: `ActiveTime` (already merged per engine) clipped to the window, the union over
+  the physical cores of a logical one: the time any of its cores' engine was busy, as the DMA's union spans
+  both cores' DMA engines; the ladder divides by both cores' peaks (docs/metrics.md, "LNC 2");
 - hardware FLOPs: `adjusted_flops` of the `MATMUL` instructions that start in the window (BF16-equivalent,
   so TensorE's BF16 peak divides them); transposes: those with `tensor_instruction_type = 'TRANSPOSE'`.
 The necessary bytes (TensorInfo) are the kernel's tensors, not a window's: a window has no such bound.
@@ -19,11 +20,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from neuronsweep.analysis.engines import COMPUTE_ENGINES
 from neuronsweep.analysis.framework_split import categorize_ops
 from neuronsweep.analysis.intervals import covered_by, merge, starts_inside
 from neuronsweep.analysis.profile_tables import ProfileTables
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd")  # ActiveTime's engines a bottleneck can be, beside dma
 TABLES = {
     "DmaPacket": ("start_ts", "end_ts", "transfer_bytes", "queue_type"),
     "ActiveTime": ("start_ts", "end_ts", "engine"),
@@ -56,9 +57,7 @@ def window_inputs(
         return None, why
     dma = _frame(db, "DmaPacket", "start_ts, end_ts, transfer_bytes, queue_type")
     counted = dma[(dma["queue_type"].astype(str) != "instruction") & (dma["transfer_bytes"] > 4)]
-    core = "coalesce(pcore_idx, 0)" if "pcore_idx" in _names(db, "ActiveTime") else "0"
-    active = _frame(db, "ActiveTime", f"start_ts, end_ts, lower(engine) AS engine, {core} AS core")
-    cores = max(1, active["core"].nunique())
+    active = _frame(db, "ActiveTime", "start_ts, end_ts, lower(engine) AS engine")
     matmul = _frame(
         db,
         "Instruction",
@@ -69,12 +68,8 @@ def window_inputs(
     for category, spans in windows.items():
         window = merge([s for s, _ in spans], [e for _, e in spans])
         engines = {
-            e: sum(
-                covered_by(window, p["start_ts"], p["end_ts"]) for _, p in active[active["engine"] == e].groupby("core")
-            )
-            / cores
-            * 1e-9
-            for e in ENGINES
+            e: covered_by(window, *(active.loc[active["engine"] == e, c] for c in ("start_ts", "end_ts"))) * 1e-9
+            for e in COMPUTE_ENGINES
         }
         flops = matmul[starts_inside(window, matmul["start_ts"])]
         out[category] = WindowInputs(

@@ -9,7 +9,9 @@ and the tables built on it are not written. A profile without SchemaFields (the 
 folder) is checked against the columns its tables really have.
 
 The names we read are the profile schema reference's of 7.4.0 (the 12.0.1 tables could not be read
-here; the profile's own SchemaFields says whether it still has them, and the field test prints it).
+here; the profile's own SchemaFields says whether it still has them, and the field test prints it). Every
+field the bounds ladder, its windows, the throttling and the small-DMA insight read is listed, so a rename
+shows here, by name, before any number is computed from the column.
 """
 
 from __future__ import annotations
@@ -20,17 +22,38 @@ if TYPE_CHECKING:
     from neuronsweep.formats.profile_db import ProfileDB
 
 # table -> field -> (what needs it, the kind of value we read it as)
+LADDER = "the bounds ladder"
+WINDOWS = "a layer category's window bounds"
+THROTTLE = "throttling while TensorE is active"
 READ = {
     "Instruction": {
         "start_ts": ("engine busy time", "number"),
         "duration_ns": ("engine busy time", "number"),
         "engine": ("engine busy time", "text"),
         "opcode": ("the op mix", "text"),
+        "adjusted_flops": (WINDOWS, "number"),
+        "tensor_instruction_type": (WINDOWS, "text"),
     },
     "DmaPacket": {
         "start_ts": ("DMA queue busy time", "number"),
+        "end_ts": (WINDOWS, "number"),
         "duration_ns": ("DMA queue busy time", "number"),
         "queue_name": ("the DMA queue table", "text"),
+        "transfer_bytes": (WINDOWS, "number"),
+        "queue_type": (WINDOWS, "text"),
+    },
+    "DmaPacketAggregated": {
+        "transfer_bytes": ("the small-DMA insight (descriptor size)", "number"),
+        "queue_type": ("the small-DMA insight (descriptor size)", "text"),
+        "queue_name": ("the small-DMA insight (descriptor size)", "text"),
+        "read_num_sbuf_partitions": ("the small-DMA insight (descriptor size)", "number"),
+        "write_num_sbuf_partitions": ("the small-DMA insight (descriptor size)", "number"),
+    },
+    "ActiveTime": {
+        "start_ts": (WINDOWS, "number"),
+        "end_ts": (WINDOWS, "number"),
+        "engine": (WINDOWS, "text"),
+        "pcore_idx": (THROTTLE, "number"),
     },
     "FrameworkInstruction": {
         "framework_name": ("a layer's split by category", "text"),
@@ -41,6 +64,38 @@ READ = {
         "tensor_engine_num_cols": ("the device's own peaks", "number"),
         "tensor_engine_clock_freq": ("the device's own peaks", "number"),
         "hbm_ddr_bandwidth": ("the device's own peaks", "number"),
+        "dma_ddr_bandwidth": (f"{LADDER}'s DMA peak", "number"),
+        "num_physical_cores": (f"{LADDER}'s peaks at LNC 2", "number"),
+    },
+    "Summary": {
+        field: (LADDER, "number")
+        for field in (
+            "total_time",
+            "total_active_time",
+            "dma_active_time",
+            "dma_transfer_total_bytes",
+            "dma_transfer_count",
+            "inputs_outputs_weights_size_bytes",
+            "hardware_flops",
+            "transpose_flops",
+            "model_flops",
+            "tensor_engine_active_time",
+            "vector_engine_active_time",
+            "scalar_engine_active_time",
+            "gpsimd_engine_active_time",
+            "spill_reload_bytes",
+            "hbm_read_bytes",
+        )
+    },
+    "Throttle": {field: (THROTTLE, "number") for field in ("timestamp", "duration", "k", "n")},
+    "ThrottleSummary": {
+        "nc_idx": ("the throttling activities", "number"),
+        "throttle_type": ("the throttling activities", "text"),
+        "max_achievable_util_with_throttling_percent": ("the throttling activities", "number"),
+    },
+    "HbmUsageSummaryByType": {
+        "usage_type": ("device memory by usage type", "text"),
+        "usage_bytes": ("device memory by usage type", "number"),
     },
 }
 FIELDS_TABLE = "SchemaFields"

@@ -26,6 +26,10 @@ class Target:
     )
 
     hbm_source: str = ""  # where hbm_stack_bytes_per_s comes from, where it is not in `source`
+    # the DMA peak of one physical NeuronCore (all its DMA engines): what the performance bounds divide bytes by
+    # where a profile's metadata has no dma_ddr_bandwidth; None where no documented figure is known
+    dma_bytes_per_core_per_s: float | None = None
+    dma_source: str = "no documented dma_ddr_bandwidth for this NeuronCore (profile metadata or AWS's pages)"
     fp32_ratio: float = 4.0  # bf16 peak / fp32 peak: 4 on NeuronCore-v2 and -v3
     nki_platform: str = "trn1"  # NEURON_PLATFORM_TARGET_OVERRIDE for standalone NKI (nki.isa.nc_version)
     lnc_choices: tuple[int, ...] = (1,)  # what neuronx-cc accepts for --logical-nc-config (NCC_EARG001)
@@ -77,7 +81,17 @@ _V2 = (
 )
 TARGETS = {
     "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
-    "inf2": Target("inf2", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2, nki_platform="inf2"),
+    "inf2": Target(
+        "inf2",
+        128 * 128 * 2 * 2.8e9,
+        410e9,
+        1,
+        _V2,
+        nki_platform="inf2",
+        dma_bytes_per_core_per_s=435e9,
+        dma_source="dma_ddr_bandwidth 435e9 B/s of one NeuronCore, from the metadata of real inf2 profiles "
+        "(profiler 2.27)",
+    ),
     "trn2": Target(
         "trn2",
         128 * 128 * 2 * 2.4e9,
@@ -93,6 +107,9 @@ TARGETS = {
         chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)",
         nki_platform="trn2",
         lnc_choices=(1, 2),
+        dma_bytes_per_core_per_s=435e9,
+        dma_source="dma_ddr_bandwidth 435 GB/s of one NeuronCore, AWS's worked trn2 example "
+        "(neuron-agentic-development, neuron-nki-profile-querying/references/example-bounds-analysis.md)",
         sbuf_partition_bytes=224 * 1024,
         onchip_source="NeuronCore-v3: 'SBUF capacity is 28MiB (or, 128 partitions of 224KiB)', 'PSUM capacity "
         "remains the same at 2MiB' (trainium2_arch.rst): 16 KiB a partition",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronsweep.analysis import derived, framework_split
+from neuronsweep.analysis.metrics import bounds
 from neuronsweep.analysis.metrics.case import compose
 from neuronsweep.analysis.metrics.collectives import rank_latency
 from neuronsweep.analysis.metrics.memory import Memory
@@ -80,14 +81,42 @@ def profile_metadata(db: ProfileDB | None, summary_json: Path) -> dict | None:
     return neuron_summary.metadata(legacy_json.first_record(summary_json, "metadata"))  # damaged: one sentence
 
 
+def is_full_profile(path: Path) -> bool:
+    """Whether the file is a legacy full-profile JSON (a raw summary-json or summary-text starts with log lines)."""
+    with open(path, "rb") as handle:
+        return handle.read(64).lstrip().startswith(b"{")
+
+
 def profile_warnings(path: Path) -> list | None:
     """The profile's own warnings (a legacy JSON's top-level `warnings`: what the tool could not measure);
     None where the file is not a legacy JSON (summary-json and summary-text carry none)."""
-    with open(path, "rb") as handle:
-        if not handle.read(64).lstrip().startswith(b"{"):  # raw summary output starts with log lines
-            return None
+    if not is_full_profile(path):
+        return None
     found = legacy_json.small_array(path, "warnings")
     return found if isinstance(found, list) else None
+
+
+def device_reads(
+    summary: dict, db: ProfileDB | None, legacy: Path
+) -> tuple[dict[str, list | None], list | None, bounds.Evidence]:
+    """What only a NeuronCore's profile has: its device memory by usage type, its own warnings, and the
+    headroom's evidence from its tables (`legacy`: the summary file given, or the full profile beside it,
+    which may be a legacy full-profile JSON whose `ham` and `active_time` the tables do not load)."""
+    usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
+    usage["hbm_usage_by_type"] = hbm_usage_by_type(db)
+    full = is_full_profile(legacy)
+    arrays = {key: legacy_json.small_array(legacy, key) for key in ("ham", "active_time")} if full else None
+    return usage, profile_warnings(legacy), bounds.evidence(summary, db, arrays)
+
+
+def hbm_usage_by_type(db: ProfileDB | None) -> list[dict] | None:
+    """The parquet HbmUsageSummaryByType rows as the legacy nc_mem_usage has them ({usage_type, amount_bytes});
+    None where the view has no such table (or not its two columns)."""
+    table = next((t for t in (db.tables if db else ()) if t.lower() == "hbmusagesummarybytype"), None)
+    if db is None or table is None or not {"usage_type", "usage_bytes"} <= {c for c, _ in db.describe(table)}:
+        return None
+    rows = db.df(f'SELECT usage_type, usage_bytes AS amount_bytes FROM "{table}"')
+    return rows.to_dict("records")
 
 
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")
@@ -187,17 +216,16 @@ def run(
     if db is not None and (wrong := derived.type_problems(db, summary_json.parent)):  # before any SQL binds it
         raise UserError(f"{wrong[0]}.")  # a damaged parquet column: one sentence
     metadata = profile_metadata(db, summary_json)
-    usage, warnings = None, None
+    usage, warnings, found = None, None, None
     if capture is None or BACKENDS[capture.backend].neuron_device:  # only Neuron profiles have device memory
-        legacy = profile_json or summary_json  # the summary file given may itself be a legacy full profile
-        usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
-        warnings = profile_warnings(legacy)
+        usage, warnings, found = device_reads(summary, db, profile_json or summary_json)
     workers = neuron_rank_rows(summary_json.parent)
     packets = derived.dma_packet_count(db)
     layer = any(r is not None and (r.spec or {}).get("kind") == "layer" for r in (build, capture))
     from_profile = capture is None or BACKENDS[capture.backend].layer_split == "profile"  # else the capture's
     split, windows = (profile_split(db, summary), profile_windows(db)) if layer and from_profile else (None, None)
-    values = compute(summary, capture, build, calibration, metadata, usage, workers, packets, split, warnings, windows)
+    known = (capture, build, calibration, metadata, usage, workers, packets, split, warnings, windows)
+    values = compute(summary, *known, evidence=found)
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []

@@ -10,22 +10,28 @@ neighbouring bounds is what that overhead costs. The gaps are not predicted savi
 reachable, and an engine off the critical path gains nothing; the speed-ups are bottleneck-aware (a fix of
 one family still waits on the engines it does not touch). A bound whose input is missing, or that the profile
 itself says is incomplete, is null with the field or the warning named, never computed from a partial input.
+
+AWS's bounds assume a single-core kernel, with per-NeuronCore peaks on both sides. A logical core of several
+physical ones (LNC 2) is bounded the same way with both peaks of all its physical cores (analysis/metrics/
+peaks.py): never TensorE's of two cores against the DMA of one.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from neuronsweep.analysis.dma_descriptors import SMALL_DESCRIPTOR_BYTES, Descriptors, descriptors
+from neuronsweep.analysis.engines import COMPUTE_ENGINES
 from neuronsweep.analysis.metrics.counters import ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
+from neuronsweep.analysis.profile_tables import ProfileTables
+from neuronsweep.analysis.throttling import Throttling, from_profile
 from neuronsweep.analysis.window_inputs import WindowInputs
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd")  # the compute engines a bottleneck can be, beside dma
 DGE = "dynamic DMA metadata"  # the profiler's warning when a capture ran without DGE notifications
 IDLE_SHARE = 0.5  # total_time this much idle or more: the execution's idle start, not the kernel (legacy JSON)
-SMALL_DMA_BYTES = 4096  # a DMA transfer below this is markedly less efficient (the insight's threshold)
+SMALL_DESCRIPTOR_SHARE_PCT = 10.0  # the small-DMA insight fires from this share of the bytes (ours: AWS gives none)
 
 
 @dataclass(kw_only=True)
@@ -60,25 +66,48 @@ class Efficiency(Part):
     dma_avg_transfer_bytes: float | None
     dma_achieved_pct_of_peak: float | None
     dma_excess_ratio: float | None
-    throttle_util_limit_pct: float | None  # the most throttled activity's utilization limit
-    throttled_time_pct: float | None  # and the share of the time it was active
+    dma_small_descriptor_bytes_pct: float | None  # of the kernel's DMA bytes, moved in descriptors under 4 KiB
+    dma_small_descriptor_queues: str | None  # the queues moving the most of them
+    throttle_util_limit_pct: float | None  # the most throttled activity's utilization limit (whole execution)
+    throttled_time_pct: float | None  # and the share of the time it was in force
     throttling: list | None  # per throttling activity: its limit and its share of the time, as reported
+    throttled_active_time_pct: float | None  # of TensorE's active time, under a limit below 100 %
+    throttled_active_flops_pct: float | None  # of TensorE's capacity while active, taken by the limits
     profile_warnings: list | None
     insights: list | None
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What a profile's tables add to its summary for the headroom: throttling and DMA descriptor sizes."""
+
+    throttling: Throttling
+    descriptors: Descriptors | None
+    descriptors_why: str | None
+
+
+def evidence(summary: dict, db: ProfileTables | None, legacy: dict[str, list | None] | None = None) -> Evidence:
+    """The throttling and descriptor figures of a profile (`db`: its tables, None for a bare summary; `legacy`:
+    a legacy JSON's `ham` and `active_time` arrays, which its tables do not load)."""
+    found, why = descriptors(db)
+    return Evidence(from_profile(summary, db, legacy), found, why)
+
+
 def headroom(
-    summary: dict, counters: ProfileCounters, metadata: dict | None, peaks: Peaks | None, warnings: list | None
+    summary: dict,
+    counters: ProfileCounters,
+    peaks: Peaks,
+    warnings: list | None,
+    found: Evidence | None = None,
 ) -> list[Part]:
-    """The ladder and the fields behind it for a neuron case (`peaks`: the profile's metadata or the
-    target's documented figures; `warnings`: the profile's own list, None where its form carries none)."""
+    """The ladder and the fields behind it for a neuron case (`peaks`: the profile's metadata or the target's
+    documented figures; `warnings`: the profile's own list, None where its form carries none; `found`: what
+    the profile's tables add, None for a bare summary, whose own fields are read then)."""
     said = [_warning_text(w) for w in warnings or []]
     dge = next((w for w in said if DGE in w), None)
-    dma_peak = _dma_peak(metadata, peaks)
-    efficiency = _efficiency(summary, counters, dma_peak[0], said if warnings is not None else None, dge)
-    bounds = _ladder(counters, dma_peak, peaks, efficiency, dge)
-    efficiency.insights = _insights(summary, efficiency)
-    return [bounds, efficiency]
+    found = found or evidence(summary, None)
+    efficiency = _efficiency(summary, counters, peaks, said if warnings is not None else None, dge, found)
+    return [_ladder(counters, peaks, efficiency, dge), efficiency]
 
 
 def _warning_text(entry: object) -> str:
@@ -88,151 +117,169 @@ def _warning_text(entry: object) -> str:
     return str(entry)
 
 
-def _dma_peak(metadata: dict | None, peaks: Peaks | None) -> tuple[float | None, str]:
-    """One NeuronCore's peak DMA rate and where it comes from: the metadata's dma_ddr_bandwidth, else the
-    HBM bandwidth of the peaks (the metadata's one stack, or the target's documented figure)."""
-    found = (metadata or {}).get("dma_ddr_bandwidth")
-    if found:
-        return float(found), "the profile's metadata dma_ddr_bandwidth"
-    if peaks is not None:
-        return peaks.hbm_bytes_per_s, f"the HBM bandwidth of {peaks.source} (the profile has no dma_ddr_bandwidth)"
-    return None, "no peak DMA rate is known"
+FIELD_OF = {"necessary_bytes": "inputs_outputs_weights_size_bytes", "hfu_pct": "hfu_estimated_percent"}
+NEEDS = {
+    "dma_avg_transfer_bytes": "the transfer count",
+    "dma_achieved_pct_of_peak": "the DMA active time and a peak DMA rate",
+    "dma_excess_ratio": "the necessary bytes (inputs_outputs_weights_size_bytes)",
+}
 
 
 def _efficiency(
-    summary: dict, counters: ProfileCounters, peak: float | None, warnings: list[str] | None, dge: str | None
+    summary: dict,
+    counters: ProfileCounters,
+    peaks: Peaks,
+    warnings: list[str] | None,
+    dge: str | None,
+    found: Evidence,
 ) -> Efficiency:
-    """The summary's fields the ladder and the insights read (`peak`: the DMA's), each null with why."""
-    part = Efficiency(**dict.fromkeys(Efficiency.keys()))  # type: ignore[arg-type]  # filled below
-    part.profile_warnings = warnings
+    """The summary's fields the ladder and the insights read, and the tables' evidence, each null with why."""
     get = summary.get
-    part.hardware_flops, part.transpose_flops = get("hardware_flops"), get("transpose_flops")
-    hfu = get("hfu_estimated_percent")
-    part.hfu_pct = None if hfu is None else 100 * hfu
-    part.necessary_bytes = get("inputs_outputs_weights_size_bytes")
-    part.dma_transfer_count = get("dma_transfer_count")
-    part.dma_avg_transfer_bytes = ratio(counters.dma_transfer_bytes, part.dma_transfer_count)
+    hfu, necessary, count = (
+        get("hfu_estimated_percent"),
+        get("inputs_outputs_weights_size_bytes"),
+        get("dma_transfer_count"),
+    )
     achieved = ratio(counters.dma_transfer_bytes, counters.dma_active_time_s)
-    part.dma_achieved_pct_of_peak = None if achieved is None or not peak else 100 * achieved / peak
-    part.dma_excess_ratio = ratio(counters.dma_transfer_bytes, part.necessary_bytes)
-    part.throttling = _throttling(summary)
-    limited = [t for t in part.throttling if t["util_limit_pct"] < 100]
-    if limited:
-        worst = min(limited, key=lambda t: t["util_limit_pct"])
-        part.throttle_util_limit_pct, part.throttled_time_pct = worst["util_limit_pct"], worst["time_pct"]
+    peak = peaks.dma_bytes_per_s
+    throttling = found.throttling
+    limited = [t for t in throttling.activities if t.util_limit_pct < 100]
+    worst = min(limited, key=lambda t: t.util_limit_pct) if limited else None
+    active = throttling.while_active
+    small = found.descriptors
+    part = Efficiency(
+        hardware_flops=get("hardware_flops"),
+        transpose_flops=get("transpose_flops"),
+        hfu_pct=None if hfu is None else 100 * hfu,
+        necessary_bytes=necessary,
+        dma_transfer_count=count,
+        dma_avg_transfer_bytes=ratio(counters.dma_transfer_bytes, count),
+        dma_achieved_pct_of_peak=None if achieved is None or not peak else 100 * achieved / peak,
+        dma_excess_ratio=ratio(counters.dma_transfer_bytes, necessary),
+        dma_small_descriptor_bytes_pct=small.small_bytes_pct if small else None,
+        dma_small_descriptor_queues=", ".join(small.small_queues) if small and small.small_queues else None,
+        throttle_util_limit_pct=worst.util_limit_pct if worst else None,
+        throttled_time_pct=worst.time_pct if worst else None,
+        throttling=[t.as_dict() for t in throttling.activities] or None,
+        throttled_active_time_pct=active.throttled_time_pct if active else None,
+        throttled_active_flops_pct=active.lost_capacity_pct if active else None,
+        profile_warnings=warnings,
+        insights=None,
+    )
+    notes = part.notes
     for key in ("hardware_flops", "transpose_flops", "necessary_bytes", "dma_transfer_count", "hfu_pct"):
         if getattr(part, key) is None:
-            field = {"necessary_bytes": "inputs_outputs_weights_size_bytes", "hfu_pct": "hfu_estimated_percent"}
-            part.notes[key] = f"the profile summary has no {field.get(key, key)}"
-    for key in ("dma_avg_transfer_bytes", "dma_achieved_pct_of_peak", "dma_excess_ratio"):
+            notes[key] = f"the profile summary has no {FIELD_OF.get(key, key)}"
+    for key, needs in NEEDS.items():
         if getattr(part, key) is None:
-            part.notes[key] = (
-                "needs the DMA bytes and "
-                + {
-                    "dma_avg_transfer_bytes": "the transfer count",
-                    "dma_achieved_pct_of_peak": "the DMA active time and a peak DMA rate",
-                    "dma_excess_ratio": "the necessary bytes (inputs_outputs_weights_size_bytes)",
-                }[key]
-            )
+            notes[key] = f"needs the DMA bytes and {needs}"
         elif dge:
-            part.notes[key] = f"the profile warns its DMA figures may be inaccurate ({dge})"
+            notes[key] = f"the profile warns its DMA figures may be inaccurate ({dge})"
+    if part.dma_achieved_pct_of_peak is not None:
+        notes["dma_achieved_pct_of_peak"] = f"of {peaks.dma_source}" + (
+            f"; {notes['dma_achieved_pct_of_peak']}" if dge else ""
+        )
     if part.dma_excess_ratio is not None and part.dma_excess_ratio < 1:
-        part.notes["dma_excess_ratio"] = (
+        notes["dma_excess_ratio"] = (
             "below 1: the DMA bytes are fewer than the kernel's own inputs and outputs, so the profile's DMA "
             "figures are incomplete"
         )
-    if not part.throttling:
-        part.throttling = None
-        part.notes["throttling"] = "the profile summary has no throttle_<activity>_* fields"
-    if not limited:
-        part.notes["throttle_util_limit_pct"] = part.notes["throttled_time_pct"] = (
-            "no activity ran under a utilization limit below 100 %" if part.throttling else part.notes["throttling"]
+    if small is None:
+        notes["dma_small_descriptor_bytes_pct"] = notes["dma_small_descriptor_queues"] = found.descriptors_why or ""
+    elif not small.small_queues:
+        notes["dma_small_descriptor_queues"] = "no kernel transfer moved descriptors under 4 KiB"
+    source = throttling.activities_source
+    if source is None:
+        notes["throttling"] = "the profile has no ThrottleSummary table nor throttle_<activity>_* summary fields"
+    else:
+        notes["throttling"] = f"from {source}, over the whole execution"
+    if worst is None:
+        notes["throttle_util_limit_pct"] = notes["throttled_time_pct"] = (
+            "no activity ran under a utilization limit below 100 %" if source else notes["throttling"]
         )
+    else:
+        notes["throttle_util_limit_pct"] = notes["throttled_time_pct"] = f"from {source}, over the whole execution"
+    if active is None:
+        notes["throttled_active_time_pct"] = notes["throttled_active_flops_pct"] = throttling.while_active_why or ""
     if warnings is None:
-        part.notes["profile_warnings"] = "this form of the profile (a summary) carries no warnings list"
+        notes["profile_warnings"] = "this form of the profile (a summary) carries no warnings list"
+    part.insights = _insights(summary, part, throttling)
     return part
 
 
-THROTTLE = re.compile(r"^throttle_(activity_\d+|unknown)_(avg_util_limit|active_time)_nc(\d+)_percent$")
-
-
-def _throttling(summary: dict) -> list[dict]:
-    """Each throttling activity the summary reports (throttle_<activity>_avg_util_limit_nc<i>_percent and
-    _active_time_nc<i>_percent, fractions): its utilization limit and its share of the time, in percent."""
-    found: dict[tuple[str, str], dict] = {}
-    for key, value in summary.items():
-        match = THROTTLE.match(str(key))
-        if match and isinstance(value, int | float):
-            activity, what, core = match.groups()
-            found.setdefault((activity, core), {})[what] = 100 * value
-    return [
-        {"activity": a, "nc": int(c), "util_limit_pct": v["avg_util_limit"], "time_pct": v.get("active_time")}
-        for (a, c), v in sorted(found.items())
-        if "avg_util_limit" in v
-    ]
-
-
-def _ladder(
-    counters: ProfileCounters,
-    dma_peak: tuple[float | None, str],
-    peaks: Peaks | None,
-    efficiency: Efficiency,
-    dge: str | None,
-) -> Bounds:
-    """The bounds, each from the summary and the peaks, or null with why."""
-    part = Bounds(**dict.fromkeys(Bounds.keys()))  # type: ignore[arg-type]  # filled below
-    notes = part.notes
+def _ladder(counters: ProfileCounters, peaks: Peaks | None, efficiency: Efficiency, dge: str | None) -> Bounds:
+    """The bounds, each from the summary and the peaks (both of the same physical cores), or null with why."""
+    notes: dict[str, str] = {}
     total, active = counters.profile_total_time_s, counters.profile_active_time_s
+    reference: float | None = total
     if total and active and active < IDLE_SHARE * total:
-        part.bound_reference_s = active
+        reference = active
         notes["bound_reference_s"] = (
             f"total_active_time: the profile's total_time ({total:.4g} s) is {100 * active / total:.1f} % active, "
             "the rest the execution's idle start; the kernel's own time is its active time"
         )
     else:
-        part.bound_reference_s = total
         notes["bound_reference_s"] = "total_time: the profiled execution"
-    times = {e: getattr(counters, f"{e}_engine_active_time_s") for e in ENGINES} | {"dma": counters.dma_active_time_s}
-    part.bound_memory_s, part.bound_compute_s = times["dma"], times["tensor"]
-    dma_rate, dma_source = dma_peak
+    times = {e: getattr(counters, f"{e}_engine_active_time_s") for e in COMPUTE_ENGINES}
+    times["dma"] = counters.dma_active_time_s
+    dma_rate = peaks.dma_bytes_per_s if peaks else None
+    dma_source = peaks.dma_source if peaks else "no peak DMA rate is known"
     incomplete = f"the profile warns its DMA figures may be inaccurate ({dge})" if dge else None
     if efficiency.dma_excess_ratio is not None and efficiency.dma_excess_ratio < 1:
         incomplete = incomplete or "the DMA bytes are fewer than the kernel's own inputs and outputs: incomplete"
+    memory_ideal = None
     if incomplete:
         notes["bound_memory_ideal_s"] = incomplete
     else:
-        part.bound_memory_ideal_s = _over(
+        memory_ideal = _over(
             counters.dma_transfer_bytes, dma_rate, "dma_transfer_total_bytes", notes, "bound_memory_ideal_s"
         )
-    part.bound_memory_no_reloads_s = _over(
+    no_reloads = _over(
         efficiency.necessary_bytes, dma_rate, "inputs_outputs_weights_size_bytes", notes, "bound_memory_no_reloads_s"
     )
     te_peak = peaks.bf16_flops_per_s if peaks else None
     te_source = peaks.source if peaks else "no TensorE peak is known"
     hw, tr = efficiency.hardware_flops, efficiency.transpose_flops
-    part.bound_compute_ideal_s = _over(hw, te_peak, "hardware_flops", notes, "bound_compute_ideal_s")
+    compute_ideal = _over(hw, te_peak, "hardware_flops", notes, "bound_compute_ideal_s")
     useful = None if hw is None or tr is None else hw - tr
-    part.bound_compute_useful_s = _over(
-        useful, te_peak, "hardware_flops and transpose_flops", notes, "bound_compute_useful_s"
-    )
-    for key, source in (("bound_memory_ideal_s", dma_source), ("bound_memory_no_reloads_s", dma_source)):
-        notes.setdefault(key, f"at {source}")
+    compute_useful = _over(useful, te_peak, "hardware_flops and transpose_flops", notes, "bound_compute_useful_s")
+    for key in ("bound_memory_ideal_s", "bound_memory_no_reloads_s"):
+        notes.setdefault(key, f"at {dma_source}" if dma_rate else f"no peak DMA rate: {dma_source}")
     for key in ("bound_compute_ideal_s", "bound_compute_useful_s"):
         notes.setdefault(key, f"at TensorE's peak: {te_source}")
-    for key, field in (("bound_memory_s", "dma_active_time"), ("bound_compute_s", "tensor_engine_active_time")):
-        if getattr(part, key) is None:
+    for key, engine, field in (
+        ("bound_memory_s", "dma", "dma_active_time"),
+        ("bound_compute_s", "tensor", "tensor_engine_active_time"),
+    ):
+        if times[engine] is None:
             notes[key] = f"the profile summary has no {field}"
     known = {e: t for e, t in times.items() if t is not None}
-    if len(known) == len(times):
-        part.bottleneck_engine = max(known, key=lambda e: known[e])
-        part.bound_pipeline_s = known[part.bottleneck_engine]
-    else:
+    bottleneck = max(known, key=lambda e: known[e]) if len(known) == len(times) else None
+    if bottleneck is None:
         lacks = ", ".join(sorted(set(times) - set(known)))
         notes["bound_pipeline_s"] = notes["bottleneck_engine"] = (
             f"needs every engine's active time and the DMA's; the summary lacks {lacks}"
         )
-    _speedups(part, known)
-    return part
+    pipeline = known[bottleneck] if bottleneck else None
+    rungs = {
+        "bound_memory_ideal_s": memory_ideal,
+        "bound_memory_no_reloads_s": no_reloads,
+        "bound_compute_ideal_s": compute_ideal,
+        "bound_compute_useful_s": compute_useful,
+    }
+    return Bounds(
+        bound_reference_s=reference,
+        bound_memory_s=times["dma"],
+        bound_memory_ideal_s=memory_ideal,
+        bound_memory_no_reloads_s=no_reloads,
+        bound_compute_s=times["tensor"],
+        bound_compute_ideal_s=compute_ideal,
+        bound_compute_useful_s=compute_useful,
+        bound_pipeline_s=pipeline,
+        bottleneck_engine=bottleneck,
+        **_speedups(reference, pipeline, rungs, known, notes),
+        notes=notes,
+    )
 
 
 def _over(amount: float | None, rate: float | None, field: str, notes: dict, key: str) -> float | None:
@@ -246,42 +293,46 @@ def _over(amount: float | None, rate: float | None, field: str, notes: dict, key
     return amount / rate
 
 
-def _speedups(part: Bounds, times: dict[str, float]) -> None:
+FAMILIES = {  # speed-up -> (its bound, the engine its fix touches)
+    "speedup_if_memory_ideal": ("bound_memory_ideal_s", "dma"),
+    "speedup_if_no_reloads": ("bound_memory_no_reloads_s", "dma"),
+    "speedup_if_compute_ideal": ("bound_compute_ideal_s", "tensor"),
+    "speedup_if_no_transposes": ("bound_compute_useful_s", "tensor"),
+}
+
+
+def _speedups(
+    reference: float | None,
+    pipeline: float | None,
+    rungs: dict[str, float | None],
+    times: dict[str, float],
+    notes: dict[str, str],
+) -> dict[str, float | None]:
     """reference / max(the family's bound, the engines its fix does not touch): what removing one family's
     overhead could buy at most, the rest of the kernel unchanged."""
-    families = {
-        "speedup_if_memory_ideal": (part.bound_memory_ideal_s, "dma"),
-        "speedup_if_no_reloads": (part.bound_memory_no_reloads_s, "dma"),
-        "speedup_if_compute_ideal": (part.bound_compute_ideal_s, "tensor"),
-        "speedup_if_no_transposes": (part.bound_compute_useful_s, "tensor"),
-    }
-    bound_of = {
-        "speedup_if_memory_ideal": "bound_memory_ideal_s",
-        "speedup_if_no_reloads": "bound_memory_no_reloads_s",
-        "speedup_if_compute_ideal": "bound_compute_ideal_s",
-        "speedup_if_no_transposes": "bound_compute_useful_s",
-    }
-    for key, (bound, touched) in families.items():
-        others = [t for e, t in times.items() if e != touched]
+    out: dict[str, float | None] = {}
+    for key, (rung, touched) in FAMILIES.items():
+        bound = rungs[rung]
+        out[key] = None
         if bound is None:
-            part.notes[key] = f"no {bound_of[key]}: {part.notes.get(bound_of[key], 'not known')}"
-            continue
-        if part.bound_reference_s is None or len(times) < len(ENGINES) + 1:
-            part.notes[key] = "needs the reference time and every other engine's active time"
-            continue
-        setattr(part, key, ratio(part.bound_reference_s, max([bound, *others])))
-    if part.bound_pipeline_s is None or part.bound_reference_s is None:
-        part.notes["speedup_if_pipelined"] = "needs the pipeline bound and the reference"
-    else:
-        part.speedup_if_pipelined = ratio(part.bound_reference_s, part.bound_pipeline_s)
+            notes[key] = f"no {rung}: {notes.get(rung, 'not known')}"
+        elif reference is None or len(times) < len(COMPUTE_ENGINES) + 1:
+            notes[key] = "needs the reference time and every other engine's active time"
+        else:
+            out[key] = ratio(reference, max([bound, *(t for e, t in times.items() if e != touched)]))
+    out["speedup_if_pipelined"] = ratio(reference, pipeline) if pipeline is not None and reference is not None else None
+    if out["speedup_if_pipelined"] is None:
+        notes["speedup_if_pipelined"] = "needs the pipeline bound and the reference"
+    return out
 
 
-def _insights(summary: dict, e: Efficiency) -> list[dict]:
-    """Neuron Explorer's summary insights that fire on this profile: rule, value, threshold, what to try."""
+def _insights(summary: dict, e: Efficiency, throttling: Throttling) -> list[dict]:
+    """Neuron Explorer's summary insights that fire on this profile: rule, value, threshold, what to try, and
+    the source each read."""
     out = []
 
-    def fire(rule: str, value: float, threshold: float, sentence: str) -> None:
-        out.append({"rule": rule, "value": round(value, 6), "threshold": threshold, "try": sentence})
+    def fire(rule: str, value: float, threshold: float, sentence: str, source: str) -> None:
+        out.append({"rule": rule, "value": round(value, 6), "threshold": threshold, "try": sentence, "source": source})
 
     model = summary.get("model_flops")
     if model is not None and e.hardware_flops:
@@ -292,6 +343,7 @@ def _insights(summary: dict, e: Efficiency) -> list[dict]:
                 share,
                 0.5,
                 "most of TensorE's work is not the model's (transposes, padding): see the transpose and tile figures",
+                "the summary's model_flops and hardware_flops",
             )
     if e.transpose_flops is not None and e.hardware_flops:
         share = e.transpose_flops / e.hardware_flops
@@ -301,14 +353,18 @@ def _insights(summary: dict, e: Efficiency) -> list[dict]:
                 share,
                 0.1,
                 "lay operands out as TensorE takes them (the left operand transposed) or transpose with DMA",
+                "the summary's transpose_flops and hardware_flops",
             )
-    if e.throttle_util_limit_pct is not None:
+    active = throttling.while_active
+    if active is not None and active.lost_capacity_pct > 0:
         fire(
             "active FLOPs throttled",
-            e.throttle_util_limit_pct / 100,
-            1.0,
-            f"the engines ran under a utilization limit of {e.throttle_util_limit_pct:.0f} % for "
-            f"{e.throttled_time_pct or 0:.2g} % of the time: the device's own limit (power, thermal), not the kernel",
+            active.lost_capacity_pct / 100,
+            0.0,
+            f"TensorE ran under a utilization limit (lowest {active.lowest_limit_pct or 0:.0f} %) for "
+            f"{active.throttled_time_pct:.2g} % of its active time: the device's own limit (power, thermal), not "
+            "the kernel; find what throttled it before tuning TensorE's work",
+            "the profile's throttle events against TensorE's active time",
         )
     reload, reads = summary.get("spill_reload_bytes"), summary.get("hbm_read_bytes")
     if reload is not None and reads and reload / reads > 0.25:
@@ -317,13 +373,18 @@ def _insights(summary: dict, e: Efficiency) -> list[dict]:
             reload / reads,
             0.25,
             "keep intermediates in SBUF: smaller tiles or fewer live tensors per loop",
+            "the summary's spill_reload_bytes and hbm_read_bytes",
         )
-    if e.dma_avg_transfer_bytes is not None and e.dma_avg_transfer_bytes < SMALL_DMA_BYTES:
+    small = e.dma_small_descriptor_bytes_pct
+    if small is not None and small >= SMALL_DESCRIPTOR_SHARE_PCT:
         fire(
-            "small DMA transfers (average under 4 KiB)",
-            e.dma_avg_transfer_bytes,
-            SMALL_DMA_BYTES,
-            "move larger contiguous blocks per descriptor (at least 4 KiB per partition)",
+            f"small DMA descriptors (under {SMALL_DESCRIPTOR_BYTES // 1024} KiB)",
+            small / 100,
+            SMALL_DESCRIPTOR_SHARE_PCT / 100,
+            f"{small:.0f} % of the kernel's DMA bytes move in descriptors under 4 KiB (queues: "
+            f"{e.dma_small_descriptor_queues}): widen the free dimension of those transfers to at least 4 KiB a "
+            "partition",
+            "the profile's DmaPacketAggregated table: transfer_bytes over its SBUF partitions",
         )
     return out  # NKI instruction coverage: no profile here names the field, so it is not read
 
@@ -335,23 +396,25 @@ WINDOW_REFERENCE = (
 NO_WINDOW_NECESSARY_BYTES = "TensorInfo's necessary bytes are the kernel's tensors, not a window's"
 
 
-def window_ladder(
-    inputs: WindowInputs, metadata: dict | None, peaks: Peaks | None, warnings: list | None
-) -> dict[str, object]:
+def window_ladder(inputs: WindowInputs, peaks: Peaks | None, warnings: list | None) -> dict[str, object]:
     """One category's window's ladder, the same rungs as the kernel's (analysis/window_inputs.py reads them
     from the tables), as a dict of the Bounds keys and their notes: its reference is its window."""
+    engine = inputs.engine_active_s.get
     counters = ProfileCounters(
         profile_total_time_s=inputs.window_s,
         profile_active_time_s=inputs.window_s,
         dma_active_time_s=inputs.dma_active_s,
         dma_transfer_bytes=inputs.dma_bytes,
+        tensor_engine_active_time_s=engine("tensor"),
+        vector_engine_active_time_s=engine("vector"),
+        scalar_engine_active_time_s=engine("scalar"),
+        gpsimd_engine_active_time_s=engine("gpsimd"),
     )
-    for engine in ENGINES:
-        setattr(counters, f"{engine}_engine_active_time_s", inputs.engine_active_s.get(engine))
-    efficiency = Efficiency(**dict.fromkeys(Efficiency.keys()))  # type: ignore[arg-type]  # two inputs only
-    efficiency.hardware_flops, efficiency.transpose_flops = inputs.hardware_flops, inputs.transpose_flops
+    efficiency = Efficiency.null(
+        "a window reads only its FLOPs", hardware_flops=inputs.hardware_flops, transpose_flops=inputs.transpose_flops
+    )
     dge = next((w for w in map(_warning_text, warnings or []) if DGE in w), None)
-    part = _ladder(counters, _dma_peak(metadata, peaks), peaks, efficiency, dge)
+    part = _ladder(counters, peaks, efficiency, dge)
     part.notes["bound_reference_s"] = WINDOW_REFERENCE
     part.notes["bound_memory_no_reloads_s"] = part.notes["speedup_if_no_reloads"] = NO_WINDOW_NECESSARY_BYTES
-    return {**{k: getattr(part, k) for k in Bounds.keys()}, "notes": part.notes}
+    return {**dict(part.items()), "notes": part.notes}

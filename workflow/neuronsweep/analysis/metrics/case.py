@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, headroom, window_ladder
+from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, Evidence, headroom, window_ladder
 from neuronsweep.analysis.metrics.collectives import (
     RanksProfiled,
     collective,
@@ -67,15 +67,15 @@ def compose(
     warnings: list | None = None,
     windows: tuple[dict[str, WindowInputs] | None, str | None] | None = None,
     *,
+    evidence: Evidence | None = None,
     invalid: dict[str, str] | None = None,
     no_device_why: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu)
-    the host calibration and (neuron) the profile's metadata, whose device peaks beat any table, and a layer's
-    split from its FrameworkInstruction table (framework_split.split's (split, why)); with
-    "spec" and "notes" (every null value's reason). `warnings`: the profile's own (legacy JSON's list; None
-    where its form has none). `invalid`: summary field -> why the reader left it out; `no_device_why`:
-    backend -> why it has no device counters."""
+    """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu) the
+    host calibration and (neuron) the profile's metadata, whose device peaks beat any table, and a layer's split
+    (framework_split.split's (split, why)); with "spec" and "notes" (every null value's reason). `warnings`: the
+    profile's own (None where its form has none); `evidence`: its tables' throttling and DMA descriptors
+    (bounds.evidence); `invalid`: summary field -> why the reader left it out; `no_device_why`: backend -> why."""
     known = [r for r in (build, capture) if r is not None]
     spec = next((r.spec for r in known if r.spec), None)
     backend = known[0].backend if known else "neuron"  # a bare summary-json is a Neuron tool's output
@@ -110,13 +110,13 @@ def compose(
     timed = timing(capture, backend, counters.profile_total_time_s)
     parts: list[Part] = [identity, counters, timed, memory(usage, backend, no_device)]
     if peaks is not None:  # a NeuronCore's profile: its headroom
-        parts += headroom(summary, counters, metadata, peaks, warnings)
+        parts += headroom(summary, counters, peaks, warnings, evidence)
     else:
         why = no_device or f"the {backend} backend's profile has no NeuronCore summary to bound"
         parts += [Bounds.null(why), Efficiency.null(why)]
     parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
     if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
-        bounded = _window_ladders(windows, metadata, peaks, warnings)
+        bounded = _window_ladders(windows, peaks, warnings)
         parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split, bounded))
     analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
     parts += [
@@ -138,7 +138,6 @@ def compose(
 
 def _window_ladders(
     windows: tuple[dict[str, WindowInputs] | None, str | None] | None,
-    metadata: dict | None,
     peaks: Peaks | None,
     warnings: list | None,
 ) -> tuple[dict[str, dict] | None, str | None] | None:
@@ -146,7 +145,7 @@ def _window_ladders(
     if windows is None:
         return None
     found, why = windows
-    return {c: window_ladder(w, metadata, peaks, warnings) for c, w in (found or {}).items()} or None, why
+    return {c: window_ladder(w, peaks, warnings) for c, w in (found or {}).items()} or None, why
 
 
 def _ranks(

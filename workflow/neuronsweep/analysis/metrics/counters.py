@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronsweep.analysis.engines import ENGINES
 from neuronsweep.analysis.metrics.parts import Part
 from neuronsweep.store.records import CaptureRecord
 
 FRACTION_TO_PCT = 100.0
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
 
 
 def _from(summary_field: str, scale: float = 1.0, device: bool = True) -> Any:

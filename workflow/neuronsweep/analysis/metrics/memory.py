@@ -1,6 +1,9 @@
-"""Device memory from the fields the legacy profile writes: `nc_mem_usage` (bytes per usage type) and
-`instruction_usage` (SBUF and PSUM use over time, as fractions). The Memory Tracker's per-tensor view
-has no exported field, so largest_tensor_bytes is always null with that reason."""
+"""Device memory by usage type and the on-chip peaks. HBM by usage type from the parquet
+`HbmUsageSummaryByType` table (usage_type, usage_bytes: profile-schema-reference.rst), which SDK 2.34
+maintains, else from the legacy full-profile JSON's `nc_mem_usage` (bytes per usage type), whose end of
+support is announced for 2.35; SBUF and PSUM peaks only from the legacy `instruction_usage` (fractions).
+The Memory Tracker's per-tensor view has no exported field, so largest_tensor_bytes is always null with
+that reason."""
 
 from __future__ import annotations
 
@@ -31,9 +34,14 @@ HBM_USAGE = {  # key -> the nc_mem_usage usage types it sums
 }
 ON_CHIP_USAGE = {"sbuf_peak_usage_pct": "sb", "psum_peak_usage_pct": "psum"}  # key -> instruction_usage type
 NO_USAGE = (
-    "read from the legacy full profile (neuron.json: true; nc_mem_usage, instruction_usage); the parquet "
-    "HbmUsage / SbufUsage / PsumUsage columns are not documented, so they are not read"
+    "read from the parquet HbmUsageSummaryByType table, or the legacy full profile (neuron.json: true; "
+    "nc_mem_usage); the view has neither"
 )
+NO_ON_CHIP = (
+    "read from the legacy full profile only (neuron.json: true; instruction_usage), whose end of support is "
+    "announced for SDK 2.35; the parquet SbufUsage / PsumUsage series are not read"
+)
+SOURCES = {"nc_mem_usage": "the legacy profile's nc_mem_usage", "hbm_usage_by_type": "the HbmUsageSummaryByType table"}
 NO_TRACKER = (
     "the Memory Tracker (neuron.memory_tracker) draws its per-tensor breakdown in "
     "the profiler's UI; no exported field holds it, so it is not read"
@@ -48,18 +56,17 @@ def memory(usage: dict | None, backend: str, no_device_why: str | None) -> Memor
             dict.fromkeys(Memory.keys()[:-1], no_device_why or f"the {backend} backend has no device memory")
         )
         return part
-    rows = [r for r in (usage or {}).get("nc_mem_usage") or () if isinstance(r, dict)]
+    source = next((k for k in SOURCES if (usage or {}).get(k)), "nc_mem_usage")
+    rows = [r for r in (usage or {}).get(source) or () if isinstance(r, dict)]
     for key, types in HBM_USAGE.items():
         found = [r.get("amount_bytes") for r in rows if r.get("usage_type") in types]
         amounts = [finite_number(a) for a in found]
         if found and any(a is None or a < 0 for a in amounts):
-            part.notes[key] = (
-                f"the legacy profile's nc_mem_usage amounts {json.dumps(found)[:80]} are not all bytes >= 0"
-            )
+            part.notes[key] = f"{SOURCES[source]} amounts {json.dumps(found)[:80]} are not all bytes >= 0"
             continue
         setattr(part, key, sum(a for a in amounts if a is not None) if found else None)
         if not found:
-            part.notes[key] = f"the legacy profile's nc_mem_usage has no {' / '.join(types)} row" if rows else NO_USAGE
+            part.notes[key] = f"{SOURCES[source]} has no {' / '.join(types)} row" if rows else NO_USAGE
     series = [r for r in (usage or {}).get("instruction_usage") or () if isinstance(r, dict)]
     for key, kind in ON_CHIP_USAGE.items():
         raw = [r.get("usage_avg") for r in series if r.get("type") == kind and r.get("usage_avg") is not None]
@@ -69,5 +76,5 @@ def memory(usage: dict | None, backend: str, no_device_why: str | None) -> Memor
             continue
         setattr(part, key, 100.0 * max(v for v in values if v is not None) if values else None)
         if not values:
-            part.notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_USAGE
+            part.notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_ON_CHIP
     return part

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from neuronsweep.analysis.metrics.counters import ENGINES, ProfileCounters
+from neuronsweep.analysis.engines import ENGINES
+from neuronsweep.analysis.metrics.counters import ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.analysis.metrics.work import Roofline, Work
