@@ -215,3 +215,36 @@ def test_compare_names_the_bounds_a_judged_change_moved():
     shown = workloads(table, changes).set_index("workload")["bounds moved (one profile a side)"]
     assert shown.to_dict() == {"w": "bound_memory_s -40.0%, bound_compute_s +1.5%", "x": ""}
     assert "bounds moved (one profile a side)" not in workloads(table, pd.DataFrame())
+
+
+def test_a_recommendation_over_many_cases_names_the_few_that_recover_most_and_links_the_rest():
+    """The tp 2 example's first recommendation carried 21 case ids in one sentence: now the three with the
+    most time recoverable (time above the roofline's efficiency, x their count), a count, and a link to the
+    table of all of them."""
+    import pandas as pd
+
+    from neuronsweep.stages import report
+
+    rows = pd.DataFrame(
+        [
+            {"scenario_id": f"model-x-{g}", "workload_id": f"w{g}", "status": "ok", "backend": "neuron"}
+            | {"roofline_bound": "memory", "arithmetic_intensity_flops_per_byte": 1.0, "ridge_flops_per_byte": 200.0}
+            | {"time_s": t, "roofline_efficiency_pct": e, "count": c}
+            for g, t, e, c in (
+                ("a", 1e-3, 50.0, 1),  # 0.5 ms recoverable
+                ("b", 1e-3, 90.0, 1),  # 0.1 ms
+                ("c", 1e-4, 0.0, 32),  # 3.2 ms: a small GEMM run 32 times a forward
+                ("d", 2e-3, 10.0, 1),  # 1.8 ms
+                ("e", 1e-3, None, 1),  # efficiency unknown: all of it, 1 ms
+            )
+        ]
+    )
+    (rec,) = report._memory_bound(rows)
+    assert rec.startswith(
+        "5 cases are memory-bound (most time recoverable: model-x-c (3.2 ms recoverable), model-x-d (1.8 ms "
+        "recoverable), model-x-e (1 ms recoverable); and 2 more, [all 5](#memory-bound))"
+    )
+    assert '<a href="#memory-bound">all 5</a>' in report._linked(rec)
+    listed = report.grouped_cases(rows)["memory-bound"]
+    assert list(listed["case"]) == ["model-x-c", "model-x-d", "model-x-e", "model-x-a", "model-x-b"]
+    assert report.grouped_cases(rows.head(3)) == {}  # three are named whole: no table

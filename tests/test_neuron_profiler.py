@@ -329,9 +329,11 @@ def test_the_fields_we_read_are_checked_against_the_profiles_own_schema_fields(t
 
     view = tmp_path / "view"
     (view / "parquet").mkdir(parents=True)
-    row = {"start_ts": 0, "duration_ns": 650, "engine": "Tensor", "opcode": "MATMUL"}
+    row = {"start_ts": 0, "duration_ns": 650, "engine": "Tensor", "opcode": "MATMUL", "adjusted_flops": 2}
+    row["tensor_instruction_type"] = "REGULAR"  # the window bounds read these two
     pq.write_table(pa.Table.from_pylist([row]), view / "parquet" / "Instruction.parquet")
     declared = {"start_ts": "integer", "duration": "integer", "engine": "integer", "opcode": "string"}
+    declared |= {"adjusted_flops": "integer", "tensor_instruction_type": "string"}
     fields = [
         {"table_name": "Instruction", "field_name": f, "field_type": t, "field_unit": "ns" if f != "engine" else ""}
         for f, t in declared.items()

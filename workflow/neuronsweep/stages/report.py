@@ -6,6 +6,7 @@ per-workload tables. Every recommendation quotes the numbers it rests on.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.report import figures as figs
-from neuronsweep.report.page import page, table
+from neuronsweep.report.page import human, page, table
 from neuronsweep.store import layout
 
 
@@ -52,6 +53,14 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     return recs
 
 
+LINK = re.compile(r"\[([^\]]+)\]\(#([\w-]+)\)")
+
+
+def _linked(text: str) -> str:
+    """A recommendation as HTML: escaped, its "[all N](#anchor)" a link to the table of the cases it counts."""
+    return LINK.sub(lambda m: f'<a href="#{m.group(2)}">{m.group(1)}</a>', html.escape(text))
+
+
 def _per_workload(rows: pd.DataFrame) -> Iterator[tuple[str, pd.Series]]:
     """(label, row) once per workload: scenarios that share one (ffn_up and ffn_gate of an llm) are one
     measurement, said once with every scenario named."""
@@ -66,9 +75,58 @@ def _span(values: Sequence[float], fmt: str) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+NAMED = 3  # a recommendation names at most this many cases; the rest are a count and a link to their table
+GROUPS = {  # a grouped recommendation's anchor -> the title of the table listing all its cases
+    "memory-bound": "The memory-bound cases",
+    "overhead-bound": "The overhead-bound cases",
+}
+
+
+def _recoverable_s(r: pd.Series, share_pct: str) -> float:
+    """The time a case could recover (x its count in a model's forward): its time above what `share_pct` says
+    it reaches (the roofline's efficiency, or the device's active share), all of it where that is unknown."""
+    time, share = r.get("time_s"), r.get(share_pct)
+    count = r.get("count") if pd.notna(r.get("count")) else 1
+    if time is None or pd.isna(time):
+        return 0.0
+    reached = min(max(float(share), 0.0), 100.0) / 100 if share is not None and pd.notna(share) else 0.0
+    return float(time) * (1 - reached) * float(count)
+
+
+def _named(cases: list[tuple[str, pd.Series]], anchor: str, share_pct: str) -> str:
+    """The cases a grouped recommendation names: all of a few; else the NAMED with the most time recoverable,
+    each with it, then how many more and where the whole list is ("[all N](#anchor)", a link on the page)."""
+    if len(cases) <= NAMED:
+        return ", ".join(label for label, _ in cases)
+    top = sorted(cases, key=lambda c: -_recoverable_s(c[1], share_pct))[:NAMED]
+    shown = ", ".join(f"{label} ({human('time_s', _recoverable_s(r, share_pct))} recoverable)" for label, r in top)
+    return f"most time recoverable: {shown}; and {len(cases) - NAMED} more, [all {len(cases)}](#{anchor})"
+
+
+def grouped_cases(ok: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per grouped recommendation naming more than NAMED cases, the table of all of them (its anchor -> rows),
+    by time recoverable."""
+    out = {}
+    for anchor, column, value, share in (
+        ("memory-bound", "roofline_bound", "memory", "roofline_efficiency_pct"),
+        ("overhead-bound", "bound_class", "overhead", "profile_active_pct"),
+    ):
+        cases = list(_per_workload(ok[ok[column] == value])) if column in ok else []
+        if len(cases) > NAMED:
+            table_ = pd.DataFrame(
+                [
+                    {"case": label, "time_s": r.get("time_s"), "recoverable_s": _recoverable_s(r, share)}
+                    for label, r in cases
+                ]
+            )
+            out[anchor] = table_.sort_values("recoverable_s", ascending=False, kind="stable")
+    return out
+
+
 def _memory_bound(ok: pd.DataFrame) -> list[str]:
-    """The memory-bound cases: one line for a case alone, one line naming them all where several share the
-    cause (a model's decode GEMMs), with the range of their figures, not a line each."""
+    """The memory-bound cases: one line for a case alone, one line naming them where several share the cause
+    (a model's decode GEMMs), with the range of their figures, not a line each; past NAMED cases, those with the
+    most time recoverable by name and the rest as a count (grouped_cases lists them all)."""
     cases = list(_per_workload(ok[ok["roofline_bound"] == "memory"]))
     if not cases:
         return []
@@ -83,8 +141,8 @@ def _memory_bound(ok: pd.DataFrame) -> list[str]:
             "or fuse it with its neighbours" + _host_only(r) + "."
         ]
     return [
-        f"{len(cases)} cases are memory-bound ({', '.join(label for label, _ in cases)}): arithmetic intensity "
-        f"{_span(intensity, '.1f')} FLOP/B, below the ridge {_span(ridge, '.1f')}, so at most "
+        f"{len(cases)} cases are memory-bound ({_named(cases, 'memory-bound', 'roofline_efficiency_pct')}): "
+        f"arithmetic intensity {_span(intensity, '.1f')} FLOP/B, below the ridge {_span(ridge, '.1f')}, so at most "
         f"{_span(reach, '.0f')}% of peak compute is reachable; batch more rows (larger M) or fuse them with their "
         "neighbours" + _host_only(cases[0][1]) + "."
     ]
@@ -143,7 +201,7 @@ def _overhead_bound(ok: pd.DataFrame) -> list[str]:
             continue
         active = [float(r["profile_active_pct"]) for _, r in cases if pd.notna(r.get("profile_active_pct"))]
         shown = f"; device active {_span(active, '.1f')}% of the profiled call" if active else ""
-        names = ", ".join(label for label, _ in cases)
+        names = _named(cases, "overhead-bound", "profile_active_pct")
         recs.append(f"{len(cases)} cases are overhead-bound ({names}{shown}): {advice}.")
     return recs
 
@@ -527,10 +585,14 @@ def run(
     parts.append(_across_runs(run_dir, tunes))
     recs = recommendations(table_)
     parts.append(
-        "<h2>Recommendations</h2><ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in recs) + "</ul>"
+        "<h2>Recommendations</h2><ul>" + "".join(f"<li>{_linked(r)}</li>" for r in recs) + "</ul>"
         if recs
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
+    parts += [
+        f'<h3 id="{anchor}">{GROUPS[anchor]}, by time recoverable</h3>' + table(rows)
+        for anchor, rows in grouped_cases(ok).items()
+    ]
     parts.append(_headroom(ok))
     kinds = (  # what each row's suite is; summaries written before suite_kind name a model's suite model-<name>
         table_["suite_kind"]
