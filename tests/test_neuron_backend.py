@@ -139,10 +139,14 @@ def test_multi_case_sweep_on_neuron(neuron_run):
         assert all(m[k] is not None for k in Bounds.keys()), {k: m["notes"].get(k) for k in Bounds.keys()}
         assert m["profile_warnings"] == [] and m["dma_excess_ratio"] == 1.0  # captured with DGE notifications
         assert {k for k in Efficiency.keys() if m[k] is None} == {
-            "throttle_util_limit_pct",
+            "throttle_util_limit_pct",  # the stand-in's ThrottleSummary: a limit of 1.0, no activity below it
             "throttled_time_pct",
-            "throttling",
         }
+        assert m["throttling"] == [{"activity": "unknown", "nc": 0, "util_limit_pct": 100.0, "time_pct": 0.0}]
+        assert m["throttled_active_flops_pct"] == 0.0
+        # the stand-in's DmaPacketAggregated: dma_transfer_count transfers sharing the bytes, over 16 partitions
+        per = summary["dma_transfer_total_bytes"] // summary["dma_transfer_count"] / 16
+        assert m["dma_small_descriptor_bytes_pct"] == (100.0 if per < 4096 else 0.0)
         legacy = json.loads((d / "view" / "profile.json").read_text())  # device memory, from the legacy json
         assert m["hbm_tensors_bytes"] == next(
             r["amount_bytes"] for r in legacy["nc_mem_usage"] if r["usage_type"] == "Tensors"

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from neuronsweep import doctor, kernels
-from neuronsweep.analysis import derived, framework_split
+from neuronsweep.analysis import derived, framework_split, intervals
 from neuronsweep.analysis.metrics.bounds import DGE
 from neuronsweep.analysis.stats import DEVICE_TIMES
 from neuronsweep.backends import neuron_setup
@@ -190,6 +190,7 @@ def check_case(case: Path, name: str) -> list[Line]:
         missing = profile_schema.problems(db, version)
         add(not missing, "parquet columns we read", "; ".join(missing) or ", ".join(sorted(db.tables)))
         lines.append(framework_ops_line(db, name, build, summary))
+        lines += headroom_lines(db, name, summary)
     if metrics is None:
         add(False, "extract", (_read(case / "logs" / "extract.error.json") or {}).get("reason", "no metrics.json"))
         return lines
@@ -268,6 +269,52 @@ def framework_ops_line(db: ProfileDB, name: str, build: dict, summary: dict) -> 
         contract,
         f"{len(rows)} framework ops (e.g. {rows[0][0]!r}), the split of total_time: {shares}",
     )
+
+
+def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
+    """What the docs leave open about the tables the headroom reads, settled on a real profile: whether the
+    summary's TensorE active time at LNC 2 is the union over the physical cores' ActiveTime (the ladder takes
+    it so); whether ThrottleSummary's throttle_active_time_percent is a fraction, as the summary's percent
+    fields are; which usage types HbmUsageSummaryByType names (device memory reads the legacy names)."""
+    tables = {t.lower(): t for t in db.tables}
+    lines = []
+    cores = (
+        db.df(f'SELECT max(num_physical_cores) AS n FROM "{tables["metadata"]}"')["n"].iloc[0]
+        if ("metadata" in tables and "num_physical_cores" in {c for c, _ in db.describe(tables["metadata"])})
+        else None
+    )
+    te = summary.get("tensor_engine_active_time")
+    if "activetime" not in tables or not cores or cores < 2 or not te:
+        lines.append(Line("SKIP", f"{name}: LNC 2 active time", f"physical cores {cores}: nothing to settle"))
+    else:
+        busy = db.df(f"SELECT start_ts, end_ts FROM \"{tables['activetime']}\" WHERE lower(engine) = 'tensor'")
+        union = intervals.union_length(busy["start_ts"], busy["end_ts"]) * 1e-9
+        lines.append(
+            Line(
+                "PASS" if math.isclose(union, te, rel_tol=0.02) else "FAIL",
+                f"{name}: LNC 2 active time",
+                f"summary tensor_engine_active_time {te} s, the union of both cores' ActiveTime {union} s",
+            )
+        )
+    if "throttlesummary" in tables and summary.get("total_time"):
+        rows = db.df(f'SELECT * FROM "{tables["throttlesummary"]}"')
+        pairs = [
+            (r["throttle_active_time_ns"] * 1e-9 / summary["total_time"], r["throttle_active_time_percent"])
+            for r in rows.to_dict("records")
+            if r.get("throttle_active_time_ns") and r.get("throttle_active_time_percent") is not None
+        ]
+        fraction = all(math.isclose(a, b, rel_tol=0.02) for a, b in pairs)
+        lines.append(
+            Line(
+                "PASS" if fraction else "FAIL" if pairs else "SKIP",
+                f"{name}: throttle percent unit",
+                f"(ns / total_time, throttle_active_time_percent): {pairs[:3]}" if pairs else "no throttled row",
+            )
+        )
+    if "hbmusagesummarybytype" in tables:
+        kinds = sorted(db.df(f'SELECT DISTINCT usage_type FROM "{tables["hbmusagesummarybytype"]}"')["usage_type"])
+        lines.append(Line("PASS" if "Tensors" in kinds else "FAIL", f"{name}: HBM usage types", ", ".join(kinds)))
+    return lines
 
 
 def _log_text(folder: Path) -> str:

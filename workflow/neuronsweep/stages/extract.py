@@ -233,7 +233,8 @@ def run(
         values["notes"]["profile_schema"] = " ".join(f"{m}." for m in missing)
         print("\n".join(missing), file=sys.stderr)
     for key in Memory.keys()[:-1] if json_skipped else ():
-        values["notes"][key] = json_skipped
+        if values[key] is None:  # HBM by usage type may come from the parquet table instead
+            values["notes"][key] = json_skipped
     timed = {r["rank"]: r for r in rank_latency(capture)}
     if workers and timed:  # a neuron collective: each worker's profile and its framework times
         workers = [{**row, **{k: timed.get(row["rank"], {}).get(k) for k in RANK_TIMES}} for row in workers]
