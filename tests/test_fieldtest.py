@@ -53,6 +53,12 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     # TorchNeuron compiled with the HLO debug variables, as the docs recommend for every capture method: the
     # stand-in's NEFF names its framework ops and the profile maps time to them
     assert by_contract["torchneuron: framework ops"] == "PASS"
+    # what the docs leave open of the headroom's tables, settled on the profile: the trn2 stand-in runs at LNC 2,
+    # its summary's TensorE time the union of both cores' ActiveTime; it never throttles (no row to compare)
+    assert by_contract["torchneuron: LNC 2 active time"] == "PASS"
+    assert by_contract["torchneuron: throttle percent unit"] == "SKIP"
+    assert by_contract["torchneuron: HBM usage types"] == "PASS"
+    assert by_contract["torchneuron: SbufUsage unit"] == by_contract["torchneuron: PsumUsage unit"] == "PASS"
     # the user's NKI kernel of config/examples/kernels, its keyword param passed by name; the stand-in's
     # miscompile is in every NKI matmul, so its output check fails too
     verdict = {c: next(line[:4] for line in lines if line[6:].startswith(c)) for c in NEW_LINES}  # no padding left

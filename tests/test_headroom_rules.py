@@ -182,9 +182,14 @@ def test_device_memory_by_usage_type_from_the_parquet_table(tmp_path):
         {"neuron_device_idx": 0, "neuroncore_idx": 0, "usage_type": t, "usage_bytes": b}
         for t, b in (("Tensors", 4096), ("Scratchpad", 100), ("Shared Scratchpad", 28), ("DRAM Spill", 0))
     ]
-    m = profile(tmp_path, AWS_V0, HbmUsageSummaryByType=rows)
+    sbuf = [{"timestamp": t, "avg_util_percent": u} for t, u in ((0, 0.25), (10, 0.5), (20, None))]
+    m = profile(tmp_path / "parquet", AWS_V0, HbmUsageSummaryByType=rows, SbufUsage=sbuf)
     assert (m["hbm_tensors_bytes"], m["hbm_scratchpad_bytes"], m["hbm_dram_spill_bytes"]) == (4096, 128, 0)
-    assert m["sbuf_peak_usage_pct"] is None and "2.35" in m["notes"]["sbuf_peak_usage_pct"]
+    assert m["sbuf_peak_usage_pct"] == 50.0 and "sbuf_peak_usage_pct" not in m["notes"]
+    assert m["psum_peak_usage_pct"] is None and "no psum series" in m["notes"]["psum_peak_usage_pct"]
+    bare = profile(tmp_path / "bare", AWS_V0)  # neither the tables nor the JSON: null, and where to get them
+    assert bare["hbm_tensors_bytes"] is None and "HbmUsageSummaryByType" in bare["notes"]["hbm_tensors_bytes"]
+    assert "SbufUsage" in bare["notes"]["sbuf_peak_usage_pct"]
 
 
 @pytest.mark.parametrize(

@@ -100,8 +100,7 @@ def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tm
     """No --ingest-only with -n/-s (documented only as `view -d DIR --ingest-only`; the stand-in refuses it):
     the stand-in's explorer keeps serving after every export, so each is stopped once written; a tool after
     SDK 2.33 has no json export: the
-    case stands, view.json says why, HBM by usage type comes from the parquet table, and the SBUF and PSUM
-    peaks, read from the JSON only, are null with that reason."""
+    case stands, view.json says why, and device memory comes from the parquet tables instead."""
     d = neuron_wdir(neuron_run, NEURON_WIDS[0])
     views = json.loads((d / "view" / "view.json").read_text())["commands"]
     assert set(views) == {"summary-json", "parquet", "json", "perfetto"}
@@ -139,11 +138,14 @@ def test_exports_as_documented_and_a_tool_without_the_json_export(neuron_run, tm
     )
     m = json.loads(out.read_text())
     summary = json.loads((tmp_path / "view" / "summary.json").read_text())
-    # without the JSON: HBM by usage type from the parquet HbmUsageSummaryByType table SDK 2.34 maintains,
-    # the SBUF peak (the JSON's instruction_usage only) null with the reason
+    # without the JSON: device memory from the parquet tables SDK 2.34 maintains (HbmUsageSummaryByType,
+    # SbufUsage), each the same as the JSON's
     assert m["hbm_tensors_bytes"] == summary["hbm_read_bytes"] + summary["hbm_write_bytes"]
     assert "hbm_tensors_bytes" not in m["notes"]
-    assert m["sbuf_peak_usage_pct"] is None and "ends after SDK 2.33" in m["notes"]["sbuf_peak_usage_pct"]
+    legacy = json.loads((d / "view" / "profile.json").read_text())
+    assert m["sbuf_peak_usage_pct"] == pytest.approx(
+        100 * max(r["usage_avg"] for r in legacy["instruction_usage"] if r["type"] == "sb")
+    )
     assert m["profile_total_time_s"] > 0 and m["mfu_recomputed_pct"] is not None
 
 

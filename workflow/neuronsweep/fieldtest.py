@@ -274,8 +274,9 @@ def framework_ops_line(db: ProfileDB, name: str, build: dict, summary: dict) -> 
 def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
     """What the docs leave open about the tables the headroom reads, settled on a real profile: whether the
     summary's TensorE active time at LNC 2 is the union over the physical cores' ActiveTime (the ladder takes
-    it so); whether ThrottleSummary's throttle_active_time_percent is a fraction, as the summary's percent
-    fields are; which usage types HbmUsageSummaryByType names (device memory reads the legacy names)."""
+    it so); whether ThrottleSummary's throttle_active_time_percent and the SbufUsage / PsumUsage series'
+    avg_util_percent are fractions, as the summary's percent fields are; which usage types
+    HbmUsageSummaryByType names (device memory reads the legacy names)."""
     tables = {t.lower(): t for t in db.tables}
     lines = []
     cores = (
@@ -311,6 +312,16 @@ def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
                 f"(ns / total_time, throttle_active_time_percent): {pairs[:3]}" if pairs else "no throttled row",
             )
         )
+    for series in ("sbufusage", "psumusage"):
+        if series in tables and "avg_util_percent" in {c for c, _ in db.describe(tables[series])}:
+            top = db.df(f'SELECT max(avg_util_percent) AS top FROM "{tables[series]}"')["top"].iloc[0]
+            lines.append(
+                Line(
+                    "PASS" if top is not None and 0 <= top <= 1 else "FAIL",
+                    f"{name}: {tables[series]} unit",
+                    f"highest avg_util_percent {top} (read as a fraction, as the summary's percent fields are)",
+                )
+            )
     if "hbmusagesummarybytype" in tables:
         kinds = sorted(db.df(f'SELECT DISTINCT usage_type FROM "{tables["hbmusagesummarybytype"]}"')["usage_type"])
         lines.append(Line("PASS" if "Tensors" in kinds else "FAIL", f"{name}: HBM usage types", ", ".join(kinds)))

@@ -93,6 +93,8 @@ READ = {
         "throttle_type": ("the throttling activities", "text"),
         "max_achievable_util_with_throttling_percent": ("the throttling activities", "number"),
     },
+    "SbufUsage": {"avg_util_percent": ("the SBUF peak", "number")},
+    "PsumUsage": {"avg_util_percent": ("the PSUM peak", "number")},
     "HbmUsageSummaryByType": {
         "usage_type": ("device memory by usage type", "text"),
         "usage_bytes": ("device memory by usage type", "number"),

@@ -104,6 +104,7 @@ def device_reads(
     which may be a legacy full-profile JSON whose `ham` and `active_time` the tables do not load)."""
     usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     usage["hbm_usage_by_type"] = hbm_usage_by_type(db)
+    usage["buffer_usage"] = buffer_usage(db)
     full = is_full_profile(legacy)
     arrays = {key: legacy_json.small_array(legacy, key) for key in ("ham", "active_time")} if full else None
     return usage, profile_warnings(legacy), bounds.evidence(summary, db, arrays)
@@ -117,6 +118,19 @@ def hbm_usage_by_type(db: ProfileDB | None) -> list[dict] | None:
         return None
     rows = db.df(f'SELECT usage_type, usage_bytes AS amount_bytes FROM "{table}"')
     return rows.to_dict("records")
+
+
+def buffer_usage(db: ProfileDB | None) -> list[dict] | None:
+    """The parquet SbufUsage and PsumUsage series' `avg_util_percent` (profile-schema-reference: "Average
+    utilization across all State Buffer partitions", "Average fullness across all PSUM memory banks") as the
+    legacy instruction_usage has them ({type: sb | psum, usage_avg}); None where the view has neither."""
+    rows: list[dict] = []
+    for name, kind in (("sbufusage", "sb"), ("psumusage", "psum")):
+        table = next((t for t in (db.tables if db else ()) if t.lower() == name), None)
+        if db is not None and table and "avg_util_percent" in {c for c, _ in db.describe(table)}:
+            found = db.df(f'SELECT avg_util_percent AS usage_avg FROM "{table}" WHERE avg_util_percent IS NOT NULL')
+            rows += [{"type": kind, "usage_avg": v} for v in found["usage_avg"]]
+    return rows or None
 
 
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")

@@ -85,9 +85,9 @@ GROUPS = {  # a grouped recommendation's anchor -> the title of the table listin
 def _recoverable_s(r: pd.Series, share_pct: str) -> float:
     """The time a case could recover (x its count in a model's forward): its time above what `share_pct` says
     it reaches (the roofline's efficiency, or the device's active share), all of it where that is unknown."""
-    time, share = r.get("time_s"), r.get(share_pct)
-    count = r.get("count") if pd.notna(r.get("count")) else 1
-    if time is None or pd.isna(time):
+    time = next((r[k] for k in ("time_s", "latency_median_s") if pd.notna(r.get(k))), None)  # a model's GEMM: no time_s
+    share, count = r.get(share_pct), r.get("count") if pd.notna(r.get("count")) else 1
+    if time is None:
         return 0.0
     reached = min(max(float(share), 0.0), 100.0) / 100 if share is not None and pd.notna(share) else 0.0
     return float(time) * (1 - reached) * float(count)

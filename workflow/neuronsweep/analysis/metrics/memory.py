@@ -1,7 +1,9 @@
 """Device memory by usage type and the on-chip peaks. HBM by usage type from the parquet
 `HbmUsageSummaryByType` table (usage_type, usage_bytes: profile-schema-reference.rst), which SDK 2.34
 maintains, else from the legacy full-profile JSON's `nc_mem_usage` (bytes per usage type), whose end of
-support is announced for 2.35; SBUF and PSUM peaks only from the legacy `instruction_usage` (fractions).
+support is announced for 2.35; the SBUF and PSUM peaks from the highest `avg_util_percent` of the parquet
+`SbufUsage` and `PsumUsage` series (read as fractions, as the summary's percent fields are), else the legacy
+`instruction_usage` (fractions).
 The Memory Tracker's per-tensor view has no exported field, so largest_tensor_bytes is always null with
 that reason."""
 
@@ -38,9 +40,13 @@ NO_USAGE = (
     "nc_mem_usage); the view has neither"
 )
 NO_ON_CHIP = (
-    "read from the legacy full profile only (neuron.json: true; instruction_usage), whose end of support is "
-    "announced for SDK 2.35; the parquet SbufUsage / PsumUsage series are not read"
+    "read from the parquet SbufUsage / PsumUsage series, or the legacy full profile (neuron.json: true; "
+    "instruction_usage); the view has neither"
 )
+ON_CHIP_SOURCES = {
+    "instruction_usage": "the legacy profile's instruction_usage",
+    "buffer_usage": "the SbufUsage / PsumUsage tables' avg_util_percent",
+}
 SOURCES = {"nc_mem_usage": "the legacy profile's nc_mem_usage", "hbm_usage_by_type": "the HbmUsageSummaryByType table"}
 NO_TRACKER = (
     "the Memory Tracker (neuron.memory_tracker) draws its per-tensor breakdown in "
@@ -67,14 +73,15 @@ def memory(usage: dict | None, backend: str, no_device_why: str | None) -> Memor
         setattr(part, key, sum(a for a in amounts if a is not None) if found else None)
         if not found:
             part.notes[key] = f"{SOURCES[source]} has no {' / '.join(types)} row" if rows else NO_USAGE
-    series = [r for r in (usage or {}).get("instruction_usage") or () if isinstance(r, dict)]
+    on_chip = next((k for k in ON_CHIP_SOURCES if (usage or {}).get(k)), "instruction_usage")
+    series = [r for r in (usage or {}).get(on_chip) or () if isinstance(r, dict)]
     for key, kind in ON_CHIP_USAGE.items():
         raw = [r.get("usage_avg") for r in series if r.get("type") == kind and r.get("usage_avg") is not None]
         values = [finite_number(v) for v in raw]
         if any(v is None or not 0 <= v <= 1 for v in values):
-            part.notes[key] = f"the legacy profile's instruction_usage {kind} values are not all fractions 0..1"
+            part.notes[key] = f"{ON_CHIP_SOURCES[on_chip]} {kind} values are not all fractions 0..1"
             continue
         setattr(part, key, 100.0 * max(v for v in values if v is not None) if values else None)
         if not values:
-            part.notes[key] = f"the legacy profile's instruction_usage has no {kind} series" if series else NO_ON_CHIP
+            part.notes[key] = f"{ON_CHIP_SOURCES[on_chip]} has no {kind} series" if series else NO_ON_CHIP
     return part
