@@ -248,3 +248,41 @@ def test_a_recommendation_over_many_cases_names_the_few_that_recover_most_and_li
     listed = report.grouped_cases(rows)["memory-bound"]
     assert list(listed["case"]) == ["model-x-c", "model-x-d", "model-x-e", "model-x-a", "model-x-b"]
     assert report.grouped_cases(rows.head(3)) == {}  # three are named whole: no table
+
+
+def test_a_straggling_collective_shared_by_two_models_is_one_recommendation():
+    """One collective workload measured once and listed under two models' forwards is one line, not two."""
+    import pandas as pd
+
+    from neuronsweep.stages import report
+
+    row = {"status": "ok", "backend": "cpu", "workload_id": "coll-allgather-w2", "coll_op": "all_gather"}
+    row |= {"coll_world": 2, "dtype": "fp32", "coll_bytes": 1024, "busbw_bytes_per_s": 1e9, "time_s": 1e-3}
+    row |= {"rank_straggler_ratio": 1.5, "rank_time_max_s": 3e-4, "rank_time_min_s": 2e-4, "coll_oversubscribed": False}
+    rows = pd.DataFrame([{**row, "scenario_id": "model-a-coll"}, {**row, "scenario_id": "model-b-coll"}])
+    lines = [r for r in report._collective_recommendations(rows) if "slowest rank" in r]
+    assert lines == [
+        "model-a-coll and model-b-coll (one workload): the slowest rank's median is 1.50x the fastest's (300.0 us "
+        "against 200.0 us; tables/ranks.csv): a straggler sets every collective's time."
+    ]
+
+
+def test_many_noisy_cases_are_named_by_their_spread_and_the_rest_linked():
+    import pandas as pd
+
+    from neuronsweep.stages import report
+
+    rows = pd.DataFrame(
+        [
+            {"scenario_id": f"c{i}", "workload_id": f"w{i}", "status": "ok", "backend": "cpu", "noisy": True}
+            | {"latency_spread_s": spread, "roofline_bound": None, "significant": False, "x_of_best": 1.0}
+            | {"recompilation_detected": False}
+            for i, spread in enumerate((1e-3, 4e-3, 2e-3, 3e-3, 5e-4))
+        ]
+    )
+    (rec,) = [r for r in report.recommendations(rows) if r.startswith("Not compared")]
+    assert (
+        "(noisy): widest spread: c1 (4 ms spread), c3 (3 ms spread), c2 (2 ms spread); and 2 more, [all 5](#noisy);"
+        in rec
+    )
+    assert list(report.grouped_cases(rows)["noisy"]["case"]) == ["c1", "c3", "c2", "c0", "c4"]

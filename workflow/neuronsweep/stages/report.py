@@ -40,14 +40,14 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     timing ratio (memory bound, recompilation, overhead) stands for every case; ratios measured on the
     host say they are host-only."""
     ok = table[table["status"] == "ok"]
-    noisy = ok[ok.get("noisy", pd.Series(dtype=object)) == True]  # noqa: E712
+    noisy = _matching(ok, "noisy", True)
     recs = [] if ok.empty else _measured_recommendations(ok, ok.drop(noisy.index))  # nothing measured: no metrics
     for _, r in table[table["status"].isin(("failed", "wrong"))].iterrows():
         recs.append(f"{r['scenario_id']} {'failed' if r['status'] == 'failed' else 'is wrong'}: {r['reason']}")
     if len(noisy):
         recs.append(
             f"Not compared above, their spread is over {100 * NOISY_REL_SPREAD:.0f}% of the median (noisy): "
-            + ", ".join(noisy["scenario_id"])
+            + _named(list(_per_workload(noisy)), "noisy")
             + "; recapture them on a quiet machine."
         )
     return recs
@@ -76,10 +76,6 @@ def _span(values: Sequence[float], fmt: str) -> str:
 
 
 NAMED = 3  # a recommendation names at most this many cases; the rest are a count and a link to their table
-GROUPS = {  # a grouped recommendation's anchor -> the title of the table listing all its cases
-    "memory-bound": "The memory-bound cases",
-    "overhead-bound": "The overhead-bound cases",
-}
 
 
 def _recoverable_s(r: pd.Series, share_pct: str) -> float:
@@ -93,33 +89,60 @@ def _recoverable_s(r: pd.Series, share_pct: str) -> float:
     return float(time) * (1 - reached) * float(count)
 
 
-def _named(cases: list[tuple[str, pd.Series]], anchor: str, share_pct: str) -> str:
-    """The cases a grouped recommendation names: all of a few; else the NAMED with the most time recoverable,
-    each with it, then how many more and where the whole list is ("[all N](#anchor)", a link on the page)."""
+def _spread_s(r: pd.Series) -> float:
+    spread = r.get("latency_spread_s")
+    return float(spread) if spread is not None and pd.notna(spread) else 0.0
+
+
+GROUPS = {  # a grouped recommendation's anchor -> (title of the table of all its cases, what orders them, as said)
+    "memory-bound": ("The memory-bound cases, by time recoverable", "recoverable_s", "recoverable"),
+    "overhead-bound": ("The overhead-bound cases, by time recoverable", "recoverable_s", "recoverable"),
+    "noisy": ("The noisy cases, by spread", "latency_spread_s", "spread"),
+}
+
+
+def _weigh(anchor: str, r: pd.Series) -> float:
+    """What orders a group's cases: the time recoverable, or a noisy case's spread."""
+    if anchor == "noisy":
+        return _spread_s(r)
+    return _recoverable_s(r, "roofline_efficiency_pct" if anchor == "memory-bound" else "profile_active_pct")
+
+
+def _named(cases: list[tuple[str, pd.Series]], anchor: str) -> str:
+    """The cases a grouped recommendation names: all of a few; else the NAMED that weigh most (time recoverable,
+    or spread), each with its figure, then how many more and where the whole list is ("[all N](#anchor)", a
+    link on the page to grouped_cases' table)."""
     if len(cases) <= NAMED:
         return ", ".join(label for label, _ in cases)
-    top = sorted(cases, key=lambda c: -_recoverable_s(c[1], share_pct))[:NAMED]
-    shown = ", ".join(f"{label} ({human('time_s', _recoverable_s(r, share_pct))} recoverable)" for label, r in top)
-    return f"most time recoverable: {shown}; and {len(cases) - NAMED} more, [all {len(cases)}](#{anchor})"
+    _, _, said = GROUPS[anchor]
+    top = sorted(cases, key=lambda c: -_weigh(anchor, c[1]))[:NAMED]
+    shown = ", ".join(f"{label} ({human('time_s', _weigh(anchor, r))} {said})" for label, r in top)
+    first = "most time recoverable" if said == "recoverable" else "widest spread"
+    return f"{first}: {shown}; and {len(cases) - NAMED} more, [all {len(cases)}](#{anchor})"
+
+
+def _matching(rows: pd.DataFrame, column: str, value: object) -> pd.DataFrame:
+    """The rows whose `column` is `value` (none where summary.csv has no such column)."""
+    return rows[rows[column] == value] if column in rows else rows.iloc[0:0]
+
+
+def _group_rows(ok: pd.DataFrame, anchor: str) -> pd.DataFrame:
+    """The rows a grouped recommendation is about."""
+    column, value = {"memory-bound": ("roofline_bound", "memory"), "overhead-bound": ("bound_class", "overhead")}.get(
+        anchor, ("noisy", True)
+    )
+    return _matching(ok, column, value)
 
 
 def grouped_cases(ok: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per grouped recommendation naming more than NAMED cases, the table of all of them (its anchor -> rows),
-    by time recoverable."""
+    those that weigh most first."""
     out = {}
-    for anchor, column, value, share in (
-        ("memory-bound", "roofline_bound", "memory", "roofline_efficiency_pct"),
-        ("overhead-bound", "bound_class", "overhead", "profile_active_pct"),
-    ):
-        cases = list(_per_workload(ok[ok[column] == value])) if column in ok else []
+    for anchor, (_, order, _) in GROUPS.items():
+        cases = list(_per_workload(_group_rows(ok, anchor)))
         if len(cases) > NAMED:
-            table_ = pd.DataFrame(
-                [
-                    {"case": label, "time_s": r.get("time_s"), "recoverable_s": _recoverable_s(r, share)}
-                    for label, r in cases
-                ]
-            )
-            out[anchor] = table_.sort_values("recoverable_s", ascending=False, kind="stable")
+            rows = pd.DataFrame([{"case": label, order: _weigh(anchor, r)} for label, r in cases])
+            out[anchor] = rows.sort_values(order, ascending=False, kind="stable")
     return out
 
 
@@ -141,7 +164,7 @@ def _memory_bound(ok: pd.DataFrame) -> list[str]:
             "or fuse it with its neighbours" + _host_only(r) + "."
         ]
     return [
-        f"{len(cases)} cases are memory-bound ({_named(cases, 'memory-bound', 'roofline_efficiency_pct')}): "
+        f"{len(cases)} cases are memory-bound ({_named(cases, 'memory-bound')}): "
         f"arithmetic intensity {_span(intensity, '.1f')} FLOP/B, below the ridge {_span(ridge, '.1f')}, so at most "
         f"{_span(reach, '.0f')}% of peak compute is reachable; batch more rows (larger M) or fuse them with their "
         "neighbours" + _host_only(cases[0][1]) + "."
@@ -167,7 +190,7 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
             f"[{r['group']}]: {_us(r['time_s'])} against {_us(best['time_s'])}, beyond the spread "
             f"({_us(r.get('latency_spread_s'))} / {_us(best.get('latency_spread_s'))}){extra}."
         )
-    for label, r in _per_workload(ok[ok.get("recompilation_detected", pd.Series(dtype=object)) == True]):  # noqa: E712
+    for label, r in _per_workload(_matching(ok, "recompilation_detected", True)):
         during = r.get("recompiles_during_timing")
         counted = (
             f"{int(during)} compiles in {int(r['latency_n'])} timed calls"
@@ -185,7 +208,7 @@ def _measured_recommendations(ok: pd.DataFrame, clean: pd.DataFrame) -> list[str
 def _overhead_bound(ok: pd.DataFrame) -> list[str]:
     """The overhead-bound cases, one line per advice: a case alone with its evidence, several named together."""
     by_advice: dict[str, list[tuple[str, pd.Series]]] = {}
-    for label, r in _per_workload(ok[ok.get("bound_class", pd.Series(dtype=object)) == "overhead"]):
+    for label, r in _per_workload(_matching(ok, "bound_class", "overhead")):
         advice = (
             "the collective's fixed cost dominates at this size: fewer, larger messages (bucketed) amortize "
             "it (see the knee)"
@@ -201,7 +224,7 @@ def _overhead_bound(ok: pd.DataFrame) -> list[str]:
             continue
         active = [float(r["profile_active_pct"]) for _, r in cases if pd.notna(r.get("profile_active_pct"))]
         shown = f"; device active {_span(active, '.1f')}% of the profiled call" if active else ""
-        names = _named(cases, "overhead-bound", "profile_active_pct")
+        names = _named(cases, "overhead-bound")
         recs.append(f"{len(cases)} cases are overhead-bound ({names}{shown}): {advice}.")
     return recs
 
@@ -249,9 +272,9 @@ def _collective_recommendations(ok: pd.DataFrame) -> list[str]:
             f"({', '.join(crowded['scenario_id'])}): their ranks waited for a core, so their times and "
             "straggler figures are the host's, not the collective's; run them on a host with a core per rank."
         )
-    for _, r in rows[rows["rank_straggler_ratio"].astype(float) > STRAGGLER].iterrows():
+    for label, r in _per_workload(rows[rows["rank_straggler_ratio"].astype(float) > STRAGGLER]):  # said once
         recs.append(
-            f"{r['scenario_id']}: the slowest rank's median is {r['rank_straggler_ratio']:.2f}x the fastest's "
+            f"{label}: the slowest rank's median is {r['rank_straggler_ratio']:.2f}x the fastest's "
             f"({_us(r['rank_time_max_s'])} against {_us(r['rank_time_min_s'])}; tables/ranks.csv): a straggler "
             "sets every collective's time."
         )
@@ -589,10 +612,7 @@ def run(
         if recs
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
-    parts += [
-        f'<h3 id="{anchor}">{GROUPS[anchor]}, by time recoverable</h3>' + table(rows)
-        for anchor, rows in grouped_cases(ok).items()
-    ]
+    parts += [f'<h3 id="{anchor}">{GROUPS[anchor][0]}</h3>' + table(rows) for anchor, rows in grouped_cases(ok).items()]
     parts.append(_headroom(ok))
     kinds = (  # what each row's suite is; summaries written before suite_kind name a model's suite model-<name>
         table_["suite_kind"]
