@@ -30,6 +30,7 @@ from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
 from neuronsweep.host import neuron_ls, targets
 from neuronsweep.store import layout
+from neuronsweep.workloads import described
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
 # (NKI 0.6+: nl.fori_loop over M tiles) runs twice, so its addressing of the second tile is checked.
@@ -386,7 +387,7 @@ def contract_lines(case: Path, name: str, build: dict, capture: dict, view: dict
         ),
     )
     if build.get("route") == "nki":
-        users = (build.get("spec") or {}).get("kind") == "custom"
+        users = described(build.get("spec")).user_code
         if not users:  # the loops of our kernels (a user's are theirs)
             out.append(nki_loops_line(name, build, logs))
             if "fori_loop" in (build.get("nki_loops") or ""):

@@ -16,7 +16,7 @@ from neuronsweep.stages.plan import estimate
 from neuronsweep.stages.run_setup import settle_run, stage_plan
 from neuronsweep.store import layout
 from neuronsweep.config.settings import HOST_ENV
-from neuronsweep.workloads import canonical, user_code
+from neuronsweep.workloads import canonical, described, user_code
 
 # Jobs call the `neuronsweep` CLI installed beside this Snakemake, even when its venv is not
 # activated (a conda env from --sdm conda still comes first on PATH inside its jobs).
@@ -146,7 +146,7 @@ CAPTURE = CONFIG["capture"]
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs
 ARTIFACT = DESCRIPTION.artifacts
 COLLECTIVE_WID = backends.COLLECTIVE_WID
-COLLECTIVE_ARTIFACT = DESCRIPTION.build_artifact({"kind": "collective"})  # a launch plan, or a NEFF on neuron
+COLLECTIVE_ARTIFACT = DESCRIPTION.build_artifact(ranks=True)  # a launch plan, or a NEFF on neuron
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
 ON_DEVICE = DESCRIPTION.neuron_device  # its builds and captures hold a NeuronCore
@@ -203,7 +203,7 @@ wildcard_constraints:
 
 def build_artifact(wid):
     """The file a workload's build writes: a collective's launch plan, else the backend's artifact."""
-    return f"{WORKLOAD.format(wid=wid)}/build/{DESCRIPTION.build_artifact(PLAN.workloads.get(wid))}"
+    return f"{WORKLOAD.format(wid=wid)}/build/{DESCRIPTION.build_artifact(described(PLAN.workloads.get(wid)).ranks)}"
 
 
 def spec_json(wildcards):
@@ -262,7 +262,7 @@ def user_sources(wildcards):
     """The source files of a user's function and NKI kernel (suites.custom): an input of the case's build,
     so an edit rebuilds that suite's cases and what follows, and nothing else."""
     spec = PLAN.workloads.get(wildcards.wid) or {}
-    if spec.get("kind") != "custom":
+    if not described(spec).user_code:
         return []
     refs = [spec["function"], *([spec["nki_kernel"]] if spec.get("nki_kernel") else [])]
     return [str(user_code.source_file(ref)) for ref in refs]

@@ -39,7 +39,7 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import kind_of, working_set_bytes, workload_id
+from neuronsweep.workloads import described, kind_of, working_set_bytes, workload_id
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
@@ -60,7 +60,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     Returns:
         build.json's fields: toolchain, compiler, artifact and its format, compile time, cache hit, recompilation check.
     """
-    if spec["kind"] == "collective":
+    if described(spec).ranks:
         return gloo.build(spec, out_dir)
     import torch
 
@@ -71,7 +71,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         dtype = torch_dtype(torch, spec["dtype"])
         # meta tensors need no input memory, but a user's function may make tensors of its own on the
         # default device (torch.zeros(m, n)), which cannot mix with meta ones: its inputs are real
-        device = "cpu" if spec["kind"] in ("custom", "layer") else "meta"
+        device = "cpu" if described(spec).real_inputs else "meta"
         example = tuple(torch.empty(shapes[n], dtype=dtype, device=device) for n in kind.input_names(spec))
         t0 = time.perf_counter()
         if hasattr(kind, "export_program"):  # a model's layer: traced on fake tensors, saved without weights
@@ -123,7 +123,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     Returns:
         capture.json's fields: profiler, latency statistics, round pids, threads, host load, correctness.
     """
-    if build.spec["kind"] == "collective":
+    if described(build.spec).ranks:
         return gloo.capture(build, build_dir, settings, out_dir)
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -149,7 +149,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         if not settings.rounds_in_processes:
             # warm already: the loop itself again until WARMUP_MIN_S (the profiler's exit left it cold)
             samples = warm_then_time(timed, 1, settings.repeats * settings.iterations)
-        split = cpu_split.measure(module, args) if spec["kind"] == "layer" else None
+        split = cpu_split.measure(module, args) if described(spec).layer_split else None
     if prof is None:  # the config keeps nth_exec within num_exec; settings made by hand may not
         raise UserError(
             f"case {build.workload_id}: nth_exec {nth} is not one of its {settings.num_exec} executions, so none "

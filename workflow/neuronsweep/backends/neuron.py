@@ -57,7 +57,7 @@ from neuronsweep.kernels.nki_matmul import loops as kernel_loops
 from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import workload_id
+from neuronsweep.workloads import described, workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 # v4: torch-xla with autograd off, a prefill layer writes its KV cache; v5: TorchNeuron gets the HLO debug variables
@@ -150,7 +150,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     compile_cache = fresh(entry / "neuron-compile-cache")
     workdir = fresh(out_dir.resolve() / "xla")
     env = compile_env(settings.options, compile_cache, settings.visible_cores)
-    collective = spec["kind"] == "collective"
+    collective = described(spec).ranks
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / ("rank_0" if collective else "") / "MODULE_*.neff")]
     if collective:
         result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s, check=1)
@@ -205,7 +205,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     is the one new NEFF after the first compiled call, none or several fail with the list. A collective
     runs on `world` NeuronCores, one rank each (torchneuron_collective.py), its NEFF rank 0's."""
     wid = workload_id(spec)
-    collective = spec["kind"] == "collective"
+    collective = described(spec).ranks
     neff_cache = fresh(entry / "torchneuron-neff-cache")
     workdir = fresh(out_dir.resolve() / "torchneuron")
     env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
@@ -359,7 +359,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     slot_lnc = setup["machine_lnc"]  # the LNC the slots number their cores at: the machine's (neuron-ls)
     if nki_impl:
         options = {**options, "lnc": NKI_LNC}
-    if spec["kind"] == "layer":  # its split reads the profile's FrameworkInstruction, which needs the HLO metadata
+    if described(spec).layer_split:  # its split reads the profile's FrameworkInstruction, which needs the HLO metadata
         options = {**options, "xla_debug": True}
     settings = replace(settings, options=options)
     versions = package_versions(NEURON_PACKAGES)
@@ -391,7 +391,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "xla_debug": xla_debug(options),
         "versions": versions,
         "format": ARTIFACT_FORMAT,
-        **({"nki_loops": nki_loops()} if nki_impl and spec["kind"] != "custom" else {}),  # our kernels' loops
+        **({"nki_loops": nki_loops()} if nki_impl and not described(spec).user_code else {}),  # our kernels' loops
     }
     meta, fields = cache.through(material, ARTIFACT, out_dir / ARTIFACT, compile_neff)
     entry = Path(fields["cache"]["entry"])
@@ -526,7 +526,7 @@ def rerun_torchneuron(
     (a NEFF appearing there now is a recompile): torchneuron_program, or a collective's ranks."""
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}
     cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
-    if build.spec["kind"] == "collective":
+    if described(build.spec).ranks:
         return torchneuron_collective.run(build.spec, workdir, env, cache, settings.timeout_s, **options)
     return torchneuron_run(build.spec, workdir, env, cache, settings.timeout_s, **options)
 
@@ -574,7 +574,7 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
     its NEFF as that mode's layout pairs them, the NEFF the build's. A collective's ranks each profile into
     inspect/<mode>/rank_<r>/, each paired with its own NEFF; rank 0's NTFF is the capture's own, and every
     rank's is kept as profile_rank_<r>.ntff, as a multi-worker capture keeps them."""
-    collective = build.spec["kind"] == "collective"
+    collective = described(build.spec).ranks
     world = build.spec.get("world", 1)
     own = build.details.get("rank_neffs") or [str(neff)] * world
     started, tried = time.time(), {}
@@ -644,7 +644,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         capture.json's fields: profiler and its command, latency, per-rank times, the inspect mode that worked, DGE
         notifications, nccom-test's anchor.
     """
-    if build.spec["kind"] == "collective" and not settings.collectives:  # a worker per rank, as the build ran
+    if described(build.spec).ranks and not settings.collectives:  # a worker per rank, as the build ran
         settings = replace(settings, collectives={"workers_per_node": build.spec["world"]})
     # every device process runs at the NEFF's LNC, on the slot's cores named at that LNC
     neff_lnc = build.lnc
@@ -654,7 +654,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         settings = replace(settings, runtime_lnc=neff_lnc, visible_cores=cores)
     neff = build_dir / ARTIFACT
     torchneuron = build.details.get("route") == "torchneuron"
-    collective = build.spec["kind"] == "collective"
+    collective = described(build.spec).ranks
     nki = build.spec.get("impl") == "nki" and not collective
     device_asked = not collective and settings.options.get("latency_samples") == "device"
     device_samples, asked = nki or device_asked, settings

@@ -38,6 +38,7 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.workloads import described
 
 ARTIFACT = BACKENDS["xla"].artifacts["build"]
 TRACE = BACKENDS["xla"].artifacts["capture"]
@@ -78,7 +79,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     """
     versions = package_versions(PACKAGES)
     options = settings.options
-    if spec["kind"] == "layer":  # its split reads each HLO op's source line (xla_split.py)
+    if described(spec).layer_split:  # its split reads each HLO op's source line (xla_split.py)
         options = {**options, "xla_debug": True}
     device = options["pjrt_device"]
 
@@ -153,7 +154,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     workdir = out_dir.resolve() / "xla"
     dump = _fresh(workdir)
     trace_out = out_dir.resolve() / TRACE
-    layer = spec["kind"] == "layer"
+    layer = described(spec).layer_split
     split_dir = workdir / "split-profile"
     in_processes = settings.rounds_in_processes and settings.repeats > 1
     result = xla_program.run(

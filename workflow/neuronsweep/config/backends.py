@@ -67,11 +67,10 @@ class Backend:
     # the framework its stages run workloads with in their own process, which the warm server imports once
     preload: tuple[str, ...] = ()
 
-    def build_artifact(self, spec: dict | None) -> str:
-        """The file its build writes for a workload: a collective's launch plan where nothing is
-        compiled for it, else the backend's artifact."""
-        collective = spec and spec.get("kind") == "collective" and not self.compiles_collectives
-        return COLLECTIVE_PLAN if collective else self.artifacts["build"]
+    def build_artifact(self, ranks: bool) -> str:
+        """The file its build writes for a workload (`ranks`: one run by several ranks, workloads.described):
+        a collective's launch plan where nothing is compiled for it, else the backend's artifact."""
+        return COLLECTIVE_PLAN if ranks and not self.compiles_collectives else self.artifacts["build"]
 
     def view_outputs(self, section: dict) -> list[str]:
         """The files its view writes beside summary.json and view.json, for its config section."""

@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from neuronsweep.kernels import custom_nki, nki_matmul, nki_mlp
+from neuronsweep.workloads import described
 
 
 class OnChip(Protocol):
@@ -47,11 +48,11 @@ class Launch:
 
 def launch(spec: dict, decorate: Callable | None = None) -> Launch:
     """The case's kernel under nki.jit (or `decorate`, the legacy route's nki.benchmark: our kernels only)."""
-    if spec["kind"] == "custom":
+    if described(spec).user_code:
         kernel = custom_nki.make_kernel(spec)
         return Launch(kernel, custom_nki.arg_names(spec, kernel), custom_nki.keywords(spec))
     module = for_spec(spec)
-    if spec["kind"] == "matmul":
+    if described(spec).nki_tiles:
         return Launch(module.make_kernel(decorate, *nki_matmul.tiles(spec)), list(module.ARG_NAMES))
     return Launch(module.make_kernel(decorate), list(module.ARG_NAMES))
 
@@ -71,7 +72,7 @@ def unsupported(
     (`version`: the installed nki's, read from its metadata when not given; `chip`: the target's on-chip
     memory, host/targets.py's onchip(target), which a device loop's body must fit in)."""
     version = nki_matmul.nki_version() if version is None else version
-    if spec["kind"] != "custom":  # a user's kernel: its own shapes and loops are its author's to bound
+    if not described(spec).user_code:  # a user's kernel: its own shapes and loops are its author's to bound
         why = _our_kernel_unsupported(spec, nki_matmul.device_loop(version), chip)
         if why:
             return why

@@ -9,7 +9,7 @@ from neuronsweep import backends
 from neuronsweep.config.settings import BuildSettings
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.workloads import workload_id
+from neuronsweep.workloads import described, workload_id
 
 
 def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, settings: BuildSettings) -> BuildRecord:
@@ -35,7 +35,7 @@ def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, settings: Build
         workload_id=workload_id(spec),
         backend=backend,
         spec=spec,
-        artifact=backends.BACKENDS[backend].build_artifact(spec),
+        artifact=backends.BACKENDS[backend].build_artifact(described(spec).ranks),
         **result,
     )
     record.write(out_dir)

@@ -25,6 +25,7 @@ from neuronsweep.formats import legacy_json, neuron_summary, profile_schema
 from neuronsweep.formats.profile_db import ProfileDB, patterns_from
 from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord, MetricsRecord, provenance
+from neuronsweep.workloads import described
 
 
 def compute(summary: dict, *records: Any, **known: Any) -> dict:
@@ -235,7 +236,7 @@ def run(
         usage, warnings, found = device_reads(summary, db, profile_json or summary_json)
     workers = neuron_rank_rows(summary_json.parent)
     packets = derived.dma_packet_count(db)
-    layer = any(r is not None and (r.spec or {}).get("kind") == "layer" for r in (build, capture))
+    layer = any(r is not None and described(r.spec).layer_split for r in (build, capture))
     from_profile = capture is None or BACKENDS[capture.backend].layer_split == "profile"  # else the capture's
     split, windows = (profile_split(db, summary), profile_windows(db)) if layer and from_profile else (None, None)
     known = (capture, build, calibration, metadata, usage, workers, packets, split, warnings, windows)

@@ -26,6 +26,7 @@ from neuronsweep.host import caps, devicelock, targets
 from neuronsweep.workloads import (
     collective,
     custom,
+    described,
     expressions,
     has_roofline,
     kind_of,
@@ -738,7 +739,7 @@ def ranks_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
     at most (a parallel layout's tp 64 on a small machine)."""
     limit = MEMORY_SHARE * memory_bytes
     for wid, spec in list(plan.workloads.items()):
-        if spec["kind"] != "collective":
+        if not described(spec).ranks:
             continue
         need = spec["world"] * (RANK_BYTES + 2 * spec["bytes"])
         if need > limit:
@@ -759,7 +760,7 @@ def layers_that_fit(
     `checks_here`: the output check's float64 copy of the weights is held beside them (layer.reference)."""
     limit = MEMORY_SHARE * memory_bytes
     for wid, spec in list(plan.workloads.items()):
-        if spec["kind"] != "layer":
+        if not described(spec).layer_split:
             continue
         gathered = layer.gathered_expert_bytes(spec) if gathers_experts else 0
         checked = spec["params"] * 8 if checks_here else 0  # float64
@@ -814,7 +815,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | No
     n = len(plan.workloads)
     # build, capture: torch; view, extract: the readers; under warm start once for the run
     imports_s = (1 if warm_start else 2 * n) * (probe["torch_import_s"] + probe["stack_import_s"])
-    ranks = sum(s["world"] for s in plan.workloads.values() if s["kind"] == "collective")
+    ranks = sum(s["world"] for s in plan.workloads.values() if described(s).ranks)
     imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
     if cap.get("rounds_in_processes"):  # each round imports torch again
         imports_s += n * cap["repeats"] * probe["torch_import_s"]

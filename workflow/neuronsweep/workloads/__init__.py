@@ -1,6 +1,7 @@
 """Workload kinds: the unit that is compiled and profiled.
 
-A workload is a canonical spec dict with a `kind`; its module (one per kind) says how to name it
+A workload is a canonical spec dict with a `kind`; its module (one per kind) declares what the kind can do
+(`DESCRIPTOR`, workloads/descriptor.py: code outside this package asks `described(spec)`) and says how to name it
 (spec, workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms
 for the tile model), and build it (torch_module); `unsupported` below says what a backend cannot
 run (an NKI kernel's own shape limits: kernels.unsupported). Analytic numbers (FLOPs, bytes) live here,
@@ -11,33 +12,36 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from types import ModuleType
 
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.workloads import collective, custom, layer, loops, matmul, mlp
+from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
-KINDS: dict[str, ModuleType] = {
-    "matmul": matmul,
-    "mlp": mlp,
-    "loops": loops,
-    "collective": collective,
-    "custom": custom,
-    "layer": layer,
-}
+KINDS: dict[str, ModuleType] = {m.DESCRIPTOR.name: m for m in (matmul, mlp, loops, collective, custom, layer)}
+WORKLOADS: dict[str, Workload] = {name: module.DESCRIPTOR for name, module in KINDS.items()}
+
+
+def described(spec: Mapping | None) -> Workload:
+    """What the spec's kind can do (workloads/descriptor.py); a kind no module declares (an old or damaged
+    record) can do nothing special."""
+    kind = (spec or {}).get("kind")
+    return WORKLOADS.get(str(kind), Workload(str(kind)))
 
 
 def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> str | None:
     """Why `backend` cannot run this workload, or None. slow_dtypes (a backend that probes its host): dtype
     -> why this host has no fast GEMM for it (caps.slow_dtypes, from a measured probe)."""
-    if spec["kind"] == "collective":
+    if described(spec).ranks:
         return _collective_unsupported(spec, backend)
-    described = BACKENDS[backend]
-    if described.probes_host and slow_dtypes and spec["dtype"] in slow_dtypes:  # the host runs its GEMMs
+    runs = BACKENDS[backend]
+    if runs.probes_host and slow_dtypes and spec["dtype"] in slow_dtypes:  # the host runs its GEMMs
         return slow_dtypes[spec["dtype"]]
-    if described.varies_unsupported and spec.get("varies"):
-        return described.varies_unsupported
-    if spec.get("impl") == "nki" and not described.neuron_device:
+    if runs.varies_unsupported and spec.get("varies"):
+        return runs.varies_unsupported
+    if spec.get("impl") == "nki" and not runs.neuron_device:
         return f"NKI kernels need a Neuron device; the {backend} backend cannot run them"
     return None
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+
+DESCRIPTOR = Workload("collective", ranks=True)  # what this kind can do (workloads/descriptor.py)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.user_code import load
+
+DESCRIPTOR = Workload("custom", user_code=True, real_inputs=True)  # what this kind can do (workloads/descriptor.py)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -28,9 +28,12 @@ from typing import TYPE_CHECKING, Any
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import custom
 from neuronsweep.workloads import routing as routing_policy
+from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
 from neuronsweep.workloads.model_probe import HFModule, build_model, decoder_layers, experts_modules
 from neuronsweep.workloads.routing import Policy
+
+DESCRIPTOR = Workload("layer", layer_split=True, real_inputs=True)  # what this kind can do (workloads/descriptor.py)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from neuronsweep.workloads.descriptor import Workload
+
+DESCRIPTOR = Workload("loops")  # what this kind can do (workloads/descriptor.py)
+
 if TYPE_CHECKING:
     import numpy as np
     import torch

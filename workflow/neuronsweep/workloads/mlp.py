@@ -9,6 +9,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from neuronsweep.workloads.descriptor import Workload
+
+DESCRIPTOR = Workload("mlp")  # what this kind can do (workloads/descriptor.py)
+
 if TYPE_CHECKING:
     import numpy as np
     import torch

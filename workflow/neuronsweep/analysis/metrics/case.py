@@ -29,6 +29,7 @@ from neuronsweep.analysis.window_inputs import WindowInputs
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.workloads import described
 
 SCHEMA_VERSION = 1
 
@@ -115,7 +116,7 @@ def compose(
         why = no_device or f"the {backend} backend's profile has no NeuronCore summary to bound"
         parts += [Bounds.null(why), Efficiency.null(why)]
     parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
-    if spec and spec["kind"] == "layer":  # only a model's layer or head has a split
+    if described(spec).layer_split:  # only a model's layer or head has a split
         bounded = _window_ladders(windows, peaks, warnings)
         parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split, bounded))
     analytic, tiles, placed = work(spec, backend, build, peaks, calibration, counters, timed.latency_median_s)
@@ -159,7 +160,7 @@ def _ranks(
     device time; how many ranks were profiled."""
     device_times = [r["total_time_s"] for r in ranks or [] if r["total_time_s"] is not None]
     parts: list[Part] = []
-    if spec and spec["kind"] == "collective":  # only a collective's metrics have these keys
+    if spec and described(spec).ranks:  # only a collective's metrics have these keys
         medians = [r["median_s"] for r in rank_latency(capture)]
         size = collective(spec, capture, median_s, target, ranks)
         spread = rank_spread(

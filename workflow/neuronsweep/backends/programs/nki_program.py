@@ -32,6 +32,7 @@ from neuronsweep.analysis.correctness import check
 from neuronsweep.backends.processes import fresh
 from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels.nki_matmul import load_nki, loops
+from neuronsweep.workloads import described
 
 if TYPE_CHECKING:
     import numpy as np
@@ -104,14 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(args.spec)
 
     nki, _, _, api = load_nki()
-    if api != "nki" and spec["kind"] == "custom":
+    if api != "nki" and described(spec).user_code:
         raise SystemExit(f"neuronsweep: {custom_nki.LEGACY_WHY}; install the SDK's nki package.")
     root = os.environ["NKI_ARTIFACTS_DIR"]  # the legacy route writes its NEFF there too
     neff = str(Path(root) / "kernel.neff")
     how = launch(spec, None if api == "nki" else nki.benchmark(warmup=2, iters=10, save_neff_name=neff))
     arrays, saved = _inputs(spec, how.arg_names, Path(args.inputs_dir))
     args_in = [arrays[name] for name in how.arg_names]
-    result: dict[str, object] = {"api": api, "inputs": saved, "loops": None if spec["kind"] == "custom" else loops(api)}
+    result: dict[str, object] = {
+        "api": api,
+        "inputs": saved,
+        "loops": None if described(spec).user_code else loops(api),
+    }
     if api == "nki":
         keep = Path(root).parent / "kernel.neff"
         facts, out = _jit_twice(how.kernel, args_in, how.keywords, Path(root), keep)
