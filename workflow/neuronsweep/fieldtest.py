@@ -287,14 +287,14 @@ def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
     )
     te = summary.get("tensor_engine_active_time")
     if "activetime" not in tables or not cores or cores < 2 or not te:
-        lines.append(Line("SKIP", f"{name}: LNC 2 active time", f"physical cores {cores}: nothing to settle"))
+        lines.append(Line("SKIP", f"{name}: LNC 2 active", f"physical cores {cores}: nothing to settle"))
     else:
         busy = db.df(f"SELECT start_ts, end_ts FROM \"{tables['activetime']}\" WHERE lower(engine) = 'tensor'")
         union = intervals.union_length(busy["start_ts"], busy["end_ts"]) * 1e-9
         lines.append(
             Line(
                 "PASS" if math.isclose(union, te, rel_tol=0.02) else "FAIL",
-                f"{name}: LNC 2 active time",
+                f"{name}: LNC 2 active",
                 f"summary tensor_engine_active_time {te} s, the union of both cores' ActiveTime {union} s",
             )
         )
@@ -308,8 +308,8 @@ def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
         fraction = all(math.isclose(a, b, rel_tol=0.02) for a, b in pairs)
         lines.append(
             Line(
-                "PASS" if fraction else "FAIL" if pairs else "SKIP",
-                f"{name}: throttle percent unit",
+                "SKIP" if not pairs else "PASS" if fraction else "FAIL",
+                f"{name}: throttle unit",
                 f"(ns / total_time, throttle_active_time_percent): {pairs[:3]}" if pairs else "no throttled row",
             )
         )
@@ -325,7 +325,7 @@ def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
             )
     if "hbmusagesummarybytype" in tables:
         kinds = sorted(db.df(f'SELECT DISTINCT usage_type FROM "{tables["hbmusagesummarybytype"]}"')["usage_type"])
-        lines.append(Line("PASS" if "Tensors" in kinds else "FAIL", f"{name}: HBM usage types", ", ".join(kinds)))
+        lines.append(Line("PASS" if "Tensors" in kinds else "FAIL", f"{name}: HBM types", ", ".join(kinds)))
     return lines
 
 
