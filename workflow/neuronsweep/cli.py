@@ -546,7 +546,7 @@ def cmd_convert(args: Namespace) -> None:
         raise UserError(f"{src}: no such file; pass a Chrome trace (.json or .json.gz, torch.profiler's export).")
     stem = src.name.removesuffix(".gz").removesuffix(".json")
     out = Path(args.out) if args.out else src.with_name(f"{stem}.pftrace")
-    from neuronsweep.formats.json_records import gzip_damage
+    from neuronsweep.formats.gzip_files import gzip_damage
 
     with gzip_damage(src):
         counts = pftrace_writer.chrome_to_pftrace(src, out)

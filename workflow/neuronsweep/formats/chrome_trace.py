@@ -54,7 +54,7 @@ import pyarrow.json as pj
 
 from neuronsweep.atomic import remove_stale
 from neuronsweep.errors import UserError
-from neuronsweep.formats import json_records, protowire
+from neuronsweep.formats import gzip_files, json_records, protowire
 from neuronsweep.json_numbers import finite_number
 
 # kinds of rows in `ev`: what the writer emits (SLICE, INSTANT, COUNTER), what it pairs or binds first
@@ -714,7 +714,7 @@ def looks_like(path: Path) -> bool:
     first SNIFF bytes open `traceEvents` (torch.profiler writes a few small keys before it)."""
     if json_records.first_byte(path) == b"[":
         return True
-    with json_records.open_bytes(path) as handle:
+    with gzip_files.open_bytes(path) as handle:
         return bool(TRACE_EVENTS.search(handle.read(SNIFF)))
 
 
@@ -790,9 +790,9 @@ def _fill(events: Events, source: str | Path | dict | list) -> None:
             return
         except (ValueError, EOFError, OSError):  # cut in the wrong place, or damaged: read it carefully
             events.clear()
-    found = json_records.Split()
+    found = json_records.split(path, {"traceEvents"})
     try:
-        for _, part, _ in json_records.split(path, {"traceEvents"}, set(), found):
+        for _, part, _ in found:
             if "traceEvents" in found.irregular:
                 break
             _batch(events, part)
@@ -807,7 +807,7 @@ def _fill(events: Events, source: str | Path | dict | list) -> None:
     if first == b"[" or "traceEvents" in found.irregular:  # not an object of event records: read it whole
         events.clear()  # what was read so far goes
         try:
-            whole = json.loads(json_records.read_bytes(path), parse_float=Decimal)
+            whole = json.loads(gzip_files.read_bytes(path), parse_float=Decimal)
         except (ValueError, EOFError, OSError) as e:
             raise UserError(f"{path} is not a readable Chrome trace ({e}); capture it again.") from None
         if isinstance(whole, dict) and isinstance(whole.get("traceEvents"), list):

@@ -14,21 +14,17 @@ nothing is guessed.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from io import BufferedReader
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
-from neuronsweep.errors import UserError
+from neuronsweep.formats.gzip_files import open_bytes
 
 BLOCK = 16 << 20
 MAX_DEPTH = 512  # deeper nesting is refused: pyarrow's JSON parser crashes (SIGSEGV) near 10^4 levels
@@ -39,44 +35,6 @@ NEWLINES_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
 NOT_OPEN_OR_NEWLINE = bytes(c for c in range(256) if c not in b"{[\n")  # deleted by _shallow
 LONG_INT = re.compile(rb"[0-9]{20}")
 LBRACE, RBRACE, LBRACKET, RBRACKET, QUOTE, BACKSLASH, COMMA, NEWLINE = b'{}[]"\\,\n'
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-@contextmanager
-def gzip_damage(path: Path) -> Iterator[None]:
-    """A damaged gzip file (truncated, corrupt) as one sentence instead of zlib's traceback."""
-    try:
-        yield
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        what = "it ends early: truncated" if isinstance(exc, EOFError) else f"corrupt: {exc}"
-        raise UserError(
-            f"{path}: a damaged gzip file ({what}); compress the trace again from its original, or pass it "
-            "uncompressed."
-        ) from None
-
-
-def is_gzip(path: Path) -> bool:
-    """Whether the file starts with gzip's magic bytes (profiles are saved either way)."""
-    with open(path, "rb") as handle:
-        return handle.read(2) == GZIP_MAGIC
-
-
-def open_bytes(path: Path) -> gzip.GzipFile | BufferedReader:
-    """The file's bytes, decompressed when it is gzip (told by its first bytes, not its name)."""
-    handle = open(path, "rb")
-    if handle.read(2) == GZIP_MAGIC:
-        handle.close()
-        return gzip.open(path, "rb")
-    handle.seek(0)
-    return handle
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it is gzip."""
-    with open_bytes(path) as handle:
-        return handle.read()
 
 
 def first_byte(path: Path) -> bytes:
@@ -91,16 +49,6 @@ def first_byte(path: Path) -> bytes:
 
 class NotJSON(ValueError):
     """The bytes are not (all of) a JSON document."""
-
-
-@dataclass
-class Split:
-    """What a pass found: per key, how many records; the keys whose arrays were not plain records."""
-
-    records: dict[str, int] = field(default_factory=dict)
-    irregular: set[str] = field(default_factory=set)
-    repeated: set[str] = field(default_factory=set)  # keys whose array appears twice (a JSON reader keeps the last)
-    first: dict[str, bytes] = field(default_factory=dict)  # the first record's bytes of each `first_of` key
 
 
 def _escaped(backslashes: np.ndarray, escape_first: bool, size: int) -> tuple[np.ndarray, bool]:
@@ -181,59 +129,88 @@ class _Array:
         self.first = b""  # the first record's bytes
 
 
-def split(
-    path: Path, keys: set[str], first_of: set[str], result: Split
-) -> Iterator[tuple[str, bytes | bytearray, int]]:
-    """Yield (key, ndjson bytes, record count) batches of the top-level arrays named in `keys`, and
-    fill `result` as it goes (a key is in result.irregular before a batch of its that may hold
-    anything but records is yielded). Of the `first_of` arrays only the first record is kept."""
-    scan = _Structure()
-    current: _Array | None = None  # the wanted array being read
-    first: _Array | None = None  # a first_of array whose first record is still being read
-    head = b""  # the previous block's last bytes, to find a key cut by the block's edge
-    with open_bytes(path) as handle:
-        while buf := handle.read(BLOCK):
-            pos, chars, opens, after = scan.block(buf)
-            # where a top-level value opens (depth 1 -> 2) or closes (2 -> 1)
-            edges = np.flatnonzero((opens & (after == 2)) | (~opens & (after == 1))).tolist()
-            start = 0
-            for e in [*edges, None]:
-                stop = len(buf) if e is None else int(pos[e])
-                lo, hi = np.searchsorted(pos, [start, stop])
-                if current is not None:
-                    batch = _records(current, buf, start, stop, pos[lo:hi], chars[lo:hi], after[lo:hi], result)
-                    if batch:
-                        yield current.key, *batch
-                if first is not None and _records(
-                    first, buf, start, stop, pos[lo:hi], chars[lo:hi], after[lo:hi], result
-                ):
-                    result.first[first.key] = first.first
-                    first = None
-                if e is None:
-                    break
-                if opens[e]:  # a top-level value starts: which key?
-                    window = buf[max(0, stop - KEY_WINDOW) : stop]
-                    found = KEY.search(head + window if stop < KEY_WINDOW else window)
-                    key = found.group(1).decode("utf-8", "replace") if found else None
-                    if chars[e] == LBRACKET and key in keys:
-                        if key in result.records:
-                            result.repeated.add(key)
-                        current = _Array(key)
-                    elif chars[e] == LBRACKET and key in first_of and key not in result.first:
-                        first = _Array(key)
-                    elif chars[e] == LBRACKET and found is None:  # cannot tell which array this is
-                        result.irregular.update((keys | first_of) - set(result.records) - set(result.first))
-                else:  # a top-level value ends: after its last record, only whitespace
-                    for arr in (current, first):
-                        if arr is not None and arr.gap.strip(WHITESPACE):
-                            result.irregular.add(arr.key)
-                    if current is not None:
-                        result.records[current.key] = result.records.get(current.key, 0) + current.records
-                    current = first = None
-                start = stop + 1
-            head = buf[-KEY_WINDOW:] if len(buf) >= KEY_WINDOW else (head + buf)[-KEY_WINDOW:]
-    if scan.depth or scan.in_string:
-        raise NotJSON(f"the JSON ends inside {'a string' if scan.in_string else 'an object or array'}: cut short")
+@dataclass
+class Split:
+    """One pass over a document's top-level arrays named in `keys`: iterating it yields (key, ndjson bytes,
+    record count) batches of their records, and it keeps what the pass found (a key is in `irregular` before a
+    batch of its that may hold anything but records is yielded). Of the `first_of` arrays only the first
+    record is kept."""
+
+    path: Path
+    keys: set[str]
+    first_of: set[str] = field(default_factory=set)
+    records: dict[str, int] = field(default_factory=dict)  # per key, how many records
+    irregular: set[str] = field(default_factory=set)  # keys whose arrays were not plain records
+    repeated: set[str] = field(default_factory=set)  # keys whose array appears twice (a JSON reader keeps the last)
+    first: dict[str, bytes] = field(default_factory=dict)  # the first record's bytes of each `first_of` key
+
+    def __post_init__(self) -> None:
+        self._current: _Array | None = None  # the wanted array being read
+        self._first: _Array | None = None  # a first_of array whose first record is still being read
+
+    def __iter__(self) -> Iterator[tuple[str, bytes | bytearray, int]]:
+        scan = _Structure()
+        head = b""  # the previous block's last bytes, to find a key cut by the block's edge
+        with open_bytes(self.path) as handle:
+            while buf := handle.read(BLOCK):
+                yield from self._block(scan, buf, head)
+                head = buf[-KEY_WINDOW:] if len(buf) >= KEY_WINDOW else (head + buf)[-KEY_WINDOW:]
+        if scan.depth or scan.in_string:
+            raise NotJSON(f"the JSON ends inside {'a string' if scan.in_string else 'an object or array'}: cut short")
+
+    def _block(self, scan: _Structure, buf: bytes, head: bytes) -> Iterator[tuple[str, bytes | bytearray, int]]:
+        """One block's regions between the edges of top-level values: their records, then what the edge is."""
+        pos, chars, opens, after = scan.block(buf)
+        # where a top-level value opens (depth 1 -> 2) or closes (2 -> 1)
+        edges = np.flatnonzero((opens & (after == 2)) | (~opens & (after == 1))).tolist()
+        start = 0
+        for e in [*edges, None]:
+            stop = len(buf) if e is None else int(pos[e])
+            lo, hi = np.searchsorted(pos, [start, stop])
+            region = (buf, start, stop, pos[lo:hi], chars[lo:hi], after[lo:hi])
+            if self._current is not None and (batch := _records(self._current, *region, self)):
+                yield self._current.key, *batch
+            if self._first is not None and _records(self._first, *region, self):
+                self.first[self._first.key] = self._first.first
+                self._first = None
+            if e is None:
+                return
+            if opens[e]:
+                self._opened(buf, stop, head, chars[e])
+            else:
+                self._closed()
+            start = stop + 1
+
+    def _opened(self, buf: bytes, stop: int, head: bytes, char: int) -> None:
+        """A top-level value starts at buf[stop]: which key's, and whether it is wanted."""
+        window = buf[max(0, stop - KEY_WINDOW) : stop]
+        found = KEY.search(head + window if stop < KEY_WINDOW else window)
+        key = found.group(1).decode("utf-8", "replace") if found else None
+        if char != LBRACKET:
+            return
+        if key in self.keys:
+            if key in self.records:
+                self.repeated.add(key)
+            self._current = _Array(key)
+        elif key in self.first_of and key not in self.first:
+            self._first = _Array(key)
+        elif found is None:  # cannot tell which array this is
+            self.irregular.update((self.keys | self.first_of) - set(self.records) - set(self.first))
+
+    def _closed(self) -> None:
+        """A top-level value ends: after its last record, only whitespace."""
+        for arr in (self._current, self._first):
+            if arr is not None and arr.gap.strip(WHITESPACE):
+                self.irregular.add(arr.key)
+        if self._current is not None:
+            self.records[self._current.key] = self.records.get(self._current.key, 0) + self._current.records
+        self._current = self._first = None
+
+
+def split(path: Path, keys: set[str], first_of: set[str] | None = None) -> Split:
+    """A pass over `path`'s top-level arrays named in `keys` (and the first record of those in `first_of`):
+    iterate it for the batches, then read what it found from it."""
+    return Split(path, set(keys), set(first_of or ()))
 
 
 def _records(

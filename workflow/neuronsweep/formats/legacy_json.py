@@ -28,7 +28,7 @@ import orjson
 import pyarrow as pa
 
 from neuronsweep.errors import UserError
-from neuronsweep.formats import json_records
+from neuronsweep.formats import gzip_files, json_records
 from neuronsweep.formats.table_cache import dictionary_columns
 
 if TYPE_CHECKING:
@@ -207,10 +207,10 @@ def _write_tables(path: Path, out_dir: Path, arrays: tuple[str, ...], firsts: tu
     import pyarrow.parquet as pq
 
     files = {key: _Files(out_dir, key) for key in arrays}
-    found = json_records.Split()
+    found = json_records.split(path, set(arrays), set(firsts))
     try:
         with duckdb.connect(config={"threads": 1}) as con:
-            for key, data, _ in json_records.split(path, set(arrays), set(firsts), found):
+            for key, data, _ in found:
                 if key not in found.irregular:
                     files[key].write(ndjson_table(data, con))
     except (json_records.NotJSON, json.JSONDecodeError, orjson.JSONDecodeError) as e:  # or a batch no parser reads
@@ -297,7 +297,7 @@ def first_record(path: Path, key: str) -> dict | None:
     """`key[0]` of a legacy profile JSON (summary, metadata), streamed: the file may be huge."""
     import ijson
 
-    with _readable(path, key), json_records.open_bytes(path) as handle:
+    with _readable(path, key), gzip_files.open_bytes(path) as handle:
         for record in ijson.items(handle, f"{key}.item", use_float=True):
             return record
     return None

@@ -35,7 +35,7 @@ from neuronsweep.config.schema import check_regexes
 from neuronsweep.errors import UserError
 from neuronsweep.formats import (
     chrome_trace,
-    json_records,
+    gzip_files,
     legacy_json,
     neuron_summary,
     pftrace_reader,
@@ -437,7 +437,7 @@ class ProfileDB:
             )
         if path.is_file() and path.stat().st_size == 0:
             raise UserError(f"{path}: is empty (0 bytes); pass the file the profiler wrote.")
-        with json_records.gzip_damage(path):
+        with gzip_files.gzip_damage(path):
             self._load(path)
         if not self.tables:
             raise UserError(
@@ -465,7 +465,7 @@ class ProfileDB:
             )
             for view in views:
                 self.load_view(view, view.parent.name)
-        elif path.is_file() and json_records.is_gzip(path):
+        elif path.is_file() and gzip_files.is_gzip(path):
             raise UserError(
                 f"{path}: a gzip file whose content is not a Chrome trace (no traceEvents at its start); pass "
                 "torch.profiler's export (.json or .json.gz)."
