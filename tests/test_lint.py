@@ -62,11 +62,13 @@ def test_the_package_layers_hold():
 
 def test_only_the_cli_imports_the_package_inside_functions():
     """A function-level import hides a dependency from the reader (and used to hide two cycles); only the
-    entry points defer theirs: the CLI, so `neuronsweep --help` does not load every stage, and warmstart, so
-    a job handed to the warm server loads nothing of it."""
+    entry points defer theirs: the CLI, so `neuronsweep --help` does not load every stage, warmstart, so
+    a job handed to the warm server loads nothing of it, and the warm server, so the host probe it measures
+    first times a clean interpreter's imports."""
     lazy = []
-    for path in sorted((REPO / "workflow" / "neuronsweep").rglob("*.py")):
-        if path.name in ("cli.py", "warmstart.py"):
+    package = REPO / "workflow" / "neuronsweep"
+    for path in sorted(package.rglob("*.py")):
+        if str(path.relative_to(package)) in ("cli.py", "warmstart.py", "warm/server.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

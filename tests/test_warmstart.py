@@ -100,7 +100,7 @@ def test_a_stage_runs_in_a_child_of_the_server_with_the_outcome_it_has_alone(tmp
     warm = subprocess.run(argv, env=job_env(tmp_path, server), capture_output=True, text=True, timeout=120)
     [record] = spied(tmp_path / "spy.jsonl")
     assert warm.returncode == 0, warm.stderr
-    assert "neuronsweep.warmstart" in " ".join(record["parent"])  # forked by the server, not this job
+    assert "neuronsweep.warm.server" in " ".join(record["parent"])  # forked by the server, not this job
     assert "build custom-spy" in warm.stdout  # its progress line reached the job's own stdout
 
     argv[-1] = str(tmp_path / "alone")
@@ -188,7 +188,7 @@ def test_a_sweep_forks_its_stages_from_its_server_and_stops_it(tmp_path):
     assert probe["measured_in"] == "the run's warm server"
     assert probe["torch_import_s"] > 0.1 and min(probe["gemm_flops_per_s"].values()) > 0
     records = spied(tmp_path / "spy.jsonl")
-    assert records and all("neuronsweep.warmstart" in " ".join(r["parent"]) for r in records)
+    assert records and all("neuronsweep.warm.server" in " ".join(r["parent"]) for r in records)
     [server] = {r["parent_pid"] for r in records}
     for _ in range(100):
         if not psutil.pid_exists(server):
