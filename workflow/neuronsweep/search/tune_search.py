@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,17 @@ from neuronsweep.search.tune_block import TuneBlock
 Call = Callable[[list[tuple[ParamSearch, list[dict]]], int], list[list[TrialResult]]]
 
 
+@dataclass(frozen=True)
+class Asked:
+    """One search's trials waiting to be run in the next call of their kind."""
+
+    ticket: int  # where its answer goes
+    kind: str  # "measure" or "screen"
+    search: ParamSearch
+    trials: list[dict]
+    n_round: int
+
+
 class Together:
     """Several searches' rounds gathered into one call: each search runs in a thread of its own and asks
     for its trials to be measured (or screened); when every search still running is waiting, `serve` runs
@@ -31,8 +43,8 @@ class Together:
     def __init__(self, size: int, measure: Call, screen: Call) -> None:
         self.cv = threading.Condition()
         self.live = size
-        self.pending: list[tuple] = []
-        self.answers: dict[int, object] = {}
+        self.pending: list[Asked] = []
+        self.answers: dict[int, list[TrialResult] | BaseException] = {}
         self.calls = {"measure": measure, "screen": screen}
         self.log: list[dict] = []  # per call run: its kind, searches, trials and wall seconds (bench/tune_cost.py)
 
@@ -40,13 +52,13 @@ class Together:
         """From a search's thread: its trials' results, once the call of all waiting searches is done."""
         with self.cv:
             ticket = id(trials)
-            self.pending.append((ticket, kind, search, trials, n_round))
+            self.pending.append(Asked(ticket, kind, search, trials, n_round))
             self.cv.notify_all()
             self.cv.wait_for(lambda: ticket in self.answers)
             got = self.answers.pop(ticket)
         if isinstance(got, BaseException):
             raise got
-        return got  # type: ignore[return-value]  # a call's results for these trials
+        return got
 
     def leave(self) -> None:
         """From a search's thread: it is done (or failed); the others no longer wait for it."""
@@ -62,21 +74,22 @@ class Together:
                 if self.live == 0 and not self.pending:
                     return
                 taken, self.pending = self.pending, []
-            answers: dict[int, object] = {}
+            answers: dict[int, list[TrialResult] | BaseException] = {}
             for kind, run in self.calls.items():
-                mine = [c for c in taken if c[1] == kind]
+                mine = [a for a in taken if a.kind == kind]
                 if not mine:
                     continue
                 t0 = time.monotonic()
+                got: Sequence[list[TrialResult] | BaseException]
                 try:
-                    got: list = run([(c[2], c[3]) for c in mine], max(c[4] for c in mine))
+                    got = run([(a.search, a.trials) for a in mine], max(a.n_round for a in mine))
                 except BaseException as exc:  # noqa: BLE001 - each waiting search raises it
                     got = [exc] * len(mine)
-                trials = sum(len(c[3]) for c in mine)
+                trials = sum(len(a.trials) for a in mine)
                 self.log.append(
                     {"kind": kind, "searches": len(mine), "trials": trials, "wall_s": time.monotonic() - t0}
                 )
-                answers.update({c[0]: g for c, g in zip(mine, got)})
+                answers.update({a.ticket: g for a, g in zip(mine, got)})
             with self.cv:
                 self.answers.update(answers)
                 self.cv.notify_all()
@@ -138,7 +151,7 @@ def search_shapes(
         with contextlib.suppress(UserError):
             searches[(str(shapes[0]["shape"]), name)].preflight()
             checked.add(name)
-    tables: dict[tuple, object] = {}
+    tables: dict[tuple[str, str], pd.DataFrame | BaseException] = {}
 
     def one(at: tuple, search: ParamSearch) -> None:
         try:
@@ -167,7 +180,7 @@ def search_shapes(
         elif isinstance(got, BaseException):
             raise got
         else:
-            out[sid][name] = best_of(searches[(sid, name)], got)  # type: ignore[arg-type]  # a trials table
+            out[sid][name] = best_of(searches[(sid, name)], got)
     return out, together.log
 
 
