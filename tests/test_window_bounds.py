@@ -106,21 +106,21 @@ def test_the_window_ladder_says_the_attention_is_dma_bound_and_the_projection_te
     db, rows = write_view(tmp_path)
     found, _ = window_inputs(db, rows)
     attention = window_ladder(found["attention"], PEAKS, None)
-    assert attention["bottleneck_engine"] == "dma"
-    assert attention["bound_reference_s"] == pytest.approx(100e-9)
-    assert attention["bound_memory_s"] == pytest.approx(90e-9)
-    assert attention["bound_memory_ideal_s"] == pytest.approx(30e-9)  # DMA's bytes at peak: 30 of its 90 ns
-    assert attention["bound_compute_ideal_s"] == pytest.approx(1_000 / TE_PEAK)
-    assert attention["speedup_if_pipelined"] == pytest.approx(100 / 90)
-    assert attention["notes"]["bound_reference_s"] == WINDOW_REFERENCE
-    assert attention["bound_memory_no_reloads_s"] is None
-    assert attention["notes"]["bound_memory_no_reloads_s"] == NO_WINDOW_NECESSARY_BYTES
+    assert attention.bottleneck_engine == "dma"
+    assert attention.bound_reference_s == pytest.approx(100e-9)
+    assert attention.bound_memory_s == pytest.approx(90e-9)
+    assert attention.bound_memory_ideal_s == pytest.approx(30e-9)  # DMA's bytes at peak: 30 of its 90 ns
+    assert attention.bound_compute_ideal_s == pytest.approx(1_000 / TE_PEAK)
+    assert attention.speedup_if_pipelined == pytest.approx(100 / 90)
+    assert attention.notes["bound_reference_s"] == WINDOW_REFERENCE
+    assert attention.bound_memory_no_reloads_s is None
+    assert attention.notes["bound_memory_no_reloads_s"] == NO_WINDOW_NECESSARY_BYTES
     gemm = window_ladder(found["gemm"], PEAKS, None)
-    assert gemm["bottleneck_engine"] == "tensor" and gemm["bound_pipeline_s"] == pytest.approx(190e-9)
-    assert gemm["bound_compute_ideal_s"] == pytest.approx(1.2e6 / TE_PEAK)
-    assert gemm["bound_compute_useful_s"] == pytest.approx(1.0e6 / TE_PEAK)
+    assert gemm.bottleneck_engine == "tensor" and gemm.bound_pipeline_s == pytest.approx(190e-9)
+    assert gemm.bound_compute_ideal_s == pytest.approx(1.2e6 / TE_PEAK)
+    assert gemm.bound_compute_useful_s == pytest.approx(1.0e6 / TE_PEAK)
     # the memory family's fix leaves TensorE's 190 ns: 200 / 190
-    assert gemm["speedup_if_memory_ideal"] == pytest.approx(200 / 190)
+    assert gemm.speedup_if_memory_ideal == pytest.approx(200 / 190)
 
 
 def test_a_dge_warning_nulls_the_windows_memory_ideal_as_it_does_the_kernels(tmp_path):
@@ -128,8 +128,8 @@ def test_a_dge_warning_nulls_the_windows_memory_ideal_as_it_does_the_kernels(tmp
     found, _ = window_inputs(db, rows)
     warning = [{"category": "dma", "message": "Missing additional dynamic DMA metadata, reported DMA values ..."}]
     ladder = window_ladder(found["attention"], PEAKS, warning)
-    assert ladder["bound_memory_ideal_s"] is None and "dynamic DMA metadata" in ladder["notes"]["bound_memory_ideal_s"]
-    assert ladder["bound_memory_s"] == pytest.approx(90e-9)  # the active time stands
+    assert ladder.bound_memory_ideal_s is None and "dynamic DMA metadata" in ladder.notes["bound_memory_ideal_s"]
+    assert ladder.bound_memory_s == pytest.approx(90e-9)  # the active time stands
 
 
 @pytest.mark.parametrize("drop", ["ActiveTime.engine", "Instruction.adjusted_flops", "DmaPacket.queue_type"])
@@ -150,11 +150,11 @@ def test_at_lnc_2_both_peaks_are_two_cores_and_both_cores_busy_meet_them_as_one_
     assert (both.hardware_flops, both.dma_bytes) == (2_400_000, 12_000)
     ladder = window_ladder(both, peaks(2), None)
     for rung in ("bound_memory_s", "bound_memory_ideal_s", "bound_compute_s", "bound_compute_ideal_s"):
-        assert ladder[rung] == pytest.approx(one[rung]), rung
-    assert ladder["bound_memory_ideal_s"] == pytest.approx(12_000 / (2 * DMA_PEAK))
-    assert ladder["bound_compute_ideal_s"] == pytest.approx(2.4e6 / (2 * TE_PEAK))
-    assert ladder["bottleneck_engine"] == one["bottleneck_engine"] == "tensor"
-    assert ladder["speedup_if_compute_ideal"] == pytest.approx(one["speedup_if_compute_ideal"])
+        assert getattr(ladder, rung) == pytest.approx(getattr(one, rung)), rung
+    assert ladder.bound_memory_ideal_s == pytest.approx(12_000 / (2 * DMA_PEAK))
+    assert ladder.bound_compute_ideal_s == pytest.approx(2.4e6 / (2 * TE_PEAK))
+    assert ladder.bottleneck_engine == one.bottleneck_engine == "tensor"
+    assert ladder.speedup_if_compute_ideal == pytest.approx(one.speedup_if_compute_ideal)
 
 
 def test_at_lnc_2_one_busy_core_shows_the_idle_one_as_headroom_on_both_sides(tmp_path):
@@ -163,8 +163,8 @@ def test_at_lnc_2_one_busy_core_shows_the_idle_one_as_headroom_on_both_sides(tmp
     one = window_ladder(window_inputs(*write_view(tmp_path / "one"))[0]["gemm"], peaks(1), None)
     alone = window_inputs(*write_view(tmp_path / "lnc2"))[0]["gemm"]
     ladder = window_ladder(alone, peaks(2), None)
-    assert ladder["bound_compute_s"] == pytest.approx(190e-9) and ladder["bound_memory_s"] == pytest.approx(50e-9)
-    assert ladder["bound_compute_ideal_s"] == pytest.approx(one["bound_compute_ideal_s"] / 2)
-    assert ladder["bound_memory_ideal_s"] == pytest.approx(one["bound_memory_ideal_s"] / 2)
-    ratio = ladder["bound_memory_ideal_s"] / ladder["bound_compute_ideal_s"]
-    assert ratio == pytest.approx(one["bound_memory_ideal_s"] / one["bound_compute_ideal_s"])  # no lean
+    assert ladder.bound_compute_s == pytest.approx(190e-9) and ladder.bound_memory_s == pytest.approx(50e-9)
+    assert ladder.bound_compute_ideal_s == pytest.approx(one.bound_compute_ideal_s / 2)
+    assert ladder.bound_memory_ideal_s == pytest.approx(one.bound_memory_ideal_s / 2)
+    ratio = ladder.bound_memory_ideal_s / ladder.bound_compute_ideal_s
+    assert ratio == pytest.approx(one.bound_memory_ideal_s / one.bound_compute_ideal_s)  # no lean

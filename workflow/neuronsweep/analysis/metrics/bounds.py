@@ -18,7 +18,7 @@ peaks.py): never TensorE's of two cores against the DMA of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from neuronsweep.analysis.dma_descriptors import SMALL_DESCRIPTOR_BYTES, Descriptors, descriptors
 from neuronsweep.analysis.engines import COMPUTE_ENGINES
@@ -203,8 +203,7 @@ def _efficiency(
         notes["throttled_active_time_pct"] = notes["throttled_active_flops_pct"] = throttling.while_active_why or ""
     if warnings is None:
         notes["profile_warnings"] = "this form of the profile (a summary) carries no warnings list"
-    part.insights = _insights(summary, part, throttling)
-    return part
+    return replace(part, insights=_insights(summary, part, throttling))
 
 
 def _ladder(counters: ProfileCounters, peaks: Peaks | None, efficiency: Efficiency, dge: str | None) -> Bounds:
@@ -396,9 +395,9 @@ WINDOW_REFERENCE = (
 NO_WINDOW_NECESSARY_BYTES = "TensorInfo's necessary bytes are the kernel's tensors, not a window's"
 
 
-def window_ladder(inputs: WindowInputs, peaks: Peaks | None, warnings: list | None) -> dict[str, object]:
+def window_ladder(inputs: WindowInputs, peaks: Peaks | None, warnings: list | None) -> Bounds:
     """One category's window's ladder, the same rungs as the kernel's (analysis/window_inputs.py reads them
-    from the tables), as a dict of the Bounds keys and their notes: its reference is its window."""
+    from the tables): its reference is its window."""
     engine = inputs.engine_active_s.get
     counters = ProfileCounters(
         profile_total_time_s=inputs.window_s,
@@ -417,4 +416,4 @@ def window_ladder(inputs: WindowInputs, peaks: Peaks | None, warnings: list | No
     part = _ladder(counters, peaks, efficiency, dge)
     part.notes["bound_reference_s"] = WINDOW_REFERENCE
     part.notes["bound_memory_no_reloads_s"] = part.notes["speedup_if_no_reloads"] = NO_WINDOW_NECESSARY_BYTES
-    return {**dict(part.items()), "notes": part.notes}
+    return part

@@ -146,7 +146,10 @@ def _window_ladders(
     if windows is None:
         return None
     found, why = windows
-    return {c: window_ladder(w, peaks, warnings) for c, w in (found or {}).items()} or None, why
+    ladders = {c: window_ladder(w, peaks, warnings) for c, w in (found or {}).items()}
+    return {
+        c: {**dict(b.items()), "notes": b.notes} for c, b in ladders.items()
+    } or None, why  # as metrics.json has them
 
 
 def _ranks(
