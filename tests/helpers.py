@@ -4,6 +4,7 @@ Fixtures and the collection hook live in conftest.py."""
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import json
 import os
@@ -279,3 +280,12 @@ def run_variant(
         plan["backend"] = backend
     (dest / "plan.json").write_text(json.dumps(plan))
     return dest
+
+
+def names_one_of(node: ast.AST, names) -> bool:
+    """A literal of `names` in the code, alone or inside a tuple, list or set (the door tests' comparisons)."""
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(names_one_of(e, names) for e in node.elts)
+    return False

@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
+from helpers import names_one_of
 
 from neuronsweep import backends
 from neuronsweep.config import schema
@@ -23,11 +24,7 @@ ALLOWED: dict[str, str] = {}
 
 def _named(node: ast.AST) -> bool:
     """A backend's name as a literal, alone or inside a tuple, list or set."""
-    if isinstance(node, ast.Constant):
-        return node.value in NAMES
-    if isinstance(node, ast.Tuple | ast.List | ast.Set):
-        return any(_named(e) for e in node.elts)
-    return False
+    return names_one_of(node, NAMES)
 
 
 def name_comparisons(package: Path = PACKAGE, rules: tuple[Path, ...] = (ROOT / "workflow" / "rules",)) -> list[str]:

@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+from helpers import names_one_of
+
 from neuronsweep.workloads import KINDS, WORKLOADS, described
 from neuronsweep.workloads.descriptor import Workload
 
@@ -25,11 +27,7 @@ def _reads_kind(node: ast.AST) -> bool:
 
 
 def _names_a_kind(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant):
-        return node.value in KINDS
-    if isinstance(node, ast.Tuple | ast.List | ast.Set):
-        return any(_names_a_kind(e) for e in node.elts)
-    return False
+    return names_one_of(node, KINDS)
 
 
 def kind_comparisons(package: Path = PACKAGE, rules: Path = ROOT / "workflow" / "rules") -> list[str]:
