@@ -465,3 +465,35 @@ def test_a_candidate_may_take_the_left_operand_transposed_as_tensore_does():
     for inputs in ({"a": ["m", "k"]}, {"a": ["m", "k"], "b": ["m", "k"]}, {"a": ["m", "k"], "b": ["j", "n"]}):
         with pytest.raises(UserError, match="share the contraction"):
             tune_mod.matrix_dims({"name": "bad", "inputs": inputs}, "x")
+
+
+def test_a_state_json_written_before_its_records_reads_back_and_writes_the_same(tmp_path):
+    """state.json as the tune wrote it when its records were dicts: read into TuneState, written again, the
+    same JSON (a tune started before resumes where it stopped)."""
+    from neuronsweep.search.tune_records import Candidate, TuneState
+
+    old = {
+        "shapes": {
+            "s0": {
+                "candidates": {
+                    "blocked": {"status": "ok", "params": {"bm": 64}, "median_s": 0.002, "workload_id": "w1"}
+                    | {"trials": 3, "folder": "f"},
+                    "other": {"status": "failed", "reason": "wrong output", "trials": 2},
+                    "nki": {"status": "skipped", "reason": "not searched (budget)"},
+                },
+                "code": {"blocked": "abc", "other": "def"},
+            }
+        },
+        "defaults_s": 12.5,
+        "chunks_s": [30.0],
+        "calls": [{"kind": "measure", "searches": 2, "trials": 4, "wall_s": 29.0}],
+    }
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    state = TuneState.read(tmp_path / "state.json")
+    assert state.shapes["s0"].candidates["blocked"] == Candidate(
+        "ok", params={"bm": 64}, median_s=0.002, workload_id="w1", trials=3, folder="f"
+    )
+    assert not state.shapes["s0"].candidates["other"].ok and state.defaults_s == 12.5
+    state.write(tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text()) == old
+    assert TuneState.read(tmp_path / "none.json") == TuneState()  # a tune not started yet

@@ -25,7 +25,6 @@ finalists are each recorded when done.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -33,13 +32,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from neuronsweep.atomic import replacing, write_json
+from neuronsweep.atomic import replacing
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.errors import UserError
 from neuronsweep.search import FINALIST_ROUNDS, calls, tune_search, tune_shapes, tune_table
 from neuronsweep.search.driver import ParamSearch, merged_round, screen_together
 from neuronsweep.search.trials import TrialResult
 from neuronsweep.search.tune_block import TuneBlock, matrix_dims
+from neuronsweep.search.tune_records import Searched, TuneState
 from neuronsweep.search.tune_search import Call
 from neuronsweep.search.tune_table import Judge
 from neuronsweep.store import layout
@@ -108,19 +108,21 @@ class Tune:
         summary, log = self.workflow(merged_round(batch), f"call-{self.calls}")
         return [[s.result_of(summary, t, log, self.block.run) for t in trials] for s, trials in batch]
 
-    def _search(self, ordered: pd.DataFrame, state: dict, say: Say) -> None:
+    def _search(self, ordered: pd.DataFrame, state: TuneState, say: Say) -> None:
         """The shapes not searched with today's code, SHAPES_TOGETHER at a time while the budget allows; each
         chunk recorded in state.json when done."""
         block = self.block
         if not block.customs:
             return
         todo = [
-            sh for _, sh in ordered.iterrows() if state["shapes"].get(str(sh["shape"]), {}).get("code") != block.digests
+            sh
+            for _, sh in ordered.iterrows()
+            if (done := state.shapes.get(str(sh["shape"]))) is None or done.code != block.digests
         ]
         for i in range(0, len(todo), SHAPES_TOGETHER):
             chunk = todo[i : i + SHAPES_TOGETHER]
-            spent = state["defaults_s"] + sum(state.get("chunks_s", []))
-            last = max(state.get("chunks_s", []), default=0.0)
+            spent = (state.defaults_s or 0.0) + sum(state.chunks_s)
+            last = max(state.chunks_s, default=0.0)
             if block.wall_s is not None and spent + last > float(block.wall_s):
                 say(
                     f"tune {block.entry['name']}: stopped before shape {chunk[0]['shape']}: {spent:.0f} s spent, "
@@ -131,11 +133,11 @@ class Tune:
             found, log = tune_search.search_shapes(
                 block, chunk, say, self.measure_together, self.screen, self.cores, self.snakefile, self.checked
             )
-            state.setdefault("chunks_s", []).append(time.monotonic() - t0)
-            state.setdefault("calls", []).extend(log)
-            state["shapes"].update({sid: {"candidates": c, "code": block.digests} for sid, c in found.items()})
-            write_json(self.folder / "state.json", state)
-            say(f"tune {block.entry['name']}: {len(state['shapes'])} of {len(ordered)} shapes searched")
+            state.chunks_s.append(time.monotonic() - t0)
+            state.calls.extend(log)
+            state.shapes.update({sid: Searched(c, dict(block.digests)) for sid, c in found.items()})
+            state.write(self.folder / "state.json")
+            say(f"tune {block.entry['name']}: {len(state.shapes)} of {len(ordered)} shapes searched")
 
     # ------------------------------------------------------------------ the whole tune
     def drive(self, say: Say = print, rounds: int = FINALIST_ROUNDS) -> str:
@@ -155,12 +157,13 @@ class Tune:
             t0 = time.monotonic()
             defaults = self.measure_defaults(gemms)
             variants = {label: self.measure_defaults(gemms, chosen) for label, chosen in block.variants.items()}
-            state.setdefault("defaults_s", time.monotonic() - t0)
-            if block.wall_s is not None and state["defaults_s"] > float(block.wall_s):
+            if state.defaults_s is None:  # a resumed tune keeps what its first measuring took
+                state.defaults_s = time.monotonic() - t0
+            if block.wall_s is not None and state.defaults_s > float(block.wall_s):
                 raise UserError(
                     f"{block.where}.budget.wall_seconds is {block.wall_s}, less than measuring each shape's "
                     f"compiler build{' under each setting' if block.variants else ''} once took "
-                    f"({state['defaults_s']:.0f} s); raise it."
+                    f"({state.defaults_s:.0f} s); raise it."
                 )
             ordered = tune_shapes.order(gemms, defaults)
             self._search(ordered, state, say)
@@ -171,9 +174,8 @@ class Tune:
             tune_table.write(block, table, gained)
         return {"dispatch": table, "gain": gained}
 
-    def _state(self) -> dict:
-        path = self.folder / "state.json"
-        return json.loads(path.read_text()) if path.is_file() else {"shapes": {}}
+    def _state(self) -> TuneState:
+        return TuneState.read(self.folder / "state.json")
 
     def status_lines(self) -> list[str]:
         """`neuronsweep search status`: the shapes searched and left, and the saving so far."""
@@ -185,7 +187,7 @@ class Tune:
         if not defaults.is_file():
             return [*lines, "no shape measured yet: `neuronsweep search run CONFIG --name MODEL` starts it"]
         measured = pd.read_csv(defaults)
-        searched = len(self._state()["shapes"])
+        searched = len(self._state().shapes)
         ok = int((measured["status"] == "ok").sum())
         if block.customs:
             lines.append(f"shapes: {searched} of {ok} searched, {ok - searched} left")

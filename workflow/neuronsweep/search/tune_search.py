@@ -20,6 +20,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.search.driver import ParamSearch
 from neuronsweep.search.trials import PIPELINE, TrialResult
 from neuronsweep.search.tune_block import TuneBlock
+from neuronsweep.search.tune_records import OK, SKIPPED, Candidate
 
 Call = Callable[[list[tuple[ParamSearch, list[dict]]], int], list[list[TrialResult]]]
 
@@ -133,7 +134,7 @@ def search_shapes(
     cores: int | None = None,
     snakefile: str | Path | None = None,
     checked: set[str] | None = None,
-) -> tuple[dict, list[dict]]:
+) -> tuple[dict[str, dict[str, Candidate]], list[dict]]:
     """Every custom candidate's search at each of these shapes, run together (`measure` and `screen`: a call
     of several searches' trials, as one Snakemake call and one screen); per shape and candidate its best full
     trial (or why none), and the log of the calls made. `checked`: the candidates planned already (at an
@@ -173,10 +174,10 @@ def search_shapes(
     together.serve()
     for t in threads:
         t.join()
-    out: dict[str, dict] = {str(sh["shape"]): {} for sh in shapes}
+    out: dict[str, dict[str, Candidate]] = {str(sh["shape"]): {} for sh in shapes}
     for (sid, name), got in tables.items():
         if isinstance(got, UserError):
-            out[sid][name] = {"status": "skipped", "reason": str(got)}
+            out[sid][name] = Candidate.failed(str(got), status=SKIPPED)
         elif isinstance(got, BaseException):
             raise got
         else:
@@ -184,20 +185,20 @@ def search_shapes(
     return out, together.log
 
 
-def best_of(search: ParamSearch, table: pd.DataFrame) -> dict:
+def best_of(search: ParamSearch, table: pd.DataFrame) -> Candidate:
     """A candidate's best trial measured in full at its shape, as the table reads it (or why none)."""
     full = table[(table["status"] == "ok") & (table.get("effort", PIPELINE) == PIPELINE)]
     trials = len(table[table["measured"].map(verdict.flag)])
     if full.empty:
         bad = table[table["status"] != "ok"]
         why = bad.iloc[0]["reason"] if len(bad) else "no trial was measured in full"
-        return {"status": "failed", "reason": str(why), "trials": trials}
+        return Candidate.failed(str(why), trials)
     top = full.sort_values("objective_s").iloc[0]
-    return {
-        "status": "ok",
-        "params": search.params_of(top),
-        "median_s": float(top["objective_s"]),
-        "workload_id": str(top["workload_ids"]).split(";")[0],
-        "trials": trials,
-        "folder": str(search.folder),
-    }
+    return Candidate(
+        OK,
+        params=search.params_of(top),
+        median_s=float(top["objective_s"]),
+        workload_id=str(top["workload_ids"]).split(";")[0],
+        trials=trials,
+        folder=str(search.folder),
+    )

@@ -14,6 +14,7 @@ from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
 from neuronsweep.search.driver import set_setting, settings_digest
+from neuronsweep.search.tune_records import OK, Candidate
 from neuronsweep.stages.run_setup import settle_run
 
 GROUP = ["phase", "batch", "seq", "dtype", "tp"]  # one forward (tp: 1 without a parallel layout)
@@ -88,22 +89,22 @@ def order(gemms: pd.DataFrame, defaults: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("weight_s", ascending=False, kind="stable")
 
 
-def variant_at(measured: pd.DataFrame, sid: str, settings: dict) -> dict:
+def variant_at(measured: pd.DataFrame, sid: str, settings: dict) -> Candidate:
     """A setting's compiler build at one shape, as a candidate's best trial (or why it has none)."""
     row = measured[measured["shape"] == sid]
     if row.empty:
-        return {"status": "failed", "reason": "not measured", "trials": 0}
+        return Candidate.failed("not measured", 0)
     got = row.iloc[0]
     if got["status"] != "ok" or finite_number(got["latency_median_s"]) is None:
-        return {"status": "failed", "reason": f"{got['status']}: {text(got.get('reason'))}", "trials": 1}
-    return {
-        "status": "ok",
-        "params": settings,
-        "median_s": float(got["latency_median_s"]),
-        "workload_id": str(got["workload_id"]),
-        "run": str(got["run"]),
-        "trials": 1,
-    }
+        return Candidate.failed(f"{got['status']}: {text(got.get('reason'))}", 1)
+    return Candidate(
+        OK,
+        params=settings,
+        median_s=float(got["latency_median_s"]),
+        workload_id=str(got["workload_id"]),
+        run=str(got["run"]),
+        trials=1,
+    )
 
 
 def text(value: object) -> str:

@@ -23,6 +23,7 @@ from neuronsweep.runs import interleave
 from neuronsweep.search import dispatch, tune_page
 from neuronsweep.search.dispatch import COMPILER
 from neuronsweep.search.tune_block import TuneBlock
+from neuronsweep.search.tune_records import SKIPPED, Candidate, Searched, TuneState
 from neuronsweep.search.tune_shapes import GROUP, variant_at
 from neuronsweep.store import layout, records
 
@@ -32,7 +33,7 @@ Judge = Callable[[pd.DataFrame], list[verdict.Verdict]]
 
 
 def rows(
-    tune: TuneBlock, gemms: pd.DataFrame, defaults: pd.DataFrame, variants: dict, state: dict, backend: str
+    tune: TuneBlock, gemms: pd.DataFrame, defaults: pd.DataFrame, variants: dict, state: TuneState, backend: str
 ) -> pd.DataFrame:
     """One row per shape: its default, and the fastest candidate measured where one beat it (with its output
     check, from its case on `backend`)."""
@@ -53,7 +54,7 @@ def rows(
         if d["status"] != "ok":
             out.append(row | {"winner": None, "verdict": f"default not measured ({d['status']}: {d['reason']})"})
             continue
-        out.append(row | _winner(tune, sid, row, variants, state.get("shapes", {}).get(sid), backend))
+        out.append(row | _winner(tune, sid, row, variants, state.shapes.get(sid), backend))
     table = pd.DataFrame(out)
     for col in WINNER_COLUMNS:  # dispatch.csv has them where the compiler won every shape too (empty)
         if col not in table:
@@ -61,32 +62,32 @@ def rows(
     return table
 
 
-def _winner(tune: TuneBlock, sid: str, row: dict, variants: dict, searched: dict | None, backend: str) -> dict:
+def _winner(tune: TuneBlock, sid: str, row: dict, variants: dict, searched: Searched | None, backend: str) -> dict:
     """The columns a measured shape's winner fills (the compiler where no candidate beat it, with why)."""
     found = {label: variant_at(v, sid, tune.variants[label]) for label, v in variants.items()}
     if searched is None and tune.customs:
-        found |= {name: {"status": "skipped", "reason": "not searched (budget)"} for name in tune.customs}
-    found |= (searched or {}).get("candidates", {})
+        found |= {name: Candidate.failed("not searched (budget)", status=SKIPPED) for name in tune.customs}
+    found |= searched.candidates if searched else {}
     if not found:
         return {"winner": COMPILER, "verdict": ""}
-    out: dict = {"trials": 1 + sum(int(c.get("trials", 0)) for c in found.values())}
-    out["candidates_out"] = "; ".join(f"{name}: {c['reason']}" for name, c in found.items() if c["status"] != "ok")
-    ok = {name: c for name, c in found.items() if c["status"] == "ok"}
-    top = min(ok.items(), key=lambda kv: kv[1]["median_s"], default=None)
+    out: dict = {"trials": 1 + sum(c.trials or 0 for c in found.values())}
+    out["candidates_out"] = "; ".join(f"{name}: {c.reason}" for name, c in found.items() if not c.ok)
+    ok = {name: c for name, c in found.items() if c.ok and c.median_s is not None}
+    top = min(ok.items(), key=lambda kv: kv[1].median_s or 0.0, default=None)
     if top is None:
         said = "not searched (budget)" if searched is None and not tune.variants else ""
         return out | {"winner": COMPILER, "verdict": said or "no candidate ran correctly here (candidates_out)"}
-    if top[1]["median_s"] >= row["default_median_s"]:
-        return out | {"winner": COMPILER, "verdict": "the compiler's build was the fastest measured"}
     name, c = top
-    run = c.get("run", tune.run)
+    if (c.median_s or 0.0) >= row["default_median_s"]:
+        return out | {"winner": COMPILER, "verdict": "the compiler's build was the fastest measured"}
+    run = c.run or tune.run
     return out | {
         "winner": name,
-        "params": json.dumps(c["params"], sort_keys=True),
-        "winner_median_s": c["median_s"],
+        "params": json.dumps(c.params, sort_keys=True),
+        "winner_median_s": c.median_s,
         "winner_run": run,
-        "winner_workload_id": c["workload_id"],
-        **_correctness(backend, run, c["workload_id"]),
+        "winner_workload_id": c.workload_id,
+        **_correctness(backend, run, str(c.workload_id)),
     }
 
 
