@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import DATA
 
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
@@ -220,3 +221,22 @@ def test_a_rank_whose_weights_and_cache_pass_its_cores_hbm_is_one_sentence(tmp_p
     cfg = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "trn2"}, "suites": {"model": [entry]}}
     with pytest.raises(UserError, match=r"one rank's weights and KV cache at tp 2 take 7\d\.\d GB, over the 24 GB"):
         make_plan(schema.validate(cfg), "neuron")
+
+
+@pytest.mark.torch
+def test_a_model_with_a_pad_token_builds_its_ranks_shard_at_tp_2():
+    """Issue 81: a config whose pad_token_id lies past a rank's share of the vocabulary failed at any tp > 1
+    ("Padding_idx must be within num_embeddings"); the padding row is on another rank's shard, so the rank
+    measured has none, and its embedding builds. A pad token inside the first rank's shard stays."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = json.loads((DATA / "models" / "tiny-llama-gqa.json").read_text()) | {"pad_token_id": 999}
+    rank = rank_config(model, Sharding(2), "decode", "m")
+    assert rank.fields["vocab_size"] == 500 and rank.fields["pad_token_id"] is None
+    assert rank.labels["pad_token_id"] == "999: on rank 1's shard of the vocabulary"
+    config = AutoConfig.for_model(**(model | rank.fields))
+    with torch.device("meta"):
+        built = AutoModelForCausalLM.from_config(config)
+    assert built.model.embed_tokens.num_embeddings == 500 and built.model.embed_tokens.padding_idx is None
+    assert rank_config(model | {"pad_token_id": 0}, Sharding(2), "decode", "m").fields.get("pad_token_id", 0) == 0

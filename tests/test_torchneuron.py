@@ -224,6 +224,20 @@ def test_route_auto_prefers_torchneuron_then_xla_then_refuses_saying_what_it_fou
         neuron_setup.choose_route("xla", TORCHNEURON)
 
 
+def test_since_sdk_2_34_trn2_and_trn3_never_take_the_xla_route():
+    """PyTorch/XLA inference ended on trn2 and trn3 with Neuron SDK 2.34: an explicit `route: xla` there is one
+    sentence naming the change, and auto does not fall back to torch-xla; trn1 and inf2 keep the route."""
+    for target in ("trn2", "trn3"):
+        with pytest.raises(UserError, match=rf"'neuron.route' is xla, but the target is {target}: Neuron SDK 2.34"):
+            neuron_setup.choose_route("xla", XLA, target)
+        with pytest.raises(UserError, match="auto does not fall back to torch-xla"):
+            neuron_setup.choose_route("auto", XLA, target)
+        assert neuron_setup.choose_route("auto", TORCHNEURON, target)[0] == "torchneuron"
+    for target in ("trn1", "inf2", None):
+        assert neuron_setup.choose_route("auto", XLA, target)[0] == "xla"
+        assert neuron_setup.choose_route("xla", XLA, target)[0] == "xla"
+
+
 @pytest.mark.workflow  # a child importing torch per case
 @pytest.mark.parametrize("which, route", [("torchneuron", "torchneuron"), ("xla", "xla"), ("none", None)])
 def test_the_package_probe_on_the_standin_environments(tmp_path, monkeypatch, which, route):

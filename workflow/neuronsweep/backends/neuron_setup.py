@@ -74,11 +74,24 @@ def _found(probe: dict) -> str:
     return listed + (f"; import torch_neuronx failed ({failed})" if failed else "")
 
 
-def choose_route(requested: str, probe: dict) -> tuple[str, str]:
+def choose_route(requested: str, probe: dict, target: str | None = None) -> tuple[str, str]:
     """(route, why): auto takes TorchNeuron where torch_neuronx registers the `neuron` device, else the XLA
-    route where torch-xla and the XLA torch-neuronx import; a route that cannot run here is refused."""
+    route where torch-xla and the XLA torch-neuronx import and the target still runs it (not trn2/trn3 since
+    SDK 2.34); a route that cannot run here is refused."""
     torchneuron = bool(probe.get("neuron_device"))
     xla = probe.get("imports", {}).get("torch_neuronx", "absent") is None and probe.get("torch_xla") and not torchneuron
+    ended = TARGETS[target].xla_route_ended if target in TARGETS else None
+    if requested == "xla" and ended:
+        raise UserError(
+            f"config key 'neuron.route' is xla, but the target is {target}: {ended}; set neuron.route: torchneuron "
+            "(or auto), or keep the xla route for a trn1 or inf2 target."
+        )
+    if requested == "auto" and ended and xla:
+        raise UserError(
+            f"neuron.route is auto, and this environment has torch-xla but no TorchNeuron ({_found(probe)}); "
+            f"{ended}, so on {target} auto does not fall back to torch-xla: activate TorchNeuron's environment "
+            "(torch-neuronx 2.14 with neuronx-cc and nki, or the DLAMI's /opt/aws_neuronx_venv_torch_neuronx_2_14_0)."
+        )
     if requested == "torchneuron" and not torchneuron:
         raise UserError(
             f"config key 'neuron.route' is torchneuron, but torch_neuronx registers no neuron device here "
@@ -185,7 +198,7 @@ def settle(
 def settle_route(options: dict, probe: dict | None = None) -> tuple[dict, dict]:
     """The section with its route settled from the installed packages, and why (with their versions)."""
     probe = probe if probe is not None else probe_packages()
-    route, why = choose_route(options["route"], probe)
+    route, why = choose_route(options["route"], probe, options.get("target"))
     return {**options, "route": route}, {
         "route": why,
         "versions": {k: v for k, v in probe.get("versions", {}).items() if v},

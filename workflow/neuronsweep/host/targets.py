@@ -30,6 +30,8 @@ class Target:
     # where a profile's metadata has no dma_ddr_bandwidth; None where no documented figure is known
     dma_bytes_per_core_per_s: float | None = None
     dma_source: str = "no documented dma_ddr_bandwidth for this NeuronCore (profile metadata or AWS's pages)"
+    # why the neuron backend's torch-xla route no longer serves this target, or None where it still does
+    xla_route_ended: str | None = None
     fp32_ratio: float = 4.0  # bf16 peak / fp32 peak: 4 on NeuronCore-v2 and -v3
     nki_platform: str = "trn1"  # NEURON_PLATFORM_TARGET_OVERRIDE for standalone NKI (nki.isa.nc_version)
     lnc_choices: tuple[int, ...] = (1,)  # what neuronx-cc accepts for --logical-nc-config (NCC_EARG001)
@@ -107,6 +109,8 @@ TARGETS = {
         chip_link_source="intra-instance NeuronLink-v3 bandwidth: 1,024 GB/sec/chip (trn2-arch.rst)",
         nki_platform="trn2",
         lnc_choices=(1, 2),
+        xla_route_ended="Neuron SDK 2.34 ended PyTorch/XLA inference on trn2 and trn3 (its announcement "
+        "announce-no-support-torch-xla-inference-trn): their models build and run with TorchNeuron",
         dma_bytes_per_core_per_s=435e9,
         dma_source="dma_ddr_bandwidth 435 GB/s of one NeuronCore, AWS's worked trn2 example "
         "(neuron-agentic-development, neuron-nki-profile-querying/references/example-bounds-analysis.md)",
@@ -130,6 +134,8 @@ TARGETS = {
         "modified 2026-03-09, the newer page; trainium3.rst, modified 2025-12-02, says 4.9 TB/s)",
         fp32_ratio=671 / 183,
         nki_platform="trn3",
+        xla_route_ended="Neuron SDK 2.34 ended PyTorch/XLA inference on trn2 and trn3 (its announcement "
+        "announce-no-support-torch-xla-inference-trn): their models build and run with TorchNeuron",
         lnc_choices=(1, 2),
         sbuf_partition_bytes=32 * 2**20 // 128,
         onchip_source="NeuronCore-v4: 'SBUF capacity is 32 MiB (up from 28 MiB in NeuronCore-v3), while the PSUM "

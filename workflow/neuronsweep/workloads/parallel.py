@@ -218,6 +218,12 @@ def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig
             fields[key] = _split(config[key], tp, key, where)
     if isinstance(config.get("vocab_size"), int):
         fields["vocab_size"] = math.ceil(config["vocab_size"] / tp)  # NxD pads the vocabulary to tp's multiple
+        pad = config.get("pad_token_id")
+        if isinstance(pad, int) and not 0 <= pad < fields["vocab_size"]:
+            # the padding row lives on the rank whose shard holds it; the rank measured here (the first) has none,
+            # and its embedding cannot name a row past its own ("Padding_idx must be within num_embeddings")
+            fields["pad_token_id"] = None
+            labels["pad_token_id"] = f"{pad}: on rank {pad // fields['vocab_size']}'s shard of the vocabulary"
     experts_key = next((k for k in EXPERT_COUNT_KEYS if isinstance(config.get(k), int)), None)
     moe_tp, moe_ep = s.moe_degrees(phase)
     if experts_key is None:
