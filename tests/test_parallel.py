@@ -240,3 +240,17 @@ def test_a_model_with_a_pad_token_builds_its_ranks_shard_at_tp_2():
         built = AutoModelForCausalLM.from_config(config)
     assert built.model.embed_tokens.num_embeddings == 500 and built.model.embed_tokens.padding_idx is None
     assert rank_config(model | {"pad_token_id": 0}, Sharding(2), "decode", "m").fields.get("pad_token_id", 0) == 0
+
+
+def test_an_moe_neuron_config_with_nxd_inferences_saved_defaults_runs_the_experts_over_the_tp_group(tmp_path):
+    """Issue 81: MoENeuronConfig saves moe_tp_degree = moe_ep_degree = 1, which NxD Inference's
+    initialize_moe_process_group (modules/moe_v2.py) reads as the whole TP group: every rank holds every
+    expert, each expert's intermediate split over tp. Every MoE checkpoint was refused (1 x 1 != tp)."""
+    config = {"neuron_config": {"tp_degree": 8, "moe_tp_degree": 1, "moe_ep_degree": 1, "batch_size": 1}}
+    (tmp_path / "neuron_config.json").write_text(json.dumps(config | {"seq_len": 256}))
+    entry, [layout] = entry_layout({"neuron_config": str(tmp_path / "neuron_config.json")}, "m")
+    assert layout.tp == 8 and layout.moe_degrees("prefill") == layout.moe_degrees("decode") == (8, 1)
+    rank = rank_config(MOE, layout, "decode", "m")
+    assert rank.fields["num_experts"] == 128 and rank.fields["moe_intermediate_size"] == 768 // 8
+    with pytest.raises(UserError, match="moe_tp_degree 2 without an moe_ep_degree above 1 has no effect"):
+        entry_layout({"parallel": {"tp_degree": 8, "moe_tp_degree": 2}}, "m")

@@ -87,6 +87,18 @@ def _sharding(parallel: dict, tp: int, where: str) -> Sharding:
         moe_ep = hybrid.get(ep_key, parallel.get("moe_ep_degree"))
         if moe_tp is None and moe_ep is None:
             continue
+        if not hybrid and (moe_ep or 1) == 1:
+            # NxD Inference (modules/moe_v2.py, initialize_moe_process_group): without hybrid sharding, an
+            # moe_ep_degree of 1 runs the experts over the whole TP group, whatever moe_tp_degree says;
+            # MoENeuronConfig saves both as 1, so every MoE checkpoint's neuron_config.json has them
+            if moe_tp not in (None, 1, tp):
+                raise UserError(
+                    f"{where}: parallel: moe_tp_degree {moe_tp} without an moe_ep_degree above 1 has no effect in "
+                    f"NxD Inference (the experts then run over the whole TP group of {tp}); set moe_ep_degree "
+                    f"{tp // moe_tp if tp % moe_tp == 0 else '(tp_degree / moe_tp_degree)'} beside it, or leave "
+                    "both out."
+                )
+            continue
         moe_tp, moe_ep = moe_tp or tp // (moe_ep or 1), moe_ep or tp // (moe_tp or 1)
         if moe_tp * moe_ep != tp:
             raise UserError(
