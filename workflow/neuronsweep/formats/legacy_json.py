@@ -306,10 +306,11 @@ def first_record(path: Path, key: str) -> dict | None:
 EDGE = 1 << 20  # bytes at each end of a legacy profile searched for a small array before streaming it all
 
 
-def small_array(path: Path, key: str) -> list | None:
+def small_array(path: Path, key: str, stream: bool = True) -> list | None:
     """The top-level array `key` of a legacy profile JSON when it is small (nc_mem_usage,
     instruction_usage): found in the file's first or last MiB (where real files keep them) and decoded
-    there, else streamed from the whole file. None when the file has no such array."""
+    there, else streamed from the whole file (`stream`; without it, None: an array that may grow with the
+    profile, such as active_time, is not worth a pass over gigabytes). None when the file has no such array."""
     import ijson
 
     size = Path(path).stat().st_size
@@ -328,6 +329,8 @@ def small_array(path: Path, key: str) -> list | None:
                     except (json.JSONDecodeError, RecursionError):  # runs past this window: stream it
                         break
                 at = chunk.find(needle, at + 1)
+        if not stream:
+            return None
         handle.seek(0)
         try:
             items = list(ijson.items(handle, f"{key}.item", use_float=True))

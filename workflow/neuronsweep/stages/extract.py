@@ -106,8 +106,13 @@ def device_reads(
     usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
     usage["hbm_usage_by_type"] = hbm_usage_by_type(db)
     usage["buffer_usage"] = buffer_usage(db)
-    full = is_full_profile(legacy)
-    arrays = {key: legacy_json.small_array(legacy, key) for key in ("ham", "active_time")} if full else None
+    # throttling while TensorE is active: from the view's Throttle table, else the legacy JSON's ham and
+    # active_time where they sit in its first or last MiB (never a pass over the whole file for them)
+    parquet = db is not None and any(t.lower() == "throttle" for t in db.tables)
+    full = not parquet and is_full_profile(legacy)
+    arrays = (
+        {key: legacy_json.small_array(legacy, key, stream=False) for key in ("ham", "active_time")} if full else None
+    )
     return usage, profile_warnings(legacy), bounds.evidence(summary, db, arrays)
 
 
