@@ -232,3 +232,14 @@ def test_an_empty_dma_table_makes_the_dma_figures_null_with_the_reason_never_zer
         assert m[key] is None and "DMA table is empty" in m["notes"][key]
         assert "without DGE notifications" in m["notes"][key]
     assert m["bound_class"] is not None and "dma" not in m["bound_evidence"]
+
+
+def test_an_array_past_the_files_edges_is_streamed_only_when_asked(tmp_path):
+    """The throttle events of a legacy JSON are read where its writer keeps them, in the first or last MiB;
+    one in the middle of a large file is not worth a pass over all of it (stream=False: None)."""
+    filler = [0] * 400_000  # about 1.2 MB of JSON each side
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"a": filler, "ham": [{"k": 7, "n": 8}], "b": filler}))
+    assert legacy_json.small_array(path, "ham", stream=False) is None
+    assert legacy_json.small_array(path, "ham") == [{"k": 7, "n": 8}]
+    assert legacy_json.small_array(path, "a", stream=False) is None  # starts in the first MiB, runs past it
