@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 import pytest
 from helpers import DATA, snakemake, tiny_config
@@ -325,3 +326,33 @@ def test_a_layer_on_the_neuron_xla_route_is_split_by_category_from_its_profiles_
         assert "gemm: tensor" in metrics["split_bottlenecks"] and "norm: dma" in metrics["split_bottlenecks"], wid
     moe = json.loads((workloads / ids[1] / "metrics.json").read_text())
     assert moe["split_moe_routing_s"] > 0
+
+
+@pytest.mark.torch
+def test_an_ep_rank_with_fewer_experts_than_top_k_plans_builds_and_takes_its_share_of_the_slots(tmp_path):
+    """Issue 81: the tiny MoE model (8 experts, 2 a token) at tp 8 with moe_ep 8 holds one expert a rank, fewer
+    than top_k: its router failed ("k not in range for dimension"). The rank's router now picks among its own
+    experts (the rank's labels say so), and its one expert gets the rank's share of the model's 2 slots a token
+    (balanced: 16 tokens x 2 / 8 experts = 4), padded to whole rows of one slot a token as every EP rank's are;
+    the plan's GEMMs count the 4."""
+    import torch
+
+    entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}
+    entry["parallel"] = {"tp_degree": 8, "moe_tp_degree": 1, "moe_ep_degree": 8}
+    plan = make_plan(schema.validate(tiny_config(tmp_path, suites={"model": [entry]})), "cpu")
+    spec = next(s for s in plan.workloads.values() if s.get("layer_kind") == "moe")
+    assert spec["rank_config"]["num_experts"] == 1 and spec["rank_config"]["num_experts_per_tok"] == 1
+    assert spec["top_k"] == 2 and spec["expert_ep"] == 8
+    [labels] = [s.labels for s in plan.scenarios if s.workload_id == layer.workload_id(spec)]
+    assert labels["top_k_per_rank"] == "2 -> 1: the rank's router over its own experts"
+    module, seen = layer.torch_module(spec), []
+    for name, part in module.named_modules():
+        if name.endswith("experts"):
+            part.register_forward_pre_hook(lambda m, args, seen=seen: seen.append(args[1]))
+    x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = layer.output_array(module(x))
+    [index] = seen
+    assert Counter(index.flatten().tolist()) == {0: 16} and np.isfinite(out).all()
+    gemms = [s.labels for s in plan.scenarios if ".experts." in s.id]
+    assert len(gemms) == 2 and {(g["m"], g["top_k"], g["expert_load"]) for g in gemms} == {(4, 2, "4")}

@@ -479,6 +479,7 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
                         "dtype": entry["dtype"][0],  # the trace runs in the case's dtype; shapes do not depend on it
                         "routing": policy,
                         **({"rank_config": rank.fields, "expert_ep": rank.expert_ep} if rank.fields else {}),
+                        **({"top_k": rank.top_k} if rank.top_k else {}),
                     }
                 )
                 passes.append(_ModelPass(entry, layout, rank, fields))
@@ -526,6 +527,7 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
                 out += _collective_scenarios(entry, one, dtype, common, prefix, mp.config, layout)
             if entry.get("layers", True):
                 ranked = {**entry, "rank_config": mp.rank.fields, "expert_ep": mp.rank.expert_ep, "layout": tag[1:]}
+                ranked |= {"top_k": mp.rank.top_k} if mp.rank.top_k else {}
                 out += _layer_scenarios(ranked, request_entry["sha256"], request_entry["routing"], one, dtype, common)
     return out
 

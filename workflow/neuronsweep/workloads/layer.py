@@ -51,7 +51,7 @@ def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: s
         "kind": "layer",
         "model": entry["name"],
         **{k: entry[k] for k in ("hf_config", "module") if k in entry},
-        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout") if entry.get(k)},  # one rank's shard
+        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout", "top_k") if entry.get(k)},  # one rank's shard
         "source_sha256": source_sha256,
         "part": "layer" if kind else "head",
         "phase": one["phase"],
@@ -175,15 +175,15 @@ class _Routed:
     """A pre-hook that hands the experts the policy's tokens: the router's top-k indices replaced by
     routing.assignment's (the router still runs; its weights are kept)."""
 
-    def __init__(self, policy: Policy, torch: ModuleType, ep: int = 1) -> None:
-        self.policy, self.torch, self.ep = policy, torch, ep
+    def __init__(self, policy: Policy, torch: ModuleType, ep: int = 1, top_k: int | None = None) -> None:
+        self.policy, self.torch, self.ep, self.top_k = policy, torch, ep, top_k  # top_k: the model's, if clamped
 
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> Any:
         hidden, *rest = args
         if not rest:  # (hidden, index, weights) is the experts' call transformers' MoE families make
             return None
         index = rest[0]
-        tokens, top_k = int(index.shape[0]), int(index.shape[-1])
+        tokens, top_k = int(index.shape[0]), self.top_k or int(index.shape[-1])
         experts = int(module.down_proj.shape[0])
         load = routing_policy.rank_share(self.policy, tokens, top_k, experts, self.ep)
         if self.ep > 1:  # the rank's experts take its share of the slots: top_k' a token, the rest padded on
@@ -234,7 +234,8 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
         _fill_buffers(part, torch)
     if s.get("routing"):
         for module in experts_modules(part).values():
-            module.register_forward_pre_hook(_Routed(s["routing"], torch, s.get("expert_ep", 1)), with_kwargs=True)
+            routed = _Routed(s["routing"], torch, s.get("expert_ep", 1), s.get("top_k"))
+            module.register_forward_pre_hook(routed, with_kwargs=True)
     return part.eval()
 
 

@@ -118,9 +118,11 @@ def trace(
     routing: str = "balanced",
     where: str = "suites.model",
     expert_ep: int = 1,
+    model_top_k: int | None = None,
 ) -> dict:
     """One forward of `phase`: {"gemms": per (module, which GEMM of its call, shape), "experts": each MoE layer
-    kind's load under `routing`}; `expert_ep`: a rank's shard, its experts the busiest rank's share."""
+    kind's load under `routing`}; `expert_ep`: a rank's shard, its experts the busiest rank's share;
+    `model_top_k`: the model's experts a token where the rank's router was clamped to its own experts."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -160,6 +162,7 @@ def trace(
                 tokens, top_k = hidden_states.numel() // hidden, int(index.shape[-1])
             else:  # every expert's copy of the tokens, routed by scores (Llama 4): (experts x tokens, hidden)
                 tokens, top_k = hidden_states.numel() // hidden // experts, int(model.config.num_experts_per_tok)
+            top_k = model_top_k or top_k
             load = routing_policy.rank_share(routing, tokens, top_k, experts, expert_ep, where)
             if recording[0]:
                 folded = LAYER.sub(".*", name)
@@ -334,7 +337,16 @@ def probe(request: dict) -> dict:
                             "phase": phase,
                             "batch": b,
                             "seq": s,
-                            **trace(model, b, s, phase, routing, entry["where"], entry.get("expert_ep", 1)),
+                            **trace(
+                                model,
+                                b,
+                                s,
+                                phase,
+                                routing,
+                                entry["where"],
+                                entry.get("expert_ep", 1),
+                                entry.get("top_k"),
+                            ),
                         }
                         for phase in entry["phases"]
                         for b in entry["batch"]

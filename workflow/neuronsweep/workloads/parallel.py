@@ -185,6 +185,7 @@ class RankConfig:
     fields: dict[str, Any]
     labels: dict[str, Any]
     expert_ep: int = 1  # experts are this many times more than the rank holds (its load is theirs, sliced)
+    top_k: int | None = None  # the model's experts a token, where a rank holds fewer (its router is clamped)
 
 
 def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig:
@@ -251,12 +252,18 @@ def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig
             "every rank of the EP group experts / moe_ep_degree of them."
         )
     fields[experts_key] = experts // moe_ep
+    top_k = config.get("num_experts_per_tok")
+    clamped = isinstance(top_k, int) and top_k > experts // moe_ep
+    if clamped:  # a router cannot pick more experts than its rank holds ("k not in range for dimension"):
+        # it picks among its own, and the rank's experts still get its share of the model's top_k slots
+        fields["num_experts_per_tok"] = experts // moe_ep
+        labels["top_k_per_rank"] = f"{top_k} -> {experts // moe_ep}: the rank's router over its own experts"
     expert_key = (
         "moe_intermediate_size" if isinstance(config.get("moe_intermediate_size"), int) else "intermediate_size"
     )
     fields[expert_key] = _split(config[expert_key], moe_tp, expert_key, where)
     labels |= {"moe_tp": moe_tp, "moe_ep": moe_ep, "experts_per_rank": experts // moe_ep}
-    return RankConfig(fields, labels, expert_ep=moe_ep)
+    return RankConfig(fields, labels, expert_ep=moe_ep, top_k=top_k if clamped else None)
 
 
 def _split(size: int, parts: int, key: str, where: str) -> int:
