@@ -28,6 +28,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -116,11 +117,18 @@ def load_nki() -> tuple[ModuleType, ModuleType, ModuleType, str]:
 
         return nki, nl, nisa, "nki"
     except ImportError:
+        pass
+    try:
         import neuronxcc.nki as nki
         import neuronxcc.nki.isa as nisa
         import neuronxcc.nki.language as nl
-
-        return nki, nl, nisa, "neuronxcc.nki"
+    except ImportError:
+        raise UserError(
+            "the NKI kernels need the standalone nki package (SDK 2.28+), and neither it nor the legacy neuronxcc.nki "
+            "imports here (Neuron SDK 2.34 removed neuronxcc.nki: announce-removal-neuronxcc-nki-2-34); pip install "
+            "nki from the Neuron repository, or activate the SDK's environment."
+        ) from None
+    return nki, nl, nisa, "neuronxcc.nki"
 
 
 def make_kernel(decorate: Callable | None = None, tile_m: int = P, tile_n: int = TN_MAX) -> Callable:

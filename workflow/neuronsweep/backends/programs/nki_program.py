@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.backends.processes import fresh
+from neuronsweep.errors import UserError
 from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels.nki_matmul import load_nki, loops
 from neuronsweep.workloads import described
@@ -104,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     spec = json.loads(args.spec)
 
-    nki, _, _, api = load_nki()
+    try:
+        nki, _, _, api = load_nki()
+    except UserError as exc:  # neither nki nor neuronxcc.nki: one sentence, as the stage reports a child's last line
+        raise SystemExit(f"neuronsweep: {exc}") from None
     if api != "nki" and described(spec).user_code:
         raise SystemExit(f"neuronsweep: {custom_nki.LEGACY_WHY}; install the SDK's nki package.")
     root = os.environ["NKI_ARTIFACTS_DIR"]  # the legacy route writes its NEFF there too
