@@ -120,9 +120,8 @@ def trace(
     expert_ep: int = 1,
     model_top_k: int | None = None,
 ) -> dict:
-    """One forward of `phase`: {"gemms": per (module, which GEMM of its call, shape), "experts": each MoE layer
-    kind's load under `routing`}; `expert_ep`: a rank's shard, its experts the busiest rank's share;
-    `model_top_k`: the model's experts a token where the rank's router was clamped to its own experts."""
+    """One forward of `phase`: its GEMMs by module and shape, and each MoE layer kind's load under `routing` (a
+    rank's share, `expert_ep`, of the model's `model_top_k` slots a token where its router picks fewer)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -130,9 +129,8 @@ def trace(
     seen: Counter = Counter()
     layers_at = decoder_layers(model)[0] + "."
     per_layer: dict[int, Counter] = {}  # each decoder layer's own GEMMs, by module relative to the layer
-    head: Counter = Counter()
+    head, loads = Counter[tuple](), dict[str, dict]()  # the head's GEMMs; each MoE layer kind's load
     calls: Counter = Counter()  # GEMMs of each kind so far in the innermost module's current call
-    loads: dict[str, dict] = {}
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -158,11 +156,10 @@ def trace(
         def forward(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
             index = args[0] if args else next((v for k, v in kwargs.items() if "ind" in k), None)
             hidden, experts = int(hidden_states.shape[-1]), int(module.down_proj.shape[0])
-            if index is not None:  # (tokens, hidden) and the router's top-k indices (tokens, k)
-                tokens, top_k = hidden_states.numel() // hidden, int(index.shape[-1])
+            if index is not None:  # (tokens, hidden), the router's top-k (tokens, k): the model's k if it clamped
+                tokens, top_k = hidden_states.numel() // hidden, model_top_k or int(index.shape[-1])
             else:  # every expert's copy of the tokens, routed by scores (Llama 4): (experts x tokens, hidden)
                 tokens, top_k = hidden_states.numel() // hidden // experts, int(model.config.num_experts_per_tok)
-            top_k = model_top_k or top_k
             load = routing_policy.rank_share(routing, tokens, top_k, experts, expert_ep, where)
             if recording[0]:
                 folded = LAYER.sub(".*", name)
