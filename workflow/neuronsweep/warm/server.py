@@ -1,8 +1,9 @@
 """The warm server (warmstart.py has the why): started by `warmstart.start` for one Snakemake run, it imports
 what the run's stage commands need once, then forks a child per job that connects, runs the job's command
 line in it with the job's folder, environment and standard streams, and sends the job the child's pid and
-then its exit status. It runs no stage itself; a job it cannot take runs on its own. It imports the package
-by name (preload) or inside functions: the host probe it may measure first times a clean interpreter's imports."""
+then its exit status. It runs no stage itself; a job it cannot take runs on its own. Beyond the protocol and
+the host probe, it imports the package by name (preload) or inside functions: the probe it may measure first
+times the imports a fresh interpreter makes."""
 
 from __future__ import annotations
 
