@@ -23,7 +23,9 @@ import yaml
 
 from neuronsweep import doctor, kernels
 from neuronsweep.analysis import derived, framework_split, intervals
+from neuronsweep.analysis.metrics import memory
 from neuronsweep.analysis.metrics.bounds import DGE
+from neuronsweep.analysis.profile_tables import columns, find_table
 from neuronsweep.analysis.stats import DEVICE_TIMES
 from neuronsweep.backends import neuron_setup
 from neuronsweep.errors import UserError
@@ -279,53 +281,43 @@ def headroom_lines(db: ProfileDB, name: str, summary: dict) -> list[Line]:
     it so); whether ThrottleSummary's throttle_active_time_percent and the SbufUsage / PsumUsage series'
     avg_util_percent are fractions, as the summary's percent fields are; which usage types
     HbmUsageSummaryByType names (device memory reads the legacy names)."""
-    tables = {t.lower(): t for t in db.tables}
     lines = []
+    meta, active = find_table(db, "Metadata"), find_table(db, "ActiveTime")
     cores = (
-        db.df(f'SELECT max(num_physical_cores) AS n FROM "{tables["metadata"]}"')["n"].iloc[0]
-        if ("metadata" in tables and "num_physical_cores" in {c for c, _ in db.describe(tables["metadata"])})
+        db.df(f'SELECT max(num_physical_cores) AS n FROM "{meta}"')["n"].iloc[0]
+        if (meta and "num_physical_cores" in columns(db, meta))
         else None
     )
     te = summary.get("tensor_engine_active_time")
-    if "activetime" not in tables or not cores or cores < 2 or not te:
+    if active is None or not cores or cores < 2 or not te:
         lines.append(Line("SKIP", f"{name}: LNC 2 active", f"physical cores {cores}: nothing to settle"))
     else:
-        busy = db.df(f"SELECT start_ts, end_ts FROM \"{tables['activetime']}\" WHERE lower(engine) = 'tensor'")
+        busy = db.df(f"SELECT start_ts, end_ts FROM \"{active}\" WHERE lower(engine) = 'tensor'")
         union = intervals.union_length(busy["start_ts"], busy["end_ts"]) * 1e-9
-        lines.append(
-            Line(
-                "PASS" if math.isclose(union, te, rel_tol=0.02) else "FAIL",
-                f"{name}: LNC 2 active",
-                f"summary tensor_engine_active_time {te} s, the union of both cores' ActiveTime {union} s",
-            )
-        )
-    if "throttlesummary" in tables and summary.get("total_time"):
-        rows = db.df(f'SELECT * FROM "{tables["throttlesummary"]}"')
+        close = math.isclose(union, te, rel_tol=0.02)
+        detail = f"summary tensor_engine_active_time {te} s, the union of both cores' ActiveTime {union} s"
+        lines.append(Line("PASS" if close else "FAIL", f"{name}: LNC 2 active", detail))
+    throttle = find_table(db, "ThrottleSummary")
+    wanted = {"throttle_active_time_ns", "throttle_active_time_percent"}
+    if throttle and wanted <= columns(db, throttle) and summary.get("total_time"):
+        rows = db.df(f'SELECT {", ".join(sorted(wanted))} FROM "{throttle}"').to_dict("records")
         pairs = [
             (r["throttle_active_time_ns"] * 1e-9 / summary["total_time"], r["throttle_active_time_percent"])
-            for r in rows.to_dict("records")
-            if r.get("throttle_active_time_ns") and r.get("throttle_active_time_percent") is not None
+            for r in rows
+            if r["throttle_active_time_ns"] and r["throttle_active_time_percent"] is not None
         ]
-        fraction = all(math.isclose(a, b, rel_tol=0.02) for a, b in pairs)
-        lines.append(
-            Line(
-                "SKIP" if not pairs else "PASS" if fraction else "FAIL",
-                f"{name}: throttle unit",
-                f"(ns / total_time, throttle_active_time_percent): {pairs[:3]}" if pairs else "no throttled row",
-            )
-        )
-    for series in ("sbufusage", "psumusage"):
-        if series in tables and "avg_util_percent" in {c for c, _ in db.describe(tables[series])}:
-            top = db.df(f'SELECT max(avg_util_percent) AS top FROM "{tables[series]}"')["top"].iloc[0]
-            lines.append(
-                Line(
-                    "PASS" if top is not None and 0 <= top <= 1 else "FAIL",
-                    f"{name}: {tables[series]} unit",
-                    f"highest avg_util_percent {top} (read as a fraction, as the summary's percent fields are)",
-                )
-            )
-    if "hbmusagesummarybytype" in tables:
-        kinds = sorted(db.df(f'SELECT DISTINCT usage_type FROM "{tables["hbmusagesummarybytype"]}"')["usage_type"])
+        verdict = "SKIP" if not pairs else "PASS" if all(math.isclose(a, b, rel_tol=0.02) for a, b in pairs) else "FAIL"
+        detail = f"(ns / total_time, throttle_active_time_percent): {pairs[:3]}" if pairs else "no throttled row"
+        lines.append(Line(verdict, f"{name}: throttle unit", detail))
+    usage = memory.parquet_usage(db)  # as device memory reads the tables
+    for kind, table in (("sb", "SbufUsage"), ("psum", "PsumUsage")):
+        values = [r["usage_avg"] for r in usage["buffer_usage"] or () if r["type"] == kind]
+        if values:
+            verdict = "PASS" if 0 <= max(values) <= 1 else "FAIL"
+            detail = f"highest avg_util_percent {max(values)} (read as a fraction, as the summary's percent fields are)"
+            lines.append(Line(verdict, f"{name}: {table} unit", detail))
+    if usage["hbm_usage_by_type"]:
+        kinds = sorted({str(r["usage_type"]) for r in usage["hbm_usage_by_type"]})
         lines.append(Line("PASS" if "Tensors" in kinds else "FAIL", f"{name}: HBM types", ", ".join(kinds)))
     return lines
 

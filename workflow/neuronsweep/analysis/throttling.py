@@ -148,10 +148,7 @@ def _events_from_db(db: ProfileTables) -> tuple[tuple[pd.DataFrame, pd.DataFrame
     lacking = [f"{events}.{c}" for c in EVENT_FIELDS if c not in columns(db, events)]
     lacking += [f"{active}.{c}" for c in ("start_ts", "end_ts", "engine") if c not in columns(db, active)]
     if lacking:
-        return (
-            None,
-            f"the profile's throttle events lack {', '.join(lacking)}, which throttling while TensorE was active reads",
-        )
+        return None, _lacking_why(lacking)
     core = {t: "coalesce(pcore_idx, 0)" if "pcore_idx" in columns(db, t) else "0" for t in (events, active)}
     thr = db.df(f'SELECT timestamp, duration, k, n, {core[events]} AS core FROM "{events}"')
     te = db.df(f"SELECT start_ts, end_ts, {core[active]} AS core FROM \"{active}\" WHERE lower(engine) = 'tensor'")
@@ -167,10 +164,7 @@ def _events_from_legacy(ham: list, active_time: list) -> tuple[tuple[pd.DataFram
         f"active_time.{c}" for c in ("start_ts", "end_ts", "engine") if c not in te
     ]
     if lacking:
-        return (
-            None,
-            f"the profile's throttle events lack {', '.join(lacking)}, which throttling while TensorE was active reads",
-        )
+        return None, _lacking_why(lacking)
     thr["core"] = thr["pcore_idx"].fillna(0) if "pcore_idx" in thr else 0
     te["core"] = te["pcore_idx"].fillna(0) if "pcore_idx" in te else 0
     numbers = [pd.to_numeric(thr[c], errors="coerce") for c in EVENT_FIELDS]
@@ -201,3 +195,7 @@ def _while_active(thr: pd.DataFrame, te: pd.DataFrame) -> tuple[WhileActive | No
     if te_total <= 0:
         return None, "TensorE was never active in the profile: no throttling while it was active"
     return WhileActive(100 * throttled / te_total, 100 * lost / te_total, lowest), None
+
+
+def _lacking_why(lacking: list[str]) -> str:
+    return f"the profile's throttle events lack {', '.join(lacking)}, which throttling while TensorE was active reads"

@@ -23,7 +23,7 @@ import pandas as pd
 from neuronsweep.analysis.engines import COMPUTE_ENGINES
 from neuronsweep.analysis.framework_split import categorize_ops
 from neuronsweep.analysis.intervals import covered_by, merge, starts_inside
-from neuronsweep.analysis.profile_tables import ProfileTables
+from neuronsweep.analysis.profile_tables import ProfileTables, columns, find_table
 
 TABLES = {
     "DmaPacket": ("start_ts", "end_ts", "transfer_bytes", "queue_type"),
@@ -83,25 +83,18 @@ def window_inputs(
     return out, None
 
 
-def _table(db: ProfileTables, name: str) -> str:
-    return next(t for t in db.tables if t.lower() == name.lower())
-
-
-def _names(db: ProfileTables, name: str) -> set[str]:
-    return {c for c, _ in db.describe(_table(db, name))}
-
-
 def _lacking(db: ProfileTables) -> str | None:
     """The first table, or table.column, the windows need that the profile lacks."""
-    for name, columns in TABLES.items():
-        if not any(t.lower() == name.lower() for t in db.tables):
+    for name, wanted in TABLES.items():
+        table = find_table(db, name)
+        if table is None:
             return f"{name} table"
-        missing = [c for c in columns if c not in _names(db, name)]
+        missing = [c for c in wanted if c not in columns(db, table)]
         if missing:
             return f"{name}.{missing[0]} column"
     return None
 
 
-def _frame(db: ProfileTables, name: str, columns: str, where: str = "TRUE") -> pd.DataFrame:
-    """The table's `columns` for the rows `where` keeps."""
-    return db.df(f'SELECT {columns} FROM "{_table(db, name)}" WHERE {where}')
+def _frame(db: ProfileTables, name: str, wanted: str, where: str = "TRUE") -> pd.DataFrame:
+    """The table's `wanted` columns for the rows `where` keeps (the table is there: _lacking said so)."""
+    return db.df(f'SELECT {wanted} FROM "{find_table(db, name)}" WHERE {where}')

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from neuronsweep.analysis import derived, framework_split
-from neuronsweep.analysis.metrics import bounds
+from neuronsweep.analysis.metrics import bounds, memory
 from neuronsweep.analysis.metrics.case import compose
 from neuronsweep.analysis.metrics.collectives import rank_latency
 from neuronsweep.analysis.metrics.memory import Memory
+from neuronsweep.analysis.profile_tables import find_table
 from neuronsweep.analysis.window_inputs import WindowInputs, window_inputs
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.backends import BACKENDS
@@ -104,39 +105,15 @@ def device_reads(
     headroom's evidence from its tables (`legacy`: the summary file given, or the full profile beside it,
     which may be a legacy full-profile JSON whose `ham` and `active_time` the tables do not load)."""
     usage = {key: legacy_json.small_array(legacy, key) for key in ("nc_mem_usage", "instruction_usage")}
-    usage["hbm_usage_by_type"] = hbm_usage_by_type(db)
-    usage["buffer_usage"] = buffer_usage(db)
+    usage |= memory.parquet_usage(db)
     # throttling while TensorE is active: from the view's Throttle table, else the legacy JSON's ham and
     # active_time where they sit in its first or last MiB (never a pass over the whole file for them)
-    parquet = db is not None and any(t.lower() == "throttle" for t in db.tables)
+    parquet = db is not None and find_table(db, "Throttle") is not None
     full = not parquet and is_full_profile(legacy)
     arrays = (
         {key: legacy_json.small_array(legacy, key, stream=False) for key in ("ham", "active_time")} if full else None
     )
     return usage, profile_warnings(legacy), bounds.evidence(summary, db, arrays)
-
-
-def hbm_usage_by_type(db: ProfileDB | None) -> list[dict] | None:
-    """The parquet HbmUsageSummaryByType rows as the legacy nc_mem_usage has them ({usage_type, amount_bytes});
-    None where the view has no such table (or not its two columns)."""
-    table = next((t for t in (db.tables if db else ()) if t.lower() == "hbmusagesummarybytype"), None)
-    if db is None or table is None or not {"usage_type", "usage_bytes"} <= {c for c, _ in db.describe(table)}:
-        return None
-    rows = db.df(f'SELECT usage_type, usage_bytes AS amount_bytes FROM "{table}"')
-    return rows.to_dict("records")
-
-
-def buffer_usage(db: ProfileDB | None) -> list[dict] | None:
-    """The parquet SbufUsage and PsumUsage series' `avg_util_percent` (profile-schema-reference: "Average
-    utilization across all State Buffer partitions", "Average fullness across all PSUM memory banks") as the
-    legacy instruction_usage has them ({type: sb | psum, usage_avg}); None where the view has neither."""
-    rows: list[dict] = []
-    for name, kind in (("sbufusage", "sb"), ("psumusage", "psum")):
-        table = next((t for t in (db.tables if db else ()) if t.lower() == name), None)
-        if db is not None and table and "avg_util_percent" in {c for c, _ in db.describe(table)}:
-            found = db.df(f'SELECT avg_util_percent AS usage_avg FROM "{table}" WHERE avg_util_percent IS NOT NULL')
-            rows += [{"type": kind, "usage_avg": v} for v in found["usage_avg"]]
-    return rows or None
 
 
 RANK_TIMES = ("median_s", "iqr_s", "min_s", "spread_s", "n")

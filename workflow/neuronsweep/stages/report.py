@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,7 +41,7 @@ def recommendations(table: pd.DataFrame) -> list[str]:
     timing ratio (memory bound, recompilation, overhead) stands for every case; ratios measured on the
     host say they are host-only."""
     ok = table[table["status"] == "ok"]
-    noisy = _matching(ok, "noisy", True)
+    noisy = _matching(ok, GROUPS["noisy"].column, GROUPS["noisy"].value)
     recs = [] if ok.empty else _measured_recommendations(ok, ok.drop(noisy.index))  # nothing measured: no metrics
     for _, r in table[table["status"].isin(("failed", "wrong"))].iterrows():
         recs.append(f"{r['scenario_id']} {'failed' if r['status'] == 'failed' else 'is wrong'}: {r['reason']}")
@@ -89,23 +90,31 @@ def _recoverable_s(r: pd.Series, share_pct: str) -> float:
     return float(time) * (1 - reached) * float(count)
 
 
-def _spread_s(r: pd.Series) -> float:
-    spread = r.get("latency_spread_s")
-    return float(spread) if spread is not None and pd.notna(spread) else 0.0
+@dataclass(frozen=True)
+class Group:
+    """A recommendation about several cases that share a cause: which rows, what orders them, and its table."""
+
+    column: str  # summary.csv's column that picks its rows, and the value it picks them by
+    value: object
+    title: str  # of the table of all its cases
+    order: str  # that table's column the cases rank by: seconds recoverable, or a noisy case's spread
+    said: str  # the word after each named case's figure
+    first: str  # how the named few are introduced
+
+    def weigh(self, r: pd.Series) -> float:
+        """The case's figure: the time it could recover, or its spread."""
+        if self.order == "latency_spread_s":
+            return float(r["latency_spread_s"]) if pd.notna(r.get("latency_spread_s")) else 0.0
+        share = "roofline_efficiency_pct" if self.value == "memory" else "profile_active_pct"
+        return _recoverable_s(r, share)
 
 
-GROUPS = {  # a grouped recommendation's anchor -> (title of the table of all its cases, what orders them, as said)
-    "memory-bound": ("The memory-bound cases, by time recoverable", "recoverable_s", "recoverable"),
-    "overhead-bound": ("The overhead-bound cases, by time recoverable", "recoverable_s", "recoverable"),
-    "noisy": ("The noisy cases, by spread", "latency_spread_s", "spread"),
+RECOVERABLE = ("recoverable_s", "recoverable", "most time recoverable")
+GROUPS = {  # a grouped recommendation's anchor on the page -> its group
+    "memory-bound": Group("roofline_bound", "memory", "The memory-bound cases, by time recoverable", *RECOVERABLE),
+    "overhead-bound": Group("bound_class", "overhead", "The overhead-bound cases, by time recoverable", *RECOVERABLE),
+    "noisy": Group("noisy", True, "The noisy cases, by spread", "latency_spread_s", "spread", "widest spread"),
 }
-
-
-def _weigh(anchor: str, r: pd.Series) -> float:
-    """What orders a group's cases: the time recoverable, or a noisy case's spread."""
-    if anchor == "noisy":
-        return _spread_s(r)
-    return _recoverable_s(r, "roofline_efficiency_pct" if anchor == "memory-bound" else "profile_active_pct")
 
 
 def _named(cases: list[tuple[str, pd.Series]], anchor: str) -> str:
@@ -114,11 +123,10 @@ def _named(cases: list[tuple[str, pd.Series]], anchor: str) -> str:
     link on the page to grouped_cases' table)."""
     if len(cases) <= NAMED:
         return ", ".join(label for label, _ in cases)
-    _, _, said = GROUPS[anchor]
-    top = sorted(cases, key=lambda c: -_weigh(anchor, c[1]))[:NAMED]
-    shown = ", ".join(f"{label} ({human('time_s', _weigh(anchor, r))} {said})" for label, r in top)
-    first = "most time recoverable" if said == "recoverable" else "widest spread"
-    return f"{first}: {shown}; and {len(cases) - NAMED} more, [all {len(cases)}](#{anchor})"
+    group = GROUPS[anchor]
+    top = sorted(cases, key=lambda c: -group.weigh(c[1]))[:NAMED]
+    shown = ", ".join(f"{label} ({human('time_s', group.weigh(r))} {group.said})" for label, r in top)
+    return f"{group.first}: {shown}; and {len(cases) - NAMED} more, [all {len(cases)}](#{anchor})"
 
 
 def _matching(rows: pd.DataFrame, column: str, value: object) -> pd.DataFrame:
@@ -126,23 +134,15 @@ def _matching(rows: pd.DataFrame, column: str, value: object) -> pd.DataFrame:
     return rows[rows[column] == value] if column in rows else rows.iloc[0:0]
 
 
-def _group_rows(ok: pd.DataFrame, anchor: str) -> pd.DataFrame:
-    """The rows a grouped recommendation is about."""
-    column, value = {"memory-bound": ("roofline_bound", "memory"), "overhead-bound": ("bound_class", "overhead")}.get(
-        anchor, ("noisy", True)
-    )
-    return _matching(ok, column, value)
-
-
 def grouped_cases(ok: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per grouped recommendation naming more than NAMED cases, the table of all of them (its anchor -> rows),
     those that weigh most first."""
     out = {}
-    for anchor, (_, order, _) in GROUPS.items():
-        cases = list(_per_workload(_group_rows(ok, anchor)))
+    for anchor, group in GROUPS.items():
+        cases = list(_per_workload(_matching(ok, group.column, group.value)))
         if len(cases) > NAMED:
-            rows = pd.DataFrame([{"case": label, order: _weigh(anchor, r)} for label, r in cases])
-            out[anchor] = rows.sort_values(order, ascending=False, kind="stable")
+            rows = pd.DataFrame([{"case": label, group.order: group.weigh(r)} for label, r in cases])
+            out[anchor] = rows.sort_values(group.order, ascending=False, kind="stable")
     return out
 
 
@@ -612,7 +612,9 @@ def run(
         if recs
         else "<h2>Recommendations</h2><p class=muted>Nothing stands out beyond the spread.</p>"
     )
-    parts += [f'<h3 id="{anchor}">{GROUPS[anchor][0]}</h3>' + table(rows) for anchor, rows in grouped_cases(ok).items()]
+    parts += [
+        f'<h3 id="{anchor}">{GROUPS[anchor].title}</h3>' + table(rows) for anchor, rows in grouped_cases(ok).items()
+    ]
     parts.append(_headroom(ok))
     kinds = (  # what each row's suite is; summaries written before suite_kind name a model's suite model-<name>
         table_["suite_kind"]

@@ -26,7 +26,7 @@ from neuronsweep.analysis.metrics.counters import ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.analysis.profile_tables import ProfileTables
-from neuronsweep.analysis.throttling import Throttling, from_profile
+from neuronsweep.analysis.throttling import Activity, Throttling, from_profile
 from neuronsweep.analysis.window_inputs import WindowInputs
 
 DGE = "dynamic DMA metadata"  # the profiler's warning when a capture ran without DGE notifications
@@ -188,6 +188,14 @@ def _efficiency(
         notes["dma_small_descriptor_bytes_pct"] = notes["dma_small_descriptor_queues"] = found.descriptors_why or ""
     elif not small.small_queues:
         notes["dma_small_descriptor_queues"] = "no kernel transfer moved descriptors under 4 KiB"
+    _throttle_notes(notes, throttling, worst)
+    if warnings is None:
+        notes["profile_warnings"] = "this form of the profile (a summary) carries no warnings list"
+    return replace(part, insights=_insights(summary, part, throttling))
+
+
+def _throttle_notes(notes: dict[str, str], throttling: Throttling, worst: Activity | None) -> None:
+    """Where each throttling figure comes from, or why it has none."""
     source = throttling.activities_source
     if source is None:
         notes["throttling"] = "the profile has no ThrottleSummary table nor throttle_<activity>_* summary fields"
@@ -199,11 +207,10 @@ def _efficiency(
         )
     else:
         notes["throttle_util_limit_pct"] = notes["throttled_time_pct"] = f"from {source}, over the whole execution"
-    if active is None:
+        if worst.time_pct is None:
+            notes["throttled_time_pct"] = f"{source} gives the limit but not the share of the time it was in force"
+    if throttling.while_active is None:
         notes["throttled_active_time_pct"] = notes["throttled_active_flops_pct"] = throttling.while_active_why or ""
-    if warnings is None:
-        notes["profile_warnings"] = "this form of the profile (a summary) carries no warnings list"
-    return replace(part, insights=_insights(summary, part, throttling))
 
 
 def _ladder(counters: ProfileCounters, peaks: Peaks | None, efficiency: Efficiency, dge: str | None) -> Bounds:

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 
 from neuronsweep.analysis.metrics.parts import Part
+from neuronsweep.analysis.profile_tables import ProfileTables, columns, find_table
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.json_numbers import finite_number
 
@@ -85,3 +86,26 @@ def memory(usage: dict | None, backend: str, no_device_why: str | None) -> Memor
         if not values:
             part.notes[key] = f"{ON_CHIP_SOURCES[on_chip]} has no {kind} series" if series else NO_ON_CHIP
     return part
+
+
+def parquet_usage(db: ProfileTables | None) -> dict[str, list | None]:
+    """The parquet view's device memory in the legacy arrays' shapes: `hbm_usage_by_type` from
+    HbmUsageSummaryByType ({usage_type, amount_bytes}), `buffer_usage` from the SbufUsage and PsumUsage series'
+    avg_util_percent ({type: sb | psum, usage_avg}; profile-schema-reference: "Average utilization across all
+    State Buffer partitions", "Average fullness across all PSUM memory banks"); None where the view lacks them."""
+    out: dict[str, list | None] = {"hbm_usage_by_type": None, "buffer_usage": None}
+    if db is None:
+        return out
+    hbm = find_table(db, "HbmUsageSummaryByType")
+    if hbm is not None and {"usage_type", "usage_bytes"} <= columns(db, hbm):
+        out["hbm_usage_by_type"] = db.df(f'SELECT usage_type, usage_bytes AS amount_bytes FROM "{hbm}"').to_dict(
+            "records"
+        )
+    series = []
+    for name, kind in (("SbufUsage", "sb"), ("PsumUsage", "psum")):
+        table = find_table(db, name)
+        if table is not None and "avg_util_percent" in columns(db, table):
+            found = db.df(f'SELECT avg_util_percent FROM "{table}" WHERE avg_util_percent IS NOT NULL')
+            series += [{"type": kind, "usage_avg": v} for v in found["avg_util_percent"]]
+    out["buffer_usage"] = series or None
+    return out
