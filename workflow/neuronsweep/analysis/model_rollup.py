@@ -6,7 +6,7 @@
   time x how many layers are of it, plus the head's), the share of it each category takes (the GEMMs'
   share measured, not assumed) and each GEMM's time inside its layer beside its time alone (the isolation
   gap: inside / alone; above 1, the GEMM runs slower in the layer than alone);
-- under a parallel layout (workloads/parallel.py) every figure is one rank's, per tp: the forward adds
+- under a parallel layout (workloads/deployment.py) every figure is one rank's, per tp: the forward adds
   each collective's count x its measured latency (`collectives_time_s`, `collectives_pct`), and the
   collectives are a category of their own beside the layers' profiled categories.
 """

@@ -32,6 +32,8 @@ class Target:
     dma_source: str = "no documented dma_ddr_bandwidth for this NeuronCore (profile metadata or AWS's pages)"
     # why the neuron backend's torch-xla route no longer serves this target, or None where it still does
     xla_route_ended: str | None = None
+    # why NxD Inference no longer serves models on this target (vLLM Neuron does), or None where it still does
+    nxd_inference_ended: str | None = None
     fp32_ratio: float = 4.0  # bf16 peak / fp32 peak: 4 on NeuronCore-v2 and -v3
     nki_platform: str = "trn1"  # NEURON_PLATFORM_TARGET_OVERRIDE for standalone NKI (nki.isa.nc_version)
     lnc_choices: tuple[int, ...] = (1,)  # what neuronx-cc accepts for --logical-nc-config (NCC_EARG001)
@@ -81,6 +83,11 @@ _V2 = (
     "profiler's MBU divides by (the hbm_ddr_bandwidth of real inf2 profile metadata); LNC 1; "
     "32 GiB of HBM per chip of 2 NeuronCores"
 )
+_NXDI_ENDED = (
+    "Neuron SDK 2.34 ended NxD Inference there (announce-no-support-nxdi-nxd-core-inference-trn); trn2 and trn3 "
+    "serve with vLLM Neuron"
+)
+
 TARGETS = {
     "trn1": Target("trn1", 128 * 128 * 2 * 2.8e9, 410e9, 1, _V2),
     "inf2": Target(
@@ -111,6 +118,7 @@ TARGETS = {
         lnc_choices=(1, 2),
         xla_route_ended="Neuron SDK 2.34 ended PyTorch/XLA inference on trn2 and trn3 (its announcement "
         "announce-no-support-torch-xla-inference-trn): their models build and run with TorchNeuron",
+        nxd_inference_ended=_NXDI_ENDED,
         dma_bytes_per_core_per_s=435e9,
         dma_source="dma_ddr_bandwidth 435 GB/s of one NeuronCore, AWS's worked trn2 example "
         "(neuron-agentic-development, neuron-nki-profile-querying/references/example-bounds-analysis.md)",
@@ -136,6 +144,7 @@ TARGETS = {
         nki_platform="trn3",
         xla_route_ended="Neuron SDK 2.34 ended PyTorch/XLA inference on trn2 and trn3 (its announcement "
         "announce-no-support-torch-xla-inference-trn): their models build and run with TorchNeuron",
+        nxd_inference_ended=_NXDI_ENDED,
         lnc_choices=(1, 2),
         sbuf_partition_bytes=32 * 2**20 // 128,
         onchip_source="NeuronCore-v4: 'SBUF capacity is 32 MiB (up from 28 MiB in NeuronCore-v3), while the PSUM "

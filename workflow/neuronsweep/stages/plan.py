@@ -26,6 +26,7 @@ from neuronsweep.host import caps, devicelock, targets
 from neuronsweep.workloads import (
     collective,
     custom,
+    deployment,
     described,
     expressions,
     has_roofline,
@@ -34,8 +35,8 @@ from neuronsweep.workloads import (
     loops,
     matmul,
     mlp,
-    parallel,
     routing,
+    sharding,
     unsupported,
     user_code,
     working_set_bytes,
@@ -427,54 +428,63 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
 
 @dataclass
 class _ModelPass:
-    """One probe request of a model entry: the entry (batch and seq from its layout's form), its layout,
-    the phases that share one rank config, and that config."""
+    """One probe request of a model entry: the entry (batch and seq from its deployment), its layout, the
+    phases that share one rank config and graphs, that config, and what the scenarios carry besides."""
 
     entry: dict
-    layout: parallel.Sharding
-    rank: parallel.RankConfig
+    layout: sharding.Sharding
+    rank: sharding.RankConfig
     config: dict  # the model's config.json fields (empty for a module entry)
+    labels: dict  # the deployment's own: its stack's settings, what it assumed
 
 
 def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_ModelPass]]:
-    """The probe's request (one entry per model, layout and group of phases with one rank config) and what
-    each request entry is; every parallel layout checked before any job."""
+    """The probe's request (one entry per model, layout and group of phases with one rank config and one
+    grid of graphs) and what each request entry is; every deployment checked before any job."""
     request: dict = {"entries": [], "answers": "layers"}  # the answer's form: a cached older one is not reused
     passes = []
     family = _family(config)
+    ended = targets.TARGETS[family].nxd_inference_ended if family in targets.TARGETS else None
     for i, raw in enumerate(entries):
         where = f"suites.model[{i}] ({raw['name']})"
         if ("hf_config" in raw) == ("module" in raw):
             raise UserError(f"{where}: give exactly one of hf_config (a config.json) and module (FILE.py:NAME).")
-        entry, layouts = parallel.entry_layout(raw, where)
-        parallel.check_tp(layouts, family, where)
+        deployed = deployment.entry_layout(raw, where)
+        deployment.check(deployed, family, ended, where)
+        entry = deployed.entry
         source = entry.get("hf_config") or str(user_code.source_file(entry["module"]))
         try:
             digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
         except OSError:
             raise UserError(f"{where}: no such file {source}; give a path relative to the config file.") from None
-        if "module" in entry and layouts != [parallel.Sharding(1)]:
+        if "module" in entry and deployed.stack:
             raise UserError(
-                f"{where}: parallel needs hf_config: a rank's shard is its config.json with the rank's heads."
+                f"{where}: a deployment needs hf_config: a rank's shard is its config.json with the rank's heads."
             )
         fields = json.loads(Path(source).read_text()) if "hf_config" in entry else {}
         policy = entry.get("routing", "balanced")
         if isinstance(policy, dict) and "counts" in policy:  # the shares of a measured load, read here
             policy = {"counts": routing.read_counts(Path(policy["counts"]), where), "file": policy["counts"]}
-        for layout in layouts:
-            groups: dict[str, tuple[parallel.RankConfig, list[str]]] = {}
+        labels = dict(entry.pop("vllm_labels", {}))
+        if deployed.assumed:
+            labels["assumed"] = "; ".join(deployed.assumed)
+        for layout in deployed.shardings:
+            groups: dict[str, tuple[sharding.RankConfig, list[str]]] = {}
             for phase in entry["phases"]:
-                rank = parallel.rank_config(fields, layout, phase, where)
-                _check_rank_fits(fields, rank, entry, family, where)
-                groups.setdefault(json.dumps(rank.fields, sort_keys=True), (rank, []))[1].append(phase)
+                rank = deployment.rank_config(fields, layout, phase, where)
+                grid = deployed.grids[phase]
+                _check_rank_fits(fields, rank, entry, grid, family, where)
+                key = json.dumps([rank.fields, grid.batches, grid.seqs], sort_keys=True)
+                groups.setdefault(key, (rank, []))[1].append(phase)
             for rank, phases in groups.values():
+                grid = deployed.grids[phases[0]]
                 request["entries"].append(
                     {
                         "where": where,
                         **{k: entry[k] for k in ("hf_config", "module") if k in entry},
                         "sha256": digest,
-                        "batch": entry["batch"],
-                        "seq": entry["seq"],
+                        "batch": list(grid.batches),
+                        "seq": list(grid.seqs),
                         "phases": phases,
                         "dtype": entry["dtype"][0],  # the trace runs in the case's dtype; shapes do not depend on it
                         "routing": policy,
@@ -482,26 +492,29 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
                         **({"top_k": rank.top_k} if rank.top_k else {}),
                     }
                 )
-                passes.append(_ModelPass(entry, layout, rank, fields))
+                passes.append(_ModelPass(entry, layout, rank, fields, labels))
     return request, passes
 
 
 def _family(config: dict) -> str | None:
-    """The instance family whose TP degrees a parallel layout must be: neuron.target where it names one."""
+    """The instance family a deployment must run on: neuron.target where it names one."""
     sections = [config.get(name) or {} for name, described in BACKENDS.items() if described.neuron_device]
-    return next((s["target"] for s in sections if s.get("target") in parallel.SUPPORTED_TP), None)
+    return next((s["target"] for s in sections if s.get("target") in targets.TARGETS), None)
 
 
-def _check_rank_fits(fields: dict, rank: parallel.RankConfig, entry: dict, family: str | None, where: str) -> None:
-    """A rank's weights and KV cache (its largest batch and seq) against its core's HBM, where the target is known."""
-    hbm = parallel.HBM_PER_CORE.get(family or "")
-    if not hbm or not any(k in entry for k in ("parallel", "neuron_config", "vllm")):  # a layout was given
+def _check_rank_fits(
+    fields: dict, rank: sharding.RankConfig, entry: dict, grid: sharding.Grid, family: str | None, where: str
+) -> None:
+    """A rank's weights and KV cache (the phase's largest graph) against its core's HBM, where the target is known."""
+    hbm = deployment.HBM_PER_CORE.get(family or "")
+    if not hbm or not any(k in entry for k in deployment.FORMS):  # a deployment was given
         return
-    need = max(parallel.rank_bytes(fields, rank, d, max(entry["batch"]), max(entry["seq"])) for d in entry["dtype"])
+    batch, seq = max(grid.batches), max(grid.seqs)
+    need = max(sharding.rank_bytes(fields, rank, d, batch, seq) for d in entry["dtype"])
     if need > hbm:
         raise UserError(
             f"{where}: one rank's weights and KV cache at tp {rank.labels['tp']} take {need / 1e9:.1f} GB, over the "
-            f"{hbm / 1e9:.0f} GB of HBM a {family} NeuronCore has (nxd-inference api-guide); raise tp_degree."
+            f"{hbm / 1e9:.0f} GB of HBM a {family} NeuronCore has (nxd-inference api-guide); raise the TP degree."
         )
 
 
@@ -520,9 +533,9 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
         for one, dtype in itertools.product(traced, entry["dtype"]):
             moe = bool(one.get("experts"))
             tag = f"-{layout.label(one['phase'], moe)}" if mp.rank.fields else ""
-            common = {k: one[k] for k in ("phase", "batch", "seq")} | {"dtype": dtype} | mp.rank.labels
+            common = {k: one[k] for k in ("phase", "batch", "seq")} | {"dtype": dtype} | mp.rank.labels | mp.labels
             prefix = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}{tag}"
-            out += _gemm_scenarios(entry, one, dtype, policy, common, prefix, mp.rank)
+            out += _gemm_scenarios(entry, one, dtype, policy, common, prefix, mp.rank, layout)
             if mp.rank.fields:
                 out += _collective_scenarios(entry, one, dtype, common, prefix, mp.config, layout)
             if entry.get("layers", True):
@@ -539,15 +552,18 @@ def _gemm_scenarios(
     policy: str,
     common: dict,
     prefix: str,
-    rank: parallel.RankConfig,
+    rank: sharding.RankConfig,
+    layout: sharding.Sharding,
 ) -> list[tuple[Scenario, dict]]:
     """The pass's GEMMs, each a matmul workload. Under EP the router still scores every expert: its GEMM
-    (hidden -> the rank's experts, as the rank's config builds it) is counted over all of them."""
+    (hidden -> the rank's experts, as the rank's config builds it) is counted over all of them. Where the
+    stack runs a GEMM inside a fused kernel on the device, its label says which."""
     out = []
     for g in one["gemms"]:
         n = g["n"]
         moe = one.get("experts", {}).get(g["module"])  # an expert GEMM: its tokens are the policy's
-        if rank.expert_ep > 1 and _is_router(g, rank):
+        router = _is_router(g, rank)
+        if rank.expert_ep > 1 and router:
             n = g["n"] * rank.expert_ep
         spec = matmul.spec(m=g["m"], k=g["k"], n=n, dtype=dtype)
         short = g["module"].replace("model.layers.*.", "").replace("*", "n")
@@ -556,6 +572,9 @@ def _gemm_scenarios(
             gemm = f"{gemm}-{policy}"
         labels = {"model": entry["name"], **common, "module": g["module"], "gemm": gemm, "count": g["count"]}
         labels |= {"m": g["m"], "k": g["k"], "n": n}
+        kernel = deployment.fused(layout, one["phase"], g["module"], bool(moe) or router)
+        if kernel:
+            labels["fused_on_device"] = kernel
         if moe:
             labels |= {
                 "routing": policy,
@@ -570,20 +589,20 @@ def _gemm_scenarios(
     return out
 
 
-def _is_router(g: dict, rank: parallel.RankConfig) -> bool:
+def _is_router(g: dict, rank: sharding.RankConfig) -> bool:
     """Whether a traced GEMM is an MoE router: a `gate` Linear onto the rank's experts."""
-    local = next((rank.fields[k] for k in parallel.EXPERT_COUNT_KEYS if k in rank.fields), None)
+    local = next((rank.fields[k] for k in sharding.EXPERT_COUNT_KEYS if k in rank.fields), None)
     return local is not None and g["module"].endswith("gate") and g["n"] == local
 
 
 def _collective_scenarios(
-    entry: dict, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: parallel.Sharding
+    entry: dict, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: sharding.Sharding
 ) -> list[tuple[Scenario, dict]]:
-    """The collectives one forward of this pass issues per rank (parallel.collectives), each a workload of
+    """The collectives one forward of this pass issues per rank (deployment.collectives), each a workload of
     the collectives suite's kind (shared with it where the op, size, world and dtype agree)."""
     kinds = [{"layers": k["layers"], "moe": k["kind"].startswith("moe")} for k in one.get("layers") or []]
     out = []
-    for c in parallel.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
+    for c in deployment.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
         spec = collective.spec(c.op, c.nbytes, c.world, dtype)
         labels = {"model": entry["name"], **common, "part": "collective", "op": c.op, "bytes": spec["bytes"]}
         labels |= {"world": c.world, "group": c.group, "count": c.count, "where": c.what}
