@@ -221,3 +221,39 @@ def test_a_serve_line_plans_each_graph_as_one_ranks_gemms_and_collectives(tmp_pa
     assert "sampling on the device" in q["decode"]["assumed"]
     colls = {(s.labels["phase"], s.labels["op"]) for s in plan.scenarios if s.labels.get("part") == "collective"}
     assert colls == {("prefill", "reduce_scatter"), ("prefill", "all_gather"), ("decode", "all_reduce")}
+
+
+@pytest.mark.slow  # a model's two graphs with gloo ranks
+@pytest.mark.workflow
+@pytest.mark.torch
+def test_a_serve_line_runs_on_cpu_each_graph_one_ranks_layers_plus_its_measured_collectives(tmp_path):
+    """The tiny MoE model (4 Q heads, 2 KV heads, 8 experts, top 2) served at tp 2 with expert parallelism:
+    its prefill graph (32 tokens, batch 1) and decode graph (batch 1 over the 32-token block table) run as
+    one rank's shard (2 Q heads, one KV head, 4 whole experts), checked in float64; each step's collectives
+    run on 2 gloo ranks, and each graph's forward is its layers plus its collectives' count x latency."""
+    import pandas as pd
+    from helpers import snakemake, tiny_config
+
+    serve = "vllm serve tiny-moe -tp 2 --enable-expert-parallel --max-model-len 32 --max-num-seqs 1 --block-size 16"
+    entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "vllm": serve}
+    snakemake(tmp_path, config=tiny_config(tmp_path, suites={"model": [entry]}))
+    results = tmp_path / "results" / "t"
+    table = pd.read_csv(results / "summary.csv")
+    assert (table["status"] == "ok").all(), table.loc[table["status"] != "ok", ["scenario_id", "reason"]]
+    layers = table[table["part"].isin(["layer", "head"])]
+    assert layers["correct"].astype(str).eq("True").all(), layers[["scenario_id", "max_rel_error"]]
+    colls = table[table["part"] == "collective"]
+    assert set(zip(colls["phase"], colls["op"])) == {
+        ("prefill", "reduce_scatter"),
+        ("prefill", "all_gather"),
+        ("decode", "all_reduce"),
+    }
+    experts = table[table["gemm"].astype(str).str.startswith("mlp.experts.gate_up")]
+    assert set(experts["experts"]) == {4} and set(experts["fused_on_device"].str[:11]) == {"the MoE CTE", "the MoE TKG"}
+    forward = pd.read_csv(results / "suites/model-moe-forward.csv").set_index("phase")
+    assert list(forward.loc[["prefill", "decode"], "seq"]) == [32, 32] and (forward["tp"] == 2).all()
+    for phase, part in table.groupby("phase"):
+        whole = part[part["part"].isin(["layer", "head"])]
+        measured = (whole["layers"] * whole["latency_median_s"]).sum()
+        measured += (part.loc[part["part"] == "collective", "count"] * part["latency_median_s"]).sum()
+        assert forward.loc[phase, "forward_time_s"] == pytest.approx(measured), phase

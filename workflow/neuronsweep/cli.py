@@ -72,6 +72,9 @@ def cmd_plan(args: Namespace) -> None:
         f"run {p['run']}: {c['scenarios']} scenarios -> {c['workloads']} workloads to build and capture "
         f"on {p['backend']}, {c['unsupported']} unsupported there"
     )
+    assumed = {(sc["labels"]["model"], sc["labels"]["assumed"]) for sc in p["scenarios"] if "assumed" in sc["labels"]}
+    for model, said in sorted(assumed):  # what a deployment left out and the plan took: said, never silent
+        print(f"  model {model} assumed: {said}")
     for sc in p["scenarios"]:
         why = p["unsupported"].get(sc["workload_id"])
         print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))
