@@ -110,8 +110,9 @@ def test_the_default_buckets_are_the_schedulers():
             "attention DP",
         ),
         (
-            "vllm serve m --max-model-len 1024 -tp 4 -dp 2 --enable-expert-parallel",
-            "expert parallelism across 2 data-parallel replicas",
+            "vllm serve m --max-model-len 1024 -tp 4 -dp 2 --enable-expert-parallel --additional-config "
+            '\'{"neuron_config": {"ep_degree": 4}}\'',
+            r"ep_degree must be tensor_parallel_size x data_parallel_size \(8\), not 4",
         ),
         ('vllm serve m --max-model-len 1024 --speculative-config \'{"method": "eagle3"}\'', "speculative decoding"),
     ],
@@ -147,6 +148,25 @@ def test_experts_are_placed_as_the_ep_page_places_them(extra, experts, gate_up):
     rank = vllm_neuron.rank_config(GPT_OSS, s, "decode", "m")
     assert rank.fields["num_local_experts"] == experts and 2 * rank.fields["intermediate_size"] == gate_up
     assert rank.expert_ep == 32 // experts
+
+
+def test_expert_parallelism_across_replicas_gathers_every_replicas_tokens():
+    """expert_parallelism.md and data_parallelism.md: with --data-parallel-size 2 the EP degree is tp x dp =
+    8, a rank holds 32 / 8 experts whole, its experts get both replicas' tokens, and each MoE layer adds an
+    all-gather over the DP group ([B, H] -> [B x DP, H]) and a reduce-scatter back, beside the TP group's."""
+    [s] = layout("vllm serve openai/gpt-oss-20b -tp 4 -dp 2 --enable-expert-parallel --max-model-len 2048").shardings
+    rank = vllm_neuron.rank_config(GPT_OSS, s, "decode", "m")
+    assert (rank.fields["num_local_experts"], rank.fields["intermediate_size"]) == (4, 3072)
+    assert (rank.expert_ep, rank.expert_tokens) == (8, 2) and s.label("decode", True) == "tp4-ep8-dp2"
+    kinds = [{"layers": 24, "moe": True}]
+    found = {
+        (c.op, c.world, c.nbytes): c.count
+        for c in vllm_neuron.collectives(GPT_OSS, s, "decode", 4, 2048, "bf16", kinds)
+    }
+    assert found[("all_gather", 2, 4 * 2 * 3072 * 2)] == 24 and found[("reduce_scatter", 2, 4 * 2 * 3072 * 2)] == 24
+    assert found[("all_reduce", 4, 4 * 3072 * 2)] == 1 + 2 * 24
+    dense = layout("vllm serve m -tp 4 -dp 2 --max-model-len 2048").shardings[0]
+    assert {c.world for c in vllm_neuron.collectives(GPT_OSS, dense, "decode", 4, 2048, "bf16", kinds)} == {4}
 
 
 def test_each_steps_collectives_are_the_tp_pages():
@@ -227,14 +247,17 @@ def test_a_serve_line_plans_each_graph_as_one_ranks_gemms_and_collectives(tmp_pa
 @pytest.mark.workflow
 @pytest.mark.torch
 def test_a_serve_line_runs_on_cpu_each_graph_one_ranks_layers_plus_its_measured_collectives(tmp_path):
-    """The tiny MoE model (4 Q heads, 2 KV heads, 8 experts, top 2) served at tp 2 with expert parallelism:
-    its prefill graph (32 tokens, batch 1) and decode graph (batch 1 over the 32-token block table) run as
-    one rank's shard (2 Q heads, one KV head, 4 whole experts), checked in float64; each step's collectives
-    run on 2 gloo ranks, and each graph's forward is its layers plus its collectives' count x latency."""
+    """The tiny MoE model (4 Q heads, 2 KV heads, 8 experts, top 2) served at tp 2 on 2 replicas with expert
+    parallelism (ep 4): its prefill graph (32 tokens, batch 1) and decode graph (batch 1 over the 32-token
+    block table) run as one rank's shard (2 Q heads, one KV head, 2 whole experts fed both replicas' tokens),
+    checked in float64; each step's collectives run on 2 gloo ranks (the TP group's and the DP group's), and
+    each graph's forward is its layers plus its collectives' count x latency."""
     import pandas as pd
     from helpers import snakemake, tiny_config
 
-    serve = "vllm serve tiny-moe -tp 2 --enable-expert-parallel --max-model-len 32 --max-num-seqs 1 --block-size 16"
+    serve = (
+        "vllm serve tiny-moe -tp 2 -dp 2 --enable-expert-parallel --max-model-len 32 --max-num-seqs 1 --block-size 16"
+    )
     entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "vllm": serve}
     snakemake(tmp_path, config=tiny_config(tmp_path, suites={"model": [entry]}))
     results = tmp_path / "results" / "t"
@@ -243,13 +266,14 @@ def test_a_serve_line_runs_on_cpu_each_graph_one_ranks_layers_plus_its_measured_
     layers = table[table["part"].isin(["layer", "head"])]
     assert layers["correct"].astype(str).eq("True").all(), layers[["scenario_id", "max_rel_error"]]
     colls = table[table["part"] == "collective"]
-    assert set(zip(colls["phase"], colls["op"])) == {
-        ("prefill", "reduce_scatter"),
-        ("prefill", "all_gather"),
-        ("decode", "all_reduce"),
+    assert set(zip(colls["phase"], colls["op"], colls["group"])) == {
+        ("prefill", "reduce_scatter", "tp"),
+        ("prefill", "all_gather", "tp"),
+        ("decode", "all_reduce", "tp"),
+        *((phase, op, "dp") for phase in ("prefill", "decode") for op in ("all_gather", "reduce_scatter")),
     }
     experts = table[table["gemm"].astype(str).str.startswith("mlp.experts.gate_up")]
-    assert set(experts["experts"]) == {4} and set(experts["fused_on_device"].str[:11]) == {"the MoE CTE", "the MoE TKG"}
+    assert set(experts["experts"]) == {2} and set(experts["fused_on_device"].str[:11]) == {"the MoE CTE", "the MoE TKG"}
     forward = pd.read_csv(results / "suites/model-moe-forward.csv").set_index("phase")
     assert list(forward.loc[["prefill", "decode"], "seq"]) == [32, 32] and (forward["tp"] == 2).all()
     for phase, part in table.groupby("phase"):

@@ -469,15 +469,14 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
         if deployed.assumed:
             labels["assumed"] = "; ".join(deployed.assumed)
         for layout in deployed.shardings:
-            groups: dict[str, tuple[sharding.RankConfig, list[str]]] = {}
+            groups: dict[str, tuple[sharding.RankConfig, sharding.Grid, list[str]]] = {}
             for phase in entry["phases"]:
                 rank = deployment.rank_config(fields, layout, phase, where)
-                grid = deployed.grids[phase]
-                _check_rank_fits(fields, rank, entry, grid, family, where)
-                key = json.dumps([rank.fields, grid.batches, grid.seqs], sort_keys=True)
-                groups.setdefault(key, (rank, []))[1].append(phase)
-            for rank, phases in groups.values():
-                grid = deployed.grids[phases[0]]
+                for grid in deployed.graphs(layout, phase):
+                    _check_rank_fits(fields, rank, entry, grid, family, where)
+                    key = json.dumps([rank.fields, grid.batches, grid.seqs], sort_keys=True)
+                    groups.setdefault(key, (rank, grid, []))[2].append(phase)
+            for rank, grid, phases in groups.values():
                 request["entries"].append(
                     {
                         "where": where,
@@ -490,6 +489,7 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
                         "routing": policy,
                         **({"rank_config": rank.fields, "expert_ep": rank.expert_ep} if rank.fields else {}),
                         **({"top_k": rank.top_k} if rank.top_k else {}),
+                        **({"expert_tokens": rank.expert_tokens} if rank.expert_tokens > 1 else {}),
                     }
                 )
                 passes.append(_ModelPass(entry, layout, rank, fields, labels))
@@ -541,6 +541,7 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
             if entry.get("layers", True):
                 ranked = {**entry, "rank_config": mp.rank.fields, "expert_ep": mp.rank.expert_ep, "layout": tag[1:]}
                 ranked |= {"top_k": mp.rank.top_k} if mp.rank.top_k else {}
+                ranked |= {"expert_tokens": mp.rank.expert_tokens} if mp.rank.expert_tokens > 1 else {}
                 out += _layer_scenarios(ranked, request_entry["sha256"], request_entry["routing"], one, dtype, common)
     return out
 

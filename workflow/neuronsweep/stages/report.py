@@ -560,6 +560,24 @@ def _has_gap(gap: pd.DataFrame) -> bool:
     return "isolation_gap" in gap and bool(pd.to_numeric(gap["isolation_gap"], errors="coerce").notna().any())
 
 
+def _deployment(rows: pd.DataFrame) -> str:
+    """Which stack the model is deployed as, at which TP degrees, and what its deployment left out and the
+    plan assumed; empty for a model without a deployment."""
+    if "stack" not in rows or rows["stack"].isna().all():
+        return ""
+    stacks = ", ".join(sorted(rows["stack"].dropna().unique()))
+    tps = ", ".join(str(int(t)) for t in sorted(pd.to_numeric(rows["tp"], errors="coerce").dropna().unique()))
+    said = sorted(rows["assumed"].dropna().unique()) if "assumed" in rows else []
+    assumed = f" Assumed where the deployment says nothing: {html.escape('; '.join(said))}." if said else ""
+    fused = (
+        " On the device some GEMMs run inside fused kernels (the table's fused_on_device): there the layer "
+        "measured whole is the figure that counts."
+        if "fused_on_device" in rows and rows["fused_on_device"].notna().any()
+        else ""
+    )
+    return f"<p>As {html.escape(stacks)} runs it, one rank's shard at tp {tps}.{assumed}{fused}</p>"
+
+
 def _model_section(suite: str, rows: pd.DataFrame, folder: Path | None = None) -> str:
     """A model's roll-up: where its GEMM time goes per forward, a stacked figure and the table; measured
     whole too (folder: the run's suites/), the forward's split and the isolation gap."""
@@ -568,9 +586,9 @@ def _model_section(suite: str, rows: pd.DataFrame, folder: Path | None = None) -
     rolled = model_rollup.rollup(rows)
     lines = "".join(f"<li>{html.escape(line)}</li>" for line in model_rollup.headlines(rows))
     cols = ["phase", "batch", "seq", "dtype", "gemm", "module", "count", "m", "k", "n", "latency_median_s"]
-    cols += ["gemm_time_s", "share_pct", "model_gemm_time_s", "status"]
+    cols += ["gemm_time_s", "share_pct", "model_gemm_time_s", "fused_on_device", "status"]
     return (
-        f"<h2>model {html.escape(suite.removeprefix('model-'))}: its GEMMs</h2><ul>{lines}</ul>"
+        f"<h2>model {html.escape(suite.removeprefix('model-'))}: its GEMMs</h2>{_deployment(rows)}<ul>{lines}</ul>"
         "<p class=muted>The GEMMs' time, count x measured latency of each, not the model's latency: attention's "
         "softmax, the norms, activations and communication are not in it.</p>"
         + _figure(f"rollup_{suite}", figs.model_rollup(rolled[rolled["gemm_time_s"].notna()]))

@@ -10,6 +10,7 @@ from neuronsweep.workloads.sharding import (
     NXD_INFERENCE,
     VLLM_NEURON,
     Collective,
+    Deployed,
     Layout,
     RankConfig,
     Sharding,
@@ -33,7 +34,7 @@ def entry_layout(entry: dict, where: str) -> Layout:
         return vllm_neuron.from_vllm(entry, where)
     if entry.get("parallel"):
         return nxd_inference.from_parallel(entry, where)
-    return Layout(entry, [Sharding(1)], plain_grids(entry))
+    return Layout(entry, [Deployed(Sharding(1), plain_grids(entry))])
 
 
 def check(layout: Layout, family: str | None, nxd_ended: str | None, where: str) -> None:

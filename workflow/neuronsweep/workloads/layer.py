@@ -51,7 +51,7 @@ def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: s
         "kind": "layer",
         "model": entry["name"],
         **{k: entry[k] for k in ("hf_config", "module") if k in entry},
-        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout", "top_k") if entry.get(k)},  # one rank's shard
+        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout", "top_k", "expert_tokens") if entry.get(k)},
         "source_sha256": source_sha256,
         "part": "layer" if kind else "head",
         "phase": one["phase"],
@@ -175,13 +175,21 @@ class _Routed:
     """A pre-hook that hands the experts the policy's tokens: the router's top-k indices replaced by
     routing.assignment's (the router still runs; its weights are kept)."""
 
-    def __init__(self, policy: Policy, torch: ModuleType, ep: int = 1, top_k: int | None = None) -> None:
+    def __init__(
+        self, policy: Policy, torch: ModuleType, ep: int = 1, top_k: int | None = None, replicas: int = 1
+    ) -> None:
         self.policy, self.torch, self.ep, self.top_k = policy, torch, ep, top_k  # top_k: the model's, if clamped
+        self.replicas = replicas  # expert parallelism across DP: every replica's tokens reach the experts
+        self.rows = 0
 
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> Any:
         hidden, *rest = args
         if not rest:  # (hidden, index, weights) is the experts' call transformers' MoE families make
             return None
+        self.rows = int(hidden.shape[0])
+        if self.replicas > 1:  # the other replicas' tokens, gathered: as many again as this one's, each
+            hidden = hidden.repeat(self.replicas, 1)
+            rest = [r.repeat(self.replicas, 1) if hasattr(r, "shape") and r.ndim == 2 else r for r in rest]
         index = rest[0]
         tokens, top_k = int(index.shape[0]), self.top_k or int(index.shape[-1])
         experts = int(module.down_proj.shape[0])
@@ -194,6 +202,10 @@ class _Routed:
         )
         weights = [r[..., :top_k] if hasattr(r, "shape") and r.shape == index.shape else r for r in rest[1:]]
         return (hidden, chosen, *weights), kwargs
+
+    def own_rows(self, module: Any, args: tuple, output: Any) -> Any:
+        """The experts' output for this replica's tokens (the reduce-scatter back to it)."""
+        return output[: self.rows]
 
 
 def _padded(load: list[int], slots: int, cap: int) -> list[int]:
@@ -234,8 +246,10 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
         _fill_buffers(part, torch)
     if s.get("routing"):
         for module in experts_modules(part).values():
-            routed = _Routed(s["routing"], torch, s.get("expert_ep", 1), s.get("top_k"))
+            routed = _Routed(s["routing"], torch, s.get("expert_ep", 1), s.get("top_k"), s.get("expert_tokens", 1))
             module.register_forward_pre_hook(routed, with_kwargs=True)
+            if routed.replicas > 1:
+                module.register_forward_hook(routed.own_rows)
     return part.eval()
 
 

@@ -28,6 +28,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,18 +111,27 @@ def _expert_gemms(module: HFModule, hidden: int, load: list[int]) -> list[tuple[
     return out
 
 
-def trace(
-    model: HFModule,
-    batch: int,
-    seq: int,
-    phase: str,
-    routing: str = "balanced",
-    where: str = "suites.model",
-    expert_ep: int = 1,
-    model_top_k: int | None = None,
-) -> dict:
-    """One forward of `phase`: its GEMMs by module and shape, and each MoE layer kind's load under `routing` (a
-    rank's share, `expert_ep`, of the model's `model_top_k` slots a token where its router picks fewer)."""
+@dataclass(frozen=True)
+class RankRouting:
+    """How a rank's experts get their tokens: the routing policy, the EP degree (the rank's share of the
+    experts), the model's top_k where the rank's router picks fewer, and the replicas whose tokens reach
+    them (expert parallelism across data-parallel replicas)."""
+
+    policy: Any = "balanced"  # routing.Policy: balanced, {zipf: s} or the counts read
+    expert_ep: int = 1
+    model_top_k: int | None = None
+    replicas: int = 1
+
+    @classmethod
+    def of(cls, entry: dict) -> RankRouting:
+        """From a probe request's entry (the planner's keys)."""
+        policy, ep = entry.get("routing", "balanced"), entry.get("expert_ep", 1)
+        return cls(policy, ep, entry.get("top_k"), entry.get("expert_tokens", 1))
+
+
+def trace(model: HFModule, batch: int, seq: int, phase: str, routed: RankRouting, where: str = "suites.model") -> dict:
+    """One forward of `phase`: its GEMMs by module and shape, and each MoE layer kind's load as `routed`
+    says (the rank's share of every token its experts get)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -157,10 +167,11 @@ def trace(
             index = args[0] if args else next((v for k, v in kwargs.items() if "ind" in k), None)
             hidden, experts = int(hidden_states.shape[-1]), int(module.down_proj.shape[0])
             if index is not None:  # (tokens, hidden), the router's top-k (tokens, k): the model's k if it clamped
-                tokens, top_k = hidden_states.numel() // hidden, model_top_k or int(index.shape[-1])
+                tokens, top_k = hidden_states.numel() // hidden, routed.model_top_k or int(index.shape[-1])
             else:  # every expert's copy of the tokens, routed by scores (Llama 4): (experts x tokens, hidden)
                 tokens, top_k = hidden_states.numel() // hidden // experts, int(model.config.num_experts_per_tok)
-            load = routing_policy.rank_share(routing, tokens, top_k, experts, expert_ep, where)
+            tokens *= routed.replicas  # expert parallelism across DP: every replica's tokens reach the experts
+            load = routing_policy.rank_share(routed.policy, tokens, top_k, experts, routed.expert_ep, where)
             if recording[0]:
                 folded = LAYER.sub(".*", name)
                 for which, shape, count in _expert_gemms(module, hidden, load):
@@ -327,23 +338,13 @@ def probe(request: dict) -> dict:
         try:
             with FakeTensorMode(allow_non_fake_inputs=True):
                 model = build_model(entry).eval()
-                routing = entry.get("routing", "balanced")
                 answers.append(
                     [
                         {
                             "phase": phase,
                             "batch": b,
                             "seq": s,
-                            **trace(
-                                model,
-                                b,
-                                s,
-                                phase,
-                                routing,
-                                entry["where"],
-                                entry.get("expert_ep", 1),
-                                entry.get("top_k"),
-                            ),
+                            **trace(model, b, s, phase, RankRouting.of(entry), entry["where"]),
                         }
                         for phase in entry["phases"]
                         for b in entry["batch"]

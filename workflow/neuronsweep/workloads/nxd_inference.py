@@ -29,6 +29,7 @@ from neuronsweep.workloads.dtypes import DTYPE_BYTES
 from neuronsweep.workloads.sharding import (
     NXD_INFERENCE,
     Collective,
+    Deployed,
     Grid,
     Layout,
     RankConfig,
@@ -60,8 +61,9 @@ def from_parallel(entry: dict, where: str) -> Layout:
     """A `parallel:` block with NxD Inference's key names; tp_degree may be a list (a grid like any other)."""
     parallel = entry["parallel"]
     degrees = parallel.get("tp_degree", 1)
-    shardings = [sharding(parallel, tp, where) for tp in (degrees if isinstance(degrees, list) else [degrees])]
-    return Layout(entry, shardings, plain_grids(entry))
+    grids = plain_grids(entry)
+    tps = degrees if isinstance(degrees, list) else [degrees]
+    return Layout(entry, [Deployed(sharding(parallel, tp, where), grids) for tp in tps])
 
 
 def sharding(parallel: dict, tp: int, where: str) -> Sharding:
@@ -157,7 +159,8 @@ def from_neuron_config(entry: dict, where: str) -> Layout:
     }
     seqs = sorted({*grids["prefill"].seqs, *grids["decode"].seqs})
     entry = {**entry, "batch": sorted({prefill_batch, decode_batch}), "seq": seqs, "dtype": [dtype]}
-    return Layout(entry, [sharding(parallel, nc["tp_degree"], where)], grids, tuple(assumed), dtype_from_file=True)
+    deployed = Deployed(sharding(parallel, nc["tp_degree"], where), grids)
+    return Layout(entry, [deployed], tuple(assumed), dtype_from_file=True)
 
 
 def _dtype(value: object, path: Path, where: str) -> str | None:

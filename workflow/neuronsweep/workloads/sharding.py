@@ -55,20 +55,56 @@ class Grid:
 
 
 @dataclass(frozen=True)
+class Deployed:
+    """One deployment of a model entry: its parallel layout and the graphs each phase compiles."""
+
+    sharding: Sharding
+    grids: dict[str, Grid]
+
+
+@dataclass(frozen=True)
 class Layout:
-    """A model entry as deployed: the entry (batch and seq as its deployment gives them), its layouts (one per
-    TP degree of a grid), each phase's graphs, and what was assumed where the deployment said nothing."""
+    """A model entry as deployed: the entry (batch and seq as its deployment gives them), its deployments (one
+    per point of a grid of them), and what was assumed where the deployment said nothing."""
 
     entry: dict
-    shardings: list[Sharding]
-    grids: dict[str, Grid]
+    deployments: list[Deployed]
     assumed: tuple[str, ...] = ()
     dtype_from_file: bool = False  # the deployment file names the dtype the model was compiled in
+
+    @property
+    def shardings(self) -> list[Sharding]:
+        """The distinct layouts, in order: deployments that differ only in their graphs share one."""
+        out: list[Sharding] = []
+        for d in self.deployments:
+            if d.sharding not in out:
+                out.append(d.sharding)
+        return out
+
+    @property
+    def grids(self) -> dict[str, Grid]:
+        """The first deployment's graphs (an entry's only one, unless it gives a grid of deployments)."""
+        return self.deployments[0].grids
 
     @property
     def stack(self) -> str | None:
         """The stack every layout names, None for an entry without a deployment."""
         return self.shardings[0].stack if self.shardings != [Sharding(1)] else None
+
+    def graphs(self, sharding: Sharding, phase: str) -> list[Grid]:
+        """Every graph of `phase` some deployment at `sharding` compiles, each once: as products of batches
+        and sequence lengths (the seqs that share their batches)."""
+        pairs = {
+            (b, s)
+            for d in self.deployments
+            if d.sharding == sharding
+            for b in d.grids[phase].batches
+            for s in d.grids[phase].seqs
+        }
+        by_batches: dict[tuple[int, ...], list[int]] = {}
+        for seq in sorted({s for _, s in pairs}):
+            by_batches.setdefault(tuple(sorted(b for b, s in pairs if s == seq)), []).append(seq)
+        return [Grid(batches, tuple(seqs)) for batches, seqs in by_batches.items()]
 
 
 def plain_grids(entry: dict) -> dict[str, Grid]:
@@ -85,6 +121,7 @@ class RankConfig:
     labels: dict[str, Any]
     expert_ep: int = 1  # experts are this many times more than the rank holds (its load is theirs, sliced)
     top_k: int | None = None  # the model's experts a token, where a rank holds fewer (its router is clamped)
+    expert_tokens: int = 1  # the replicas whose tokens a rank's experts get (expert parallelism across DP)
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,17 @@ buckets, `decode-context-length-bucketing.md` for decode's context, `tensor_para
 - decode fuses QKV, RoPE, attention and o into one kernel a layer, and the MLP (or the MoE's norm, router
   and experts) into another: there a GEMM's time alone is not what the device runs, the layer measured
   whole is.
-What the docs leave open is refused in one sentence rather than guessed (cross-replica expert parallelism,
-attention and component DP, DCP, speculative decoding), or assumed and said (sampling on the device).
+- replicas (`--data-parallel-size`) run alone, except under expert parallelism, whose EP degree is then
+  tp x dp: every replica's tokens reach a rank's experts, through an all-gather over the DP group and a
+  reduce-scatter back in each MoE layer.
+What the docs leave open is refused in one sentence rather than guessed (attention and component DP, DCP,
+speculative decoding), or assumed and said (sampling on the device).
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import math
 import shlex
@@ -36,6 +40,7 @@ from neuronsweep.workloads.dtypes import DTYPE_BYTES
 from neuronsweep.workloads.sharding import (
     VLLM_NEURON,
     Collective,
+    Deployed,
     Grid,
     Layout,
     RankConfig,
@@ -65,6 +70,7 @@ FLAGS: dict[str, type] = {
     "dtype": str,
 }
 SHORT = {"tp": "tensor_parallel_size", "dp": "data_parallel_size"}
+GRID_KEYS = ("tensor_parallel_size", "data_parallel_size", "max_num_seqs", "enable_expert_parallel")  # lists: a grid
 FIRST_TOKEN_BUCKET = 128  # num_batched_tokens_buckets' default: powers of two from 128 (neuron-scheduler.md)
 DEFAULT_BATCHED_TOKENS = 2048  # vLLM's with chunked prefill, which prefix caching (on by default) turns on
 DEFAULT_BLOCK = 32  # the plugin's block_size (reference-configuration.md)
@@ -99,24 +105,47 @@ class Serve:
 
 
 def from_vllm(entry: dict, where: str) -> Layout:
-    """The entry as vLLM Neuron serves it: `vllm:` a `vllm serve` line or its flags as keys."""
-    serve = parse(entry["vllm"], where)
-    moe = {phase: (serve.tp // serve.ep, serve.ep) for phase in ("prefill", "decode")} if serve.ep > 1 else {}
-    sharding = Sharding(
-        tp=serve.tp,
-        sequence_parallel=serve.tp > 1,
-        moe=moe,
-        sampling_on_device=serve.sampling_on_device,
-        stack=VLLM_NEURON,
-        dp=serve.dp,
-    )
-    grids = {"prefill": Grid((1,), serve.token_buckets), "decode": Grid(serve.seqs_buckets, serve.contexts)}
-    batch = sorted({1, *serve.seqs_buckets})
-    seq = sorted({*serve.token_buckets, *serve.contexts})
-    out = {**entry, "batch": batch, "seq": seq, "vllm_labels": serve.labels}
-    if serve.dtype:
-        out["dtype"] = [serve.dtype]
-    return Layout(out, [sharding], grids, serve.assumed, dtype_from_file=serve.dtype is not None)
+    """The entry as vLLM Neuron serves it: `vllm:` a `vllm serve` line or its flags as keys, or a grid of
+    deployments (a list of them, or keys with lists), each deployment's graphs a case once."""
+    found = serves(entry["vllm"], where)
+    deployments = []
+    for serve in found:
+        world = serve.tp * serve.dp
+        moe = {phase: (max(1, world // serve.ep), serve.ep) for phase in ("prefill", "decode")} if serve.ep > 1 else {}
+        sharding = Sharding(
+            tp=serve.tp,
+            sequence_parallel=serve.tp > 1,
+            moe=moe,
+            sampling_on_device=serve.sampling_on_device,
+            stack=VLLM_NEURON,
+            dp=serve.dp,
+        )
+        grids = {"prefill": Grid((1,), serve.token_buckets), "decode": Grid(serve.seqs_buckets, serve.contexts)}
+        deployments.append(Deployed(sharding, grids))
+    batch = sorted({1, *(b for serve in found for b in serve.seqs_buckets)})
+    seq = sorted({s for serve in found for s in (*serve.token_buckets, *serve.contexts)})
+    out = {**entry, "batch": batch, "seq": seq, "vllm_labels": found[0].labels}
+    if found[0].dtype:
+        out["dtype"] = [found[0].dtype]
+    assumed = tuple(dict.fromkeys(a for serve in found for a in serve.assumed))
+    return Layout(out, deployments, assumed, dtype_from_file=found[0].dtype is not None)
+
+
+def serves(raw: str | dict | list, where: str) -> list[Serve]:
+    """Every deployment `vllm:` names: one serve line or set of keys, a list of them, or keys whose grid
+    values (GRID_KEYS) are lists, every combination one deployment."""
+    out = []
+    for one in raw if isinstance(raw, list) else [raw]:
+        if isinstance(one, str):
+            out.append(parse(one, where))
+            continue
+        grid = {k: one[k] if isinstance(one.get(k), list) else [one[k]] for k in GRID_KEYS if k in one}
+        for values in itertools.product(*grid.values()):
+            out.append(parse({**one, **dict(zip(grid, values))}, where))
+    dtypes = {serve.dtype for serve in out}
+    if len(dtypes) > 1:
+        raise UserError(f"{where}: vllm: the deployments name different --dtype values; give one dtype for all.")
+    return out
 
 
 def parse(raw: str | dict, where: str) -> Serve:
@@ -303,13 +332,12 @@ def _ep_degree(expert_parallel: bool, ep: int | None, tp: int, dp: int, where: s
             raise UserError(f"{where}: vllm: ep_degree {ep} needs --enable-expert-parallel (vLLM Neuron raises).")
         return 1
     ep = ep or tp * dp
-    if dp > 1:
+    if dp > 1 and ep != tp * dp:
         raise UserError(
-            f"{where}: vllm: expert parallelism across {dp} data-parallel replicas (ep_degree {ep}) adds cross-"
-            "replica collectives and dummy batches that neuron-sweep does not model; plan one replica "
-            "(--data-parallel-size 1) or leave --enable-expert-parallel out."
+            f"{where}: vllm: with --data-parallel-size {dp}, ep_degree must be tensor_parallel_size x "
+            f"data_parallel_size ({tp * dp}), not {ep} (expert_parallelism.md: vLLM Neuron raises ValueError)."
         )
-    if tp % ep:
+    if dp == 1 and tp % ep:
         raise UserError(f"{where}: vllm: ep_degree {ep} must divide the world of {tp} ranks (expert_parallelism.md).")
     return ep
 
@@ -353,7 +381,11 @@ def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig
         return RankConfig(fields, labels)
     moe_tp, moe_ep = s.moe_degrees(phase)
     labels["router"] = "replicated: every rank scores every expert"
-    return experts(config, moe_tp, moe_ep, phase, fields, labels, where, VLLM_NEURON)
+    rank = experts(config, moe_tp, moe_ep, phase, fields, labels, where, VLLM_NEURON)
+    if s.dp > 1 and s.moe:  # ep = tp x dp: every replica's tokens are gathered onto the experts
+        rank.expert_tokens = s.dp
+        labels["expert_tokens"] = f"the tokens of all {s.dp} replicas (expert parallelism across DP)"
+    return rank
 
 
 def collectives(
@@ -389,6 +421,13 @@ def collectives(
         out = [
             Collective("all_reduce", size, s.tp, "tp", 1, "the vocabulary-sharded embedding"),
             Collective("all_reduce", size, s.tp, "tp", 2 * layers, "after the attention block and the MLP kernels"),
+        ]
+    if s.dp > 1 and moe and s.moe:  # expert parallelism across replicas: each MoE layer over the DP group
+        tokens = seq if phase == "prefill" else 1
+        gathered = hidden_bytes(config, batch * s.dp, tokens, dtype)
+        out += [
+            Collective("all_gather", gathered, s.dp, "dp", moe, "every replica's tokens onto the experts (DP)"),
+            Collective("reduce_scatter", gathered, s.dp, "dp", moe, "the experts' output back to each replica (DP)"),
         ]
     if not s.sampling_on_device:
         out.append(Collective("all_gather", batch * vocab * DTYPE_BYTES[dtype], s.tp, "tp", 1, "the LM head's logits"))
