@@ -170,7 +170,7 @@ def test_the_default_config_and_every_example_plan_on_real_trn2_and_inf2_listing
     machine = real_machine(listing)
     for path in [REPO / "config" / "config.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]:
         cfg = schema.load(str(path))
-        if path.name == "model-vllm-trn2.yaml":  # pinned to trn2: vLLM Neuron serves there, planned anywhere
+        if path.name in ("model-vllm-trn2.yaml", "model-slo-trn2.yaml"):  # pinned to trn2, planned anywhere
             assert cfg["neuron"]["target"] == "trn2"
             continue
         assert cfg["neuron"]["target"] == "auto", path

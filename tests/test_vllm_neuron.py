@@ -266,7 +266,7 @@ def test_a_serve_line_runs_on_cpu_each_graph_one_ranks_layers_plus_its_measured_
     layers = table[table["part"].isin(["layer", "head"])]
     assert layers["correct"].astype(str).eq("True").all(), layers[["scenario_id", "max_rel_error"]]
     colls = table[table["part"] == "collective"]
-    assert set(zip(colls["phase"], colls["op"], colls["group"])) == {
+    assert set(zip(colls["phase"], colls["op"], colls["process_group"])) == {
         ("prefill", "reduce_scatter", "tp"),
         ("prefill", "all_gather", "tp"),
         ("decode", "all_reduce", "tp"),

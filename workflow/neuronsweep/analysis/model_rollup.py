@@ -17,14 +17,16 @@ import pandas as pd
 
 from neuronsweep.analysis.layer_categories import CATEGORIES
 
-GROUP = ["model", "phase", "batch", "seq", "dtype", "tp"]  # tp: 1 where the entry has no parallel layout
+# tp: 1 where the entry has no parallel layout; layout: its id tag (tp8-ep4-dp2), "" where it has none
+GROUP = ["model", "phase", "batch", "seq", "dtype", "tp", "layout"]
 COLLECTIVE = "collective"  # the `part` of a collective a forward issues
 
 
 def _grouped(part: pd.DataFrame) -> pd.DataFrame:
     """The rows with a tp of 1 where they have none (an entry without a parallel layout)."""
     tp = pd.to_numeric(part["tp"], errors="coerce") if "tp" in part else pd.Series(float("nan"), index=part.index)
-    return part.assign(tp=tp.fillna(1).astype(int))
+    tag = part["layout"].astype("string").fillna("") if "layout" in part else pd.Series("", index=part.index)
+    return part.assign(tp=tp.fillna(1).astype(int), layout=tag)
 
 
 def _gemm_rows(part: pd.DataFrame) -> pd.Series:
@@ -56,8 +58,8 @@ def headlines(part: pd.DataFrame) -> list[str]:
     table = rollup(part)
     lines = []
     for key, group in table.groupby(GROUP, dropna=False):
-        model, phase, batch, seq, dtype, tp = key
-        seq = f"{seq}, tp {tp}" if tp > 1 else seq
+        model, phase, batch, seq, dtype, tp, tag = key
+        seq = f"{seq}, {tag}" if tag else f"{seq}, tp {tp}" if tp > 1 else seq
         if group["model_gemm_time_s"].isna().all():
             lines.append(f"{model} {phase} at batch {batch}, seq {seq} ({dtype}): not every GEMM was measured")
             continue

@@ -152,6 +152,37 @@ TARGETS = {
     ),
 }
 TARGETS["trn1n"] = replace(TARGETS["trn1"], name="trn1n")  # same NeuronCore-v2, more network
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An instance size: its chips (Neuron devices) of its family's target, as AWS's architecture pages list them."""
+
+    name: str
+    family: str
+    chips: int
+    source: str
+
+    def cores(self, lnc: int | None = None) -> int:
+        """Its logical NeuronCores at `lnc` (the target's default when None)."""
+        target = TARGETS[self.family]
+        return self.chips * target.cores_per_chip // target.lnc(lnc)
+
+
+INSTANCES = {
+    i.name: i
+    for i in (
+        Instance("trn2.48xlarge", "trn2", 16, "trn2-arch.rst: 16 Trainium2 chips"),
+        Instance("trn2u.48xlarge", "trn2", 16, "trn2-arch.rst: 16 Trainium2 chips"),
+        Instance("trn1.2xlarge", "trn1", 1, "trn1-arch.rst: 1 Trainium device"),
+        Instance("trn1.32xlarge", "trn1", 16, "trn1-arch.rst: 16 Trainium devices"),
+        Instance("trn1n.32xlarge", "trn1", 16, "trn1-arch.rst: 16 Trainium devices"),
+        Instance("inf2.xlarge", "inf2", 1, "inf2-arch.rst: 1 Inferentia2 chip"),
+        Instance("inf2.8xlarge", "inf2", 1, "inf2-arch.rst: 1 Inferentia2 chip"),
+        Instance("inf2.24xlarge", "inf2", 6, "inf2-arch.rst: 6 Inferentia2 chips"),
+        Instance("inf2.48xlarge", "inf2", 12, "inf2-arch.rst: 12 Inferentia2 chips"),
+    )
+}
 # NEURON_PLATFORM_TARGET_OVERRIDE accepts trn1|inf2|gen2, trn2|gen3, trn3|gen4 (nki.isa.nc_version): trn1n is trn1
 
 

@@ -614,3 +614,40 @@ def forest(table: pd.DataFrame, margin_pct: float, margin_name: str) -> go.Figur
     fig.update_xaxes(title="time of B / time of A", range=[min(ends) - pad, max(ends) + pad])
     fig.update_yaxes(automargin=True)
     return fig
+
+
+def deployment_frontier(rows: pd.DataFrame) -> go.Figure:
+    """Each candidate deployment's ITL against its tokens per second per instance, those meeting the latency
+    target apart from those missing it, the chosen one ringed, the ITL target a vertical line."""
+    fig = go.Figure()
+    measured = rows[pd.to_numeric(rows["itl_s"], errors="coerce").notna()]
+    for meets, part in measured.groupby("meets_slo"):
+        fig.add_trace(
+            go.Scatter(
+                x=part["itl_s"].astype(float) * 1e3,
+                y=part["tokens_per_s_per_instance"].astype(float),
+                text=part["candidate"],
+                mode="markers+text",
+                textposition="top center",
+                name="meets the target" if meets else "misses it",
+                marker=dict(size=11, color=COLOURS[0] if meets else COLOURS[3]),
+                hovertemplate="<b>%{text}</b><br>ITL %{x:.3g} ms: %{y:.3g} tokens/s per instance<extra></extra>",
+            )
+        )
+    chosen = measured[measured["chosen"].astype(bool)]
+    if len(chosen):
+        fig.add_trace(
+            go.Scatter(
+                x=chosen["itl_s"].astype(float) * 1e3,
+                y=chosen["tokens_per_s_per_instance"].astype(float),
+                mode="markers",
+                name="chosen",
+                marker=dict(size=22, symbol="circle-open", color="black", line=dict(width=2)),
+                hoverinfo="skip",
+            )
+        )
+    if len(rows):
+        fig.add_vline(x=float(rows["itl_target_s"].iloc[0]) * 1e3, line_dash="dash", annotation_text="ITL target")
+    fig.update_xaxes(title="ITL (ms)")
+    fig.update_yaxes(title="tokens per second per instance")
+    return _layout(fig, "each deployment: inter-token latency against throughput per instance")

@@ -9,11 +9,12 @@ with the reason from the plan; one whose output disagrees with the float64 NumPy
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
-from neuronsweep.analysis import model_rollup, roofline
+from neuronsweep.analysis import deployments, model_rollup, roofline
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.atomic import read_json, replacing
 from neuronsweep.config.backends import BACKENDS
@@ -173,7 +174,14 @@ def write_model_views(folder: Path, suite: str, part: pd.DataFrame, plan: dict, 
     if not len(fwd):
         return
     gap = model_rollup.isolation(part, plan["workloads"], gemms_inside(part, workloads_dir))
-    for name, df in ((f"{suite}-forward.csv", fwd), (f"{suite}-isolation.csv", gap)):
+    views = [(f"{suite}-forward.csv", fwd), (f"{suite}-isolation.csv", gap)]
+    entry = next((e for e in plan["config"]["suites"].get("model", []) if f"model-{e['name']}" == suite), None)
+    if entry and entry.get("slo"):  # the deployment that meets its latency, from the graphs just rolled up
+        where = f"suites.model ({entry['name']})"
+        fields = json.loads(Path(entry["hf_config"]).read_text()) if entry.get("hf_config") else {}
+        table = deployments.table(entry, fields, fwd, where).assign(measured_on=plan["backend"])
+        views.append((f"{suite}-deployments.csv", table))
+    for name, df in views:
         with replacing(folder / name) as tmp:
             df.to_csv(tmp, index=False)
 

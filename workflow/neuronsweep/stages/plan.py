@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from neuronsweep import kernels
+from neuronsweep.analysis import deployments
 from neuronsweep.backends import memory_budget
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.config.backends import BACKENDS
@@ -451,6 +452,8 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
             raise UserError(f"{where}: give exactly one of hf_config (a config.json) and module (FILE.py:NAME).")
         deployed = deployment.entry_layout(raw, where)
         deployment.check(deployed, family, ended, where)
+        if "slo" in raw:
+            deployments.check(raw, where)
         entry = deployed.entry
         source = entry.get("hf_config") or str(user_code.source_file(entry["module"]))
         try:
@@ -532,8 +535,9 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
         policy = routing.label(entry.get("routing", "balanced"))
         for one, dtype in itertools.product(traced, entry["dtype"]):
             moe = bool(one.get("experts"))
-            tag = f"-{layout.label(one['phase'], moe)}" if mp.rank.fields else ""
+            tag = f"-{layout.label(one['phase'], moe)}" if mp.rank.fields or layout.dp > 1 else ""
             common = {k: one[k] for k in ("phase", "batch", "seq")} | {"dtype": dtype} | mp.rank.labels | mp.labels
+            common |= {"layout": tag[1:]} if tag else {}
             prefix = f"model-{entry['name']}-{one['phase']}-b{one['batch']}-s{one['seq']}{tag}"
             out += _gemm_scenarios(entry, one, dtype, policy, common, prefix, mp.rank, layout)
             if mp.rank.fields:
@@ -606,7 +610,7 @@ def _collective_scenarios(
     for c in deployment.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
         spec = collective.spec(c.op, c.nbytes, c.world, dtype)
         labels = {"model": entry["name"], **common, "part": "collective", "op": c.op, "bytes": spec["bytes"]}
-        labels |= {"world": c.world, "group": c.group, "count": c.count, "where": c.what}
+        labels |= {"world": c.world, "process_group": c.group, "count": c.count, "where": c.what}
         sid = f"{prefix}-coll-{c.op.replace('_', '')}-{spec['bytes']}b-{dtype}"
         out.append(
             (Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from neuronsweep.analysis import headroom, model_rollup
+from neuronsweep.analysis import deployments, headroom, model_rollup
 from neuronsweep.analysis import ranking as compare
 from neuronsweep.analysis.stats import NOISY_REL_SPREAD
 from neuronsweep.atomic import read_json, replacing
@@ -594,6 +594,28 @@ def _model_section(suite: str, rows: pd.DataFrame, folder: Path | None = None) -
         + _figure(f"rollup_{suite}", figs.model_rollup(rolled[rolled["gemm_time_s"].notna()]))
         + table(rolled[[c for c in cols if c in rolled]])
         + whole
+        + (_deployments(suite, folder) if folder else "")
+    )
+
+
+def _deployments(suite: str, folder: Path) -> str:
+    """The deployment that meets the model's latency target (suites/<suite>-deployments.csv): the verdict,
+    the frontier and every candidate with what binds it."""
+    path = folder / f"{suite}-deployments.csv"
+    if not path.is_file():
+        return ""
+    rows = pd.read_csv(path)
+    name = html.escape(suite.removeprefix("model-"))
+    return (
+        f"<h2>model {name}: the deployment that meets your latency</h2>"
+        f"<p><b>{html.escape(deployments.verdict(rows))}</b></p>"
+        "<p class=muted>Each candidate's TTFT (the decode step in flight, then the prompt's prefill chunks at "
+        "their token buckets) and ITL (its decode graph at max_num_seqs over each step's context) are sums of "
+        "this run's measured graphs, layers measured whole plus measured collectives, not a served request's "
+        "timeline; tokens per second per instance are the instance's replicas x batch / ITL. Measured on "
+        f"{html.escape(str(rows.get('measured_on', pd.Series(['this host'])).iloc[0]))}: on cpu every figure "
+        "is this host's, not a NeuronCore's. A candidate that cannot fit (cores, HBM, max_model_len) is never "
+        "chosen and says why.</p>" + _figure(f"frontier_{suite}", figs.deployment_frontier(rows)) + table(rows)
     )
 
 

@@ -110,18 +110,8 @@ def from_vllm(entry: dict, where: str) -> Layout:
     found = serves(entry["vllm"], where)
     deployments = []
     for serve in found:
-        world = serve.tp * serve.dp
-        moe = {phase: (max(1, world // serve.ep), serve.ep) for phase in ("prefill", "decode")} if serve.ep > 1 else {}
-        sharding = Sharding(
-            tp=serve.tp,
-            sequence_parallel=serve.tp > 1,
-            moe=moe,
-            sampling_on_device=serve.sampling_on_device,
-            stack=VLLM_NEURON,
-            dp=serve.dp,
-        )
         grids = {"prefill": Grid((1,), serve.token_buckets), "decode": Grid(serve.seqs_buckets, serve.contexts)}
-        deployments.append(Deployed(sharding, grids))
+        deployments.append(Deployed(sharding(serve), grids))
     batch = sorted({1, *(b for serve in found for b in serve.seqs_buckets)})
     seq = sorted({s for serve in found for s in (*serve.token_buckets, *serve.contexts)})
     out = {**entry, "batch": batch, "seq": seq, "vllm_labels": found[0].labels}
@@ -129,6 +119,20 @@ def from_vllm(entry: dict, where: str) -> Layout:
         out["dtype"] = [found[0].dtype]
     assumed = tuple(dict.fromkeys(a for serve in found for a in serve.assumed))
     return Layout(out, deployments, assumed, dtype_from_file=found[0].dtype is not None)
+
+
+def sharding(serve: Serve) -> Sharding:
+    """A deployment's parallel layout: prefill sequence parallel, the experts over ep_degree of the world."""
+    world = serve.tp * serve.dp
+    moe = {phase: (max(1, world // serve.ep), serve.ep) for phase in ("prefill", "decode")} if serve.ep > 1 else {}
+    return Sharding(
+        tp=serve.tp,
+        sequence_parallel=serve.tp > 1,
+        moe=moe,
+        sampling_on_device=serve.sampling_on_device,
+        stack=VLLM_NEURON,
+        dp=serve.dp,
+    )
 
 
 def serves(raw: str | dict | list, where: str) -> list[Serve]:
