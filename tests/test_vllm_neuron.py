@@ -241,6 +241,10 @@ def test_a_serve_line_plans_each_graph_as_one_ranks_gemms_and_collectives(tmp_pa
     assert "sampling on the device" in q["decode"]["assumed"]
     colls = {(s.labels["phase"], s.labels["op"]) for s in plan.scenarios if s.labels.get("part") == "collective"}
     assert colls == {("prefill", "reduce_scatter"), ("prefill", "all_gather"), ("decode", "all_reduce")}
+    # the rules do not depend on the backend: the trn2 stand-in's plan (neuron, target trn2) is the same cases
+    on_trn2 = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "trn2"}, "suites": {"model": [entry]}}
+    neuron = make_plan(schema.validate(on_trn2), "neuron")
+    assert [(s.id, s.workload_id) for s in neuron.scenarios] == [(s.id, s.workload_id) for s in plan.scenarios]
 
 
 @pytest.mark.slow  # a model's two graphs with gloo ranks
