@@ -510,8 +510,8 @@ def _check_rank_fits(
 ) -> None:
     """A rank's weights and KV cache (the phase's largest graph) against its core's HBM, where the target is known."""
     hbm = deployment.HBM_PER_CORE.get(family or "")
-    if not hbm or not any(k in entry for k in deployment.FORMS):  # a deployment was given
-        return
+    if not hbm or not any(k in entry for k in deployment.FORMS) or "slo" in entry:
+        return  # no deployment given; or candidates against a target, whose table says which do not fit
     batch, seq = max(grid.batches), max(grid.seqs)
     need = max(sharding.rank_bytes(fields, rank, d, batch, seq) for d in entry["dtype"])
     if need > hbm:

@@ -528,10 +528,10 @@ def _whole_model(suite: str, folder: Path) -> str:
     gap = pd.read_csv(gap_csv) if gap_csv.is_file() and gap_csv.stat().st_size > 1 else pd.DataFrame()
     name = html.escape(suite.removeprefix("model-"))
     split = forward.dropna(subset=["gemm_pct"]) if "gemm_pct" in forward else forward.iloc[:0]
-    cols = ["phase", "batch", "seq", "dtype", "tp", "forward_time_s", "collectives_time_s", "collectives_pct"]
+    cols = ["phase", "batch", "seq", "dtype", "tp", "layout", "forward_time_s", "collectives_time_s", "collectives_pct"]
     cols += ["gemms_alone_time_s", "gemm_pct", "forward_why"]
     if "tp" in forward and forward["tp"].nunique() < 2 and (forward["tp"] == 1).all():  # no parallel layout
-        cols = [c for c in cols if c not in ("tp", "collectives_time_s", "collectives_pct")]
+        cols = [c for c in cols if c not in ("tp", "layout", "collectives_time_s", "collectives_pct")]
     return (
         f"<h2>model {name}: the whole forward</h2>"
         "<p class=muted>Each kind of decoder layer and the head measured as the model runs them (seeded weights; "
@@ -631,7 +631,7 @@ def run(
         targets_csv: roofline_targets.csv, for the figure of the workloads on the targets.
         tunes: the models the run tunes (the tune rule runs beside the report, not before it).
     """
-    table_ = pd.read_csv(summary_csv)
+    table_ = pd.read_csv(summary_csv).copy()  # one block per dtype: read_csv leaves a wide table fragmented
     plan = read_json(plan_json)
     run_dir = plan_json.parent
     workloads_dir = layout.workloads_dir(run_dir, plan["backend"])

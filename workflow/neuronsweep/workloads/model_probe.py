@@ -117,7 +117,7 @@ class RankRouting:
     experts), the model's top_k where the rank's router picks fewer, and the replicas whose tokens reach
     them (expert parallelism across data-parallel replicas)."""
 
-    policy: Any = "balanced"  # routing.Policy: balanced, {zipf: s} or the counts read
+    policy: routing_policy.Policy = "balanced"  # balanced, {zipf: s} or the counts read
     expert_ep: int = 1
     model_top_k: int | None = None
     replicas: int = 1
