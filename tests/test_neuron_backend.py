@@ -252,6 +252,7 @@ def test_neuron_builds_hold_the_device_and_pin_their_cores(neuron_run):
 
 
 @pytest.mark.torch  # the cpu plan probe or a torch child
+@pytest.mark.workflow  # `neuronsweep plan` in a child, twice: a stage's real command (11 s of the inner loop)
 def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(tmp_path):
     cfg = neuron_config(tmp_path)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -276,6 +277,7 @@ def test_backend_neuron_is_refused_before_any_job_on_a_machine_without_a_device(
     assert "config key 'backend' is neuron, but this machine has no Neuron device (no /dev/neuron*" in none.stderr
 
 
+@pytest.mark.workflow  # `neuronsweep plan` in a child: a stage's real command (9 s of the inner loop)
 @pytest.mark.torch  # the cpu plan probe or a torch child
 def test_a_case_larger_than_a_neuroncores_hbm_is_refused_in_the_plan(tmp_path):
     cfg = neuron_config(tmp_path, suites={"matmul": {"shapes": [{"m": 65536, "k": 65536, "n": 8}]}})
