@@ -49,7 +49,7 @@ VLLM = {"tensor_parallel_size": [1, 2], "max_num_seqs": [1, 4], "max_model_len":
 SLO = {"ttft_ms": 400, "itl_ms": 30, "prompt_tokens": 200, "output_tokens": 10, "instance": "trn2.48xlarge"}
 
 
-def entry(vllm: dict | None = None, **slo) -> dict:
+def entry(vllm: dict | str | None = None, **slo) -> dict:
     return {"name": "m", "vllm": vllm or VLLM, "slo": SLO | slo, "dtype": ["bf16"], "phases": ["prefill", "decode"]}
 
 
@@ -89,6 +89,19 @@ def test_a_deployment_that_cannot_fit_is_never_chosen_and_says_why():
     assert deployments.table(entry(wide), L70B, forward({}), "m")["binding"].tolist() == ["cores"]
     too_long = deployments.table(entry(prompt_tokens=250, output_tokens=10), TINY, forward(GRAPHS), "m")
     assert set(too_long["binding"]) == {"max_model_len"} and not too_long["chosen"].any()
+
+
+def test_an_fp8_kv_cache_halves_the_cache_that_must_fit():
+    """Llama 3.3 70B at tp 8 with 32 sequences of 8,192 tokens: 17.6 GB of bf16 weights a rank and 10.7 GB of bf16
+    KV cache (2 x 80 layers x 1 KV head x 128 x 2 bytes a token) pass a trn2 core's 24 GiB (25.8 GB); with
+    --kv-cache-dtype fp8 the cache is 5.4 GB and fits."""
+    graphs = {("prefill", 1, 2048, "tp8"): 0.1, ("decode", 32, 8192, "tp8"): 0.01}
+    bound = {}
+    for kv in ("auto", "fp8"):
+        serve = f"vllm serve m -tp 8 --max-model-len 8192 --max-num-seqs 32 --kv-cache-dtype {kv}"
+        rows = deployments.table(entry(serve, prompt_tokens=4096, output_tokens=4096), L70B, forward(graphs), "m")
+        bound[kv] = rows["binding"].iloc[0]
+    assert bound == {"auto": "HBM", "fp8": "TTFT"}  # fits with fp8: TTFT (10 + 2 x 100 ms of 400) binds
 
 
 def test_no_candidate_meeting_the_target_names_the_closest_and_what_binds_it():

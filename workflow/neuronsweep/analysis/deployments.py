@@ -154,7 +154,9 @@ def table(entry: dict, config: dict, forward: pd.DataFrame, where: str) -> pd.Da
         rank = deployment.rank_config(config, layout, "decode", where)
         tag = layout.label("decode", moe) if rank.fields or layout.dp > 1 else ""  # as the planner tags ids
         results = [
-            serve_one(serve, tag, p, o, slo, graph, rank_bytes(config, rank, dtype, serve.max_num_seqs, p + o))
+            serve_one(
+                serve, tag, p, o, slo, graph, rank_bytes(config, rank, dtype, serve.max_num_seqs, p + o, serve.kv_bytes)
+            )
             for p, o in slo.mix
         ]
         rows.append(_row(label(serve), serve, results, slo))

@@ -213,9 +213,10 @@ def hidden_bytes(config: dict, batch: int, tokens: int, dtype: str) -> int:
     return batch * tokens * config["hidden_size"] * DTYPE_BYTES[dtype]
 
 
-def rank_bytes(config: dict, rank: RankConfig, dtype: str, batch: int, seq: int) -> int:
+def rank_bytes(config: dict, rank: RankConfig, dtype: str, batch: int, seq: int, kv_bytes: int | None = None) -> int:
     """A rank's weights and KV cache at its shard (approximate: the decoder's projections, experts, embedding
-    and head), for the check that they fit its core's HBM."""
+    and head), for the check that they fit its core's HBM; `kv_bytes`: the cache's bytes an element where it
+    is not the weights' dtype (an fp8 KV cache: 1)."""
     f = {**config, **rank.fields}
     hidden, layers, q = f.get("hidden_size"), f.get("num_hidden_layers", 1), f.get("num_attention_heads")
     if not isinstance(hidden, int) or not isinstance(q, int):
@@ -227,5 +228,5 @@ def rank_bytes(config: dict, rank: RankConfig, dtype: str, batch: int, seq: int)
     inter = (f.get("moe_intermediate_size") if n_experts else None) or f.get("intermediate_size") or 0
     mlp = 3 * hidden * inter * max(1, n_experts)
     embed = 2 * hidden * f.get("vocab_size", 0)
-    kv_cache = 2 * layers * batch * seq * kv * hd
-    return int((layers * (attention + mlp) + embed + kv_cache) * DTYPE_BYTES[dtype])
+    kv_cache = 2 * layers * batch * seq * kv * hd * (kv_bytes or DTYPE_BYTES[dtype])
+    return int((layers * (attention + mlp) + embed) * DTYPE_BYTES[dtype] + kv_cache)

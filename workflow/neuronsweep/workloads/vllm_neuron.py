@@ -68,6 +68,7 @@ FLAGS: dict[str, type] = {
     "decode_context_parallel_size": int,
     "speculative_config": dict,
     "dtype": str,
+    "kv_cache_dtype": str,
 }
 SHORT = {"tp": "tensor_parallel_size", "dp": "data_parallel_size"}
 GRID_KEYS = ("tensor_parallel_size", "data_parallel_size", "max_num_seqs", "enable_expert_parallel")  # lists: a grid
@@ -100,6 +101,7 @@ class Serve:
     contexts: tuple[int, ...]  # decode context lengths: the context buckets, then the whole block table
     sampling_on_device: bool
     dtype: str | None = None
+    kv_bytes: int | None = None  # an fp8 KV cache's byte an element (--kv-cache-dtype fp8); None: the model's dtype
     assumed: tuple[str, ...] = ()
     labels: dict[str, Any] = field(default_factory=dict)
 
@@ -197,6 +199,11 @@ def parse(raw: str | dict, where: str) -> Serve:
     dtype = settings.get("dtype")
     if dtype is not None and dtype != "auto" and dtype not in DTYPES:
         raise UserError(f"{where}: vllm: --dtype {dtype} is not one neuron-sweep measures ({', '.join(DTYPES)}).")
+    kv_dtype = str(settings.get("kv_cache_dtype") or "auto")
+    if kv_dtype != "auto" and not kv_dtype.startswith("fp8"):
+        raise UserError(
+            f"{where}: vllm: --kv-cache-dtype {kv_dtype} is not auto or an fp8 one (reference-configuration.md)."
+        )
     labels = {
         "stack": VLLM_NEURON,
         "block_size": block,
@@ -214,6 +221,7 @@ def parse(raw: str | dict, where: str) -> Serve:
         contexts=tuple(sorted(set(contexts))),
         sampling_on_device=sampling,
         dtype=DTYPES.get(dtype) if dtype else None,
+        kv_bytes=1 if kv_dtype.startswith("fp8") else None,
         assumed=tuple(assumed),
         labels=labels,
     )
