@@ -166,3 +166,10 @@ def test_a_grid_of_deployments_with_a_target_gives_the_table_the_frontier_and_on
     assert rows.loc["tp2-seqs1", "tokens_per_s_per_instance"] == pytest.approx(32 / decode)  # 64 cores / tp 2
     page = (results / "report.html").read_text()
     assert "the deployment that meets your latency" in page and "frontier_model-t" in page
+
+
+def test_the_plan_names_the_candidates_and_what_they_are_judged_on():
+    assert deployments.announce(entry(), "m") == (
+        "model m: against TTFT 400 ms and ITL 30 ms on a trn2.48xlarge (64 NeuronCores), the deployments "
+        "tp1-seqs1, tp1-seqs4, tp2-seqs1, tp2-seqs4 (suites/model-m-deployments.csv)"
+    )

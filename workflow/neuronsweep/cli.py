@@ -48,6 +48,7 @@ def _spec(text: str) -> dict:
 
 def cmd_plan(args: Namespace) -> None:
     """`neuronsweep plan`: the cases a config makes, as the workflow plans them, without running any."""
+    from neuronsweep.analysis import deployments
     from neuronsweep.host import slots
     from neuronsweep.search import searches
     from neuronsweep.stages import plan
@@ -75,6 +76,9 @@ def cmd_plan(args: Namespace) -> None:
     assumed = {(sc["labels"]["model"], sc["labels"]["assumed"]) for sc in p["scenarios"] if "assumed" in sc["labels"]}
     for model, said in sorted(assumed):  # what a deployment left out and the plan took: said, never silent
         print(f"  model {model} assumed: {said}")
+    for i, entry in enumerate(run.config["suites"].get("model") or []):
+        if entry.get("slo"):
+            print("  " + deployments.announce(entry, f"suites.model[{i}] ({entry['name']})"))
     for sc in p["scenarios"]:
         why = p["unsupported"].get(sc["workload_id"])
         print(f"  {sc['suite']:8} {sc['id']:44} -> {sc['workload_id']}" + (f"  (unsupported: {why})" if why else ""))

@@ -57,6 +57,16 @@ class Slo:
         return cls(slo["ttft_ms"] / 1e3, slo["itl_ms"] / 1e3, tuple(mix), INSTANCES[slo["instance"]])
 
 
+def announce(entry: dict, where: str) -> str:
+    """One line for the plan: the candidates a model entry's target is judged over, and on what."""
+    slo = Slo.of(entry["slo"])
+    names = ", ".join(label(serve) for serve in serves(entry["vllm"], where))
+    return (
+        f"model {entry['name']}: against TTFT {_ms(slo.ttft_s)} and ITL {_ms(slo.itl_s)} on a {slo.instance.name} "
+        f"({slo.instance.cores()} NeuronCores), the deployments {names} (suites/model-{entry['name']}-deployments.csv)"
+    )
+
+
 def check(entry: dict, where: str) -> None:
     """An `slo:` the arithmetic can take, or one sentence before any job."""
     slo = entry["slo"]
