@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -91,6 +92,14 @@ def test_gloo_sweep_of_4_ranks(tmp_path):
         assert metrics["flops"] is None and "roofline" in metrics["notes"]["flops"]
         assert metrics["correct"] is True and metrics["max_abs_error"] == 0  # every rank's result, exact
         assert (workloads / wid / "view" / "trace.pftrace").stat().st_size > 0
+        # the ranks on one timeline: every timed execution's arrival and wait per rank, and one track per rank
+        with open(workloads / wid / "tables" / "rank_waits.csv") as f:
+            waits = list(csv.DictReader(f))
+        assert {int(w["rank"]) for w in waits} == set(range(n)) and len(waits) % n == 0
+        assert metrics["rank_wait_max_s"] == pytest.approx(max(float(w["wait_s"]) for w in waits))
+        assert 0 <= metrics["straggler_rank"] < n and 0 <= metrics["collective_wait_pct"] <= 100
+        assert metrics["collective_overlap_pct"] is None and "alone" in metrics["notes"]["collective_overlap_pct"]
+        assert _slice_pids(workloads / wid / "capture" / "ranks.pftrace") == set(range(n))
     page = (tmp_path / "results" / "t" / "report.html").read_text()
     assert 'data-figure="suite_collectives"' in page and "busbw" in page
 
@@ -105,3 +114,35 @@ def test_the_link_a_neuron_rank_is_compared_with_comes_from_a_sourced_figure_or_
     assert _link_per_rank("trn1", across, notes) is None and "NeuronLink-v2 no bandwidth" in notes["link_bytes_per_s"]
     assert _link_per_rank("trn2", across[:2], notes) is None and "on the chip" in notes["link_bytes_per_s"]
     assert _link_per_rank("trn2", [], notes) is None and "nd_idx" in notes["link_bytes_per_s"]
+
+
+def _slice_pids(path: Path) -> set[int | None]:
+    """The processes whose tracks hold the slices of a .pftrace, as neuron-sweep's reader reads it back."""
+    from neuronsweep.formats import pftrace_reader
+
+    trace = pftrace_reader.read(path)
+    return {trace.tracks[uuid].pid for uuid in set(trace.slices.track_uuid)}
+
+
+def test_the_ranks_clocks_are_aligned_on_the_collectives_exits_and_each_wait_is_the_last_arrival_minus_its_own():
+    """Rank 1's clock runs 5 s ahead; in instance 0 rank 1 arrives 2 ms after rank 0, in instance 1 rank 0
+    arrives 3 ms after rank 1; both leave together (1 ms after the last arrival)."""
+    from neuronsweep.analysis.rank_timeline import align, chrome_trace
+
+    rank0 = [(10.000, 10.003), (20.003, 20.004)]
+    rank1 = [(15.002, 15.003), (25.000, 25.004)]
+    t = align([rank0, rank1])
+    assert t.offsets_s == pytest.approx((0.0, -5.0)) and t.residual_s == pytest.approx(0.0, abs=1e-9)
+    assert t.waits_s[0] == pytest.approx((0.002, 0.0)) and t.waits_s[1] == pytest.approx((0.0, 0.003))
+    assert t.rank_wait_max_s == pytest.approx(0.003) and t.straggler_rank == 0  # a tie: the lowest rank
+    inside = 0.003 + 0.001 + 0.001 + 0.004
+    assert t.collective_wait_pct == pytest.approx(100 * 0.005 / inside)
+    events = [e for e in chrome_trace([rank0, rank1], t, "all_reduce") if e["ph"] == "X"]
+    assert [(e["pid"], round(e["ts"])) for e in events] == [
+        (0, 10_000_000),
+        (0, 20_003_000),
+        (1, 10_002_000),
+        (1, 20_000_000),
+    ]
+    with pytest.raises(ValueError, match="same instances"):
+        align([rank0, rank1[:1]])

@@ -160,8 +160,16 @@ def neuron_rank_rows(view_dir: Path) -> list[dict]:
     return rows
 
 
+def _rank_tables(ranks: list[dict], capture: CaptureRecord | None, folder: Path) -> dict[str, int]:
+    """tables/ranks.csv (one row per rank) and, where the capture put the ranks on one timeline,
+    tables/rank_waits.csv (each timed execution's arrival and wait per rank): their row counts."""
+    waits = capture.details.get("rank_waits") if capture is not None else None
+    found = {"ranks": ranks, "rank_waits": waits or []}
+    return {name: write_ranks(rows, folder / f"{name}.csv") for name, rows in found.items() if rows}
+
+
 def write_ranks(rows: list[dict], path: Path) -> int:
-    """tables/ranks.csv, one row per rank."""
+    """tables/ranks.csv (one row per rank) or tables/rank_waits.csv (one per execution and rank)."""
     import csv
     import io
 
@@ -238,8 +246,7 @@ def run(
     ranks = workers or gloo_rank_rows(capture)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
-    if ranks:
-        tables["ranks"] = write_ranks(ranks, out.parent / "tables" / "ranks.csv")
+    tables |= _rank_tables(ranks, capture, out.parent / "tables")
     record = MetricsRecord(
         values={k: v for k, v in values.items() if k not in ("spec", "notes")},
         notes=values["notes"],

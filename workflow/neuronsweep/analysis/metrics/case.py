@@ -14,6 +14,7 @@ from neuronsweep.analysis.metrics.collectives import (
     nccom_test,
     rank_latency,
     rank_spread,
+    rank_waits,
 )
 from neuronsweep.analysis.metrics.compilation import compilation
 from neuronsweep.analysis.metrics.counters import profile_counters
@@ -169,7 +170,7 @@ def _ranks(
         spread = rank_spread(
             device_times if ranks else medians, None if medians else "capture.json has no per-rank times"
         )
-        parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s)]
+        parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s), rank_waits(capture)]
     elif ranks:  # a multi-worker neuron capture: each rank's device time
         parts.append(rank_spread(device_times))
     if ranks:

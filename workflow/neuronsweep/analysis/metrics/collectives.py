@@ -39,6 +39,19 @@ class RankSpread(Part):
 
 
 @dataclass(kw_only=True)
+class RankWaits(Part):
+    """The ranks on one timeline (analysis/rank_timeline.py): the largest wait of a rank for the last to
+    arrive, the rank that arrived last most often, the share of the collectives' time spent waiting, the
+    share overlapped by compute, and what is left of the clocks' difference after aligning them."""
+
+    rank_wait_max_s: float | None
+    straggler_rank: int | None
+    collective_wait_pct: float | None
+    collective_overlap_pct: float | None
+    clock_residual_s: float | None
+
+
+@dataclass(kw_only=True)
 class RanksProfiled(Part):
     """How many ranks' device profiles the view read (a multi-worker neuron capture)."""
 
@@ -111,6 +124,26 @@ def rank_latency(capture: CaptureRecord | None) -> list[dict]:
     profiled workers' files)."""
     details = capture.details if capture else {}
     return [r for r in (details.get("rank_latency") or details.get("ranks") or []) if "median_s" in r]
+
+
+def rank_waits(capture: CaptureRecord | None) -> RankWaits:
+    """capture.json's `rank_timeline` (the gloo ranks' timed executions on one timeline), or null with why."""
+    found = (capture.details if capture else {}).get("rank_timeline")
+    if not found:
+        return RankWaits.null("capture.json has no rank timeline (a capture of every rank's entries and exits)")
+    alone = "the case runs the collective alone: no compute to overlap it"
+    return RankWaits(
+        rank_wait_max_s=found["rank_wait_max_s"],
+        straggler_rank=found["straggler_rank"],
+        collective_wait_pct=found["collective_wait_pct"],
+        collective_overlap_pct=None,
+        clock_residual_s=found["residual_s"],
+        notes={
+            "collective_overlap_pct": alone,
+            "rank_wait_max_s": f"over {found['instances']} timed executions, each after a barrier; the ranks' "
+            f"clocks aligned on the collectives' exits (residual {found['residual_s'] * 1e6:.1f} us)",
+        },
+    )
 
 
 def rank_spread(times: list[float], why_none: str | None = None) -> RankSpread:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from neuronsweep.analysis import rank_timeline
 from neuronsweep.analysis.correctness import check_rank, worst
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import read_json, replacing, write_json
@@ -29,11 +30,13 @@ from neuronsweep.backends.build_facts import package_versions
 from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.errors import UserError
+from neuronsweep.formats import pftrace_writer
 from neuronsweep.host import caps
 from neuronsweep.store.records import BuildRecord
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 TRACE = BACKENDS["cpu"].artifacts["capture"]  # rank 0's chrome trace: the cpu view reads it as any other
+RANKS_TRACE = "ranks.pftrace"  # every rank's timed executions on one timeline, a process track each
 BACKEND = "gloo"
 
 
@@ -102,6 +105,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     ranks = [read_json(work / f"rank_{r}.json") for r in range(world)]
     per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
     os.replace(work / TRACE, out_dir / TRACE)
+    timeline = _timeline(ranks, build.workload_id, out_dir)
     store.unlink(missing_ok=True)
     cores = os.cpu_count() or 1
     return {
@@ -118,8 +122,26 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         )
         if world > cores
         else None,
-        "artifacts": {"trace": TRACE},
+        "artifacts": {"trace": TRACE, "ranks_trace": RANKS_TRACE},
+        **timeline,
     }
+
+
+def _timeline(ranks: list[dict], name: str, out_dir: Path) -> dict:
+    """The ranks' timed executions on one timeline (analysis/rank_timeline.py): capture.json's
+    `rank_timeline` and `rank_waits`, and ranks.pftrace, one process track per rank."""
+    spans = [[(float(a), float(b)) for a, b in r["spans_s"]] for r in ranks]
+    timeline = rank_timeline.align(spans)
+    pftrace_writer.chrome_to_pftrace(rank_timeline.chrome_trace(spans, timeline, name), out_dir / RANKS_TRACE)
+    summary = {
+        "offsets_s": list(timeline.offsets_s),
+        "residual_s": timeline.residual_s,
+        "straggler_rank": timeline.straggler_rank,
+        "rank_wait_max_s": timeline.rank_wait_max_s,
+        "collective_wait_pct": timeline.collective_wait_pct,
+        "instances": len(timeline.arrivals_s),
+    }
+    return {"rank_timeline": summary, "rank_waits": timeline.rows()}
 
 
 def _wait(procs: list, logs: list[Path], deadline: float, wid: str, timeout_s: float) -> None:
@@ -194,12 +216,14 @@ def _rank(rank: int, args: dict) -> None:
                     op()
         else:
             op()
-    samples = []
+    samples, spans = [], []
     for _ in range(args["samples"]):
         dist.barrier()
         t0 = time.perf_counter_ns()
         op()
-        samples.append((time.perf_counter_ns() - t0) * 1e-9)
+        t1 = time.perf_counter_ns()
+        samples.append((t1 - t0) * 1e-9)
+        spans.append((t0 * 1e-9, t1 * 1e-9))  # this rank's entry and exit, on its own clock
     dist.barrier()
     dist.destroy_process_group()
     out = Path(args["out"])
@@ -208,7 +232,13 @@ def _rank(rank: int, args: dict) -> None:
             prof.export_chrome_trace(str(tmp))
     write_json(
         out / f"rank_{rank}.json",
-        {"rank": rank, "samples_s": samples, "threads": torch.get_num_threads(), "correctness": correctness},
+        {
+            "rank": rank,
+            "samples_s": samples,
+            "spans_s": spans,
+            "threads": torch.get_num_threads(),
+            "correctness": correctness,
+        },
     )
 
 
