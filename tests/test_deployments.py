@@ -49,7 +49,7 @@ VLLM = {"tensor_parallel_size": [1, 2], "max_num_seqs": [1, 4], "max_model_len":
 SLO = {"ttft_ms": 400, "itl_ms": 30, "prompt_tokens": 200, "output_tokens": 10, "instance": "trn2.48xlarge"}
 
 
-def entry(vllm: dict | str | None = None, **slo) -> dict:
+def entry(vllm: dict | str | list | None = None, **slo) -> dict:
     return {"name": "m", "vllm": vllm or VLLM, "slo": SLO | slo, "dtype": ["bf16"], "phases": ["prefill", "decode"]}
 
 
@@ -120,6 +120,16 @@ def test_an_unmeasured_or_noisy_graph_is_said():
     assert rows.loc["tp1-seqs1", "binding"] == "unmeasured" and pd.isna(rows.loc["tp1-seqs1", "itl_s"])
     assert "decode b1 s256: not in the run" in rows.loc["tp1-seqs1", "caveat"]
     assert rows.loc["tp2-seqs4", "caveat"] == "built from noisy graphs: decode b4 s256"
+
+
+def test_a_serve_lines_dtype_is_the_one_its_graphs_are_looked_up_in():
+    """The config entry keeps its own dtype (fp32 by default) where the serve line says --dtype bfloat16:
+    the graphs ran in bf16, and that is where the candidate's figures come from."""
+    lines = [
+        f"vllm serve m -tp {tp} --max-model-len 256 --max-num-batched-tokens 128 --dtype bfloat16" for tp in (1, 2)
+    ]
+    rows = deployments.table(entry(lines) | {"dtype": ["fp32"]}, TINY, forward(GRAPHS), "m").set_index("candidate")
+    assert rows.loc["tp2-seqs1", "itl_s"] == pytest.approx(0.012) and rows["chosen"].sum() == 1
 
 
 def test_a_mix_takes_the_worst_request():

@@ -155,11 +155,12 @@ def table(entry: dict, config: dict, forward: pd.DataFrame, where: str) -> pd.Da
     mix, whether it meets the target, what binds it, and the chosen one (the most tokens per second per
     instance of those that meet it). `config`: the model's config.json fields."""
     slo = Slo.of(entry["slo"])
-    dtype = entry["dtype"][0]
+    candidates = serves(entry["vllm"], where)
+    dtype = candidates[0].dtype or entry["dtype"][0]  # a serve line's --dtype is what the graphs ran in
     moe = experts_key(config) is not None
     graph = _lookup(forward, dtype)
     rows = []
-    for serve in serves(entry["vllm"], where):
+    for serve in candidates:
         layout = vllm_neuron.sharding(serve)
         rank = deployment.rank_config(config, layout, "decode", where)
         tag = layout.label("decode", moe) if rank.fields or layout.dp > 1 else ""  # as the planner tags ids
