@@ -83,7 +83,7 @@ def test_a_deployment_that_cannot_fit_is_never_chosen_and_says_why():
     rows = deployments.table(entry(vllm, prompt_tokens=4000, output_tokens=4000), L70B, forward(graphs), "m")
     rows = rows.set_index("candidate")
     assert rows.loc["tp4-seqs8", "binding"] == "HBM" and not rows.loc["tp4-seqs8", "chosen"]
-    assert "GB of a core's HBM" in rows.loc["tp4-seqs8", "caveat"]
+    assert "GiB > 24 GiB of a core's HBM" in rows.loc["tp4-seqs8", "caveat"]
     assert rows.loc["tp8-seqs8", "chosen"] and rows.loc["tp8-seqs8", "ttft_s"] == pytest.approx(0.01 + 0.05)
     wide = {"tensor_parallel_size": 64, "data_parallel_size": 2, "max_model_len": 8192, "max_num_seqs": 8}
     assert deployments.table(entry(wide), L70B, forward({}), "m")["binding"].tolist() == ["cores"]

@@ -280,7 +280,7 @@ def test_the_run_targets_family_refuses_a_tp_degree_before_any_probe(tmp_path):
 
 
 def test_a_rank_whose_weights_and_cache_pass_its_cores_hbm_is_one_sentence(tmp_path):
-    """Llama 3.3 70B at tp 2 on trn2: 35 B parameters a rank in bf16 are 70 GB, over a core's 24 GB. On trn2
+    """Llama 3.3 70B at tp 2 on trn2: 35 B parameters a rank in bf16 are 66 GiB, over a core's 24 GiB. On trn2
     the deployment is vLLM Neuron's; NxD Inference's parallel: there is one sentence naming SDK 2.34."""
     from helpers import REPO
 
@@ -290,7 +290,7 @@ def test_a_rank_whose_weights_and_cache_pass_its_cores_hbm_is_one_sentence(tmp_p
     serve = "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 2 --max-model-len 256 --dtype bfloat16"
     entry = {"name": "l", "hf_config": model, "vllm": serve + " --max-num-seqs 1 --max-num-batched-tokens 256"}
     cfg = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "trn2"}, "suites": {"model": [entry]}}
-    with pytest.raises(UserError, match=r"one rank's weights and KV cache at tp 2 take 7\d\.\d GB, over the 24 GB"):
+    with pytest.raises(UserError, match=r"one rank's weights and KV cache at tp 2 take 6\d\.\d GiB, over the 24 GiB"):
         make_plan(schema.validate(cfg), "neuron")
     cfg["suites"]["model"] = [{"name": "l", "hf_config": model, "parallel": {"tp_degree": 64}}]
     with pytest.raises(UserError, match=r"parallel: is NxD Inference's deployment, legacy on trn2: Neuron SDK 2.34"):

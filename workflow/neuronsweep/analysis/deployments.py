@@ -119,7 +119,7 @@ def serve_one(serve: Serve, tag: str, prompt: int, output: int, slo: Slo, graph:
         why = f"prompt + output {prompt + output} > max_model_len {serve.max_model_len}"
         return Served(None, None, None, "max_model_len", why, "")
     if need_bytes > hbm:
-        why = f"weights and KV cache {need_bytes / 1e9:.1f} GB > {hbm / 1e9:.0f} GB of a core's HBM"
+        why = f"weights and KV cache {need_bytes / 2**30:.1f} GiB > {hbm / 2**30:.0f} GiB of a core's HBM"
         return Served(None, None, None, "HBM", why, "")
     batch, chunk = serve.max_num_seqs, serve.token_buckets[-1]
     chunks = [chunk] * (prompt // chunk) + ([prompt % chunk] if prompt % chunk else [])

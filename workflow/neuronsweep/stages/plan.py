@@ -509,15 +509,15 @@ def _check_rank_fits(
     fields: dict, rank: sharding.RankConfig, entry: dict, grid: sharding.Grid, family: str | None, where: str
 ) -> None:
     """A rank's weights and KV cache (the phase's largest graph) against its core's HBM, where the target is known."""
-    hbm = deployment.HBM_PER_CORE.get(family or "")
+    hbm = targets.TARGETS[family].hbm_bytes() if family in targets.TARGETS else None  # a logical core's, default LNC
     if not hbm or not any(k in entry for k in deployment.FORMS) or "slo" in entry:
         return  # no deployment given; or candidates against a target, whose table says which do not fit
     batch, seq = max(grid.batches), max(grid.seqs)
     need = max(sharding.rank_bytes(fields, rank, d, batch, seq) for d in entry["dtype"])
     if need > hbm:
         raise UserError(
-            f"{where}: one rank's weights and KV cache at tp {rank.labels['tp']} take {need / 1e9:.1f} GB, over the "
-            f"{hbm / 1e9:.0f} GB of HBM a {family} NeuronCore has (nxd-inference api-guide); raise the TP degree."
+            f"{where}: one rank's weights and KV cache at tp {rank.labels['tp']} take {need / 2**30:.1f} GiB, over the "
+            f"{hbm / 2**30:.0f} GiB of HBM a {family} logical NeuronCore has (host/targets.py); raise the TP degree."
         )
 
 

@@ -18,8 +18,6 @@ from neuronsweep.workloads.sharding import (
 )
 
 FORMS = ("parallel", "neuron_config", "vllm")
-# each logical core's HBM (NxD Inference's api-guide; trn2 at LNC 2)
-HBM_PER_CORE = {"trn2": 24e9, "trn1": 16e9, "inf2": 16e9}
 _RULES = {NXD_INFERENCE: nxd_inference, VLLM_NEURON: vllm_neuron}
 
 
