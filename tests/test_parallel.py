@@ -156,7 +156,7 @@ def test_a_dense_intermediate_tp_does_not_divide_is_padded():
 
 def test_a_tp_degree_the_instance_family_does_not_run_is_one_sentence():
     layouts = [Sharding(4)]
-    nxd_inference.check_tp(layouts, "trn2", "m")  # trn2 runs 1-64 in powers of two
+    nxd_inference.check_tp(layouts, "inf2", "m")  # inf2 runs 1, 2, 4, 8 and 24
     with pytest.raises(
         UserError, match=r"^m: parallel.tp_degree 4 is not one NxD Inference supports on trn1 \(1, 2, 8"
     ):

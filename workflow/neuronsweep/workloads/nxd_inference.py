@@ -44,9 +44,9 @@ from neuronsweep.workloads.sharding import (
     vocabulary,
 )
 
-# NxD Inference's tp_degree values per instance family (SDK nxd-inference api-guide.rst) and each logical
-# core's HBM (the same page; trn2 at LNC 2)
-SUPPORTED_TP = {"trn2": (1, 2, 4, 8, 16, 32, 64), "trn1": (1, 2, 8, 16, 32), "inf2": (1, 2, 4, 8, 24)}
+# NxD Inference's tp_degree values on the families it still serves (SDK nxd-inference api-guide.rst; trn2 and
+# trn3 refuse it since SDK 2.34: deployment.check)
+SUPPORTED_TP = {"trn1": (1, 2, 8, 16, 32), "inf2": (1, 2, 4, 8, 24)}
 MOE_PHASE_KEYS = {
     "prefill": ("moe_cte_tp_degree", "moe_cte_ep_degree"),
     "decode": ("moe_tkg_tp_degree", "moe_tkg_ep_degree"),
