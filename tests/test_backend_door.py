@@ -14,6 +14,7 @@ from neuronsweep.config import schema
 from neuronsweep.config.backends import BACKENDS, NAMES, Backend
 from neuronsweep.host import slots
 from neuronsweep.stages import plan as plan_stage
+from neuronsweep.stages import plan_fits
 from neuronsweep.workloads import unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def test_a_new_backend_is_one_descriptor_entry_for_the_rest_of_the_package(monke
     config = schema.validate({"suites": {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}}}}, source="test")
     built = plan_stage.make_plan(config, "toy")
     assert list(built.workloads) == ["matmul-m64-k64-n64-fp32"]
-    plan_stage.check_memory(built, config)
+    plan_fits.check_memory(built, config)
     assert slots.pool("toy").describe()
     budget = backends.memory_budget("toy", config, 2**30)
     assert budget is not None and budget.what == "this machine's RAM" and not budget.gathers_experts

@@ -335,6 +335,7 @@ def test_what_is_not_a_chrome_trace_is_one_sentence(content, said, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
 
 
+@pytest.mark.workflow  # the `neuronsweep` command in children, as a user runs it: the README's tier
 def test_convert_and_query_a_chrome_trace_from_the_command_line(tmp_path):
     """`neuronsweep convert` writes <name>.pftrace beside a gzip trace; `query` reads a Chrome trace
     through the same conversion, cached beside it; a JSON that is no profile leaves nothing behind."""

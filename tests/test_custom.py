@@ -255,6 +255,7 @@ def test_a_users_nki_kernel_is_built_captured_and_checked_against_their_function
 
 
 @pytest.mark.torch  # the real child imports torch
+@pytest.mark.workflow  # the production probe, a fresh interpreter (6 s): the README's tier
 def test_the_plans_probe_in_a_fresh_interpreter_finds_what_the_forked_one_finds(tmp_path, real_probe):
     """The suite forks the plan's probes (tests/probe_fork.py); production starts `python -m` for each:
     the same entry planned through both gives the same workloads, FLOPs and output shapes."""

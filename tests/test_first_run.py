@@ -49,6 +49,7 @@ def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
 
 
 @pytest.mark.torch  # the cpu plan probe or a torch child
+@pytest.mark.workflow  # the real probe, a child measuring a GEMM per dtype: the README's tier
 def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
     """Without a warm server (`measure`), or one that gives no answer, the probe is a child of its own."""
     first = caps.probe(tmp_path, 1, measure=lambda threads: None)

@@ -300,6 +300,7 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
 
 
 @pytest.mark.torch  # the cpu plan probe or a torch child
+@pytest.mark.workflow  # torchrun's rank processes (5 s): the README's tier
 def test_a_failing_collective_rank_is_one_sentence_with_its_exception(tmp_path):
     from neuronsweep.backends.programs import xla_collective
 

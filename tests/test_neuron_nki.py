@@ -195,6 +195,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.workflow  # four child interpreters, one per nki version and target (13 s): the README's tier
 def test_the_nki_kernels_compute_the_right_numbers_on_the_standin_isa(tmp_path):
     """The stand-in's nki.isa / nki.language execute kernel bodies on numpy with the real signatures
     and memory rules (PSUM destinations, SBUF operands, tile limits), so this checks the kernels."""

@@ -228,6 +228,7 @@ def test_optimum_neurons_neuron_config_is_read_with_its_own_keys(tmp_path):
 
 
 @pytest.mark.torch
+@pytest.mark.workflow  # the model probe in a child, twice (3.5 s): the README's tier
 def test_the_plan_lists_each_ranks_gemms_and_the_same_plan_comes_from_a_neuron_config(tmp_path):
     """A GQA model planned at tp 4 (its KV heads) from YAML and from the neuron_config.json a checkpoint
     would write: the same scenarios, each GEMM one rank's, the collectives beside them."""

@@ -270,6 +270,7 @@ def test_a_killed_tune_resumes_without_measuring_again_and_keeps_the_trial_budge
 
 
 @pytest.mark.torch  # its candidates' searches plan them first: a child that imports torch
+@pytest.mark.workflow  # two tunes, each planning in a probe child (7 s): the README's tier
 def test_an_edited_candidate_is_searched_again_and_the_other_is_not(tmp_path, monkeypatch):
     code = write_code(tmp_path)  # its own: one is edited below
     both = {"candidates": ["compiler", "blocked", "other"], "budget": {"trials_per_shape": 6}}

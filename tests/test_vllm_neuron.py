@@ -208,6 +208,7 @@ def test_decode_gemms_are_labelled_with_the_fused_kernel_they_run_in():
 
 
 @pytest.mark.torch
+@pytest.mark.workflow  # the model probe in a child, two layouts (4 s): the README's tier
 def test_a_serve_line_plans_each_graph_as_one_ranks_gemms_and_collectives(tmp_path):
     """A tiny GQA model (8 Q heads, 2 KV heads of 32, hidden 256, vocabulary 1000) from a serve line at tp 2:
     prefill at batch 1 for each token bucket, decode at each batch bucket over the block table, each GEMM one

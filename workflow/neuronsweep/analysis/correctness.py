@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from neuronsweep.workloads import collective, kind_of
+from neuronsweep.workloads import collective, described, dtype_of, kind_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +54,7 @@ def check(spec: dict, inputs: dict, output: Array) -> dict:
 
     kind = kind_of(spec)
     if not hasattr(kind, "reference"):
-        return {"correct": None, "correct_why": f"no NumPy reference for {spec['kind']} workloads"}
+        return {"correct": None, "correct_why": f"no NumPy reference for {described(spec).name} workloads"}
     if hasattr(kind, "output_array"):  # a user's function: its whole output, against itself in float64
         return _check_whole(spec, kind, inputs, output)
     rows = len(output)
@@ -63,7 +63,7 @@ def check(spec: dict, inputs: dict, output: Array) -> dict:
     ref = kind.reference(spec, {name: _f64(a) for name, a in sampled.items()})
     if ref is None:
         return {"correct": None, "correct_why": "the workload changes its result between calls on purpose"}
-    record = compare(spec["dtype"], ref, output[picked] if len(picked) < rows else output)
+    record = compare(dtype_of(spec), ref, output[picked] if len(picked) < rows else output)
     return record | ({"rows_checked": len(picked), "rows": rows} if len(picked) < rows else {})
 
 
@@ -78,12 +78,12 @@ def _check_whole(spec: dict, kind: ModuleType, inputs: dict, output: Array) -> d
         return {"correct": None, "correct_why": f"in float64: {exc}"}
     except Exception as exc:  # noqa: BLE001 - the user's code: its failure in float64 is a finding, not a crash
         return {"correct": None, "correct_why": f"the function did not run in float64 on the CPU: {exc!r}"[:300]}
-    return compare(spec["dtype"], ref, out) | {"reference": "the function itself in float64 on the CPU, same inputs"}
+    return compare(dtype_of(spec), ref, out) | {"reference": "the function itself in float64 on the CPU, same inputs"}
 
 
 def check_rank(spec: dict, rank: int, output: Array) -> dict:
     """A collective's rank: its output after the collective of every rank's collective.rank_input."""
-    return {"rank": rank, **compare(spec["dtype"], collective.rank_reference(spec, rank), output)}
+    return {"rank": rank, **compare(dtype_of(spec), collective.rank_reference(spec, rank), output)}
 
 
 def worst(records: list[dict]) -> dict:

@@ -39,7 +39,7 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import described, kind_of, working_set_bytes, workload_id
+from neuronsweep.workloads import described, dtype_of, kind_of, working_set_bytes, workload_id
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
@@ -68,7 +68,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
 
     def export(entry: Path) -> tuple[Path, dict]:
         shapes = kind.tensor_shapes(spec)
-        dtype = torch_dtype(torch, spec["dtype"])
+        dtype = torch_dtype(torch, dtype_of(spec))
         # meta tensors need no input memory, but a user's function may make tensors of its own on the
         # default device (torch.zeros(m, n)), which cannot mix with meta ones: its inputs are real
         device = "cpu" if described(spec).real_inputs else "meta"

@@ -18,7 +18,7 @@ from neuronsweep.backends import BACKENDS
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.workloads import TORCH_DTYPES, kind_of
+from neuronsweep.workloads import TORCH_DTYPES, dtype_of, kind_of
 
 if TYPE_CHECKING:
     import torch
@@ -152,7 +152,7 @@ def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int
 def inputs(torch: ModuleType, spec: dict) -> list:
     """The case's inputs, the same values in every process (seeded)."""
     kind, gen = kind_of(spec), torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), torch_dtype(torch, spec["dtype"])
+    shapes, dtype = kind.tensor_shapes(spec), torch_dtype(torch, dtype_of(spec))
     return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
 
 

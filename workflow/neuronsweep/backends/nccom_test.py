@@ -21,6 +21,7 @@ from pathlib import Path
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR
+from neuronsweep.workloads.collective import Op
 
 OPS = {
     "all_reduce": "all_reduce",
@@ -40,17 +41,18 @@ def find() -> str | None:
 def argv(tool: str, spec: dict, iterations: int, warmup: int) -> list[str]:
     """nccom-test's command line for one collective of the sweep: its ranks, operation, size (begin = end) and data
     type, with the run's iterations and warmup."""
+    c = Op.of(spec)
     return [
         tool,
         "-r",
-        str(spec["world"]),
-        OPS[spec["op"]],
+        str(c.world),
+        OPS[c.op],
         "-b",
-        str(spec["bytes"]),
+        str(c.nbytes),
         "-e",
-        str(spec["bytes"]),
+        str(c.nbytes),
         "-d",
-        spec["dtype"],
+        c.dtype,
         "-n",
         str(iterations),
         "-w",
@@ -91,9 +93,10 @@ def measure(spec: dict, env: dict, iterations: int, warmup: int, timeout_s: floa
     if proc.returncode != 0:
         last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
         return {"argv": cmd, "result": None, "why": f"nccom-test exited {proc.returncode}: {last} (log: {log})"}
-    row = parse(proc.stdout, spec["bytes"])
+    nbytes = Op.of(spec).nbytes
+    row = parse(proc.stdout, nbytes)
     return {
         "argv": cmd,
         "result": row,
-        "why": None if row else f"nccom-test printed no row of {spec['bytes']} bytes (log: {log})",
+        "why": None if row else f"nccom-test printed no row of {nbytes} bytes (log: {log})",
     }

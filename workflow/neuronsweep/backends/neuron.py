@@ -57,7 +57,7 @@ from neuronsweep.kernels.nki_matmul import loops as kernel_loops
 from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import described, workload_id
+from neuronsweep.workloads import described, dtype_of, ranks_of, uses_nki, workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 # v4: torch-xla with autograd off, a prefill layer writes its KV cache; v5: TorchNeuron gets the HLO debug variables
@@ -175,7 +175,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
 def rank_checks(workdir: Path, spec: dict) -> dict:
     """A collective's verdict: every rank's check_rank_<r>.json (its output against the float64 NumPy
     result), the worst one standing for the case."""
-    return worst([read_json(workdir / f"check_rank_{r}.json") for r in range(spec["world"])])
+    return worst([read_json(workdir / f"check_rank_{r}.json") for r in range(ranks_of(spec))])
 
 
 def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_cores: str | None = None) -> dict:
@@ -230,7 +230,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     neff = next(iter(first.values()))
     return {
         "neff_source": neff,
-        **({"rank_neffs": rank_neffs(neff_cache, spec["world"])} if collective else {}),
+        **({"rank_neffs": rank_neffs(neff_cache, ranks_of(spec))} if collective else {}),
         "candidates": [{"path": p, "phase": "first call"} for p in result["first_call"]]
         + [{"path": p, "phase": "second call"} for p in result["second_call"]],
         "compile_s": max(0.0, result["first_call_s"] - result["second_call_s"]),
@@ -354,7 +354,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         build.json's fields: toolchain versions, the effective compiler command line, target and LNC, the NEFF and its
         attribution, compile time, cache hit, correctness.
     """
-    nki_impl = spec.get("impl") == "nki"
+    nki_impl = uses_nki(spec)
     options, setup = neuron_setup.settle(settings.options, check_route=False, need_route=not nki_impl)
     slot_lnc = setup["machine_lnc"]  # the LNC the slots number their cores at: the machine's (neuron-ls)
     if nki_impl:
@@ -375,7 +375,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             f"neuron build {workload_id(spec)}",
             options["target"],
             slot_lnc,
-            cores=spec.get("world", 1),
+            cores=ranks_of(spec),
         ) as (on_slot, span):
             on_slot = replace(on_slot, visible_cores=cores_at_lnc(on_slot.visible_cores, slot_lnc, lnc(options)))
             made = route(spec, out_dir, on_slot, entry)
@@ -437,7 +437,7 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "env": env,
         "compile_cache": str(entry / "neuron-compile-cache") if options["route"] == "xla" and not nki_impl else None,
         **{k: v for k, v in meta.items() if k != "made_at"},
-        "correctness": rejudge(meta.get("correctness"), spec["dtype"], auto_cast(options)),
+        "correctness": rejudge(meta.get("correctness"), dtype_of(spec), auto_cast(options)),
         **fields,
         "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
         if meta.get("recompiled_on_second_call")
@@ -575,7 +575,7 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
     inspect/<mode>/rank_<r>/, each paired with its own NEFF; rank 0's NTFF is the capture's own, and every
     rank's is kept as profile_rank_<r>.ntff, as a multi-worker capture keeps them."""
     collective = described(build.spec).ranks
-    world = build.spec.get("world", 1)
+    world = ranks_of(build.spec)
     own = build.details.get("rank_neffs") or [str(neff)] * world
     started, tried = time.time(), {}
     for mode in INSPECT_MODES:
@@ -645,7 +645,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
         notifications, nccom-test's anchor.
     """
     if described(build.spec).ranks and not settings.collectives:  # a worker per rank, as the build ran
-        settings = replace(settings, collectives={"workers_per_node": build.spec["world"]})
+        settings = replace(settings, collectives={"workers_per_node": ranks_of(build.spec)})
     # every device process runs at the NEFF's LNC, on the slot's cores named at that LNC
     neff_lnc = build.lnc
     if neff_lnc is not None:
@@ -655,7 +655,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     neff = build_dir / ARTIFACT
     torchneuron = build.details.get("route") == "torchneuron"
     collective = described(build.spec).ranks
-    nki = build.spec.get("impl") == "nki" and not collective
+    nki = uses_nki(build.spec) and not collective
     device_asked = not collective and settings.options.get("latency_samples") == "device"
     device_samples, asked = nki or device_asked, settings
     if device_samples:  # every execution profiled: the warm-up, then `iterations` whose device times are samples

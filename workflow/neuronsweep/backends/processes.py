@@ -17,7 +17,7 @@ from typing import IO
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import workload_id
+from neuronsweep.workloads import ranks_of, workload_id
 
 PROGRAMS = "neuronsweep.backends.programs"  # where run_child and run_ranks find a program by its name
 
@@ -177,11 +177,12 @@ def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("rank_*.json"):
         stale.unlink()
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world']}"]
+    world = ranks_of(spec)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
     proc = run_tool(
         [*argv, "-m", f"{PROGRAMS}.{module}", *args],
         timeout_s,
-        f"case {workload_id(spec)}: the {what} ({spec['world']} ranks)",
+        f"case {workload_id(spec)}: the {what} ({world} ranks)",
         cwd=out_dir,
         env=env,
     )
@@ -191,10 +192,10 @@ def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict
         text = (proc.stderr + proc.stdout).strip().splitlines()
         errors = [ln for ln in text if RANK_ERROR.match(ln)]
         raise UserError(
-            f"case {workload_id(spec)}: the {what}'s {spec['world']} ranks exited "
+            f"case {workload_id(spec)}: the {what}'s {world} ranks exited "
             f"{proc.returncode}: {(errors or text or ['no output'])[0].strip()} (full log: {log})."
         )
     result = json.loads((out_dir / "result.json").read_text())
     if any(out_dir.glob("rank_*.json")):  # the ranks were timed
-        result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(spec["world"])]
+        result["ranks"] = [json.loads((out_dir / f"rank_{r}.json").read_text()) for r in range(world)]
     return result

@@ -34,7 +34,7 @@ class OnChip(Protocol):
 
 def for_spec(spec: dict) -> ModuleType:
     """The NKI kernel module of a workload kind: its inputs(spec, rng) and workload_view(arrays, out)."""
-    return {"matmul": nki_matmul, "mlp": nki_mlp, "custom": custom_nki}[spec["kind"]]
+    return {"matmul": nki_matmul, "mlp": nki_mlp, "custom": custom_nki}[described(spec).name]
 
 
 @dataclass
@@ -91,14 +91,14 @@ def _our_kernel_unsupported(spec: dict, on_device: bool, chip: OnChip | None = N
     module = for_spec(spec)
     why = module.supported(spec, on_device)
     if why:
-        return f"the NKI {spec['kind']} kernel does not handle this shape: {why}"
+        return f"the NKI {described(spec).name} kernel does not handle this shape: {why}"
     if on_device:  # bounded by what its body keeps on chip (on the target's `chip`, where the caller knows it)
         return None if chip is None else _body_too_big(spec, module.body_bytes(spec), chip)
     count = module.unrolled(spec)
     if count > nki_matmul.MAX_UNROLLED:
         return (
-            f"the NKI {spec['kind']} kernel would unroll {count} matmul instructions over all its tiles at this "
-            f"shape, over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
+            f"the NKI {described(spec).name} kernel would unroll {count} matmul instructions over all its tiles at "
+            f"this shape, over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
         )
     return None
 
@@ -110,9 +110,9 @@ def _body_too_big(spec: dict, need: dict[str, int], chip: OnChip) -> str | None:
     for buffer, have in (("sbuf", chip.sbuf_partition_bytes), ("psum", chip.psum_partition_bytes)):
         if need[buffer] > have:
             return (
-                f"one body of the NKI {spec['kind']} kernel's device loop keeps {need[buffer] / 1024:.0f} KiB of "
-                f"{buffer.upper()} live per partition, over the {have / 1024:.0f} KiB a partition holds on "
-                f"{chip.name} ({chip.onchip_source}); every live tensor of the body stays on chip for the whole "
-                "loop (NKI Dynamic Loops): a smaller shape or tile"
+                f"one body of the NKI {described(spec).name} kernel's device loop keeps "
+                f"{need[buffer] / 1024:.0f} KiB of {buffer.upper()} live per partition, over the "
+                f"{have / 1024:.0f} KiB a partition holds on {chip.name} ({chip.onchip_source}); every live tensor "
+                "of the body stays on chip for the whole loop (NKI Dynamic Loops): a smaller shape or tile"
             )
     return None

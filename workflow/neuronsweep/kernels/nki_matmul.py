@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+from neuronsweep.workloads.matmul import Gemm
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,14 +89,15 @@ MAX_UNROLLED = 4096
 def tiles(spec: dict) -> tuple[int, int]:
     """The largest M and N tiles of this case (suites.matmul.nki_tile; the hardware's limits by default:
     128 stationary free, 512 moving free)."""
-    return spec.get("tile_m", P), spec.get("tile_n", TN_MAX)
+    g = Gemm.of(spec)
+    return g.tile_m or P, g.tile_n or TN_MAX
 
 
 def unrolled(spec: dict, on_device: bool = False) -> int:
     """nc_matmul instructions the traced kernel holds: every tile, or one body of the device loop over M."""
-    m, k, n = spec["m"], spec["k"], spec["n"]
+    g = Gemm.of(spec)
     tile_m, tile_n = tiles(spec)
-    return (1 if on_device else max(1, m // tile_m)) * max(1, k // P) * max(1, n // tile_n)
+    return (1 if on_device else max(1, g.m // tile_m)) * max(1, g.k // P) * max(1, g.n // tile_n)
 
 
 def body_bytes(spec: dict) -> dict[str, int]:
@@ -104,7 +106,8 @@ def body_bytes(spec: dict) -> dict[str, int]:
     and rhs tiles of two consecutive K steps and the result tiles of two N steps; PSUM, the accumulators
     of two N steps. Every live tensor of the body stays on chip for the whole loop (NKI Dynamic Loops)."""
     tile_m, tile_n = tiles(spec)
-    tm, tn, b = min(spec["m"], tile_m), min(spec["n"], tile_n), DTYPE_BYTES[spec["dtype"]]
+    g = Gemm.of(spec)
+    tm, tn, b = min(g.m, tile_m), min(g.n, tile_n), DTYPE_BYTES[g.dtype]
     return {"sbuf": 2 * (tm + tn) * b + 2 * tn * b, "psum": 2 * tn * 4}
 
 
@@ -204,9 +207,10 @@ def inputs(spec: dict, rng: np.random.Generator) -> dict:
     """The kernel's inputs by argument name (lhsT is A transposed: K on the partitions), float32 from `rng`."""
     import numpy as np
 
+    g = Gemm.of(spec)
     return {
-        "lhsT": rng.standard_normal((spec["k"], spec["m"]), dtype=np.float32),
-        "rhs": rng.standard_normal((spec["k"], spec["n"]), dtype=np.float32),
+        "lhsT": rng.standard_normal((g.k, g.m), dtype=np.float32),
+        "rhs": rng.standard_normal((g.k, g.n), dtype=np.float32),
     }
 
 
@@ -225,7 +229,8 @@ def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
 def supported(spec: dict, on_device: bool = False) -> str | None:
     """None if the kernel handles the shape, else why not (it does not pad partial tiles; with a device loop
     or without, alike)."""
-    m, k, n = spec["m"], spec["k"], spec["n"]
+    g = Gemm.of(spec)
+    m, k, n = g.m, g.k, g.n
     tile_m, tile_n = tiles(spec)
     problems = [
         f"{name}={v} is not a multiple of {t} (or smaller than it)"

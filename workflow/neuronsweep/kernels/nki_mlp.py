@@ -17,6 +17,7 @@ import numpy as np
 
 from neuronsweep.kernels.nki_matmul import device_loop, load_nki
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+from neuronsweep.workloads.mlp import GatedMlp
 
 ARG_NAMES = ("xT", "w_gate", "w_up", "w_down")
 P, TN_MAX = 128, 512
@@ -107,7 +108,8 @@ def make_kernel(decorate: Callable | None = None) -> Callable:
 def unrolled(spec: dict, on_device: bool = False) -> int:
     """nc_matmul instructions the traced kernel holds: gate and up per (token tile, I tile, H tile), down
     per (token tile, H tile, I tile); one token tile when that loop is on the device."""
-    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    g = GatedMlp.of(spec)
+    t, h, i = g.tokens, g.h, g.i
     tiles = 1 if on_device else max(1, t // TN_MAX)
     return tiles * (2 * (i // P) * (h // P) + (h // P) * (i // P))
 
@@ -117,8 +119,9 @@ def body_bytes(spec: dict) -> dict[str, int]:
     nki_matmul.body_bytes counts them: SBUF, the intermediate hT, the x and weight tiles of two H steps, the
     activations of two I steps, the down weights of two steps and two output tiles; PSUM, gate and up of
     two I steps and the accumulators of two H steps."""
-    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
-    tn, b = min(t, TN_MAX), DTYPE_BYTES[spec["dtype"]]
+    g = GatedMlp.of(spec)
+    t, h, i = g.tokens, g.h, g.i
+    tn, b = min(t, TN_MAX), DTYPE_BYTES[g.dtype]
     del h  # the body's peak does not grow with H: its tiles are replaced step by step
     sbuf = (i // P) * tn * b + 2 * (tn + 2 * P) * b + 2 * tn * 4 + 2 * P * b + 2 * tn * b
     return {"sbuf": sbuf, "psum": (2 * 2 + 2) * tn * 4}
@@ -129,11 +132,12 @@ def supported(spec: dict, on_device: bool = False) -> str | None:
     half an SBUF partition of NeuronCore-v2: the compiler schedules the unrolled tiles around it), or None.
     With a device loop (NKI 0.6+) the intermediate is part of the body, bounded whole by the target's
     partition (body_bytes, kernels/__init__.py)."""
-    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    g = GatedMlp.of(spec)
+    t, h, i = g.tokens, g.h, g.i
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
     if t > TN_MAX and t % TN_MAX:
         problems.append(f"b*s={t} is not a multiple of 512 (or at most 512)")
-    h_bytes = (i // P) * min(t, TN_MAX) * DTYPE_BYTES[spec["dtype"]]
+    h_bytes = (i // P) * min(t, TN_MAX) * DTYPE_BYTES[g.dtype]
     if not on_device and h_bytes > SBUF_PARTITION_BYTES // 2:
         problems.append(
             f"the intermediate takes {h_bytes} B of each SBUF partition, over half of its "
@@ -144,7 +148,8 @@ def supported(spec: dict, on_device: bool = False) -> str | None:
 
 def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The kernel's inputs by argument name, float32, the weights scaled so the activations stay near 1."""
-    t, h, i = spec["b"] * spec["s"], spec["h"], spec["i"]
+    g = GatedMlp.of(spec)
+    t, h, i = g.tokens, g.h, g.i
     scale_h, scale_i = float(h) ** -0.5, float(i) ** -0.5  # python floats keep the arrays float32
     return {
         "xT": rng.standard_normal((h, t), dtype=np.float32),

@@ -39,17 +39,17 @@ def _optuna() -> ModuleType:
     return optuna
 
 
-def values_of(spec: ParamSpec) -> list | None:
+def values_of(param: ParamSpec) -> list | None:
     """A param's values (a list, or {values, when}); None for an integer range {low, high, log, when}."""
-    if isinstance(spec, list):
-        return spec
-    return list(spec["values"]) if "values" in spec else None
+    if isinstance(param, list):
+        return param
+    return list(param["values"]) if "values" in param else None
 
 
-def applies(spec: ParamSpec, point: dict) -> bool:
+def applies(param: ParamSpec, point: dict) -> bool:
     """A conditional param ({..., when: {other: value or [values]}}) applies only where the params it
     names, chosen before it, have one of those values."""
-    when = spec.get("when", {}) if isinstance(spec, dict) else {}
+    when = param.get("when", {}) if isinstance(param, dict) else {}
     return all(point.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
 
 
@@ -72,11 +72,11 @@ class Space:
         optuna = _optuna()
 
         out = {}
-        for name, spec in self.params.items():
-            values = values_of(spec)
+        for name, param in self.params.items():
+            values = values_of(param)
             if values is None:
                 out[name] = optuna.distributions.IntDistribution(
-                    int(spec["low"]), int(spec["high"]), log=bool(spec.get("log", False))
+                    int(param["low"]), int(param["high"]), log=bool(param.get("log", False))
                 )
             else:
                 out[name] = optuna.distributions.CategoricalDistribution(values)
@@ -84,23 +84,23 @@ class Space:
 
     def listed(self) -> bool:
         """Whether every param lists its values (a grid can be enumerated)."""
-        return all(values_of(spec) is not None for spec in self.params.values())
+        return all(values_of(param) is not None for param in self.params.values())
 
     def grid(self) -> list[dict]:
         """Every point of a space of lists, a conditional param only where it applies."""
         out: list[dict] = [{}]
-        for name, spec in self.params.items():
-            values = values_of(spec) or []  # a space of lists: every param lists its values
-            out = [q for p in out for q in ([{**p, name: v} for v in values] if applies(spec, p) else [p])]
+        for name, param in self.params.items():
+            values = values_of(param) or []  # a space of lists: every param lists its values
+            out = [q for p in out for q in ([{**p, name: v} for v in values] if applies(param, p) else [p])]
         return out
 
     def point(self, choose: Callable[[str, ParamSpec], Any]) -> dict:
-        """A point chosen param by param in the space's order (`choose(name, spec)`), a conditional param
+        """A point chosen param by param in the space's order (`choose(name, param)`), a conditional param
         only where the params chosen before it say it applies."""
         out: dict = {}
-        for name, spec in self.params.items():
-            if applies(spec, out):
-                out[name] = choose(name, spec)
+        for name, param in self.params.items():
+            if applies(param, out):
+                out[name] = choose(name, param)
         return out
 
     def size(self) -> int | None:
@@ -108,9 +108,9 @@ class Space:
         if self.listed():
             return len(self.grid())
         total = 1
-        for spec in self.params.values():
-            values = values_of(spec)
-            total *= int(spec["high"]) - int(spec["low"]) + 1 if values is None else len(values)
+        for param in self.params.values():
+            values = values_of(param)
+            total *= int(param["high"]) - int(param["low"]) + 1 if values is None else len(values)
         return total if total < 10**9 else None
 
 
@@ -136,8 +136,8 @@ def parse(block: dict, params: dict, where: str) -> Space:
                     f"{where}: strategy grid needs every search.space param as a list of values, and {name} is "
                     "a range; list its values, or use random or tpe."
                 )
-    for i, (name, spec) in enumerate(space.items()):
-        for other, wanted in (spec.get("when", {}) if isinstance(spec, dict) else {}).items():
+    for i, (name, param) in enumerate(space.items()):
+        for other, wanted in (param.get("when", {}) if isinstance(param, dict) else {}).items():
             earlier = dict(list(space.items())[:i])
             if other not in earlier:
                 raise UserError(
@@ -153,9 +153,9 @@ def parse(block: dict, params: dict, where: str) -> Space:
                     )
     given = dict(block.get("default") or {})
     default: dict = {}
-    for name, spec in space.items():
-        if applies(spec, default):
-            default[name] = given.get(name, _first(spec))
+    for name, param in space.items():
+        if applies(param, default):
+            default[name] = given.get(name, _first(param))
     for name, value in given.items():
         if name not in space:
             raise UserError(f"{where}: search.default.{name} is not a param of search.space; remove it.")
@@ -178,15 +178,15 @@ def _setting(block: dict, key: str) -> Any:
     return block[key] if key in block else schema_default(f"suites.custom.search.{key}")
 
 
-def _first(spec: ParamSpec) -> Any:
-    values = values_of(spec)
-    return int(spec["low"]) if values is None else values[0]
+def _first(param: ParamSpec) -> Any:
+    values = values_of(param)
+    return int(param["low"]) if values is None else values[0]
 
 
-def _holds(spec: ParamSpec, value: object) -> bool:
-    values = values_of(spec)
+def _holds(param: ParamSpec, value: object) -> bool:
+    values = values_of(param)
     if values is None:
-        return isinstance(value, int) and int(spec["low"]) <= value <= int(spec["high"])
+        return isinstance(value, int) and int(param["low"]) <= value <= int(param["high"])
     return value in values
 
 
@@ -201,19 +201,19 @@ def points(space: Space, n: int) -> list[dict]:
     seen, tries = {_frozen(out[0])}, 0
     while len(out) < n and tries < 100 * n:
         tries += 1
-        point = space.point(lambda _, spec: _draw(rng, spec))
+        point = space.point(lambda _, param: _draw(rng, param))
         if _frozen(point) not in seen:
             seen.add(_frozen(point))
             out.append(point)
     return out
 
 
-def _draw(rng: random.Random, spec: ParamSpec) -> Any:
-    values = values_of(spec)
+def _draw(rng: random.Random, param: ParamSpec) -> Any:
+    values = values_of(param)
     if values is not None:
         return rng.choice(values)
-    low, high = int(spec["low"]), int(spec["high"])
-    if spec.get("log"):
+    low, high = int(param["low"]), int(param["high"])
+    if param.get("log"):
         return min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high))))))
     return rng.randint(low, high)
 
@@ -222,10 +222,10 @@ def _frozen(point: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in point.items()))
 
 
-def _suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
-    values = values_of(spec)
+def _suggest(trial: optuna.Trial, name: str, param: ParamSpec) -> Any:
+    values = values_of(param)
     if values is None:
-        return trial.suggest_int(name, int(spec["low"]), int(spec["high"]), log=bool(spec.get("log", False)))
+        return trial.suggest_int(name, int(param["low"]), int(param["high"]), log=bool(param.get("log", False)))
     return trial.suggest_categorical(name, values)
 
 
@@ -262,7 +262,7 @@ class Study:
         if not _conditional(self.space.params):
             return self.study.ask(self.dists)
         trial = self.study.ask()  # define-by-run: a conditional param is suggested only where it applies
-        self.space.point(lambda name, spec: _suggest(trial, name, spec))
+        self.space.point(lambda name, param: _suggest(trial, name, param))
         return trial
 
     def tell(self, trial: optuna.Trial, objective: float | None) -> None:

@@ -17,6 +17,7 @@ from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, slots
 from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.workloads import ranks_of
 
 
 def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRecord:
@@ -45,7 +46,7 @@ def run(build_dir: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         f"capture {build.workload_id} -> {out_dir}",
         build.target,
         build.details.get("slot_lnc", build.details.get("lnc")),
-        cores=build.spec.get("world", 1),
+        cores=ranks_of(build.spec),
     ) as (settings, span):
         watch = caps.LoadWatch()
         result = impl.capture(build, build_dir, settings, out_dir)

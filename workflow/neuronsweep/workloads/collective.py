@@ -11,12 +11,14 @@ A collective moves data; it does no work a roofline measures, so it has no FLOPs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
-DESCRIPTOR = Workload("collective", ranks=True)  # what this kind can do (workloads/descriptor.py)
+DESCRIPTOR = Workload("collective", ranks=True, bandwidth=True)  # what this kind can do (workloads/descriptor.py)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,6 +38,27 @@ def elements(nbytes: int, world: int, dtype_bytes: int) -> int:
     return nbytes // dtype_bytes // world * world
 
 
+@dataclass(frozen=True)
+class Op:
+    """A collective's spec read once (plan.json's): the operation, its size in bytes (nccl-tests' convention),
+    its ranks and its dtype."""
+
+    op: str
+    nbytes: int
+    world: int
+    dtype: str
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> Op:
+        """The record of a collective's spec."""
+        return cls(s["op"], s["bytes"], s["world"], s["dtype"])
+
+    @property
+    def busbw_factor(self) -> float:
+        """nccl-tests' factor from algbw to busbw for this op and world."""
+        return BUSBW_FACTOR[self.op](self.world)
+
+
 def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
     """A collective's spec: the op, its size rounded down to whole elements per rank, the world and the dtype."""
     count = elements(nbytes, world, DTYPE_BYTES[dtype])
@@ -45,6 +68,11 @@ def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
 def workload_id(s: dict) -> str:
     """coll-<op>-w<world>-<bytes>b-<dtype>."""
     return f"coll-{s['op'].replace('_', '')}-w{s['world']}-{s['bytes']}b-{s['dtype']}"
+
+
+def rank_buffer_bytes(s: dict) -> int:
+    """A rank's input and output buffers, at most the whole size each."""
+    return 2 * s["bytes"]
 
 
 def counts(s: dict) -> tuple[int, int]:

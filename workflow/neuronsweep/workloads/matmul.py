@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.workloads.descriptor import Workload
 
@@ -20,6 +22,24 @@ if TYPE_CHECKING:
     import torch
 
 NKI_TILE = {"m": 128, "n": 512}  # the NKI kernel's largest tiles (kernels/nki_matmul.py), its default
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """A matmul's spec read once (plan.json's): its shape and dtype, and its NKI tiles where the spec sets
+    them (None: the kernel's largest)."""
+
+    m: int
+    k: int
+    n: int
+    dtype: str
+    tile_m: int | None = None
+    tile_n: int | None = None
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> Gemm:
+        """The record of a matmul's spec."""
+        return cls(s["m"], s["k"], s["n"], s["dtype"], s.get("tile_m"), s.get("tile_n"))
 
 
 def spec(

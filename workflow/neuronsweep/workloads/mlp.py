@@ -7,7 +7,9 @@ capture feeds them like activations; FLOPs count the three GEMMs (the elementwis
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.workloads.descriptor import Workload
 
@@ -16,6 +18,27 @@ DESCRIPTOR = Workload("mlp")  # what this kind can do (workloads/descriptor.py)
 if TYPE_CHECKING:
     import numpy as np
     import torch
+
+
+@dataclass(frozen=True)
+class GatedMlp:
+    """A gated MLP's spec read once (plan.json's): batch, sequence, hidden and intermediate sizes and dtype."""
+
+    b: int
+    s: int
+    h: int
+    i: int
+    dtype: str
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any]) -> GatedMlp:
+        """The record of an MLP's spec."""
+        return cls(spec["b"], spec["s"], spec["h"], spec["i"], spec["dtype"])
+
+    @property
+    def tokens(self) -> int:
+        """The rows it runs: batch x sequence."""
+        return self.b * self.s
 
 
 def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:

@@ -12,7 +12,7 @@ from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
+from neuronsweep.workloads import DTYPE_BYTES, described, dtype_of, has_roofline, kind_of
 
 
 @dataclass(kw_only=True)
@@ -70,15 +70,15 @@ def work(
         reason = (
             why(spec)
             if why
-            else f"a {spec['kind']} moves data between ranks and does no FLOPs to place on a roofline; "
+            else f"a {described(spec).name} moves data between ranks and does no FLOPs to place on a roofline; "
             "see algbw_bytes_per_s and busbw_bytes_per_s"
         )
         return Work.null(reason), Tiles.null(reason), Roofline.null(reason)
     if not spec:
         reason = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
         return Work.null(reason), Tiles.null(reason), Roofline.null(reason)
-    kind = kind_of(spec)
-    flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+    kind, dtype = kind_of(spec), dtype_of(spec)
+    flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[dtype])
     analytic = Work(
         flops=flops,
         achieved_flops_per_s=ratio(flops, latency_median_s),
@@ -93,21 +93,21 @@ def work(
         for key in ("tiles_m", "tiles_k", "tiles_n", "tiles_total"):
             if getattr(tiles, key) is None:
                 tiles.notes[key] = (
-                    f"the tile model counts GEMMs, and a {spec['kind']} workload names none"
+                    f"the tile model counts GEMMs, and a {described(spec).name} workload names none"
                     if not kind.gemms(spec)
-                    else f"a {spec['kind']} workload is several GEMMs; see tiles_total"
+                    else f"a {described(spec).name} workload is several GEMMs; see tiles_total"
                 )
     else:
         tiles = Tiles.null(
             f"the Trainium tile model (128x128 PE array) says nothing about the {backend} backend; "
             "roofline_targets.csv has every workload's tiles on trn1, inf2 and trn2"
         )
-    return analytic, tiles, _roofline(analytic, spec, backend, build, peaks, calibration, counters, latency_median_s)
+    return analytic, tiles, _roofline(analytic, dtype, backend, build, peaks, calibration, counters, latency_median_s)
 
 
 def _roofline(
     analytic: Work,
-    spec: dict,
+    dtype: str,
     backend: str,
     build: BuildRecord | None,
     peaks: Peaks | None,
@@ -121,7 +121,7 @@ def _roofline(
     median on cpu."""
     notes: dict[str, str] = {}
     if peaks is not None:
-        peak_f = peaks.bf16_flops_per_s / (peaks.fp32_ratio if spec["dtype"] == "fp32" else 1)
+        peak_f = peaks.bf16_flops_per_s / (peaks.fp32_ratio if dtype == "fp32" else 1)
         peak_b, source = peaks.hbm_bytes_per_s, peaks.source
         measured, basis = counters.profile_active_time_s, "profile_active_time_s"
         if measured is None:
@@ -133,15 +133,15 @@ def _roofline(
                 )
     elif BACKENDS[backend].pjrt and build and build.pjrt_device != "CPU":
         return Roofline.null(f"no peaks known for PJRT device {build.pjrt_device} (the host calibration is the CPU's)")
-    elif calibration and calibration["peak_flops_per_s"].get(spec["dtype"]):
-        peak_f, peak_b = calibration["peak_flops_per_s"][spec["dtype"]], calibration["peak_bytes_per_s"]
+    elif calibration and calibration["peak_flops_per_s"].get(dtype):
+        peak_f, peak_b = calibration["peak_flops_per_s"][dtype], calibration["peak_bytes_per_s"]
         source = f"measured on this host: {calibration['method']} ({calibration['measured_at']})"
         measured, basis = latency_median_s, "latency_median_s"
     else:
         return Roofline.null(
             "no host calibration given (neuronsweep calibrate)"
             if not calibration
-            else f"the host calibration has no {spec['dtype']} peak"
+            else f"the host calibration has no {dtype} peak"
         )
     flops, min_bytes = analytic.flops, analytic.min_bytes
     assert flops is not None and min_bytes is not None  # a spec with a roofline counts both

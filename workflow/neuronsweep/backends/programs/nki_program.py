@@ -33,7 +33,7 @@ from neuronsweep.backends.processes import fresh
 from neuronsweep.errors import UserError
 from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels.nki_matmul import load_nki, loops
-from neuronsweep.workloads import described
+from neuronsweep.workloads import described, dtype_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,16 +43,16 @@ def _inputs(spec: dict, names: list[str], inputs_dir: Path) -> tuple[dict[str, n
     import numpy as np
 
     arrays = for_spec(spec).inputs(spec, np.random.default_rng(0))
-    if spec["dtype"] == "fp16":
+    if dtype_of(spec) == "fp16":
         arrays = {name: a.astype(np.float16) for name, a in arrays.items()}
-    elif spec["dtype"] == "bf16":
+    elif dtype_of(spec) == "bf16":
         import ml_dtypes  # ships with the Neuron SDK's jax/nki stacks
 
         arrays = {name: a.astype(ml_dtypes.bfloat16) for name, a in arrays.items()}
     inputs_dir.mkdir(parents=True, exist_ok=True)
     saved = []
     for name in names:
-        if spec["dtype"] == "bf16":
+        if dtype_of(spec) == "bf16":
             path = inputs_dir / f"{name}.bin"
             arrays[name].tofile(path)
         else:

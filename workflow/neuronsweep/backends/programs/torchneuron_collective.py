@@ -53,7 +53,7 @@ def _collective(funcol: ModuleType, group: object, spec: dict) -> Callable:
         "all_gather": lambda x: funcol.all_gather_tensor(x, 0, group),
         "reduce_scatter": lambda x: funcol.reduce_scatter_tensor(x, "sum", 0, group),
         "all_to_all": lambda x: funcol.all_to_all_single(x, None, None, group),
-    }[spec["op"]]
+    }[collective.Op.of(spec).op]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         accelerator and put its own collective in the device queue)."""
         dist.all_reduce(torch.zeros(1), group=host_group)
 
-    dtype = getattr(torch, TORCH_DTYPES[spec["dtype"]])
+    dtype = getattr(torch, TORCH_DTYPES[collective.Op.of(spec).dtype])
     tensor = torch.ones(collective.counts(spec)[0], dtype=dtype).to("neuron")
     synchronize = torch.neuron.synchronize  # type: ignore[attr-defined]  # torch_neuronx registers it
     synchronize()

@@ -32,7 +32,7 @@ from typing import Any
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.workloads import TORCH_DTYPES, kind_of
+from neuronsweep.workloads import TORCH_DTYPES, dtype_of, kind_of
 
 
 def neffs(root: str) -> dict[str, str]:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(args.spec)
     kind = kind_of(spec)
     gen = torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
+    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[dtype_of(spec)])
     host_module = kind.torch_module(spec)
     host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
     module = host_module.to("neuron")  # in place: the module's weights move to the device

@@ -50,13 +50,14 @@ if TYPE_CHECKING:
 
 def _collective(xm: ModuleType, spec: dict, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
     """The collective as a call on the rank's input; its result is a lazy tensor until the sync."""
-    n = spec["world"]
+    c = collective.Op.of(spec)
+    n = c.world
     return {
         "all_reduce": lambda: xm.all_reduce(xm.REDUCE_SUM, tensor),
         "all_gather": lambda: xm.all_gather(tensor, dim=0),
         "reduce_scatter": lambda: xm.reduce_scatter(xm.REDUCE_SUM, tensor, scale=1.0, scatter_dim=0, shard_count=n),
         "all_to_all": lambda: xm.all_to_all(tensor, split_dimension=0, concat_dimension=0, split_count=n),
-    }[spec["op"]]
+    }[c.op]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return found
 
     phases = {"start": listed("start")}
-    tensor = torch.ones(collective.counts(spec)[0], dtype=getattr(torch, TORCH_DTYPES[spec["dtype"]])).to(device)
+    dtype = getattr(torch, TORCH_DTYPES[collective.Op.of(spec).dtype])
+    tensor = torch.ones(collective.counts(spec)[0], dtype=dtype).to(device)
     sync()
     phases["inputs"] = listed("inputs")
     compiles = {"inputs": metric(met, "CompileTime")}
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         samples.append((time.perf_counter_ns() - t0) * 1e-9)
         del result
     if args.check:  # last, on inputs whose every sum is exact: check_rank_<r>.json, combined by the build
-        values = torch.tensor(collective.rank_input(spec, rank), dtype=getattr(torch, TORCH_DTYPES[spec["dtype"]]))
+        values = torch.tensor(collective.rank_input(spec, rank), dtype=dtype)
         result = _collective(xm, spec, values.to(device))()
         sync()
         write_json(out / f"check_rank_{rank}.json", check_rank(spec, rank, result.cpu()))

@@ -43,7 +43,7 @@ from neuronsweep.backends import BACKENDS, processes
 from neuronsweep.backends.processes import run_child
 from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import TORCH_DTYPES, described, kind_of, layer, workload_id
+from neuronsweep.workloads import TORCH_DTYPES, described, dtype_of, kind_of, layer, workload_id
 
 PHASES = ("start", "inputs", "workload", "second")
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = {"start": artifacts(args.artifact_glob)}
 
     gen = torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[spec["dtype"]])
+    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[dtype_of(spec)])
     module = kind.torch_module(spec).to(device)  # weights move with the inputs, before the workload graph
     experts = layer.use_experts(module, layer.XLA_EXPERTS) if described(spec).layer_split else None
     host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
