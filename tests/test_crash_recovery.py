@@ -19,23 +19,25 @@ import yaml
 from helpers import snakemake, snakemake_argv, tiny_config, workflow_env
 
 
-def _start(workdir: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        snakemake_argv(workdir, "--cores", "2"),
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env=workflow_env(),
-    )
+def _start(workdir: Path, log: Path) -> subprocess.Popen:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            snakemake_argv(workdir, "--cores", "2"),
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=workflow_env(),
+        )
 
 
 def _kill_when(workdir: Path, seen, what: str, timeout: float = 180) -> None:
-    proc = _start(workdir)
+    log = workdir / f"killed-at-{what.replace(' ', '-')}.log"  # what Snakemake said, for a failure's message
+    proc = _start(workdir, log)
     deadline = time.time() + timeout
     while not seen() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    assert proc.poll() is None, f"the sweep ended before it reached {what}"
+    assert proc.poll() is None, f"the sweep ended before it reached {what}:\n" + log.read_text()[-4000:]
     assert seen(), f"never reached {what} within {timeout} s"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
