@@ -540,8 +540,88 @@ def bench_noop_rerun(tmp: Path, quick: bool) -> dict:
     return {"figure": "noop_rerun", "size": f"{jobs} jobs", **_ratios(project_cmd, bare_cmd, quick)}
 
 
+# ----------------------------------------------------------------------------------- rank timeline
+
+
+def write_forward_ranks(folder: Path, calls: int, samples: int) -> None:
+    """Two ranks' records of a forward across ranks as gloo_forward.py writes them: `samples` timed forwards of
+    `calls` all-reduces each, rank 1 arriving late at every other call, its clock 3 ms ahead."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in (0, 1):
+        spans, executions, t = [], [], 1000.0 + 0.003 * rank
+        for _ in range(samples):
+            start = t
+            for c in range(calls):
+                t += 0.0005
+                arrive = t + (0.0002 if rank == 1 and c % 2 else 0.0)
+                spans.append((arrive, t + 0.0003))
+                t += 0.0003
+            executions.append((start, t))
+            t += 0.001
+        record = {"rank": rank, "samples_s": [b - a for a, b in executions], "exec_spans_s": executions}
+        record |= {"spans_s": spans, "calls": ["all_reduce"] * calls}
+        (folder / f"rank_{rank}.json").write_text(json.dumps(record))
+
+
+TIMELINE = """
+import json, sys
+from pathlib import Path
+from neuronsweep.backends.programs.gloo import _forward, _timeline
+folder = Path(sys.argv[1])
+ranks = [json.loads((folder / f"rank_{r}.json").read_text()) for r in (0, 1)]
+found = _timeline(ranks, "fwd", folder)
+_forward(ranks, found["rank_waits"], 24)
+"""
+
+CHROME = """
+import json, sys
+from pathlib import Path
+folder = Path(sys.argv[1])
+events = []
+for r in (0, 1):
+    rank = json.loads((folder / f"rank_{r}.json").read_text())
+    for name, tid, spans in (("forward", 0, rank["exec_spans_s"]), ("all_reduce", 1, rank["spans_s"])):
+        events += [
+            {"ph": "X", "name": name, "pid": r, "tid": tid, "ts": a * 1e6, "dur": (b - a) * 1e6} for a, b in spans
+        ]
+(folder / "ranks.json").write_text(json.dumps(events))
+"""
+
+
+def bench_rank_timeline(tmp: Path, quick: bool) -> list[dict]:
+    """The ranks of a tp 2 forward on one timeline, as its capture makes it (gloo._timeline and _forward:
+    align, waits, ranks.pftrace): the example's Qwen2.5 0.5B decode (24 layers, 48 all-reduces a forward,
+    15 timed forwards) and an 80-layer model's (160 a forward, 30 timed), beside a script writing the same
+    slices as a Chrome trace with the json module."""
+    sizes = [(48, 15)] + ([] if quick else [(160, 30)])
+    out = []
+    for calls, samples in sizes:
+        folder = tmp / f"ranks-{calls}x{samples}"
+        write_forward_ranks(folder, calls, samples)
+        project = _isolated([PY, "-c", TIMELINE, folder])
+        start_up = _isolated([PY, "-c", "import neuronsweep.backends.programs.gloo"])  # what a capture has paid
+        anchor = _isolated([PY, "-c", CHROME, folder])
+        pftrace, chrome = (folder / "ranks.pftrace").stat().st_size, (folder / "ranks.json").stat().st_size
+        out.append(
+            {
+                "figure": "rank_timeline",
+                "size": f"tp 2, {calls} collectives a forward x {samples} forwards ({2 * calls * samples} calls)",
+                "project": {
+                    **project,
+                    "pftrace_bytes": pftrace,
+                    "net_cpu_s": round(project["cpu_s"] - start_up["cpu_s"], 3),
+                },
+                "anchors": {"json_chrome_trace": {**anchor, "json_bytes": chrome}, "imports_only": start_up},
+                "goal": "<= 1 s of CPU beyond the imports a capture has made; no larger than the Chrome JSON",
+                "met": project["cpu_s"] - start_up["cpu_s"] <= 1 and pftrace <= chrome,
+            }
+        )
+    return out
+
+
 FIGURES = {
     "legacy_json": bench_legacy_json,
+    "rank_timeline": bench_rank_timeline,
     "pftrace": bench_pftrace,
     "calibrate": bench_calibrate,
     "planning": bench_planning,

@@ -16,7 +16,8 @@ from helpers import DATA, snakemake, tiny_config
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
-from neuronsweep.stages.plan import _layer_scenarios, layers_that_fit, make_plan
+from neuronsweep.stages.plan import _layer_scenarios, make_plan
+from neuronsweep.stages.plan_fits import layers_that_fit
 from neuronsweep.workloads import layer, working_set_bytes
 
 pytest.importorskip("transformers", reason='the model suite needs transformers: pip install -e ".[models]"')
@@ -123,6 +124,7 @@ def test_every_op_of_a_layer_falls_in_one_category_by_its_module_and_name():
 
 
 @pytest.mark.torch  # the plan traces the model in a child with torch
+@pytest.mark.workflow  # that child, and three plans' memory checks (3-4 s): the README's tier
 def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_gemms_still_run(tmp_path, monkeypatch):
     cfg = tiny_config(
         tmp_path,
@@ -256,6 +258,23 @@ def test_a_tp_2_forward_on_cpu_is_one_ranks_layers_plus_its_measured_collectives
     assert forward["collectives_time_s"] == pytest.approx((colls["count"] * colls["latency_median_s"]).sum())
     assert 0 < forward["collectives_pct"] < 100
     assert sum(forward[f"{c}_pct"] for c in CATEGORIES) == pytest.approx(100)
+    # the same two layers run on both ranks at once (issue 82), beside their parts: each layer's latency and
+    # four all-reduces (after o and after the MLP of each) of its hidden states
+    ranked = table[table["part"] == "forward"].iloc[0]
+    assert str(ranked["correct"]) == "True" and ranked["layers_run"] == 2
+    alone = colls[colls["op"] == "all_reduce"].iloc[0]
+    assert alone["bytes"] == 128 * 4 and forward["forward_measured_s"] == ranked["latency_median_s"]
+    layer_s = parts.loc[parts["part"] == "layer", "latency_median_s"].sum()
+    assert forward["forward_parts_s"] == pytest.approx(layer_s + 4 * alone["latency_median_s"])
+    assert forward["forward_parts_gap_pct"] == pytest.approx(
+        100 * (ranked["latency_median_s"] / forward["forward_parts_s"] - 1)
+    )
+    assert forward["forward_gap_in"].split(":")[0] in ("the collectives", "the layers' compute")
+    assert ranked["straggler_rank"] in (0, 1) and pd.isna(ranked["collective_overlap_pct"])
+    assert 0 <= ranked["collective_wait_pct"] < 100 and ranked["forward_collective_calls"] == 4
+    waits = pd.read_csv(results / "cpu/workloads" / ranked["workload_id"] / "tables/rank_waits.csv")
+    assert len(waits) == 2 * 4 * 3 and (waits.groupby("instance")["wait_s"].min() == 0).all()
+    assert "forward_measured_s" in (results / "report.html").read_text()
 
 
 @pytest.mark.slow
@@ -329,6 +348,7 @@ def test_a_layer_on_the_neuron_xla_route_is_split_by_category_from_its_profiles_
 
 
 @pytest.mark.torch
+@pytest.mark.workflow  # the plan's probe child and a layer's torch.export (11 s): the README's tier
 def test_an_ep_rank_with_fewer_experts_than_top_k_plans_builds_and_takes_its_share_of_the_slots(tmp_path):
     """Issue 81: the tiny MoE model (8 experts, 2 a token) at tp 8 with moe_ep 8 holds one expert a rank, fewer
     than top_k: its router failed ("k not in range for dimension"). The rank's router now picks among its own

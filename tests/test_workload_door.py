@@ -75,6 +75,8 @@ def test_the_check_finds_each_form_of_comparison(tmp_path):
 def test_every_kind_declares_what_it_can_do_under_its_own_name():
     assert {name: module.DESCRIPTOR.name for name, module in KINDS.items()} == {name: name for name in KINDS}
     assert WORKLOADS["collective"].ranks and WORKLOADS["layer"].layer_split and WORKLOADS["custom"].user_code
-    assert [n for n, w in WORKLOADS.items() if w.real_inputs] == ["custom", "layer"]
+    assert [n for n, w in WORKLOADS.items() if w.real_inputs] == ["custom", "layer", "forward"]
+    # run on ranks: a collective alone (its bandwidth) and a forward across ranks (computing between them)
+    assert [(n, w.bandwidth) for n, w in WORKLOADS.items() if w.ranks] == [("collective", True), ("forward", False)]
     # a record of a kind no module declares (an old plan.json, a damaged one) can do nothing special
     assert described({"kind": "gone"}) == Workload("gone") and described(None) == Workload("None")

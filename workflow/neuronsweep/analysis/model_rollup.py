@@ -8,18 +8,26 @@
   gap: inside / alone; above 1, the GEMM runs slower in the layer than alone);
 - under a parallel layout (workloads/deployment.py) every figure is one rank's, per tp: the forward adds
   each collective's count x its measured latency (`collectives_time_s`, `collectives_pct`), and the
-  collectives are a category of their own beside the layers' profiled categories.
+  collectives are a category of their own beside the layers' profiled categories;
+- the forward across ranks (workloads/forward.py) beside the sum of its parts: its first layers run on every
+  rank at once, measured (`forward_measured_s`), against the same layers' and collectives' times alone
+  (`forward_parts_s`, `forward_parts_gap_pct`), and which part the gap sits in (`forward_gap_in`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
 from neuronsweep.analysis.layer_categories import CATEGORIES
+from neuronsweep.workloads.forward import Forward
 
 # tp: 1 where the entry has no parallel layout; layout: its id tag (tp8-ep4-dp2), "" where it has none
 GROUP = ["model", "phase", "batch", "seq", "dtype", "tp", "layout"]
 COLLECTIVE = "collective"  # the `part` of a collective a forward issues
+FORWARD = "forward"  # the `part` of the forward run across its ranks
 
 
 def _grouped(part: pd.DataFrame) -> pd.DataFrame:
@@ -37,6 +45,10 @@ def _gemm_rows(part: pd.DataFrame) -> pd.Series:
 
 def _collective_rows(part: pd.DataFrame) -> pd.Series:
     return part["part"] == COLLECTIVE if "part" in part else pd.Series(False, index=part.index)
+
+
+def _forward_rows(part: pd.DataFrame) -> pd.Series:
+    return part["part"] == FORWARD if "part" in part else pd.Series(False, index=part.index)
 
 
 def rollup(part: pd.DataFrame) -> pd.DataFrame:
@@ -94,21 +106,23 @@ def _measured(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["status"] == "ok"] if "status" in rows else rows
 
 
-def forward(part: pd.DataFrame) -> pd.DataFrame:
+def forward(part: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """One row per forward (model, phase, batch, seq, dtype, tp) whose model was measured whole: its estimate
     from the layers' and the head's measured latency plus each collective's count x latency, the GEMMs
     alone's sum beside it, and each category's share (the layers' profiled splits weighted by how many
     layers are of each kind, the collectives' measured time their own category). A forward with a part not
     measured has no estimate, and says which; one with a noisy part (its spread past the ranking's rule)
-    has its estimate and says which part is noisy."""
+    has its estimate and says which part is noisy. `specs` (plan.json's workloads): a forward across ranks
+    stands beside the sum of its parts (measured_beside_parts)."""
     if "part" not in part or part["part"].isna().all():
         return pd.DataFrame()
     part = _grouped(part)
     gemms = rollup(part)
     out = []
     whole = part[~_gemm_rows(part)]
-    for key, group in whole.groupby(GROUP, dropna=False):
+    for key, both in whole.groupby(GROUP, dropna=False):
         row = dict(zip(GROUP, key))
+        group = both[~_forward_rows(both)]
         layers, colls = group[~_collective_rows(group)], group[_collective_rows(group)]
         weight = pd.to_numeric(layers["layers"], errors="coerce").fillna(1)
         count = pd.to_numeric(colls.get("count"), errors="coerce").fillna(1)
@@ -132,8 +146,76 @@ def forward(part: pd.DataFrame) -> pd.DataFrame:
         if row["forward_time_s"] and row["gemms_alone_time_s"]:
             row["gemms_alone_over_forward_pct"] = 100 * row["gemms_alone_time_s"] / row["forward_time_s"]
         _categories(row, layers, weight, row["collectives_time_s"])
+        measured = both[_forward_rows(both)]
+        if len(measured):
+            row |= measured_beside_parts(
+                measured.iloc[0], layers, colls, _forward_spec(specs, measured.iloc[0]["workload_id"])
+            )
         out.append(row)
     return pd.DataFrame(out)
+
+
+def _forward_spec(specs: Mapping[str, Mapping[str, Any]] | None, wid: str) -> Forward | None:
+    found = (specs or {}).get(wid)
+    return Forward.of(found) if found else None
+
+
+def _ok_latency(r: pd.Series) -> float | None:
+    value = pd.to_numeric(r.get("latency_median_s"), errors="coerce")
+    return float(value) if r.get("status") == "ok" and pd.notna(value) else None
+
+
+def measured_beside_parts(
+    measured: pd.Series, layers: pd.DataFrame, colls: pd.DataFrame, spec: Forward | None
+) -> dict[str, object]:
+    """The forward across ranks (`measured`, its row) beside the sum of the same parts timed alone: each layer
+    it ran at its kind's latency, each collective call it made at that collective's; the gap, and whether it
+    sits in the collectives (their time inside the forward, waits included, against alone) or the layers."""
+    out: dict[str, Any] = {
+        "forward_measured_s": _ok_latency(measured),
+        "forward_measured_layers": measured.get("layers_run"),
+    }
+    for col in ("rank_wait_max_s", "straggler_rank", "collective_wait_pct", "collective_overlap_pct"):
+        out[col] = measured.get(col)
+    if spec is None or out["forward_measured_s"] is None:
+        out["forward_gap_in"] = "the forward across ranks was not measured" if spec else "no spec for it in the plan"
+        return out
+    alone = {str(r["layer_kind"]): _ok_latency(r) for _, r in layers.iterrows() if r.get("part") == "layer"}
+    compute = [alone.get(k) for k in spec.layer_kinds]
+    times = {(str(r["op"]), int(r["bytes"])): _ok_latency(r) for _, r in colls.iterrows()}
+    moved = [(times.get((op, nbytes)), calls) for op, nbytes, calls in spec.issued()]
+    if any(t is None for t in compute) or any(t is None for t, _ in moved):
+        out["forward_gap_in"] = "a part was not measured alone (a layer kind or a collective it issues)"
+        return out
+    compute_s = float(sum(t for t in compute if t is not None))
+    colls_s = float(sum(t * n for t, n in moved if t is not None))
+    out |= {"forward_parts_s": compute_s + colls_s, "forward_layers_alone_s": compute_s}
+    out |= {"forward_collectives_alone_s": colls_s}
+    out["forward_parts_gap_pct"] = 100 * (out["forward_measured_s"] - out["forward_parts_s"]) / out["forward_parts_s"]
+    inside, wait = measured.get("forward_collectives_s"), measured.get("forward_wait_s")
+    if pd.notna(inside):
+        out["forward_collectives_inside_s"] = float(inside)
+        in_colls = float(inside) - colls_s
+        in_compute = out["forward_measured_s"] - float(inside) - compute_s
+        where = "the collectives" if abs(in_colls) >= abs(in_compute) else "the layers' compute"
+        waited = f", {float(wait) * 1e3:.3g} ms of it waiting for the last rank" if pd.notna(wait) else ""
+        out["forward_gap_in"] = (
+            f"{where}: collectives {in_colls * 1e3:+.3g} ms inside the forward against alone{waited}; "
+            f"compute {in_compute * 1e3:+.3g} ms"
+        ) + _threads(measured, layers)
+    return out
+
+
+def _threads(measured: pd.Series, layers: pd.DataFrame) -> str:
+    """Where each rank computed on fewer threads than the layers alone (the ranks share the host's cores)."""
+    alone = pd.to_numeric(layers.get("threads"), errors="coerce").max() if "threads" in layers else None
+    rank = pd.to_numeric(measured.get("threads"), errors="coerce")
+    if pd.isna(rank) or alone is None or pd.isna(alone) or rank >= alone:
+        return ""
+    return (
+        f" (each rank computed on {int(rank)} thread(s), the layers alone on {int(alone)}: the ranks share "
+        "this host's cores)"
+    )
 
 
 def _categories(row: dict, layers: pd.DataFrame, weight: pd.Series, collectives_s: float) -> None:
@@ -170,7 +252,7 @@ def isolation(part: pd.DataFrame, specs: dict, inside: dict) -> pd.DataFrame:
         if pd.notna(r.get("latency_median_s"))
     }
     out = []
-    for _, r in _measured(part[~_gemm_rows(part) & ~_collective_rows(part)]).iterrows():
+    for _, r in _measured(part[~_gemm_rows(part) & ~_collective_rows(part) & ~_forward_rows(part)]).iterrows():
         spec, measured = specs.get(r["workload_id"]), inside.get(r["workload_id"]) or {}
         if not spec:
             continue

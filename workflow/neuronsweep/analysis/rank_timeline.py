@@ -64,24 +64,37 @@ def align(spans: list[list[Span]]) -> RankTimeline:
     )
 
 
-def chrome_trace(spans: list[list[Span]], timeline: RankTimeline, name: str) -> list[dict]:
-    """The ranks' spans as Chrome trace events on rank 0's clock: one process per rank, a slice per
-    instance with its wait; what chrome_to_pftrace turns into ranks.pftrace."""
+def chrome_trace(
+    spans: list[list[Span]],
+    timeline: RankTimeline | None,
+    name: str,
+    names: list[str] | None = None,
+    executions: list[list[Span]] | None = None,
+    execution_names: list[list[str]] | None = None,
+    track: str = "forward",
+) -> list[dict]:
+    """The ranks' spans as Chrome trace events on rank 0's clock (each rank's as it is, without a
+    `timeline`): one process per rank, a slice per instance with its wait (named `names[i]`, else `name`),
+    and each rank's `executions` (a forward's or a server's steps, each holding its collectives; named
+    `execution_names[r][e]`, else `name`) on a thread above them, named `track`; what chrome_to_pftrace turns into
+    ranks.pftrace. A thread id is unique across the ranks (2r, 2r + 1), as Perfetto's thread ids are across
+    processes."""
     events: list[dict] = []
     for r, rank in enumerate(spans):
-        events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
+        outer, inner = 2 * r, 2 * r + 1
+        offset = timeline.offsets_s[r] if timeline else 0.0
+        events.append({"ph": "M", "name": "process_name", "pid": r, "tid": inner, "args": {"name": f"rank {r}"}})
+        if executions:
+            events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": outer, "args": {"name": track}})
+            events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": inner, "args": {"name": "collectives"}})
+            for e, (start, end) in enumerate(executions[r]):
+                label = execution_names[r][e] if execution_names else name
+                at = {"ph": "X", "name": label, "pid": r, "tid": outer, "ts": (start + offset) * 1e6}
+                events.append(at | {"dur": (end - start) * 1e6, "args": {"execution": e}})
         for i, (start, end) in enumerate(rank):
-            begin = start + timeline.offsets_s[r]
-            args = {"instance": i, "wait_us": round(timeline.waits_s[i][r] * 1e6, 3)}
-            events.append(
-                {
-                    "ph": "X",
-                    "name": name,
-                    "pid": r,
-                    "tid": 0,
-                    "ts": begin * 1e6,
-                    "dur": (end - start) * 1e6,
-                    "args": args,
-                }
-            )
+            args: dict[str, float] = {"instance": i}
+            if timeline:
+                args["wait_us"] = round(timeline.waits_s[i][r] * 1e6, 3)
+            at = {"ph": "X", "name": names[i] if names else name, "pid": r, "tid": inner, "ts": (start + offset) * 1e6}
+            events.append(at | {"dur": (end - start) * 1e6, "args": args})
     return events

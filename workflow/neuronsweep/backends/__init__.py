@@ -53,7 +53,10 @@ class BackendModule(Protocol):
         ...
 
 
-COLLECTIVE_WID = r"coll-[a-z0-9.-]+"  # workload ids of the collectives suite (workloads/collective.py)
+RANK_PROCESS_BYTES = 256 * 2**20  # one gloo rank: a Python process with torch and its process group (227 MiB measured)
+# workload ids run on ranks (their build is a launch plan where nothing compiles them): the collectives suite's
+# (workloads/collective.py) and a model's forward across its ranks (workloads/forward.py)
+COLLECTIVE_WID = r"(?:coll-[a-z0-9.-]+|fwd-[a-z0-9._-]+)"
 PROFILERS = ("neuron-explorer", "neuron-profile")
 
 

@@ -48,6 +48,11 @@ class Backend:
     varies_unsupported: str | None = None
     # why the collectives suite cannot run on it; None: it can
     collectives_unsupported: str | None = None
+    # why a model's forward across its ranks (workloads/forward.py) cannot run on it; None: it can
+    ranked_forward_unsupported: str | None = (
+        "the forward across ranks runs on cpu only so far (tp gloo processes); on neuron it needs torchrun "
+        "with a NeuronCore per rank and every rank's NTFF, which is not built yet"
+    )
     # why a collective's busbw has no link bandwidth to stand against; None: the link per rank is read
     collective_link_missing: str | None = NO_LINK
     # what its profile's active share is a share of, where a low share means overhead; None: no such share
@@ -107,6 +112,7 @@ BACKENDS = {
         probes_host=True,
         varies_unsupported="the cpu backend runs one torch.export graph, which freezes Python values at export "
         "time; recompile traps need a lazy-tensor backend (xla or neuron)",
+        ranked_forward_unsupported=None,
         collective_link_missing="gloo ranks on one host exchange over loopback and shared memory: no link's "
         "bandwidth bounds busbw",
         profiled_time_note="cpu: the profiled time includes torch.profiler's own cost per op, so it sits above the "

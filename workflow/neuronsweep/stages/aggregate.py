@@ -23,7 +23,7 @@ from neuronsweep.host.targets import TARGETS
 from neuronsweep.store import layout
 from neuronsweep.store.failures import latest_failure
 from neuronsweep.store.records import MetricsRecord, timing
-from neuronsweep.workloads import DTYPE_BYTES, has_roofline, kind_of
+from neuronsweep.workloads import DTYPE_BYTES, dtype_of, has_roofline, kind_of
 
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
 
@@ -138,18 +138,18 @@ def targets_table(plan: dict) -> pd.DataFrame:
         if not has_roofline(spec):  # a collective: no FLOPs, no roofline
             continue
         kind = kind_of(spec)
-        flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[spec["dtype"]])
+        flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[dtype_of(spec)])
         for name in ("trn1", "inf2", "trn2", "trn3"):
             t = TARGETS[name]
             rows.append(
                 {
                     "workload_id": wid,
                     "target": name,
-                    "dtype": spec["dtype"],
+                    "dtype": dtype_of(spec),
                     "flops": flops,
                     "min_bytes": nbytes,
                     **roofline.tiles(kind.gemms(spec)),
-                    **roofline.roofline(flops, nbytes, t.peak_flops(spec["dtype"]), t.hbm_bytes_per_s, None),
+                    **roofline.roofline(flops, nbytes, t.peak_flops(dtype_of(spec)), t.hbm_bytes_per_s, None),
                 }
             )
     table = pd.DataFrame(rows)
@@ -170,7 +170,7 @@ def gemms_inside(part: pd.DataFrame, workloads_dir: Path) -> dict[str, dict]:
 def write_model_views(folder: Path, suite: str, part: pd.DataFrame, plan: dict, workloads_dir: Path) -> None:
     """A model measured whole: <suite>-forward.csv (each forward's estimate and where its time goes) and
     <suite>-isolation.csv (each GEMM inside its layer beside alone)."""
-    fwd = model_rollup.forward(part)
+    fwd = model_rollup.forward(part, plan["workloads"])
     if not len(fwd):
         return
     gap = model_rollup.isolation(part, plan["workloads"], gemms_inside(part, workloads_dir))

@@ -16,33 +16,37 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import psutil
+
 from neuronsweep import kernels
 from neuronsweep.analysis import deployments
-from neuronsweep.backends import memory_budget
-from neuronsweep.backends.cores import default_threads
+from neuronsweep.backends import RANK_PROCESS_BYTES
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
-from neuronsweep.host import caps, devicelock, targets
+from neuronsweep.host import caps, targets
 from neuronsweep.workloads import (
     collective,
     custom,
     deployment,
     described,
     expressions,
+    forward,
     has_roofline,
     kind_of,
     layer,
     loops,
     matmul,
     mlp,
+    ranks_of,
     routing,
     sharding,
     unsupported,
     user_code,
-    working_set_bytes,
+    uses_nki,
     workload_id,
 )
+from neuronsweep.workloads.dtypes import DTYPE_BYTES
 from neuronsweep.workloads.routing import Policy
 
 
@@ -265,12 +269,12 @@ def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
         suite["operations"], suite["world_sizes"], collective_sizes(suite["sizes"]), suite["dtype"]
     ):
         spec = collective.spec(op, size, world, dtype)
-        wid = workload_id(spec)
-        labels = {"op": op, "world": world, "size_asked": size, "bytes": spec["bytes"], "dtype": dtype}
+        wid, nbytes = workload_id(spec), collective.Op.of(spec).nbytes
+        labels = {"op": op, "world": world, "size_asked": size, "bytes": nbytes, "dtype": dtype}
         out.append(
             (
                 Scenario(
-                    id=wid if size == spec["bytes"] else f"{wid}-asked{size}b",
+                    id=wid if size == nbytes else f"{wid}-asked{size}b",
                     suite="collectives",
                     workload_id=wid,
                     labels=labels,
@@ -442,7 +446,10 @@ class _ModelPass:
 def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_ModelPass]]:
     """The probe's request (one entry per model, layout and group of phases with one rank config and one
     grid of graphs) and what each request entry is; every deployment checked before any job."""
-    request: dict = {"entries": [], "answers": "layers"}  # the answer's form: a cached older one is not reused
+    request: dict = {
+        "entries": [],
+        "answers": "layers with members",
+    }  # the answer's form: a cached older one is not reused
     passes = []
     family = _family(config)
     ended = targets.TARGETS[family].nxd_inference_ended if family in targets.TARGETS else None
@@ -547,7 +554,67 @@ def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, 
                 ranked |= {"top_k": mp.rank.top_k} if mp.rank.top_k else {}
                 ranked |= {"expert_tokens": mp.rank.expert_tokens} if mp.rank.expert_tokens > 1 else {}
                 out += _layer_scenarios(ranked, request_entry["sha256"], request_entry["routing"], one, dtype, common)
+                if mp.rank.fields and layout.tp > 1:
+                    out += _forward_scenarios(ranked, request_entry, one, dtype, common, prefix, mp)
     return out
+
+
+FORWARD_SHARE = 0.25  # of this host's RAM a forward's ranks may hold where it picks its layers (forward_layers auto)
+
+
+def _forward_layers(entry: dict, one: dict, world: int, dtype: str) -> tuple[int, str]:
+    """How many of the model's first decoder layers the forward across ranks runs, and how that was decided."""
+    members = {i: k for k in one["layers"] for i in k.get("members", [k["index"]])}
+    total = len(members)
+    asked = entry.get("forward_layers", "auto")
+    if asked != "auto":
+        return min(int(asked), total), f"forward_layers: {asked} of {total}"
+    room = FORWARD_SHARE * psutil.virtual_memory().total / world - RANK_PROCESS_BYTES
+    held, n = 0, 0
+    for i in range(total):
+        held += members[i]["params"] * DTYPE_BYTES[dtype]
+        if held > room:
+            break
+        n += 1
+    n = max(n, 1)
+    if n == total:
+        return n, f"auto: all {total} decoder layers"
+    return (
+        n,
+        f"auto: {n} of {total} decoder layers, as many as {world} ranks hold in a quarter of this host's RAM",
+    )
+
+
+def _forward_scenarios(
+    entry: dict, request_entry: dict, one: dict, dtype: str, common: dict, prefix: str, mp: _ModelPass
+) -> list[tuple[Scenario, dict]]:
+    """The rank's shard of the model's first layers run on all tp ranks at once, each layer's collectives
+    where the stack issues them (workloads/forward.py): its measured time beside the sum of its parts."""
+    if entry.get("forward_layers", "auto") == 0 or not one.get("layers"):
+        return []
+    world = mp.layout.tp
+    n, how = _forward_layers(entry, one, world, dtype)
+    tokens = one["seq"] if one["phase"] == "prefill" else 1
+    hidden = sharding.hidden_bytes(mp.config, one["batch"], tokens, dtype)
+    kind_sites = {
+        k["kind"]: forward.sites(
+            forward.layer_collectives(
+                mp.config, mp.layout, one["phase"], one["batch"], one["seq"], dtype, k["kind"].startswith("moe")
+            ),
+            hidden,
+            world,
+            dtype,
+        )
+        for k in one["layers"]
+    }
+    spec = forward.spec(entry, request_entry["sha256"], one, dtype, request_entry["routing"], n, world, kind_sites)
+    policy = f"-{routing.label(entry.get('routing', 'balanced'))}" if forward.Forward.of(spec).routing else ""
+    left_out = sorted({why for x in kind_sites.values() for why in x.left_out})
+    labels = {"model": entry["name"], **common, "part": "forward", "layers_run": n, "forward_layers_how": how}
+    labels |= {"world": world} | ({"collectives_left_out": "; ".join(left_out)} if left_out else {})
+    labels |= {"routing": policy[1:]} if policy else {}
+    sid = f"{prefix}-forward-l{n}{policy}-{dtype}"
+    return [(Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)]
 
 
 def _gemm_scenarios(
@@ -609,9 +676,10 @@ def _collective_scenarios(
     out = []
     for c in deployment.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
         spec = collective.spec(c.op, c.nbytes, c.world, dtype)
-        labels = {"model": entry["name"], **common, "part": "collective", "op": c.op, "bytes": spec["bytes"]}
+        nbytes = collective.Op.of(spec).nbytes
+        labels = {"model": entry["name"], **common, "part": "collective", "op": c.op, "bytes": nbytes}
         labels |= {"world": c.world, "process_group": c.group, "count": c.count, "where": c.what}
-        sid = f"{prefix}-coll-{c.op.replace('_', '')}-{spec['bytes']}b-{dtype}"
+        sid = f"{prefix}-coll-{c.op.replace('_', '')}-{nbytes}b-{dtype}"
         out.append(
             (Scenario(id=sid, suite=f"model-{entry['name']}", workload_id=workload_id(spec), labels=labels), spec)
         )
@@ -632,7 +700,8 @@ def _layer_scenarios(
     for kind in [*one["layers"], None]:
         spec = layer.spec(entry, digest, one, kind, dtype, policy)
         part = layer.part_label(spec)
-        policy_label = f"-{routing.label(entry.get('routing', 'balanced'))}" if spec.get("routing") else ""
+        record = layer.Part.of(spec)
+        policy_label = f"-{routing.label(entry.get('routing', 'balanced'))}" if record.routing else ""
         labels = {
             "model": entry["name"],
             "phase": one["phase"],
@@ -640,9 +709,9 @@ def _layer_scenarios(
             "seq": one["seq"],
             "dtype": dtype,
             **(common or {}),
-            "part": spec["part"],
-            "layer_kind": spec.get("layer_kind", "head"),
-            "layers": spec.get("layers", 1),
+            "part": record.part,
+            "layer_kind": record.layer_kind,
+            "layers": record.layers,
         }
         if policy_label:
             labels["routing"] = policy_label[1:]
@@ -677,7 +746,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
         for sc, spec in expanded:
             scenarios.setdefault(sc.id, replace(sc, kind=suite_name))  # asked twice (grid and shapes): one row
             why = unsupported(spec, backend, slow_dtypes)
-            if not why and spec.get("impl") == "nki":
+            if not why and uses_nki(spec):
                 target = config.get(backend, {}).get("target") if BACKENDS[backend].neuron_device else None
                 why = kernels.unsupported(spec, target, chip=targets.onchip(target))
             if why:
@@ -699,130 +768,6 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     )
 
 
-def host_probe(config: dict, backend: str) -> dict | None:
-    """The host's probe (caps.probe, cached beside the compile cache) where the backend probes its host
-    (cpu), else None."""
-    if not BACKENDS[backend].probes_host:
-        return None
-
-    return caps.probe(config["cache_dir"], default_threads())
-
-
-def plan_for(config: dict, backend: str) -> tuple[Plan, dict | None]:
-    """The plan of a validated config on `backend`, and the host probe it rests on (None where the
-    backend probes no host). Its memory is checked by check_memory once the config is settled."""
-    check_paths(config)
-    probe = host_probe(config, backend)
-    return make_plan(config, backend, caps.slow_dtypes(probe) if probe else None), probe
-
-
-def check_memory(plan: Plan, config: dict) -> None:
-    """The plan's cases against the memory one case runs in (backends.memory_budget of the settled config:
-    this host's RAM, or one logical NeuronCore's HBM): a layer that does not fit is unsupported, any other
-    case refused. Nothing is checked where each job settles its target on its node."""
-    import psutil
-
-    budget = memory_budget(plan.backend, config, psutil.virtual_memory().total)
-    if budget is None:
-        return
-    layers_that_fit(plan, budget.bytes, budget.what, budget.gathers_experts, budget.checks_here)
-    if BACKENDS[plan.backend].probes_host:  # its collectives' ranks are processes of this host
-        ranks_that_fit(plan, budget.bytes, budget.what)
-    check_fits(plan, budget.bytes, f"of {budget.what}", budget.hint)
-
-
-def check_paths(config: dict) -> None:
-    """The places every job writes, probed before any job: cache_dir a writable folder, the device lock
-    a file that can be created and locked."""
-    import tempfile
-    from pathlib import Path
-
-    cache = Path(config["cache_dir"]).expanduser()
-    if cache.exists() and not cache.is_dir():
-        raise UserError(
-            f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder."
-        )
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=cache).close()
-    except OSError as exc:
-        raise UserError(
-            f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
-            "point it at one."
-        ) from None
-    devicelock.check_usable(config["capture"]["device_lock"])
-
-
-MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
-
-
-RANK_BYTES = 256 * 2**20  # one gloo rank: a Python process with torch and its process group (227 MiB measured)
-
-
-def ranks_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
-    """A collective whose ranks (a process each on this host, with their buffers) exceed the memory they
-    run in is unsupported, with the bytes it needs and the bytes there are: the host holds that many ranks
-    at most (a parallel layout's tp 64 on a small machine)."""
-    limit = MEMORY_SHARE * memory_bytes
-    for wid, spec in list(plan.workloads.items()):
-        if not described(spec).ranks:
-            continue
-        need = spec["world"] * (RANK_BYTES + 2 * spec["bytes"])
-        if need > limit:
-            del plan.workloads[wid]
-            plan.unsupported[wid] = (
-                f"{spec['world']} ranks of {spec['op']}, a process each here, need {need / 2**30:,.1f} GiB, more than "
-                f"{MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on the instance "
-                "(the neuron backend runs a rank per NeuronCore)"
-            )
-
-
-def layers_that_fit(
-    plan: Plan, memory_bytes: float, what: str, gathers_experts: bool = False, checks_here: bool = False
-) -> None:
-    """A model's layer or head whose weights and working set exceed the memory it runs in is unsupported,
-    with the bytes it needs and the bytes there are; the model's GEMMs still run. `gathers_experts`: torch-xla
-    runs an MoE layer's experts as batched_mm, which holds a copy of the experts' weights per token;
-    `checks_here`: the output check's float64 copy of the weights is held beside them (layer.reference)."""
-    limit = MEMORY_SHARE * memory_bytes
-    for wid, spec in list(plan.workloads.items()):
-        if not described(spec).layer_split:
-            continue
-        gathered = layer.gathered_expert_bytes(spec) if gathers_experts else 0
-        checked = spec["params"] * 8 if checks_here else 0  # float64
-        need = working_set_bytes(spec) + gathered + checked
-        if need > limit:
-            del plan.workloads[wid]
-            copies = (
-                f", {gathered / 2**30:,.1f} GiB of expert weights gathered per token (batched_mm)" if gathered else ""
-            ) + (f", {checked / 2**30:,.1f} GiB of their float64 copy for the output check" if checked else "")
-            plan.unsupported[wid] = (
-                f"one {layer.part_label(spec)} of {spec['model']} needs {need / 2**30:,.1f} GiB (its "
-                f"{layer.weight_bytes(spec) / 2**30:,.1f} GiB of {spec['dtype']} weights{copies}, its tensors and "
-                f"cache), more than {MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on "
-                "a larger machine"
-            )
-
-
-def check_fits(plan: Plan, memory_bytes: float, what: str, hint: str) -> None:
-    """A case whose working set (tensors and intermediates) exceeds the memory it runs in is refused
-    before any job, naming the suite it comes from."""
-    limit = MEMORY_SHARE * memory_bytes
-    need = {wid: working_set_bytes(spec) for wid, spec in plan.workloads.items()}
-    too_big = {wid: n for wid, n in need.items() if n > limit}
-    if not too_big:
-        return
-    wid = max(too_big, key=lambda w: too_big[w])
-    suite = next(sc.suite for sc in plan.scenarios if sc.workload_id == wid)
-    more = f" (and {len(too_big) - 1} more)" if len(too_big) > 1 else ""
-    raise UserError(
-        f"config key 'suites.{suite}': case {wid}{more} needs {too_big[wid] / 2**30:,.1f} GiB at the least "
-        f"(its tensors and intermediates), more than {MEMORY_SHARE:.0%} {what} ({memory_bytes / 2**30:,.1f} GiB); "
-        "shrink or "
-        f"drop that shape{hint}."
-    )
-
-
 def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | None = None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead).
@@ -841,7 +786,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | No
     n = len(plan.workloads)
     # build, capture: torch; view, extract: the readers; under warm start once for the run
     imports_s = (1 if warm_start else 2 * n) * (probe["torch_import_s"] + probe["stack_import_s"])
-    ranks = sum(s["world"] for s in plan.workloads.values() if described(s).ranks)
+    ranks = sum(ranks_of(s) for s in plan.workloads.values() if described(s).ranks)
     imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
     if cap.get("rounds_in_processes"):  # each round imports torch again
         imports_s += n * cap["repeats"] * probe["torch_import_s"]

@@ -544,8 +544,43 @@ def _whole_model(suite: str, folder: Path) -> str:
         "inside its layer over count x its latency timed alone.</p>"
         + (_figure(f"categories_{suite}", figs.model_categories(split, model_rollup.CATEGORIES)) if len(split) else "")
         + table(forward[[c for c in cols if c in forward]])
+        + _across_ranks(forward)
         + (_figure(f"isolation_{suite}", figs.isolation_gap(gap)) if _has_gap(gap) else NO_GAP if len(gap) else "")
         + (table(gap) if len(gap) else "")
+    )
+
+
+def _across_ranks(forward: pd.DataFrame) -> str:
+    """The forward run across its ranks beside the sum of its parts: a sentence per graph saying where the gap
+    sits, and the table; empty where none ran."""
+    if "forward_measured_layers" not in forward or forward["forward_measured_layers"].isna().all():
+        return ""
+    lines = []
+    for _, r in forward.dropna(subset=["forward_measured_layers"]).iterrows():
+        graph = f"{r['phase']} at batch {r['batch']}, seq {r['seq']}, {r.get('layout') or 'tp ' + str(r['tp'])}"
+        measured, parts = r.get("forward_measured_s"), r.get("forward_parts_s")
+        if pd.isna(measured) or pd.isna(parts):
+            lines.append(f"{graph}: {r.get('forward_gap_in')}")
+            continue
+        took, summed = human("forward_measured_s", measured), human("forward_parts_s", parts)
+        lines.append(
+            f"{graph}: {int(r['forward_measured_layers'])} layers on every rank at once took {took} against "
+            f"{summed} summed from their parts ({r['forward_parts_gap_pct']:+.0f} %); the gap sits in "
+            f"{r['forward_gap_in']}"
+        )
+    cols = ["phase", "batch", "seq", "tp", "layout", "forward_measured_layers", "forward_measured_s"]
+    cols += ["forward_parts_s", "forward_parts_gap_pct", "forward_collectives_inside_s", "forward_collectives_alone_s"]
+    cols += ["straggler_rank", "rank_wait_max_s", "collective_wait_pct"]
+    shown = forward.dropna(subset=["forward_measured_layers"])
+    return (
+        "<h3>the forward across its ranks</h3>"
+        "<p class=muted>The rank's shard of the first forward_measured_layers decoder layers run on every rank at "
+        "once, each layer's collectives where the stack issues them (docs/your-code.md), beside the same layers "
+        "and collectives each timed alone. The collectives' time inside the forward includes each rank's wait for "
+        "the last to arrive; the case's capture/ranks.pftrace shows every rank's forwards above its collective "
+        "calls.</p>"
+        f"<ul>{''.join(f'<li>{html.escape(line)}</li>' for line in lines)}</ul>"
+        + table(shown[[c for c in cols if c in shown]])
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,12 @@ from pathlib import Path
 from neuronsweep import backends
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import neuron_setup
-from neuronsweep.stages.plan import Plan, check_memory, plan_for
+from neuronsweep.backends.cores import default_threads
+from neuronsweep.config.backends import BACKENDS
+from neuronsweep.errors import UserError
+from neuronsweep.host import caps, devicelock
+from neuronsweep.stages.plan import Plan, make_plan
+from neuronsweep.stages.plan_fits import check_memory
 
 
 @dataclass
@@ -60,12 +66,42 @@ def settle_run(config: dict, local: bool = True) -> RunSetup:
     settle_here = backends.BACKENDS[backend].neuron_device and local
     if settle_here:
         config["neuron"], setup = neuron_setup.settle(config["neuron"], need_route=False)
-    plan, probe = plan_for(config, backend)
+    check_paths(config)
+    probe = host_probe(config, backend)
+    plan = make_plan(config, backend, caps.slow_dtypes(probe) if probe else None)
     if settle_here and neuron_setup.needs_route(plan.workloads.values()):  # the plan says whether one is needed
         config["neuron"], route = neuron_setup.settle_route(config["neuron"])
         setup.update(route)
     check_memory(plan, config)  # once settled: the route says whether an MoE layer's experts are gathered
     return RunSetup(config, backend, why, setup, plan, probe)
+
+
+def host_probe(config: dict, backend: str) -> dict | None:
+    """The host's probe (caps.probe, cached beside the compile cache) where the backend probes its host
+    (cpu), else None."""
+    if not BACKENDS[backend].probes_host:
+        return None
+
+    return caps.probe(config["cache_dir"], default_threads())
+
+
+def check_paths(config: dict) -> None:
+    """The places every job writes, probed before any job: cache_dir a writable folder, the device lock
+    a file that can be created and locked."""
+    cache = Path(config["cache_dir"]).expanduser()
+    if cache.exists() and not cache.is_dir():
+        raise UserError(
+            f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder."
+        )
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache).close()
+    except OSError as exc:
+        raise UserError(
+            f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
+            "point it at one."
+        ) from None
+    devicelock.check_usable(config["capture"]["device_lock"])
 
 
 def stage_plan(text: str, folder: Path) -> Path:

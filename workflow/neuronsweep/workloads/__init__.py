@@ -14,13 +14,14 @@ import json
 import math
 from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 
 from neuronsweep.config.backends import BACKENDS
-from neuronsweep.workloads import collective, custom, layer, loops, matmul, mlp
+from neuronsweep.workloads import collective, custom, forward, layer, loops, matmul, mlp
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
-KINDS: dict[str, ModuleType] = {m.DESCRIPTOR.name: m for m in (matmul, mlp, loops, collective, custom, layer)}
+KINDS: dict[str, ModuleType] = {m.DESCRIPTOR.name: m for m in (matmul, mlp, loops, collective, custom, layer, forward)}
 WORKLOADS: dict[str, Workload] = {name: module.DESCRIPTOR for name, module in KINDS.items()}
 
 
@@ -47,9 +48,33 @@ def unsupported(spec: dict, backend: str, slow_dtypes: dict[str, str] | None = N
 
 
 def _collective_unsupported(spec: dict, backend: str) -> str | None:
+    if not described(spec).bandwidth:  # a forward across ranks
+        return BACKENDS[backend].ranked_forward_unsupported or BACKENDS[backend].collectives_unsupported
     if spec["bytes"] == 0:
         return f"{spec['op']} among {spec['world']} ranks needs at least one {spec['dtype']} element per rank"
     return BACKENDS[backend].collectives_unsupported
+
+
+def rank_buffer_bytes(spec: dict) -> int:
+    """What one rank of a workload run on ranks holds beside its process (a collective's buffers; a forward's
+    weights, cache and hidden states)."""
+    return int(kind_of(spec).rank_buffer_bytes(spec))
+
+
+def dtype_of(spec: Mapping[str, Any]) -> str:
+    """The dtype a workload computes in (every kind has one)."""
+    return str(spec["dtype"])
+
+
+def uses_nki(spec: Mapping[str, Any]) -> bool:
+    """Whether the workload runs an NKI kernel (`impl: nki`): ours, or the user's own."""
+    return spec.get("impl") == "nki"
+
+
+def ranks_of(spec: Mapping[str, Any]) -> int:
+    """How many ranks run a workload: a workload run on ranks (workloads.described(spec).ranks) its world,
+    any other one."""
+    return int(spec.get("world", 1))
 
 
 def tensor_bytes(spec: dict) -> int:

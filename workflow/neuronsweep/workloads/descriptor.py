@@ -15,6 +15,9 @@ class Workload:
     # one process per rank, the collective run among them (`world` ranks): built as a launch plan where the
     # backend compiles no collective, captured by every rank, with a rank spread and busbw in its metrics
     ranks: bool = False
+    # a collective alone: its size moves over the links, so algbw and busbw (nccl-tests') and nccom-test's
+    # figures stand beside its time (a forward across ranks runs on ranks too, but computes between them)
+    bandwidth: bool = False
     # a model's layer (or head) measured whole: its time split by category (metrics' layer split, the window
     # bounds of each category), its build keeping the HLO metadata the split reads
     layer_split: bool = False

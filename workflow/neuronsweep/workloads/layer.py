@@ -21,6 +21,8 @@ again, identical to the ones `torch_module` makes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -75,6 +77,26 @@ def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: s
     else:
         s |= {"params": one["head"]["params"], "gemms": one["head"]["gemms"]}
     return s
+
+
+@dataclass(frozen=True)
+class Part:
+    """A layer case's spec read once (plan.json's): which model and part, the layer kind and how many layers
+    are of it (1 for the head), its weights' count, and the routing policy its experts are fed (or None)."""
+
+    model: str
+    part: str  # layer or head
+    layer_kind: str  # the probe's label (dense, moe, dense-sliding), head for the head
+    layers: int
+    params: int
+    routing: Policy | None
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> Part:
+        """The record of a layer's (or the head's) spec."""
+        return cls(
+            s["model"], s["part"], s.get("layer_kind", "head"), s.get("layers", 1), s["params"], s.get("routing")
+        )
 
 
 def part_label(s: dict) -> str:
@@ -236,7 +258,7 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
             "named layers of num_hidden_layers entries); set layers: false for it."
         )
     inner = full.get_submodule(name.rpartition(".")[0]) if "." in name else full
-    part = _layer_part(s, full, inner, layers) if s["part"] == "layer" else _head_part(s, full, inner)
+    part = _head_part(s, full, inner) if s["part"] == "head" else _layer_part(s, full, inner, layers)
     if materialize:
         part.to_empty(device="cpu")
         torch.manual_seed(SEED)
@@ -255,43 +277,54 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
 
 def _fill_buffers(part: HFModule, torch: ModuleType) -> None:
     """After to_empty: decode's cached keys and values seeded random, as the weights; the head's token ids 0."""
-    for name in ("past_keys", "past_values"):
-        if hasattr(part, name):
-            getattr(part, name).normal_(generator=torch.Generator().manual_seed(SEED))
+    for name, buffer in part.named_buffers(recurse=False):
+        if name.startswith(("past_keys", "past_values")):
+            buffer.normal_(generator=torch.Generator().manual_seed(SEED))
     if hasattr(part, "token_ids"):
         part.token_ids.zero_()
 
 
+def kept_layers(s: dict) -> list[int]:
+    """The decoder layers a spec runs: its kind's first layer, or a forward's first `layers_run`."""
+    return list(range(s["layers_run"])) if "layers_run" in s else [s["index"]]
+
+
+def _cache_names(i: int) -> tuple[str, str]:
+    """The buffers of the i-th kept layer's cache (the first's names are the ones a layer's program has)."""
+    return ("past_keys", "past_values") if i == 0 else (f"past_keys{i}", f"past_values{i}")
+
+
 def _layer_part(s: dict, full: HFModule, inner: HFModule, layers: list) -> torch.nn.Module:
-    """The model's forward over one layer: inputs_embeds in, that layer's hidden states out (the final
-    norm is the head's); the layer's cache slot and attention type become the model's only ones."""
+    """The model's forward over its kept layers (kept_layers): inputs_embeds in, the last one's hidden states
+    out (the final norm is the head's); their cache slots and attention types become the model's only ones."""
     import torch
     from transformers.cache_utils import DynamicCache
 
-    layer = layers[s["index"]]
-    for module in layer.modules():
-        if hasattr(module, "layer_idx"):
-            module.layer_idx = 0
+    kept = kept_layers(s)
+    for slot, index in enumerate(kept):
+        for module in layers[index].modules():
+            if hasattr(module, "layer_idx"):
+                module.layer_idx = slot
     config = full.config
     types = getattr(config, "layer_types", None)
-    inner.layers = torch.nn.ModuleList([layer])
+    inner.layers = torch.nn.ModuleList([layers[i] for i in kept])
     for attr in ("embed_tokens", "embed_positions"):
         if hasattr(inner, attr):
             setattr(inner, attr, None)
     inner.norm = torch.nn.Identity()
-    config.num_hidden_layers = 1
+    config.num_hidden_layers = len(kept)
     if types:
-        config.layer_types = [types[s["index"]]]
+        config.layer_types = [types[i] for i in kept]
+    caches = (s.get("kv_caches") or [s.get("kv_cache")]) if s["phase"] == "decode" else []
 
     class LayerPart(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = inner
-            if s["phase"] == "decode" and s.get("kv_cache"):
-                keys, values = s["kv_cache"]
-                dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
-                self.register_buffer("past_keys", torch.empty(keys, dtype=dtype))
-                self.register_buffer("past_values", torch.empty(values, dtype=dtype))
+            dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
+            for i, shapes in enumerate(c for c in caches if c):
+                for name, shape in zip(_cache_names(i), shapes):
+                    self.register_buffer(name, torch.empty(shape, dtype=dtype))
 
         def forward(self, hidden_states: torch.Tensor) -> Any:
             # a prefill writes its KV cache, as generation's does; without a cache transformers also looks
@@ -300,9 +333,10 @@ def _layer_part(s: dict, full: HFModule, inner: HFModule, layers: list) -> torch
             cache = DynamicCache(config=config)
             if not hasattr(self, "past_keys"):
                 return self.model(inputs_embeds=hidden_states, cache=cache, use_cache=True).last_hidden_state
-            keys = self.get_buffer("past_keys")
-            cache.update(keys, self.get_buffer("past_values"), 0)
-            past = keys.shape[-2]
+            for i in range(len(self.model.layers)):
+                keys, values = _cache_names(i)
+                cache.update(self.get_buffer(keys), self.get_buffer(values), i)
+            past = self.get_buffer("past_keys").shape[-2]
             position_ids = torch.arange(past, past + hidden_states.shape[1], device=hidden_states.device)[None]
             out = self.model(inputs_embeds=hidden_states, cache=cache, position_ids=position_ids, use_cache=True)
             return out.last_hidden_state

@@ -299,7 +299,7 @@ def _cache_shapes(cache: object) -> dict[int, list]:
 def layer_kinds(model: HFModule, per_layer: dict[int, Counter], cache_shapes: dict[int, list]) -> list[dict]:
     """The distinct kinds of decoder layer (dense or MoE, sliding or global attention): layers whose GEMMs
     and attention type are the same are one kind. Each: its first layer's index, how many layers are of
-    it, its label, its parameters and its GEMMs in one call (module relative to the layer)."""
+    it and which (`members`), its label, its parameters and its GEMMs in one call (module relative to the layer)."""
     prefix, modules = decoder_layers(model)
     experts = set(experts_modules(model))
     types = getattr(model.config, "layer_types", None) or []
@@ -309,12 +309,14 @@ def layer_kinds(model: HFModule, per_layer: dict[int, Counter], cache_shapes: di
         signature = (attention, tuple(sorted(found.items())))
         if signature in kinds:
             kinds[signature]["layers"] += 1
+            kinds[signature]["members"].append(index)
             continue
         moe = any(f"{prefix}.{index}.{module}" in experts for (module, _, _) in found)
         label = ("moe" if moe else "dense") + ("-sliding" if attention == "sliding_attention" else "")
         kinds[signature] = {
             "index": index,
             "layers": 1,
+            "members": [index],  # every layer of this kind, by index
             "kind": label,
             "attention": attention,
             "params": sum(int(p.numel()) for p in modules[index].parameters()),

@@ -11,6 +11,7 @@ from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, Evidence, he
 from neuronsweep.analysis.metrics.collectives import (
     RanksProfiled,
     collective,
+    forward_across_ranks,
     nccom_test,
     rank_latency,
     rank_spread,
@@ -86,7 +87,7 @@ def compose(
         schema_version=SCHEMA_VERSION,
         workload_id=known[0].workload_id if known else None,
         backend=backend,
-        kind=spec["kind"] if spec else None,
+        kind=described(spec).name if spec else None,
         instance_type=summary.get("instance_type"),
         profile_schema_version=(metadata or {}).get("profile_schema_version"),
         neuron_target=None,
@@ -164,13 +165,16 @@ def _ranks(
     device time; how many ranks were profiled."""
     device_times = [r["total_time_s"] for r in ranks or [] if r["total_time_s"] is not None]
     parts: list[Part] = []
-    if spec and described(spec).ranks:  # only a collective's metrics have these keys
+    if spec and described(spec).ranks:  # only a case run on ranks has these keys
         medians = [r["median_s"] for r in rank_latency(capture)]
-        size = collective(spec, capture, median_s, target, ranks)
         spread = rank_spread(
             device_times if ranks else medians, None if medians else "capture.json has no per-rank times"
         )
-        parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s), rank_waits(capture)]
+        if described(spec).bandwidth:  # a collective alone: its size, algbw and busbw
+            size = collective(spec, capture, median_s, target, ranks)
+            parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s), rank_waits(capture)]
+        else:  # a forward across ranks
+            parts += [spread, rank_waits(capture), forward_across_ranks(capture)]
     elif ranks:  # a multi-worker neuron capture: each rank's device time
         parts.append(rank_spread(device_times))
     if ranks:

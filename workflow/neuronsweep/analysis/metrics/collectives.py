@@ -52,6 +52,19 @@ class RankWaits(Part):
 
 
 @dataclass(kw_only=True)
+class ForwardAcrossRanks(Part):
+    """A forward run across its ranks (workloads/forward.py): the layers it ran, its collective calls, and per
+    execution the time its ranks spent inside the collectives, the part of it waiting for the last rank, and
+    the rest of the forward (computing); each the ranks' mean, the median over executions."""
+
+    forward_layers_run: int | None
+    forward_collective_calls: int | None
+    forward_collectives_s: float | None
+    forward_wait_s: float | None
+    forward_compute_s: float | None
+
+
+@dataclass(kw_only=True)
 class RanksProfiled(Part):
     """How many ranks' device profiles the view read (a multi-worker neuron capture)."""
 
@@ -72,6 +85,7 @@ def collective(
     spec: dict, capture: CaptureRecord | None, median_s: float | None, target: str | None, workers: list[dict] | None
 ) -> Collective:
     """`workers`: the profiled ranks' rows (neuron), which say on which chip each ran."""
+    c = coll.Op.of(spec)
     notes: dict[str, str] = {}
     link = None
     missing = BACKENDS[capture.backend].collective_link_missing if capture else NO_LINK
@@ -86,10 +100,10 @@ def collective(
         notes["coll_oversubscribed"] = crowded
     bw = coll.bandwidths(spec, median_s)
     return Collective(
-        coll_op=spec["op"],
-        coll_world=spec["world"],
-        coll_bytes=spec["bytes"],
-        busbw_factor=coll.BUSBW_FACTOR[spec["op"]](spec["world"]),
+        coll_op=c.op,
+        coll_world=c.world,
+        coll_bytes=c.nbytes,
+        busbw_factor=c.busbw_factor,
         algbw_bytes_per_s=bw["algbw_bytes_per_s"],
         busbw_bytes_per_s=bw["busbw_bytes_per_s"],
         link_bytes_per_s=link,
@@ -131,18 +145,42 @@ def rank_waits(capture: CaptureRecord | None) -> RankWaits:
     found = (capture.details if capture else {}).get("rank_timeline")
     if not found:
         return RankWaits.null("capture.json has no rank timeline (a capture of every rank's entries and exits)")
-    alone = "the case runs the collective alone: no compute to overlap it"
+    inside = (capture.details if capture else {}).get("forward_across_ranks")
+    over = (
+        f"over {found['instances']} collective calls ({found['instances'] // inside['collective_calls']} timed "
+        "forwards, each after a barrier)"
+        if inside
+        else f"over {found['instances']} timed executions, each after a barrier"
+    )
+    notes = {
+        "rank_wait_max_s": f"{over}; the ranks' clocks aligned on the collectives' exits (residual "
+        f"{found['residual_s'] * 1e6:.1f} us)"
+    }
+    if inside is None:
+        notes["collective_overlap_pct"] = "the case runs the collective alone: no compute to overlap it"
+    else:
+        notes["collective_overlap_pct"] = inside["overlap_why"]
     return RankWaits(
         rank_wait_max_s=found["rank_wait_max_s"],
         straggler_rank=found["straggler_rank"],
         collective_wait_pct=found["collective_wait_pct"],
         collective_overlap_pct=None,
         clock_residual_s=found["residual_s"],
-        notes={
-            "collective_overlap_pct": alone,
-            "rank_wait_max_s": f"over {found['instances']} timed executions, each after a barrier; the ranks' "
-            f"clocks aligned on the collectives' exits (residual {found['residual_s'] * 1e6:.1f} us)",
-        },
+        notes=notes,
+    )
+
+
+def forward_across_ranks(capture: CaptureRecord | None) -> ForwardAcrossRanks:
+    """capture.json's `forward_across_ranks`, or null with why."""
+    found = (capture.details if capture else {}).get("forward_across_ranks")
+    if not found:
+        return ForwardAcrossRanks.null("capture.json has no forward across ranks (its capture recorded none)")
+    return ForwardAcrossRanks(
+        forward_layers_run=found["layers_run"],
+        forward_collective_calls=found["collective_calls"],
+        forward_collectives_s=found["collectives_s"],
+        forward_wait_s=found["wait_s"],
+        forward_compute_s=found["compute_s"],
     )
 
 
