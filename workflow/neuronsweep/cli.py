@@ -568,6 +568,24 @@ def _add_convert(p: ArgumentParser) -> None:
     p.add_argument("out", nargs="?", help="the .pftrace to write (default: beside the trace, <name>.pftrace)")
 
 
+def cmd_session(args: Namespace) -> None:
+    """`neuronsweep session`: a vLLM Neuron server's profile session, every rank side by side."""
+    from neuronsweep.stages import session
+
+    root = Path(args.dir)
+    out = Path(args.out) if args.out else Path("results") / "sessions" / root.resolve().name
+    summary = session.run(root, out, args.profiler, args.timeout)
+    for line in session.lines(summary, out):
+        log.info(line)
+
+
+def _add_session(p: ArgumentParser) -> None:
+    p.add_argument("dir", help="the output_dir of vLLM Neuron's neuron_profiler (i-<instance>_pid_<pid>/, neffs/)")
+    p.add_argument("--out", help="where to write (default: results/sessions/<the folder's name>)")
+    p.add_argument("--profiler", default="auto", help="neuron-explorer, or its path (default: found on PATH)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds Neuron Explorer's view may take")
+
+
 def cmd_calibrate(args: Namespace) -> None:
     """`neuronsweep calibrate`: this host's measured GEMM rates and copy bandwidth (cpu peaks)."""
     from neuronsweep.atomic import write_json
@@ -606,7 +624,7 @@ def cmd_doctor(args: Namespace) -> int:
     if args.field_test:
         from neuronsweep import fieldtest
 
-        return fieldtest.run(Path(args.out))
+        return fieldtest.run(Path(args.out), session_dir=Path(args.session) if args.session else None)
     from neuronsweep import doctor
 
     print(doctor.report(args.config))
@@ -622,6 +640,11 @@ def _add_doctor(p: ArgumentParser) -> None:
         "contract the project assumes (PASS/FAIL/SKIP), writing field-test.tar.gz for a bug report",
     )
     p.add_argument("--out", default="field-test", help="with --field-test: where its run and bundle go")
+    p.add_argument(
+        "--session",
+        help="with --field-test: a vLLM Neuron server's profile (its neuron_profiler output_dir) whose layout, "
+        "ranks, graphs and clocks are checked against what neuronsweep session assumes",
+    )
 
 
 def cmd_aggregate(args: Namespace) -> None:
@@ -731,6 +754,16 @@ COMMANDS = {
         ("neuronsweep convert trace.json.gz", "neuronsweep convert trace.json out.pftrace"),
         _add_convert,
         cmd_convert,
+    ),
+    "session": Command(
+        "a vLLM Neuron server's profile session: every rank's steps, their skew, one timeline",
+        "Reads the output_dir vLLM Neuron's profiler wrote (one i-<instance>_pid_<pid> folder per profiled "
+        "worker, neffs/): views it with Neuron Explorer, then writes each execution as a step (its NEFF and "
+        "graph, device time, the gap after it), each kind of step's share, the ranks' waits at their "
+        "collectives and ranks.pftrace (docs/your-code.md).",
+        ("neuronsweep session neuron_profiles", "neuronsweep session neuron_profiles --out results/sessions/run1"),
+        _add_session,
+        cmd_session,
     ),
     "doctor": Command(
         "what Neuron devices and tools are here, and which backend a run would use",

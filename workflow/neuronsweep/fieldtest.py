@@ -32,6 +32,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.formats import profile_schema
 from neuronsweep.formats.profile_db import ProfileDB
 from neuronsweep.host import neuron_ls, targets
+from neuronsweep.stages import session
 from neuronsweep.store import layout
 from neuronsweep.workloads import described
 
@@ -482,8 +483,46 @@ def bundle(out: Path, work: Path) -> Path:
     return target
 
 
-def run(out: Path, timeout_s: float = 7200) -> int:
-    """The field test into `out`; exit 0 when nothing failed."""
+def session_lines(root: Path | None, out: Path) -> list[Line]:
+    """What `neuronsweep session` assumes of a vLLM Neuron server's profile, checked on a real one (`root`, the
+    neuron_profiler output_dir): its layout, which rank each worker is, which graph each step ran, how the
+    ranks' clocks relate. SKIP without one."""
+    if root is None:
+        why = "give --session <a vLLM Neuron profile's output_dir> to check its layout, ranks, graphs and clocks"
+        return [Line("SKIP", "server session", why)]
+    try:
+        summary = session.run(root, out / "session")
+    except UserError as exc:
+        return [Line("FAIL", "server session", str(exc))]
+    workers = ", ".join(f"{w['name']} ({w['session']})" for w in summary["workers"])
+    lines = [
+        Line(
+            "PASS" if not summary["missing"] else "FAIL",
+            "session layout",
+            f"{workers}; " + "; ".join(summary["missing"]),
+        )
+    ]
+    ranks = ", ".join(f"rank {r['rank']} = worker_gid {r['worker_gid']}" for r in summary["ranks"])
+    lines.append(Line("SKIP", "session rank of a worker", f"{ranks}: compare with the server's log (not documented)"))
+    unmatched = [n for n in summary["notes"] if "names no NEFF" in n]
+    graphs = ", ".join(f"{g['graph']} x{g['steps']}" for g in summary["graphs"])
+    lines.append(
+        Line(
+            "FAIL" if unmatched else "PASS",
+            "session graph of a step",
+            f"{graphs}" + "".join(f"; {u}" for u in unmatched),
+        )
+    )
+    clocks = [n for n in summary["notes"] if n.startswith(("the ranks' clocks", "no skew", "the ranks made"))]
+    lines.append(
+        Line("SKIP", "session ranks' clocks", "; ".join(clocks) + " (how the ranks' clocks relate is not documented)")
+    )
+    return lines
+
+
+def run(out: Path, timeout_s: float = 7200, session_dir: Path | None = None) -> int:
+    """The field test into `out` (`session_dir`: a vLLM Neuron server's profile to check too); exit 0 when
+    nothing failed."""
     out = out.resolve()
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -513,6 +552,7 @@ def run(out: Path, timeout_s: float = 7200) -> int:
             kind = "nki" if case.name.endswith("-nki") else "collective" if case.name.startswith("coll") else route
             kind = "users-kernel" if case.name.startswith("custom-users_kernel") else kind
             lines += check_case(case, kind or "?")
+    lines += session_lines(session_dir, out)
     text = "\n".join(["neuronsweep field test", doctor.report(str(work / "config.yaml")), "", *map(str, lines)])
     (out / "field-test.txt").write_text(text + "\n")
     print("\n".join(map(str, lines)))

@@ -1,0 +1,102 @@
+"""`neuronsweep session DIR`: a vLLM Neuron server's profile session (its profiler's output_dir) read the way a
+neuron-sweep case is: every rank viewed with Neuron Explorer (backends/server_session.py), each execution a
+step with its NEFF, graph, device time and the gap after it, the ranks' skew at their collectives, and one
+merged timeline (analysis/session_steps.py). What the session lacks is a sentence each and the rest is read;
+what the docs leave open is said beside the figures (`notes`) and printed by `doctor --field-test --session`.
+
+Writes into OUT: steps.csv (a row per step and rank), graphs.csv (a row per kind of step), rank_waits.csv
+(each collective's arrival and wait per rank), ranks.pftrace (a process per rank: its steps and its
+collectives, on rank 0's clock), session.json (all of it summed up), and view/ (Neuron Explorer's own
+system_profile.pftrace and device profiles).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from neuronsweep.analysis import rank_timeline, session_steps
+from neuronsweep.atomic import replacing, write_json
+from neuronsweep.backends import server_session
+from neuronsweep.formats import pftrace_reader, pftrace_writer, vllm_session
+
+# a SESSION-mode NTFF holds every execution of a rank in one device profile, and Neuron Explorer summarizes it
+# whole: per kind of step, the bounds ladder needs each graph's own profile (a neuron-sweep case of it)
+NO_HEADROOM = (
+    "a session's NTFF holds every step of a rank in one device profile, which Neuron Explorer summarizes whole; "
+    "the headroom of one kind of step needs its graph profiled alone (a neuron-sweep case)"
+)
+
+
+def run(root: Path, out: Path, profiler: str = "auto", timeout_s: float = 1800) -> dict:
+    """Read the session under `root` into `out`; returns session.json's content."""
+    out.mkdir(parents=True, exist_ok=True)
+    session = vllm_session.read(root)
+    seen = server_session.view(session, out, profiler, timeout_s)
+    found = session_steps.read(pftrace_reader.read(seen.system), set(session.neffs))
+    steps = pd.DataFrame([vars(s) for s in found.steps])
+    graphs = found.graphs()
+    for name, table in (("steps.csv", steps), ("graphs.csv", pd.DataFrame(graphs))):
+        with replacing(out / name) as tmp:
+            table.to_csv(tmp, index=False)
+    timeline = found.timeline
+    if timeline:
+        with replacing(out / "rank_waits.csv") as tmp:
+            pd.DataFrame(timeline.rows()).to_csv(tmp, index=False)
+    names = [[s.graph for s in found.steps if s.rank == r] for r in range(len(found.workers))]
+    calls = [session_steps.COLLECTIVE] * max((len(c) for c in found.collectives), default=0)
+    events = rank_timeline.chrome_trace(
+        [list(c) for c in found.collectives],
+        timeline,
+        "step",
+        calls,
+        [list(e) for e in found.executions],
+        names,
+        "steps",
+    )
+    pftrace_writer.chrome_to_pftrace(events, out / "ranks.pftrace")
+    summary = {
+        "session": str(root),
+        "workers": [
+            {"name": w.name, "instance": w.instance, "pid": w.pid, "session": w.folder.name, "viewed": w.system_trace}
+            for w in session.workers
+        ],
+        "ranks": [{"rank": r, "worker_gid": g} for r, g in enumerate(found.workers)],
+        "steps": len(found.steps),
+        "graphs": graphs,
+        "straggler_rank": timeline.straggler_rank if timeline else None,
+        "rank_wait_max_s": timeline.rank_wait_max_s if timeline else None,
+        "collective_wait_pct": timeline.collective_wait_pct if timeline else None,
+        "clock_residual_s": timeline.residual_s if timeline else None,
+        "headroom": None,
+        "headroom_why": NO_HEADROOM,
+        "missing": list(session.missing) + ([seen.devices_missing] if seen.devices_missing else []),
+        "notes": list(found.notes),
+        "view": {"argv": list(seen.argv), "system": str(seen.system), "devices": [str(d) for d in seen.devices]},
+    }
+    write_json(out / "session.json", summary)
+    return summary
+
+
+def lines(summary: dict, out: Path) -> list[str]:
+    """What `neuronsweep session` prints: the ranks, each kind of step, the skew, what is missing and assumed."""
+    said = [f"{len(summary['ranks'])} rank(s), {summary['steps']} step(s) ({summary['session']})"]
+    for g in summary["graphs"]:
+        median = g["device_median_s"]
+        device = f"{median * 1e6:,.1f} us on the device (median)" if median is not None else "device time unknown"
+        share = f", {g['device_share_pct']:.0f} % of the device time" if g["device_share_pct"] is not None else ""
+        said.append(f"  {g['graph']}: {g['steps']} step(s), {device}{share}")
+    if summary["straggler_rank"] is not None:
+        said.append(
+            f"collectives: rank {summary['straggler_rank']} arrives last most often; the longest wait "
+            f"{summary['rank_wait_max_s'] * 1e6:,.1f} us, {summary['collective_wait_pct']:.0f} % of the time in "
+            "collectives spent waiting"
+        )
+    said += [f"missing: {m}" for m in summary["missing"]] + [f"assumed: {n}" for n in summary["notes"]]
+    said.append(f"headroom per kind of step: none ({summary['headroom_why']})")
+    said.append(
+        f"wrote {out}/: steps.csv, graphs.csv, ranks.pftrace, session.json; neuronsweep query {out}/ranks.pftrace "
+        "reads the timeline"
+    )
+    return said
