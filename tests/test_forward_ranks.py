@@ -130,3 +130,64 @@ def test_a_forward_across_two_gloo_ranks_is_checked_timed_and_put_on_one_timelin
     assert tracks == {(0, "forward"), (0, "collectives"), (1, "forward"), (1, "collectives")}
     per_track = pd.Series(list(trace.slices.name)).groupby(list(trace.slices.track_uuid)).size()
     assert sorted(per_track) == [6, 6, 24, 24]  # each rank: 6 forwards, 4 calls in each
+
+
+@pytest.mark.slow
+@pytest.mark.workflow
+def test_a_forward_across_two_neuroncores_runs_under_torchrun_through_torchneuron(tmp_path):
+    """The tiny MoE model decoding as vLLM Neuron serves it at tp 2 on the trn2 stand-in of TorchNeuron: both
+    layers with their collectives compiled into each rank's NEFF (torch.compile, functional collectives), run
+    under torchrun on a NeuronCore per rank, every rank's output checked, every rank profiled; the measured
+    forward beside its sum of parts, and what the host cannot split inside the NEFF null with why."""
+    from helpers import neuron_config, snakemake, torchneuron_env
+
+    serve = "vllm serve m --max-model-len 32 --max-num-seqs 1 -tp 2 --block-size 32 --max-num-batched-tokens 32"
+    entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "vllm": serve}
+    cfg = neuron_config(tmp_path, suites={"model": [entry]})
+    cfg["neuron"]["route"] = "auto"
+    env = torchneuron_env(tmp_path)
+    dry = snakemake(tmp_path, "-n", config=cfg, env=env)
+    wids = sorted({w for _, w in dry.jobs if w and w.startswith("fwd-")})
+    assert wids, dry.output[-2000:]
+    targets = [f"results/t/neuron/workloads/{w}/metrics.json" for w in wids]
+    snakemake(tmp_path, *targets, env=env)
+    for wid in wids:
+        d = tmp_path / "results" / "t" / "neuron" / "workloads" / wid
+        build = json.loads((d / "build" / "build.json").read_text())
+        assert build["route"] == "torchneuron" and build["correctness"]["correct"] is True, build["correctness"]
+        neff = json.loads((d / "build" / "model.neff").read_bytes()[5:])  # the stand-in's NEFF names its ops
+        ops = [o for o, _ in neff["ops"]]
+        assert any("all_reduce" in o or "reduce_scatter" in o for o in ops), ops
+        cap = json.loads((d / "capture" / "capture.json").read_text())
+        assert [r["rank"] for r in cap["rank_latency"]] == [0, 1] and "nccom_test" not in cap
+        assert len(cap["ranks"]) == 2  # every rank's device profile
+        m = json.loads((d / "metrics.json").read_text())
+        assert m["correct"] is True and m["latency_median_s"] > 0 and m["forward_layers_run"] == 2
+        assert m["forward_collectives_s"] is None and "inside its NEFF" in m["notes"]["forward_collectives_s"]
+        assert m["rank_wait_max_s"] is None and "inside its NEFF" in m["notes"]["rank_wait_max_s"]
+
+
+@pytest.mark.torch
+@pytest.mark.workflow  # the plan's child tracing the model (4 s): the README's tier
+def test_on_neuron_a_rank_must_fit_its_core_and_the_torch_xla_route_refuses_the_forward(tmp_path):
+    """On neuron each rank's weights, cache and hidden states sit in its own NeuronCore's HBM (not a process of
+    this host each); the torch-xla route (trn1, inf2) has no forward across ranks and says so in one sentence."""
+    from neuronsweep.backends import neuron
+    from neuronsweep.errors import UserError
+    from neuronsweep.stages.plan import make_plan
+    from neuronsweep.stages.plan_fits import ranks_that_fit
+
+    parallel = {"tp_degree": 2, "moe_tp_degree": 1, "moe_ep_degree": 2}
+    entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "seq": [16]}
+    entry |= {"phases": ["decode"], "parallel": parallel}
+    plan = make_plan(schema.validate(tiny_config(tmp_path, calibrated=False, suites={"model": [entry]})), "cpu")
+    wid = "fwd-moe-decode-b1-s16-tp2-ep2-l2-balanced-fp32"
+    spec = plan.workloads[wid]
+    held = forward.rank_buffer_bytes(spec)
+    ranks_that_fit(plan, held / 0.8 + 1, "a core's HBM", processes_here=False)  # one rank's fits: both run
+    assert wid in plan.workloads
+    ranks_that_fit(plan, held / 0.8 - 1, "a core's HBM", processes_here=False)
+    assert plan.unsupported[wid].startswith(f"each of the 2 ranks of {wid} holds ")
+    assert "(forward_layers)" in plan.unsupported[wid]
+    with pytest.raises(UserError, match="runs on the TorchNeuron route only"):
+        neuron._compile_xla(spec, tmp_path, None, tmp_path)  # refused before anything runs

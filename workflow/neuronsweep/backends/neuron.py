@@ -23,9 +23,11 @@ import hashlib
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 
 from neuronsweep.analysis.correctness import rejudge, worst
 from neuronsweep.analysis.stats import latency_stats, process_rounds
@@ -47,7 +49,7 @@ from neuronsweep.backends.neuron_profiler import (
     view_session,
 )
 from neuronsweep.backends.processes import child_args, fresh, run_child
-from neuronsweep.backends.programs import torchneuron_collective, xla_collective, xla_program
+from neuronsweep.backends.programs import torchneuron_collective, torchneuron_forward, xla_collective, xla_program
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import slots, targets
@@ -58,6 +60,7 @@ from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.workloads import described, dtype_of, ranks_of, uses_nki, workload_id
+from neuronsweep.workloads.forward import Forward
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 # v4: torch-xla with autograd off, a prefill layer writes its KV cache; v5: TorchNeuron gets the HLO debug variables
@@ -147,10 +150,16 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile.
     A collective runs its program on `world` NeuronCores, one rank each (xla_collective.py), and its
     NEFF is attributed from rank 0's phases as any workload's."""
+    collective = described(spec).ranks
+    if collective and not described(spec).bandwidth:
+        raise UserError(
+            f"case {workload_id(spec)}: a forward across ranks runs on the TorchNeuron route only (trn2, trn3); "
+            "the torch-xla route of trn1 and inf2 serves with NxD Inference, whose graphs neuron-sweep times as "
+            "parts: set forward_layers: 0 for this model, or neuron.route: torchneuron on a trn2 or trn3."
+        )
     compile_cache = fresh(entry / "neuron-compile-cache")
     workdir = fresh(out_dir.resolve() / "xla")
     env = compile_env(settings.options, compile_cache, settings.visible_cores)
-    collective = described(spec).ranks
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / ("rank_0" if collective else "") / "MODULE_*.neff")]
     if collective:
         result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s, check=1)
@@ -203,14 +212,15 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     """TorchNeuron route: a fresh NEFF cache folder per build (its key ignores NEURON_CC_FLAGS and the
     compiler version, so a shared one can hand back a NEFF compiled with other flags); the workload's NEFF
     is the one new NEFF after the first compiled call, none or several fail with the list. A collective
-    runs on `world` NeuronCores, one rank each (torchneuron_collective.py), its NEFF rank 0's."""
+    runs on `world` NeuronCores, one rank each (torchneuron_collective.py; a forward across ranks
+    torchneuron_forward.py), its NEFF rank 0's."""
     wid = workload_id(spec)
     collective = described(spec).ranks
     neff_cache = fresh(entry / "torchneuron-neff-cache")
     workdir = fresh(out_dir.resolve() / "torchneuron")
     env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
     if collective:
-        result = torchneuron_collective.run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
+        result = rank_program(spec).run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
     else:
         result = torchneuron_run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
     listed = neff_cache / "rank_0" if collective else neff_cache
@@ -249,6 +259,11 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
         "capture_inputs": None,
         **({"ranks_launched_by": "torchrun --standalone, one NeuronCore per rank"} if collective else {}),
     }
+
+
+def rank_program(spec: dict) -> ModuleType:
+    """The TorchNeuron program a workload run on ranks runs under torchrun: a collective alone, or a forward."""
+    return torchneuron_collective if described(spec).bandwidth else torchneuron_forward
 
 
 def rank_neffs(neff_cache: Path, world: int) -> list[str | None]:
@@ -484,9 +499,9 @@ def _timed(one_run: Callable[[Path, int], dict], workdir: Path, settings: Captur
 
 
 def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
-    """Every rank's times on its NeuronCore (xla_collective.py or torchneuron_collective.py), through the
-    build's compile or NEFF cache; an execution's time is the slowest rank's, as for the gloo ranks;
-    nccom-test's figures beside them."""
+    """Every rank's times on its NeuronCore (xla_collective.py, torchneuron_collective.py or a forward's
+    torchneuron_forward.py), through the build's compile or NEFF cache; an execution's time is the slowest
+    rank's, as for the gloo ranks; nccom-test's figures beside a collective's."""
     spec = build.spec
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env}
     timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
@@ -502,12 +517,16 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
         sync = "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks"
     ranks = result["ranks"]
     per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
-    return {
+    timed = {
         "latency": {**latency_stats(per_exec, settings.repeats), **compiles, "sync": sync},
         "latency_basis": "per execution, the slowest rank's time (each execution starts after a rendezvous)",
         "rank_latency": [
             {"rank": r["rank"], "core": r["core"], **latency_stats(r["samples_s"], settings.repeats)} for r in ranks
         ],
+    }
+    if not described(spec).bandwidth:  # a forward across ranks: its collectives sit inside its NEFF
+        return timed | forward_inside_neff(ranks, spec)
+    return timed | {
         "nccom_test": nccom_test.measure(
             spec,
             tool_env(settings.visible_cores, settings.runtime_lnc),
@@ -519,6 +538,30 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     }
 
 
+def forward_inside_neff(ranks: list[dict], spec: dict) -> dict:
+    """capture.json's `forward_across_ranks` of a forward compiled whole: its layers and collective calls; the
+    time inside them, waiting and computing are not told apart from the host (the NEFF runs them together),
+    and each rank's device profile (profile_rank_<r>.ntff) holds them."""
+    why = (
+        "the forward's collectives run inside its NEFF, so the host sees each execution whole: the time inside "
+        "them, waiting in them and computing between them are in each rank's device profile "
+        "(capture/profile_rank_<r>.ntff, the view's per-rank tables), which neuron-sweep does not split per call"
+    )
+    return {
+        "forward_across_ranks": {
+            "layers_run": Forward.of(spec).layers_run,
+            "collective_calls": len(ranks[0]["calls"]),
+            "ops": dict(Counter(ranks[0]["calls"])),
+            "collectives_s": None,
+            "wait_s": None,
+            "compute_s": None,
+            "why": why,
+            "overlap_why": why,
+        },
+        "rank_timeline_why": why,
+    }
+
+
 def rerun_torchneuron(
     build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options: object
 ) -> dict:
@@ -527,7 +570,7 @@ def rerun_torchneuron(
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env, **env}
     cache = Path(build.env["TORCH_NEURONX_NEFF_CACHE_DIR"])
     if described(build.spec).ranks:
-        return torchneuron_collective.run(build.spec, workdir, env, cache, settings.timeout_s, **options)
+        return rank_program(build.spec).run(build.spec, workdir, env, cache, settings.timeout_s, **options)
     return torchneuron_run(build.spec, workdir, env, cache, settings.timeout_s, **options)
 
 

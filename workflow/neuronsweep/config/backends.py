@@ -50,8 +50,8 @@ class Backend:
     collectives_unsupported: str | None = None
     # why a model's forward across its ranks (workloads/forward.py) cannot run on it; None: it can
     ranked_forward_unsupported: str | None = (
-        "the forward across ranks runs on cpu only so far (tp gloo processes); on neuron it needs torchrun "
-        "with a NeuronCore per rank and every rank's NTFF, which is not built yet"
+        "the forward across ranks runs its ranks as tp gloo processes (cpu) or under torchrun with a NeuronCore "
+        "per rank (neuron); this backend runs neither"
     )
     # why a collective's busbw has no link bandwidth to stand against; None: the link per rank is read
     collective_link_missing: str | None = NO_LINK
@@ -139,6 +139,7 @@ BACKENDS = {
         },
         device_time=("profile_total_time_s", "device total_time"),
         compiles_collectives=True,
+        ranked_forward_unsupported=None,  # on the TorchNeuron route (its build refuses the torch-xla route's)
         neuron_device=True,
         collective_link_missing=None,
         active_share_of="total_time",

@@ -21,29 +21,40 @@ def check_memory(plan: Plan, config: dict) -> None:
     if budget is None:
         return
     layers_that_fit(plan, budget.bytes, budget.what, budget.gathers_experts, budget.checks_here)
-    if BACKENDS[plan.backend].probes_host:  # its collectives' ranks are processes of this host
-        ranks_that_fit(plan, budget.bytes, budget.what)
+    here = BACKENDS[plan.backend].probes_host  # its collectives' ranks are processes of this host
+    if here or BACKENDS[plan.backend].neuron_device:  # else a rank per NeuronCore, each in that core's HBM
+        ranks_that_fit(plan, budget.bytes, budget.what, processes_here=here)
     check_fits(plan, budget.bytes, f"of {budget.what}", budget.hint)
 
 
 MEMORY_SHARE = 0.8  # of the memory one case may take (a cpu capture checks what is free again)
 
 
-def ranks_that_fit(plan: Plan, memory_bytes: float, what: str) -> None:
-    """A collective whose ranks (a process each on this host, with their buffers) exceed the memory they
-    run in is unsupported, with the bytes it needs and the bytes there are: the host holds that many ranks
-    at most (a parallel layout's tp 64 on a small machine)."""
+def ranks_that_fit(plan: Plan, memory_bytes: float, what: str, processes_here: bool = True) -> None:
+    """A case run on ranks whose ranks exceed the memory they run in is unsupported, with the bytes it needs
+    and the bytes there are. `processes_here`: every rank is a process of this host with its buffers (the host
+    holds that many ranks at most: a parallel layout's tp 64 on a small machine); else each rank's buffers
+    (a forward's weights and cache) sit in its own NeuronCore's HBM."""
     limit = MEMORY_SHARE * memory_bytes
     for wid, spec in list(plan.workloads.items()):
         if not described(spec).ranks:
             continue
-        need = ranks_of(spec) * (RANK_PROCESS_BYTES + rank_buffer_bytes(spec))
-        if need > limit:
-            del plan.workloads[wid]
+        world = ranks_of(spec)
+        need = world * (RANK_PROCESS_BYTES + rank_buffer_bytes(spec)) if processes_here else rank_buffer_bytes(spec)
+        if need <= limit:
+            continue
+        del plan.workloads[wid]
+        if processes_here:
             plan.unsupported[wid] = (
-                f"{ranks_of(spec)} ranks of {wid}, a process each here, need {need / 2**30:,.1f} GiB, more than "
+                f"{world} ranks of {wid}, a process each here, need {need / 2**30:,.1f} GiB, more than "
                 f"{MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on the instance "
                 "(the neuron backend runs a rank per NeuronCore), or run fewer of a forward's layers (forward_layers)"
+            )
+        else:
+            plan.unsupported[wid] = (
+                f"each of the {world} ranks of {wid} holds {need / 2**30:,.1f} GiB (its weights, cache and hidden "
+                f"states), more than {MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); run fewer of "
+                "its layers (forward_layers)"
             )
 
 

@@ -142,9 +142,13 @@ def rank_latency(capture: CaptureRecord | None) -> list[dict]:
 
 def rank_waits(capture: CaptureRecord | None) -> RankWaits:
     """capture.json's `rank_timeline` (the gloo ranks' timed executions on one timeline), or null with why."""
-    found = (capture.details if capture else {}).get("rank_timeline")
+    details = capture.details if capture else {}
+    found = details.get("rank_timeline")
     if not found:
-        return RankWaits.null("capture.json has no rank timeline (a capture of every rank's entries and exits)")
+        return RankWaits.null(
+            details.get("rank_timeline_why")
+            or "capture.json has no rank timeline (a capture of every rank's entries and exits)"
+        )
     inside = (capture.details if capture else {}).get("forward_across_ranks")
     over = (
         f"over {found['instances']} collective calls ({found['instances'] // inside['collective_calls']} timed "
@@ -175,7 +179,9 @@ def forward_across_ranks(capture: CaptureRecord | None) -> ForwardAcrossRanks:
     found = (capture.details if capture else {}).get("forward_across_ranks")
     if not found:
         return ForwardAcrossRanks.null("capture.json has no forward across ranks (its capture recorded none)")
+    why = found.get("why")  # where the host cannot tell the time inside the collectives (neuron's NEFF)
     return ForwardAcrossRanks(
+        notes=dict.fromkeys(("forward_collectives_s", "forward_wait_s", "forward_compute_s"), why) if why else {},
         forward_layers_run=found["layers_run"],
         forward_collective_calls=found["collective_calls"],
         forward_collectives_s=found["collectives_s"],

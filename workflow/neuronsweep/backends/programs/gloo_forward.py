@@ -78,7 +78,8 @@ class Collectives:
         self._timed(op, self._extras[(op, nbytes)])
 
 
-def _find(layer: Any, names: tuple[str, ...], what: str, model: str) -> Any:
+def find(layer: Any, names: tuple[str, ...], what: str, model: str) -> Any:
+    """The decoder layer's submodule under the first of `names` it has; one sentence where it has none."""
     for name in names:
         try:
             return layer.get_submodule(name)
@@ -106,10 +107,10 @@ def hook(module: Any, f: Forward, calls: Collectives) -> None:
 
             return run
 
-        _find(layer, ATTENTION_OUT, "attention output projection", f.model).register_forward_hook(
+        find(layer, ATTENTION_OUT, "attention output projection", f.model).register_forward_hook(
             after(at.attention, ())
         )
-        _find(layer, MLP, "MLP", f.model).register_forward_hook(after(at.mlp, at.extra))
+        find(layer, MLP, "MLP", f.model).register_forward_hook(after(at.mlp, at.extra))
 
 
 def _rank(rank: int, args: dict) -> None:
