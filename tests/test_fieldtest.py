@@ -43,6 +43,7 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
         assert [c for c in CONTRACTS if not any(f"{route}: {c}" in line for line in named)] == []
     by_contract = {line[6:].split("  ")[0].strip(): line[:4] for line in lines}
     assert by_contract["collective: per-rank NEFFs"] == "PASS" and by_contract["collective: inspect layout"] == "PASS"
+    assert by_contract["collective: cc_op_time per rank"] == "SKIP"  # its inspect session holds every execution
     assert by_contract["nki: LNC per process"] == "PASS"
     # the miscompiled kernel's wrong output leaves its device loop unconfirmed (a right one: the test below)
     loops = next(line for line in lines if "nki: NKI loops" in line)
@@ -75,6 +76,24 @@ def test_field_test_prints_every_contract_and_writes_the_bundle(field_test):
     assert "field-test/field-test.txt" in names and "field-test/snakemake.log" in names
     assert any(n.endswith("/view/view.json") for n in names) and any(n.endswith("profile-schema.txt") for n in names)
     assert not [n for n in names if n.endswith((".neff", ".ntff", ".npy", ".bin", ".parquet", ".pftrace"))]
+
+
+def test_the_cc_op_time_line_passes_ranks_whose_summaries_time_their_collectives(tmp_path):
+    """A forward across ranks on neuron reads each rank's time in collectives from its summary's cc_op_time:
+    the line fails a rank whose summary lacks it or holds more than its total_time."""
+    import json
+
+    from neuronsweep.fieldtest import collective_time_line
+
+    def line(*summaries: dict) -> str:
+        for r, s in enumerate(summaries):
+            (tmp_path / "view" / "ranks" / f"rank_{r}").mkdir(parents=True, exist_ok=True)
+            (tmp_path / "view" / "ranks" / f"rank_{r}" / "summary.json").write_text(json.dumps(s))
+        return str(collective_time_line(tmp_path, "collective", {}))
+
+    assert line({"cc_op_time": 1e-5, "total_time": 2e-5}, {"cc_op_time": 2e-5, "total_time": 2e-5}).startswith("PASS")
+    assert line({"cc_op_time": 1e-5, "total_time": 2e-5}, {"total_time": 2e-5}).startswith("FAIL")
+    assert line({"cc_op_time": 3e-5, "total_time": 2e-5}, {"cc_op_time": 1e-5, "total_time": 2e-5}).startswith("FAIL")
 
 
 def test_the_nki_loops_line_passes_only_a_device_loop_whose_output_is_right(tmp_path):

@@ -188,6 +188,8 @@ def check_case(case: Path, name: str) -> list[Line]:
             add(None, f"view {fmt}", (view.get("skipped") or {}).get(fmt, "not offered by this tool"))
     version = view.get("profile_schema_version")
     add(version is not None or None, "schema version", f"{version} (dump: {view.get('profile_schema_dump')})")
+    if view.get("ranks"):
+        lines.append(collective_time_line(case, name, capture))
     if (case / "view" / "parquet").is_dir():
         db = ProfileDB()
         db.load_view(case / "view", case.name)
@@ -202,6 +204,21 @@ def check_case(case: Path, name: str) -> list[Line]:
     lines += metrics_lines(metrics, name, capture)
     lines += contract_lines(case, name, build, capture, view)
     return lines
+
+
+def collective_time_line(case: Path, name: str, capture: dict) -> Line:
+    """A forward across ranks on neuron takes each rank's time in its collectives from its summary's
+    cc_op_time (the time in collective operations of the profiled execution): on a collective's ranks, a
+    NEFF that is nearly all collective, it must be there, above 0 and within total_time."""
+    contract = f"{name}: cc_op_time per rank"
+    if capture.get("profile_scope"):
+        return Line("SKIP", contract, "an inspect session: each NTFF holds every execution")
+    found = []
+    for path in sorted((case / "view" / "ranks").glob("rank_*/summary.json")):
+        s = _read(path) or {}
+        found.append((path.parent.name, s.get("cc_op_time"), s.get("total_time")))
+    ok = bool(found) and all(isinstance(c, (int, float)) and t and 0 < c <= t for _, c, t in found)
+    return Line("PASS" if ok else "FAIL", contract, "; ".join(f"{r}: {c} of {t} s" for r, c, t in found) or "none")
 
 
 def metrics_lines(metrics: dict, name: str, capture: dict) -> list[Line]:

@@ -203,10 +203,10 @@ def measured_beside_parts(
             f"{where}: collectives {in_colls * 1e3:+.3g} ms inside the forward against alone{waited}; "
             f"compute {in_compute * 1e3:+.3g} ms"
         ) + _threads(measured, layers)
-    else:  # neuron: the forward's collectives ran inside its NEFF, where the host cannot time them
+    else:  # neuron, where no rank's profile of one forward gave its time in the collectives (inside the NEFF)
         out["forward_gap_in"] = (
-            "not split: the host timed each forward whole (its collectives run inside its NEFF; each rank's "
-            "device profile holds their times)"
+            "not split: the host timed each forward whole (its collectives run inside its NEFF) and no rank's "
+            "profile of one forward gave their time"
         )
     return out
 

@@ -174,7 +174,7 @@ def _ranks(
             size = collective(spec, capture, median_s, target, ranks)
             parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s), rank_waits(capture)]
         else:  # a forward across ranks
-            parts += [spread, rank_waits(capture), forward_across_ranks(capture)]
+            parts += [spread, rank_waits(capture), forward_across_ranks(capture, ranks)]
     elif ranks:  # a multi-worker neuron capture: each rank's device time
         parts.append(rank_spread(device_times))
     if ranks:

@@ -4,6 +4,7 @@ spread (the straggler figure) and nccom-test's figures beside ours."""
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 
@@ -174,19 +175,37 @@ def rank_waits(capture: CaptureRecord | None) -> RankWaits:
     )
 
 
-def forward_across_ranks(capture: CaptureRecord | None) -> ForwardAcrossRanks:
-    """capture.json's `forward_across_ranks`, or null with why."""
+def forward_across_ranks(capture: CaptureRecord | None, ranks: list[dict] | None = None) -> ForwardAcrossRanks:
+    """capture.json's `forward_across_ranks`, or null with why. Where the host could not time the collectives
+    (neuron: they run inside the NEFF), each profiled rank's summary (`ranks`: tables/ranks.csv's rows) gives
+    the time inside them: its cc_op_time in the profiled forward, the rest of its total_time computing."""
     found = (capture.details if capture else {}).get("forward_across_ranks")
     if not found:
         return ForwardAcrossRanks.null("capture.json has no forward across ranks (its capture recorded none)")
-    why = found.get("why")  # where the host cannot tell the time inside the collectives (neuron's NEFF)
+    values = {k: found[k] for k in ("collectives_s", "wait_s", "compute_s")}
+    notes = dict.fromkeys(("forward_collectives_s", "forward_wait_s", "forward_compute_s"), found.get("why"))
+    profiled = [r for r in ranks or [] if r.get("cc_op_time_s") is not None and r.get("total_time_s") is not None]
+    one_execution = capture is not None and not capture.details.get("profile_scope")  # not an inspect session's
+    if values["collectives_s"] is None and profiled and one_execution:
+        values["collectives_s"] = statistics.fmean(r["cc_op_time_s"] for r in profiled)
+        values["compute_s"] = statistics.fmean(r["total_time_s"] - r["cc_op_time_s"] for r in profiled)
+        basis = (
+            f"the profiled forward's device time, the mean over its {len(profiled)} ranks' profiles: the summary's "
+            "cc_op_time (time in collective operations)"
+        )
+        notes["forward_collectives_s"] = basis
+        notes["forward_compute_s"] = f"{basis} subtracted from its total_time"
+        notes["forward_wait_s"] = (
+            "a rank's summary gives its time in collective operations whole; no documented field splits the wait "
+            "for the last rank from moving the data"
+        )
     return ForwardAcrossRanks(
-        notes=dict.fromkeys(("forward_collectives_s", "forward_wait_s", "forward_compute_s"), why) if why else {},
+        notes={k: v for k, v in notes.items() if v},
         forward_layers_run=found["layers_run"],
         forward_collective_calls=found["collective_calls"],
-        forward_collectives_s=found["collectives_s"],
-        forward_wait_s=found["wait_s"],
-        forward_compute_s=found["compute_s"],
+        forward_collectives_s=values["collectives_s"],
+        forward_wait_s=values["wait_s"],
+        forward_compute_s=values["compute_s"],
     )
 
 
