@@ -31,7 +31,7 @@ def main() -> int:
     from neuronsweep.backends.cpu_timing import inputs
     from neuronsweep.config import schema
     from neuronsweep.stages.plan import make_plan
-    from neuronsweep.workloads import kind_of
+    from neuronsweep.workloads import torch_module
 
     if args.plan:
         workloads = json.loads(Path(args.plan).read_text())["workloads"]
@@ -40,8 +40,8 @@ def main() -> int:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         for wid, spec in workloads.items():
-            kind, x = kind_of(spec), inputs(torch, spec)
-            module = kind.torch_module(spec)
+            x = inputs(torch, spec)
+            module = torch_module(spec)
             torch.export.save(torch.export.export(module, tuple(x)), f"{tmp}/{wid}.pt2")  # the build
             with torch.inference_mode():
                 for _ in range(WARMUP):

@@ -80,3 +80,17 @@ def test_every_kind_declares_what_it_can_do_under_its_own_name():
     assert [(n, w.bandwidth) for n, w in WORKLOADS.items() if w.ranks] == [("collective", True), ("forward", False)]
     # a record of a kind no module declares (an old plan.json, a damaged one) can do nothing special
     assert described({"kind": "gone"}) == Workload("gone") and described(None) == Workload("None")
+
+
+def test_no_code_outside_workloads_reaches_into_a_kinds_module_for_what_the_package_answers():
+    """What a kind's module says of a workload (its shapes, program, FLOPs, reference, ...) is asked of the
+    package (workloads.tensor_shapes(spec), ...), which also says what a kind that declares nothing of it
+    does: no `kind_of` outside workloads/, and no probing a kind's module with hasattr."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "workloads":
+            continue
+        text = path.read_text()
+        found += [f"{relative}: {m}" for m in re.findall(r"\bkind_of\(|hasattr\(kind\b|getattr\(kind\b", text)]
+    assert found == []

@@ -10,10 +10,19 @@ own rounding; under neuron auto-cast the cast type's tolerance applies, since ca
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from neuronsweep.workloads import collective, described, dtype_of, kind_of
+from neuronsweep.workloads import (
+    NotComparable,
+    checked_whole,
+    collective,
+    described,
+    dtype_of,
+    has_reference,
+    output_array,
+    reference,
+    row_input,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,29 +61,28 @@ def check(spec: dict, inputs: dict, output: Array) -> dict:
     it (an LLM prefill's float64 reference would otherwise take gigabytes and a minute)."""
     import numpy as np
 
-    kind = kind_of(spec)
-    if not hasattr(kind, "reference"):
+    if not has_reference(spec):
         return {"correct": None, "correct_why": f"no NumPy reference for {described(spec).name} workloads"}
-    if hasattr(kind, "output_array"):  # a user's function: its whole output, against itself in float64
-        return _check_whole(spec, kind, inputs, output)
+    if checked_whole(spec):  # a user's function or a model's part: its whole output, against itself in float64
+        return _check_whole(spec, inputs, output)
     rows = len(output)
     picked = np.unique(np.linspace(0, rows - 1, min(rows, MAX_ROWS)).round().astype(int)).tolist()
-    sampled = {name: a[picked] if name == kind.ROW_INPUT else a for name, a in inputs.items()}
-    ref = kind.reference(spec, {name: _f64(a) for name, a in sampled.items()})
+    sampled = {name: a[picked] if name == row_input(spec) else a for name, a in inputs.items()}
+    ref = reference(spec, {name: _f64(a) for name, a in sampled.items()})
     if ref is None:
         return {"correct": None, "correct_why": "the workload changes its result between calls on purpose"}
     record = compare(dtype_of(spec), ref, output[picked] if len(picked) < rows else output)
     return record | ({"rows_checked": len(picked), "rows": rows} if len(picked) < rows else {})
 
 
-def _check_whole(spec: dict, kind: ModuleType, inputs: dict, output: Array) -> dict:
+def _check_whole(spec: dict, inputs: dict, output: Array) -> dict:
     try:
-        out = kind.output_array(output)
-    except kind.NotComparable as exc:
+        out = output_array(spec, output)
+    except NotComparable as exc:
         return {"correct": None, "correct_why": str(exc)}
     try:
-        ref = kind.reference(spec, {name: _f64(a) for name, a in inputs.items()})
-    except kind.NotComparable as exc:
+        ref = reference(spec, {name: _f64(a) for name, a in inputs.items()})
+    except NotComparable as exc:
         return {"correct": None, "correct_why": f"in float64: {exc}"}
     except Exception as exc:  # noqa: BLE001 - the user's code: its failure in float64 is a finding, not a crash
         return {"correct": None, "correct_why": f"the function did not run in float64 on the CPU: {exc!r}"[:300]}

@@ -24,7 +24,6 @@ from neuronsweep.backends import BACKENDS, cpu_split
 from neuronsweep.backends.cpu_timing import (
     WARMUP_MIN_S,
     inputs,
-    load_module,
     round_in_process,
     timing_loop,
     torch_dtype,
@@ -39,7 +38,16 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import described, dtype_of, kind_of, working_set_bytes, workload_id
+from neuronsweep.workloads import (
+    described,
+    dtype_of,
+    export_program,
+    input_names,
+    load_program,
+    tensor_shapes,
+    working_set_bytes,
+    workload_id,
+)
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 TRACE = BACKENDS["cpu"].artifacts["capture"]
@@ -64,20 +72,15 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         return gloo.build(spec, out_dir)
     import torch
 
-    kind = kind_of(spec)
-
     def export(entry: Path) -> tuple[Path, dict]:
-        shapes = kind.tensor_shapes(spec)
+        shapes = tensor_shapes(spec)
         dtype = torch_dtype(torch, dtype_of(spec))
         # meta tensors need no input memory, but a user's function may make tensors of its own on the
         # default device (torch.zeros(m, n)), which cannot mix with meta ones: its inputs are real
         device = "cpu" if described(spec).real_inputs else "meta"
-        example = tuple(torch.empty(shapes[n], dtype=dtype, device=device) for n in kind.input_names(spec))
+        example = tuple(torch.empty(shapes[n], dtype=dtype, device=device) for n in input_names(spec))
         t0 = time.perf_counter()
-        if hasattr(kind, "export_program"):  # a model's layer: traced on fake tensors, saved without weights
-            program = kind.export_program(spec, example)
-        else:
-            program = torch.export.export(kind.torch_module(spec), example)
+        program = export_program(spec, example)  # a model's layer: traced on fake tensors, saved without weights
         export_s = time.perf_counter() - t0
         with replacing(out_dir / ARTIFACT) as tmp:
             torch.export.save(program, str(tmp))
@@ -129,11 +132,10 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     from torch.profiler import ProfilerActivity, profile, record_function
 
     spec = build.spec
-    kind = kind_of(spec)
     working_set = _check_memory(spec)
-    module = load_module(torch, build_dir, spec)
+    module = load_program(build_dir / ARTIFACT, spec)
     torch.set_num_threads(settings.threads)
-    names, args = kind.input_names(spec), inputs(torch, spec)
+    names, args = input_names(spec), inputs(torch, spec)
     timed = timing_loop(module, args)
     nth, prof = settings.nth_exec, None
     with torch.inference_mode():

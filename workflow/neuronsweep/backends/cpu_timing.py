@@ -18,11 +18,10 @@ from neuronsweep.backends import BACKENDS
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.workloads import TORCH_DTYPES, dtype_of, kind_of
+from neuronsweep.workloads import TORCH_DTYPES, dtype_of, input_names, load_program, tensor_shapes, torch_module
 
 if TYPE_CHECKING:
     import torch
-    from torch import fx
 
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
@@ -43,21 +42,12 @@ def freeze_what_is_loaded() -> None:
     gc.freeze()
 
 
-def load_module(torch: ModuleType, build_dir: Path, spec: dict) -> fx.GraphModule:
-    """The case's saved program as a callable module; a model's layer gets its seeded weights back
-    (workloads/layer.py: its .pt2 holds the program only)."""
-    kind = kind_of(spec)
-    if hasattr(kind, "load_program"):
-        return kind.load_program(build_dir / ARTIFACT, spec)
-    return torch.export.load(str(build_dir / ARTIFACT)).module()
-
-
 def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> list[float]:
     """One timed round in this process, from nothing: backends/programs/cpu_round.py runs it in a fresh one."""
     import torch
 
     spec = BuildRecord.read(build_dir).spec
-    module = load_module(torch, build_dir, spec)
+    module = load_program(build_dir / ARTIFACT, spec)
     torch.set_num_threads(threads)
     with torch.inference_mode():
         return warm_then_time(timing_loop(module, inputs(torch, spec)), warmup, iterations)
@@ -81,7 +71,7 @@ def time_alternating(jobs: list[dict]) -> list[list[list[float]]]:
             loops = []
             for build in job["builds"]:
                 spec = BuildRecord.read(Path(build)).spec
-                module = load_module(torch, Path(build), spec)
+                module = load_program(Path(build) / ARTIFACT, spec)
                 loops.append(timing_loop(module, inputs(torch, spec)))
             for loop in loops:  # each warmed as a lone round is
                 warm_then_time(loop, int(job["warmup"]), 1)
@@ -109,7 +99,7 @@ def screen(jobs: list[dict]) -> list[dict]:
     for job in jobs:
         spec = job["spec"]
         try:
-            module = kind_of(spec).torch_module(spec)
+            module = torch_module(spec)
             torch.set_num_threads(int(job["threads"]))
             with torch.inference_mode():
                 loop = timing_loop(module, inputs(torch, spec))
@@ -151,9 +141,9 @@ def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int
 
 def inputs(torch: ModuleType, spec: dict) -> list:
     """The case's inputs, the same values in every process (seeded)."""
-    kind, gen = kind_of(spec), torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), torch_dtype(torch, dtype_of(spec))
-    return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    gen = torch.Generator().manual_seed(0)
+    shapes, dtype = tensor_shapes(spec), torch_dtype(torch, dtype_of(spec))
+    return [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in input_names(spec)]
 
 
 def timing_loop(module: Callable, args: list) -> Callable[[int], list[float]]:

@@ -23,7 +23,8 @@ from neuronsweep.host.targets import TARGETS
 from neuronsweep.store import layout
 from neuronsweep.store.failures import latest_failure
 from neuronsweep.store.records import MetricsRecord, timing
-from neuronsweep.workloads import DTYPE_BYTES, dtype_of, has_roofline, kind_of
+from neuronsweep.workloads import dtype_of, gemms, has_roofline, min_bytes
+from neuronsweep.workloads import flops as work_flops
 
 LEAD_COLUMNS = ["scenario_id", "suite", "workload_id", "backend", "status", "reason"]
 
@@ -137,8 +138,7 @@ def targets_table(plan: dict) -> pd.DataFrame:
     for wid, spec in plan["workloads"].items():
         if not has_roofline(spec):  # a collective: no FLOPs, no roofline
             continue
-        kind = kind_of(spec)
-        flops, nbytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[dtype_of(spec)])
+        flops, nbytes = work_flops(spec), min_bytes(spec)
         for name in ("trn1", "inf2", "trn2", "trn3"):
             t = TARGETS[name]
             rows.append(
@@ -148,7 +148,7 @@ def targets_table(plan: dict) -> pd.DataFrame:
                     "dtype": dtype_of(spec),
                     "flops": flops,
                     "min_bytes": nbytes,
-                    **roofline.tiles(kind.gemms(spec)),
+                    **roofline.tiles(gemms(spec)),
                     **roofline.roofline(flops, nbytes, t.peak_flops(dtype_of(spec)), t.hbm_bytes_per_s, None),
                 }
             )

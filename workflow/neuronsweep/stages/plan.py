@@ -30,10 +30,10 @@ from neuronsweep.workloads import (
     custom,
     deployment,
     described,
+    dtype_of,
     expressions,
     forward,
     has_roofline,
-    kind_of,
     layer,
     loops,
     matmul,
@@ -46,6 +46,7 @@ from neuronsweep.workloads import (
     uses_nki,
     workload_id,
 )
+from neuronsweep.workloads import flops as work_flops
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 from neuronsweep.workloads.routing import Policy
 
@@ -780,9 +781,7 @@ def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | No
     cap = config["capture"]
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
     rates = probe["gemm_flops_per_s"]
-    compute_s = sum(
-        kind_of(s).flops(s) * executions / rates[s["dtype"]] for s in plan.workloads.values() if has_roofline(s)
-    )
+    compute_s = sum(work_flops(s) * executions / rates[dtype_of(s)] for s in plan.workloads.values() if has_roofline(s))
     n = len(plan.workloads)
     # build, capture: torch; view, extract: the readers; under warm start once for the run
     imports_s = (1 if warm_start else 2 * n) * (probe["torch_import_s"] + probe["stack_import_s"])

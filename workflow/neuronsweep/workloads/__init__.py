@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.workloads import collective, custom, forward, layer, loops, matmul, mlp
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
+
+if TYPE_CHECKING:
+    import torch
 
 KINDS: dict[str, ModuleType] = {m.DESCRIPTOR.name: m for m in (matmul, mlp, loops, collective, custom, layer, forward)}
 WORKLOADS: dict[str, Workload] = {name: module.DESCRIPTOR for name, module in KINDS.items()}
@@ -79,7 +83,7 @@ def ranks_of(spec: Mapping[str, Any]) -> int:
 
 def tensor_bytes(spec: dict) -> int:
     """Bytes of every input and output tensor together (what a run must hold in memory)."""
-    return sum(math.prod(shape) for shape in kind_of(spec).tensor_shapes(spec).values()) * DTYPE_BYTES[spec["dtype"]]
+    return sum(math.prod(shape) for shape in tensor_shapes(spec).values()) * DTYPE_BYTES[dtype_of(spec)]
 
 
 def working_set_bytes(spec: dict) -> int:
@@ -90,9 +94,83 @@ def working_set_bytes(spec: dict) -> int:
     return tensor_bytes(spec) + sum(math.prod(shape) for shape in extra) * DTYPE_BYTES[spec["dtype"]]
 
 
-def kind_of(spec: dict) -> ModuleType:
-    """The module of the spec's kind (workloads/matmul.py, mlp.py, ...): its FLOPs, bytes, shapes and program."""
+def kind_of(spec: Mapping[str, Any]) -> ModuleType:
+    """The module of the spec's kind (workloads/matmul.py, mlp.py, ...): its FLOPs, bytes, shapes and program.
+    Code outside this package asks the functions below, which say what a kind that declares nothing of it does."""
     return KINDS[spec["kind"]]
+
+
+def tensor_shapes(spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Every input and output tensor's shape by name, inputs in call order."""
+    return kind_of(spec).tensor_shapes(spec)
+
+
+def input_names(spec: Mapping[str, Any]) -> list[str]:
+    """The inputs the workload's program is called with, in order."""
+    return kind_of(spec).input_names(spec)
+
+
+def torch_module(spec: Mapping[str, Any]) -> torch.nn.Module:
+    """The workload as a torch module taking its inputs (input_names) positionally."""
+    return kind_of(spec).torch_module(spec)
+
+
+def export_program(spec: Mapping[str, Any], example: tuple) -> torch.export.ExportedProgram:
+    """The workload's program exported on `example` inputs: torch.export of its module, or its kind's own way
+    (a model's layer: traced on fake tensors, saved without its weights)."""
+    kind = kind_of(spec)
+    if hasattr(kind, "export_program"):
+        return kind.export_program(spec, example)
+    import torch
+
+    return torch.export.export(kind.torch_module(spec), example)
+
+
+def load_program(path: Path, spec: Mapping[str, Any]) -> Callable:
+    """The program export_program saved at `path` as a callable module (a model's layer: with its seeded
+    weights back)."""
+    kind = kind_of(spec)
+    if hasattr(kind, "load_program"):
+        return kind.load_program(path, spec)
+    import torch
+
+    return torch.export.load(str(path)).module()
+
+
+def flops(spec: Mapping[str, Any]) -> int:
+    """The FLOPs of one call, for a workload with a roofline (has_roofline: a user's function whose FLOPs
+    nobody counted has none)."""
+    counted = kind_of(spec).flops(spec)
+    if counted is None:
+        raise ValueError(f"{workload_id(spec)} has no FLOPs counted: ask has_roofline first")
+    return int(counted)
+
+
+def min_bytes(spec: Mapping[str, Any]) -> int:
+    """The bytes one call must move at the least, at the workload's dtype."""
+    return kind_of(spec).min_bytes(spec, DTYPE_BYTES[dtype_of(spec)])
+
+
+def gemms(spec: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """(M, K, N) of each GEMM of one call, for the tile model; none where the kind cannot see them."""
+    return kind_of(spec).gemms(spec)
+
+
+def counted_how(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(where the FLOPs came from, where the bytes came from) where the kind says (metrics.json's notes)."""
+    kind = kind_of(spec)
+    return kind.counted_how(spec) if hasattr(kind, "counted_how") else None
+
+
+def no_roofline_why(spec: Mapping[str, Any]) -> str:
+    """Why a workload without a roofline (has_roofline) has none."""
+    kind = kind_of(spec)
+    if hasattr(kind, "no_roofline_why"):
+        return kind.no_roofline_why(spec)
+    return (
+        f"a {described(spec).name} moves data between ranks and does no FLOPs to place on a roofline; "
+        "see algbw_bytes_per_s and busbw_bytes_per_s"
+    )
 
 
 def has_roofline(spec: dict) -> bool:
@@ -102,7 +180,7 @@ def has_roofline(spec: dict) -> bool:
     return kind.has_roofline(spec) if hasattr(kind, "has_roofline") else getattr(kind, "ROOFLINE", True)
 
 
-def workload_id(spec: dict) -> str:
+def workload_id(spec: Mapping[str, Any]) -> str:
     """The spec's id: the folder name of its results and the key its scenarios share."""
     return kind_of(spec).workload_id(spec)
 
@@ -110,3 +188,33 @@ def workload_id(spec: dict) -> str:
 def canonical(spec: dict) -> str:
     """The spec as canonical JSON: sorted keys, no spaces. Used for cache keys and Snakemake params."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+NotComparable = custom.NotComparable  # an output that is not a tensor or a tuple of tensors: nothing to check
+
+
+def has_reference(spec: Mapping[str, Any]) -> bool:
+    """Whether the kind has a float64 reference its output is checked against (a collective's ranks check
+    theirs one by one: collective.rank_reference)."""
+    return hasattr(kind_of(spec), "reference")
+
+
+def checked_whole(spec: Mapping[str, Any]) -> bool:
+    """Whether its whole output is checked (a user's function, a model's part: its rows may mix), not rows."""
+    return hasattr(kind_of(spec), "output_array")
+
+
+def row_input(spec: Mapping[str, Any]) -> str | None:
+    """The input whose row i alone makes output row i (the check samples rows of it), or None."""
+    return kind_of(spec).ROW_INPUT
+
+
+def reference(spec: Mapping[str, Any], arrays: dict) -> Any:
+    """The float64 result of the workload on `arrays` (its inputs by name); None where it varies on purpose.
+    A kind checked whole may raise NotComparable."""
+    return kind_of(spec).reference(spec, arrays)
+
+
+def output_array(spec: Mapping[str, Any], out: object) -> Any:
+    """A kind checked whole: its output as one flat float64 array (NotComparable where it is no tensor)."""
+    return kind_of(spec).output_array(out)

@@ -12,7 +12,8 @@ from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.workloads import DTYPE_BYTES, described, dtype_of, has_roofline, kind_of
+from neuronsweep.workloads import counted_how, described, dtype_of, gemms, has_roofline, min_bytes, no_roofline_why
+from neuronsweep.workloads import flops as work_flops
 
 
 @dataclass(kw_only=True)
@@ -66,35 +67,29 @@ def work(
     """The analytic work, the tile model and the roofline placement of one case, or all three null with the reason (a
     collective, a user's function without FLOPs, no spec)."""
     if spec and not has_roofline(spec):
-        why = getattr(kind_of(spec), "no_roofline_why", None)
-        reason = (
-            why(spec)
-            if why
-            else f"a {described(spec).name} moves data between ranks and does no FLOPs to place on a roofline; "
-            "see algbw_bytes_per_s and busbw_bytes_per_s"
-        )
+        reason = no_roofline_why(spec)
         return Work.null(reason), Tiles.null(reason), Roofline.null(reason)
     if not spec:
         reason = "no build.json given, so the workload spec (and its FLOPs and bytes) is unknown"
         return Work.null(reason), Tiles.null(reason), Roofline.null(reason)
-    kind, dtype = kind_of(spec), dtype_of(spec)
-    flops, min_bytes = kind.flops(spec), kind.min_bytes(spec, DTYPE_BYTES[dtype])
+    flops, least = work_flops(spec), min_bytes(spec)
     analytic = Work(
         flops=flops,
         achieved_flops_per_s=ratio(flops, latency_median_s),
         profile_flops_per_s=ratio(flops, counters.profile_total_time_s),
-        min_bytes=min_bytes,
-        arithmetic_intensity_flops_per_byte=flops / min_bytes,
+        min_bytes=least,
+        arithmetic_intensity_flops_per_byte=flops / least,
     )
-    if hasattr(kind, "counted_how"):  # a user's function: where its FLOPs and bytes came from
-        analytic.notes["flops"], analytic.notes["min_bytes"] = kind.counted_how(spec)
+    counted = counted_how(spec)  # a user's function, a model's part: where its FLOPs and bytes came from
+    if counted:
+        analytic.notes["flops"], analytic.notes["min_bytes"] = counted
     if BACKENDS[backend].neuron_device:
-        tiles = Tiles(**roofline.tiles(kind.gemms(spec)))
+        tiles = Tiles(**roofline.tiles(gemms(spec)))
         for key in ("tiles_m", "tiles_k", "tiles_n", "tiles_total"):
             if getattr(tiles, key) is None:
                 tiles.notes[key] = (
                     f"the tile model counts GEMMs, and a {described(spec).name} workload names none"
-                    if not kind.gemms(spec)
+                    if not gemms(spec)
                     else f"a {described(spec).name} workload is several GEMMs; see tiles_total"
                 )
     else:
@@ -102,7 +97,11 @@ def work(
             f"the Trainium tile model (128x128 PE array) says nothing about the {backend} backend; "
             "roofline_targets.csv has every workload's tiles on trn1, inf2 and trn2"
         )
-    return analytic, tiles, _roofline(analytic, dtype, backend, build, peaks, calibration, counters, latency_median_s)
+    return (
+        analytic,
+        tiles,
+        _roofline(analytic, dtype_of(spec), backend, build, peaks, calibration, counters, latency_median_s),
+    )
 
 
 def _roofline(

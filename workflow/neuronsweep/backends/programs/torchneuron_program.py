@@ -32,7 +32,7 @@ from typing import Any
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.stats import latency_stats
-from neuronsweep.workloads import TORCH_DTYPES, dtype_of, kind_of
+from neuronsweep.workloads import TORCH_DTYPES, dtype_of, input_names, tensor_shapes, torch_module
 
 
 def neffs(root: str) -> dict[str, str]:
@@ -82,11 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_grad_enabled(False)
     spec = json.loads(args.spec)
-    kind = kind_of(spec)
     gen = torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[dtype_of(spec)])
-    host_module = kind.torch_module(spec)
-    host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    shapes, dtype = tensor_shapes(spec), getattr(torch, TORCH_DTYPES[dtype_of(spec)])
+    host_module = torch_module(spec)
+    host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in input_names(spec)]
     module = host_module.to("neuron")  # in place: the module's weights move to the device
     inputs = [x.to("neuron") for x in host_inputs]
     synchronize = torch.neuron.synchronize  # type: ignore[attr-defined]  # torch_neuronx registers it
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.check:
         host_out = tuple(o.cpu() for o in out) if isinstance(out, tuple | list) else out.cpu()  # a head: two
-        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), host_out)
+        result["correctness"] = check(spec, dict(zip(input_names(spec), host_inputs)), host_out)
     calls = 2
     if args.inspect_nth:
         for _ in range(max(0, args.inspect_nth - calls)):

@@ -43,7 +43,16 @@ from neuronsweep.backends import BACKENDS, processes
 from neuronsweep.backends.processes import run_child
 from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import TORCH_DTYPES, described, dtype_of, kind_of, layer, workload_id
+from neuronsweep.workloads import (
+    TORCH_DTYPES,
+    described,
+    dtype_of,
+    input_names,
+    layer,
+    tensor_shapes,
+    torch_module,
+    workload_id,
+)
 
 PHASES = ("start", "inputs", "workload", "second")
 TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the xla backend's tracks
@@ -239,15 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     # and torch-xla computes and returns every live tensor in each graph (a layer's weights transposed, ...)
     torch.set_grad_enabled(False)
     spec = json.loads(args.spec)
-    kind = kind_of(spec)
     device = xm.xla_device()
     phases = {"start": artifacts(args.artifact_glob)}
 
     gen = torch.Generator().manual_seed(0)
-    shapes, dtype = kind.tensor_shapes(spec), getattr(torch, TORCH_DTYPES[dtype_of(spec)])
-    module = kind.torch_module(spec).to(device)  # weights move with the inputs, before the workload graph
+    shapes, dtype = tensor_shapes(spec), getattr(torch, TORCH_DTYPES[dtype_of(spec)])
+    module = torch_module(spec).to(device)  # weights move with the inputs, before the workload graph
     experts = layer.use_experts(module, layer.XLA_EXPERTS) if described(spec).layer_split else None
-    host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in kind.input_names(spec)]
+    host_inputs = [torch.randn(shapes[n], generator=gen, dtype=dtype) for n in input_names(spec)]
     inputs = [t.to(device) for t in host_inputs]
     xm.mark_step()
     xm.wait_device_ops()
@@ -311,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         out = step.first_output
         assert out is not None  # the step ran: every phase calls it before this
         host_out = tuple(o.cpu() for o in out) if isinstance(out, tuple | list) else out.cpu()  # a head: two
-        result["correctness"] = check(spec, dict(zip(kind.input_names(spec), host_inputs)), host_out)
+        result["correctness"] = check(spec, dict(zip(input_names(spec), host_inputs)), host_out)
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 
