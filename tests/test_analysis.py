@@ -445,7 +445,7 @@ def test_correctness_is_normwise_against_float64_numpy_at_the_precision_used():
         "x": rng.standard_normal((2, 4)),
         **{k: rng.standard_normal(s) for k, s in (("w_gate", (4, 6)), ("w_up", (4, 6)), ("w_down", (6, 4)))},
     }
-    assert correctness.check(m, arrays, mlp.reference(m, arrays))["tolerance_for"] == "bf16"
+    assert correctness.check(m, arrays, mlp.reference(mlp.GatedMlp.of(m), arrays))["tolerance_for"] == "bf16"
     varying = matmul.spec(m=8, k=16, n=4, dtype="fp32", varies="python_int")
     assert correctness.check(varying, {"a": a, "b": b}, a @ b)["correct"] is None
 
@@ -458,11 +458,11 @@ def test_collective_references_follow_torch_distributed():
     from neuronsweep.workloads import collective
 
     spec = collective.spec("all_to_all", 8 * 4, 2, "fp32")  # 8 elements per rank, 2 ranks
-    x0, x1 = collective.rank_input(spec, 0), collective.rank_input(spec, 1)
+    x0, x1 = collective.Op.of(spec).rank_input(0), collective.Op.of(spec).rank_input(1)
     assert list(x0) == [1, 2, 3, 4, 5, 6, 7, 1] and list(x1) == [2, 3, 4, 5, 6, 7, 8, 2]
-    assert list(collective.rank_reference(spec, 1)) == [*x0[4:], *x1[4:]]  # chunk 1 of every rank
+    assert list(collective.Op.of(spec).rank_reference(1)) == [*x0[4:], *x1[4:]]  # chunk 1 of every rank
     rs = collective.spec("reduce_scatter", 8 * 2, 2, "bf16")  # 8 bf16 elements per rank
-    assert list(collective.rank_reference(rs, 0)) == list((x0 + x1)[:4])
+    assert list(collective.Op.of(rs).rank_reference(0)) == list((x0 + x1)[:4])
     good = correctness.check_rank(rs, 0, np.array([3.0, 5, 7, 9]))
     bad = correctness.check_rank(rs, 1, np.array([11.0, 13, 15, 4]))  # one element off by 1 of 15
     assert good["correct"] and not bad["correct"] and correctness.worst([good, bad])["rank"] == 1

@@ -18,16 +18,16 @@ from neuronsweep.workloads import collective, unsupported
 
 def test_sizes_and_bus_bandwidth_follow_nccl_tests():
     s = collective.spec("all_reduce", 1000, 4, "fp32")  # 250 floats, rounded down to 248: 62 per rank
-    assert s["bytes"] == 992 and collective.counts(s) == (248, 248)
+    assert s["bytes"] == 992 and collective.Op.of(s).counts == (248, 248)
     g = collective.spec("all_gather", 4096, 4, "bf16")
-    assert collective.counts(g) == (512, 2048)  # the size is the gathered buffer
+    assert collective.Op.of(g).counts == (512, 2048)  # the size is the gathered buffer
     r = collective.spec("reduce_scatter", 4096, 4, "fp32")
-    assert collective.counts(r) == (1024, 256)  # the size is the input buffer
+    assert collective.Op.of(r).counts == (1024, 256)  # the size is the input buffer
     for spec, factor in ((s, 2 * 3 / 4), (g, 3 / 4), (r, 3 / 4), (collective.spec("all_to_all", 64, 2, "fp32"), 1 / 2)):
-        bw = collective.bandwidths(spec, 1e-3)
+        bw = collective.Op.of(spec).bandwidths(1e-3)
         assert bw["algbw_bytes_per_s"] == pytest.approx(spec["bytes"] / 1e-3)
         assert bw["busbw_bytes_per_s"] == pytest.approx(bw["algbw_bytes_per_s"] * factor)
-    assert collective.bandwidths(s, None)["busbw_bytes_per_s"] is None
+    assert collective.Op.of(s).bandwidths(None)["busbw_bytes_per_s"] is None
 
 
 def test_plan_expands_power_of_two_ranges_and_says_what_cannot_run():

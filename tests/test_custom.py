@@ -184,12 +184,13 @@ def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself
 
 
 def test_a_users_function_has_no_tile_count_rather_than_zero():
+    from neuronsweep import workloads
     from neuronsweep.analysis import roofline
     from neuronsweep.workloads import custom
 
     spec = custom.spec("f", "x.py:f", "0", {"m": 4}, {"x": [4, 4]}, {}, "fp32", [[4, 4]], 128, "the config: 128")
-    assert custom.gemms(spec) == [] and roofline.tiles(custom.gemms(spec))["tiles_total"] is None
-    assert custom.workload_id(spec) == "custom-f-m4-fp32" and custom.min_bytes(spec, 4) == 2 * 16 * 4
+    assert workloads.gemms(spec) == [] and roofline.tiles(workloads.gemms(spec))["tiles_total"] is None
+    assert workloads.workload_id(spec) == "custom-f-m4-fp32" and workloads.min_bytes(spec) == 2 * 16 * 4
 
 
 NKI_WRONG_SCALE = """import nki.isa as nisa

@@ -90,8 +90,8 @@ def _check_whole(spec: dict, inputs: dict, output: Array) -> dict:
 
 
 def check_rank(spec: dict, rank: int, output: Array) -> dict:
-    """A collective's rank: its output after the collective of every rank's collective.rank_input."""
-    return {"rank": rank, **compare(dtype_of(spec), collective.rank_reference(spec, rank), output)}
+    """A collective's rank: its output after the collective of every rank's Op.rank_input."""
+    return {"rank": rank, **compare(dtype_of(spec), collective.Op.of(spec).rank_reference(rank), output)}
 
 
 def worst(records: list[dict]) -> dict:

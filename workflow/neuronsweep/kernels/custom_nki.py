@@ -27,7 +27,7 @@ LEGACY_WHY = (
 
 def arg_names(spec: dict, kernel: Callable) -> list[str]:
     """The input names in the order the kernel takes them positionally."""
-    names = custom.input_names(spec)
+    names = custom.input_names(custom.Call.of(spec))
     try:
         order = list(inspect.signature(kernel).parameters)
     except (TypeError, ValueError):
@@ -40,18 +40,18 @@ def arg_names(spec: dict, kernel: Callable) -> list[str]:
 def make_kernel(spec: dict) -> Callable:
     """The user's kernel, under nki.jit unless it already is."""
     nki = load_nki()[0]
-    kernel = load(spec["nki_kernel"])
+    kernel = load(str(custom.Call.of(spec).nki_kernel))
     return nki.jit(kernel) if inspect.isfunction(kernel) else kernel
 
 
 def keywords(spec: dict) -> dict:
     """The kernel's keyword arguments: the case's params, as the tutorials pass meta-parameters."""
-    return custom.params(spec)
+    return custom.params(custom.Call.of(spec))
 
 
 def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Standard-normal float32 inputs of the case's shapes (cast to its dtype by nki_program)."""
-    return {name: rng.standard_normal(tuple(shape), dtype=np.float32) for name, shape in spec["inputs"]}
+    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in custom.Call.of(spec).inputs}
 
 
 def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:

@@ -62,7 +62,7 @@ def _collective_unsupported(spec: dict, backend: str) -> str | None:
 def rank_buffer_bytes(spec: dict) -> int:
     """What one rank of a workload run on ranks holds beside its process (a collective's buffers; a forward's
     weights, cache and hidden states)."""
-    return int(kind_of(spec).rank_buffer_bytes(spec))
+    return int(kind_of(spec).rank_buffer_bytes(record(spec)))
 
 
 def dtype_of(spec: Mapping[str, Any]) -> str:
@@ -90,8 +90,15 @@ def working_set_bytes(spec: dict) -> int:
     """tensor_bytes plus the intermediates a run holds at once (a kind's `intermediate_shapes`, e.g. the
     MLP's gate and up activations): the memory a case needs at the least."""
     kind = kind_of(spec)
-    extra = kind.intermediate_shapes(spec).values() if hasattr(kind, "intermediate_shapes") else ()
+    extra = kind.intermediate_shapes(record(spec)).values() if hasattr(kind, "intermediate_shapes") else ()
     return tensor_bytes(spec) + sum(math.prod(shape) for shape in extra) * DTYPE_BYTES[spec["dtype"]]
+
+
+def record(spec: Mapping[str, Any]) -> Any:
+    """The spec as its kind's typed record (the module's RECORD: matmul.Gemm, ...), which the module's
+    functions take; a kind without one yet takes the spec itself."""
+    kind = kind_of(spec)
+    return kind.RECORD.of(spec) if hasattr(kind, "RECORD") else spec
 
 
 def kind_of(spec: Mapping[str, Any]) -> ModuleType:
@@ -102,17 +109,17 @@ def kind_of(spec: Mapping[str, Any]) -> ModuleType:
 
 def tensor_shapes(spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """Every input and output tensor's shape by name, inputs in call order."""
-    return kind_of(spec).tensor_shapes(spec)
+    return kind_of(spec).tensor_shapes(record(spec))
 
 
 def input_names(spec: Mapping[str, Any]) -> list[str]:
     """The inputs the workload's program is called with, in order."""
-    return kind_of(spec).input_names(spec)
+    return kind_of(spec).input_names(record(spec))
 
 
 def torch_module(spec: Mapping[str, Any]) -> torch.nn.Module:
     """The workload as a torch module taking its inputs (input_names) positionally."""
-    return kind_of(spec).torch_module(spec)
+    return kind_of(spec).torch_module(record(spec))
 
 
 def export_program(spec: Mapping[str, Any], example: tuple) -> torch.export.ExportedProgram:
@@ -120,10 +127,10 @@ def export_program(spec: Mapping[str, Any], example: tuple) -> torch.export.Expo
     (a model's layer: traced on fake tensors, saved without its weights)."""
     kind = kind_of(spec)
     if hasattr(kind, "export_program"):
-        return kind.export_program(spec, example)
+        return kind.export_program(record(spec), example)
     import torch
 
-    return torch.export.export(kind.torch_module(spec), example)
+    return torch.export.export(kind.torch_module(record(spec)), example)
 
 
 def load_program(path: Path, spec: Mapping[str, Any]) -> Callable:
@@ -131,7 +138,7 @@ def load_program(path: Path, spec: Mapping[str, Any]) -> Callable:
     weights back)."""
     kind = kind_of(spec)
     if hasattr(kind, "load_program"):
-        return kind.load_program(path, spec)
+        return kind.load_program(path, record(spec))
     import torch
 
     return torch.export.load(str(path)).module()
@@ -140,7 +147,7 @@ def load_program(path: Path, spec: Mapping[str, Any]) -> Callable:
 def flops(spec: Mapping[str, Any]) -> int:
     """The FLOPs of one call, for a workload with a roofline (has_roofline: a user's function whose FLOPs
     nobody counted has none)."""
-    counted = kind_of(spec).flops(spec)
+    counted = kind_of(spec).flops(record(spec))
     if counted is None:
         raise ValueError(f"{workload_id(spec)} has no FLOPs counted: ask has_roofline first")
     return int(counted)
@@ -148,25 +155,25 @@ def flops(spec: Mapping[str, Any]) -> int:
 
 def min_bytes(spec: Mapping[str, Any]) -> int:
     """The bytes one call must move at the least, at the workload's dtype."""
-    return kind_of(spec).min_bytes(spec, DTYPE_BYTES[dtype_of(spec)])
+    return kind_of(spec).min_bytes(record(spec), DTYPE_BYTES[dtype_of(spec)])
 
 
 def gemms(spec: Mapping[str, Any]) -> list[tuple[int, int, int]]:
     """(M, K, N) of each GEMM of one call, for the tile model; none where the kind cannot see them."""
-    return kind_of(spec).gemms(spec)
+    return kind_of(spec).gemms(record(spec))
 
 
 def counted_how(spec: Mapping[str, Any]) -> tuple[str, str] | None:
     """(where the FLOPs came from, where the bytes came from) where the kind says (metrics.json's notes)."""
     kind = kind_of(spec)
-    return kind.counted_how(spec) if hasattr(kind, "counted_how") else None
+    return kind.counted_how(record(spec)) if hasattr(kind, "counted_how") else None
 
 
 def no_roofline_why(spec: Mapping[str, Any]) -> str:
     """Why a workload without a roofline (has_roofline) has none."""
     kind = kind_of(spec)
     if hasattr(kind, "no_roofline_why"):
-        return kind.no_roofline_why(spec)
+        return kind.no_roofline_why(record(spec))
     return (
         f"a {described(spec).name} moves data between ranks and does no FLOPs to place on a roofline; "
         "see algbw_bytes_per_s and busbw_bytes_per_s"
@@ -177,12 +184,12 @@ def has_roofline(spec: dict) -> bool:
     """Whether the workload does work a roofline measures (FLOPs over bytes): a collective moves data, and
     a user's function whose FLOPs nobody counted has none to place."""
     kind = kind_of(spec)
-    return kind.has_roofline(spec) if hasattr(kind, "has_roofline") else getattr(kind, "ROOFLINE", True)
+    return kind.has_roofline(record(spec)) if hasattr(kind, "has_roofline") else getattr(kind, "ROOFLINE", True)
 
 
 def workload_id(spec: Mapping[str, Any]) -> str:
     """The spec's id: the folder name of its results and the key its scenarios share."""
-    return kind_of(spec).workload_id(spec)
+    return kind_of(spec).workload_id(record(spec))
 
 
 def canonical(spec: dict) -> str:
@@ -212,7 +219,7 @@ def row_input(spec: Mapping[str, Any]) -> str | None:
 def reference(spec: Mapping[str, Any], arrays: dict) -> Any:
     """The float64 result of the workload on `arrays` (its inputs by name); None where it varies on purpose.
     A kind checked whole may raise NotComparable."""
-    return kind_of(spec).reference(spec, arrays)
+    return kind_of(spec).reference(record(spec), arrays)
 
 
 def output_array(spec: Mapping[str, Any], out: object) -> Any:

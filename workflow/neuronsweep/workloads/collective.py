@@ -58,6 +58,49 @@ class Op:
         """nccl-tests' factor from algbw to busbw for this op and world."""
         return BUSBW_FACTOR[self.op](self.world)
 
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(input, output) elements per rank."""
+        size, n = self.nbytes // DTYPE_BYTES[self.dtype], self.world
+        return {
+            "all_reduce": (size, size),
+            "all_gather": (size // n, size),
+            "reduce_scatter": (size, size // n),
+            "all_to_all": (size, size),
+        }[self.op]
+
+    def bandwidths(self, time_s: float | None) -> dict[str, float | None]:
+        """algbw and busbw (bytes/s) for one time, nccl-tests' definitions."""
+        if not time_s:
+            return {"algbw_bytes_per_s": None, "busbw_bytes_per_s": None}
+        algbw = self.nbytes / time_s
+        return {"algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * self.busbw_factor}
+
+    def rank_input(self, rank: int) -> np.ndarray:
+        """The input the correctness call gives `rank`: small whole numbers, distinct per rank and element,
+        so every sum a collective makes is exact in fp32, bf16 and fp16 alike (the timed calls keep ones)."""
+        import numpy as np
+
+        return (np.arange(self.counts[0]) % 7 + rank + 1).astype(np.float64)
+
+    def rank_reference(self, rank: int) -> np.ndarray:
+        """What `rank` must hold after the collective of every rank's rank_input (torch.distributed's
+        semantics: all_to_all_single sends chunk j of each input to rank j)."""
+        import numpy as np
+
+        world, (_, n_out) = self.world, self.counts
+        inputs = [self.rank_input(r) for r in range(world)]
+        total = np.sum(inputs, axis=0)
+        return {
+            "all_reduce": lambda: total,
+            "all_gather": lambda: np.concatenate(inputs),
+            "reduce_scatter": lambda: total[rank * n_out : (rank + 1) * n_out],
+            "all_to_all": lambda: np.concatenate([np.array_split(x, world)[rank] for x in inputs]),
+        }[self.op]()
+
+
+RECORD = Op  # what the package's functions hand this module's (workloads/__init__.py)
+
 
 def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
     """A collective's spec: the op, its size rounded down to whole elements per rank, the world and the dtype."""
@@ -65,60 +108,17 @@ def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
     return {"kind": "collective", "op": op, "bytes": count * DTYPE_BYTES[dtype], "world": int(world), "dtype": dtype}
 
 
-def workload_id(s: dict) -> str:
+def workload_id(c: Op) -> str:
     """coll-<op>-w<world>-<bytes>b-<dtype>."""
-    return f"coll-{s['op'].replace('_', '')}-w{s['world']}-{s['bytes']}b-{s['dtype']}"
+    return f"coll-{c.op.replace('_', '')}-w{c.world}-{c.nbytes}b-{c.dtype}"
 
 
-def rank_buffer_bytes(s: dict) -> int:
+def rank_buffer_bytes(c: Op) -> int:
     """A rank's input and output buffers, at most the whole size each."""
-    return 2 * s["bytes"]
+    return 2 * c.nbytes
 
 
-def counts(s: dict) -> tuple[int, int]:
-    """(input, output) elements per rank."""
-    size, n = s["bytes"] // DTYPE_BYTES[s["dtype"]], s["world"]
-    return {
-        "all_reduce": (size, size),
-        "all_gather": (size // n, size),
-        "reduce_scatter": (size, size // n),
-        "all_to_all": (size, size),
-    }[s["op"]]
-
-
-def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(c: Op) -> dict[str, tuple[int, ...]]:
     """Every rank's input and output together: all ranks run on the machine that captures them."""
-    inp, out = counts(s)
-    return {"input": (s["world"] * inp,), "output": (s["world"] * out,)}
-
-
-def bandwidths(s: dict, time_s: float | None) -> dict:
-    """algbw and busbw (bytes/s) for one time, nccl-tests' definitions."""
-    if not time_s:
-        return {"algbw_bytes_per_s": None, "busbw_bytes_per_s": None}
-    algbw = s["bytes"] / time_s
-    return {"algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * BUSBW_FACTOR[s["op"]](s["world"])}
-
-
-def rank_input(s: dict, rank: int) -> np.ndarray:
-    """The input the correctness call gives `rank`: small whole numbers, distinct per rank and element,
-    so every sum a collective makes is exact in fp32, bf16 and fp16 alike (the timed calls keep ones)."""
-    import numpy as np
-
-    return (np.arange(counts(s)[0]) % 7 + rank + 1).astype(np.float64)
-
-
-def rank_reference(s: dict, rank: int) -> np.ndarray:
-    """What `rank` must hold after the collective of every rank's rank_input (torch.distributed's
-    semantics: all_to_all_single sends chunk j of each input to rank j)."""
-    import numpy as np
-
-    world, (_, n_out) = s["world"], counts(s)
-    inputs = [rank_input(s, r) for r in range(world)]
-    total = np.sum(inputs, axis=0)
-    return {
-        "all_reduce": lambda: total,
-        "all_gather": lambda: np.concatenate(inputs),
-        "reduce_scatter": lambda: total[rank * n_out : (rank + 1) * n_out],
-        "all_to_all": lambda: np.concatenate([np.array_split(x, world)[rank] for x in inputs]),
-    }[s["op"]]()
+    inp, out = c.counts
+    return {"input": (c.world * inp,), "output": (c.world * out,)}

@@ -10,6 +10,8 @@ builds rerun, and the compile cache key changes with them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from neuronsweep.workloads.descriptor import Workload
@@ -59,69 +61,107 @@ def spec(
     return s
 
 
+@dataclass(frozen=True)
+class Call:
+    """A user's function case read once (plan.json's spec): the function and its source digest, the dims, the
+    inputs' and outputs' shapes and the keyword params (in the config's order), the dtype, its FLOPs with where
+    they came from, and the user's NKI kernel where it has one."""
+
+    name: str
+    function: str
+    dims: tuple[tuple[str, Any], ...]
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    params: tuple[tuple[str, Any], ...]
+    dtype: str
+    outputs: tuple[tuple[int, ...], ...]
+    flops: int | None
+    flops_source: str
+    impl: str = "compiler"
+    nki_kernel: str | None = None
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> Call:
+        """The record of a user's function's spec."""
+        return cls(
+            name=s["name"],
+            function=s["function"],
+            dims=tuple((k, v) for k, v in s["dims"]),
+            inputs=tuple((k, tuple(shape)) for k, shape in s["inputs"]),
+            params=tuple((k, v) for k, v in s["params"]),
+            dtype=s["dtype"],
+            outputs=tuple(tuple(shape) for shape in s["outputs"]),
+            flops=s["flops"],
+            flops_source=s["flops_source"],
+            impl=s.get("impl", "compiler"),
+            nki_kernel=s.get("nki_kernel"),
+        )
+
+
+RECORD = Call  # what the package's functions hand this module's (workloads/__init__.py)
+
+
 def _value(v: object) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def workload_id(s: dict) -> str:
+def workload_id(c: Call) -> str:
     """custom-<name>-<dim><value>...-<param><value>...-<dtype>[-nki]: readable and stable."""
-    parts = [f"{k}{_value(v)}" for k, v in [*s["dims"], *s["params"]]]
-    ident = "-".join(["custom", s["name"], *parts, s["dtype"]]).lower()
-    return ident + ("-nki" if s.get("impl") == "nki" else "")
+    parts = [f"{k}{_value(v)}" for k, v in [*c.dims, *c.params]]
+    ident = "-".join(["custom", c.name, *parts, c.dtype]).lower()
+    return ident + ("-nki" if c.impl == "nki" else "")
 
 
-def flops(s: dict) -> int | None:
+def flops(c: Call) -> int | None:
     """The FLOPs the config's expression (or the counter) gave; None when neither did."""
-    return s["flops"]
+    return c.flops
 
 
-def has_roofline(s: dict) -> bool:
+def has_roofline(c: Call) -> bool:
     """Whether the function has FLOPs to place on a roofline."""
-    return bool(s["flops"])
+    return bool(c.flops)
 
 
-def no_roofline_why(s: dict) -> str:
+def no_roofline_why(c: Call) -> str:
     """Why the case has no roofline, and the key that would give it one."""
-    return f"no FLOPs for {s['name']}: {s['flops_source']}; give the suite a flops expression"
+    return f"no FLOPs for {c.name}: {c.flops_source}; give the suite a flops expression"
 
 
-def counted_how(s: dict) -> tuple[str, str]:
+def counted_how(c: Call) -> tuple[str, str]:
     """(where the FLOPs came from, where the bytes came from), for metrics.json's notes."""
-    return s["flops_source"], "every input read once and every output written once, at the case's dtype"
+    return c.flops_source, "every input read once and every output written once, at the case's dtype"
 
 
-def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(c: Call) -> dict[str, tuple[int, ...]]:
     """Each input's and output's shape by name (outputs as out0, out1, ...)."""
-    shapes = {n: tuple(shape) for n, shape in s["inputs"]}
-    return shapes | {f"out{i}": tuple(shape) for i, shape in enumerate(s["outputs"])}
+    return dict(c.inputs) | {f"out{i}": shape for i, shape in enumerate(c.outputs)}
 
 
-def input_names(s: dict) -> list[str]:
+def input_names(c: Call) -> list[str]:
     """The function's input names, in the config's order."""
-    return [n for n, _ in s["inputs"]]
+    return [n for n, _ in c.inputs]
 
 
-def params(s: dict) -> dict:
+def params(c: Call) -> dict[str, Any]:
     """The keyword arguments the function is called with."""
-    return dict(s["params"])
+    return dict(c.params)
 
 
-def min_bytes(s: dict, dtype_bytes: int) -> int:
+def min_bytes(c: Call, dtype_bytes: int) -> int:
     """Bytes the call must move at least: every input and output once."""
-    return sum(math.prod(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
+    return sum(math.prod(shape) for shape in tensor_shapes(c).values()) * dtype_bytes
 
 
-def gemms(s: dict) -> list[tuple[int, int, int]]:
+def gemms(c: Call) -> list[tuple[int, int, int]]:
     """No GEMMs: the tile model cannot see into a user's function."""
     return []  # the tile model knows GEMMs; a user's function is whatever it is
 
 
-def torch_module(s: dict) -> torch.nn.Module:
+def torch_module(c: Call) -> torch.nn.Module:
     """The user's function as an nn.Module: forward takes the inputs in the config's order and calls the
     function with them by name and with the case's params as keywords."""
     import torch
 
-    fn, names, kwargs = load(s["function"]), input_names(s), params(s)
+    fn, names, kwargs = load(c.function), input_names(c), params(c)
 
     class UserFunction(torch.nn.Module):
         def forward(self, *args: torch.Tensor) -> Any:
@@ -149,11 +189,11 @@ def output_array(out: object) -> np.ndarray:
     )
 
 
-def reference(s: dict, a: dict) -> Any:
+def reference(c: Call, a: dict) -> Any:
     """The user's own function in float64 on the CPU, on the case's inputs: the reference every
     implementation (the compiler's, an NKI kernel's) is checked against."""
     import torch
 
-    fn = load(s["function"])
-    out = fn(**{n: torch.from_numpy(a[n]) for n in input_names(s)}, **params(s))
+    fn = load(c.function)
+    out = fn(**{n: torch.from_numpy(a[n]) for n in input_names(c)}, **params(c))
     return output_array(out)

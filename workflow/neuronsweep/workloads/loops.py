@@ -7,7 +7,9 @@ under the same conditions and can be compared fairly.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from neuronsweep.workloads.descriptor import Workload
 
@@ -30,40 +32,59 @@ def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dic
     }
 
 
-def workload_id(s: dict) -> str:
+@dataclass(frozen=True)
+class Loop:
+    """A loops case's spec read once (plan.json's): the pattern, the steps and each step's batch x features."""
+
+    pattern: str  # vmap, scan or for_loop
+    steps: int
+    batch: int
+    features: int
+    dtype: str
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> Loop:
+        """The record of a loops case's spec."""
+        return cls(s["pattern"], s["steps"], s["batch"], s["features"], s["dtype"])
+
+
+RECORD = Loop  # what the package's functions hand this module's (workloads/__init__.py)
+
+
+def workload_id(x: Loop) -> str:
     """loops-<pattern>-t<steps>-b<batch>-f<features>-<dtype>."""
-    return f"loops-{s['pattern'].replace('_', '')}-t{s['steps']}-b{s['batch']}-f{s['features']}-{s['dtype']}"
+    return f"loops-{x.pattern.replace('_', '')}-t{x.steps}-b{x.batch}-f{x.features}-{x.dtype}"
 
 
-def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(x: Loop) -> dict[str, tuple[int, ...]]:
     """x (steps, batch, features), w (features, features) and the output."""
-    t, b, f = s["steps"], s["batch"], s["features"]
+    t, b, f = x.steps, x.batch, x.features
     return {"x": (t, b, f), "w": (f, f), "out": (t, b, f)}
 
 
-def input_names(s: dict) -> list[str]:
+def input_names(x: Loop) -> list[str]:
     """x and w."""
     return ["x", "w"]
 
 
-def flops(s: dict) -> int:
+def flops(x: Loop) -> int:
     """The GEMM per step, plus relu and the add (one op per output element each)."""
-    t, b, f = s["steps"], s["batch"], s["features"]
+    t, b, f = x.steps, x.batch, x.features
     return t * (2 * b * f * f + 2 * b * f)
 
 
-def min_bytes(s: dict, dtype_bytes: int) -> int:
+def min_bytes(x: Loop, dtype_bytes: int) -> int:
     """x and the output once each, and w once."""
-    t, b, f = s["steps"], s["batch"], s["features"]
+    t, b, f = x.steps, x.batch, x.features
     return (2 * t * b * f + f * f) * dtype_bytes
 
 
-def gemms(s: dict) -> list[tuple[int, int, int]]:
+def gemms(x: Loop) -> list[tuple[int, int, int]]:
     """One (batch, features, features) GEMM per step."""
-    return [(s["batch"], s["features"], s["features"])] * s["steps"]
+    return [(x.batch, x.features, x.features)] * x.steps
 
 
-def torch_module(s: dict) -> torch.nn.Module:
+def torch_module(loop: Loop) -> torch.nn.Module:
     """The loop as a torch module in the spec's pattern."""
     import torch
 
@@ -71,7 +92,7 @@ def torch_module(s: dict) -> torch.nn.Module:
         from torch._higher_order_ops.scan import scan
     except ImportError:
         scan = None  # type: ignore[assignment]  # an older torch: only the scan pattern needs it
-    if s["pattern"] == "scan" and scan is None:
+    if loop.pattern == "scan" and scan is None:
         raise RuntimeError(f"torch {torch.__version__} has no scan primitive (torch._higher_order_ops.scan)")
 
     def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -93,13 +114,13 @@ def torch_module(s: dict) -> torch.nn.Module:
         def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             return torch.stack([step(x[t], w) for t in range(x.shape[0])])
 
-    return {"vmap": VMap, "scan": Scan, "for_loop": ForLoop}[s["pattern"]]()
+    return {"vmap": VMap, "scan": Scan, "for_loop": ForLoop}[loop.pattern]()
 
 
 ROW_INPUT = "x"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(s: dict, a: dict) -> np.ndarray:
+def reference(loop: Loop, a: dict) -> np.ndarray:
     """The float64 NumPy steps of the same inputs: one expression for all three patterns."""
     import numpy as np
 

@@ -26,20 +26,34 @@ NKI_TILE = {"m": 128, "n": 512}  # the NKI kernel's largest tiles (kernels/nki_m
 
 @dataclass(frozen=True)
 class Gemm:
-    """A matmul's spec read once (plan.json's): its shape and dtype, and its NKI tiles where the spec sets
-    them (None: the kernel's largest)."""
+    """A matmul's spec read once (plan.json's): its shape and dtype, its implementation, whether its graph
+    varies per call, and its NKI tiles where the spec sets them (None: the kernel's largest)."""
 
     m: int
     k: int
     n: int
     dtype: str
+    impl: str = "compiler"
+    varies: str = "static"
     tile_m: int | None = None
     tile_n: int | None = None
 
     @classmethod
     def of(cls, s: Mapping[str, Any]) -> Gemm:
         """The record of a matmul's spec."""
-        return cls(s["m"], s["k"], s["n"], s["dtype"], s.get("tile_m"), s.get("tile_n"))
+        return cls(
+            s["m"],
+            s["k"],
+            s["n"],
+            s["dtype"],
+            s.get("impl", "compiler"),
+            s.get("varies", "static"),
+            s.get("tile_m"),
+            s.get("tile_n"),
+        )
+
+
+RECORD = Gemm  # what the package's functions hand this module's (workloads/__init__.py)
 
 
 def spec(
@@ -59,41 +73,40 @@ def spec(
     return s
 
 
-def workload_id(s: dict) -> str:
+def workload_id(g: Gemm) -> str:
     """matmul-m<m>-k<k>-n<n>-<dtype>, with the impl and any NKI tile size that is not the default."""
-    suffix = f"-{s['impl']}" if s.get("impl") else ""
-    suffix += "".join(f"-t{dim}{s[f'tile_{dim}']}" for dim in NKI_TILE if f"tile_{dim}" in s)
-    suffix += f"-varies-{s['varies'].replace('_', '')}" if s.get("varies") else ""
-    return f"matmul-m{s['m']}-k{s['k']}-n{s['n']}-{s['dtype']}{suffix}"
+    suffix = f"-{g.impl}" if g.impl != "compiler" else ""
+    suffix += "".join(f"-t{dim}{size}" for dim, size in (("m", g.tile_m), ("n", g.tile_n)) if size is not None)
+    suffix += f"-varies-{g.varies.replace('_', '')}" if g.varies != "static" else ""
+    return f"matmul-m{g.m}-k{g.k}-n{g.n}-{g.dtype}{suffix}"
 
 
-def flops(s: dict) -> int:
+def flops(g: Gemm) -> int:
     """2·M·K·N: one multiply and one add per inner-product term (plus the scaling of python_float)."""
-    return 2 * s["m"] * s["k"] * s["n"] + (s["m"] * s["n"] if s.get("varies") == "python_float" else 0)
+    return 2 * g.m * g.k * g.n + (g.m * g.n if g.varies == "python_float" else 0)
 
 
-def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(g: Gemm) -> dict[str, tuple[int, ...]]:
     """Input and output tensors by name, in call order for inputs."""
-    return {"a": (s["m"], s["k"]), "b": (s["k"], s["n"]), "out": (s["m"], s["n"])}
+    return {"a": (g.m, g.k), "b": (g.k, g.n), "out": (g.m, g.n)}
 
 
-def input_names(s: dict) -> list[str]:
+def input_names(g: Gemm) -> list[str]:
     """a and b."""
     return ["a", "b"]
 
 
-def min_bytes(s: dict, dtype_bytes: int) -> int:
+def min_bytes(g: Gemm, dtype_bytes: int) -> int:
     """Minimal memory traffic: read A and B once, write C once."""
-    m, k, n = s["m"], s["k"], s["n"]
-    return (m * k + k * n + m * n) * dtype_bytes
+    return (g.m * g.k + g.k * g.n + g.m * g.n) * dtype_bytes
 
 
-def gemms(s: dict) -> list[tuple[int, int, int]]:
+def gemms(g: Gemm) -> list[tuple[int, int, int]]:
     """The one (m, k, n) GEMM."""
-    return [(s["m"], s["k"], s["n"])]
+    return [(g.m, g.k, g.n)]
 
 
-def torch_module(s: dict) -> torch.nn.Module:
+def torch_module(g: Gemm) -> torch.nn.Module:
     """An nn.Module whose forward is the GEMM, so torch.export sees exactly one aten.matmul."""
     import torch
 
@@ -108,16 +121,16 @@ def torch_module(s: dict) -> torch.nn.Module:
 
         def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             self.calls += 1
-            if s["varies"] == "python_int":
+            if g.varies == "python_int":
                 return torch.roll(a @ b, shifts=self.calls, dims=0)
             return (a @ b) * (1.0 + self.calls / 1024)
 
-    return Varying() if s.get("varies") else MatMul()
+    return Varying() if g.varies != "static" else MatMul()
 
 
 ROW_INPUT = "a"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(s: dict, a: dict) -> np.ndarray | None:
+def reference(g: Gemm, a: dict) -> np.ndarray | None:
     """The float64 NumPy result of the same inputs (None for a workload that varies between calls)."""
-    return None if s.get("varies") else a["a"] @ a["b"]
+    return None if g.varies != "static" else a["a"] @ a["b"]

@@ -29,16 +29,20 @@ class GatedMlp:
     h: int
     i: int
     dtype: str
+    impl: str = "compiler"
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> GatedMlp:
         """The record of an MLP's spec."""
-        return cls(spec["b"], spec["s"], spec["h"], spec["i"], spec["dtype"])
+        return cls(spec["b"], spec["s"], spec["h"], spec["i"], spec["dtype"], spec.get("impl", "compiler"))
 
     @property
     def tokens(self) -> int:
         """The rows it runs: batch x sequence."""
         return self.b * self.s
+
+
+RECORD = GatedMlp  # what the package's functions hand this module's (workloads/__init__.py)
 
 
 def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:
@@ -50,46 +54,45 @@ def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> 
     return out
 
 
-def workload_id(s: dict) -> str:
+def workload_id(g: GatedMlp) -> str:
     """mlp-b<b>-s<s>-h<h>-i<i>-<dtype>, with the impl when not the compiler's."""
-    suffix = f"-{s['impl']}" if s.get("impl") else ""
-    return f"mlp-b{s['b']}-s{s['s']}-h{s['h']}-i{s['i']}-{s['dtype']}{suffix}"
+    suffix = f"-{g.impl}" if g.impl != "compiler" else ""
+    return f"mlp-b{g.b}-s{g.s}-h{g.h}-i{g.i}-{g.dtype}{suffix}"
 
 
-def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(g: GatedMlp) -> dict[str, tuple[int, ...]]:
     """x (tokens, hidden), the gate, up and down weights, and the output."""
-    t, h, i = s["b"] * s["s"], s["h"], s["i"]
+    t, h, i = g.tokens, g.h, g.i
     return {"x": (t, h), "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h), "out": (t, h)}
 
 
-def intermediate_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def intermediate_shapes(g: GatedMlp) -> dict[str, tuple[int, ...]]:
     """Activations alive at once inside the block: gate and up projections, [b*s, i] each."""
-    t, i = s["b"] * s["s"], s["i"]
-    return {"gate": (t, i), "up": (t, i)}
+    return {"gate": (g.tokens, g.i), "up": (g.tokens, g.i)}
 
 
-def input_names(s: dict) -> list[str]:
+def input_names(g: GatedMlp) -> list[str]:
     """x and the three weights."""
     return ["x", "w_gate", "w_up", "w_down"]
 
 
-def flops(s: dict) -> int:
+def flops(g: GatedMlp) -> int:
     """Three GEMMs of tokens x hidden x intermediate, 2 FLOPs per multiply-add."""
-    return 3 * 2 * s["b"] * s["s"] * s["h"] * s["i"]
+    return 3 * 2 * g.tokens * g.h * g.i
 
 
-def min_bytes(s: dict, dtype_bytes: int) -> int:
+def min_bytes(g: GatedMlp, dtype_bytes: int) -> int:
     """Every input and the output once."""
-    return sum(math.prod(shape) for shape in tensor_shapes(s).values()) * dtype_bytes
+    return sum(math.prod(shape) for shape in tensor_shapes(g).values()) * dtype_bytes
 
 
-def gemms(s: dict) -> list[tuple[int, int, int]]:
+def gemms(g: GatedMlp) -> list[tuple[int, int, int]]:
     """(M, K, N) of each GEMM, for the tile model."""
-    t, h, i = s["b"] * s["s"], s["h"], s["i"]
+    t, h, i = g.tokens, g.h, g.i
     return [(t, h, i), (t, h, i), (t, i, h)]
 
 
-def torch_module(s: dict) -> torch.nn.Module:
+def torch_module(g: GatedMlp) -> torch.nn.Module:
     """The gated MLP (down(silu(gate(x)) * up(x))) as a torch module."""
     import torch
 
@@ -105,7 +108,7 @@ def torch_module(s: dict) -> torch.nn.Module:
 ROW_INPUT = "x"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(s: dict, a: dict) -> np.ndarray:
+def reference(g: GatedMlp, a: dict) -> np.ndarray:
     """The float64 NumPy gated MLP of the same inputs."""
     import numpy as np
 

@@ -99,7 +99,7 @@ def collective(
     crowded = capture.details.get("oversubscribed") if capture else None
     if crowded:
         notes["coll_oversubscribed"] = crowded
-    bw = coll.bandwidths(spec, median_s)
+    bw = c.bandwidths(median_s)
     return Collective(
         coll_op=c.op,
         coll_world=c.world,

@@ -58,7 +58,7 @@ def build(spec: dict, out_dir: Path) -> dict:
     alone = described(spec).bandwidth  # a collective alone, else a forward across ranks
     plan = {"spec": spec, "process_group_backend": BACKEND}
     if alone:
-        plan["counts"] = dict(zip(("input", "output"), collective.counts(spec)))
+        plan["counts"] = dict(zip(("input", "output"), collective.Op.of(spec).counts))
     write_json(out_dir / COLLECTIVE_PLAN, plan)
     return {
         "toolchain": {"torch": _torch_version()},
@@ -219,7 +219,7 @@ def collective_call(
     buffer its result lands in."""
     c = collective.Op.of(spec)
     dtype = getattr(torch, TORCH_DTYPES[c.dtype])
-    n_in, n_out = collective.counts(spec)
+    n_in, n_out = collective.Op.of(spec).counts
     inp = torch.ones(n_in, dtype=dtype) if values is None else torch.tensor(values, dtype=dtype)
     out = torch.empty(n_out, dtype=dtype)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -243,7 +243,7 @@ def _rank(rank: int, args: dict) -> None:
     spec = args["spec"]
     torch.set_num_threads(args["threads"])
     dist.init_process_group(BACKEND, init_method=f"file://{args['store']}", rank=rank, world_size=ranks_of(spec))
-    check, result = collective_call(dist, torch, spec, collective.rank_input(spec, rank))
+    check, result = collective_call(dist, torch, spec, collective.Op.of(spec).rank_input(rank))
     check()  # once, on inputs whose every sum is exact, against the float64 NumPy result
     correctness = check_rank(spec, rank, result)
     op, _ = collective_call(dist, torch, spec)

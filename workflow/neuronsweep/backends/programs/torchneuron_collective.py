@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.all_reduce(torch.zeros(1), group=host_group)
 
     dtype = getattr(torch, TORCH_DTYPES[collective.Op.of(spec).dtype])
-    tensor = torch.ones(collective.counts(spec)[0], dtype=dtype).to("neuron")
+    tensor = torch.ones(collective.Op.of(spec).counts[0], dtype=dtype).to("neuron")
     synchronize = torch.neuron.synchronize  # type: ignore[attr-defined]  # torch_neuronx registers it
     synchronize()
     compiled = torch.compile(_collective(funcol, dist.group.WORLD, spec), backend="neuron", fullgraph=True)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     _, calls = first_two_calls(call, str(own_cache))
     if args.check:  # after the listed calls, on inputs whose every sum is exact: check_rank_<r>.json
         rendezvous()
-        result = compiled(torch.tensor(collective.rank_input(spec, rank), dtype=dtype).to("neuron"))
+        result = compiled(torch.tensor(collective.Op.of(spec).rank_input(rank), dtype=dtype).to("neuron"))
         synchronize()
         write_json(Path(args.out) / f"check_{rank_name}.json", check_rank(spec, rank, result.cpu()))
     for _ in range(max(0, (args.inspect_nth or 0) - 2)):

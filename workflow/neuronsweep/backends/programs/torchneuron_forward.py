@@ -79,7 +79,7 @@ class Reductions:
         if self.local:
             return
         s = collective.spec(op, nbytes, self.f.world, self.f.dtype)
-        buf = self.torch.ones(collective.counts(s)[0], dtype=like.dtype, device=like.device)
+        buf = self.torch.ones(collective.Op.of(s).counts[0], dtype=like.dtype, device=like.device)
         self.extras.append(
             {
                 "all_reduce": lambda: self.funcol.all_reduce(buf, "sum", self.group),

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     phases = {"start": listed("start")}
     dtype = getattr(torch, TORCH_DTYPES[collective.Op.of(spec).dtype])
-    tensor = torch.ones(collective.counts(spec)[0], dtype=dtype).to(device)
+    tensor = torch.ones(collective.Op.of(spec).counts[0], dtype=dtype).to(device)
     sync()
     phases["inputs"] = listed("inputs")
     compiles = {"inputs": metric(met, "CompileTime")}
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         samples.append((time.perf_counter_ns() - t0) * 1e-9)
         del result
     if args.check:  # last, on inputs whose every sum is exact: check_rank_<r>.json, combined by the build
-        values = torch.tensor(collective.rank_input(spec, rank), dtype=dtype)
+        values = torch.tensor(collective.Op.of(spec).rank_input(rank), dtype=dtype)
         result = _collective(xm, spec, values.to(device))()
         sync()
         write_json(out / f"check_rank_{rank}.json", check_rank(spec, rank, result.cpu()))
