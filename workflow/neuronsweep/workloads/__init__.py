@@ -1,11 +1,12 @@
 """Workload kinds: the unit that is compiled and profiled.
 
-A workload is a canonical spec dict with a `kind`; its module (one per kind) declares what the kind can do
-(`DESCRIPTOR`, workloads/descriptor.py: code outside this package asks `described(spec)`) and says how to name it
-(spec, workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms
-for the tile model), and build it (torch_module); `unsupported` below says what a backend cannot
-run (an NKI kernel's own shape limits: kernels.unsupported). Analytic numbers (FLOPs, bytes) live here,
-beside the shapes they come from, so extract never needs torch.
+A workload is a canonical spec dict with a `kind` (plan.json's form); its module (one per kind) declares what
+the kind can do (`DESCRIPTOR`, workloads/descriptor.py: code outside this package asks `described(spec)`), reads
+the spec once into its typed record (`RECORD`, which its functions take), and says how to name it (spec,
+workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms for the tile
+model), and build it (torch_module). Code outside this package asks the functions below, never a kind's module;
+`unsupported` says what a backend cannot run. Analytic numbers (FLOPs, bytes) live here, beside the shapes they
+come from, so extract never needs torch.
 """
 
 from __future__ import annotations
