@@ -210,7 +210,7 @@ def collective_time_line(case: Path, name: str, capture: dict) -> Line:
     """A forward across ranks on neuron takes each rank's time in its collectives from its summary's
     cc_op_time (the time in collective operations of the profiled execution): on a collective's ranks, a
     NEFF that is nearly all collective, it must be there, above 0 and within total_time."""
-    contract = f"{name}: cc_op_time per rank"
+    contract = f"{name}: cc_op_time"
     if capture.get("profile_scope"):
         return Line("SKIP", contract, "an inspect session: each NTFF holds every execution")
     found = []
