@@ -56,9 +56,9 @@ def _collective(funcol: ModuleType, group: object, spec: dict) -> Callable:
     }[collective.Op.of(spec).op]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """One rank's TorchNeuron collective under torchrun: compile, check and time it on its own core; rank 0 writes the
-    result, every rank its times."""
+def rank_arguments(argv: list[str] | None, calls: str) -> argparse.Namespace:
+    """A TorchNeuron rank program's command line (this one's and torchneuron_forward.py's); `calls`: what
+    --inspect-nth calls that many times."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--out", required=True)
@@ -66,15 +66,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--iterations", type=int, help="absent: no timing")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--inspect-nth", type=int, help="call the collective this many times in all (inspect capture)")
-    ap.add_argument("--check", type=int, default=0, help="1: check the result once against NumPy (the build)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--inspect-nth", type=int, help=f"{calls} this many times in all (inspect capture)")
+    ap.add_argument("--check", type=int, default=0, help="1: check the result once (the build)")
+    return ap.parse_args(argv)
+
+
+def own_folders(neff_cache: str) -> tuple[str, Path]:
+    """The rank's own core, NEFF cache folder and inspect folder, set before torch_neuronx loads: its name
+    (rank_<r>) and its NEFF cache."""
     own_core()
     rank_name = f"rank_{os.environ['RANK']}"
-    own_cache = Path(args.neff_cache) / rank_name
+    own_cache = Path(neff_cache) / rank_name
     os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(own_cache)
     if os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR"):
         os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"] = str(Path(os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"]) / rank_name)
+    return rank_name, own_cache
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One rank's TorchNeuron collective under torchrun: compile, check and time it on its own core; rank 0 writes the
+    result, every rank its times."""
+    args = rank_arguments(argv, "call the collective")
+    rank_name, own_cache = own_folders(args.neff_cache)
 
     import torch
     import torch.distributed as dist

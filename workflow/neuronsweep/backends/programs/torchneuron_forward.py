@@ -20,7 +20,6 @@ clock, and the collectives' own times are in its device profile.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -30,9 +29,9 @@ from typing import Any
 
 from neuronsweep.analysis.correctness import compare
 from neuronsweep.atomic import write_json
-from neuronsweep.backends.cores import own_core
 from neuronsweep.backends.processes import child_args, run_ranks
 from neuronsweep.backends.programs.gloo_forward import ATTENTION_OUT, MLP, find
+from neuronsweep.backends.programs.torchneuron_collective import own_folders, rank_arguments
 from neuronsweep.backends.programs.torchneuron_program import first_two_calls, neffs
 from neuronsweep.workloads import TORCH_DTYPES, collective, forward
 from neuronsweep.workloads.forward import Forward
@@ -150,36 +149,11 @@ def _inputs(module: Any, f: Forward, calls: Reductions, check: bool) -> tuple[An
     return x, reference
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--neff-cache", required=True, help="the build's NEFF cache; each rank uses rank_<r>/ in it")
-    ap.add_argument("--warmup", type=int, default=0)
-    ap.add_argument("--iterations", type=int, help="absent: no timing")
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--inspect-nth", type=int, help="run the forward this many times in all (inspect capture)")
-    ap.add_argument("--check", type=int, default=0, help="1: check every rank's output against the CPU (the build)")
-    return ap.parse_args(argv)
-
-
-def _own_folders(neff_cache: str) -> tuple[str, Path]:
-    """The rank's own core, NEFF cache folder and inspect folder, set before torch_neuronx loads (as
-    torchneuron_collective.py sets them): its name and its NEFF cache."""
-    own_core()
-    rank_name = f"rank_{os.environ['RANK']}"
-    own_cache = Path(neff_cache) / rank_name
-    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(own_cache)
-    if os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR"):
-        os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"] = str(Path(os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"]) / rank_name)
-    return rank_name, own_cache
-
-
 def main(argv: list[str] | None = None) -> int:
     """One rank's TorchNeuron forward under torchrun: compile, check and time it on its own core; rank 0 writes
     the result, every rank its times and its check."""
-    args = _arguments(argv)
-    rank_name, own_cache = _own_folders(args.neff_cache)
+    args = rank_arguments(argv, "run the forward")
+    rank_name, own_cache = own_folders(args.neff_cache)
 
     import torch
     import torch.distributed as dist
