@@ -4,6 +4,7 @@ on one timeline, and the measured forward beside the sum of its parts."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pandas as pd
@@ -91,24 +92,32 @@ def test_each_ranks_forward_and_collectives_are_tracks_of_their_own_process():
     assert rank1[0]["ts"] == pytest.approx(0.95e6) and rank1[1]["args"]["wait_us"] == 0.0
 
 
-@pytest.mark.workflow  # two gloo rank processes with torch and transformers
-@pytest.mark.torch
-def test_a_forward_across_two_gloo_ranks_is_checked_timed_and_put_on_one_timeline(tmp_path):
-    """The tiny MoE model's two layers decoding at tp 2 (experts over the two ranks): planned as a user writes
-    it, its ranks run together with an all-reduce after o and after the MLP, the output equal to one rank's
-    with each reduction its partial sums times 2, every call on one timeline with each rank's wait."""
-    pytest.importorskip("transformers")
-    from neuronsweep.backends.programs import gloo
-    from neuronsweep.config.settings import CaptureSettings
-    from neuronsweep.formats import pftrace_reader
+@pytest.fixture(scope="module")
+def moe_tp2(tmp_path_factory):
+    """The plan of the tiny MoE model decoding at tp 2 with its experts over the two ranks, made once for the
+    tests that read it (its model probe is a child tracing the model)."""
     from neuronsweep.stages.plan import make_plan
-    from neuronsweep.store.records import BuildRecord
 
+    pytest.importorskip("transformers")
     parallel = {"tp_degree": 2, "moe_tp_degree": 1, "moe_ep_degree": 2}
     entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "seq": [16]}
     entry |= {"phases": ["decode"], "parallel": parallel}
-    cfg = schema.validate(tiny_config(tmp_path, suites={"model": [entry]}))
-    plan = make_plan(cfg, "cpu")
+    tmp = tmp_path_factory.mktemp("moe_tp2")
+    return make_plan(schema.validate(tiny_config(tmp, suites={"model": [entry]})), "cpu")
+
+
+@pytest.mark.workflow  # two gloo rank processes with torch and transformers
+@pytest.mark.torch
+def test_a_forward_across_two_gloo_ranks_is_checked_timed_and_put_on_one_timeline(tmp_path, moe_tp2):
+    """The tiny MoE model's two layers decoding at tp 2 (experts over the two ranks): planned as a user writes
+    it, its ranks run together with an all-reduce after o and after the MLP, the output equal to one rank's
+    with each reduction its partial sums times 2, every call on one timeline with each rank's wait."""
+    from neuronsweep.backends.programs import gloo
+    from neuronsweep.config.settings import CaptureSettings
+    from neuronsweep.formats import pftrace_reader
+    from neuronsweep.store.records import BuildRecord
+
+    plan = moe_tp2
     [(wid, spec)] = [(w, s) for w, s in plan.workloads.items() if s["kind"] == "forward"]
     assert wid == "fwd-moe-decode-b1-s16-tp2-ep2-l2-balanced-fp32" and spec["layer_kinds"] == ["dense", "moe"]
     [row] = [s for s in plan.scenarios if s.workload_id == wid]
@@ -174,18 +183,14 @@ def test_a_forward_across_two_neuroncores_runs_under_torchrun_through_torchneuro
 
 @pytest.mark.torch
 @pytest.mark.workflow  # the plan's child tracing the model (4 s): the README's tier
-def test_on_neuron_a_rank_must_fit_its_core_and_the_torch_xla_route_refuses_the_forward(tmp_path):
+def test_on_neuron_a_rank_must_fit_its_core_and_the_torch_xla_route_refuses_the_forward(tmp_path, moe_tp2):
     """On neuron each rank's weights, cache and hidden states sit in its own NeuronCore's HBM (not a process of
     this host each); the torch-xla route (trn1, inf2) has no forward across ranks and says so in one sentence."""
     from neuronsweep.backends import neuron
     from neuronsweep.errors import UserError
-    from neuronsweep.stages.plan import make_plan
     from neuronsweep.stages.plan_fits import ranks_that_fit
 
-    parallel = {"tp_degree": 2, "moe_tp_degree": 1, "moe_ep_degree": 2}
-    entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "seq": [16]}
-    entry |= {"phases": ["decode"], "parallel": parallel}
-    plan = make_plan(schema.validate(tiny_config(tmp_path, calibrated=False, suites={"model": [entry]})), "cpu")
+    plan = copy.deepcopy(moe_tp2)  # the checks below take cases out of it
     wid = "fwd-moe-decode-b1-s16-tp2-ep2-l2-balanced-fp32"
     spec = plan.workloads[wid]
     held = forward.rank_buffer_bytes(spec)

@@ -577,8 +577,8 @@ def _across_ranks(forward: pd.DataFrame) -> str:
         "<p class=muted>The rank's shard of the first forward_measured_layers decoder layers run on every rank at "
         "once, each layer's collectives where the stack issues them (docs/your-code.md), beside the same layers "
         "and collectives each timed alone. The collectives' time inside the forward includes each rank's wait for "
-        "the last to arrive; the case's capture/ranks.pftrace shows every rank's forwards above its collective "
-        "calls.</p>"
+        "the last to arrive; on cpu the case's capture/ranks.pftrace shows every rank's forwards above its "
+        "collective calls (on neuron the collectives run inside the NEFF: each rank's profile holds them).</p>"
         f"<ul>{''.join(f'<li>{html.escape(line)}</li>' for line in lines)}</ul>"
         + table(shown[[c for c in cols if c in shown]])
     )

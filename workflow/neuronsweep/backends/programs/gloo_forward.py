@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from neuronsweep.analysis.correctness import compare
 from neuronsweep.backends.programs.gloo import BACKEND, collective_call, done, timed
@@ -67,8 +67,9 @@ class Collectives:
             self._timed(op, call)
         return y
 
-    def extra(self, op: str, nbytes: int) -> None:
-        """A collective of the layer with no part in its output (the router's affinities), on its own buffers."""
+    def extra(self, op: str, nbytes: int, like: Any) -> None:
+        """A collective of the layer with no part in its output (the router's affinities), on its own buffers
+        (`like`: the reduced hidden states, whose device a compiled program's buffers take)."""
         if self.local:
             return
         if (op, nbytes) not in self._extras:
@@ -91,9 +92,22 @@ def find(layer: Any, names: tuple[str, ...], what: str, model: str) -> Any:
     )
 
 
-def hook(module: Any, f: Forward, calls: Collectives) -> None:
+class Reducer(Protocol):
+    """What the hooks call: a rank program's collectives (Collectives here, torchneuron_forward.Reductions)."""
+
+    def reduce(self, x: Any, ops: tuple[str, ...]) -> Any:
+        """The rank's partial sums `x` reduced by `ops`."""
+        ...
+
+    def extra(self, op: str, nbytes: int, like: Any) -> None:
+        """A collective of `nbytes` with no part in the output."""
+        ...
+
+
+def hook(module: Any, f: Forward, calls: Reducer) -> None:
     """Each kept layer's reductions after attention's output projection and after its MLP, its other
-    collectives after the MLP's reduction (spec `sites`, per layer kind)."""
+    collectives after the MLP's reduction (spec `sites`, per layer kind): the placement both rank programs
+    (this one, torchneuron_forward.py) share."""
     for layer, kind in zip(module.model.layers, f.layer_kinds):
         at = f.sites[kind]
 
@@ -102,7 +116,7 @@ def hook(module: Any, f: Forward, calls: Collectives) -> None:
                 first = output[0] if isinstance(output, tuple) else output
                 reduced = calls.reduce(first, ops)
                 for op, nbytes in extras:
-                    calls.extra(op, nbytes)
+                    calls.extra(op, nbytes, reduced)
                 return (reduced, *output[1:]) if isinstance(output, tuple) else reduced
 
             return run

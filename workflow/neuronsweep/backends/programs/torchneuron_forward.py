@@ -30,7 +30,7 @@ from typing import Any
 from neuronsweep.analysis.correctness import compare
 from neuronsweep.atomic import write_json
 from neuronsweep.backends.processes import child_args, run_ranks
-from neuronsweep.backends.programs.gloo_forward import ATTENTION_OUT, MLP, find
+from neuronsweep.backends.programs.gloo_forward import hook
 from neuronsweep.backends.programs.torchneuron_collective import own_folders, rank_arguments
 from neuronsweep.backends.programs.torchneuron_program import first_two_calls, neffs
 from neuronsweep.workloads import TORCH_DTYPES, collective, forward
@@ -90,27 +90,11 @@ class Reductions:
 
 
 def hooked(module: Any, f: Forward, calls: Reductions) -> Any:
-    """`module` with each kept layer's reductions after attention's output projection and after its MLP, its
-    other collectives after the MLP's reduction, as one module returning the hidden states and the extras."""
+    """`module` with its collectives where gloo_forward.hook places them, as one module returning the hidden
+    states and the extras."""
     import torch
 
-    for layer, kind in zip(module.model.layers, f.layer_kinds):
-        at = f.sites[kind]
-
-        def after(ops: tuple[str, ...], extras: tuple[tuple[str, int], ...]) -> Any:
-            def hook(_: Any, __: Any, output: Any) -> Any:
-                first = output[0] if isinstance(output, tuple) else output
-                reduced = calls.reduce(first, ops)
-                for op, nbytes in extras:
-                    calls.extra(op, nbytes, reduced)
-                return (reduced, *output[1:]) if isinstance(output, tuple) else reduced
-
-            return hook
-
-        find(layer, ATTENTION_OUT, "attention output projection", f.model).register_forward_hook(
-            after(at.attention, ())
-        )
-        find(layer, MLP, "MLP", f.model).register_forward_hook(after(at.mlp, at.extra))
+    hook(module, f, calls)
 
     class RankForward(torch.nn.Module):
         def __init__(self) -> None:
