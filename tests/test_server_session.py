@@ -11,7 +11,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from helpers import STANDIN
+from helpers import BIN, STANDIN
 from standin import vllm_neuron_session as server
 
 from neuronsweep.errors import UserError
@@ -24,8 +24,9 @@ STEPS = [("prefill", 400e-6), ("decode", 80e-6), ("decode", 80e-6), ("decode", 8
 
 @pytest.fixture
 def tools(tmp_path, monkeypatch):
-    """The stand-in neuron-explorer first on PATH, as on an instance."""
-    monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}:{os.environ['PATH']}")
+    """The stand-in neuron-explorer first on PATH, as on an instance, then this Python's bin: the stand-in's
+    `#!/usr/bin/env python3` must find the interpreter that has its imports (perfetto), not the system's."""
+    monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}:{BIN}:{os.environ['PATH']}")
     monkeypatch.setenv("HOME", str(tmp_path))
     return tmp_path
 
@@ -158,10 +159,8 @@ def test_the_field_test_prints_what_the_session_reader_assumed_on_a_real_profile
 
 @pytest.mark.workflow  # the `neuronsweep session` command in a child, as a user runs it
 def test_the_session_command_prints_each_kind_of_step_and_the_straggler(tools):
-    from helpers import BIN
-
     server.write(tools / "profiles", STEPS)
-    env = {**os.environ, "PATH": f"{STANDIN / 'bin'}:{BIN}:{os.environ['PATH']}"}
+    env = dict(os.environ)  # the fixture's PATH
     proc = subprocess.run(
         ["neuronsweep", "session", "profiles"], capture_output=True, text=True, cwd=tools, env=env, timeout=120
     )
