@@ -5,6 +5,7 @@ config/examples/smoke.yaml, the sweep the README runs as its second example."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 
@@ -67,11 +68,10 @@ def test_only_the_cli_imports_the_package_inside_functions():
     a job handed to the warm server loads nothing of it, and the warm server, so the host probe it measures
     first times a clean interpreter's imports."""
     lazy = []
-    package = REPO / "workflow" / "neuronsweep"
-    for path in sorted(package.rglob("*.py")):
-        if str(path.relative_to(package)) in ("cli.py", "warmstart.py", "warm/server.py"):
+    for where, tree in _modules():
+        if where in ("cli.py", "warmstart.py", "warm/server.py"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 for inner in ast.walk(node):
                     names = (
@@ -82,7 +82,7 @@ def test_only_the_cli_imports_the_package_inside_functions():
                         else []
                     )
                     if any(n.split(".")[0] == "neuronsweep" for n in names) or getattr(inner, "level", 0):
-                        lazy.append(f"{path.relative_to(REPO)}:{inner.lineno}")
+                        lazy.append(f"{where}:{inner.lineno}")
     assert not lazy, f"imports of the package inside functions: {lazy}"
 
 
@@ -132,15 +132,27 @@ def test_the_longest_tests_are_dealt_to_every_xdist_workers_first_share():
     assert spread_longest(rest, 1) == sorted(rest, key=lambda t: t.get_closest_marker("workflow") is None)
 
 
-def _definitions() -> list[tuple[str, ast.AST]]:
+PACKAGE = REPO / "workflow" / "neuronsweep"
+
+
+@functools.cache
+def _modules() -> tuple[tuple[str, ast.Module], ...]:
+    """(module path relative to the package, its tree) of every module: parsed once per test process, since
+    the package's gates below each walk all of it."""
+    return tuple(
+        (str(path.relative_to(PACKAGE)), ast.parse(path.read_text())) for path in sorted(PACKAGE.rglob("*.py"))
+    )
+
+
+@functools.cache
+def _definitions() -> tuple[tuple[str, ast.AST], ...]:
     """(module path relative to the package, node) of every function and class in the package."""
-    package = REPO / "workflow" / "neuronsweep"
-    return [
-        (str(path.relative_to(package)), node)
-        for path in sorted(package.rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
+    return tuple(
+        (where, node)
+        for where, tree in _modules()
+        for node in ast.walk(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    ]
+    )
 
 
 def _lines(node: ast.AST) -> int:
@@ -185,8 +197,7 @@ def test_the_types_say_more_not_less():
     33.9 % (39 % filed, 15 % asked), and a workload spec read by key outside workloads/ at most once
     (158 by this count filed, 20 asked: each kind's typed record and the workloads' accessors read it). A
     change may lower a figure, then lowers its ceiling here."""
-    package = REPO / "workflow" / "neuronsweep"
-    ignores = sum(path.read_text().count("type: ignore") for path in package.rglob("*.py"))
+    ignores = sum(path.read_text().count("type: ignore") for path in PACKAGE.rglob("*.py"))
     functions = [n for _, n in _definitions() if not isinstance(n, ast.ClassDef)]
 
     def bare(n: ast.FunctionDef) -> bool:
@@ -197,8 +208,8 @@ def test_the_types_say_more_not_less():
     share = sum(map(bare, functions)) / len(functions)
     reads = sum(
         len(re.findall(r"\bspec\[|\bspec\.get\(", path.read_text()))
-        for path in package.rglob("*.py")
-        if path.relative_to(package).parts[0] != "workloads"
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] != "workloads"
     )
     assert ignores <= 10, f"{ignores} type: ignore comments, above the ceiling of 10"
     assert share <= 0.339, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 33.9 %"

@@ -5,6 +5,7 @@ profiled span) and each GEMM's time inside the layer beside alone, rolled up per
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 
@@ -27,12 +28,15 @@ MOE = DATA / "models" / "tiny-qwen3-moe.json"
 ZIPF = {"zipf": 1.2}
 
 
-def probe_pass(phase: str, batch: int = 2, seq: int = 16) -> dict:
+@functools.cache
+def probe_passes() -> dict[str, dict]:
+    """The tiny MoE's prefill and decode at batch 2, seq 16, probed in one call (a model build each, 2-3 s)."""
     from neuronsweep.workloads.model_probe import probe
 
-    entry = {"where": "t", "hf_config": str(MOE), "batch": [batch], "seq": [seq], "phases": [phase], "routing": ZIPF}
-    [[one]] = probe({"entries": [entry]})["entries"]
-    return one
+    phases = ["prefill", "decode"]
+    entry = {"where": "t", "hf_config": str(MOE), "batch": [2], "seq": [16], "phases": phases, "routing": ZIPF}
+    [passes] = probe({"entries": [entry]})["entries"]
+    return {one["phase"]: one for one in passes}
 
 
 @pytest.mark.torch
@@ -42,7 +46,7 @@ def test_a_layer_saved_without_weights_gets_them_back_and_its_experts_the_policy
 
     from neuronsweep.workloads import layer, routing
 
-    one = probe_pass(phase)
+    one = probe_passes()[phase]
     assert [(k["index"], k["kind"], k["layers"]) for k in one["layers"]] == [(0, "dense", 1), (1, "moe", 1)]
     for kind in [*one["layers"], None]:
         spec = layer.spec({"name": "tiny", "hf_config": str(MOE)}, "sha", one, kind, "fp32", ZIPF)

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -32,16 +33,17 @@ def raw(path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_query_keeps_64_bit_ids_exact(path):
     data = raw(path)
-    out = ns(
-        "query", path, "SELECT count(*) AS n, max(id) AS top, typeof(any_value(id)) AS t FROM instruction", "--csv"
-    ).stdout
-    row = pd.read_csv(pd.io.common.StringIO(out), dtype=str).iloc[0]
+    sql = (
+        "SELECT (SELECT count(*) FROM instruction) AS n, (SELECT max(id) FROM instruction) AS top, "
+        "(SELECT typeof(any_value(id)) FROM instruction) AS t, (SELECT count(*) FROM dma) AS dma, "
+        "(SELECT count(DISTINCT packet_aggregation_id) FROM dma) AS ids"
+    )  # one command: each is a fresh interpreter (about a second)
+    row = pd.read_csv(pd.io.common.StringIO(ns("query", path, sql, "--csv").stdout), dtype=str).iloc[0]
     assert int(row["n"]) == len(data["instruction"]) and row["t"] == "BIGINT"
     assert int(row["top"]) == max(r["id"] for r in data["instruction"])  # above 2^53: exact, not a float
-    dma = ns("query", path, "SELECT count(*), count(DISTINCT packet_aggregation_id) FROM dma", "--csv").stdout
     ids = {r["packet_aggregation_id"] for r in data["dma"] if r.get("packet_aggregation_id") is not None}
     assert any("packet_aggregation_id" not in r for r in data["dma"])  # a record without the key: null
-    assert dma.splitlines()[1] == f"{len(data['dma'])},{len(ids)}"
+    assert (int(row["dma"]), int(row["ids"])) == (len(data["dma"]), len(ids))
 
 
 def test_columns_mixing_types_and_ids_beyond_int64_become_text():
@@ -53,11 +55,17 @@ def test_columns_mixing_types_and_ids_beyond_int64_become_text():
     assert col([None, None]) is None and str(col([True, False]).type) == "bool"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_extract_from_the_legacy_file_recomputes_the_tools_mfu_and_mbu(path, tmp_path):
+@pytest.fixture(scope="module", params=FILES, ids=lambda p: p.stem)
+def extracted(request, tmp_path_factory) -> tuple[Path, dict]:
+    """A legacy profile and what `neuronsweep extract` made of it: once per file for the tests that read it."""
+    out = tmp_path_factory.mktemp(request.param.stem) / "m.json"
+    ns("extract", "--summary-json", request.param, "--out", out)
+    return request.param, json.loads(out.read_text())
+
+
+def test_extract_from_the_legacy_file_recomputes_the_tools_mfu_and_mbu(extracted):
+    path, m = extracted
     summary = raw(path)["summary"][0]
-    ns("extract", "--summary-json", path, "--out", tmp_path / "m.json")
-    m = json.loads((tmp_path / "m.json").read_text())
     assert m["profile_total_time_s"] == summary["total_time"]
     assert m["mfu_tool_pct"] == pytest.approx(100 * summary["mfu_estimated_percent"], rel=1e-12)
     assert m["mfu_recomputed_pct"] == pytest.approx(m["mfu_tool_pct"], rel=1e-6)  # metadata: 128x128 at 2.8 GHz
@@ -67,11 +75,9 @@ def test_extract_from_the_legacy_file_recomputes_the_tools_mfu_and_mbu(path, tmp
     assert m["provenance"]["metadata_peaks"] is True
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_device_memory_comes_from_the_fields_the_tool_writes(path, tmp_path):
+def test_device_memory_comes_from_the_fields_the_tool_writes(extracted):
+    path, m = extracted
     data = raw(path)
-    ns("extract", "--summary-json", path, "--out", tmp_path / "m.json")
-    m = json.loads((tmp_path / "m.json").read_text())
     by_type = {r["usage_type"]: r["amount_bytes"] for r in data["nc_mem_usage"]}
     assert m["hbm_tensors_bytes"] == by_type["Tensors"] > 0
     assert m["hbm_scratchpad_bytes"] == by_type["Scratchpad"] + by_type["Shared Scratchpad"]
