@@ -58,7 +58,7 @@ def test_the_measured_forward_stands_beside_the_same_layers_and_collective_calls
     sites = {"dense": {"attention": ["all_reduce"], "mlp": ["all_reduce"], "extra": [], "left_out": []}}
     spec = {"layer_kinds": ["dense", "dense"], "sites": sites, "world": 2, "dtype": "fp32"}
     spec |= {"batch": 1, "seq": 16, "phase": "decode", "hidden": 128, "model": "m", "layers_run": 2, "params": 1}
-    spec |= {"layout": "tp2"}
+    spec |= {"layout": "tp2", "part": "forward"}
     layers = pd.DataFrame(
         [{"part": "layer", "layer_kind": "dense", "latency_median_s": 0.010, "status": "ok", "threads": 2}]
         + [{"part": "head", "layer_kind": "head", "latency_median_s": 0.5, "status": "ok", "threads": 2}]
@@ -193,7 +193,7 @@ def test_on_neuron_a_rank_must_fit_its_core_and_the_torch_xla_route_refuses_the_
     plan = copy.deepcopy(moe_tp2)  # the checks below take cases out of it
     wid = "fwd-moe-decode-b1-s16-tp2-ep2-l2-balanced-fp32"
     spec = plan.workloads[wid]
-    held = forward.rank_buffer_bytes(spec)
+    held = forward.rank_buffer_bytes(forward.Forward.of(spec))
     ranks_that_fit(plan, held / 0.8 + 1, "a core's HBM", processes_here=False)  # one rank's fits: both run
     assert wid in plan.workloads
     ranks_that_fit(plan, held / 0.8 - 1, "a core's HBM", processes_here=False)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from helpers import DATA, snakemake, tiny_config
 
+from neuronsweep import workloads
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
@@ -50,16 +51,16 @@ def test_a_layer_saved_without_weights_gets_them_back_and_its_experts_the_policy
     assert [(k["index"], k["kind"], k["layers"]) for k in one["layers"]] == [(0, "dense", 1), (1, "moe", 1)]
     for kind in [*one["layers"], None]:
         spec = layer.spec({"name": "tiny", "hf_config": str(MOE)}, "sha", one, kind, "fp32", ZIPF)
-        x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
-        torch.export.save(layer.export_program(spec, (x,)), tmp_path / "p.pt2")
+        x = torch.randn(workloads.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+        torch.export.save(workloads.export_program(spec, (x,)), tmp_path / "p.pt2")
         # the program alone: smaller than the weights it runs with
-        assert (tmp_path / "p.pt2").stat().st_size < layer.weight_bytes(spec) or spec["part"] == "head"
-        eager, seen = layer.torch_module(spec), []
+        assert (tmp_path / "p.pt2").stat().st_size < layer.weight_bytes(layer.Part.of(spec)) or spec["part"] == "head"
+        eager, seen = workloads.torch_module(spec), []
         for name, module in eager.named_modules():
             if name.endswith("experts"):
                 module.register_forward_pre_hook(lambda m, args, seen=seen: seen.append(args[1]))
         with torch.no_grad():
-            saved, own = layer.load_program(tmp_path / "p.pt2", spec)(x), eager(x)
+            saved, own = workloads.load_program(tmp_path / "p.pt2", spec)(x), eager(x)
         for a, b in zip(saved if isinstance(saved, tuple) else [saved], own if isinstance(own, tuple) else [own]):
             assert torch.equal(a, b) and a.abs().sum() > 0  # the same seeded weights, the same program
         if kind and kind["kind"] == "moe":  # the hook ran after ours: what the experts were handed
@@ -93,13 +94,13 @@ def test_a_tied_lm_head_stays_tied_in_the_saved_program_and_its_float64_check(tm
     [[one]] = probe({"entries": [entry]})["entries"]
     for kind in [None, *one["layers"]]:  # the head, and a layer of the same model (which holds neither weight)
         spec = layer.spec({"name": "tied", "hf_config": str(tied)}, "sha", one, kind, "fp32", "balanced")
-        x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
-        torch.export.save(layer.export_program(spec, (x,)), tmp_path / "p.pt2")
+        x = torch.randn(workloads.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+        torch.export.save(workloads.export_program(spec, (x,)), tmp_path / "p.pt2")
         with torch.no_grad():
-            saved = layer.output_array(layer.load_program(tmp_path / "p.pt2", spec)(x))
-            own = layer.output_array(layer.torch_module(spec)(x))
+            saved = layer.output_array(workloads.load_program(tmp_path / "p.pt2", spec)(x))
+            own = layer.output_array(workloads.torch_module(spec)(x))
         assert np.array_equal(saved, own), spec["part"]
-        ref = layer.reference(spec, {"hidden_states": x.numpy()})
+        ref = workloads.reference(spec, {"hidden_states": x.numpy()})
         assert np.abs(saved - ref).max() <= 1e-5 * np.abs(ref).max(), spec["part"]
 
 
@@ -145,7 +146,7 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
     # on torch-xla the experts run as batched_mm: each of the 32 token-expert pairs (16 tokens, top 2; 4 a
     # expert under balanced) holds a copy of its expert's gate_up (128 x 128) and down (64 x 128) weights
     spec = next(s for s in make_plan(schema.validate(cfg), "xla").workloads.values() if s.get("layer_kind") == "moe")
-    assert layer.gathered_expert_bytes(spec) == 32 * (128 * 128 + 64 * 128) * 4
+    assert layer.gathered_expert_bytes(layer.Part.of(spec)) == 32 * (128 * 128 + 64 * 128) * 4
     for gathers, fits in ((False, True), (True, False)):
         plan = make_plan(schema.validate(cfg), "xla")
         layers_that_fit(plan, 4 * 2**20, "a 4 MiB machine", gathers_experts=gathers)
@@ -168,7 +169,7 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
 
     monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("neuron", "backend neuron: a device"))
     monkeypatch.setattr(neuron_setup, "settle", lambda section, need_route: ({**section, "target": "trn2"}, {}))
-    monkeypatch.setattr(layer, "gathered_expert_bytes", lambda spec: 2**40 if spec.get("layer_kind") == "moe" else 0)
+    monkeypatch.setattr(layer, "gathered_expert_bytes", lambda part: 2**40 if part.layer_kind == "moe" else 0)
     for route, fits in (("torchneuron", True), ("xla", False)):
         monkeypatch.setattr(neuron_setup, "settle_route", lambda section, r=route: ({**section, "route": r}, {}))
         setup = settle_run(schema.validate({**cfg, "backend": "neuron"}))
@@ -367,13 +368,13 @@ def test_an_ep_rank_with_fewer_experts_than_top_k_plans_builds_and_takes_its_sha
     spec = next(s for s in plan.workloads.values() if s.get("layer_kind") == "moe")
     assert spec["rank_config"]["num_experts"] == 1 and spec["rank_config"]["num_experts_per_tok"] == 1
     assert spec["top_k"] == 2 and spec["expert_ep"] == 8
-    [labels] = [s.labels for s in plan.scenarios if s.workload_id == layer.workload_id(spec)]
+    [labels] = [s.labels for s in plan.scenarios if s.workload_id == workloads.workload_id(spec)]
     assert labels["top_k_per_rank"] == "2 -> 1: the rank's router over its own experts"
-    module, seen = layer.torch_module(spec), []
+    module, seen = workloads.torch_module(spec), []
     for name, part in module.named_modules():
         if name.endswith("experts"):
             part.register_forward_pre_hook(lambda m, args, seen=seen: seen.append(args[1]))
-    x = torch.randn(layer.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
+    x = torch.randn(workloads.tensor_shapes(spec)["hidden_states"], generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         out = layer.output_array(module(x))
     [index] = seen

@@ -700,8 +700,8 @@ def _layer_scenarios(
     out = []
     for kind in [*one["layers"], None]:
         spec = layer.spec(entry, digest, one, kind, dtype, policy)
-        part = layer.part_label(spec)
         record = layer.Part.of(spec)
+        part = layer.part_label(record)
         policy_label = f"-{routing.label(entry.get('routing', 'balanced'))}" if record.routing else ""
         labels = {
             "model": entry["name"],

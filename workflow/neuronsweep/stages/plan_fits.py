@@ -10,7 +10,7 @@ from neuronsweep.backends import RANK_PROCESS_BYTES, memory_budget
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import Plan
-from neuronsweep.workloads import described, dtype_of, layer, rank_buffer_bytes, ranks_of, working_set_bytes
+from neuronsweep.workloads import described, layer, rank_buffer_bytes, ranks_of, working_set_bytes
 
 
 def check_memory(plan: Plan, config: dict) -> None:
@@ -69,8 +69,8 @@ def layers_that_fit(
     for wid, spec in list(plan.workloads.items()):
         if not described(spec).layer_split:
             continue
-        gathered = layer.gathered_expert_bytes(spec) if gathers_experts else 0
         part = layer.Part.of(spec)
+        gathered = layer.gathered_expert_bytes(part) if gathers_experts else 0
         checked = part.params * 8 if checks_here else 0  # float64
         need = working_set_bytes(spec) + gathered + checked
         if need > limit:
@@ -79,8 +79,8 @@ def layers_that_fit(
                 f", {gathered / 2**30:,.1f} GiB of expert weights gathered per token (batched_mm)" if gathered else ""
             ) + (f", {checked / 2**30:,.1f} GiB of their float64 copy for the output check" if checked else "")
             plan.unsupported[wid] = (
-                f"one {layer.part_label(spec)} of {part.model} needs {need / 2**30:,.1f} GiB (its "
-                f"{layer.weight_bytes(spec) / 2**30:,.1f} GiB of {dtype_of(spec)} weights{copies}, its tensors and "
+                f"one {layer.part_label(part)} of {part.model} needs {need / 2**30:,.1f} GiB (its "
+                f"{layer.weight_bytes(part) / 2**30:,.1f} GiB of {part.dtype} weights{copies}, its tensors and "
                 f"cache), more than {MEMORY_SHARE:.0%} of {what} ({memory_bytes / 2**30:,.1f} GiB); measure it on "
                 "a larger machine"
             )

@@ -96,10 +96,9 @@ def working_set_bytes(spec: dict) -> int:
 
 
 def record(spec: Mapping[str, Any]) -> Any:
-    """The spec as its kind's typed record (the module's RECORD: matmul.Gemm, ...), which the module's
-    functions take; a kind without one yet takes the spec itself."""
-    kind = kind_of(spec)
-    return kind.RECORD.of(spec) if hasattr(kind, "RECORD") else spec
+    """The spec as its kind's typed record (the module's RECORD: matmul.Gemm, layer.Part, ...), which the
+    module's functions take."""
+    return kind_of(spec).RECORD.of(spec)
 
 
 def kind_of(spec: Mapping[str, Any]) -> ModuleType:

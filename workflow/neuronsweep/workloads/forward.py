@@ -41,7 +41,7 @@ SITES = ("attention", "mlp")  # where a layer reduces: attention's output projec
 TP_GROUPS = ("tp", "world")  # the groups whose ranks are the TP group's (NxD's experts under EP: the world)
 
 
-def no_roofline_why(s: Mapping[str, Any]) -> str:
+def no_roofline_why(f: Forward) -> str:
     """Why metrics.json places no forward across ranks on a roofline."""
     return (
         "a forward across ranks is a measured time beside the sum of its parts; its layers' FLOPs and places "
@@ -143,50 +143,41 @@ def spec(
     return s
 
 
-@dataclass(frozen=True)
-class Forward:
+@dataclass(frozen=True, kw_only=True)
+class Forward(layer.Slice):
     """A forward across ranks as its spec (plan.json's) holds it, read once: what the rank program, the
     capture and the roll-up ask of it."""
 
-    model: str
-    phase: str
-    batch: int
-    seq: int
-    dtype: str
-    hidden: int
     world: int
     layers_run: int
     layer_kinds: tuple[str, ...]  # each layer run's kind, in order
-    params: int  # the rank's weights over the layers run
     sites: dict[str, Sites]  # per layer kind
-    layout: str
-    routing: Policy | None = None
     kv_caches: tuple[tuple[tuple[int, ...], ...], ...] = ()  # decode: each layer's keys' and values' shapes
 
     @classmethod
     def of(cls, s: Mapping[str, Any]) -> Forward:
         """The record of a forward's spec."""
         return cls(
-            model=s["model"],
-            phase=s["phase"],
-            batch=s["batch"],
-            seq=s["seq"],
-            dtype=s["dtype"],
-            hidden=s["hidden"],
+            **cls.fields_of(s),
             world=s["world"],
             layers_run=s["layers_run"],
             layer_kinds=tuple(s["layer_kinds"]),
-            params=s["params"],
             sites={
                 kind: Sites(
                     tuple(x["attention"]), tuple(x["mlp"]), tuple((op, n) for op, n in x["extra"]), tuple(x["left_out"])
                 )
                 for kind, x in s["sites"].items()
             },
-            layout=s["layout"],
-            routing=s.get("routing"),
             kv_caches=tuple(tuple(tuple(shape) for shape in c) for c in s.get("kv_caches") or []),
         )
+
+    def kept_layers(self) -> list[int]:
+        """The model's first `layers_run` layers."""
+        return list(range(self.layers_run))
+
+    def caches(self) -> list:
+        """Each layer's cache, decoding."""
+        return list(self.kv_caches) if self.phase == "decode" else []
 
     @property
     def tokens(self) -> int:
@@ -214,33 +205,34 @@ class Forward:
         return [(op, nbytes, n) for (op, nbytes), n in calls.items()]
 
 
-def workload_id(s: Mapping[str, Any]) -> str:
+def workload_id(f: Forward) -> str:
     """fwd-<model>-<phase>-b<batch>-s<seq>-<layout>-l<layers run>[-<routing>]-<dtype>."""
-    f = Forward.of(s)
     policy = f"-{routing.label(f.routing)}" if f.routing else ""
     return f"fwd-{f.model}-{f.phase}-b{f.batch}-s{f.seq}-{f.layout}-l{f.layers_run}{policy}-{f.dtype}"
 
 
-def tensor_shapes(s: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(f: Forward) -> dict[str, tuple[int, ...]]:
     """One rank's hidden states in and out."""
-    shape = Forward.of(s).hidden_shape
+    shape = f.hidden_shape
     return {"hidden_states": shape, "out0": shape}
 
 
-def input_names(s: Mapping[str, Any]) -> list[str]:
+def input_names(f: Forward) -> list[str]:
     """The hidden states."""
     return ["hidden_states"]
 
 
-def rank_buffer_bytes(s: Mapping[str, Any]) -> int:
+def rank_buffer_bytes(f: Forward) -> int:
     """What one rank holds beside its process: its layers' weights and KV cache, and the hidden states (in,
     out and two reductions' buffers)."""
-    f = Forward.of(s)
     cache = sum(math.prod(shape) for shapes in f.kv_caches for shape in shapes)
     return (f.params + cache) * DTYPE_BYTES[f.dtype] + 4 * f.hidden_bytes
 
 
-def build(s: dict) -> torch.nn.Module:
+def build(f: Forward) -> torch.nn.Module:
     """The rank's layers with their seeded weights (layer.build over the kept layers), without collectives:
     the program (backends/programs/gloo_forward.py) hooks them where `sites` says."""
-    return layer.build(s, materialize=True)
+    return layer.build(f, materialize=True)
+
+
+RECORD = Forward  # what the package's functions hand this module's (workloads/__init__.py)

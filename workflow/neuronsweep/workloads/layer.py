@@ -79,71 +79,123 @@ def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: s
     return s
 
 
-@dataclass(frozen=True)
-class Part:
-    """A layer case's spec read once (plan.json's): which model and part, the layer kind and how many layers
-    are of it (1 for the head), its weights' count, and the routing policy its experts are fed (or None)."""
+@dataclass(frozen=True, kw_only=True)
+class Slice:
+    """Some of a model's layers as a case's spec (plan.json's) names them, read once: the model and where its
+    config comes from (a config.json, with the rank's shard of its fields; or a module), the phase, batch,
+    seq and dtype they run, the rank's weights, and what their experts are fed (the routing policy; under
+    expert parallelism the rank's share, the model's top-k if clamped, the replicas' tokens gathered). A
+    layer kind or the head (Part), or a forward's first layers across ranks (forward.Forward)."""
 
     model: str
-    part: str  # layer or head
-    layer_kind: str  # the probe's label (dense, moe, dense-sliding), head for the head
-    layers: int
-    params: int
-    routing: Policy | None
+    part: str  # layer, head or forward
+    phase: str
+    batch: int
+    seq: int
+    dtype: str
+    hidden: int
+    params: int  # the rank's weights over what the slice runs
+    hf_config: str | None = None
+    module: str | None = None
+    rank_config: Mapping[str, Any] | None = None  # the rank's shard of the config's fields
+    layout: str | None = None  # tp8, tp8-ep4
+    expert_ep: int = 1
+    top_k: int | None = None
+    expert_tokens: int = 1
+    routing: Policy | None = None
+
+    @classmethod
+    def fields_of(cls, s: Mapping[str, Any]) -> dict[str, Any]:
+        """What every slice's spec holds, by field name (a subclass's `of` adds its own)."""
+        given = ("hf_config", "module", "rank_config", "layout", "expert_ep", "top_k", "expert_tokens", "routing")
+        common = ("model", "part", "phase", "batch", "seq", "dtype", "hidden", "params")
+        return {k: s[k] for k in common} | {k: s[k] for k in given if s.get(k)}
+
+    @property
+    def rows(self) -> int:
+        """Tokens the slice runs: batch x seq for prefill, batch for decode."""
+        return self.batch * (self.seq if self.phase == "prefill" else 1)
+
+    def kept_layers(self) -> list[int]:
+        """The decoder layers it runs, by index."""
+        raise NotImplementedError
+
+    def caches(self) -> list:
+        """Decoding: each kept layer's KV cache shapes (keys', values'); none for a prefill."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part(Slice):
+    """A layer case's spec read once (plan.json's): a kind of decoder layer (its first layer's index, its
+    label, how many layers are of it, its traced GEMMs, its KV cache decoding) or the model's head."""
+
+    vocab: int
+    layer_kind: str = "head"  # the probe's label (dense, moe, dense-sliding), head for the head
+    index: int | None = None  # the kind's first layer; None for the head
+    layers: int = 1
+    kv_cache: tuple[tuple[int, ...], ...] | None = None  # decode: keys' and values' shapes
+    gemms: tuple[Mapping[str, Any], ...] = ()  # the probe's: gemm, m, k, n, count
 
     @classmethod
     def of(cls, s: Mapping[str, Any]) -> Part:
         """The record of a layer's (or the head's) spec."""
-        return cls(
-            s["model"], s["part"], s.get("layer_kind", "head"), s.get("layers", 1), s["params"], s.get("routing")
-        )
+        own = {k: s[k] for k in ("vocab", "layer_kind", "index", "layers") if k in s}
+        cache = tuple(tuple(shape) for shape in s["kv_cache"]) if s.get("kv_cache") else None
+        return cls(**cls.fields_of(s), **own, kv_cache=cache, gemms=tuple(s["gemms"]))
+
+    def kept_layers(self) -> list[int]:
+        """The kind's first layer (the head keeps none of them)."""
+        return [self.index] if self.index is not None else []
+
+    def caches(self) -> list:
+        """Its one cache, decoding."""
+        return [self.kv_cache] if self.phase == "decode" and self.kv_cache else []
 
 
-def part_label(s: dict) -> str:
+RECORD = Part  # what the package's functions hand this module's (workloads/__init__.py)
+
+
+def part_label(p: Part) -> str:
     """l<index>-<kind> (l3-moe) for a layer, head for the head."""
-    return f"l{s['index']}-{s['layer_kind']}" if s["part"] == "layer" else "head"
+    return f"l{p.index}-{p.layer_kind}" if p.part == "layer" else "head"
 
 
-def workload_id(s: dict) -> str:
+def workload_id(p: Part) -> str:
     """layer-<model>-<part>-<phase>-b<batch>-s<seq>[-<layout>][-<routing>]-<dtype> (layout: tp8, tp8-ep4)."""
-    policy = f"-{routing_policy.label(s['routing'])}" if s.get("routing") else ""
-    layout = f"-{s['layout']}" if s.get("layout") else ""
-    return f"layer-{s['model']}-{part_label(s)}-{s['phase']}-b{s['batch']}-s{s['seq']}{layout}{policy}-{s['dtype']}"
+    policy = f"-{routing_policy.label(p.routing)}" if p.routing else ""
+    layout = f"-{p.layout}" if p.layout else ""
+    return f"layer-{p.model}-{part_label(p)}-{p.phase}-b{p.batch}-s{p.seq}{layout}{policy}-{p.dtype}"
 
 
-def _rows(s: dict) -> int:
-    """Tokens the part runs: batch x seq for prefill, batch for decode."""
-    return s["batch"] * (s["seq"] if s["phase"] == "prefill" else 1)
-
-
-def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(p: Part) -> dict[str, tuple[int, ...]]:
     """The hidden states in; the layer's hidden states out, or the head's logits (last position) and the
     embeddings of the tokens."""
-    tokens = (s["batch"], _rows(s) // s["batch"], s["hidden"])
-    if s["part"] == "head":
-        return {"hidden_states": tokens, "logits": (s["batch"], 1, s["vocab"]), "embeds": tokens}
+    tokens = (p.batch, p.rows // p.batch, p.hidden)
+    if p.part == "head":
+        return {"hidden_states": tokens, "logits": (p.batch, 1, p.vocab), "embeds": tokens}
     return {"hidden_states": tokens, "out0": tokens}
 
 
-def intermediate_shapes(s: dict) -> dict[str, tuple[int, ...]]:
+def intermediate_shapes(p: Part) -> dict[str, tuple[int, ...]]:
     """What the part holds beside its inputs and outputs: its weights and, decoding, its KV cache."""
-    out: dict[str, tuple[int, ...]] = {"weights": (s["params"],)}
-    for i, shape in enumerate(s.get("kv_cache") or []):
-        out[f"kv_cache{i}"] = tuple(shape)
+    out: dict[str, tuple[int, ...]] = {"weights": (p.params,)}
+    for i, shape in enumerate(p.kv_cache or []):
+        out[f"kv_cache{i}"] = shape
     return out
 
 
-def input_names(s: dict) -> list[str]:
+def input_names(p: Part) -> list[str]:
     """The hidden states."""
     return ["hidden_states"]
 
 
-def flops(s: dict) -> int:
+def flops(p: Part) -> int:
     """The GEMMs' FLOPs (2·m·k·n each, as traced); the elementwise ops are not counted."""
-    return sum(2 * g["m"] * g["k"] * g["n"] * g["count"] for g in s["gemms"])
+    return sum(2 * g["m"] * g["k"] * g["n"] * g["count"] for g in p.gemms)
 
 
-def counted_how(s: dict) -> tuple[str, str]:
+def counted_how(p: Part) -> tuple[str, str]:
     """(where the FLOPs came from, where the bytes came from), for metrics.json's notes."""
     return (
         "the part's GEMMs as traced under fake tensors, 2·m·k·n each; elementwise ops not counted",
@@ -151,46 +203,43 @@ def counted_how(s: dict) -> tuple[str, str]:
     )
 
 
-def min_bytes(s: dict, dtype_bytes: int) -> int:
+def min_bytes(p: Part, dtype_bytes: int) -> int:
     """Every weight once and the hidden states in and out (a decoding layer's cache read too)."""
-    cache = sum(math.prod(shape) for shape in s.get("kv_cache") or [])
-    return (s["params"] + cache + sum(math.prod(x) for x in tensor_shapes(s).values())) * dtype_bytes
+    cache = sum(math.prod(shape) for shape in p.kv_cache or [])
+    return (p.params + cache + sum(math.prod(x) for x in tensor_shapes(p).values())) * dtype_bytes
 
 
-def gemms(s: dict) -> list[tuple[int, int, int]]:
+def gemms(p: Part) -> list[tuple[int, int, int]]:
     """Each GEMM of one call, as often as it runs (the tile model's input)."""
-    return [(g["m"], g["k"], g["n"]) for g in s["gemms"] for _ in range(g["count"])]
+    return [(g["m"], g["k"], g["n"]) for g in p.gemms for _ in range(g["count"])]
 
 
 NotComparable = custom.NotComparable
 output_array = custom.output_array  # the part's output (the hidden states; the head's logits and embeddings) flat
 
 
-def reference(s: dict, a: dict) -> np.ndarray:
+def reference(p: Part, a: Mapping[str, np.ndarray]) -> np.ndarray:
     """The part with the same seeded weights in float64 on the CPU, on the case's hidden states: what every
     backend's output of the part is checked against, as a user's function is (its experts handed the same
     tokens: the routing hook does not depend on the dtype; the experts looped in eager mode, since the
     grouped GEMM has no float64 kernel)."""
     import torch
 
-    part = build(s, materialize=True).to(torch.float64)
+    part = build(p, materialize=True).to(torch.float64)
     use_experts(part, "eager")
     with torch.inference_mode():
         return output_array(part(torch.as_tensor(a["hidden_states"], dtype=torch.float64)))
 
 
-def weight_bytes(s: dict) -> int:
+def weight_bytes(p: Part) -> int:
     """The part's weights at its dtype: what materializing it costs."""
-    return s["params"] * DTYPE_BYTES[s["dtype"]]
+    return p.params * DTYPE_BYTES[p.dtype]
 
 
-def _model(s: dict) -> HFModule:
+def _model(p: Slice) -> HFModule:
     """The whole model as its config builds it, on the current device (meta or fake: no memory)."""
-    entry = {k: s[k] for k in ("hf_config", "module", "rank_config") if k in s} | {
-        "dtype": s["dtype"],
-        "where": s["model"],
-    }
-    return build_model(entry)
+    given = {"hf_config": p.hf_config, "module": p.module, "rank_config": p.rank_config}
+    return build_model({k: v for k, v in given.items() if v is not None} | {"dtype": p.dtype, "where": p.model})
 
 
 class _Routed:
@@ -241,7 +290,7 @@ def _padded(load: list[int], slots: int, cap: int) -> list[int]:
     return sorted(out, reverse=True)
 
 
-def build(s: dict, materialize: bool) -> torch.nn.Module:
+def build(s: Slice, materialize: bool) -> torch.nn.Module:
     """The part as an nn.Module whose forward takes the hidden states. `materialize`: real seeded weights
     (else the current fake or meta mode's, for tracing)."""
     import torch
@@ -254,21 +303,21 @@ def build(s: dict, materialize: bool) -> torch.nn.Module:
     name, layers = decoder_layers(full)
     if not layers:
         raise UserError(
-            f"suites.model ({s['model']}): the model has no decoder layers neuron-sweep recognizes (a ModuleList "
+            f"suites.model ({s.model}): the model has no decoder layers neuron-sweep recognizes (a ModuleList "
             "named layers of num_hidden_layers entries); set layers: false for it."
         )
     inner = full.get_submodule(name.rpartition(".")[0]) if "." in name else full
-    part = _head_part(s, full, inner) if s["part"] == "head" else _layer_part(s, full, inner, layers)
+    part = _head_part(s, full, inner) if s.part == "head" else _layer_part(s, full, inner, layers)
     if materialize:
         part.to_empty(device="cpu")
         torch.manual_seed(SEED)
         full.initialize_weights() if hasattr(full, "initialize_weights") else full.init_weights()
-        if s["part"] == "head" and hasattr(full, "tie_weights"):  # to_empty untied a tied LM head: tied again,
+        if s.part == "head" and hasattr(full, "tie_weights"):  # to_empty untied a tied LM head: tied again,
             full.tie_weights()  # as the model (and the program traced from it) has it; a layer holds neither
         _fill_buffers(part, torch)
-    if s.get("routing"):
+    if s.routing:
         for module in experts_modules(part).values():
-            routed = _Routed(s["routing"], torch, s.get("expert_ep", 1), s.get("top_k"), s.get("expert_tokens", 1))
+            routed = _Routed(s.routing, torch, s.expert_ep, s.top_k, s.expert_tokens)
             module.register_forward_pre_hook(routed, with_kwargs=True)
             if routed.replicas > 1:
                 module.register_forward_hook(routed.own_rows)
@@ -284,23 +333,18 @@ def _fill_buffers(part: HFModule, torch: ModuleType) -> None:
         part.token_ids.zero_()
 
 
-def kept_layers(s: dict) -> list[int]:
-    """The decoder layers a spec runs: its kind's first layer, or a forward's first `layers_run`."""
-    return list(range(s["layers_run"])) if "layers_run" in s else [s["index"]]
-
-
 def _cache_names(i: int) -> tuple[str, str]:
     """The buffers of the i-th kept layer's cache (the first's names are the ones a layer's program has)."""
     return ("past_keys", "past_values") if i == 0 else (f"past_keys{i}", f"past_values{i}")
 
 
-def _layer_part(s: dict, full: HFModule, inner: HFModule, layers: list) -> torch.nn.Module:
+def _layer_part(s: Slice, full: HFModule, inner: HFModule, layers: list) -> torch.nn.Module:
     """The model's forward over its kept layers (kept_layers): inputs_embeds in, the last one's hidden states
     out (the final norm is the head's); their cache slots and attention types become the model's only ones."""
     import torch
     from transformers.cache_utils import DynamicCache
 
-    kept = kept_layers(s)
+    kept = s.kept_layers()
     for slot, index in enumerate(kept):
         for module in layers[index].modules():
             if hasattr(module, "layer_idx"):
@@ -315,13 +359,13 @@ def _layer_part(s: dict, full: HFModule, inner: HFModule, layers: list) -> torch
     config.num_hidden_layers = len(kept)
     if types:
         config.layer_types = [types[i] for i in kept]
-    caches = (s.get("kv_caches") or [s.get("kv_cache")]) if s["phase"] == "decode" else []
+    caches = s.caches()
 
     class LayerPart(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = inner
-            dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
+            dtype = getattr(torch, TORCH_DTYPES[s.dtype])
             for i, shapes in enumerate(c for c in caches if c):
                 for name, shape in zip(_cache_names(i), shapes):
                     self.register_buffer(name, torch.empty(shape, dtype=dtype))
@@ -344,7 +388,7 @@ def _layer_part(s: dict, full: HFModule, inner: HFModule, layers: list) -> torch
     return LayerPart()
 
 
-def _head_part(s: dict, full: HFModule, inner: HFModule) -> torch.nn.Module:
+def _head_part(s: Slice, full: HFModule, inner: HFModule) -> torch.nn.Module:
     """The model's embedding of the phase's tokens, and its final norm and LM head on the last position
     (prefill keeps one position's logits, as generation does)."""
     import torch
@@ -355,7 +399,7 @@ def _head_part(s: dict, full: HFModule, inner: HFModule) -> torch.nn.Module:
         def __init__(self) -> None:
             super().__init__()
             self.embed, self.norm, self.lm_head = embed, norm, head
-            batch, rows = s["batch"], _rows(s) // s["batch"]
+            batch, rows = s.batch, s.rows // s.batch
             self.register_buffer("token_ids", torch.zeros((batch, rows), dtype=torch.long), persistent=False)
 
         def forward(self, hidden_states: torch.Tensor) -> Any:
@@ -364,9 +408,9 @@ def _head_part(s: dict, full: HFModule, inner: HFModule) -> torch.nn.Module:
     return HeadPart()
 
 
-def torch_module(s: dict) -> torch.nn.Module:
+def torch_module(p: Part) -> torch.nn.Module:
     """The part with its seeded weights (what xla and TorchNeuron run; cpu exports it without them)."""
-    return build(s, materialize=True)
+    return build(p, materialize=True)
 
 
 # torch-xla cannot run transformers' grouped expert GEMMs: off the CPU they count tokens per expert with an
@@ -375,11 +419,11 @@ def torch_module(s: dict) -> torch.nn.Module:
 XLA_EXPERTS = "batched_mm"
 
 
-def gathered_expert_bytes(s: dict) -> int:
+def gathered_expert_bytes(p: Part) -> int:
     """What batched_mm gathers on top of the weights: each token's copy of its experts' weights, so every
     expert GEMM of m tokens holds m copies of its k x n weight (the traced GEMMs' `.t<tokens>` entries)."""
-    elements = sum(g["m"] * g["k"] * g["n"] * g["count"] for g in s.get("gemms") or [] if ".t" in g["gemm"])
-    return elements * DTYPE_BYTES[s["dtype"]]
+    elements = sum(g["m"] * g["k"] * g["n"] * g["count"] for g in p.gemms if ".t" in g["gemm"])
+    return elements * DTYPE_BYTES[p.dtype]
 
 
 def use_experts(part: HFModule, implementation: str) -> str | None:
@@ -391,14 +435,14 @@ def use_experts(part: HFModule, implementation: str) -> str | None:
     return implementation if configs else None
 
 
-def export_program(s: dict, example: tuple) -> torch.export.ExportedProgram:
+def export_program(p: Part, example: tuple) -> torch.export.ExportedProgram:
     """torch.export of the part traced on fake tensors, its weights left out (shapes only): the program
     the cpu backend saves, whatever the model's size."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     with FakeTensorMode(allow_non_fake_inputs=True):
-        module = build(s, materialize=False)
+        module = build(p, materialize=False)
         example = tuple(torch.empty(x.shape, dtype=x.dtype) for x in example)
     program = torch.export.export(module, example)
     for name, value in list(program.state_dict.items()):
@@ -411,13 +455,13 @@ def export_program(s: dict, example: tuple) -> torch.export.ExportedProgram:
     return program
 
 
-def load_program(path: str | Path, s: dict) -> torch.nn.Module:
+def load_program(path: str | Path, p: Part) -> torch.nn.Module:
     """The saved program with the part's seeded weights (torch_module's, by name), as a callable module."""
     import torch
     import transformers.integrations.moe  # noqa: F401 - registers the grouped-GEMM op the program calls
 
     program = torch.export.load(str(path))
-    real = build(s, materialize=True)
+    real = build(p, materialize=True)
     named = dict(real.named_parameters(remove_duplicate=False)) | dict(real.named_buffers(remove_duplicate=False))
     for name, value in list(program.state_dict.items()):
         program._state_dict[name] = (

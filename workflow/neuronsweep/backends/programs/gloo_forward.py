@@ -135,7 +135,7 @@ def _rank(rank: int, args: dict) -> None:
     f = forward.Forward.of(args["spec"])
     torch.set_num_threads(args["threads"])
     dist.init_process_group(BACKEND, init_method=f"file://{args['store']}", rank=rank, world_size=f.world)
-    module = forward.build(args["spec"])
+    module = forward.build(f)
     calls = Collectives(dist, torch, f)
     hook(module, f, calls)
     dtype = getattr(torch, TORCH_DTYPES[f.dtype])

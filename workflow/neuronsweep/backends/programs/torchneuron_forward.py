@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.all_reduce(torch.zeros(1), group=host_group)
 
     calls = Reductions(funcol, torch, f, dist.group.WORLD)
-    module = hooked(forward.build(spec), f, calls)
+    module = hooked(forward.build(f), f, calls)
     x, reference = _inputs(module, f, calls, bool(args.check))
     module = module.to("neuron")
     x = x.to("neuron")
