@@ -41,11 +41,14 @@ def test_cc_flags_from_config():
         "extra_cc_flags": "--verbose",
     }
     assert (
-        neuron.cc_flags(section_defaults("neuron", section))
+        neuron.Compiler.of(section_defaults("neuron", section)).cc_flags()
         == "--target trn2 -O3 --auto-cast matmult --logical-nc-config 2 --disable-dge --verbose"
     )
     # --auto-cast is always explicit: the SDK's default changed (matmult -> none in 2.27)
-    assert neuron.cc_flags(section_defaults("neuron", {"target": "inf2"})) == "--target inf2 -O2 --auto-cast none"
+    assert (
+        neuron.Compiler.of(section_defaults("neuron", {"target": "inf2"})).cc_flags()
+        == "--target inf2 -O2 --auto-cast none"
+    )
 
 
 def _result(phases, digests):

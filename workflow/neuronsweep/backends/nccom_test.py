@@ -78,7 +78,7 @@ def parse(text: str, nbytes: int) -> dict | None:
     return None
 
 
-def measure(spec: dict, env: dict, iterations: int, warmup: int, timeout_s: float, log: Path) -> dict:
+def measure(spec: dict, env: dict[str, str], iterations: int, warmup: int, timeout_s: float, log: Path) -> dict:
     """nccom-test's figures for this case, or why there are none (not installed, failed, no row):
     an anchor that is missing never fails the case."""
     tool = find()

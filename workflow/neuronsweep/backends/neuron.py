@@ -24,10 +24,11 @@ import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from neuronsweep.analysis.correctness import rejudge, worst
 from neuronsweep.analysis.stats import latency_stats, process_rounds
@@ -68,31 +69,66 @@ ARTIFACT_FORMAT = "NEFF via TorchNeuron, torch-xla or nki.jit, v5"
 NEURON_PACKAGES = neuron_setup.PACKAGES
 
 
-# The functions below take the config's neuron section with the schema's defaults filled in
-# (settings.BuildSettings.for_backend), so no default is written twice.
+@dataclass(frozen=True)
+class Compiler:
+    """The neuron section's compiler options, read once (the section with the schema's defaults filled in:
+    settings.BuildSettings.for_backend), and the command lines and environments they make."""
 
+    target: str
+    optlevel: int
+    configured_auto_cast: str | None
+    configured_lnc: int | None
+    disable_dge: bool
+    extra_cc_flags: str | None
+    xla_debug: bool  # HLO metadata naming the framework source: asked for, or needed by the Memory Tracker
 
-def auto_cast(options: dict) -> str:
-    """--auto-cast is always passed: its default changed between SDKs (matmult, then none in 2.27), and
-    an fp32 workload silently run as bf16 would be measured against the fp32 peak."""
-    return options["auto_cast"] or "none"
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Compiler:
+        """The compiler options of a neuron section."""
+        return cls(
+            target=options["target"],
+            optlevel=options["optlevel"],
+            configured_auto_cast=options["auto_cast"],
+            configured_lnc=options["lnc"],
+            disable_dge=bool(options["disable_dge"]),
+            extra_cc_flags=options["extra_cc_flags"],
+            xla_debug=bool(options["xla_debug"] or options.get("memory_tracker")),
+        )
 
+    @property
+    def auto_cast(self) -> str:
+        """--auto-cast is always passed: its default changed between SDKs (matmult, then none in 2.27), and
+        an fp32 workload silently run as bf16 would be measured against the fp32 peak."""
+        return self.configured_auto_cast or "none"
 
-def lnc(options: dict) -> int:
-    """Logical NeuronCore size: the configured `lnc`, else the target's default (2 on trn2)."""
-    return TARGETS[options["target"]].lnc(options["lnc"])
+    @property
+    def lnc(self) -> int:
+        """Logical NeuronCore size: the configured `lnc`, else the target's default (2 on trn2)."""
+        return TARGETS[self.target].lnc(self.configured_lnc)
 
+    def cc_flags(self) -> str:
+        """NEURON_CC_FLAGS (neuronx-cc compile options)."""
+        flags = [f"--target {self.target}", f"-O{self.optlevel}", f"--auto-cast {self.auto_cast}"]
+        if self.configured_lnc and (self.configured_lnc != 1 or len(TARGETS[self.target].lnc_choices) > 1):
+            flags.append(f"--logical-nc-config {self.configured_lnc}")  # explicit wherever the target has a choice
+        return " ".join(flags + self._own_flags())
 
-def cc_flags(options: dict) -> str:
-    """NEURON_CC_FLAGS from the config's neuron section (neuronx-cc compile options)."""
-    flags = [f"--target {options['target']}", f"-O{options['optlevel']}", f"--auto-cast {auto_cast(options)}"]
-    if options["lnc"] and (options["lnc"] != 1 or len(TARGETS[options["target"]].lnc_choices) > 1):
-        flags.append(f"--logical-nc-config {options['lnc']}")  # explicit wherever the target has a choice
-    if options["disable_dge"]:
-        flags.append("--disable-dge")
-    if options["extra_cc_flags"]:
-        flags.append(options["extra_cc_flags"])
-    return " ".join(flags)
+    def torchneuron_cc_flags(self) -> str:
+        """NEURON_CC_FLAGS on the TorchNeuron route: only what the config sets to another value than the
+        flags TorchNeuron passes itself (passing those again would say twice what is already said)."""
+        flags = [] if self.optlevel == 2 else [f"-O{self.optlevel}"]
+        if self.auto_cast != "none":
+            flags.append(f"--auto-cast {self.auto_cast}")
+        return " ".join(flags + self._own_flags())
+
+    def torchneuron_effective_flags(self) -> str:
+        """The compiler's command line as TorchNeuron makes it: its own flags, then NEURON_CC_FLAGS."""
+        own = [f"--target {self.target}", f"--logical-nc-config {self.lnc}", *TORCHNEURON_DEFAULT_FLAGS]
+        return " ".join([*own, self.torchneuron_cc_flags()]).strip()
+
+    def _own_flags(self) -> list[str]:
+        """What every route passes as the config says: --disable-dge, then the user's extra flags."""
+        return ["--disable-dge"] * self.disable_dge + ([self.extra_cc_flags] if self.extra_cc_flags else [])
 
 
 # TorchNeuron's own compiler flags ("torch.compile on Neuron", SDK 2.33): it passes --target (from the
@@ -101,34 +137,10 @@ def cc_flags(options: dict) -> str:
 TORCHNEURON_DEFAULT_FLAGS = ("-O2", "--model-type transformer", "--auto-cast=none")
 
 
-def torchneuron_cc_flags(options: dict) -> str:
-    """NEURON_CC_FLAGS on the TorchNeuron route: only what the config sets to another value than the
-    flags TorchNeuron passes itself (passing those again would say twice what is already said)."""
-    flags = [] if options["optlevel"] == 2 else [f"-O{options['optlevel']}"]
-    if auto_cast(options) != "none":
-        flags.append(f"--auto-cast {auto_cast(options)}")
-    if options["disable_dge"]:
-        flags.append("--disable-dge")
-    if options["extra_cc_flags"]:
-        flags.append(options["extra_cc_flags"])
-    return " ".join(flags)
-
-
-def torchneuron_effective_flags(options: dict) -> str:
-    """The compiler's command line as TorchNeuron makes it: its own flags, then NEURON_CC_FLAGS."""
-    own = [f"--target {options['target']}", f"--logical-nc-config {lnc(options)}", *TORCHNEURON_DEFAULT_FLAGS]
-    return " ".join([*own, torchneuron_cc_flags(options)]).strip()
-
-
 # ---------------------------------------------------------------------------------------- build
 
 
-def xla_debug(options: dict) -> bool:
-    """HLO metadata naming the framework source: asked for, or needed by the Memory Tracker."""
-    return bool(options["xla_debug"] or options.get("memory_tracker"))
-
-
-def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = None) -> dict:
+def compile_env(compiler: Compiler, compile_cache: Path, visible_cores: str | None = None) -> dict[str, str]:
     """The environment a neuron compile runs in: the tools' environment on the slot's cores, NEURON_CC_FLAGS from the
     config, the compile cache and the LNC (the runtime's must be the compiler's), plus the HLO debug variables when
     asked."""
@@ -136,12 +148,12 @@ def compile_env(options: dict, compile_cache: Path, visible_cores: str | None = 
     env.update(
         {
             "NEURON_FRAMEWORK_DEBUG": "1",
-            "NEURON_CC_FLAGS": cc_flags(options),
+            "NEURON_CC_FLAGS": compiler.cc_flags(),
             "NEURON_COMPILE_CACHE_URL": str(compile_cache),
-            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),  # the runtime's LNC must be the compiler's
+            "NEURON_LOGICAL_NC_CONFIG": str(compiler.lnc),  # the runtime's LNC must be the compiler's
         }
     )
-    if xla_debug(options):
+    if compiler.xla_debug:
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
 
@@ -159,7 +171,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
         )
     compile_cache = fresh(entry / "neuron-compile-cache")
     workdir = fresh(out_dir.resolve() / "xla")
-    env = compile_env(settings.options, compile_cache, settings.visible_cores)
+    env = compile_env(Compiler.of(settings.options), compile_cache, settings.visible_cores)
     globs = [str(compile_cache / "**" / "*.neff"), str(workdir / ("rank_0" if collective else "") / "MODULE_*.neff")]
     if collective:
         result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s, check=1)
@@ -187,7 +199,9 @@ def rank_checks(workdir: Path, spec: dict) -> dict:
     return worst([read_json(workdir / f"check_rank_{r}.json") for r in range(ranks_of(spec))])
 
 
-def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_cores: str | None = None) -> dict:
+def torchneuron_env(
+    compiler: Compiler, neff_cache: Path, debug_dir: Path, visible_cores: str | None = None
+) -> dict[str, str]:
     """TorchNeuron's environment ("TorchNeuron environment variables", SDK 2.33): the build's own NEFF
     cache, artifacts kept, no silent fallback to CPU execution, the runtime's LNC equal to the compiler's;
     the HLO debug variables when asked (a layer case's build always asks)."""
@@ -195,15 +209,15 @@ def torchneuron_env(options: dict, neff_cache: Path, debug_dir: Path, visible_co
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)  # inherited, it would leave no NEFF to attribute
     env.update(
         {
-            "NEURON_CC_FLAGS": torchneuron_cc_flags(options),
+            "NEURON_CC_FLAGS": compiler.torchneuron_cc_flags(),
             "TORCH_NEURONX_NEFF_CACHE_DIR": str(neff_cache),
             "TORCH_NEURONX_DEBUG_DIR": str(debug_dir),
             "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1",
             "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1",
-            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),
+            "NEURON_LOGICAL_NC_CONFIG": str(compiler.lnc),
         }
     )
-    if xla_debug(options):  # "Setup (all methods)" of how-to-profile-workload: descriptive layer names in the profile
+    if compiler.xla_debug:  # "Setup (all methods)" of how-to-profile-workload: descriptive layer names in the profile
         env.update({"XLA_IR_DEBUG": "1", "XLA_HLO_DEBUG": "1"})
     return env
 
@@ -218,7 +232,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     collective = described(spec).ranks
     neff_cache = fresh(entry / "torchneuron-neff-cache")
     workdir = fresh(out_dir.resolve() / "torchneuron")
-    env = torchneuron_env(settings.options, neff_cache, workdir / "debug", settings.visible_cores)
+    env = torchneuron_env(Compiler.of(settings.options), neff_cache, workdir / "debug", settings.visible_cores)
     if collective:
         result = rank_program(spec).run(spec, workdir, env, neff_cache, settings.timeout_s, check=1)
     else:
@@ -278,7 +292,7 @@ def rank_neffs(neff_cache: Path, world: int) -> list[str | None]:
 
 
 def torchneuron_run(
-    spec: dict, workdir: Path, env: dict, neff_cache: Path, timeout_s: float, **options: object
+    spec: dict, workdir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **options: object
 ) -> dict:
     """Run torchneuron_program in `workdir`; options: check, warmup, iterations, repeats, inspect_nth."""
     workdir = workdir.resolve()
@@ -295,16 +309,16 @@ def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     workdir = out_dir.resolve() / "nki"
     shutil.rmtree(workdir, ignore_errors=True)
     artifacts = fresh(workdir / "artifacts")
-    env, options = tool_env(settings.visible_cores), settings.options
+    env, compiler = tool_env(settings.visible_cores), Compiler.of(settings.options)
     # inherited, it would build with the custom frontend (deprecated in 2.33, removed next: the nki.jit page
     # of 2.33.1), where our kernels' nl.fori_loop has no NkiScalar
     env.pop("NKI_COMPILER_FRONTEND", None)
     env.update(
         {
             "NKI_ARTIFACTS_DIR": str(artifacts),
-            "NEURON_PLATFORM_TARGET_OVERRIDE": TARGETS[options["target"]].nki_platform,
-            "NEURON_LOGICAL_NC_CONFIG": str(lnc(options)),  # NKI_LNC: build() runs NKI kernels at LNC 1
-            "NEURON_CC_FLAGS": cc_flags(options),
+            "NEURON_PLATFORM_TARGET_OVERRIDE": TARGETS[compiler.target].nki_platform,
+            "NEURON_LOGICAL_NC_CONFIG": str(compiler.lnc),  # NKI_LNC: build() runs NKI kernels at LNC 1
+            "NEURON_CC_FLAGS": compiler.cc_flags(),
         }
     )
     run_child(
@@ -376,10 +390,10 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         options = {**options, "lnc": NKI_LNC}
     if described(spec).layer_split:  # its split reads the profile's FrameworkInstruction, which needs the HLO metadata
         options = {**options, "xla_debug": True}
-    settings = replace(settings, options=options)
+    settings, compiler = replace(settings, options=options), Compiler.of(options)
     versions = package_versions(NEURON_PACKAGES)
     torchneuron = not nki_impl and options["route"] == "torchneuron"
-    flags = torchneuron_cc_flags(options) if torchneuron else cc_flags(options)
+    flags = compiler.torchneuron_cc_flags() if torchneuron else compiler.cc_flags()
     route = _compile_nki if nki_impl else ROUTES[options["route"]]
 
     def compile_neff(entry: Path) -> tuple[Path, dict]:
@@ -388,11 +402,11 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
             settings,
             "neuron",
             f"neuron build {workload_id(spec)}",
-            options["target"],
+            compiler.target,
             slot_lnc,
             cores=ranks_of(spec),
         ) as (on_slot, span):
-            on_slot = replace(on_slot, visible_cores=cores_at_lnc(on_slot.visible_cores, slot_lnc, lnc(options)))
+            on_slot = replace(on_slot, visible_cores=cores_at_lnc(on_slot.visible_cores, slot_lnc, compiler.lnc))
             made = route(spec, out_dir, on_slot, entry)
         return Path(made["neff_source"]), {**made, "visible_cores": on_slot.visible_cores, "device_span": span}
 
@@ -401,9 +415,9 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "backend": "neuron",
         "route": "nki" if nki_impl else options["route"],
         "cc_flags": flags,
-        "target": options["target"],  # TorchNeuron takes both from the runtime, not from NEURON_CC_FLAGS
-        "lnc": lnc(options),
-        "xla_debug": xla_debug(options),
+        "target": compiler.target,  # TorchNeuron takes both from the runtime, not from NEURON_CC_FLAGS
+        "lnc": compiler.lnc,
+        "xla_debug": compiler.xla_debug,
         "versions": versions,
         "format": ARTIFACT_FORMAT,
         **({"nki_loops": nki_loops()} if nki_impl and not described(spec).user_code else {}),  # our kernels' loops
@@ -413,9 +427,9 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
     if nki_impl:
         env = {"NKI_ARTIFACTS_DIR": "<build>/nki/artifacts", "NEURON_LOGICAL_NC_CONFIG": str(NKI_LNC)}
     elif options["route"] == "torchneuron":
-        env = torchneuron_env(options, entry / "torchneuron-neff-cache", out_dir.resolve() / "torchneuron" / "debug")
+        env = torchneuron_env(compiler, entry / "torchneuron-neff-cache", out_dir.resolve() / "torchneuron" / "debug")
     else:
-        env = compile_env(options, entry / "neuron-compile-cache")
+        env = compile_env(compiler, entry / "neuron-compile-cache")
     env = {
         k: v
         for k, v in env.items()
@@ -441,18 +455,18 @@ def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSetting
         "compiler": "NKI kernel (nki.jit)" if nki_impl else COMPILERS[options["route"]],
         "artifact_format": ARTIFACT_FORMAT,
         "cc_flags": flags,
-        "compiler_flags": torchneuron_effective_flags(options) if torchneuron else flags,
+        "compiler_flags": compiler.torchneuron_effective_flags() if torchneuron else flags,
         "compiler_flags_source": "TorchNeuron's own flags, then NEURON_CC_FLAGS (torch.compile on Neuron)"
         if torchneuron
         else "NEURON_CC_FLAGS",
-        "target": options["target"],
-        "auto_cast": auto_cast(options),
-        "lnc": lnc(options),
+        "target": compiler.target,
+        "auto_cast": compiler.auto_cast,
+        "lnc": compiler.lnc,
         "slot_lnc": slot_lnc,
         "env": env,
         "compile_cache": str(entry / "neuron-compile-cache") if options["route"] == "xla" and not nki_impl else None,
         **{k: v for k, v in meta.items() if k != "made_at"},
-        "correctness": rejudge(meta.get("correctness"), dtype_of(spec), auto_cast(options)),
+        "correctness": rejudge(meta.get("correctness"), dtype_of(spec), compiler.auto_cast),
         **fields,
         "recompilation_flag": recompilation_flag("kernel" if nki_impl else "graph")
         if meta.get("recompiled_on_second_call")
@@ -563,7 +577,7 @@ def forward_inside_neff(ranks: list[dict], spec: dict) -> dict:
 
 
 def rerun_torchneuron(
-    build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict, **options: object
+    build: BuildRecord, settings: CaptureSettings, workdir: Path, env: dict[str, str], **options: object
 ) -> dict:
     """The build's workload again in TorchNeuron on the capture's cores, through the build's NEFF cache
     (a NEFF appearing there now is a recompile): torchneuron_program, or a collective's ranks."""

@@ -34,7 +34,7 @@ OOM = re.compile(
 OOM_MARKER = ".oom"  # left in the capture dir by an attempt that ran out of device memory
 
 
-def tool_env(visible_cores: str | None = None, lnc: int | None = None) -> dict:
+def tool_env(visible_cores: str | None = None, lnc: int | None = None) -> dict[str, str]:
     """The tools call each other through /opt/aws/neuron/bin and `view` exits when HOME is unset. A
     process that executes on the device is pinned to its slot's cores (slots.py): a torch-xla process
     otherwise claims every visible core ("Requested:2 Available:0" for the next one); and it runs at the
@@ -120,7 +120,7 @@ NEFF_REFUSED = re.compile(r"nrt_load\b|NEFF load error|not a valid NEFF|unsuppor
 INSPECT_MODES = ("model", "session")  # NEURON_RT_INSPECT_DEVICE_PROFILE's device modes, tried in this order
 
 
-def inspect_env(out: Path, settings: CaptureSettings, mode: str = "model") -> dict:
+def inspect_env(out: Path, settings: CaptureSettings, mode: str = "model") -> dict[str, str]:
     """The runtime's inspect mode (Neuron Explorer environment variables, SDK 2.33). `model`: the first
     execution of each NEFF per core after NUM_WARMUP (model-only) executions, "best for compiled-graph
     workloads"; `session`: every execution on a core in one NTFF, which the distributed how-to calls

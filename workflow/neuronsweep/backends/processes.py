@@ -29,7 +29,7 @@ def run_tool(
     timeout_s: float,
     what: str,
     cwd: Path | None = None,
-    env: dict | None = None,
+    env: dict[str, str] | None = None,
     written: list[Path] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run an external program in a process group of its own, so that on timeout the whole group
@@ -96,7 +96,7 @@ def _size(paths: list[Path]) -> int | None:
 
 
 def _run_until_written(
-    argv: list[str], timeout_s: float, what: str, cwd: Path | None, env: dict | None, written: list[Path]
+    argv: list[str], timeout_s: float, what: str, cwd: Path | None, env: dict[str, str] | None, written: list[Path]
 ) -> subprocess.CompletedProcess:
     import tempfile
 
@@ -146,7 +146,9 @@ def child_args(spec: dict, out: Path, **settings: object) -> list[str]:
     return args
 
 
-def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, what: str, timeout_s: float) -> None:
+def run_child(
+    module: str, args: list[str], spec: dict, cwd: Path, env: dict[str, str], what: str, timeout_s: float
+) -> None:
     """`python -m neuronsweep.backends.programs.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The
     output goes to cwd/<module>.log; a failure is one sentence with the case, the last line and the log."""
@@ -169,7 +171,9 @@ def run_child(module: str, args: list[str], spec: dict, cwd: Path, env: dict, wh
 RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")  # a rank's exception, as torchrun prefixes it
 
 
-def run_ranks(module: str, args: list[str], spec: dict, out_dir: Path, env: dict, what: str, timeout_s: float) -> dict:
+def run_ranks(
+    module: str, args: list[str], spec: dict, out_dir: Path, env: dict[str, str], what: str, timeout_s: float
+) -> dict:
     """`torchrun --standalone --nproc_per_node <world> -m neuronsweep.backends.programs.<module> ARGS` in out_dir:
     one process per rank, as distributed training runs. Returns rank 0's result.json, with every rank's
     rank_<r>.json under "ranks" when the ranks were timed; a failure is one sentence with the first

@@ -48,7 +48,7 @@ INSTRUCTION_TABLE = "parquet/Instruction.parquet"
 PACKAGES = ("torch", "torch-xla")
 
 
-def xla_env(options: dict, dump_dir: Path) -> dict:
+def xla_env(options: dict, dump_dir: Path) -> dict[str, str]:
     """The child's environment: the PJRT device, the HLO dump, and the IR debug names when asked."""
     env = dict(os.environ)
     env["PJRT_DEVICE"] = options["pjrt_device"]

@@ -39,7 +39,7 @@ from neuronsweep.backends.programs.torchneuron_program import first_two_calls, n
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
-def run(spec: dict, out_dir: Path, env: dict, neff_cache: Path, timeout_s: float, **settings: object) -> dict:
+def run(spec: dict, out_dir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir; settings: warmup, iterations, repeats, inspect_nth."""
     out_dir = out_dir.resolve()
     args = child_args(spec, out_dir, neff_cache=neff_cache, **settings)

@@ -37,7 +37,7 @@ from neuronsweep.workloads import TORCH_DTYPES, collective, forward
 from neuronsweep.workloads.forward import Forward
 
 
-def run(spec: dict, out_dir: Path, env: dict, neff_cache: Path, timeout_s: float, **settings: object) -> dict:
+def run(spec: dict, out_dir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir; settings: check, warmup, iterations, repeats, inspect_nth."""
     out_dir = out_dir.resolve()
     args = child_args(spec, out_dir, neff_cache=neff_cache, **settings)

@@ -36,7 +36,7 @@ from neuronsweep.backends.programs.xla_program import PHASES, artifacts, child_a
 from neuronsweep.workloads import TORCH_DTYPES, collective
 
 
-def run(spec: dict, out_dir: Path, env: dict, globs: list[str], timeout_s: float, **settings: object) -> dict:
+def run(spec: dict, out_dir: Path, env: dict[str, str], globs: list[str], timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
     out_dir = out_dir.resolve()

@@ -63,7 +63,7 @@ STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of t
 
 
 def run(
-    spec: dict, out_json: Path, env: dict, cwd: Path, globs: list[str], timeout_s: float, **settings: object
+    spec: dict, out_json: Path, env: dict[str, str], cwd: Path, globs: list[str], timeout_s: float, **settings: object
 ) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out, profile_dir, profile_executions."""
