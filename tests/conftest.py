@@ -186,14 +186,25 @@ def pytest_collection_modifyitems(config, items):
 def spread_longest(items: list, workers: int) -> list:
     """The collection in the order xdist's work stealing should get it: it hands each worker a contiguous
     share of the list at the start (the first third to one of three, ...), and later moves tests from the
-    end of the longest queue to an idle worker. So the tests are dealt round robin into one share per
-    worker, the longest first (the Slurm test first: its jobs mostly wait on the scheduler), then the
-    other workflow tests, the short ones last, where stealing evens out the end. Sorted longest first
-    instead, one worker got every long test and ran them one after another while the others idled."""
+    end of the longest queue to an idle worker. So the longest tests are dealt round robin into one share
+    per worker, longest first (the Slurm test first: its jobs mostly wait on the scheduler), then the other
+    workflow tests; the short ones fill each share to its size in collection order, a module's tests
+    together, where stealing evens out the end. Sorted longest first instead, one worker got every long test
+    and ran them one after another while the others idled; the short ones dealt round robin too, every
+    worker imported and warmed up what every module needs (torch.export, transformers, DuckDB), a third of
+    the inner loop's CPU time."""
     rank = {id(i): _longest_first(i.nodeid) for i in items}
     ordered = sorted(items, key=lambda i: (rank[id(i)], i.get_closest_marker("workflow") is None))
     shares = max(1, workers)
-    return [item for k in range(shares) for item in ordered[k::shares]]
+    short = [i for i in ordered if rank[id(i)] == len(LONGEST) and i.get_closest_marker("workflow") is None]
+    dealt = [ordered[: len(ordered) - len(short)][k::shares] for k in range(shares)]
+    out: list = []
+    for k in range(shares):  # xdist's share sizes: what is left over the workers left
+        size = (len(items) - len(out)) // (shares - k)
+        take = max(0, size - len(dealt[k]))
+        out += dealt[k] + short[:take]
+        short = short[take:]
+    return out + short
 
 
 # The longest tests (`pytest --durations`, 2 cores, 2026-11-27), longest first; spread_longest deals them
