@@ -138,6 +138,21 @@ class Run:
 STANDIN = Path(__file__).resolve().parent / "standin"
 
 
+def cli_here(*argv: object) -> int:
+    """`neuronsweep ARGV` in this process, its exit code (a child's start-up costs a second of imports): its
+    log handlers made afresh on the streams of the moment (capsys's, within a test) and dropped after."""
+    import logging
+
+    from neuronsweep import cli
+
+    logger = logging.getLogger("neuronsweep")
+    saved, logger.handlers = logger.handlers, []
+    try:
+        return cli.main([*map(str, argv)])
+    finally:
+        logger.handlers = saved
+
+
 def standin_env(tmp: Path, **knobs: str) -> dict:
     """Environment that puts the stand-in Neuron toolchain first (tests/standin/README.md)."""
     return {

@@ -6,26 +6,17 @@ from __future__ import annotations
 
 import csv
 import gzip
-import logging
 import shutil
 
 import pytest
-from helpers import DATA
-
-from neuronsweep import cli
+from helpers import DATA, cli_here
 
 TRACE = DATA / "chrome" / "eager_backward.json"
 
 
 def main(capsys, *argv) -> tuple[int, str, str]:
-    """cli.main in this process (a start-up per case would cost more than the test), its log handlers
-    made afresh on the streams capsys holds now."""
-    logger = logging.getLogger("neuronsweep")
-    saved, logger.handlers = logger.handlers, []
-    try:
-        code = cli.main([*map(str, argv)])
-    finally:
-        logger.handlers = saved
+    """The command in this process (a start-up per case would cost more than the test)."""
+    code = cli_here(*argv)
     out = capsys.readouterr()
     return code, out.out, out.err
 

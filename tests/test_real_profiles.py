@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import BIN, DATA
+from helpers import BIN, DATA, cli_here
 
 from neuronsweep.analysis import derived
 from neuronsweep.formats import legacy_json
@@ -22,8 +22,9 @@ FILES = sorted(REAL.glob("profile_*.json"))
 assert FILES, f"the real Neuron profiles are missing from {REAL}"
 
 
-def ns(*args, check=True):
-    return subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, check=check)
+def ns(*args):
+    """The command in this process (tests/helpers.cli_here); it must succeed."""
+    assert cli_here(*args) == 0, args
 
 
 def raw(path):
@@ -31,14 +32,16 @@ def raw(path):
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_query_keeps_64_bit_ids_exact(path):
+def test_query_keeps_64_bit_ids_exact(path, capsys):
     data = raw(path)
     sql = (
         "SELECT (SELECT count(*) FROM instruction) AS n, (SELECT max(id) FROM instruction) AS top, "
         "(SELECT typeof(any_value(id)) FROM instruction) AS t, (SELECT count(*) FROM dma) AS dma, "
         "(SELECT count(DISTINCT packet_aggregation_id) FROM dma) AS ids"
-    )  # one command: each is a fresh interpreter (about a second)
-    row = pd.read_csv(pd.io.common.StringIO(ns("query", path, sql, "--csv").stdout), dtype=str).iloc[0]
+    )
+    capsys.readouterr()
+    ns("query", path, sql, "--csv")
+    row = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out), dtype=str).iloc[0]
     assert int(row["n"]) == len(data["instruction"]) and row["t"] == "BIGINT"
     assert int(row["top"]) == max(r["id"] for r in data["instruction"])  # above 2^53: exact, not a float
     ids = {r["packet_aggregation_id"] for r in data["dma"] if r.get("packet_aggregation_id") is not None}
@@ -152,7 +155,8 @@ def test_busy_time_and_op_mix_on_real_data(path):
 def test_extract_refuses_a_file_without_a_summary_and_reads_raw_summary_json_under_any_name(tmp_path):
     bad = tmp_path / "not-a-summary.json"
     bad.write_text(json.dumps({"instruction": [], "metadata": [{}]}))
-    proc = ns("extract", "--summary-json", bad, "--out", tmp_path / "m.json", check=False)
+    argv = ["extract", "--summary-json", bad, "--out", tmp_path / "m.json"]  # the command as a user runs it
+    proc = subprocess.run([str(BIN / "neuronsweep"), *map(str, argv)], capture_output=True, text=True)
     assert proc.returncode == 2 and not (tmp_path / "m.json").exists()
     assert proc.stderr.strip().endswith(
         f"{bad}: holds no profile summary (total_time absent); pass a view's "
