@@ -3,6 +3,7 @@ on cpu, nested --config overrides, and a report that reads right."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 
@@ -19,18 +20,17 @@ from neuronsweep.stages import aggregate, extract, plan, report
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 # what a 2-core AVX2 laptop without native bf16 measured (issue: first run on an ordinary laptop)
-LAPTOP = {
-    "gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9},
-    "flags": ["avx2", "fma"],
-    "torch_import_s": 1.5,
-    "stack_import_s": 0.5,
-}
-NATIVE = {
-    "gemm_flops_per_s": {"fp32": 180e9, "bf16": 370e9, "fp16": 3e9},
-    "flags": ["avx512f", "avx512_bf16"],
-    "torch_import_s": 1.5,
-    "stack_import_s": 0.5,
-}
+LAPTOP = caps.HostProbe.of(
+    {
+        "gemm_flops_per_s": {"fp32": 74e9, "bf16": 0.34e9, "fp16": 0.3e9},
+        "flags": ["avx2", "fma"],
+        "torch_import_s": 1.5,
+        "stack_import_s": 0.5,
+    }
+)
+NATIVE = dataclasses.replace(
+    LAPTOP, gemm_flops_per_s={"fp32": 180e9, "bf16": 370e9, "fp16": 3e9}, flags=("avx512f", "avx512_bf16")
+)
 
 
 def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
@@ -53,10 +53,11 @@ def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
 def test_the_real_probe_measures_every_dtype_once_and_is_cached(tmp_path):
     """Without a warm server (`measure`), or one that gives no answer, the probe is a child of its own."""
     first = caps.probe(tmp_path, 1, measure=lambda threads: None)
-    assert first["measured_in"] == "a child of its own"
-    assert set(first["gemm_flops_per_s"]) == set(caps.DTYPES) and min(first["gemm_flops_per_s"].values()) > 0
-    assert first["torch_import_s"] > 0 and first["stack_import_s"] > 0 and first["cores"] and first["torch"]
     (entry,) = (tmp_path / "host").glob("probe-*.json")
+    record = json.loads(entry.read_text())  # the cached file: what it was measured on, where
+    assert record["measured_in"] == "a child of its own"
+    assert set(first.gemm_flops_per_s) == set(caps.DTYPES) and min(first.gemm_flops_per_s.values()) > 0
+    assert first.torch_import_s > 0 and first.stack_import_s > 0 and record["cores"] and record["torch"]
     assert caps.probe(tmp_path, 1) == first  # read back, not measured again
     assert set(caps.cpu_flags()) <= set(caps.RELEVANT_FLAGS)
 
@@ -89,7 +90,7 @@ def test_estimate_rests_on_the_probe():
         }
     )
     p = plan.make_plan(cfg, "cpu")
-    probe = {**LAPTOP, "gemm_flops_per_s": {"fp32": 2e9}}
+    probe = dataclasses.replace(LAPTOP, gemm_flops_per_s={"fp32": 2e9})
     line = plan.estimate(p, cfg, probe, warm_start=False)
     # 2e9 FLOP x 13 executions at 2 GFLOP/s = 13 s; 2 x (1.5 + 0.5) s of imports; calibration bound 2 x 3 s
     assert "at least 23 s" in line and "13 s of workload time" in line and "4 s of measured imports over 4 jobs" in line

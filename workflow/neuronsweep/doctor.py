@@ -93,8 +93,8 @@ def _host_rates(cfg: dict) -> list[str]:
     """The cpu backend's probe: each dtype's measured GEMM rate and whether the cpu backend runs it."""
     probe = caps.probe(cfg["cache_dir"], default_threads())
     slow = caps.slow_dtypes(probe)
-    lines = [f"host GEMM probe ({probe['method']}, {probe['threads']} threads, measured {probe['measured_at']}):"]
-    for dtype, rate in probe["gemm_flops_per_s"].items():
+    lines = [f"host GEMM probe ({probe.method}, {probe.threads} threads, measured {probe.measured_at}):"]
+    for dtype, rate in probe.gemm_flops_per_s.items():
         verdict = "unsupported on cpu: no fast path" if dtype in slow else "runs on cpu"
         lines.append(f"  {dtype}: {rate / 1e9:.1f} GFLOP/s ({verdict})")
     return lines

@@ -17,10 +17,12 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from neuronsweep.atomic import read_json, write_json
 from neuronsweep.environment import WARM_JOB
@@ -54,6 +56,31 @@ RELEVANT_FLAGS = (
     "bf16",
     "i8mm",
 )
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """The host's probe as its cached record holds it (<cache_dir>/host/probe-*.json, whose keys stay the
+    file's): each dtype's GEMM rate, the CPU's relevant flags, what importing the table stack and torch took,
+    and how, where and when it was measured."""
+
+    gemm_flops_per_s: Mapping[str, float]
+    flags: tuple[str, ...] = ()
+    stack_import_s: float = 0.0
+    torch_import_s: float = 0.0
+    threads: int | None = None
+    method: str | None = None
+    measured_at: str | None = None
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> HostProbe:
+        """The probe of a record (the cached file's, or a test's)."""
+        own = ("stack_import_s", "torch_import_s", "threads", "method", "measured_at")
+        return cls(
+            dict(record["gemm_flops_per_s"]),
+            tuple(record.get("flags") or ()),
+            **{k: record[k] for k in own if k in record},
+        )
 
 
 def host_record() -> dict:
@@ -144,14 +171,14 @@ def gemm_rates(threads: int) -> dict:
     return {"gemm_flops_per_s": {d: measure_gemm(torch, d, PROBE_N, PROBE_BUDGET_S)[0] for d in DTYPES}}
 
 
-def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | None] | None = None) -> dict:
-    """The host's probe record (cached): flags, import times, GEMM FLOP/s per dtype. Measured by
-    `measure(threads)` when given and it answers (the run's warm server, which imports torch anyway:
-    common.smk), else in a child of its own (torch stays out of Snakemake's process)."""
+def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | None] | None = None) -> HostProbe:
+    """The host's probe (its record cached, read as a HostProbe): flags, import times, GEMM FLOP/s per dtype.
+    Measured by `measure(threads)` when given and it answers (the run's warm server, which imports torch
+    anyway: common.smk), else in a child of its own (torch stays out of Snakemake's process)."""
     fp = {**fingerprint(threads), "format": PROBE_FORMAT}
     entry = _entry(cache_root, fp)
     if entry.is_file():
-        return read_json(entry)
+        return HostProbe.of(read_json(entry))
     measured = measure(threads) if measure is not None else None
     where = "the run's warm server" if measured is not None else "a child of its own"
     record = {
@@ -169,7 +196,7 @@ def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | 
             f"config key 'cache_dir' = {str(cache_root)!r} is not a writable folder ({exc.strerror} "
             f"at {exc.filename or entry}); point it at one."
         ) from None
-    return record
+    return HostProbe.of(record)
 
 
 def probe_entry(cache_root: str | Path, threads: int) -> Path:
@@ -199,10 +226,10 @@ def _measure_in_child(threads: int) -> dict:
     return json.loads(proc.stdout)
 
 
-def slow_dtypes(probe_record: dict) -> dict[str, str]:
+def slow_dtypes(probe: HostProbe) -> dict[str, str]:
     """dtype -> why the cpu backend will not run it on this host (its GEMM has no fast path here)."""
-    rates = probe_record["gemm_flops_per_s"]
-    flags = ", ".join(probe_record.get("flags") or []) or "none of " + ", ".join(RELEVANT_FLAGS[:8])
+    rates = probe.gemm_flops_per_s
+    flags = ", ".join(probe.flags) or "none of " + ", ".join(RELEVANT_FLAGS[:8])
     out = {}
     for dtype, rate in rates.items():
         if dtype != "fp32" and rate * SLOW_FACTOR < rates["fp32"]:

@@ -769,7 +769,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     )
 
 
-def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | None = None) -> str:
+def estimate(plan: Plan, config: dict, probe: caps.HostProbe | None, warm_start: bool | None = None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead).
     warm_start (default: on, unless NEURONSWEEP_WARM_START=0): the stages fork from one
@@ -780,15 +780,15 @@ def estimate(plan: Plan, config: dict, probe: dict | None, warm_start: bool | No
         warm_start = os.environ.get(WARM_START) != "0"
     cap = config["capture"]
     executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
-    rates = probe["gemm_flops_per_s"]
+    rates = probe.gemm_flops_per_s
     compute_s = sum(work_flops(s) * executions / rates[dtype_of(s)] for s in plan.workloads.values() if has_roofline(s))
     n = len(plan.workloads)
     # build, capture: torch; view, extract: the readers; under warm start once for the run
-    imports_s = (1 if warm_start else 2 * n) * (probe["torch_import_s"] + probe["stack_import_s"])
+    imports_s = (1 if warm_start else 2 * n) * (probe.torch_import_s + probe.stack_import_s)
     ranks = sum(ranks_of(s) for s in plan.workloads.values() if described(s).ranks)
-    imports_s += ranks * probe["torch_import_s"]  # every rank of a collective is a process of its own
+    imports_s += ranks * probe.torch_import_s  # every rank of a collective is a process of its own
     if cap.get("rounds_in_processes"):  # each round imports torch again
-        imports_s += n * cap["repeats"] * probe["torch_import_s"]
+        imports_s += n * cap["repeats"] * probe.torch_import_s
     dtypes = {s["dtype"] for s in plan.workloads.values()}
     calib_s = caps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
     total = compute_s + imports_s + calib_s

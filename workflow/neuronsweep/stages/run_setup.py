@@ -37,7 +37,7 @@ class RunSetup:
     backend_reason: str  # one line: why this backend
     neuron_setup: dict  # what was settled and why (target, route), for plan.json and the log
     plan: Plan
-    host_probe: dict | None  # cpu: the dtype probe the plan rests on
+    host_probe: caps.HostProbe | None  # cpu: the dtype probe the plan rests on
 
     def plan_json(self) -> str:
         """plan.json: the plan, with the config (so `compare` can say what differs) and the setup."""
@@ -76,7 +76,7 @@ def settle_run(config: dict, local: bool = True) -> RunSetup:
     return RunSetup(config, backend, why, setup, plan, probe)
 
 
-def host_probe(config: dict, backend: str) -> dict | None:
+def host_probe(config: dict, backend: str) -> caps.HostProbe | None:
     """The host's probe (caps.probe, cached beside the compile cache) where the backend probes its host
     (cpu), else None."""
     if not BACKENDS[backend].probes_host:
