@@ -204,7 +204,7 @@ def spread_longest(items: list, workers: int) -> list:
         take = max(0, size - len(dealt[k]))
         out += dealt[k] + short[:take]
         short = short[take:]
-    return out + short
+    return out  # the last share took what was left
 
 
 # The longest tests (`pytest --durations`, 2 cores, 2026-11-27), longest first; spread_longest deals them

@@ -65,9 +65,9 @@ class HostProbe:
     and how, where and when it was measured."""
 
     gemm_flops_per_s: Mapping[str, float]
+    stack_import_s: float
+    torch_import_s: float
     flags: tuple[str, ...] = ()
-    stack_import_s: float = 0.0
-    torch_import_s: float = 0.0
     threads: int | None = None
     method: str | None = None
     measured_at: str | None = None
@@ -75,11 +75,13 @@ class HostProbe:
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> HostProbe:
         """The probe of a record (the cached file's, or a test's)."""
-        own = ("stack_import_s", "torch_import_s", "threads", "method", "measured_at")
+        said = ("threads", "method", "measured_at")
         return cls(
             dict(record["gemm_flops_per_s"]),
+            record["stack_import_s"],
+            record["torch_import_s"],
             tuple(record.get("flags") or ()),
-            **{k: record[k] for k in own if k in record},
+            **{k: record[k] for k in said if k in record},
         )
 
 

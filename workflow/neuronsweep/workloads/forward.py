@@ -180,11 +180,6 @@ class Forward(layer.Slice):
         return list(self.kv_caches) if self.phase == "decode" else []
 
     @property
-    def tokens(self) -> int:
-        """The tokens a rank's layers take in one forward per sequence: the prompt, or one decoded."""
-        return self.seq if self.phase == "prefill" else 1
-
-    @property
     def hidden_shape(self) -> tuple[int, int, int]:
         """The hidden states a rank's layers take and give: batch x tokens x hidden."""
         return (self.batch, self.tokens, self.hidden)

@@ -112,9 +112,9 @@ class Slice:
         return {k: s[k] for k in common} | {k: s[k] for k in given if s.get(k)}
 
     @property
-    def rows(self) -> int:
-        """Tokens the slice runs: batch x seq for prefill, batch for decode."""
-        return self.batch * (self.seq if self.phase == "prefill" else 1)
+    def tokens(self) -> int:
+        """The tokens it takes in one call per sequence: the prompt, or one decoded."""
+        return self.seq if self.phase == "prefill" else 1
 
     def kept_layers(self) -> list[int]:
         """The decoder layers it runs, by index."""
@@ -171,7 +171,7 @@ def workload_id(p: Part) -> str:
 def tensor_shapes(p: Part) -> dict[str, tuple[int, ...]]:
     """The hidden states in; the layer's hidden states out, or the head's logits (last position) and the
     embeddings of the tokens."""
-    tokens = (p.batch, p.rows // p.batch, p.hidden)
+    tokens = (p.batch, p.tokens, p.hidden)
     if p.part == "head":
         return {"hidden_states": tokens, "logits": (p.batch, 1, p.vocab), "embeds": tokens}
     return {"hidden_states": tokens, "out0": tokens}
@@ -399,7 +399,7 @@ def _head_part(s: Slice, full: HFModule, inner: HFModule) -> torch.nn.Module:
         def __init__(self) -> None:
             super().__init__()
             self.embed, self.norm, self.lm_head = embed, norm, head
-            batch, rows = s.batch, s.rows // s.batch
+            batch, rows = s.batch, s.tokens
             self.register_buffer("token_ids", torch.zeros((batch, rows), dtype=torch.long), persistent=False)
 
         def forward(self, hidden_states: torch.Tensor) -> Any:
