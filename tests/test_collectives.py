@@ -146,3 +146,59 @@ def test_the_ranks_clocks_are_aligned_on_the_collectives_exits_and_each_wait_is_
     ]
     with pytest.raises(ValueError, match="same instances"):
         align([rank0, rank1[:1]])
+
+
+def _ns(*seconds: float) -> list[int]:
+    return [round(x * 1e9) for x in seconds]
+
+
+def _cc(rows: list[tuple[float, float, float]]) -> pd.DataFrame:
+    """CcOp rows (trigger_start_ts, start_ts, end_ts) given in s, written in ns as the table has them."""
+    return pd.DataFrame(
+        [dict(zip(("trigger_start_ts", "start_ts", "end_ts"), _ns(*r)), operation="AllReduce") for r in rows]
+    )
+
+
+def test_a_neuron_ranks_collective_operations_go_on_one_timeline_from_their_cc_op_tables(tmp_path):
+    """The same two instances as above (rank 1's clock 5 s ahead), from each rank's CcOp rows (listed out
+    of order: the i-th by start is one collective); rank 0's tensor engine busy over the first half of each of
+    its operations, a sync engine row that is not compute, and rank 1 computing in none of its own."""
+    from neuronsweep.analysis import device_collectives
+
+    rank0 = _cc([(20.003, 20.003, 20.004), (10.000, 10.002, 10.003)])
+    rank1 = _cc([(15.002, 15.002, 15.003), (25.000, 25.003, 25.004)])
+    busy0 = pd.DataFrame(
+        {
+            "start_ts": _ns(10.000, 20.003, 0),
+            "end_ts": _ns(10.0015, 20.0035, 30),
+            "engine": ["tensor", "Vector", "sync"],
+        }
+    )
+    busy1 = pd.DataFrame({"start_ts": _ns(0), "end_ts": _ns(15), "engine": ["tensor"]})
+    found = device_collectives.timeline([rank0, rank1], [busy0, busy1])
+    t = found.timeline
+    assert t is not None and t.offsets_s == pytest.approx((0.0, -5.0))
+    assert t.waits_s[0] == pytest.approx((0.002, 0.0)) and t.waits_s[1] == pytest.approx((0.0, 0.003))
+    assert found.operations == ("AllReduce", "AllReduce") and found.wait_s == pytest.approx((0.002 + 0.003) / 2)
+    assert found.overlap_pct == pytest.approx(100 * (0.0015 + 0.0005) / (0.003 + 0.001 + 0.001 + 0.004))
+    assert found.summary()["straggler_rank"] == 0 and found.summary()["source"] == device_collectives.SOURCE
+
+    # what cannot be put on a timeline is said, never guessed
+    assert device_collectives.timeline([rank0], [busy0]).why == "1 rank was profiled: a timeline needs two"
+    assert "rank(s) 1 have no CcOp rows" in device_collectives.timeline([rank0, None], [busy0, None]).why
+    untriggered = rank1.drop(columns="trigger_start_ts")
+    assert "lack trigger_start_ts" in device_collectives.timeline([rank0, untriggered], [busy0, busy1]).why
+    more = device_collectives.timeline([pd.concat([rank0, _cc([(30, 30, 30.001)])]), rank1], [busy0, None])
+    assert "ran 3, 2 collective operations: the first 2 are aligned" in more.notes[0]
+    assert more.overlap_pct is None and "no ActiveTime" in more.notes[1]
+
+    # read from the view's per-rank parquet; a damaged file is the reason, not a traceback
+    for r, (ops, busy) in enumerate([(rank0, busy0), (rank1, busy1)]):
+        folder = tmp_path / "ranks" / f"rank_{r}" / "parquet"
+        folder.mkdir(parents=True)
+        ops.to_parquet(folder / "CcOp_0.parquet")  # a table split in parts, as large ones are
+        busy.to_parquet(folder / "ActiveTime.parquet")
+    assert device_collectives.read(tmp_path).summary() == found.summary()
+    assert device_collectives.read(tmp_path / "ranks") is None  # no rank viewed as parquet
+    (tmp_path / "ranks" / "rank_1" / "parquet" / "CcOp_0.parquet").write_bytes(b"PAR1 not parquet")
+    assert "not readable" in device_collectives.read(tmp_path).why

@@ -96,6 +96,21 @@ def test_the_cc_op_time_line_passes_ranks_whose_summaries_time_their_collectives
     assert line({"cc_op_time": 3e-5, "total_time": 2e-5}, {"cc_op_time": 1e-5, "total_time": 2e-5}).startswith("FAIL")
 
 
+def test_the_ranks_cc_op_timeline_line_says_what_the_alignment_rests_on():
+    """The line passes a timeline made of every rank's operations, and fails one whose ranks ran different
+    counts or lacked the optional trigger_start_ts, printing why."""
+    from neuronsweep.fieldtest import rank_timeline_line
+
+    aligned = {"instances": 4, "ranks": 2, "offsets_s": [0.0, -0.0015], "residual_s": 2e-7, "notes": []}
+    assert str(rank_timeline_line({"rank_timeline": aligned}, "fwd")).startswith("PASS")
+    assert "-1500.0 us" in str(rank_timeline_line({"rank_timeline": aligned}, "fwd"))
+    uneven = aligned | {"notes": ["the ranks ran 5, 4 collective operations: the first 4 are aligned"]}
+    assert str(rank_timeline_line({"rank_timeline": uneven}, "fwd")).startswith("FAIL")
+    why = {"why": "rank(s) 1' CcOp rows lack trigger_start_ts"}
+    assert str(rank_timeline_line({"rank_timeline": why}, "fwd")).startswith("FAIL")
+    assert str(rank_timeline_line({}, "fwd")).startswith("SKIP")
+
+
 def test_the_nki_loops_line_passes_only_a_device_loop_whose_output_is_right(tmp_path):
     from neuronsweep.fieldtest import nki_loops_line
 

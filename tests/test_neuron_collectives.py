@@ -294,9 +294,63 @@ def test_collectives_suite_on_neuron_builds_captures_every_rank_and_sits_beside_
         assert m["link_bytes_per_s"] is None and "NeuronLink-v2" in m["notes"]["link_bytes_per_s"]
         ranks = pd.read_csv(d / "tables" / "ranks.csv")
         assert list(ranks["rank"]) == list(range(world)) and (ranks["median_s"] > 0).all()
+        # each rank's CcOp rows on one timeline (the stand-in: rank r triggers the call 20 us x r after rank 0)
+        assert m["straggler_rank"] == world - 1 and m["rank_wait_max_s"] == pytest.approx((world - 1) * 20e-6)
     page = (tmp_path / "results" / "t" / "report.html").read_text()
     assert "nccom-test busbw" in page and "nccom_test_busbw_bytes_per_s" in page  # dashed beside ours, and in the table
     assert "fewer, larger messages" in page  # a small collective's overhead, in its own words
+
+
+@pytest.mark.workflow  # runs the stages' real commands (capture, view and extract of two ranks)
+def test_each_ranks_cc_op_table_puts_a_neffs_collectives_on_one_timeline(tmp_path):
+    """A NEFF with two collective calls captured on 2 workers and viewed with Neuron Explorer as parquet: each
+    rank's CcOp rows (the stand-in: rank 1 triggers each 20 us after rank 0, both leave together, rank 1's clock
+    1.5 ms ahead, compute over the first half of each) give every call's arrivals and waits, the straggler,
+    the overlap with compute, tables/rank_waits.csv and view/ranks.pftrace with a process per rank."""
+    env = {**os.environ, **standin_env(tmp_path)}
+    neff = tmp_path / "fwd.neff"
+    ops = [["mm", [[128, 128], [128, 128]]], ["all_reduce", [[8, 128]]], ["all_gather", [[8, 64]]]]
+    neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "fwd", "ops": ops}).encode())
+    explorer = ["--options", '{"profiler": "neuron-explorer"}']
+
+    def ns(*args):
+        proc = subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    capture = ["--num-exec", "2", "--nth-exec", "2", "--collectives-workers-per-node", "2"]
+    ns("capture", "--neff", neff, "--out", tmp_path / "cap", *capture, *explorer, "--device-lock", tmp_path / "lock")
+    ns("view", "--capture", tmp_path / "cap", "--out", tmp_path / "view", *explorer)
+    view = json.loads((tmp_path / "view" / "view.json").read_text())
+    timeline = view["rank_timeline"]
+    assert timeline["operations"] == ["AllReduce", "AllGather"] and view["ranks_pftrace"] == "ranks.pftrace"
+    assert timeline["offsets_s"] == pytest.approx([0.0, -0.0015])
+    out = tmp_path / "m" / "metrics.json"
+    ns(
+        "extract",
+        "--summary-json",
+        tmp_path / "view" / "summary.json",
+        "--capture-json",
+        tmp_path / "cap" / "capture.json",
+        "--out",
+        out,
+    )
+    m = json.loads(out.read_text())
+    assert m["straggler_rank"] == 1 and m["rank_wait_max_s"] == pytest.approx(20e-6)
+    assert m["clock_residual_s"] == pytest.approx(0.0, abs=1e-12)
+    assert m["collective_wait_pct"] == pytest.approx(100 * 20 / (30 + 10))  # rank 0 inside 30 us, rank 1 10 us
+    assert m["collective_overlap_pct"] == pytest.approx(50.0)
+    assert "CcOp" in m["notes"]["rank_wait_max_s"]
+    waits = pd.read_csv(tmp_path / "m" / "tables" / "rank_waits.csv")
+    assert list(waits["wait_s"].round(9)) == [20e-6, 0.0, 20e-6, 0.0]
+    tracks = ns(
+        "query",
+        tmp_path / "view" / "ranks.pftrace",
+        "SELECT p.name AS rank, count(*) AS n FROM slice s JOIN track t ON s.track_id = t.id "
+        "JOIN track p ON t.parent_id = p.id GROUP BY 1 ORDER BY 1",
+        "--csv",
+    ).stdout.splitlines()
+    assert tracks == ["rank,n", "rank 0,2", "rank 1,2"]
 
 
 @pytest.mark.torch  # the cpu plan probe or a torch child

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from neuronsweep.analysis import device_collectives, rank_timeline
 from neuronsweep.analysis.correctness import rejudge, worst
 from neuronsweep.analysis.stats import latency_stats, process_rounds
 from neuronsweep.atomic import read_json
@@ -53,6 +54,7 @@ from neuronsweep.backends.processes import child_args, fresh, run_child
 from neuronsweep.backends.programs import torchneuron_collective, torchneuron_forward, xla_collective, xla_program
 from neuronsweep.config.settings import BuildSettings, CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
+from neuronsweep.formats import pftrace_writer
 from neuronsweep.host import slots, targets
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.kernels import unsupported as nki_unsupported
@@ -559,7 +561,7 @@ def forward_inside_neff(ranks: list[dict], spec: dict) -> dict:
     why = (
         "the forward's collectives run inside its NEFF, so the host sees each execution whole: the time inside "
         "them, waiting in them and computing between them are in each rank's device profile "
-        "(capture/profile_rank_<r>.ntff, the view's per-rank tables), which neuron-sweep does not split per call"
+        "(capture/profile_rank_<r>.ntff), whose parquet view's CcOp table the view puts on one timeline"
     )
     return {
         "forward_across_ranks": {
@@ -574,6 +576,24 @@ def forward_inside_neff(ranks: list[dict], spec: dict) -> dict:
         },
         "rank_timeline_why": why,
     }
+
+
+RANKS_TRACE = "ranks.pftrace"  # every profiled rank's collective operations on one timeline, a process each
+
+
+def ranks_timeline(out_dir: Path) -> dict[str, object]:
+    """view.json's `rank_timeline`: the ranks' collective operations from their parquet views on one timeline
+    (analysis/device_collectives.py), drawn as out_dir/ranks.pftrace, a process track per rank on rank 0's
+    clock; nothing where no rank was viewed as parquet."""
+    found = device_collectives.read(out_dir)
+    if found is None:
+        return {}
+    if found.timeline is None:
+        return {"rank_timeline": found.summary()}
+    spans = [list(s) for s in found.spans]
+    events = rank_timeline.chrome_trace(spans, found.timeline, "collective", list(found.operations) or None)
+    pftrace_writer.chrome_to_pftrace(events, out_dir / RANKS_TRACE)
+    return {"rank_timeline": found.summary(), "ranks_pftrace": RANKS_TRACE}
 
 
 def rerun_torchneuron(
@@ -784,6 +804,7 @@ def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSet
     result = view_profile(neff, capture_dir / NTFF, out_dir, settings, captured_with)
     if cap.details.get("ranks"):
         result["ranks"] = view_ranks(neff, capture_dir, cap.details["ranks"], out_dir, settings)
+        result |= ranks_timeline(out_dir)
         if settings.pftrace:  # the guide's combined view, over the folder the capture wrote the ranks to
             session = capture_dir / cap.details.get("session_dir", "raw")
             try:

@@ -342,12 +342,14 @@ def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> lis
 
 def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, settings: ViewSettings) -> list[dict]:
     """A multi-worker capture viewed per rank: each rank's summary-json in out_dir/ranks/rank_<r>/, with
-    the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary). Each rank's NTFF is
-    viewed with that rank's own NEFF where the rank compiled its own (`neff` in the rank's entry: every
-    compilation carries its own uuid), else with the capture's."""
+    the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary), and its parquet where the
+    view writes parquet (its CcOp and ActiveTime tables put the ranks' collectives on one timeline:
+    analysis/device_collectives.py). Each rank's NTFF is viewed with that rank's own NEFF where the rank
+    compiled its own (`neff` in the rank's entry: every compilation carries its own uuid), else with the
+    capture's."""
     import dataclasses
 
-    only_summary = dataclasses.replace(settings, parquet=False, json=False, pftrace=False)
+    only_summary = dataclasses.replace(settings, json=False, pftrace=False)
     out = []
     for r in ranks:
         folder = out_dir / "ranks" / f"rank_{r['rank']}"

@@ -55,6 +55,11 @@ READ = {
         "engine": (WINDOWS, "text"),
         "pcore_idx": (THROTTLE, "number"),
     },
+    "CcOp": {
+        "start_ts": ("the ranks' collectives on one timeline", "number"),
+        "end_ts": ("the ranks' collectives on one timeline", "number"),
+        "operation": ("the ranks' collectives on one timeline", "text"),
+    },
     "FrameworkInstruction": {
         "framework_name": ("a layer's split by category", "text"),
         "time_intervals": ("a layer's split by category", "text"),

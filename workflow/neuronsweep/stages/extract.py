@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from neuronsweep.analysis import derived, framework_split
+from neuronsweep.analysis import derived, device_collectives, framework_split
+from neuronsweep.analysis.device_collectives import DeviceRanks
 from neuronsweep.analysis.metrics import bounds, memory
 from neuronsweep.analysis.metrics.case import compose
 from neuronsweep.analysis.metrics.collectives import rank_latency
@@ -160,10 +161,15 @@ def neuron_rank_rows(view_dir: Path) -> list[dict]:
     return rows
 
 
-def _rank_tables(ranks: list[dict], capture: CaptureRecord | None, folder: Path) -> dict[str, int]:
-    """tables/ranks.csv (one row per rank) and, where the capture put the ranks on one timeline,
-    tables/rank_waits.csv (each timed execution's arrival and wait per rank): their row counts."""
+def _rank_tables(
+    ranks: list[dict], capture: CaptureRecord | None, folder: Path, device: DeviceRanks | None = None
+) -> dict[str, int]:
+    """tables/ranks.csv (one row per rank) and, where the capture (gloo) or the ranks' device profiles
+    (neuron) put the ranks on one timeline, tables/rank_waits.csv (each collective instance's arrival and
+    wait per rank): their row counts."""
     waits = capture.details.get("rank_waits") if capture is not None else None
+    if not waits and device is not None and device.timeline is not None:
+        waits = device.timeline.rows()
     found = {"ranks": ranks, "rank_waits": waits or []}
     return {name: write_ranks(rows, folder / f"{name}.csv") for name, rows in found.items() if rows}
 
@@ -225,12 +231,13 @@ def run(
     if capture is None or BACKENDS[capture.backend].neuron_device:  # only Neuron profiles have device memory
         usage, warnings, found = device_reads(summary, db, profile_json or summary_json)
     workers = neuron_rank_rows(summary_json.parent)
+    device = device_collectives.read(summary_json.parent)  # a neuron case's ranks viewed as parquet
     packets = derived.dma_packet_count(db)
     layer = any(r is not None and described(r.spec).layer_split for r in (build, capture))
     from_profile = capture is None or BACKENDS[capture.backend].layer_split == "profile"  # else the capture's
     split, windows = (profile_split(db, summary), profile_windows(db)) if layer and from_profile else (None, None)
     known = (capture, build, calibration, metadata, usage, workers, packets, split, warnings, windows)
-    values = compute(summary, *known, evidence=found)
+    values = compute(summary, *known, evidence=found, device=device)
     if capture is not None and capture.details.get("profile_scope"):  # an inspect session: several executions
         values["notes"]["profile_total_time_s"] = capture.details["profile_scope"]
     missing = profile_schema.problems(db, values["profile_schema_version"]) if db is not None else []
@@ -246,7 +253,7 @@ def run(
     ranks = workers or gloo_rank_rows(capture)
     sources = [str(p) for p in (summary_json, profile_json, capture_json, build_json, calibration_json) if p]
     tables = write_tables(db, out.parent / "tables")
-    tables |= _rank_tables(ranks, capture, out.parent / "tables")
+    tables |= _rank_tables(ranks, capture, out.parent / "tables", device)
     record = MetricsRecord(
         values={k: v for k, v in values.items() if k not in ("spec", "notes")},
         notes=values["notes"],

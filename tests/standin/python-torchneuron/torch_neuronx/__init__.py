@@ -371,7 +371,8 @@ class _Executable:
             "inspect": mode,
         }
         if "RANK" in os.environ:  # a worker of a collective: where it ran, as the capture's rank profiles say
-            body.update(rank=int(os.environ["RANK"]), nc_idx=core % standin_cores.CORES_PER_DEVICE)
+            body.update(rank=int(os.environ["RANK"]), world=int(os.environ["WORLD_SIZE"]))
+            body.update(nc_idx=core % standin_cores.CORES_PER_DEVICE)
             body["nd_idx"] = core // standin_cores.CORES_PER_DEVICE
         if mode == "session":
             if "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP" in os.environ:

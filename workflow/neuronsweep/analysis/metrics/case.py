@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from neuronsweep.analysis.device_collectives import DeviceRanks
 from neuronsweep.analysis.metrics.bounds import Bounds, Efficiency, Evidence, headroom, window_ladder
 from neuronsweep.analysis.metrics.collectives import (
     RanksProfiled,
@@ -73,12 +74,14 @@ def compose(
     evidence: Evidence | None = None,
     invalid: dict[str, str] | None = None,
     no_device_why: dict[str, str | None] | None = None,
+    device: DeviceRanks | None = None,
 ) -> dict[str, Any]:
     """metrics.json's values from a view summary plus, when known, the capture and build records, (cpu) the
     host calibration and (neuron) the profile's metadata, whose device peaks beat any table, and a layer's split
     (framework_split.split's (split, why)); with "spec" and "notes" (every null value's reason). `warnings`: the
     profile's own (None where its form has none); `evidence`: its tables' throttling and DMA descriptors
-    (bounds.evidence); `invalid`: summary field -> why the reader left it out; `no_device_why`: backend -> why."""
+    (bounds.evidence); `invalid`: summary field -> why the reader left it out; `no_device_why`: backend -> why;
+    `device`: the profiled ranks' collective operations on one timeline (analysis/device_collectives.py)."""
     known = [r for r in (build, capture) if r is not None]
     spec = next((r.spec for r in known if r.spec), None)
     backend = known[0].backend if known else "neuron"  # a bare summary-json is a Neuron tool's output
@@ -117,7 +120,7 @@ def compose(
     else:
         why = no_device or f"the {backend} backend's profile has no NeuronCore summary to bound"
         parts += [Bounds.null(why), Efficiency.null(why)]
-    parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks)
+    parts += _ranks(spec, capture, timed.latency_median_s, identity.neuron_target, ranks, device)
     if described(spec).layer_split:  # only a model's layer or head has a split
         bounded = _window_ladders(windows, peaks, warnings)
         parts.append(layer_split(capture, backend, timed.latency_median_s, profile_split, bounded))
@@ -160,6 +163,7 @@ def _ranks(
     median_s: float | None,
     target: str | None,
     ranks: list[dict] | None,
+    device: DeviceRanks | None = None,
 ) -> list[Part]:
     """A collective's size, rank spread and nccom-test figures; a multi-worker capture's spread of each rank's
     device time; how many ranks were profiled."""
@@ -172,11 +176,11 @@ def _ranks(
         )
         if described(spec).bandwidth:  # a collective alone: its size, algbw and busbw
             size = collective(spec, capture, median_s, target, ranks)
-            parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s), rank_waits(capture)]
+            parts += [size, spread, nccom_test(capture, size.busbw_bytes_per_s), rank_waits(capture, device)]
         else:  # a forward across ranks
-            parts += [spread, rank_waits(capture), forward_across_ranks(capture, ranks)]
-    elif ranks:  # a multi-worker neuron capture: each rank's device time
-        parts.append(rank_spread(device_times))
+            parts += [spread, rank_waits(capture, device), forward_across_ranks(capture, ranks, device)]
+    elif ranks:  # a multi-worker neuron capture: each rank's device time, its collectives on one timeline
+        parts += [rank_spread(device_times)] + ([rank_waits(capture, device)] if device is not None else [])
     if ranks:
         parts.append(RanksProfiled(ranks_profiled=len(ranks)))
     return parts

@@ -8,6 +8,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from neuronsweep.analysis.device_collectives import SOURCE, DeviceRanks
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.config.backends import BACKENDS, NO_LINK
 from neuronsweep.host.targets import TARGETS
@@ -141,13 +142,18 @@ def rank_latency(capture: CaptureRecord | None) -> list[dict]:
     return [r for r in (details.get("rank_latency") or details.get("ranks") or []) if "median_s" in r]
 
 
-def rank_waits(capture: CaptureRecord | None) -> RankWaits:
-    """capture.json's `rank_timeline` (the gloo ranks' timed executions on one timeline), or null with why."""
+def rank_waits(capture: CaptureRecord | None, device: DeviceRanks | None = None) -> RankWaits:
+    """capture.json's `rank_timeline` (the gloo ranks' timed executions on one timeline), else the ranks' device
+    profiles' collectives on one timeline (`device`: neuron), or null with why."""
     details = capture.details if capture else {}
     found = details.get("rank_timeline")
+    if not found and device is not None and device.timeline is not None:
+        return _device_waits(device)
     if not found:
+        why = device.why if device is not None else None
         return RankWaits.null(
-            details.get("rank_timeline_why")
+            why
+            or details.get("rank_timeline_why")
             or "capture.json has no rank timeline (a capture of every rank's entries and exits)"
         )
     inside = (capture.details if capture else {}).get("forward_across_ranks")
@@ -175,10 +181,39 @@ def rank_waits(capture: CaptureRecord | None) -> RankWaits:
     )
 
 
-def forward_across_ranks(capture: CaptureRecord | None, ranks: list[dict] | None = None) -> ForwardAcrossRanks:
+def _device_waits(device: DeviceRanks) -> RankWaits:
+    """The waits of the profiled execution's collectives, from every rank's CcOp rows."""
+    t = device.timeline
+    assert t is not None  # rank_waits asked
+    basis = (
+        f"over the {len(t.arrivals_s)} collective operations of the profiled execution, from {SOURCE}: a rank "
+        f"arrives at its trigger; the clocks aligned on the operations' ends (residual {t.residual_s * 1e6:.1f} us)"
+    )
+    notes = {"rank_wait_max_s": "; ".join([basis, *device.notes])}
+    if device.overlap_pct is None:
+        notes["collective_overlap_pct"] = "a rank's profile has no ActiveTime table: when compute ran is not known"
+    else:
+        notes["collective_overlap_pct"] = (
+            "the share of the ranks' time from trigger to end of each collective operation during which a compute "
+            "engine of the same rank was active (ActiveTime)"
+        )
+    return RankWaits(
+        rank_wait_max_s=t.rank_wait_max_s,
+        straggler_rank=t.straggler_rank,
+        collective_wait_pct=t.collective_wait_pct,
+        collective_overlap_pct=device.overlap_pct,
+        clock_residual_s=t.residual_s,
+        notes=notes,
+    )
+
+
+def forward_across_ranks(
+    capture: CaptureRecord | None, ranks: list[dict] | None = None, device: DeviceRanks | None = None
+) -> ForwardAcrossRanks:
     """capture.json's `forward_across_ranks`, or null with why. Where the host could not time the collectives
     (neuron: they run inside the NEFF), each profiled rank's summary (`ranks`: tables/ranks.csv's rows) gives
-    the time inside them: its cc_op_time in the profiled forward, the rest of its total_time computing."""
+    the time inside them: its cc_op_time in the profiled forward, the rest of its total_time computing; and
+    the ranks' collective operations on one timeline (`device`) the part of it spent waiting."""
     found = (capture.details if capture else {}).get("forward_across_ranks")
     if not found:
         return ForwardAcrossRanks.null("capture.json has no forward across ranks (its capture recorded none)")
@@ -196,9 +231,15 @@ def forward_across_ranks(capture: CaptureRecord | None, ranks: list[dict] | None
         notes["forward_collectives_s"] = basis
         notes["forward_compute_s"] = f"{basis} subtracted from its total_time"
         notes["forward_wait_s"] = (
-            "a rank's summary gives its time in collective operations whole; no documented field splits the wait "
-            "for the last rank from moving the data"
+            "a rank's summary gives its time in collective operations whole, and no rank's CcOp rows were put on "
+            f"one timeline ({device.why if device is not None else 'no rank was viewed as parquet'})"
         )
+        if device is not None and device.wait_s is not None:
+            values["wait_s"] = device.wait_s
+            notes["forward_wait_s"] = (
+                f"the profiled forward's waits (each rank's: the last arrival at a collective operation minus its "
+                f"own, summed over its operations), the mean over its ranks, from {SOURCE}"
+            )
     return ForwardAcrossRanks(
         notes={k: v for k, v in notes.items() if v},
         forward_layers_run=found["layers_run"],
