@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import importlib.util
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +27,13 @@ BIN = Path(sys.executable).parent
 
 
 HOST_CACHE: dict[str, Path] = {}  # where the session's host measurements live (host_cache_root)
+
+
+def needs(package: str, reason: str | None = None) -> pytest.MarkDecorator:
+    """Skip a module's tests where `package` is not installed, without importing it while pytest collects:
+    pytest.importorskip imports it, and torch or transformers take seconds in every xdist worker, including
+    those that run none of the module's tests."""
+    return pytest.mark.skipif(importlib.util.find_spec(package) is None, reason=reason or f"needs {package}")
 
 
 @contextmanager

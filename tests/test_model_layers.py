@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import DATA, snakemake, tiny_config
+from helpers import DATA, needs, snakemake, tiny_config
 
 from neuronsweep import workloads
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
@@ -22,7 +22,7 @@ from neuronsweep.stages.plan import _layer_scenarios, make_plan
 from neuronsweep.stages.plan_fits import layers_that_fit
 from neuronsweep.workloads import layer, working_set_bytes
 
-pytest.importorskip("transformers", reason='the model suite needs transformers: pip install -e ".[models]"')
+pytestmark = needs("transformers", 'the model suite needs transformers: pip install -e ".[models]"')
 # Qwen3-MoE's published fields, shrunk: hidden 128, 8 experts of 64, top 2, 2 layers of which the first
 # dense (mlp_only_layers [0]): one model with both kinds of layer
 MOE = DATA / "models" / "tiny-qwen3-moe.json"

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from helpers import DATA, tiny_config
+from helpers import DATA, needs, tiny_config
 
 from neuronsweep.analysis import model_rollup
 from neuronsweep.config import schema
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import make_plan
 
-pytest.importorskip("transformers", reason='the model suite needs transformers: pip install -e ".[models]"')
+pytestmark = needs("transformers", 'the model suite needs transformers: pip install -e ".[models]"')
 TINY = DATA / "models" / "tiny-llama-gqa.json"  # hidden 256, intermediate 512, 8 heads, 2 kv heads, 2 layers
 
 

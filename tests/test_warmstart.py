@@ -19,15 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from helpers import BIN, REPO, snakemake, tiny_config
+from helpers import BIN, REPO, needs, snakemake, tiny_config
 
 from neuronsweep import warmstart
 from neuronsweep.config import schema
 from neuronsweep.config.settings import HOST_ENV
 from neuronsweep.stages.plan import make_plan
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.workflow  # every test here runs the workflow's stage commands (or a whole sweep)
+# every test here runs the workflow's stage commands (or a whole sweep)
+pytestmark = [needs("torch"), pytest.mark.workflow]
 
 # A user's function that says, when its module is imported, which process imported it and that
 # process's parent; with SPY_SLEEP set it then waits, as a long compile would.
