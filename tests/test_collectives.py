@@ -202,3 +202,7 @@ def test_a_neuron_ranks_collective_operations_go_on_one_timeline_from_their_cc_o
     assert device_collectives.read(tmp_path / "ranks") is None  # no rank viewed as parquet
     (tmp_path / "ranks" / "rank_1" / "parquet" / "CcOp_0.parquet").write_bytes(b"PAR1 not parquet")
     assert "not readable" in device_collectives.read(tmp_path).why
+    rank1.astype({"trigger_start_ts": str}).assign(trigger_start_ts="soon").to_parquet(
+        tmp_path / "ranks" / "rank_1" / "parquet" / "CcOp_0.parquet"
+    )  # a time that is no number
+    assert "could not convert string to float" in device_collectives.read(tmp_path).why

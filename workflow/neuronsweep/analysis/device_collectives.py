@@ -87,9 +87,10 @@ def read(view_dir: Path) -> DeviceRanks | None:
     try:
         ops = [_table(f, "CcOp", CC_FIELDS) for f in folders]
         active = [_table(f, "ActiveTime", ("start_ts", "end_ts", "engine")) for f in folders]
-    except (OSError, ValueError) as exc:  # pyarrow's errors are both: a damaged file is the reason, not a crash
-        return DeviceRanks(why=f"a rank's parquet view is not readable ({str(exc).splitlines()[0]})")
-    return timeline(ops, active)
+        return timeline(ops, active)
+    except (OSError, ValueError, TypeError) as exc:  # pyarrow's errors are the first two; a text in a time column
+        # the last: a damaged file is the reason, not a crash
+        return DeviceRanks(why=f"a rank's parquet view is not readable ({(str(exc).splitlines() or [''])[0]})")
 
 
 def timeline(ops: list[pd.DataFrame | None], active: list[pd.DataFrame | None]) -> DeviceRanks:

@@ -349,13 +349,13 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
     capture's."""
     import dataclasses
 
-    only_summary = dataclasses.replace(settings, json=False, pftrace=False)
+    per_rank = dataclasses.replace(settings, json=False, pftrace=False)
     out = []
     for r in ranks:
         folder = out_dir / "ranks" / f"rank_{r['rank']}"
         folder.mkdir(parents=True, exist_ok=True)
         own = Path(r["neff"]) if r.get("neff") else neff
-        summary = view_profile(own, capture_dir / r["ntff"], folder, only_summary)["summary"]
+        summary = view_profile(own, capture_dir / r["ntff"], folder, per_rank)["summary"]
         write_json(folder / "summary.json", summary)
         out.append(
             {

@@ -148,7 +148,7 @@ def rank_waits(capture: CaptureRecord | None, device: DeviceRanks | None = None)
     details = capture.details if capture else {}
     found = details.get("rank_timeline")
     if not found and device is not None and device.timeline is not None:
-        return _device_waits(device)
+        return _device_waits(device, bool(details.get("profile_scope")))
     if not found:
         why = device.why if device is not None else None
         return RankWaits.null(
@@ -181,12 +181,14 @@ def rank_waits(capture: CaptureRecord | None, device: DeviceRanks | None = None)
     )
 
 
-def _device_waits(device: DeviceRanks) -> RankWaits:
-    """The waits of the profiled execution's collectives, from every rank's CcOp rows."""
+def _device_waits(device: DeviceRanks, session: bool) -> RankWaits:
+    """The waits of the profiled execution's collectives (`session`: of every execution the runtime's inspect
+    session profiled), from every rank's CcOp rows."""
     t = device.timeline
     assert t is not None  # rank_waits asked
+    which = "every profiled execution (an inspect session)" if session else "the profiled execution"
     basis = (
-        f"over the {len(t.arrivals_s)} collective operations of the profiled execution, from {SOURCE}: a rank "
+        f"over the {len(t.arrivals_s)} collective operations of {which}, from {SOURCE}: a rank "
         f"arrives at its trigger; the clocks aligned on the operations' ends (residual {t.residual_s * 1e6:.1f} us)"
     )
     notes = {"rank_wait_max_s": "; ".join([basis, *device.notes])}
