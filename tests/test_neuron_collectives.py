@@ -3,15 +3,31 @@ extracted, nccom-test beside them, and a failing rank in one sentence."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from helpers import BIN, DATA, STANDIN, neuron_config, neuron_wdir, snakemake, standin_env
 
 from neuronsweep.errors import UserError
+
+
+def _neuronsweep(env: dict, *args: object) -> subprocess.CompletedProcess:
+    """The real command, which must succeed."""
+    proc = subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _extract(env: dict, tmp: Path, out: Path) -> dict:
+    """`neuronsweep extract` of tmp/view and tmp/cap into `out`: its metrics.json."""
+    summary, capture = tmp / "view" / "summary.json", tmp / "cap" / "capture.json"
+    _neuronsweep(env, "extract", "--summary-json", summary, "--capture-json", capture, "--out", out)
+    return json.loads(out.read_text())
 
 
 @pytest.mark.workflow  # runs the stages' real commands (capture, view and extract of four ranks)
@@ -23,10 +39,7 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     neff = tmp_path / "cc.neff"
     neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "cc", "ops": [["mm", [[128, 128], [128, 128]]]]}).encode())
 
-    def ns(*args):
-        proc = subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr
-        return proc
+    ns = functools.partial(_neuronsweep, env)
 
     lock = ["--device-lock", tmp_path / "lock"]
     ns(
@@ -104,18 +117,9 @@ def test_multi_worker_capture_view_and_extract_per_rank(tmp_path):
     assert (tmp_path / "cap" / "profile_rank_3.ntff").stat().st_ino == (
         tmp_path / "cap" / "raw" / "profile_rank_3_exec_2.ntff"
     ).stat().st_ino  # one copy on disk
-    ns(
-        "extract",
-        "--summary-json",
-        tmp_path / "view" / "summary.json",
-        "--capture-json",
-        tmp_path / "cap" / "capture.json",
-        "--out",
-        tmp_path / "m" / "metrics.json",
-    )
+    m = _extract(env, tmp_path, tmp_path / "m" / "metrics.json")
     ranks = pd.read_csv(tmp_path / "m" / "tables" / "ranks.csv")
     assert list(ranks["rank"]) == [0, 1, 2, 3] and (ranks["cc_op_time_s"] > 0).all()
-    m = json.loads((tmp_path / "m" / "metrics.json").read_text())
     assert m["ranks_profiled"] == 4 and m["rank_straggler_ratio"] == pytest.approx(
         ranks["total_time_s"].max() / ranks["total_time_s"].min()
     )
@@ -313,10 +317,7 @@ def test_each_ranks_cc_op_table_puts_a_neffs_collectives_on_one_timeline(tmp_pat
     neff.write_bytes(b"NEFF\0" + json.dumps({"graph": "fwd", "ops": ops}).encode())
     explorer = ["--options", '{"profiler": "neuron-explorer"}']
 
-    def ns(*args):
-        proc = subprocess.run([str(BIN / "neuronsweep"), *map(str, args)], capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr
-        return proc
+    ns = functools.partial(_neuronsweep, env)
 
     capture = ["--num-exec", "2", "--nth-exec", "2", "--collectives-workers-per-node", "2"]
     ns("capture", "--neff", neff, "--out", tmp_path / "cap", *capture, *explorer, "--device-lock", tmp_path / "lock")
@@ -325,17 +326,7 @@ def test_each_ranks_cc_op_table_puts_a_neffs_collectives_on_one_timeline(tmp_pat
     timeline = view["rank_timeline"]
     assert timeline["operations"] == ["AllReduce", "AllGather"] and view["ranks_pftrace"] == "ranks.pftrace"
     assert timeline["offsets_s"] == pytest.approx([0.0, -0.0015])
-    out = tmp_path / "m" / "metrics.json"
-    ns(
-        "extract",
-        "--summary-json",
-        tmp_path / "view" / "summary.json",
-        "--capture-json",
-        tmp_path / "cap" / "capture.json",
-        "--out",
-        out,
-    )
-    m = json.loads(out.read_text())
+    m = _extract(env, tmp_path, tmp_path / "m" / "metrics.json")
     assert m["straggler_rank"] == 1 and m["rank_wait_max_s"] == pytest.approx(20e-6)
     assert m["clock_residual_s"] == pytest.approx(0.0, abs=1e-12)
     assert m["collective_wait_pct"] == pytest.approx(100 * 20 / (30 + 10))  # rank 0 inside 30 us, rank 1 10 us

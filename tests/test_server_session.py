@@ -50,7 +50,18 @@ def test_every_ranks_steps_their_skew_and_one_timeline(tools):
     assert summary["clock_residual_s"] == pytest.approx(0, abs=1e-8)
     waits = pd.read_csv(out / "rank_waits.csv")
     assert len(waits) == 2 * 4 * 2 and waits.groupby("rank")["wait_s"].max()[0] == pytest.approx(40e-6, abs=1e-8)
-    assert summary["headroom"] is None and "profiled alone" in summary["headroom_why"]
+    # each kind of step's ladder over both workers' executions of it (ExecutionInfo's ranges of each worker's
+    # device profile): per execution, the stand-in's one m x 256 x 256 fp32 matmul against trn1's peaks from the
+    # profile's metadata (DMA 435 GB/s, TensorE 128 x 128 at 2.8 GHz)
+    assert summary["headroom_why"] is None and set(summary["instructions_in_executions_pct"].values()) == {100.0}
+    for graph, m in ((decode, 8), (prefill, 128)):
+        h = summary["headroom"][graph]
+        assert h["executions"] == graphs.loc[graph, "steps"] and h["bottleneck_engine"] == "dma"
+        assert h["bound_memory_ideal_s"] == pytest.approx(4 * (2 * m * 256 + 256 * 256) / 435e9)
+        assert h["bound_compute_ideal_s"] == pytest.approx(2 * m * 256 * 256 / (128 * 128 * 2.8e9 * 2))
+        assert h["execution_s"] == pytest.approx(graphs.loc[graph, "device_median_s"], rel=1e-3)  # the same span
+        speedup = h["speedup_if_memory_ideal"]
+        assert graphs.loc[graph, "speedup_if_memory_ideal"] == pytest.approx(speedup) and speedup > 1
     assert any("worker_gid" in n for n in summary["notes"]) and summary["missing"] == []
     assert len(summary["view"]["devices"]) == 2  # a device profile per NEFF
     trace = pftrace_reader.read(out / "ranks.pftrace")
@@ -85,6 +96,7 @@ def test_without_the_neffs_the_steps_come_from_the_system_profile_alone(tools):
     assert any(m.endswith("profile again, how-to-profile-workloads)") for m in summary["missing"])
     assert "8 of 8 steps' model_name names no NEFF" in " ".join(summary["notes"])  # graphs named by their files
     assert summary["straggler_rank"] == 1
+    assert summary["headroom"] is None and "no NEFFs in the session" in summary["headroom_why"]
 
 
 def test_a_missing_neff_of_one_graph_falls_back_to_the_system_profile_and_says_why(tools):
@@ -94,6 +106,7 @@ def test_a_missing_neff_of_one_graph_falls_back_to_the_system_profile_and_says_w
     [said] = [m for m in summary["missing"] if m.startswith("the device profiles failed")]
     assert "NEFF/NTFF UUID mismatch" in said and said.endswith("the system profile alone was viewed")
     assert summary["steps"] == 8
+    assert summary["headroom"] is None and summary["headroom_why"].count("NEFF/NTFF UUID mismatch") == 2
 
 
 def test_a_worker_without_its_device_trace_keeps_its_steps(tools):
@@ -103,6 +116,9 @@ def test_a_worker_without_its_device_trace_keeps_its_steps(tools):
     [said] = summary["missing"]
     assert "pid_4101" in said and said.endswith("its steps come from the system trace alone")
     assert summary["steps"] == 8 and summary["straggler_rank"] == 1
+    # the other worker's executions still give each kind of step's headroom; this one's absence is said
+    assert summary["headroom_why"].endswith("pid_4101: 0 device traces") and len(summary["headroom"]) == 2
+    assert sum(h["executions"] for h in summary["headroom"].values()) == 4
 
 
 def test_what_is_not_a_session_is_one_sentence(tmp_path):
@@ -148,12 +164,14 @@ def test_the_field_test_prints_what_the_session_reader_assumed_on_a_real_profile
     assert [(x.verdict, x.contract) for x in session_lines(None, tools)] == [("SKIP", "server session")]
     server.write(tools / "profiles", STEPS)
     found = {x.contract: x for x in session_lines(tools / "profiles", tools / "ft")}
-    assert [x.verdict for x in found.values()] == ["PASS", "SKIP", "PASS", "SKIP"]
+    assert [x.verdict for x in found.values()] == ["PASS", "SKIP", "PASS", "SKIP", "PASS"]
+    assert "100.0 % of the instructions inside an execution" in found["session executions' clock"].detail
     assert "rank 1 = worker_gid 1" in found["session rank of a worker"].detail
     assert "offsets +0.000 ms, -2.500 ms" in found["session ranks' clocks"].detail
     shutil.rmtree(tools / "profiles" / "neffs")
     found = {x.contract: x for x in session_lines(tools / "profiles", tools / "ft2")}
     assert found["session layout"].verdict == found["session graph of a step"].verdict == "FAIL"
+    assert found["session executions' clock"].verdict == "SKIP"
     assert session_lines(tools / "nothing", tools / "ft3")[0].verdict == "FAIL"
 
 
@@ -170,3 +188,54 @@ def test_the_session_command_prints_each_kind_of_step_and_the_straggler(tools):
     assert (tools / "results" / "sessions" / "profiles" / "ranks.pftrace").is_file()
     bad = subprocess.run(["neuronsweep", "session", "nope"], capture_output=True, text=True, cwd=tools, env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such folder" in bad.stderr
+
+
+def test_a_device_profile_without_execution_ranges_gives_no_headroom_and_says_why(tmp_path):
+    """ExecutionInfo's ranges are optional ("Nil for pre-v6 NTFF profiles"): without the table, or with no
+    range, a worker's profile has no windows, and that is its sentence."""
+    from neuronsweep.analysis import session_headroom
+
+    parquet = tmp_path / "view" / "parquet"
+    parquet.mkdir(parents=True)
+    tables = {
+        "DmaPacket": {"start_ts": [0], "end_ts": [10], "transfer_bytes": [64], "queue_type": ["data"]},
+        "ActiveTime": {"start_ts": [0], "end_ts": [10], "engine": ["tensor"]},
+        "Instruction": {
+            "start_ts": [0],
+            "opcode": ["MATMUL"],
+            "adjusted_flops": [8],
+            "tensor_instruction_type": ["REGULAR"],
+        },
+    }
+    for name, columns in tables.items():
+        pd.DataFrame(columns).to_parquet(parquet / f"{name}.parquet")
+
+    def why() -> str | None:
+        db = ProfileDB()
+        db.load_view(tmp_path / "view", "w")
+        db.finish()
+        return session_headroom.windows(db)[1]
+
+    assert "no ExecutionInfo table" in why()
+    pd.DataFrame(
+        {
+            "execution_index": [0],
+            "neff_name": ["graph_a.neff"],
+            "execution_start_ts": [None],
+            "execution_end_ts": [None],
+        }
+    ).to_parquet(parquet / "ExecutionInfo.parquet")
+    assert "pre-v6 NTFF" in why()
+
+
+def test_the_standin_views_one_workers_device_profile_alone_as_parquet(tools):
+    """Several device profiles into one --output-file is not documented: the stand-in refuses it."""
+    server.write(tools / "profiles", STEPS)
+    folder = tools / "both"
+    for i, ntff in enumerate(sorted((tools / "profiles").glob("i-*/*/profile_nc_0_session_0.ntff"))):
+        (folder / str(i)).mkdir(parents=True)
+        shutil.copy(ntff, folder / str(i) / ntff.name)
+    shutil.copytree(tools / "profiles" / "neffs", folder / "neffs")
+    argv = [str(STANDIN / "bin" / "neuron-explorer"), "view", "-d", str(folder), "--output-format", "parquet"]
+    proc = subprocess.run([*argv, "--output-file", str(tools / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "2 device profiles" in proc.stderr

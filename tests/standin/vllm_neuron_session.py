@@ -15,7 +15,8 @@ magic word): only neuron-explorer's stand-in reads them, as only Neuron Explorer
 
 What the docs leave open is chosen here and named, so the field test can settle it: the runtime's
 `nrt_execute` `model_name` ends in the NEFF's `graph_<hash>.neff` name; a worker's `worker_gid` is its rank;
-the ranks' clocks differ by `clock_offsets_s`.
+the ranks' clocks differ by `clock_offsets_s`. The NTFF records each execution's NEFF and time range from the
+profile's start (`timeline`), from which the Neuron Explorer stand-in writes the ExecutionInfo table.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def write(
             (root / "neffs" / name).write_bytes(data)
             graphs[graph] = {"sha256": digest, "file": name, "model_id": int(digest[:8], 16)}
     events: list[list[dict]] = [[] for _ in range(ranks)]
+    timeline: list[list] = []  # each device execution: its NEFF, start and end in ns from the profile's start
     t = 0.001
     for graph, device_s in steps:
         start, share = t, device_s / (collectives_per_step + 1)
@@ -79,6 +81,7 @@ def write(
             }
             events[r].append(_event("nrt_execute", "neuron_rt", start, end + 1e-6, args))
             events[r].append(_event("nc_exec_running", "neuron_hw", start + 1e-6, end, {"worker_gid": r, "lnc_idx": 0}))
+        timeline.append([model["sha256"], round((start + 1e-6 - 0.001) * 1e9), round((end - 0.001) * 1e9)])
         t = end + gap_s
     pids = []
     for r in range(ranks):
@@ -97,6 +100,7 @@ def write(
             "neffs": sorted({g["sha256"] for g in graphs.values()}),
             "rank": r,
             "executions": len(steps),
+            "timeline": timeline,
         }
         (folder / "profile_nc_0_session_0.ntff").write_bytes(b"NTFF\0" + json.dumps(body).encode())
     return {"graphs": graphs, "pids": pids}

@@ -552,7 +552,19 @@ def session_lines(root: Path | None, out: Path) -> list[Line]:
     lines.append(
         Line("SKIP", "session ranks' clocks", "; ".join(clocks) + " (how the ranks' clocks relate is not documented)")
     )
-    return lines
+    return [*lines, executions_clock_line(summary)]
+
+
+def executions_clock_line(summary: dict) -> Line:
+    """Each kind of step's headroom reads a worker's tables over its executions' time ranges, which
+    ExecutionInfo gives "relative to the start of the profile": the instructions must fall inside them, or the
+    tables run on another clock (not documented)."""
+    shares = summary.get("instructions_in_executions_pct") or {}
+    measured = {w: p for w, p in shares.items() if p is not None}
+    if not measured:
+        return Line("SKIP", "session executions' clock", summary.get("headroom_why") or "no device profile was read")
+    detail = ", ".join(f"{w}: {p:.1f} %" for w, p in measured.items()) + " of the instructions inside an execution"
+    return Line("PASS" if min(measured.values()) >= 99.0 else "FAIL", "session executions' clock", detail)
 
 
 def run(out: Path, timeout_s: float = 7200, session_dir: Path | None = None) -> int:

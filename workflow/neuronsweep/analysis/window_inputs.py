@@ -43,18 +43,37 @@ class WindowInputs:
     hardware_flops: float
     transpose_flops: float
 
+    def plus(self, other: WindowInputs) -> WindowInputs:
+        """Both windows' times, bytes and FLOPs together (one kind of step on two ranks): a ladder over the sum
+        is the ladder of their total time."""
+        engines = {e: self.engine_active_s.get(e, 0.0) + other.engine_active_s.get(e, 0.0) for e in COMPUTE_ENGINES}
+        return WindowInputs(
+            window_s=self.window_s + other.window_s,
+            dma_active_s=self.dma_active_s + other.dma_active_s,
+            dma_bytes=self.dma_bytes + other.dma_bytes,
+            engine_active_s=engines,
+            hardware_flops=self.hardware_flops + other.hardware_flops,
+            transpose_flops=self.transpose_flops + other.transpose_flops,
+        )
+
 
 def window_inputs(
     db: ProfileTables, rows: list[tuple[str, object]]
 ) -> tuple[dict[str, WindowInputs] | None, str | None]:
     """Per category of the layer's FrameworkInstruction rows (framework_name, time_intervals), its window's
     inputs; or (None, why) where a table or column the window needs is missing."""
-    lacking = _lacking(db)
-    if lacking:
-        return None, f"the profile has no {lacking}, which a category's window bounds read"
+    missing = lacking(db)
+    if missing:
+        return None, f"the profile has no {missing}, which a category's window bounds read"
     windows, why = categorize_ops(rows)
     if windows is None:
         return None, why
+    return inputs_over(db, windows), None
+
+
+def inputs_over(db: ProfileTables, windows: dict[str, list[tuple[int, int]]]) -> dict[str, WindowInputs]:
+    """Each named window's inputs (its spans in ns, on the tables' clock), the tables being there (lacking
+    says where they are not): a layer's categories, or a server session's executions of one NEFF."""
     dma = _frame(db, "DmaPacket", "start_ts, end_ts, transfer_bytes, queue_type")
     counted = dma[(dma["queue_type"].astype(str) != "instruction") & (dma["transfer_bytes"] > 4)]
     active = _frame(db, "ActiveTime", "start_ts, end_ts, lower(engine) AS engine")
@@ -80,10 +99,10 @@ def window_inputs(
             hardware_flops=float(flops["adjusted_flops"].sum()),
             transpose_flops=float(flops.loc[flops["type"] == "TRANSPOSE", "adjusted_flops"].sum()),
         )
-    return out, None
+    return out
 
 
-def _lacking(db: ProfileTables) -> str | None:
+def lacking(db: ProfileTables) -> str | None:
     """The first table, or table.column, the windows need that the profile lacks."""
     for name, wanted in TABLES.items():
         table = find_table(db, name)
@@ -96,5 +115,5 @@ def _lacking(db: ProfileTables) -> str | None:
 
 
 def _frame(db: ProfileTables, name: str, wanted: str, where: str = "TRUE") -> pd.DataFrame:
-    """The table's `wanted` columns for the rows `where` keeps (the table is there: _lacking said so)."""
+    """The table's `wanted` columns for the rows `where` keeps (the table is there: lacking said so)."""
     return db.df(f'SELECT {wanted} FROM "{find_table(db, name)}" WHERE {where}')

@@ -89,3 +89,55 @@ def view(session: Session, out_dir: Path, profiler: str = "auto", timeout_s: flo
     return SessionView(
         folder / SYSTEM, devices, tuple(argv), f"{why}: the system profile alone was viewed" if why else None
     )
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """One worker's device profile as Parquet (`view` holds parquet/, as a case's view folder does), or why not."""
+
+    worker: str
+    view: Path | None
+    why: str | None
+
+
+def view_devices(session: Session, out_dir: Path, profiler: str = "auto", timeout_s: float = 1800) -> list[DeviceView]:
+    """Each worker's session NTFF with the session's NEFFs, viewed alone as Parquet into
+    out_dir/devices/<worker>/view/parquet: `view -d` of a folder holding one device profile ("Device: the .ntff
+    files and every .neff they executed", profile-artifacts) with --output-format parquet --output-file (the
+    files go in the directory named: how-to-analyze-profile-output); a worker that cannot be is its sentence."""
+    tool = resolve_profiler(profiler)
+    found = []
+    for w in session.workers:
+        if len(w.device_traces) != 1 or not session.neffs:
+            why = "no NEFFs in the session" if not session.neffs else f"{len(w.device_traces)} device traces"
+            found.append(DeviceView(w.name, None, why))
+            continue
+        folder = out_dir / "devices" / w.name
+        raw = folder / "raw"
+        if raw.exists():
+            shutil.rmtree(raw)
+        _link(w.device_traces[0], raw / w.device_traces[0].name)
+        for name, neff in session.neffs.items():
+            _link(neff, raw / "neffs" / name)
+        target = folder / "view" / "parquet"
+        if target.exists():
+            shutil.rmtree(target)
+        argv = [
+            tool,
+            "view",
+            "-d",
+            str(raw.resolve()),
+            "--output-format",
+            "parquet",
+            "--output-file",
+            str(target.resolve()),
+        ]
+        proc = run_tool(
+            argv, timeout_s, f"{w.name}: neuron-explorer view -d", cwd=folder, env=tool_env(), written=[target]
+        )
+        if proc.returncode != 0 or not target.is_dir():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            found.append(DeviceView(w.name, None, f"neuron-explorer view -d exited {proc.returncode}: {last}"))
+            continue
+        found.append(DeviceView(w.name, folder / "view", None))
+    return found

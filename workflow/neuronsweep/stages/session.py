@@ -1,13 +1,16 @@
 """`neuronsweep session DIR`: a vLLM Neuron server's profile session (its profiler's output_dir) read the way a
 neuron-sweep case is: every rank viewed with Neuron Explorer (backends/server_session.py), each execution a
-step with its NEFF, graph, device time and the gap after it, the ranks' skew at their collectives, and one
-merged timeline (analysis/session_steps.py). What the session lacks is a sentence each and the rest is read;
-what the docs leave open is said beside the figures (`notes`) and printed by `doctor --field-test --session`.
+step with its NEFF, graph, device time and the gap after it, the ranks' skew at their collectives, one
+merged timeline (analysis/session_steps.py), and each kind of step's headroom from every worker's device
+profile viewed as Parquet (analysis/session_headroom.py). What the session lacks is a sentence each and the
+rest is read; what the docs leave open is said beside the figures (`notes`) and printed by
+`doctor --field-test --session`.
 
-Writes into OUT: steps.csv (a row per step and rank), graphs.csv (a row per kind of step), rank_waits.csv
+Writes into OUT: steps.csv (a row per step and rank), graphs.csv (a row per kind of step, with its bounds
+ladder's figures per execution), rank_waits.csv
 (each collective's arrival and wait per rank), ranks.pftrace (a process per rank: its steps and its
 collectives, on rank 0's clock), session.json (all of it summed up), and view/ (Neuron Explorer's own
-system_profile.pftrace and device profiles).
+system_profile.pftrace and device profiles), devices/<worker>/view/parquet (each worker's device profile).
 """
 
 from __future__ import annotations
@@ -16,17 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from neuronsweep.analysis import rank_timeline, session_steps
+from neuronsweep.analysis import rank_timeline, session_headroom, session_steps
+from neuronsweep.analysis.metrics.peaks import neuron_peaks
 from neuronsweep.atomic import replacing, write_json
 from neuronsweep.backends import server_session
 from neuronsweep.formats import pftrace_reader, pftrace_writer, vllm_session
-
-# a SESSION-mode NTFF holds every execution of a rank in one device profile, and Neuron Explorer summarizes it
-# whole: per kind of step, the bounds ladder needs each graph's own profile (a neuron-sweep case of it)
-NO_HEADROOM = (
-    "a session's NTFF holds every step of a rank in one device profile, which Neuron Explorer summarizes whole; "
-    "the headroom of one kind of step needs its graph profiled alone (a neuron-sweep case)"
-)
+from neuronsweep.stages import extract
 
 
 def run(root: Path, out: Path, profiler: str = "auto", timeout_s: float = 1800) -> dict:
@@ -36,7 +34,8 @@ def run(root: Path, out: Path, profiler: str = "auto", timeout_s: float = 1800) 
     seen = server_session.view(session, out, profiler, timeout_s)
     found = session_steps.read(pftrace_reader.read(seen.system), set(session.neffs))
     steps = pd.DataFrame([vars(s) for s in found.steps])
-    graphs = found.graphs()
+    headroom, headroom_why, clocks = step_headroom(session, out, profiler, timeout_s)
+    graphs = [g | (headroom[g["graph"]].figures if g["graph"] in headroom else {}) for g in found.graphs()]
     for name, table in (("steps.csv", steps), ("graphs.csv", pd.DataFrame(graphs))):
         with replacing(out / name) as tmp:
             table.to_csv(tmp, index=False)
@@ -69,14 +68,43 @@ def run(root: Path, out: Path, profiler: str = "auto", timeout_s: float = 1800) 
         "rank_wait_max_s": timeline.rank_wait_max_s if timeline else None,
         "collective_wait_pct": timeline.collective_wait_pct if timeline else None,
         "clock_residual_s": timeline.residual_s if timeline else None,
-        "headroom": None,
-        "headroom_why": NO_HEADROOM,
+        "headroom": {g: {"executions": h.executions, **h.figures, "notes": h.notes} for g, h in headroom.items()}
+        or None,
+        "headroom_why": headroom_why,
+        "instructions_in_executions_pct": clocks,
         "missing": list(session.missing) + ([seen.devices_missing] if seen.devices_missing else []),
         "notes": list(found.notes),
         "view": {"argv": list(seen.argv), "system": str(seen.system), "devices": [str(d) for d in seen.devices]},
     }
     write_json(out / "session.json", summary)
     return summary
+
+
+def step_headroom(
+    session: vllm_session.Session, out: Path, profiler: str, timeout_s: float
+) -> tuple[dict[str, session_headroom.StepHeadroom], str | None, dict[str, float | None]]:
+    """Each kind of step's bounds ladder over every worker's executions of it (analysis/session_headroom.py),
+    from each worker's device profile viewed as Parquet; why a worker, or all, were left out; and per worker the
+    share of its instructions inside its executions' time ranges (the clock the ladder assumes)."""
+    workers = []
+    why = []
+    clocks: dict[str, float | None] = {}
+    for device in server_session.view_devices(session, out, profiler, timeout_s):
+        if device.view is None:
+            why.append(f"{device.worker}: {device.why}")
+            continue
+        db = extract.view_db(device.view)
+        if db is None:
+            why.append(f"{device.worker}: its view holds no tables")
+            continue
+        metadata = extract.profile_metadata(db, device.view / "parquet")
+        notes: dict[str, str] = {}
+        peaks = neuron_peaks(None, {"instance_type": (metadata or {}).get("instance_type")}, metadata, notes)
+        workers.append((device.worker, db, peaks))
+        clocks[device.worker] = session_headroom.inside_share(db)
+    found, left_out = session_headroom.per_graph(workers)
+    why += left_out
+    return {h.graph: h for h in found}, "; ".join(why) or None, clocks
 
 
 def lines(summary: dict, out: Path) -> list[str]:
@@ -94,7 +122,19 @@ def lines(summary: dict, out: Path) -> list[str]:
             "collectives spent waiting"
         )
     said += [f"missing: {m}" for m in summary["missing"]] + [f"assumed: {n}" for n in summary["notes"]]
-    said.append(f"headroom per kind of step: none ({summary['headroom_why']})")
+    for graph, h in (summary["headroom"] or {}).items():
+        speedups = ", ".join(
+            f"x{h[k]:.3g} {label}"
+            for k, label in (
+                ("speedup_if_memory_ideal", "if memory were ideal"),
+                ("speedup_if_compute_ideal", "if compute were ideal"),
+                ("speedup_if_pipelined", "if pipelined"),
+            )
+            if h.get(k) is not None
+        )
+        said.append(f"  headroom of {graph}: {h.get('bottleneck_engine') or 'no'} bottleneck; {speedups or 'none'}")
+    if summary["headroom_why"]:
+        said.append(f"headroom left out: {summary['headroom_why']}")
     said.append(
         f"wrote {out}/: steps.csv, graphs.csv, ranks.pftrace, session.json; neuronsweep query {out}/ranks.pftrace "
         "reads the timeline"
