@@ -30,13 +30,14 @@ def main() -> int:
 
     from neuronsweep.backends.cpu_timing import inputs
     from neuronsweep.config import schema
+    from neuronsweep.config.run_config import RunConfig
     from neuronsweep.stages.plan import make_plan
     from neuronsweep.workloads import torch_module
 
     if args.plan:
         workloads = json.loads(Path(args.plan).read_text())["workloads"]
     else:
-        workloads = make_plan(schema.load(args.config), "cpu").workloads
+        workloads = make_plan(RunConfig.of(schema.load(args.config)), "cpu").workloads
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         for wid, spec in workloads.items():

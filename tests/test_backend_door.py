@@ -12,6 +12,7 @@ from helpers import names_one_of
 from neuronsweep import backends
 from neuronsweep.config import schema
 from neuronsweep.config.backends import BACKENDS, NAMES, Backend
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.host import slots
 from neuronsweep.stages import plan as plan_stage
 from neuronsweep.stages import plan_fits
@@ -100,11 +101,11 @@ def test_a_new_backend_is_one_descriptor_entry_for_the_rest_of_the_package(monke
     )
     monkeypatch.setitem(BACKENDS, "toy", toy)
     config = schema.validate({"suites": {"matmul": {"grid": {"m": [64], "k": [64], "n": [64]}}}}, source="test")
-    built = plan_stage.make_plan(config, "toy")
+    built = plan_stage.make_plan(RunConfig.of(config), "toy")
     assert list(built.workloads) == ["matmul-m64-k64-n64-fp32"]
-    plan_fits.check_memory(built, config)
+    plan_fits.check_memory(built, RunConfig.of(config))
     assert slots.pool("toy").describe()
-    budget = backends.memory_budget("toy", config, 2**30)
+    budget = backends.memory_budget("toy", RunConfig.of(config), 2**30)
     assert budget is not None and budget.what == "this machine's RAM" and not budget.gathers_experts
     spec = {"kind": "collective", "op": "all_reduce", "world": 2, "bytes": 4, "dtype": "fp32"}
     assert unsupported(spec, "toy") == "toy ranks cannot talk"

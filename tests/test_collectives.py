@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from helpers import snakemake, tiny_config
 
+from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.report.figures import knee_bytes
 from neuronsweep.stages import plan
 from neuronsweep.workloads import collective, unsupported
@@ -42,7 +44,7 @@ def test_plan_expands_power_of_two_ranges_and_says_what_cannot_run():
             }
         },
     }
-    p = plan.make_plan(cfg, "cpu")
+    p = plan.make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
     assert sorted({sc.labels["size_asked"] for sc in p.scenarios}) == [8, 16, 32, 64]
     assert "coll-allreduce-w2-8b-fp32" in p.workloads
     assert p.unsupported == {

@@ -14,6 +14,7 @@ import yaml
 from helpers import snakemake, tiny_config
 
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import make_plan
 from neuronsweep.workloads import expressions
@@ -135,7 +136,7 @@ def test_a_users_function_is_swept_end_to_end_and_an_edit_reruns_only_its_builds
 def test_each_bad_input_is_one_sentence_before_any_job(tmp_path, change, said):
     kernels(tmp_path / "kernels")
     with pytest.raises(UserError, match=said) as refused:
-        make_plan(config(tmp_path, [entry(**change)], calibrated=False), "cpu")
+        make_plan(RunConfig.of(config(tmp_path, [entry(**change)], calibrated=False)), "cpu")
     assert "\n" not in str(refused.value)
 
 
@@ -165,7 +166,8 @@ def test_a_users_function_builds_on_the_torchneuron_route_checked_against_itself
     [(_, spec)] = [
         (w, s)
         for w, s in make_plan(
-            config(tmp_path, [entry(grid={"m": [16], "k": [16], "n": [8]}, params={})], calibrated=False), "cpu"
+            RunConfig.of(config(tmp_path, [entry(grid={"m": [16], "k": [16], "n": [8]}, params={})], calibrated=False)),
+            "cpu",
         ).workloads.items()
     ]
     env = {
@@ -262,7 +264,7 @@ def test_the_plans_probe_in_a_fresh_interpreter_finds_what_the_forked_one_finds(
     the same entry planned through both gives the same workloads, FLOPs and output shapes."""
     kernels(tmp_path / "kernels")
     cfg = config(tmp_path, [entry()], calibrated=False)
-    real = make_plan(cfg, "cpu").workloads
+    real = make_plan(RunConfig.of(cfg), "cpu").workloads
     real_probe.undo()  # the suite's forked probe again, its answer not the one cached beside the first
-    forked = make_plan({**cfg, "cache_dir": str(tmp_path / "another-cache")}, "cpu").workloads
+    forked = make_plan(RunConfig.of({**cfg, "cache_dir": str(tmp_path / "another-cache")}), "cpu").workloads
     assert real == forked and real and all(spec["flops"] > 0 for spec in real.values())

@@ -13,6 +13,7 @@ from helpers import BIN, snakemake, tiny_config
 
 from neuronsweep.analysis import roofline
 from neuronsweep.config import schema as config
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.host import caps
 from neuronsweep.report import figures as report_figures
 from neuronsweep.report.page import table
@@ -37,15 +38,15 @@ def test_dtypes_without_a_fast_path_are_unsupported_with_the_measured_reason():
     cfg = config.validate(
         {"suites": {"matmul": {"shapes": [{"m": 512, "k": 8192, "n": 2048}], "dtype": ["fp32", "bf16", "fp16"]}}}
     )
-    laptop = plan.make_plan(cfg, "cpu", caps.slow_dtypes(LAPTOP))
+    laptop = plan.make_plan(RunConfig.of(cfg), "cpu", caps.slow_dtypes(LAPTOP))
     assert list(laptop.workloads) == ["matmul-m512-k8192-n2048-fp32"]
     why = laptop.unsupported["matmul-m512-k8192-n2048-bf16"]
     assert "no fast bf16 GEMM" in why and "0.34 GFLOP/s against 74.0 for fp32" in why and "avx2, fma" in why
-    native = plan.make_plan(cfg, "cpu", caps.slow_dtypes(NATIVE))
+    native = plan.make_plan(RunConfig.of(cfg), "cpu", caps.slow_dtypes(NATIVE))
     assert sorted(native.workloads) == ["matmul-m512-k8192-n2048-bf16", "matmul-m512-k8192-n2048-fp32"]
     assert "no fast fp16 GEMM" in native.unsupported["matmul-m512-k8192-n2048-fp16"]
     # only the cpu backend runs on the host's GEMMs
-    assert len(plan.make_plan(cfg, "neuron", caps.slow_dtypes(LAPTOP)).workloads) == 3
+    assert len(plan.make_plan(RunConfig.of(cfg), "neuron", caps.slow_dtypes(LAPTOP)).workloads) == 3
 
 
 @pytest.mark.torch  # the cpu plan probe or a torch child
@@ -89,14 +90,16 @@ def test_estimate_rests_on_the_probe():
             "suites": {"matmul": {"shapes": [{"m": 1000, "k": 1000, "n": 1000}]}},
         }
     )
-    p = plan.make_plan(cfg, "cpu")
+    p = plan.make_plan(RunConfig.of(cfg), "cpu")
     probe = dataclasses.replace(LAPTOP, gemm_flops_per_s={"fp32": 2e9})
-    line = plan.estimate(p, cfg, probe, warm_start=False)
+    line = plan.estimate(p, RunConfig.of(cfg), probe, warm_start=False)
     # 2e9 FLOP x 13 executions at 2 GFLOP/s = 13 s; 2 x (1.5 + 0.5) s of imports; calibration bound 2 x 3 s
     assert "at least 23 s" in line and "13 s of workload time" in line and "4 s of measured imports over 4 jobs" in line
-    warm = plan.estimate(p, cfg, probe, warm_start=True)  # the stages fork from one process: imports once
+    warm = plan.estimate(p, RunConfig.of(cfg), probe, warm_start=True)  # the stages fork from one process: imports once
     assert "at least 21 s" in warm and "2 s of measured imports once (warm start)" in warm
-    assert "no run-time estimate on neuron" in plan.estimate(plan.make_plan(cfg, "neuron"), cfg, None)
+    assert "no run-time estimate on neuron" in plan.estimate(
+        plan.make_plan(RunConfig.of(cfg), "neuron"), RunConfig.of(cfg), None
+    )
 
 
 @pytest.mark.workflow  # real calibration: seconds of GEMMs

@@ -13,6 +13,7 @@ from helpers import DATA, tiny_config
 
 from neuronsweep.analysis import model_rollup, rank_timeline
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.workloads import forward
 from neuronsweep.workloads.forward import Forward
 from neuronsweep.workloads.sharding import NXD_INFERENCE, VLLM_NEURON, Sharding
@@ -103,7 +104,7 @@ def moe_tp2(tmp_path_factory):
     entry = {"name": "moe", "hf_config": str(DATA / "models" / "tiny-qwen3-moe.json"), "seq": [16]}
     entry |= {"phases": ["decode"], "parallel": parallel}
     tmp = tmp_path_factory.mktemp("moe_tp2")
-    return make_plan(schema.validate(tiny_config(tmp, suites={"model": [entry]})), "cpu")
+    return make_plan(RunConfig.of(schema.validate(tiny_config(tmp, suites={"model": [entry]}))), "cpu")
 
 
 @pytest.mark.workflow  # two gloo rank processes with torch and transformers

@@ -17,6 +17,7 @@ from helpers import DATA, needs, snakemake, tiny_config
 from neuronsweep import workloads
 from neuronsweep.analysis.layer_categories import CATEGORIES, categorize
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import _layer_scenarios, make_plan
 from neuronsweep.stages.plan_fits import layers_that_fit
@@ -136,7 +137,7 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
         calibrated=False,
         suites={"model": [{"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}]},
     )
-    plan = make_plan(schema.validate(cfg), "cpu")
+    plan = make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
     gemms = {w for w in plan.workloads if w.startswith("matmul-")}
     layers_that_fit(plan, 2**20, "a 1 MiB machine")  # the MoE layer's fp32 weights are about 1 MiB
     moe = "layer-moe-l1-moe-prefill-b1-s16-balanced-fp32"
@@ -145,19 +146,23 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
     assert gemms <= set(plan.workloads)  # the model's GEMMs are not touched
     # on torch-xla the experts run as batched_mm: each of the 32 token-expert pairs (16 tokens, top 2; 4 a
     # expert under balanced) holds a copy of its expert's gate_up (128 x 128) and down (64 x 128) weights
-    spec = next(s for s in make_plan(schema.validate(cfg), "xla").workloads.values() if s.get("layer_kind") == "moe")
+    spec = next(
+        s
+        for s in make_plan(RunConfig.of(schema.validate(cfg)), "xla").workloads.values()
+        if s.get("layer_kind") == "moe"
+    )
     assert layer.gathered_expert_bytes(layer.Part.of(spec)) == 32 * (128 * 128 + 64 * 128) * 4
     for gathers, fits in ((False, True), (True, False)):
-        plan = make_plan(schema.validate(cfg), "xla")
+        plan = make_plan(RunConfig.of(schema.validate(cfg)), "xla")
         layers_that_fit(plan, 4 * 2**20, "a 4 MiB machine", gathers_experts=gathers)
         assert (moe in plan.workloads) is fits
     assert "0.0 GiB of expert weights gathered per token (batched_mm)" in plan.unsupported[moe]
     # where the output check runs in the same memory, its float64 copy of the weights counts too: a machine
     # the layer fits in without it, and not with it
-    spec = make_plan(schema.validate(cfg), "cpu").workloads[moe]
+    spec = make_plan(RunConfig.of(schema.validate(cfg)), "cpu").workloads[moe]
     memory = (working_set_bytes(spec) + 4 * spec["params"]) / 0.8  # half the float64 copy to spare
     for checks, fits in ((False, True), (True, False)):
-        plan = make_plan(schema.validate(cfg), "cpu")
+        plan = make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
         layers_that_fit(plan, memory, "this machine", checks_here=checks)
         assert (moe in plan.workloads) is fits
     assert "of their float64 copy for the output check" in plan.unsupported[moe]
@@ -172,8 +177,8 @@ def test_a_layer_too_big_for_the_machine_is_unsupported_with_its_bytes_and_the_g
     monkeypatch.setattr(layer, "gathered_expert_bytes", lambda part: 2**40 if part.layer_kind == "moe" else 0)
     for route, fits in (("torchneuron", True), ("xla", False)):
         monkeypatch.setattr(neuron_setup, "settle_route", lambda section, r=route: ({**section, "route": r}, {}))
-        setup = settle_run(schema.validate({**cfg, "backend": "neuron"}))
-        assert setup.config["neuron"]["route"] == route and (moe in setup.plan.workloads) is fits
+        setup = settle_run(RunConfig.of(schema.validate({**cfg, "backend": "neuron"})))
+        assert setup.config.section("neuron")["route"] == route and (moe in setup.plan.workloads) is fits
     assert "logical NeuronCore's HBM" in setup.plan.unsupported[moe]
     with pytest.raises(
         UserError, match=r"^suites.model \(m\): the model has no decoder layers neuron-sweep recognizes"
@@ -364,7 +369,7 @@ def test_an_ep_rank_with_fewer_experts_than_top_k_plans_builds_and_takes_its_sha
 
     entry = {"name": "moe", "hf_config": str(MOE), "seq": [16], "phases": ["prefill"]}
     entry["parallel"] = {"tp_degree": 8, "moe_tp_degree": 1, "moe_ep_degree": 8}
-    plan = make_plan(schema.validate(tiny_config(tmp_path, suites={"model": [entry]})), "cpu")
+    plan = make_plan(RunConfig.of(schema.validate(tiny_config(tmp_path, suites={"model": [entry]}))), "cpu")
     spec = next(s for s in plan.workloads.values() if s.get("layer_kind") == "moe")
     assert spec["rank_config"]["num_experts"] == 1 and spec["rank_config"]["num_experts_per_tok"] == 1
     assert spec["top_k"] == 2 and spec["expert_ep"] == 8

@@ -11,6 +11,7 @@ from helpers import DATA, needs, tiny_config
 
 from neuronsweep.analysis import model_rollup
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import make_plan
 
@@ -61,7 +62,7 @@ def test_model_gemms_share_builds_with_the_matmul_suite_and_a_bad_config_is_one_
             "model": [{"name": "tiny", "hf_config": str(TINY), "batch": [2], "seq": [16], "phases": ["prefill"]}],
         },
     )
-    plan = make_plan(schema.validate(cfg), "cpu")
+    plan = make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
     shared = [s for s in plan.scenarios if s.workload_id == "matmul-m32-k256-n512-fp32"]
     assert {s.suite for s in shared} == {"matmul", "model-tiny"} and len(shared) == 3  # the suite, gate and up
     gemm_cases = [w for w in plan.workloads if w.startswith("matmul-")]
@@ -76,7 +77,7 @@ def test_model_gemms_share_builds_with_the_matmul_suite_and_a_bad_config_is_one_
     bad.write_text('{"model_type": "no-such-model"}')
     cfg["suites"]["model"][0]["hf_config"] = str(bad)
     with pytest.raises(UserError, match=r"suites.model\[0\] \(tiny\): .*bad.json is not a transformers config"):
-        make_plan(schema.validate(cfg), "cpu")
+        make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
 
 
 def test_the_rollup_sums_count_times_latency_and_never_a_partial_total():
@@ -173,15 +174,15 @@ def test_a_routing_policy_the_model_cannot_have_is_one_sentence_before_any_job(t
     entry = {"name": "mixtral", "hf_config": str(published("mixtral-8x7b", tmp_path, 1)), "seq": [16]}
     cfg = tiny_config(tmp_path, calibrated=False, suites={"model": [{**entry, "routing": {"counts": str(counts)}}]})
     with pytest.raises(UserError, match=r"suites.model\[0\] \(mixtral\): routing.counts: .*counts.json holds 3 counts"):
-        make_plan(schema.validate(cfg), "cpu")
+        make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
     counts.write_text("[5, 2.5, 1, 0, 0, 0, 0, 0]")
     with pytest.raises(UserError, match=r"counts.json holds 2.5, not a whole number of tokens of 0 or more"):
-        make_plan(schema.validate(cfg), "cpu")
+        make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
     cfg["suites"]["model"][0]["routing"] = {"zipf": 0}
     with pytest.raises(UserError, match=r"key 'suites.model.0.routing' must be balanced, \{zipf: s\} with s above 0"):
         schema.validate(cfg)
     cfg["suites"]["model"][0]["routing"] = {"zipf": 1.5}  # the policy is in the ids and the labels of plan.json
-    plan = make_plan(schema.validate(cfg), "cpu")
+    plan = make_plan(RunConfig.of(schema.validate(cfg)), "cpu")
     experts = [sc for sc in plan.scenarios if sc.labels.get("routing") and "experts" in sc.labels]
     assert experts and all("-zipf1.5-" in sc.id for sc in experts)
     assert {sc.labels["experts"] for sc in experts} == {8}

@@ -13,6 +13,7 @@ import pytest
 from helpers import DATA
 
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import nxd_inference
 from neuronsweep.workloads.deployment import entry_layout
@@ -244,7 +245,10 @@ def test_the_plan_lists_each_ranks_gemms_and_the_same_plan_comes_from_a_neuron_c
     (tmp_path / "nc.json").write_text(json.dumps({"neuron_config": nc}))
     file_form = {**base, "neuron_config": str(tmp_path / "nc.json")}
     plans = [
-        make_plan(schema.validate({"run": "t", "cache_dir": str(tmp_path / "c"), "suites": {"model": [e]}}), "cpu")
+        make_plan(
+            RunConfig.of(schema.validate({"run": "t", "cache_dir": str(tmp_path / "c"), "suites": {"model": [e]}})),
+            "cpu",
+        )
         for e in (yaml_form, file_form)
     ]
     assert [(s.id, s.labels) for s in plans[0].scenarios] == [(s.id, s.labels) for s in plans[1].scenarios]
@@ -277,7 +281,7 @@ def test_the_run_targets_family_refuses_a_tp_degree_before_any_probe(tmp_path):
     with pytest.raises(
         UserError, match=r"^suites.model\[0\] \(l\): parallel.tp_degree 64 is not one NxD Inference supports on inf2"
     ):
-        make_plan(schema.validate(cfg), "neuron")
+        make_plan(RunConfig.of(schema.validate(cfg)), "neuron")
 
 
 def test_a_rank_whose_weights_and_cache_pass_its_cores_hbm_is_one_sentence(tmp_path):
@@ -292,10 +296,10 @@ def test_a_rank_whose_weights_and_cache_pass_its_cores_hbm_is_one_sentence(tmp_p
     entry = {"name": "l", "hf_config": model, "vllm": serve + " --max-num-seqs 1 --max-num-batched-tokens 256"}
     cfg = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "trn2"}, "suites": {"model": [entry]}}
     with pytest.raises(UserError, match=r"one rank's weights and KV cache at tp 2 take 6\d\.\d GiB, over the 24 GiB"):
-        make_plan(schema.validate(cfg), "neuron")
+        make_plan(RunConfig.of(schema.validate(cfg)), "neuron")
     cfg["suites"]["model"] = [{"name": "l", "hf_config": model, "parallel": {"tp_degree": 64}}]
     with pytest.raises(UserError, match=r"parallel: is NxD Inference's deployment, legacy on trn2: Neuron SDK 2.34"):
-        make_plan(schema.validate(cfg), "neuron")
+        make_plan(RunConfig.of(schema.validate(cfg)), "neuron")
 
 
 @pytest.mark.torch

@@ -11,11 +11,12 @@ import yaml
 from helpers import BIN, private_cache
 
 from neuronsweep.config import schema as config
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.stages.plan import make_plan
 
 
 def plan_of(suites):
-    return make_plan(config.validate({"suites": suites}), "cpu")
+    return make_plan(RunConfig.of(config.validate({"suites": suites})), "cpu")
 
 
 def test_grid_times_dtypes_plus_shapes():
@@ -97,14 +98,14 @@ def test_recompile_suite_runs_on_lazy_tensor_backends_only():
         "matmul-m64-k64-n64-fp32-varies-pythonint",
     }
     assert all("freezes Python values" in why for why in on_cpu.unsupported.values())
-    on_xla = make_plan(config.validate({"suites": suites}), "xla")
+    on_xla = make_plan(RunConfig.of(config.validate({"suites": suites})), "xla")
     assert len(on_xla.workloads) == 3 and not on_xla.unsupported
     assert on_xla.workloads["matmul-m64-k64-n64-fp32-varies-pythonint"]["varies"] == "python_int"
 
 
 def test_scenarios_sort_their_numbers_as_numbers():
     cfg = config.validate({"suites": {"matmul": {"grid": {"m": [1, 128, 16, 2], "k": [8], "n": [8]}}}})
-    ids = [s.id for s in make_plan(cfg, "cpu").scenarios]
+    ids = [s.id for s in make_plan(RunConfig.of(cfg), "cpu").scenarios]
     assert ids == [f"matmul-m{m}-k8-n8-fp32" for m in (1, 2, 16, 128)]
 
 
@@ -146,16 +147,16 @@ def test_a_run_is_settled_once_on_its_machine_and_not_under_a_cluster(monkeypatc
         lambda section: (reads.append("route") or {**section, "route": "torchneuron"}, {"route": "torchneuron here"}),
     )
     cfg = {"backend": "auto", "suites": {"matmul": {"shapes": [{"m": 128, "k": 128, "n": 128}]}}}
-    first = settle_run(config.validate(copy.deepcopy(cfg)))
-    assert reads == ["target", "route"] and first.config["neuron"]["target"] == "trn2"
-    assert first.config["neuron"]["route"] == "torchneuron" and first.log_lines()[1:] == [
+    first = settle_run(RunConfig.of(config.validate(copy.deepcopy(cfg))))
+    assert reads == ["target", "route"] and first.config.section("neuron")["target"] == "trn2"
+    assert first.config.section("neuron")["route"] == "torchneuron" and first.log_lines()[1:] == [
         "trn2 here",
         "torchneuron here",
     ]
-    cluster = settle_run(config.validate(copy.deepcopy(cfg)), local=False)  # each job settles on its node
+    cluster = settle_run(RunConfig.of(config.validate(copy.deepcopy(cfg))), local=False)  # each job settles on its node
     assert reads == ["target", "route"] and cluster.neuron_setup == {}
     monkeypatch.setattr(backends, "resolve", lambda choice, local=True: ("xla", "backend xla"))  # no torch probe
-    off_neuron = settle_run(config.validate(copy.deepcopy(cfg)))
+    off_neuron = settle_run(RunConfig.of(config.validate(copy.deepcopy(cfg))))
     assert off_neuron.neuron_setup == {} and reads == ["target", "route"]
 
 

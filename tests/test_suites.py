@@ -14,13 +14,14 @@ from helpers import neuron_config, snakemake, standin_env, tiny_config, torchneu
 from neuronsweep.analysis import roofline
 from neuronsweep.backends.cores import cores_at_lnc
 from neuronsweep.config import schema as config
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.stages.plan import make_plan
 
 
 def plan_of(suites, backend="cpu", slow_dtypes=None):
-    return make_plan(config.validate({"suites": suites}), backend, slow_dtypes)
+    return make_plan(RunConfig.of(config.validate({"suites": suites})), backend, slow_dtypes)
 
 
 def test_representative_plan_counts_match_hand_computed_dedupe():

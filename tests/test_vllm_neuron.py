@@ -9,6 +9,7 @@ import pytest
 from helpers import DATA
 
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import vllm_neuron
 from neuronsweep.workloads.deployment import entry_layout
@@ -219,7 +220,8 @@ def test_a_serve_line_plans_each_graph_as_one_ranks_gemms_and_collectives(tmp_pa
     serve = "vllm serve tiny --tensor-parallel-size 2 --max-model-len 256 --max-num-seqs 4 --max-num-batched-tokens 256"
     entry = {"name": "t", "hf_config": str(DATA / "models" / "tiny-llama-gqa.json"), "vllm": serve, "layers": False}
     plan = make_plan(
-        schema.validate({"run": "t", "cache_dir": str(tmp_path / "c"), "suites": {"model": [entry]}}), "cpu"
+        RunConfig.of(schema.validate({"run": "t", "cache_dir": str(tmp_path / "c"), "suites": {"model": [entry]}})),
+        "cpu",
     )
     graphs = {(s.labels["phase"], s.labels["batch"], s.labels["seq"]) for s in plan.scenarios}
     assert graphs == {
@@ -244,7 +246,7 @@ def test_a_serve_line_plans_each_graph_as_one_ranks_gemms_and_collectives(tmp_pa
     assert colls == {("prefill", "reduce_scatter"), ("prefill", "all_gather"), ("decode", "all_reduce")}
     # the rules do not depend on the backend: the trn2 stand-in's plan (neuron, target trn2) is the same cases
     on_trn2 = {"run": "t", "cache_dir": str(tmp_path / "c"), "neuron": {"target": "trn2"}, "suites": {"model": [entry]}}
-    neuron = make_plan(schema.validate(on_trn2), "neuron")
+    neuron = make_plan(RunConfig.of(schema.validate(on_trn2)), "neuron")
     assert [(s.id, s.workload_id) for s in neuron.scenarios] == [(s.id, s.workload_id) for s in plan.scenarios]
 
 

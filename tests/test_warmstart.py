@@ -23,6 +23,7 @@ from helpers import BIN, REPO, needs, snakemake, tiny_config
 
 from neuronsweep import warmstart
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.config.settings import HOST_ENV
 from neuronsweep.stages.plan import make_plan
 
@@ -70,7 +71,7 @@ def server(tmp_path):
 
 def build_argv(tmp_path: Path, out: Path) -> list[str]:
     cfg = schema.validate(tiny_config(tmp_path, suites={"custom": [spy_entry(tmp_path / "k")]}), base=tmp_path)
-    [spec] = make_plan(cfg, "cpu").workloads.values()
+    [spec] = make_plan(RunConfig.of(cfg), "cpu").workloads.values()
     return [
         str(BIN / "neuronsweep"),
         "build",

@@ -49,6 +49,7 @@ def _spec(text: str) -> dict:
 def cmd_plan(args: Namespace) -> None:
     """`neuronsweep plan`: the cases a config makes, as the workflow plans them, without running any."""
     from neuronsweep.analysis import deployments
+    from neuronsweep.config.run_config import RunConfig
     from neuronsweep.host import slots
     from neuronsweep.search import searches
     from neuronsweep.stages import plan
@@ -59,7 +60,7 @@ def cmd_plan(args: Namespace) -> None:
         from neuronsweep.search import checks
 
         checks.check(cfg, args.config)
-    run = settle_run(cfg)  # as the workflow settles it
+    run = settle_run(RunConfig.of(cfg))  # as the workflow settles it
     p = json.loads(run.plan_json())
     for line in run.log_lines():
         log.warning(line)  # stderr: stdout is the plan itself (JSON with --json)
@@ -76,7 +77,7 @@ def cmd_plan(args: Namespace) -> None:
     assumed = {(sc["labels"]["model"], sc["labels"]["assumed"]) for sc in p["scenarios"] if "assumed" in sc["labels"]}
     for model, said in sorted(assumed):  # what a deployment left out and the plan took: said, never silent
         print(f"  model {model} assumed: {said}")
-    for i, entry in enumerate(run.config["suites"].get("model") or []):
+    for i, entry in enumerate(run.config.suites.get("model") or []):
         if entry.get("slo"):
             print("  " + deployments.announce(entry, f"suites.model[{i}] ({entry['name']})"))
     for sc in p["scenarios"]:

@@ -11,6 +11,7 @@ from neuronsweep.backends.build_facts import package_versions
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.config import schema as config
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock, neuron_ls, slots
 
@@ -44,12 +45,12 @@ def report(config_path: str) -> str:
         lines.append(f"python package {pkg}: {version or 'not installed'}")
     lines.append(f"cpu: {caps.cpu_model()}; relevant flags: {', '.join(caps.cpu_flags()) or 'none'}")
     try:
-        cfg = config.load(config_path)
-        name, why = backends.resolve(cfg["backend"])
+        cfg = RunConfig.of(config.load(config_path))
+        name, why = backends.resolve(cfg.backend)
         lines.append(f"a run of {config_path} would use: {name} ({why})")
-        lock = cfg["capture"]["device_lock"]
+        lock = cfg.capture.device_lock
         lines.append(f"device lock {lock}: {devicelock.holder(lock)}")
-        lines.append(instance_line(cfg["neuron"], neuron_ls.discover()))
+        lines.append(instance_line(dict(cfg.section("neuron")), neuron_ls.discover()))
         lines.append(_slot_pool(cfg, name))
         lines += _host_rates(cfg)
     except UserError as exc:
@@ -75,23 +76,23 @@ def instance_line(section: dict, machine: neuron_ls.Machine) -> str:
     return line + (f"; processes run at LNC {lnc} (neuron.lnc)" if lnc != runtime else "")
 
 
-def _slot_pool(cfg: dict, backend: str) -> str:
+def _slot_pool(cfg: RunConfig, backend: str) -> str:
     """How many captures would run at once here, and which NeuronCores each would hold (slots.py)."""
     try:
         found = slots.for_config(cfg, backend)
     except UserError as exc:
         return f"capture slots: {exc}"
     held = [
-        f"slot {s.index} (cores {s.visible}): {devicelock.holder(s.locks(cfg['capture']['device_lock'])[0])}"
+        f"slot {s.index} (cores {s.visible}): {devicelock.holder(s.locks(cfg.capture.device_lock)[0])}"
         for s in found.slots
         if s.cores
     ][:4]
     return "\n".join([f"capture slots: {found.describe()}", *(f"  {line}" for line in held)])
 
 
-def _host_rates(cfg: dict) -> list[str]:
+def _host_rates(cfg: RunConfig) -> list[str]:
     """The cpu backend's probe: each dtype's measured GEMM rate and whether the cpu backend runs it."""
-    probe = caps.probe(cfg["cache_dir"], default_threads())
+    probe = caps.probe(cfg.cache_dir, default_threads())
     slow = caps.slow_dtypes(probe)
     lines = [f"host GEMM probe ({probe.method}, {probe.threads} threads, measured {probe.measured_at}):"]
     for dtype, rate in probe.gemm_flops_per_s.items():

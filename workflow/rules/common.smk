@@ -1,4 +1,5 @@
 # Validation, planning and path helpers shared by every rule file.
+import dataclasses
 import json
 import os
 import shlex
@@ -9,6 +10,7 @@ import yaml
 
 from neuronsweep import backends, warmstart
 from neuronsweep.config import schema as ns_config
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.host import neuron_ls, slots
 from neuronsweep.errors import UserError
 from neuronsweep.search import KINDS, searches
@@ -125,15 +127,17 @@ try:
 
         checks.check(CONFIG, CONFIG_SOURCE)
     # under a cluster executor the devices are on the nodes, not here: each job settles on its own
-    SETUP = settle_run(CONFIG, local=not CLUSTER)
+    SETUP = settle_run(RunConfig.of(CONFIG), local=not CLUSTER)
+    RUN_CONFIG = SETUP.config  # the settled config, read by name below
+    CONFIG = RUN_CONFIG.document  # the document whole, its neuron section settled: the search driver's file
     BACKEND, BACKEND_REASON, NEURON_SETUP = SETUP.backend, SETUP.backend_reason, SETUP.neuron_setup
     PLAN, HOST_PROBE = SETUP.plan, SETUP.host_probe
-    SLOTS = None if CLUSTER else slots.for_config(CONFIG, BACKEND)
+    SLOTS = None if CLUSTER else slots.for_config(RUN_CONFIG, BACKEND)
 except UserError as exc:
     raise WorkflowError(str(exc)) from None
 for line in SETUP.log_lines():
     logger.info(line)
-logger.info(estimate(PLAN, CONFIG, HOST_PROBE))
+logger.info(estimate(PLAN, RUN_CONFIG, HOST_PROBE))
 if SLOTS is not None:
     logger.info(f"captures: {SLOTS.describe()}")
     if workflow.global_resources.get("neuron_device").value is None:  # so Snakemake runs one job per slot
@@ -141,8 +145,8 @@ if SLOTS is not None:
 
 PLAN_JSON = SETUP.plan_json()
 PLAN_STAGED = stage_plan(PLAN_JSON, Path(".snakemake/neuronsweep"))
-CACHE_DIR = os.path.expanduser(CONFIG["cache_dir"])
-CAPTURE = CONFIG["capture"]
+CACHE_DIR = os.path.expanduser(RUN_CONFIG.cache_dir)
+CAPTURE = RUN_CONFIG.capture
 DESCRIPTION = backends.BACKENDS[BACKEND]  # artifacts, stage options, view outputs
 ARTIFACT = DESCRIPTION.artifacts
 COLLECTIVE_WID = backends.COLLECTIVE_WID
@@ -150,7 +154,7 @@ COLLECTIVE_ARTIFACT = DESCRIPTION.build_artifact(ranks=True)  # a launch plan, o
 
 # Backend options per stage, as Snakemake params: changing one reruns that stage and what follows.
 ON_DEVICE = DESCRIPTION.neuron_device  # its builds and captures hold a NeuronCore
-SECTION = CONFIG.get(BACKEND, {})  # the backend's config section (none for cpu)
+SECTION = RUN_CONFIG.section(BACKEND)  # the backend's config section (none for cpu)
 
 
 def options(stage):
@@ -176,10 +180,10 @@ CAPTURE_THREADS = 1 if ON_DEVICE else host_threads()  # a device capture waits o
 os.environ[HOST_ENV] = json.dumps(
     {
         "cache_dir": CACHE_DIR,
-        "device_lock": CAPTURE["device_lock"],
-        "slots": CAPTURE["slots"],
-        "isolation": CAPTURE["isolation"],
-        "timeouts": CONFIG["timeouts"],
+        "device_lock": CAPTURE.device_lock,
+        "slots": CAPTURE.slots,
+        "isolation": CAPTURE.isolation,
+        "timeouts": dataclasses.asdict(RUN_CONFIG.timeouts),
     },
     sort_keys=True,
 )
@@ -190,7 +194,7 @@ envvars:
     HOST_ENV,
 
 
-RUN = f"results/{CONFIG['run']}"
+RUN = f"results/{RUN_CONFIG.run}"
 SUMMARY = f"{RUN}/summary.csv"
 CALIBRATION = f"{RUN}/cpu/calibration.json"
 # one folder per workload: build/ capture/ view/ metrics.json logs/
@@ -219,7 +223,7 @@ def spec_json(wildcards):
 
 def search_sources(name):
     """The searched entry's user code (its function and NKI kernel files); none for run-level settings."""
-    entry = next((e for e in CONFIG["suites"].get("custom", []) if e["name"] == name and e.get("search")), None)
+    entry = next((e for e in RUN_CONFIG.suites.get("custom", []) if e["name"] == name and e.get("search")), None)
     if entry is None:
         return []
     refs = [entry["function"], *([entry["nki_kernel"]] if entry.get("nki_kernel") else [])]
@@ -234,13 +238,13 @@ TUNES = [name for name, (kind, _) in SEARCHES_BY_NAME.items() if KINDS[kind].aft
 
 def tune_sources(model):
     """A tuned model's sources: its config.json (or module file) and its custom candidates' code."""
-    entry = next(e for e in CONFIG["suites"]["model"] if e["name"] == model)
+    entry = next(e for e in RUN_CONFIG.suites["model"] if e["name"] == model)
     refs = [
-        c["function"] for c in CONFIG["suites"].get("custom", []) if c["name"] in entry["tune"].get("candidates", [])
+        c["function"] for c in RUN_CONFIG.suites.get("custom", []) if c["name"] in entry["tune"].get("candidates", [])
     ]
     refs += [
         c["nki_kernel"]
-        for c in CONFIG["suites"].get("custom", [])
+        for c in RUN_CONFIG.suites.get("custom", [])
         if c["name"] in entry["tune"].get("candidates", []) and c.get("nki_kernel")
     ]
     files = [str(user_code.source_file(ref)) for ref in refs]
@@ -250,7 +254,7 @@ def tune_sources(model):
 def search_config(name):
     """The validated config as one file for the search driver (several --configfile and --config
     overrides merged, user code paths absolute), rewritten only when it changes."""
-    path = Path(".snakemake/neuronsweep") / f"search-{CONFIG['run']}-{name}.yaml"
+    path = Path(".snakemake/neuronsweep") / f"search-{RUN_CONFIG.run}-{name}.yaml"
     text = yaml.safe_dump(CONFIG, sort_keys=False)
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ rule extract:
             f"--profile-json {shlex.quote(input.profile_json)}" if HAS_PROFILE_JSON else ""
         ),
         calibration=lambda wildcards, input: f"--calibration {shlex.quote(input.calibration)}" if HAS_HOST_PEAKS else "",
-        track_patterns=json.dumps(CONFIG["track_patterns"]),
+        track_patterns=json.dumps(dict(RUN_CONFIG.track_patterns)),
     shell:
         "neuronsweep extract --summary-json {input.summary:q} --capture-json {input.capture:q} "
         "--build-json {input.build:q} {params.profile_json} {params.calibration} "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 from neuronsweep.config.backends import BACKENDS, COLLECTIVE_PLAN, NAMES, Backend
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR, chips
@@ -138,14 +139,14 @@ class MemoryBudget:
     checks_here: bool = False
 
 
-def memory_budget(name: str, config: dict, host_bytes: float) -> MemoryBudget | None:
+def memory_budget(name: str, config: RunConfig, host_bytes: float) -> MemoryBudget | None:
     """The memory one case of a validated, settled `config` runs in on backend `name`: one logical
     NeuronCore's HBM of the configured target, else this host's RAM (`host_bytes`); None where the target
     is settled by each job on its node (neuron.target auto under a cluster executor)."""
     backend = BACKENDS[name]
     if not backend.neuron_device:
         return MemoryBudget(host_bytes, "this machine's RAM", gathers_experts=backend.pjrt, checks_here=True)
-    section = config[name]
+    section = config.section(name)
     if section["target"] not in TARGETS:
         return None
     target = TARGETS[section["target"]]

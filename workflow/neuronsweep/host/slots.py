@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.config.settings import BuildSettings, CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock, neuron_ls
@@ -118,10 +119,10 @@ def pool(
     return Pool(tuple(Slot(i, tuple(g)) for i, g in enumerate(groups)), isolation, found)
 
 
-def for_config(config: dict, backend: str) -> Pool:
+def for_config(config: RunConfig, backend: str) -> Pool:
     """The pool a run of this (validated) config would use on this machine."""
-    capture, section = config["capture"], config.get(backend, {})  # a device backend's target and LNC
-    return pool(backend, capture["slots"], capture["isolation"], section.get("target"), section.get("lnc"))
+    capture, section = config.capture, config.section(backend)  # a device backend's target and LNC
+    return pool(backend, capture.slots, capture.isolation, section.get("target"), section.get("lnc"))
 
 
 def widened(found: Pool, cores: int) -> Pool:

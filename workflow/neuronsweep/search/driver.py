@@ -36,6 +36,7 @@ from neuronsweep.backends import cpu_timing
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.config import schema
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.search import FINALIST_ROUNDS, build, calls, finalists, searches, strategy
@@ -170,7 +171,7 @@ class Search:
         is a keyword of it, a case runs on this backend): a bad search is one sentence here, not a
         failed round."""
         where = self.preflight_named()
-        setup = settle_run(schema.validate(self.preflight_config(), source=where))
+        setup = settle_run(RunConfig.of(schema.validate(self.preflight_config(), source=where)))
         self.check_values(where)
         if not setup.plan.workloads:
             why = next(iter(setup.plan.unsupported.values()), "no case is planned")
@@ -437,7 +438,7 @@ def screen_together(batch: list[tuple[ParamSearch, list[dict]]], n_round: int) -
     another backend, each search's workflow with a short capture. Per call, a result per trial."""
     first = batch[0][0]
     cfg = merged_round(batch)
-    setup = settle_run(schema.validate(cfg, source=f"search {first.entry['name']}"))
+    setup = settle_run(RunConfig.of(schema.validate(cfg, source=f"search {first.entry['name']}")))
     if not BACKENDS[setup.backend].retimed_here:  # its programs run on a device: each search's own workflow
         return [s.measure(trials, n_round, capture=SCREEN_CAPTURE) for s, trials in batch]
     cases = [

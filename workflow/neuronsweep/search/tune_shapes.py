@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from neuronsweep.config import schema
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
 from neuronsweep.search.driver import set_setting, settings_digest
@@ -40,7 +41,7 @@ def plan_gemms(config: dict, where: str) -> tuple[pd.DataFrame, str]:
     """Every GEMM of every forward (phase, batch, seq, dtype) of a compiler_config: its module, m, k, n, count
     and workload id, as the model suite plans them (`unsupported` holds why this backend cannot run one);
     and the backend the plan settled on."""
-    setup = settle_run(schema.validate(config, source=where))
+    setup = settle_run(RunConfig.of(schema.validate(config, source=where)))
     rows = [
         {
             **{k: sc.labels.get(k, 1) for k in ("gemm", "m", "k", "n", "count", *GROUP)},

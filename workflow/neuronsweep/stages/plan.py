@@ -22,6 +22,7 @@ from neuronsweep import kernels
 from neuronsweep.analysis import deployments
 from neuronsweep.backends import RANK_PROCESS_BYTES
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, targets
@@ -364,7 +365,7 @@ def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
     return answer
 
 
-def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
+def _custom_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, dict]]:
     """Each entry's cases as workloads of kind `custom`, what the probe found in their specs (output shapes,
     counted FLOPs), the source files' hash with them (an edit rebuilds that entry's cases only)."""
     request: dict[str, list] = {"entries": []}
@@ -395,7 +396,7 @@ def _custom_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario,
                 "source_sha256": digests[-1],
             }
         )
-    answer = probe_child("custom_probe", request, config.get("cache_dir"))
+    answer = probe_child("custom_probe", request, config.cache_dir)
     if "error" in answer:
         raise UserError(answer["error"])
     out = []
@@ -444,7 +445,7 @@ class _ModelPass:
     labels: dict  # the deployment's own: its stack's settings, what it assumed
 
 
-def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_ModelPass]]:
+def _model_requests(entries: list[dict], config: RunConfig) -> tuple[dict, list[_ModelPass]]:
     """The probe's request (one entry per model, layout and group of phases with one rank config and one
     grid of graphs) and what each request entry is; every deployment checked before any job."""
     request: dict = {
@@ -507,9 +508,9 @@ def _model_requests(entries: list[dict], config: dict) -> tuple[dict, list[_Mode
     return request, passes
 
 
-def _family(config: dict) -> str | None:
+def _family(config: RunConfig) -> str | None:
     """The instance family a deployment must run on: neuron.target where it names one."""
-    sections = [config.get(name) or {} for name, described in BACKENDS.items() if described.neuron_device]
+    sections = [config.section(name) for name, described in BACKENDS.items() if described.neuron_device]
     return next((s["target"] for s in sections if s.get("target") in targets.TARGETS), None)
 
 
@@ -529,12 +530,12 @@ def _check_rank_fits(
         )
 
 
-def _model_scenarios(entries: list[dict], config: dict) -> list[tuple[Scenario, dict]]:
+def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, dict]]:
     """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
     that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs; under
     a parallel layout one rank's GEMMs, and the collectives each forward issues."""
     request, passes = _model_requests(entries, config)
-    answer = probe_child("model_probe", request, config.get("cache_dir"))
+    answer = probe_child("model_probe", request, config.cache_dir)
     if "error" in answer:
         raise UserError(answer["error"])
     out = []
@@ -735,20 +736,20 @@ SUITES = {
 }
 
 
-def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = None) -> Plan:
-    """Plan a validated config (see config.validate) for the backend that will run it; on cpu,
+def make_plan(config: RunConfig, backend: str, slow_dtypes: dict[str, str] | None = None) -> Plan:
+    """Plan a validated config (config/run_config.py) for the backend that will run it; on cpu,
     slow_dtypes (caps.slow_dtypes) marks the dtypes this host has no fast GEMM for."""
     scenarios: dict[str, Scenario] = {}
     workloads: dict[str, dict] = {}
     skipped: dict[str, str] = {}
-    for suite_name, suite in config["suites"].items():
+    for suite_name, suite in config.suites.items():
         needs_config = {"custom": _custom_scenarios, "model": _model_scenarios}
         expanded = needs_config[suite_name](suite, config) if suite_name in needs_config else SUITES[suite_name](suite)
         for sc, spec in expanded:
             scenarios.setdefault(sc.id, replace(sc, kind=suite_name))  # asked twice (grid and shapes): one row
             why = unsupported(spec, backend, slow_dtypes)
             if not why and uses_nki(spec):
-                target = config.get(backend, {}).get("target") if BACKENDS[backend].neuron_device else None
+                target = config.section(backend).get("target") if BACKENDS[backend].neuron_device else None
                 why = kernels.unsupported(spec, target, chip=targets.onchip(target))
             if why:
                 skipped[sc.workload_id] = why
@@ -761,7 +762,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
         )
     ordered = sorted(scenarios.values(), key=lambda s: (s.suite, natural(s.id)))
     return Plan(
-        run=config["run"],
+        run=config.run,
         backend=backend,
         scenarios=ordered,
         workloads=dict(sorted(workloads.items())),
@@ -769,7 +770,7 @@ def make_plan(config: dict, backend: str, slow_dtypes: dict[str, str] | None = N
     )
 
 
-def estimate(plan: Plan, config: dict, probe: caps.HostProbe | None, warm_start: bool | None = None) -> str:
+def estimate(plan: Plan, config: RunConfig, probe: caps.HostProbe | None, warm_start: bool | None = None) -> str:
     """One line: about how long the sweep's jobs take on this host, and what that rests on. GEMM time
     uses the probe's 256^3 rates (large GEMMs usually run faster, tiny ones are dominated by overhead).
     warm_start (default: on, unless NEURONSWEEP_WARM_START=0): the stages fork from one
@@ -778,8 +779,8 @@ def estimate(plan: Plan, config: dict, probe: caps.HostProbe | None, warm_start:
         return f"no run-time estimate on {plan.backend}: only a backend that probes its host (cpu) has one"
     if warm_start is None:  # a backend that probes its host runs its workloads in the stage's process
         warm_start = os.environ.get(WARM_START) != "0"
-    cap = config["capture"]
-    executions = cap["warmup"] + cap["num_exec"] + cap["repeats"] * cap["iterations"]
+    cap = config.capture
+    executions = cap.warmup + cap.num_exec + cap.repeats * cap.iterations
     rates = probe.gemm_flops_per_s
     compute_s = sum(work_flops(s) * executions / rates[dtype_of(s)] for s in plan.workloads.values() if has_roofline(s))
     n = len(plan.workloads)
@@ -787,8 +788,8 @@ def estimate(plan: Plan, config: dict, probe: caps.HostProbe | None, warm_start:
     imports_s = (1 if warm_start else 2 * n) * (probe.torch_import_s + probe.stack_import_s)
     ranks = sum(ranks_of(s) for s in plan.workloads.values() if described(s).ranks)
     imports_s += ranks * probe.torch_import_s  # every rank of a collective is a process of its own
-    if cap.get("rounds_in_processes"):  # each round imports torch again
-        imports_s += n * cap["repeats"] * probe.torch_import_s
+    if cap.rounds_in_processes:  # each round imports torch again
+        imports_s += n * cap.repeats * probe.torch_import_s
     dtypes = {s["dtype"] for s in plan.workloads.values()}
     calib_s = caps.CALIBRATION_BUDGET_S * (len(dtypes) + 1) if dtypes else 0.0  # + the copy bandwidth
     total = compute_s + imports_s + calib_s

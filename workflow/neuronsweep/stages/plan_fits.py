@@ -8,12 +8,13 @@ import psutil
 
 from neuronsweep.backends import RANK_PROCESS_BYTES, memory_budget
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import Plan
 from neuronsweep.workloads import described, layer, rank_buffer_bytes, ranks_of, working_set_bytes
 
 
-def check_memory(plan: Plan, config: dict) -> None:
+def check_memory(plan: Plan, config: RunConfig) -> None:
     """The plan's cases against the memory one case runs in (backends.memory_budget of the settled config:
     this host's RAM, or one logical NeuronCore's HBM): a layer that does not fit is unsupported, any other
     case refused. Nothing is checked where each job settles its target on its node."""

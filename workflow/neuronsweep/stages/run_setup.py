@@ -21,6 +21,7 @@ from neuronsweep.atomic import write_json
 from neuronsweep.backends import neuron_setup
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock
 from neuronsweep.stages.plan import Plan, make_plan
@@ -32,7 +33,7 @@ class RunSetup:
     """What a run settles before any job, once for Snakemake and `neuronsweep plan` alike: the config, the backend and
     why, the neuron target and route, the slots and the plan."""
 
-    config: dict  # the validated config, its neuron section settled on this machine
+    config: RunConfig  # the validated config, its neuron section settled on this machine
     backend: str
     backend_reason: str  # one line: why this backend
     neuron_setup: dict  # what was settled and why (target, route), for plan.json and the log
@@ -45,7 +46,7 @@ class RunSetup:
             **self.plan.to_dict(),
             "backend_reason": self.backend_reason,
             "neuron_setup": self.neuron_setup,
-            "config": self.config,
+            "config": self.config.document,
         }
         return json.dumps(record, separators=(",", ":"))
 
@@ -58,50 +59,49 @@ class RunSetup:
         ]
 
 
-def settle_run(config: dict, local: bool = True) -> RunSetup:
-    """The setup of a validated `config` (changed in place: its neuron section settled). `local`: the
-    jobs run on this machine (False under a cluster executor: each job settles on its node)."""
-    backend, why = backends.resolve(config["backend"], local=local)
+def settle_run(config: RunConfig, local: bool = True) -> RunSetup:
+    """The setup of a validated `config`, whose neuron section the returned setup's config has settled.
+    `local`: the jobs run on this machine (False under a cluster executor: each job settles on its node)."""
+    backend, why = backends.resolve(config.backend, local=local)
     setup: dict = {}
     settle_here = backends.BACKENDS[backend].neuron_device and local
     if settle_here:
-        config["neuron"], setup = neuron_setup.settle(config["neuron"], need_route=False)
+        section, setup = neuron_setup.settle(dict(config.section(backend)), need_route=False)
+        config = config.settled(backend, section)
     check_paths(config)
     probe = host_probe(config, backend)
     plan = make_plan(config, backend, caps.slow_dtypes(probe) if probe else None)
     if settle_here and neuron_setup.needs_route(plan.workloads.values()):  # the plan says whether one is needed
-        config["neuron"], route = neuron_setup.settle_route(config["neuron"])
+        section, route = neuron_setup.settle_route(dict(config.section(backend)))
+        config = config.settled(backend, section)
         setup.update(route)
     check_memory(plan, config)  # once settled: the route says whether an MoE layer's experts are gathered
     return RunSetup(config, backend, why, setup, plan, probe)
 
 
-def host_probe(config: dict, backend: str) -> caps.HostProbe | None:
+def host_probe(config: RunConfig, backend: str) -> caps.HostProbe | None:
     """The host's probe (caps.probe, cached beside the compile cache) where the backend probes its host
     (cpu), else None."""
     if not BACKENDS[backend].probes_host:
         return None
 
-    return caps.probe(config["cache_dir"], default_threads())
+    return caps.probe(config.cache_dir, default_threads())
 
 
-def check_paths(config: dict) -> None:
+def check_paths(config: RunConfig) -> None:
     """The places every job writes, probed before any job: cache_dir a writable folder, the device lock
     a file that can be created and locked."""
-    cache = Path(config["cache_dir"]).expanduser()
+    cache = Path(config.cache_dir).expanduser()
     if cache.exists() and not cache.is_dir():
-        raise UserError(
-            f"config key 'cache_dir' = {config['cache_dir']!r} is a file, not a folder; point it at a folder."
-        )
+        raise UserError(f"config key 'cache_dir' = {config.cache_dir!r} is a file, not a folder; point it at a folder.")
     try:
         cache.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=cache).close()
     except OSError as exc:
         raise UserError(
-            f"config key 'cache_dir' = {config['cache_dir']!r} is not a writable folder ({exc.strerror}); "
-            "point it at one."
+            f"config key 'cache_dir' = {config.cache_dir!r} is not a writable folder ({exc.strerror}); point it at one."
         ) from None
-    devicelock.check_usable(config["capture"]["device_lock"])
+    devicelock.check_usable(config.capture.device_lock)
 
 
 def stage_plan(text: str, folder: Path) -> Path:
