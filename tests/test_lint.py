@@ -194,7 +194,7 @@ def test_the_share_of_fully_annotated_signatures_does_not_drop():
 def test_the_types_say_more_not_less():
     """Issue 79's ratchets, at today's figures, each pointing at the issue's goal: `type: ignore` at most 10
     (15 when it was filed), the signatures taking or returning a bare `dict` (or `dict[str, Any]`) at most
-    31.4 % (39 % filed, 15 % asked), and a workload spec read by key outside workloads/ at most once
+    30.5 % (39 % filed, 15 % asked), and a workload spec read by key outside workloads/ at most once
     (158 by this count filed, 20 asked: each kind's typed record and the workloads' accessors read it). A
     change may lower a figure, then lowers its ceiling here."""
     ignores = sum(path.read_text().count("type: ignore") for path in PACKAGE.rglob("*.py"))
@@ -212,5 +212,5 @@ def test_the_types_say_more_not_less():
         if path.relative_to(PACKAGE).parts[0] != "workloads"
     )
     assert ignores <= 10, f"{ignores} type: ignore comments, above the ceiling of 10"
-    assert share <= 0.314, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 31.4 %"
+    assert share <= 0.305, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 30.5 %"
     assert reads <= 1, f"a spec is read by key {reads} times outside workloads/, above the ceiling of 1"
