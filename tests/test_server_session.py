@@ -239,3 +239,17 @@ def test_the_standin_views_one_workers_device_profile_alone_as_parquet(tools):
     argv = [str(STANDIN / "bin" / "neuron-explorer"), "view", "-d", str(folder), "--output-format", "parquet"]
     proc = subprocess.run([*argv, "--output-file", str(tools / "out")], capture_output=True, text=True)
     assert proc.returncode == 2 and "2 device profiles" in proc.stderr
+
+
+def test_a_workers_damaged_device_tables_are_its_sentence_and_the_others_give_the_headroom(tools, monkeypatch):
+    from neuronsweep.backends import server_session
+
+    server.write(tools / "profiles", STEPS)
+    profiles = vllm_session.read(tools / "profiles")
+    viewed = server_session.view_devices(profiles, tools / "read")
+    assert [d.why for d in viewed] == [None, None]
+    (viewed[1].view / "parquet" / "Instruction.parquet").write_bytes(b"PAR1 damaged")
+    monkeypatch.setattr(server_session, "view_devices", lambda *a, **k: viewed)
+    headroom, why, clocks = session.step_headroom(profiles, tools / "read", "auto", 60)
+    assert why.startswith(f"{viewed[1].worker}: ") and "Instruction" in why and list(clocks) == [viewed[0].worker]
+    assert sum(h.executions for h in headroom.values()) == 4  # the other worker's executions

@@ -23,6 +23,7 @@ from neuronsweep.analysis import rank_timeline, session_headroom, session_steps
 from neuronsweep.analysis.metrics.peaks import neuron_peaks
 from neuronsweep.atomic import replacing, write_json
 from neuronsweep.backends import server_session
+from neuronsweep.errors import UserError
 from neuronsweep.formats import pftrace_reader, pftrace_writer, vllm_session
 from neuronsweep.stages import extract
 
@@ -36,6 +37,10 @@ def run(root: Path, out: Path, profiler: str = "auto", timeout_s: float = 1800) 
     steps = pd.DataFrame([vars(s) for s in found.steps])
     headroom, headroom_why, clocks = step_headroom(session, out, profiler, timeout_s)
     graphs = [g | (headroom[g["graph"]].figures if g["graph"] in headroom else {}) for g in found.graphs()]
+    stray = sorted(set(headroom) - {g["graph"] for g in graphs})
+    if stray:  # ExecutionInfo's NEFF names and the runtime's model_name disagree: said, kept in session.json
+        said = f"the device profiles' executions ran {', '.join(stray)}, which no step of the system trace names"
+        headroom_why = f"{headroom_why}; {said}" if headroom_why else said
     for name, table in (("steps.csv", steps), ("graphs.csv", pd.DataFrame(graphs))):
         with replacing(out / name) as tmp:
             table.to_csv(tmp, index=False)
@@ -93,11 +98,15 @@ def step_headroom(
         if device.view is None:
             why.append(f"{device.worker}: {device.why}")
             continue
-        db = extract.view_db(device.view)
+        try:
+            db = extract.view_db(device.view)
+            metadata = extract.profile_metadata(db, device.view / "parquet") if db is not None else None
+        except UserError as exc:  # a damaged table: this worker's sentence, the others are read
+            why.append(f"{device.worker}: {exc}")
+            continue
         if db is None:
             why.append(f"{device.worker}: its view holds no tables")
             continue
-        metadata = extract.profile_metadata(db, device.view / "parquet")
         notes: dict[str, str] = {}
         peaks = neuron_peaks(None, {"instance_type": (metadata or {}).get("instance_type")}, metadata, notes)
         workers.append((device.worker, db, peaks))
