@@ -208,3 +208,19 @@ def test_on_neuron_a_rank_must_fit_its_core_and_the_torch_xla_route_refuses_the_
     assert "(forward_layers)" in plan.unsupported[wid]
     with pytest.raises(UserError, match="runs on the TorchNeuron route only"):
         neuron._compile_xla(spec, tmp_path, None, tmp_path)  # refused before anything runs
+
+
+def test_the_reports_forward_table_shows_the_overlap_only_where_a_backend_measured_it():
+    """The overlap with compute is measured on neuron (each rank's CcOp and ActiveTime) and null on cpu, where a
+    gloo call blocks its rank: the report's table of the forward across its ranks has the column only when a
+    forward has a value in it."""
+    from neuronsweep.stages.report import _across_ranks
+
+    row = {"phase": "decode", "batch": 1, "seq": 32, "tp": 2, "layout": "tp2", "forward_measured_layers": 2}
+    row |= {"forward_measured_s": 2e-3, "forward_parts_s": 1.5e-3, "forward_parts_gap_pct": 33.3}
+    row |= {"forward_gap_in": "the collectives", "straggler_rank": 1, "rank_wait_max_s": 2e-5}
+    row |= {"collective_wait_pct": 50.0}
+    cpu = _across_ranks(pd.DataFrame([row | {"collective_overlap_pct": None}]))
+    neuron = _across_ranks(pd.DataFrame([row | {"collective_overlap_pct": 50.0}]))
+    assert "collective_overlap_pct" not in cpu and "collective_overlap_pct" in neuron
+    assert "view/ranks.pftrace" in neuron and "took" in neuron

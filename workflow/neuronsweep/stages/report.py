@@ -572,13 +572,16 @@ def _across_ranks(forward: pd.DataFrame) -> str:
     cols += ["forward_parts_s", "forward_parts_gap_pct", "forward_collectives_inside_s", "forward_collectives_alone_s"]
     cols += ["straggler_rank", "rank_wait_max_s", "collective_wait_pct"]
     shown = forward.dropna(subset=["forward_measured_layers"])
+    if "collective_overlap_pct" in shown and shown["collective_overlap_pct"].notna().any():  # neuron: measured
+        cols.append("collective_overlap_pct")
     return (
         "<h3>the forward across its ranks</h3>"
         "<p class=muted>The rank's shard of the first forward_measured_layers decoder layers run on every rank at "
         "once, each layer's collectives where the stack issues them (docs/your-code.md), beside the same layers "
         "and collectives each timed alone. The collectives' time inside the forward includes each rank's wait for "
         "the last to arrive; on cpu the case's capture/ranks.pftrace shows every rank's forwards above its "
-        "collective calls (on neuron the collectives run inside the NEFF: each rank's profile holds them).</p>"
+        "collective calls (on neuron the collectives run inside the NEFF: each rank's profile of one forward "
+        "holds them, and the case's view/ranks.pftrace draws every rank's calls from those profiles).</p>"
         f"<ul>{''.join(f'<li>{html.escape(line)}</li>' for line in lines)}</ul>"
         + table(shown[[c for c in cols if c in shown]])
     )
