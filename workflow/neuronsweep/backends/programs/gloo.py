@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from neuronsweep.analysis import rank_timeline
 from neuronsweep.analysis.correctness import check_rank, worst
@@ -296,5 +296,15 @@ def done(rank: int, args: dict, dist: ModuleType, profiled: Any, record: dict) -
     write_json(out / f"rank_{rank}.json", {"rank": rank, **record, "threads": torch.get_num_threads()})
 
 
+def leave() -> NoReturn:
+    """End a rank whose record is written without the interpreter's teardown: a thread of torch's profiler or
+    of gloo left unjoined there can abort the process ("terminate called without an active exception", exit
+    -6) after its work is done and written, which would fail the case for nothing."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     _rank(int(sys.argv[1]), json.loads(sys.argv[2]))
+    leave()

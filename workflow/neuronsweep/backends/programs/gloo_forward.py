@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from neuronsweep.analysis.correctness import compare
-from neuronsweep.backends.programs.gloo import BACKEND, collective_call, done, timed
+from neuronsweep.backends.programs.gloo import BACKEND, collective_call, done, leave, timed
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import TORCH_DTYPES, collective, forward
 from neuronsweep.workloads.forward import Forward
@@ -162,3 +162,4 @@ def _rank(rank: int, args: dict) -> None:
 
 if __name__ == "__main__":
     _rank(int(sys.argv[1]), json.loads(sys.argv[2]))
+    leave()
