@@ -262,7 +262,7 @@ def test_a_search_that_cannot_run_is_one_sentence_before_any_round(tmp_path, mon
     entry = {"name": "k", "function": "k.py:f", "inputs": {"x": [4, 4]}, "impl": impl, "search": search_block}
     if impl == ["nki"]:
         entry["nki_kernel"] = "k.py:f"
-    cfg = tiny_config(tmp_path, suites={"custom": [entry]})
+    cfg = tiny_config(tmp_path, calibrated=False, suites={"custom": [entry]})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     with pytest.raises(UserError, match=said) as refused:
         search.load("config.yaml", None).run_rounds(say=lambda _: None)
@@ -338,7 +338,7 @@ def test_a_run_level_setting_is_searched_a_run_per_trial(tmp_path, monkeypatch):
     """A top-level search: over dotted config keys (the compiler's flags): each trial the config with its
     setting and only the searched suites, in a run of its own; the default is the config's own value."""
     monkeypatch.chdir(tmp_path)
-    cfg = tiny_config(tmp_path, backend="neuron")
+    cfg = tiny_config(tmp_path, calibrated=False, backend="neuron")
     cfg["search"] = [{"name": "flags", "suites": ["matmul"], "space": {"neuron.optlevel": [1, 2, 3]}}]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     s = search.load("config.yaml", "flags")
@@ -554,7 +554,9 @@ def test_tpe_and_halving_find_the_grids_best_from_a_third_of_its_trials(tmp_path
         entry = landscape_entry(tmp_path / strategy, strategy=strategy, budget={"trials": trials})
         monkeypatch.chdir(tmp_path / strategy)
         measured: list = []
-        s = search.ParamSearch(tiny_config(tmp_path / strategy, suites={"custom": [entry]}), entry, "test")
+        s = search.ParamSearch(
+            tiny_config(tmp_path / strategy, calibrated=False, suites={"custom": [entry]}), entry, "test"
+        )
         table = s.run_rounds(
             say=lambda _: None,
             measure=from_landscape(times, measured),
