@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronsweep.errors import UserError
+from neuronsweep.search.space import Point
 from neuronsweep.workloads import user_code
 
 FORMAT = 1
@@ -34,7 +35,7 @@ class Choice:
 
     candidate: str
     function: str | None = None
-    params: dict = field(default_factory=dict)
+    params: Point = field(default_factory=dict)
     m: int | None = None  # the measured M this answer comes from (None: a K x N the tune never saw)
     settings: dict = field(default_factory=dict)  # e.g. {"neuron.optlevel": 1}: the compiler's flags for this shape
     speedup: float | None = field(default=None, compare=False)

@@ -41,6 +41,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.search import FINALIST_ROUNDS, build, calls, finalists, searches, strategy
 from neuronsweep.search import space as search_space
+from neuronsweep.search.space import Point
 from neuronsweep.search.trials import PIPELINE, TrialResult, as_listed, best, key
 from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.store import layout
@@ -48,7 +49,7 @@ from neuronsweep.store.records import BuildRecord, CaptureRecord
 
 SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
 Say = Callable[[str], None]
-Measure = Callable[[list[dict], int], list[TrialResult]]
+Measure = Callable[[list[Point], int], list[TrialResult]]
 
 
 def pick(cfg: dict, name: str | None, source: str) -> tuple[str, dict]:
@@ -104,7 +105,7 @@ class Search:
         """The search block the space is parsed from."""
         return self.entry["search"]
 
-    def run_of(self, params: dict) -> str:
+    def run_of(self, params: Point) -> str:
         """The run a trial's cases are in."""
         return self.run
 
@@ -115,7 +116,7 @@ class Search:
     def check_values(self, where: str) -> None:
         """Refuse, before any trial, a listed value that would not make a valid trial (none to check here)."""
 
-    def labels(self) -> dict:
+    def labels(self) -> Point:
         """The labels every case of this search has in a round's summary beside its params (none here)."""
         return {}
 
@@ -134,7 +135,7 @@ class Search:
         with replacing(self.trials_csv) as tmp:
             table.to_csv(tmp, index=False)
 
-    def params_of(self, row: pd.Series | dict) -> dict:
+    def params_of(self, row: pd.Series | dict) -> Point:
         """A recorded trial's params as the space has them (a conditional param that did not apply is absent)."""
         out = {}
         for name, spec in self.space.params.items():
@@ -181,11 +182,11 @@ class Search:
         """How preflight's sentences name this search."""
         return self.named()
 
-    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+    def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
         """Run the trials; per trial: status, objective, reason, its cases."""
         raise NotImplementedError
 
-    def screen(self, trials: list[dict], n_round: int) -> list[TrialResult]:
+    def screen(self, trials: list[Point], n_round: int) -> list[TrialResult]:
         """Halving's cheap rung (a suite's params only: ParamSearch)."""
         raise NotImplementedError
 
@@ -213,7 +214,7 @@ class Search:
         known = [s for s in held if s is not None]
         return sum(known) if known else None
 
-    def result_of(self, summary: pd.DataFrame, params: dict, log: Path, run: str) -> TrialResult:
+    def result_of(self, summary: pd.DataFrame, params: Point, log: Path, run: str) -> TrialResult:
         """One trial's result from a round's summary.csv: its cases' status, objective and costs."""
         rows = summary
         for name, value in (self.labels() | params).items():  # a tune's round holds every shape's trials
@@ -314,7 +315,7 @@ class ParamSearch(Search):
         *,
         run: str | None = None,
         folder: Path | None = None,
-        shape_labels: dict | None = None,
+        shape_labels: Point | None = None,
     ) -> None:
         super().__init__(cfg, entry, source, cores, snakefile)
         self.run = run or self.run
@@ -329,7 +330,7 @@ class ParamSearch(Search):
         """'suites.custom (<name>) search'."""
         return f"suites.custom ({self.entry['name']}) search"
 
-    def labels(self) -> dict:
+    def labels(self) -> Point:
         """A tune's shape (m, k, n, dtype under the entry's names): its cases among every shape's."""
         return self.shape_labels
 
@@ -337,7 +338,7 @@ class ParamSearch(Search):
         """A round of the default configuration."""
         return self.round_config([self.space.default])
 
-    def round_config(self, trials: list[dict], capture: dict | None = None) -> dict:
+    def round_config(self, trials: list[Point], capture: dict | None = None) -> dict:
         """The sweep config of one round: the entry's cases at each trial's params, as one suite."""
         entry = {k: v for k, v in self.entry.items() if k != "search"}
         fixed = entry.get("params") or {}
@@ -348,14 +349,14 @@ class ParamSearch(Search):
             cfg["capture"] = {**cfg.get("capture", {}), **capture}
         return cfg
 
-    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+    def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
         """The trials as one Snakemake call; per trial: status, objective, reason, its cases."""
         summary, log = self._snakemake(
             self.round_config(trials, capture), f"round-{n_round}{'-screen' if capture else ''}"
         )
         return [self.result_of(summary, t, log, self.run) for t in trials]
 
-    def screen(self, trials: list[dict], n_round: int) -> list[TrialResult]:
+    def screen(self, trials: list[Point], n_round: int) -> list[TrialResult]:
         """The cheap rung: on cpu, every configuration's cases run eagerly in one fresh process (one
         torch import for all), a few iterations each; on another backend, the workflow with a short capture."""
         return screen_together([(self, trials)], n_round)[0]
@@ -396,11 +397,11 @@ class SettingsSearch(Search):
                 default[name] = here
         return {**block, "default": default}
 
-    def run_of(self, params: dict) -> str:
+    def run_of(self, params: Point) -> str:
         """A run a trial, named by a hash of its settings (a setting may be any text)."""
         return f"{self.run}-{settings_digest(params)}"
 
-    def trial_config(self, params: dict) -> dict:
+    def trial_config(self, params: Point) -> dict:
         """A run-level trial's config: the user's with the trial's settings, only the searched suites."""
         cfg = copy.deepcopy(self.cfg)
         cfg.pop("search", None)
@@ -414,7 +415,7 @@ class SettingsSearch(Search):
         ]
         return {**cfg, "run": self.run_of(params)}
 
-    def measure(self, trials: list[dict], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+    def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
         """One Snakemake call a trial (each its own run); per trial: status, objective, reason, its cases."""
         out = []
         for i, t in enumerate(trials):
@@ -424,7 +425,7 @@ class SettingsSearch(Search):
 
 
 # ---------------------------------------------------------------------- several searches at once
-def merged_round(batch: list[tuple[ParamSearch, list[dict]]]) -> dict:
+def merged_round(batch: list[tuple[ParamSearch, list[Point]]]) -> dict:
     """One config running several searches' trials (a tune's shapes, its candidates): their suites.custom
     entries side by side in the first search's run."""
     cfg = batch[0][0].round_config([])
@@ -432,7 +433,7 @@ def merged_round(batch: list[tuple[ParamSearch, list[dict]]]) -> dict:
     return cfg
 
 
-def screen_together(batch: list[tuple[ParamSearch, list[dict]]], n_round: int) -> list[list[TrialResult]]:
+def screen_together(batch: list[tuple[ParamSearch, list[Point]]], n_round: int) -> list[list[TrialResult]]:
     """Halving's cheap rung of several searches at once (a tune's shapes): on cpu one fresh process times
     every configuration of every search eagerly (one torch import for all), a few iterations each; on
     another backend, each search's workflow with a short capture. Per call, a result per trial."""
@@ -487,7 +488,7 @@ def screen_together(batch: list[tuple[ParamSearch, list[dict]]], n_round: int) -
     return [[next(it) for _ in trials] for _, trials in batch]
 
 
-def _labelled(labels: dict, params: dict) -> bool:
+def _labelled(labels: Point, params: Point) -> bool:
     return all(str(labels.get(k)) == str(v) for k, v in params.items())
 
 
@@ -530,7 +531,7 @@ def config_setting(cfg: dict, dotted: str) -> object:
         return NO_KEY
 
 
-def settings_digest(settings: dict) -> str:
+def settings_digest(settings: Point) -> str:
     """A short hash of run-level settings: the name of the run that measures them (a setting may be any text)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 

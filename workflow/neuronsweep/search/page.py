@@ -15,6 +15,7 @@ import plotly.io as pio
 from neuronsweep.report.figures import COLOURS, NOISY, axis_type
 from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
+from neuronsweep.search.space import Point
 
 
 def verdict_line(best: dict) -> str:
@@ -41,7 +42,7 @@ def verdict_line(best: dict) -> str:
     return f"{won}{default if 'default_objective_s' in best else ''}; {said}.{tie}"
 
 
-def _params(params: dict) -> str:
+def _params(params: Point) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import optuna
 
 ParamSpec = Any  # a list of values, or a dict {values | low, high, log; when}: code branches on which
+Value = int | float | bool | str  # a param's value: the schema's number, boolean or string
+Point = dict[str, Value]  # one configuration of a search: each param that applies -> its value
 
 
 def _optuna() -> ModuleType:
@@ -46,7 +48,7 @@ def values_of(param: ParamSpec) -> list | None:
     return list(param["values"]) if "values" in param else None
 
 
-def applies(param: ParamSpec, point: dict) -> bool:
+def applies(param: ParamSpec, point: Point) -> bool:
     """A conditional param ({..., when: {other: value or [values]}}) applies only where the params it
     names, chosen before it, have one of those values."""
     when = param.get("when", {}) if isinstance(param, dict) else {}
@@ -64,7 +66,7 @@ class Space:
     params: dict[str, Any]  # a list of values, or a range {low, high, log}, either with `when`
     strategy: str = "tpe"
     seed: int = 0
-    default: dict = field(default_factory=dict)
+    default: Point = field(default_factory=dict)
     eta: int = 3  # halving: a 1/eta of the screened configurations go on to the full measurement
 
     def distributions(self) -> dict:
@@ -86,18 +88,18 @@ class Space:
         """Whether every param lists its values (a grid can be enumerated)."""
         return all(values_of(param) is not None for param in self.params.values())
 
-    def grid(self) -> list[dict]:
+    def grid(self) -> list[Point]:
         """Every point of a space of lists, a conditional param only where it applies."""
-        out: list[dict] = [{}]
+        out: list[Point] = [{}]
         for name, param in self.params.items():
             values = values_of(param) or []  # a space of lists: every param lists its values
             out = [q for p in out for q in ([{**p, name: v} for v in values] if applies(param, p) else [p])]
         return out
 
-    def point(self, choose: Callable[[str, ParamSpec], Any]) -> dict:
+    def point(self, choose: Callable[[str, ParamSpec], Value]) -> Point:
         """A point chosen param by param in the space's order (`choose(name, param)`), a conditional param
         only where the params chosen before it say it applies."""
-        out: dict = {}
+        out: Point = {}
         for name, param in self.params.items():
             if applies(param, out):
                 out[name] = choose(name, param)
@@ -152,7 +154,7 @@ def parse(block: dict, params: dict, where: str) -> Space:
                         "values; fix the condition."
                     )
     given = dict(block.get("default") or {})
-    default: dict = {}
+    default: Point = {}
     for name, param in space.items():
         if applies(param, default):
             default[name] = given.get(name, _first(param))
@@ -178,7 +180,7 @@ def _setting(block: dict, key: str) -> Any:
     return block[key] if key in block else schema_default(f"suites.custom.search.{key}")
 
 
-def _first(param: ParamSpec) -> Any:
+def _first(param: ParamSpec) -> Value:
     values = values_of(param)
     return int(param["low"]) if values is None else values[0]
 
@@ -190,7 +192,7 @@ def _holds(param: ParamSpec, value: object) -> bool:
     return value in values
 
 
-def points(space: Space, n: int) -> list[dict]:
+def points(space: Space, n: int) -> list[Point]:
     """halving's configurations: the default first, then n - 1 distinct points drawn with the seed (every
     point of a space of lists in a seeded order; a range drawn uniformly, on a log scale where it says)."""
     rng, out = random.Random(space.seed), [dict(space.default)]
@@ -208,7 +210,7 @@ def points(space: Space, n: int) -> list[dict]:
     return out
 
 
-def _draw(rng: random.Random, param: ParamSpec) -> Any:
+def _draw(rng: random.Random, param: ParamSpec) -> Value:
     values = values_of(param)
     if values is not None:
         return rng.choice(values)
@@ -218,11 +220,11 @@ def _draw(rng: random.Random, param: ParamSpec) -> Any:
     return rng.randint(low, high)
 
 
-def _frozen(point: dict) -> tuple:
+def _frozen(point: Point) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in point.items()))
 
 
-def _suggest(trial: optuna.Trial, name: str, param: ParamSpec) -> Any:
+def _suggest(trial: optuna.Trial, name: str, param: ParamSpec) -> Value:
     values = values_of(param)
     if values is None:
         return trial.suggest_int(name, int(param["low"]), int(param["high"]), log=bool(param.get("log", False)))
@@ -249,7 +251,7 @@ class Study:
         self.study = optuna.create_study(direction="minimize", sampler=sampler(space))
         self.study.enqueue_trial(space.default)
         self.dists = space.distributions()
-        self.grid: list[dict] = []
+        self.grid: list[Point] = []
         if space.strategy == "grid":  # Optuna's GridSampler stops the study itself, which ask-and-tell cannot
             points = space.grid()
             random.Random(space.seed).shuffle(points)
@@ -274,7 +276,7 @@ class Study:
         else:
             self.study.tell(trial, objective)
 
-    def replay(self, rounds: list[list[tuple[dict, float | None]]]) -> None:
+    def replay(self, rounds: list[list[tuple[Point, float | None]]]) -> None:
         """Ask and tell the trials recorded so far again, round by round as they were (every ask of a
         round before its tells: a sampler that models the results would otherwise propose from more
         than it knew then). A proposal that differs from the record means the space, the strategy or

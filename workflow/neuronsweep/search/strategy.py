@@ -13,10 +13,11 @@ from collections.abc import Callable
 import pandas as pd
 
 from neuronsweep.search import space as search_space
+from neuronsweep.search.space import Point
 from neuronsweep.search.trials import PIPELINE, SCREEN, Searching, TrialResult, best, key, new_rows, objective
 
 Say = Callable[[str], None]
-Measure = Callable[[list[dict], int], list[TrialResult]]
+Measure = Callable[[list[Point], int], list[TrialResult]]
 
 
 def rounds(search: Searching, say: Say, measure: Measure) -> tuple[pd.DataFrame, dict | None]:
@@ -100,7 +101,7 @@ def _room(search: Searching, table: pd.DataFrame, n_round: int, spent: float, me
     return room
 
 
-def _as_before(params: dict, earlier: dict[tuple, dict], done: list[tuple[dict, dict, bool]]) -> dict:
+def _as_before(params: Point, earlier: dict[tuple, dict], done: list[tuple[dict, dict, bool]]) -> dict:
     """A proposal measured already (in an earlier round, or earlier in this one): its result again."""
     prior = earlier.get(key(params)) or next(got for p, got, _ in done if key(p) == key(params))
     return {"status": prior["status"], "objective_s": objective(prior), "reason": "same point as an earlier trial"}

@@ -10,7 +10,7 @@ from typing import Protocol, TypedDict
 
 import pandas as pd
 
-from neuronsweep.search.space import Space
+from neuronsweep.search.space import Point, Space, Value
 
 SCREEN, PIPELINE = "screen", "pipeline"  # trials.csv's effort: halving's cheap rung, or the workflow's cases
 
@@ -48,7 +48,7 @@ class Searching(Protocol):
 
     def write(self, table: pd.DataFrame) -> None: ...  # noqa: D102
 
-    def params_of(self, row: pd.Series | dict) -> dict: ...  # noqa: D102
+    def params_of(self, row: pd.Series | dict) -> Point: ...  # noqa: D102
 
     def spent(self, table: pd.DataFrame) -> tuple[int, float]: ...  # noqa: D102
 
@@ -56,10 +56,10 @@ class Searching(Protocol):
 
     def cases_per_trial(self) -> int: ...  # noqa: D102
 
-    def run_of(self, params: dict) -> str: ...  # noqa: D102
+    def run_of(self, params: Point) -> str: ...  # noqa: D102
 
 
-def key(params: dict) -> tuple:
+def key(params: Point) -> tuple:
     """A configuration's identity, whatever its values' types after a CSV round trip."""
     return tuple(sorted((k, str(v)) for k, v in params.items()))
 
@@ -78,13 +78,13 @@ def objective(row: pd.Series | dict) -> float | None:
     return value if math.isfinite(value) and row.get("status") == "ok" else None
 
 
-def as_listed(value: object, values: list) -> object:
+def as_listed(value: Value, values: list[Value]) -> Value:
     """A value read back from CSV as the space lists it (1.0 and "1.0", True and "True")."""
     for v in values:
         if str(v) == str(value):
             return v
         numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (v, value))
-        if numbers and float(v) == float(value):  # type: ignore[arg-type]  # 1 read back as 1.0 (a column with gaps)
+        if numbers and float(v) == float(value):  # 1 read back as 1.0 (a column with gaps)
             return v
     return value
 

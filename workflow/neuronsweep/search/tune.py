@@ -37,6 +37,7 @@ from neuronsweep.backends.cores import default_threads
 from neuronsweep.errors import UserError
 from neuronsweep.search import FINALIST_ROUNDS, calls, tune_search, tune_shapes, tune_table
 from neuronsweep.search.driver import ParamSearch, merged_round, screen_together
+from neuronsweep.search.space import Point
 from neuronsweep.search.trials import TrialResult
 from neuronsweep.search.tune_block import TuneBlock, matrix_dims
 from neuronsweep.search.tune_records import Searched, TuneState
@@ -102,7 +103,7 @@ class Tune:
         return out
 
     # ------------------------------------------------------------------ step 2: the searches
-    def measure_together(self, batch: list[tuple[ParamSearch, list[dict]]], n_round: int) -> list[list[TrialResult]]:
+    def measure_together(self, batch: list[tuple[ParamSearch, list[Point]]], n_round: int) -> list[list[TrialResult]]:
         """One round of several shapes' searches as one call of the workflow; per search, a result per trial."""
         self.calls += 1
         summary, log = self.workflow(merged_round(batch), f"call-{self.calls}")

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from neuronsweep.atomic import read_json, write_json
+from neuronsweep.search.space import Point
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
@@ -19,7 +20,7 @@ class Candidate:
     status: str
     reason: str = ""
     trials: int | None = None  # trials measured for it (a candidate skipped at a shape has none to count)
-    params: dict | None = None
+    params: Point | None = None
     median_s: float | None = None
     workload_id: str | None = None
     run: str | None = None  # the run its case is in, where not the tune's own

@@ -18,11 +18,12 @@ import pandas as pd
 from neuronsweep.analysis import verdict
 from neuronsweep.errors import UserError
 from neuronsweep.search.driver import ParamSearch
+from neuronsweep.search.space import Point
 from neuronsweep.search.trials import PIPELINE, TrialResult
 from neuronsweep.search.tune_block import TuneBlock
 from neuronsweep.search.tune_records import OK, SKIPPED, Candidate
 
-Call = Callable[[list[tuple[ParamSearch, list[dict]]], int], list[list[TrialResult]]]
+Call = Callable[[list[tuple[ParamSearch, list[Point]]], int], list[list[TrialResult]]]
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Asked:
     ticket: int  # where its answer goes
     kind: str  # "measure" or "screen"
     search: ParamSearch
-    trials: list[dict]
+    trials: list[Point]
     n_round: int
 
 
@@ -49,7 +50,7 @@ class Together:
         self.calls = {"measure": measure, "screen": screen}
         self.log: list[dict] = []  # per call run: its kind, searches, trials and wall seconds (bench/tune_cost.py)
 
-    def call(self, kind: str, search: ParamSearch, trials: list[dict], n_round: int) -> list[TrialResult]:
+    def call(self, kind: str, search: ParamSearch, trials: list[Point], n_round: int) -> list[TrialResult]:
         """From a search's thread: its trials' results, once the call of all waiting searches is done."""
         with self.cv:
             ticket = id(trials)
