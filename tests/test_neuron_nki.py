@@ -163,20 +163,20 @@ KERNEL_CHECK = """
 import json, os, sys
 import numpy as np
 from neuronsweep.kernels import nki_matmul, nki_mlp
-from neuronsweep.workloads import matmul, mlp
+from neuronsweep.workloads import matmul, mlp, record
 out = {}
 import nki.isa as nisa, nki.language as nl
 loops, peaks = [], []
 for module, spec in [(nki_matmul, matmul.spec(m=384, k=384, n=1024, dtype="fp32")),
                      (nki_matmul, matmul.spec(m=64, k=96, n=200, dtype="fp32")),
                      (nki_mlp, mlp.spec(b=2, s=512, h=256, i=384, dtype="fp32"))]:
-    arrays = module.inputs(spec, np.random.default_rng(0))
+    arrays = module.inputs(record(spec), np.random.default_rng(0))
     for f in os.listdir(os.environ["NKI_ARTIFACTS_DIR"]):  # each compile wants an empty folder
         os.remove(os.path.join(os.environ["NKI_ARTIFACTS_DIR"], f))
     got = module.make_kernel()(*(arrays[n] for n in module.ARG_NAMES))
     out[json.dumps(spec, sort_keys=True)] = float(np.max(np.abs(got - module.reference(arrays))))
     loops.append(list(nl.DEVICE_LOOPS))
-    peaks.append([list(nl.DEVICE_LOOP_BYTES), module.body_bytes(spec)])
+    peaks.append([list(nl.DEVICE_LOOP_BYTES), module.body_bytes(record(spec))])
 def memset_then_accumulate(a, b):  # the pattern the nc_matmul reference calls undefined on v2/v3
     acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
     nisa.memset(dst=acc, value=0.0)

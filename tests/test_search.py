@@ -423,12 +423,13 @@ import json, sys
 import numpy as np
 import nki.isa as nisa
 from neuronsweep.kernels import launch, nki_matmul
+from neuronsweep.workloads.matmul import Gemm
 
 moving, issue = [], nisa.nc_matmul
 nisa.nc_matmul = lambda *a, **k: (moving.append(list(k["moving"].shape)), issue(*a, **k))[1]
 spec = json.loads(sys.argv[1])
 case = launch(spec)
-arrays = nki_matmul.inputs(spec, np.random.default_rng(0))
+arrays = nki_matmul.inputs(Gemm.of(spec), np.random.default_rng(0))
 out = np.asarray(case.kernel(*[arrays[n] for n in case.arg_names]))
 print(json.dumps({"moving": moving, "error": float(np.abs(out - nki_matmul.reference(arrays)).max())}))
 """

@@ -248,7 +248,7 @@ def test_nki_mlp_reference_is_the_gated_mlp_the_compiler_route_runs():
     from neuronsweep.workloads import mlp
 
     spec = mlp.spec(b=2, s=8, h=32, i=48, dtype="fp32")
-    a = nki_mlp.inputs(spec, np.random.default_rng(1))
+    a = nki_mlp.inputs(mlp.GatedMlp.of(spec), np.random.default_rng(1))
     x = torch.from_numpy(a["xT"].T.copy())
     want = mlp.torch_module(mlp.GatedMlp.of(spec))(x, *(torch.from_numpy(a[k]) for k in ("w_gate", "w_up", "w_down")))
     np.testing.assert_allclose(nki_mlp.reference(a), want.numpy().T, rtol=1e-4, atol=1e-4)

@@ -492,7 +492,7 @@ NKI_SPEC = {"kind": "matmul", "m": 256, "k": 256, "n": 1024, "dtype": "bf16", "i
 
 
 def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_unsupported():
-    from neuronsweep import kernels
+    from neuronsweep import kernels, workloads
     from neuronsweep.host.targets import onchip
 
     assert kernels.unsupported(NKI_SPEC, "trn2", (0, 7, 0)) is None
@@ -508,7 +508,10 @@ def test_nki_0_7_cases_on_trn1_or_inf2_and_grid_points_that_unroll_too_far_are_u
     deep = {**huge, "k": 65536}
     assert kernels.unsupported(deep, "trn2", (0, 7, 0), chip=onchip("trn2")) is None
     mlp = {"kind": "mlp", "b": 1, "s": 512, "h": 1024, "i": 512, "dtype": "bf16", "impl": "nki"}
-    assert kernels.for_spec(mlp).unrolled(mlp) == 3 * 8 * 4 and kernels.unsupported(mlp, "trn2", (0, 7, 0)) is None
+    assert (
+        kernels.for_spec(mlp).unrolled(workloads.record(mlp)) == 3 * 8 * 4
+        and kernels.unsupported(mlp, "trn2", (0, 7, 0)) is None
+    )
     # the MLP's intermediate (I/128 tiles of 512 tokens) is part of its body: 200 KiB of it fits a trn2
     # partition (224 KiB, trainium2_arch.rst) and not a NeuronCore-v2's (192 KiB) nor, unrolled, half of one
     wide = {**mlp, "i": 128 * 200}

@@ -34,7 +34,7 @@ from neuronsweep.formats.profile_db import ProfileDB
 from neuronsweep.host import neuron_ls, targets
 from neuronsweep.stages import session
 from neuronsweep.store import layout
-from neuronsweep.workloads import described
+from neuronsweep.workloads import described, record
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
 # (NKI 0.6+: nl.fori_loop over M tiles) runs twice, so its addressing of the second tile is checked.
@@ -484,7 +484,7 @@ def nki_body_line(name: str, build: dict) -> Line:
     its name replaces it (as the stand-in does). A device that built and ran the case says the bound held
     here; a body we refused is not tried, so a device that would take more is not seen by this line."""
     spec = build.get("spec") or {}
-    need = kernels.for_spec(spec).body_bytes(spec)
+    need = kernels.for_spec(spec).body_bytes(record(spec))
     chip = targets.onchip(build.get("target"))
     built = (build.get("correctness") or {}).get("correct") is True
     return Line(

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from neuronsweep.kernels import custom_nki, nki_matmul, nki_mlp
-from neuronsweep.workloads import described
+from neuronsweep.workloads import described, record
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class OnChip(Protocol):
@@ -33,8 +36,14 @@ class OnChip(Protocol):
 
 
 def for_spec(spec: dict) -> ModuleType:
-    """The NKI kernel module of a workload kind: its inputs(spec, rng) and workload_view(arrays, out)."""
+    """The NKI kernel module of a workload kind. Its functions take the kind's typed record
+    (workloads.record(spec): matmul.Gemm, mlp.GatedMlp, custom.Call), which `inputs` below hands them."""
     return {"matmul": nki_matmul, "mlp": nki_mlp, "custom": custom_nki}[described(spec).name]
+
+
+def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The case's kernel inputs by argument name, float32 from `rng`."""
+    return for_spec(spec).inputs(record(spec), rng)
 
 
 @dataclass
@@ -49,11 +58,12 @@ class Launch:
 def launch(spec: dict, decorate: Callable | None = None) -> Launch:
     """The case's kernel under nki.jit (or `decorate`, the legacy route's nki.benchmark: our kernels only)."""
     if described(spec).user_code:
-        kernel = custom_nki.make_kernel(spec)
-        return Launch(kernel, custom_nki.arg_names(spec, kernel), custom_nki.keywords(spec))
+        call = record(spec)
+        kernel = custom_nki.make_kernel(call)
+        return Launch(kernel, custom_nki.arg_names(call, kernel), custom_nki.keywords(call))
     module = for_spec(spec)
     if described(spec).nki_tiles:
-        return Launch(module.make_kernel(decorate, *nki_matmul.tiles(spec)), list(module.ARG_NAMES))
+        return Launch(module.make_kernel(decorate, *nki_matmul.tiles(record(spec))), list(module.ARG_NAMES))
     return Launch(module.make_kernel(decorate), list(module.ARG_NAMES))
 
 
@@ -73,7 +83,9 @@ def unsupported(
     memory, host/targets.py's onchip(target), which a device loop's body must fit in)."""
     version = nki_matmul.nki_version() if version is None else version
     if not described(spec).user_code:  # a user's kernel: its own shapes and loops are its author's to bound
-        why = _our_kernel_unsupported(spec, nki_matmul.device_loop(version), chip)
+        why = _our_kernel_unsupported(
+            for_spec(spec), record(spec), described(spec).name, nki_matmul.device_loop(version), chip
+        )
         if why:
             return why
     if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
@@ -87,30 +99,32 @@ def unsupported(
     return None
 
 
-def _our_kernel_unsupported(spec: dict, on_device: bool, chip: OnChip | None = None) -> str | None:
-    module = for_spec(spec)
-    why = module.supported(spec, on_device)
+def _our_kernel_unsupported(
+    module: ModuleType, shape: object, kind: str, on_device: bool, chip: OnChip | None = None
+) -> str | None:
+    """`module`: our kernel of the `kind`, `shape` the case's record of that kind."""
+    why = module.supported(shape, on_device)
     if why:
-        return f"the NKI {described(spec).name} kernel does not handle this shape: {why}"
+        return f"the NKI {kind} kernel does not handle this shape: {why}"
     if on_device:  # bounded by what its body keeps on chip (on the target's `chip`, where the caller knows it)
-        return None if chip is None else _body_too_big(spec, module.body_bytes(spec), chip)
-    count = module.unrolled(spec)
+        return None if chip is None else _body_too_big(kind, module.body_bytes(shape), chip)
+    count = module.unrolled(shape)
     if count > nki_matmul.MAX_UNROLLED:
         return (
-            f"the NKI {described(spec).name} kernel would unroll {count} matmul instructions over all its tiles at "
+            f"the NKI {kind} kernel would unroll {count} matmul instructions over all its tiles at "
             f"this shape, over neuron-sweep's bound of {nki_matmul.MAX_UNROLLED}"
         )
     return None
 
 
-def _body_too_big(spec: dict, need: dict[str, int], chip: OnChip) -> str | None:
+def _body_too_big(kind: str, need: dict[str, int], chip: OnChip) -> str | None:
     """Why one body of the kernel's device loop cannot stay on chip (NKI 0.6+), or None: the NKI Dynamic
     Loops page keeps every live tensor of a body in SBUF/PSUM for the whole loop, so its peak must fit in a
     partition of the target's (`chip`: host/targets.py, each figure with its page)."""
     for buffer, have in (("sbuf", chip.sbuf_partition_bytes), ("psum", chip.psum_partition_bytes)):
         if need[buffer] > have:
             return (
-                f"one body of the NKI {described(spec).name} kernel's device loop keeps "
+                f"one body of the NKI {kind} kernel's device loop keeps "
                 f"{need[buffer] / 1024:.0f} KiB of {buffer.upper()} live per partition, over the "
                 f"{have / 1024:.0f} KiB a partition holds on {chip.name} ({chip.onchip_source}); every live tensor "
                 "of the body stays on chip for the whole loop (NKI Dynamic Loops): a smaller shape or tile"

@@ -25,9 +25,9 @@ LEGACY_WHY = (
 )
 
 
-def arg_names(spec: dict, kernel: Callable) -> list[str]:
+def arg_names(call: custom.Call, kernel: Callable) -> list[str]:
     """The input names in the order the kernel takes them positionally."""
-    names = custom.input_names(custom.Call.of(spec))
+    names = custom.input_names(call)
     try:
         order = list(inspect.signature(kernel).parameters)
     except (TypeError, ValueError):
@@ -37,23 +37,23 @@ def arg_names(spec: dict, kernel: Callable) -> list[str]:
     return sorted(names, key=order.index)
 
 
-def make_kernel(spec: dict) -> Callable:
+def make_kernel(call: custom.Call) -> Callable:
     """The user's kernel, under nki.jit unless it already is."""
     nki = load_nki()[0]
-    kernel = load(str(custom.Call.of(spec).nki_kernel))
+    kernel = load(str(call.nki_kernel))
     return nki.jit(kernel) if inspect.isfunction(kernel) else kernel
 
 
-def keywords(spec: dict) -> dict:
+def keywords(call: custom.Call) -> dict[str, object]:
     """The kernel's keyword arguments: the case's params, as the tutorials pass meta-parameters."""
-    return custom.params(custom.Call.of(spec))
+    return custom.params(call)
 
 
-def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def inputs(call: custom.Call, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Standard-normal float32 inputs of the case's shapes (cast to its dtype by nki_program)."""
-    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in custom.Call.of(spec).inputs}
+    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in call.inputs}
 
 
-def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
+def workload_view(a: dict[str, np.ndarray], out: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The kernel's inputs and output are the function's: nothing to rename or transpose."""
     return a, out

@@ -86,27 +86,24 @@ def loops(api: str, version: tuple[int, ...] | None = None) -> str:
 MAX_UNROLLED = 4096
 
 
-def tiles(spec: dict) -> tuple[int, int]:
+def tiles(g: Gemm) -> tuple[int, int]:
     """The largest M and N tiles of this case (suites.matmul.nki_tile; the hardware's limits by default:
     128 stationary free, 512 moving free)."""
-    g = Gemm.of(spec)
     return g.tile_m or P, g.tile_n or TN_MAX
 
 
-def unrolled(spec: dict, on_device: bool = False) -> int:
+def unrolled(g: Gemm, on_device: bool = False) -> int:
     """nc_matmul instructions the traced kernel holds: every tile, or one body of the device loop over M."""
-    g = Gemm.of(spec)
-    tile_m, tile_n = tiles(spec)
+    tile_m, tile_n = tiles(g)
     return (1 if on_device else max(1, g.m // tile_m)) * max(1, g.k // P) * max(1, g.n // tile_n)
 
 
-def body_bytes(spec: dict) -> dict[str, int]:
+def body_bytes(g: Gemm) -> dict[str, int]:
     """Bytes per partition one body of the device loop (one M tile) keeps live at its peak, counted as the
     stand-in counts a tile (from its allocation until the next tile of its name replaces it): SBUF, the lhs
     and rhs tiles of two consecutive K steps and the result tiles of two N steps; PSUM, the accumulators
     of two N steps. Every live tensor of the body stays on chip for the whole loop (NKI Dynamic Loops)."""
-    tile_m, tile_n = tiles(spec)
-    g = Gemm.of(spec)
+    tile_m, tile_n = tiles(g)
     tm, tn, b = min(g.m, tile_m), min(g.n, tile_n), DTYPE_BYTES[g.dtype]
     return {"sbuf": 2 * (tm + tn) * b + 2 * tn * b, "psum": 2 * tn * 4}
 
@@ -203,35 +200,33 @@ def make_kernel(decorate: Callable | None = None, tile_m: int = P, tile_n: int =
     return (decorate or nki.jit)(nki_matmul_tiled if api == "nki" else nki_matmul_tiled_legacy)
 
 
-def inputs(spec: dict, rng: np.random.Generator) -> dict:
+def inputs(g: Gemm, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The kernel's inputs by argument name (lhsT is A transposed: K on the partitions), float32 from `rng`."""
     import numpy as np
 
-    g = Gemm.of(spec)
     return {
         "lhsT": rng.standard_normal((g.k, g.m), dtype=np.float32),
         "rhs": rng.standard_normal((g.k, g.n), dtype=np.float32),
     }
 
 
-def reference(a: dict) -> np.ndarray:
+def reference(a: dict[str, np.ndarray]) -> np.ndarray:
     """The float64 result the kernel's output is checked against."""
     import numpy as np
 
     return a["lhsT"].astype(np.float64).T @ a["rhs"].astype(np.float64)
 
 
-def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
+def workload_view(a: dict[str, np.ndarray], out: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The kernel's inputs and output as the matmul workload names them (A = lhsT^T, B = rhs, C)."""
     return {"a": a["lhsT"].T, "b": a["rhs"]}, out
 
 
-def supported(spec: dict, on_device: bool = False) -> str | None:
+def supported(g: Gemm, on_device: bool = False) -> str | None:
     """None if the kernel handles the shape, else why not (it does not pad partial tiles; with a device loop
     or without, alike)."""
-    g = Gemm.of(spec)
     m, k, n = g.m, g.k, g.n
-    tile_m, tile_n = tiles(spec)
+    tile_m, tile_n = tiles(g)
     problems = [
         f"{name}={v} is not a multiple of {t} (or smaller than it)"
         for name, v, t in (("M", m, tile_m), ("K", k, P), ("N", n, tile_n))

@@ -105,21 +105,19 @@ def make_kernel(decorate: Callable | None = None) -> Callable:
     return (decorate or nki.jit)(nki_gated_mlp if api == "nki" else nki_gated_mlp_legacy)
 
 
-def unrolled(spec: dict, on_device: bool = False) -> int:
+def unrolled(g: GatedMlp, on_device: bool = False) -> int:
     """nc_matmul instructions the traced kernel holds: gate and up per (token tile, I tile, H tile), down
     per (token tile, H tile, I tile); one token tile when that loop is on the device."""
-    g = GatedMlp.of(spec)
     t, h, i = g.tokens, g.h, g.i
     tiles = 1 if on_device else max(1, t // TN_MAX)
     return tiles * (2 * (i // P) * (h // P) + (h // P) * (i // P))
 
 
-def body_bytes(spec: dict) -> dict[str, int]:
+def body_bytes(g: GatedMlp) -> dict[str, int]:
     """Bytes per partition one body of the device loop (one token tile) keeps live at its peak, counted as
     nki_matmul.body_bytes counts them: SBUF, the intermediate hT, the x and weight tiles of two H steps, the
     activations of two I steps, the down weights of two steps and two output tiles; PSUM, gate and up of
     two I steps and the accumulators of two H steps."""
-    g = GatedMlp.of(spec)
     t, h, i = g.tokens, g.h, g.i
     tn, b = min(t, TN_MAX), DTYPE_BYTES[g.dtype]
     del h  # the body's peak does not grow with H: its tiles are replaced step by step
@@ -127,12 +125,11 @@ def body_bytes(spec: dict) -> dict[str, int]:
     return {"sbuf": sbuf, "psum": (2 * 2 + 2) * tn * 4}
 
 
-def supported(spec: dict, on_device: bool = False) -> str | None:
+def supported(g: GatedMlp, on_device: bool = False) -> str | None:
     """Why this one-pass kernel cannot tile the case (its dims; without a device loop, an intermediate past
     half an SBUF partition of NeuronCore-v2: the compiler schedules the unrolled tiles around it), or None.
     With a device loop (NKI 0.6+) the intermediate is part of the body, bounded whole by the target's
     partition (body_bytes, kernels/__init__.py)."""
-    g = GatedMlp.of(spec)
     t, h, i = g.tokens, g.h, g.i
     problems = [f"{name}={v} is not a multiple of 128" for name, v in (("h", h), ("i", i)) if v % P]
     if t > TN_MAX and t % TN_MAX:
@@ -146,9 +143,8 @@ def supported(spec: dict, on_device: bool = False) -> str | None:
     return "; ".join(problems) or None
 
 
-def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def inputs(g: GatedMlp, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The kernel's inputs by argument name, float32, the weights scaled so the activations stay near 1."""
-    g = GatedMlp.of(spec)
     t, h, i = g.tokens, g.h, g.i
     scale_h, scale_i = float(h) ** -0.5, float(i) ** -0.5  # python floats keep the arrays float32
     return {
@@ -166,6 +162,6 @@ def reference(a: dict[str, np.ndarray]) -> np.ndarray:
     return ((gate / (1 + np.exp(-gate)) * up) @ a["w_down"].astype(np.float64)).T
 
 
-def workload_view(a: dict, out: np.ndarray) -> tuple[dict, np.ndarray]:
+def workload_view(a: dict[str, np.ndarray], out: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The kernel's inputs and output as the mlp workload names them (x = xT^T, out = outT^T)."""
     return {"x": a["xT"].T, "w_gate": a["w_gate"], "w_up": a["w_up"], "w_down": a["w_down"]}, np.asarray(out).T

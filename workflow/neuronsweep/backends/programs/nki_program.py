@@ -32,6 +32,7 @@ from neuronsweep.analysis.correctness import check
 from neuronsweep.backends.processes import fresh
 from neuronsweep.errors import UserError
 from neuronsweep.kernels import custom_nki, for_spec, launch
+from neuronsweep.kernels import inputs as kernel_inputs
 from neuronsweep.kernels.nki_matmul import load_nki, loops
 from neuronsweep.workloads import described, dtype_of
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 def _inputs(spec: dict, names: list[str], inputs_dir: Path) -> tuple[dict[str, np.ndarray], list[list[str]]]:
     import numpy as np
 
-    arrays = for_spec(spec).inputs(spec, np.random.default_rng(0))
+    arrays = kernel_inputs(spec, np.random.default_rng(0))
     if dtype_of(spec) == "fp16":
         arrays = {name: a.astype(np.float16) for name, a in arrays.items()}
     elif dtype_of(spec) == "bf16":
