@@ -7,7 +7,7 @@ are the host's own, measured by `neuronsweep calibrate`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 PE = 128  # TensorE systolic array: contraction (partition) dim and stationary free dim
 MOVING_FREE = 512  # moving free size: one PSUM bank of 512 fp32
@@ -57,7 +57,35 @@ def metadata_peaks(meta: dict | None, lnc: int = 1) -> dict | None:
     }
 
 
-def tiles(gemms: list[tuple[int, int, int]]) -> dict:
+class Tiles(TypedDict):
+    """A workload's GEMMs on the PE array (metrics.json's tile fields)."""
+
+    tiles_m: int | None  # one GEMM's tile counts per dim (None for several)
+    tiles_k: int | None
+    tiles_n: int | None
+    tiles_total: int | None  # every GEMM's tiles (None: no GEMM known)
+    tile_utilization_pct: float | None
+
+
+class RooflinePlace(TypedDict):
+    """Where a workload sits under its peaks (metrics.json's roofline fields)."""
+
+    ideal_compute_s: float
+    ideal_memory_s: float
+    ridge_flops_per_byte: float
+    roofline_bound: str  # compute or memory
+    roofline_efficiency_pct: float | None
+
+
+class RaisedPlace(RooflinePlace):
+    """A roofline under host peaks raised to what the workload achieved, with the peaks it used."""
+
+    peak_flops_per_s: float
+    peak_bytes_per_s: float
+    peak_source: str
+
+
+def tiles(gemms: list[tuple[int, int, int]]) -> Tiles:
     """Tile counts of each GEMM on the 128x128 PE array with a 512 moving free size, and how much of
     the padded tiles is real work (a 129-wide dim pays for two 128 tiles)."""
     per = [(math.ceil(m / PE), math.ceil(k / PE), math.ceil(n / MOVING_FREE)) for m, k, n in gemms]
@@ -75,7 +103,7 @@ def tiles(gemms: list[tuple[int, int, int]]) -> dict:
 
 def roofline(
     flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float, measured_s: float | None
-) -> dict:
+) -> RooflinePlace:
     """Where a workload of `flops` and `min_bytes` sits under the peaks: each roof's ideal time, the ridge, the bound,
     and (given a measured time) the efficiency, 100 % at the roof."""
     compute_s, memory_s = flops / peak_flops, min_bytes / peak_bytes_per_s
@@ -91,7 +119,7 @@ def roofline(
 
 def raised_to_achieved(
     flops: float, min_bytes: float, peak_flops: float, peak_bytes_per_s: float, measured_s: float, source: str
-) -> dict:
+) -> RaisedPlace:
     """A measured (host) peak that a workload beat is not a ceiling: raise each roof the workload
     exceeded to its own achieved rate, so efficiency is at most 100%, and say so in the source."""
     achieved_f, achieved_b = flops / measured_s, min_bytes / measured_s

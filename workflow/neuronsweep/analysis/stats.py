@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from typing import TypedDict
 
 # a case whose spread exceeds this share of its median is `noisy`: listed, never ranked or recommended
 NOISY_REL_SPREAD = 0.25
@@ -13,7 +14,25 @@ NOISY_REL_SPREAD = 0.25
 DEVICE_TIMES = "device times"
 
 
-def latency_stats(samples_s: list[float], rounds: int = 1, in_processes: bool = False) -> dict:
+class LatencyStats(TypedDict):
+    """capture.json's `latency`: the timed runs' statistics (a backend adds fields of its own beside them)."""
+
+    median_s: float
+    iqr_s: float
+    q1_s: float
+    q3_s: float
+    min_s: float
+    max_s: float
+    mean_s: float
+    n: int
+    rounds: int
+    round_medians_s: list[float]
+    spread_s: float
+    rounds_in_processes: bool
+    samples_s: list[float]
+
+
+def latency_stats(samples_s: list[float], rounds: int = 1, in_processes: bool = False) -> LatencyStats:
     """Median, IQR (p75 - p25, inclusive quantiles), min, max, mean, n and every sample; with several
     rounds (config `repeats`), each round's median and the spread: max(IQR, range of round medians).
     `in_processes`: each round ran in a fresh process of its own (cpu, capture.rounds_in_processes),

@@ -41,7 +41,7 @@ class Activity:
     util_limit_pct: float
     time_pct: float | None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | int | float | None]:
         """As metrics.json's `throttling` list holds it."""
         return {
             "activity": self.activity,

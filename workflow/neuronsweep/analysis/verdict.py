@@ -109,7 +109,7 @@ class Verdict:
         """Whether a test was made and could see the change that matters (not "not judged")."""
         return self.said in JUDGED
 
-    def as_speedup(self) -> dict:
+    def as_speedup(self) -> dict[str, str | float | None]:
         """B against A as B's speed-up (A's time over B's), with its 95 % interval turned the same way: what
         a search's finalists and a tune's winners record."""
         return {

@@ -85,7 +85,7 @@ class HostProbe:
         )
 
 
-def host_record() -> dict:
+def host_record() -> dict[str, str]:
     """What a capture record says of the host it measured on."""
     import platform
     import sys
@@ -117,7 +117,7 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def fingerprint(threads: int) -> dict:
+def fingerprint(threads: int) -> dict[str, str | int | None]:
     """What a probe or calibration result depends on; read without importing torch."""
     try:
         torch_version = metadata.version("torch")
@@ -149,7 +149,7 @@ def measure_gemm(torch: ModuleType, dtype_name: str, n: int, budget_s: float) ->
 STACK = ("duckdb", "pandas", "pyarrow")  # the table stack view, extract and aggregate import
 
 
-def timed_imports() -> dict:
+def timed_imports() -> dict[str, float]:
     """Import the table stack, then torch, each timed: what every job pays on its own (plan's estimate).
     Only meaningful in a process that has imported neither yet (the probe's child, or the warm server as
     it starts)."""
@@ -165,7 +165,7 @@ def timed_imports() -> dict:
     return {"stack_import_s": t1 - t0, "torch_import_s": t2 - t1}
 
 
-def gemm_rates(threads: int) -> dict:
+def gemm_rates(threads: int) -> dict[str, dict[str, float]]:
     """Each dtype's GEMM rate on `threads` threads."""
     import torch
 

@@ -121,7 +121,7 @@ def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
         best_i = grp["peak_flops_per_s"].astype(float).idxmax()
         best = float(grp.loc[best_i, "peak_flops_per_s"])
         for i, r in grp[grp["peak_flops_per_s"] < best].iterrows():
-            new = roofline.roofline(r["flops"], r["min_bytes"], best, r["peak_bytes_per_s"], r["roofline_time_s"])
+            new = dict(roofline.roofline(r["flops"], r["min_bytes"], best, r["peak_bytes_per_s"], r["roofline_time_s"]))
             for col in ROOFLINE_COLUMNS:
                 table.loc[i, col] = new[col]
             table.loc[i, "peak_flops_per_s"] = best

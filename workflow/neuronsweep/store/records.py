@@ -33,7 +33,7 @@ def _command() -> str:
     return (f"{HOST_ENV}={shlex.quote(host)} " if host else "") + shlex.join(["neuronsweep", *sys.argv[1:]])
 
 
-def provenance(stage: str, started: float) -> dict:
+def provenance(stage: str, started: float) -> dict[str, str | float]:
     """When, how long and with which exact command a stage ran (every record carries it)."""
     return {
         "stage": stage,

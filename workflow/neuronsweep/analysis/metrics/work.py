@@ -150,12 +150,8 @@ def _roofline(
         notes["roofline_efficiency_pct"] = f"no {basis} was measured"
     elif efficiency is not None and efficiency > 100 and peaks is None:  # host peaks: a floor, not a ceiling
         raised = roofline.raised_to_achieved(flops, min_bytes, peak_f, peak_b, measured, source)
-        peak_f, peak_b, source = (
-            raised.pop("peak_flops_per_s"),
-            raised.pop("peak_bytes_per_s"),
-            raised.pop("peak_source"),
-        )
-        place = raised
+        peak_f, peak_b, source = raised["peak_flops_per_s"], raised["peak_bytes_per_s"], raised["peak_source"]
+        place = roofline.roofline(flops, min_bytes, peak_f, peak_b, measured)  # raised's own place, its peaks apart
     elif efficiency is not None and efficiency > 100:
         notes["roofline_efficiency_pct"] = (
             f"above 100%: this run beat the {peaks.target if peaks else None} peak it is "
