@@ -192,18 +192,23 @@ def test_the_share_of_fully_annotated_signatures_does_not_drop():
 
 
 def test_the_types_say_more_not_less():
-    """Issue 79's ratchets, at today's figures, each pointing at the issue's goal: `type: ignore` at most 10
-    (15 when it was filed), the signatures taking or returning a bare `dict` (or `dict[str, Any]`) at most
-    30.5 % (39 % filed, 15 % asked), and a workload spec read by key outside workloads/ at most once
-    (158 by this count filed, 20 asked: each kind's typed record and the workloads' accessors read it). A
-    change may lower a figure, then lowers its ceiling here."""
+    """Issue 79's ratchets, at today's figures, each pointing at the issue's goal: `type: ignore` at most 9
+    (15 when it was filed), the signatures taking or returning a bare `dict` or `Mapping`, or one of `str` to
+    `Any` or `object` (which says no more than a bare one: spelling `dict` so must not pass), at most 29.7 %
+    (33.0 % by this count on 2026-12-08, when it counted `dict[str, object]` and `Mapping[str, Any]` too; 39 %
+    filed, 15 % asked), and a workload spec read by key outside workloads/ at most once (158 by this count
+    filed, 20 asked: each kind's typed record and the workloads' accessors read it). A change may lower a
+    figure, then lowers its ceiling here."""
     ignores = sum(path.read_text().count("type: ignore") for path in PACKAGE.rglob("*.py"))
     functions = [n for _, n in _definitions() if not isinstance(n, ast.ClassDef)]
 
     def bare(n: ast.FunctionDef) -> bool:
         args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
         notes = [a.annotation for a in args if a.annotation is not None] + [n.returns] * (n.returns is not None)
-        return any(re.search(r"(?<![\w.])dict(?!\[)|dict\[str, Any\]", ast.unparse(a)) for a in notes)
+        return any(
+            re.search(r"(?<![\w.])(dict|Mapping)(?!\[)|(dict|Mapping)\[str, (Any|object)\]", ast.unparse(a))
+            for a in notes
+        )
 
     share = sum(map(bare, functions)) / len(functions)
     reads = sum(
@@ -211,6 +216,6 @@ def test_the_types_say_more_not_less():
         for path in PACKAGE.rglob("*.py")
         if path.relative_to(PACKAGE).parts[0] != "workloads"
     )
-    assert ignores <= 10, f"{ignores} type: ignore comments, above the ceiling of 10"
-    assert share <= 0.305, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 30.5 %"
+    assert ignores <= 9, f"{ignores} type: ignore comments, above the ceiling of 9"
+    assert share <= 0.297, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 29.7 %"
     assert reads <= 1, f"a spec is read by key {reads} times outside workloads/, above the ceiling of 1"
