@@ -201,7 +201,7 @@ def test_nccom_test_table_is_read_as_documented(tmp_path, monkeypatch):
     row = nccom_test.parse(text, 33554432)
     assert row["time_s"] == pytest.approx(768e-6) and row["busbw_bytes_per_s"] == pytest.approx(40.69 * 2**30)
     assert row["count"] == 33554432 and row["type"] == "uint8" and nccom_test.parse(text, 8) is None
-    spec = {"op": "all_to_all", "world": 4, "bytes": 4096, "dtype": "bf16"}
+    spec = {"kind": "collective", "op": "all_to_all", "world": 4, "bytes": 4096, "dtype": "bf16"}
     assert nccom_test.argv("nccom-test", spec, 20, 5) == [
         "nccom-test",
         "-r",

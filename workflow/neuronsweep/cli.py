@@ -26,7 +26,8 @@ from neuronsweep.errors import ERROR_PREFIX, UserError
 from neuronsweep.host.devicelock import DEFAULT_LOCK
 from neuronsweep.search import FINALIST_ROUNDS
 from neuronsweep.store.failures import STAGES, clear_failure, record_failure
-from neuronsweep.workloads import workload_id
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import as_spec, workload_id
 
 log = logging.getLogger("neuronsweep")
 
@@ -34,7 +35,7 @@ log = logging.getLogger("neuronsweep")
 # pandas (aggregate) or perfetto (view) would add most of a second to each of them.
 
 
-def _spec(text: str) -> dict:
+def _spec(text: str) -> Spec:
     raw = Path(text[1:]).read_text() if text.startswith("@") else text
     try:
         spec = json.loads(raw)
@@ -43,7 +44,7 @@ def _spec(text: str) -> dict:
             f"--spec is not valid JSON ({exc.msg}); pass a workload spec such as "
             '\'{"kind":"matmul","m":128,"k":128,"n":128,"dtype":"fp32"}\'.'
         ) from None
-    return spec
+    return as_spec(spec, "--spec")
 
 
 def cmd_plan(args: Namespace) -> None:

@@ -34,7 +34,7 @@ from neuronsweep.formats.profile_db import ProfileDB
 from neuronsweep.host import neuron_ls, targets
 from neuronsweep.stages import session
 from neuronsweep.store import layout
-from neuronsweep.workloads import described, record
+from neuronsweep.workloads import as_spec, described, record
 
 # Two stationary tiles by one PSUM bank: every route and the NKI kernel take it, and the kernel's device loop
 # (NKI 0.6+: nl.fori_loop over M tiles) runs twice, so its addressing of the second tile is checked.
@@ -483,7 +483,7 @@ def nki_body_line(name: str, build: dict) -> Line:
     whole loop but does not say when a tile stops being live; our bound counts a tile until the next one of
     its name replaces it (as the stand-in does). A device that built and ran the case says the bound held
     here; a body we refused is not tried, so a device that would take more is not seen by this line."""
-    spec = build.get("spec") or {}
+    spec = as_spec(build.get("spec"), "the NKI case's build.json")
     need = kernels.for_spec(spec).body_bytes(record(spec))
     chip = targets.onchip(build.get("target"))
     built = (build.get("correctness") or {}).get("correct") is True

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     NotComparable,
     checked_whole,
-    collective,
+    collective_of,
     described,
     dtype_of,
     has_reference,
@@ -54,7 +55,7 @@ def rejudge(record: dict | None, dtype: str, auto_cast: str | None) -> dict | No
 MAX_ROWS = 512  # output rows checked: spread over the whole output, so every 128-row tile up to 64k rows
 
 
-def check(spec: dict, inputs: dict, output: Array) -> dict:
+def check(spec: Spec, inputs: dict, output: Array) -> dict:
     """The correctness record: errors, tolerance and verdict, or why the case is not checked.
     `inputs` and `output` are array-likes (NumPy, or torch tensors of any dtype). Output row i depends
     only on row i of the kind's ROW_INPUT, so a large case is checked on MAX_ROWS rows spread evenly over
@@ -75,7 +76,7 @@ def check(spec: dict, inputs: dict, output: Array) -> dict:
     return record | ({"rows_checked": len(picked), "rows": rows} if len(picked) < rows else {})
 
 
-def _check_whole(spec: dict, inputs: dict, output: Array) -> dict:
+def _check_whole(spec: Spec, inputs: dict, output: Array) -> dict:
     try:
         out = output_array(spec, output)
     except NotComparable as exc:
@@ -89,9 +90,9 @@ def _check_whole(spec: dict, inputs: dict, output: Array) -> dict:
     return compare(dtype_of(spec), ref, out) | {"reference": "the function itself in float64 on the CPU, same inputs"}
 
 
-def check_rank(spec: dict, rank: int, output: Array) -> dict:
+def check_rank(spec: Spec, rank: int, output: Array) -> dict:
     """A collective's rank: its output after the collective of every rank's Op.rank_input."""
-    return {"rank": rank, **compare(dtype_of(spec), collective.Op.of(spec).rank_reference(rank), output)}
+    return {"rank": rank, **compare(dtype_of(spec), collective_of(spec).rank_reference(rank), output)}
 
 
 def worst(records: list[dict]) -> dict:

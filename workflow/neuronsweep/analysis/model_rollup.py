@@ -22,6 +22,8 @@ from typing import Any
 import pandas as pd
 
 from neuronsweep.analysis.layer_categories import CATEGORIES
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import forward_of
 from neuronsweep.workloads.forward import Forward
 
 # tp: 1 where the entry has no parallel layout; layout: its id tag (tp8-ep4-dp2), "" where it has none
@@ -106,7 +108,7 @@ def _measured(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["status"] == "ok"] if "status" in rows else rows
 
 
-def forward(part: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
+def forward(part: pd.DataFrame, specs: Mapping[str, Spec] | None = None) -> pd.DataFrame:
     """One row per forward (model, phase, batch, seq, dtype, tp) whose model was measured whole: its estimate
     from the layers' and the head's measured latency plus each collective's count x latency, the GEMMs
     alone's sum beside it, and each category's share (the layers' profiled splits weighted by how many
@@ -155,9 +157,9 @@ def forward(part: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]] | None = 
     return pd.DataFrame(out)
 
 
-def _forward_spec(specs: Mapping[str, Mapping[str, Any]] | None, wid: str) -> Forward | None:
+def _forward_spec(specs: Mapping[str, Spec] | None, wid: str) -> Forward | None:
     found = (specs or {}).get(wid)
-    return Forward.of(found) if found else None
+    return forward_of(found) if found else None
 
 
 def _ok_latency(r: pd.Series) -> float | None:

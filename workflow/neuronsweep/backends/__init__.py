@@ -28,6 +28,7 @@ from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR, chips
 from neuronsweep.host.targets import TARGETS
+from neuronsweep.store.specs import Spec
 
 __all__ = ["BACKENDS", "COLLECTIVE_PLAN", "NAMES", "Backend", "BackendModule", "MemoryBudget", "load", "resolve"]
 
@@ -41,7 +42,7 @@ class BackendModule(Protocol):
     """The contract of backends/cpu.py, xla.py and neuron.py, as the stages (stages/build, capture,
     view) call it."""
 
-    def build(self, spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+    def build(self, spec: Spec, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
         """Compile `spec` (through the cache) into out_dir: the artifact's name and the record's fields."""
         ...
 

@@ -38,6 +38,7 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
 from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     described,
     dtype_of,
@@ -55,7 +56,7 @@ ARTIFACT_FORMAT = "torch.export .pt2, v3"  # v3: a prefill layer writes its KV c
 MEMORY_HEADROOM = 0.8  # use at most this share of available RAM for one case's tensors
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+def build(spec: Spec, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     """Export the workload with torch.export to a .pt2 in out_dir (a collective: the gloo rank plan), through the
     compile cache.
 
@@ -102,7 +103,7 @@ def _available_bytes() -> int:
     return psutil.virtual_memory().available
 
 
-def _check_memory(spec: dict) -> int:
+def _check_memory(spec: Spec) -> int:
     need = working_set_bytes(spec)
     avail = _available_bytes()
     if need > MEMORY_HEADROOM * avail:

@@ -18,6 +18,7 @@ from neuronsweep.backends import BACKENDS
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.store.records import BuildRecord
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import TORCH_DTYPES, dtype_of, input_names, load_program, tensor_shapes, torch_module
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int
     return _cpu_round(args, timeout_s, f"timed round {r} of {build_dir} in its own process")
 
 
-def inputs(torch: ModuleType, spec: dict) -> list:
+def inputs(torch: ModuleType, spec: Spec) -> list:
     """The case's inputs, the same values in every process (seeded)."""
     gen = torch.Generator().manual_seed(0)
     shapes, dtype = tensor_shapes(spec), torch_dtype(torch, dtype_of(spec))

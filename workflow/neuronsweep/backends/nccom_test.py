@@ -21,7 +21,8 @@ from pathlib import Path
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
 from neuronsweep.host.slots import NEURON_TOOL_DIR
-from neuronsweep.workloads.collective import Op
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import collective_of
 
 OPS = {
     "all_reduce": "all_reduce",
@@ -38,10 +39,10 @@ def find() -> str | None:
     return shutil.which("nccom-test") or shutil.which("nccom-test", path=NEURON_TOOL_DIR)
 
 
-def argv(tool: str, spec: dict, iterations: int, warmup: int) -> list[str]:
+def argv(tool: str, spec: Spec, iterations: int, warmup: int) -> list[str]:
     """nccom-test's command line for one collective of the sweep: its ranks, operation, size (begin = end) and data
     type, with the run's iterations and warmup."""
-    c = Op.of(spec)
+    c = collective_of(spec)
     return [
         tool,
         "-r",
@@ -78,7 +79,7 @@ def parse(text: str, nbytes: int) -> dict | None:
     return None
 
 
-def measure(spec: dict, env: dict[str, str], iterations: int, warmup: int, timeout_s: float, log: Path) -> dict:
+def measure(spec: Spec, env: dict[str, str], iterations: int, warmup: int, timeout_s: float, log: Path) -> dict:
     """nccom-test's figures for this case, or why there are none (not installed, failed, no row):
     an anchor that is missing never fails the case."""
     tool = find()
@@ -93,7 +94,7 @@ def measure(spec: dict, env: dict[str, str], iterations: int, warmup: int, timeo
     if proc.returncode != 0:
         last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
         return {"argv": cmd, "result": None, "why": f"nccom-test exited {proc.returncode}: {last} (log: {log})"}
-    nbytes = Op.of(spec).nbytes
+    nbytes = collective_of(spec).nbytes
     row = parse(proc.stdout, nbytes)
     return {
         "argv": cmd,

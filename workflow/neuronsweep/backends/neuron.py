@@ -62,8 +62,8 @@ from neuronsweep.kernels.nki_matmul import loops as kernel_loops
 from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
-from neuronsweep.workloads import described, dtype_of, ranks_of, uses_nki, workload_id
-from neuronsweep.workloads.forward import Forward
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import described, dtype_of, forward_of, ranks_of, uses_nki, workload_id
 
 ARTIFACT = BACKENDS["neuron"].artifacts["build"]
 # v4: torch-xla with autograd off, a prefill layer writes its KV cache; v5: TorchNeuron gets the HLO debug variables
@@ -160,7 +160,7 @@ def compile_env(compiler: Compiler, compile_cache: Path, visible_cores: str | No
     return env
 
 
-def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
+def _compile_xla(spec: Spec, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """torch-xla route: per-workload NEURON_COMPILE_CACHE_URL, wiped so attribution sees the compile.
     A collective runs its program on `world` NeuronCores, one rank each (xla_collective.py), and its
     NEFF is attributed from rank 0's phases as any workload's."""
@@ -195,7 +195,7 @@ def _compile_xla(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path
     }
 
 
-def rank_checks(workdir: Path, spec: dict) -> dict:
+def rank_checks(workdir: Path, spec: Spec) -> dict:
     """A collective's verdict: every rank's check_rank_<r>.json (its output against the float64 NumPy
     result), the worst one standing for the case."""
     return worst([read_json(workdir / f"check_rank_{r}.json") for r in range(ranks_of(spec))])
@@ -224,7 +224,7 @@ def torchneuron_env(
     return env
 
 
-def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
+def _compile_torchneuron(spec: Spec, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """TorchNeuron route: a fresh NEFF cache folder per build (its key ignores NEURON_CC_FLAGS and the
     compiler version, so a shared one can hand back a NEFF compiled with other flags); the workload's NEFF
     is the one new NEFF after the first compiled call, none or several fail with the list. A collective
@@ -277,7 +277,7 @@ def _compile_torchneuron(spec: dict, out_dir: Path, settings: BuildSettings, ent
     }
 
 
-def rank_program(spec: dict) -> ModuleType:
+def rank_program(spec: Spec) -> ModuleType:
     """The TorchNeuron program a workload run on ranks runs under torchrun: a collective alone, or a forward."""
     return torchneuron_collective if described(spec).bandwidth else torchneuron_forward
 
@@ -294,7 +294,7 @@ def rank_neffs(neff_cache: Path, world: int) -> list[str | None]:
 
 
 def torchneuron_run(
-    spec: dict, workdir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **options: object
+    spec: Spec, workdir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **options: object
 ) -> dict:
     """Run torchneuron_program in `workdir`; options: check, warmup, iterations, repeats, inspect_nth."""
     workdir = workdir.resolve()
@@ -303,7 +303,7 @@ def torchneuron_run(
     return json.loads((workdir / "result.json").read_text())
 
 
-def _compile_nki(spec: dict, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
+def _compile_nki(spec: Spec, out_dir: Path, settings: BuildSettings, entry: Path) -> dict:
     """NKI route: NKI_ARTIFACTS_DIR (nki >= 0.2) or nki.benchmark's save_neff_name (legacy)."""
     why = nki_unsupported(spec, settings.options["target"], chip=targets.onchip(settings.options["target"]))
     if why:
@@ -370,7 +370,7 @@ single-core kernels, so on trn2/trn3 (LNC 2) they are measured on one physical c
 physical core's peaks."""
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+def build(spec: Spec, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     # what is still auto is settled on this machine (a cluster node, a build run by hand)
     """Compile the workload to a NEFF on the route the run settled (TorchNeuron, torch-xla compiler route, or an
     NKI kernel) and attribute the NEFF that belongs to it, through the compile cache.
@@ -554,7 +554,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     }
 
 
-def forward_inside_neff(ranks: list[dict], spec: dict) -> dict:
+def forward_inside_neff(ranks: list[dict], spec: Spec) -> dict:
     """capture.json's `forward_across_ranks` of a forward compiled whole: its layers and collective calls; the
     time inside them, waiting and computing are not told apart from the host (the NEFF runs them together),
     and each rank's device profile (profile_rank_<r>.ntff) holds them."""
@@ -565,7 +565,7 @@ def forward_inside_neff(ranks: list[dict], spec: dict) -> dict:
     )
     return {
         "forward_across_ranks": {
-            "layers_run": Forward.of(spec).layers_run,
+            "layers_run": forward_of(spec).layers_run,
             "collective_calls": len(ranks[0]["calls"]),
             "ops": dict(Counter(ranks[0]["calls"])),
             "collectives_s": None,

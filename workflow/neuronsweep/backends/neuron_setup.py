@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from neuronsweep.errors import UserError
 from neuronsweep.host import neuron_ls
 from neuronsweep.host.targets import TARGETS, instance_chip, same_chip, target_family
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import uses_nki
 
 ROUTES = ("torchneuron", "xla")
@@ -206,6 +207,6 @@ def settle_route(options: dict, probe: dict | None = None) -> tuple[dict, dict]:
     }
 
 
-def needs_route(workloads: Iterable[dict]) -> bool:
+def needs_route(workloads: Iterable[Spec]) -> bool:
     """Whether any planned workload is built by a framework (every one but an NKI kernel)."""
     return any(not uses_nki(spec) for spec in workloads)

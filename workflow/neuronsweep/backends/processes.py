@@ -17,6 +17,7 @@ from typing import IO
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import ranks_of, workload_id
 
 PROGRAMS = "neuronsweep.backends.programs"  # where run_child and run_ranks find a program by its name
@@ -136,7 +137,7 @@ def fresh(folder: Path) -> Path:
     return folder
 
 
-def child_args(spec: dict, out: Path, **settings: object) -> list[str]:
+def child_args(spec: Spec, out: Path, **settings: object) -> list[str]:
     """A child program's command line: the spec, where to write, then each setting given as
     `--key-name value` (None left out)."""
     args = ["--spec", json.dumps(spec), "--out", str(out)]
@@ -147,7 +148,7 @@ def child_args(spec: dict, out: Path, **settings: object) -> list[str]:
 
 
 def run_child(
-    module: str, args: list[str], spec: dict, cwd: Path, env: dict[str, str], what: str, timeout_s: float
+    module: str, args: list[str], spec: Spec, cwd: Path, env: dict[str, str], what: str, timeout_s: float
 ) -> None:
     """`python -m neuronsweep.backends.programs.<module> ARGS` in cwd: the torch-xla and NKI programs need a
     process of their own, since their environment is read when torch_xla / nki is imported. The
@@ -172,7 +173,7 @@ RANK_ERROR = re.compile(r"^\[rank\d+\]: \w*(Error|Exception)\b")  # a rank's exc
 
 
 def run_ranks(
-    module: str, args: list[str], spec: dict, out_dir: Path, env: dict[str, str], what: str, timeout_s: float
+    module: str, args: list[str], spec: Spec, out_dir: Path, env: dict[str, str], what: str, timeout_s: float
 ) -> dict:
     """`torchrun --standalone --nproc_per_node <world> -m neuronsweep.backends.programs.<module> ARGS` in out_dir:
     one process per rank, as distributed training runs. Returns rank 0's result.json, with every rank's

@@ -38,6 +38,7 @@ from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described
 
 ARTIFACT = BACKENDS["xla"].artifacts["build"]
@@ -63,7 +64,7 @@ def _fresh(workdir: Path) -> Path:
     return fresh(fresh(workdir) / "dump")
 
 
-def build(spec: dict, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
+def build(spec: Spec, out_dir: Path, cache: CompileCache, settings: BuildSettings) -> dict:
     """Run the workload on the PJRT device once with XLA dumping its HLO, and attribute the HLO module that belongs
     to it.
 

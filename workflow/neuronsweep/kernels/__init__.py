@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from neuronsweep.kernels import custom_nki, nki_matmul, nki_mlp
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described, record
 
 if TYPE_CHECKING:
@@ -35,13 +36,13 @@ class OnChip(Protocol):
         """The page the two figures come from."""
 
 
-def for_spec(spec: dict) -> ModuleType:
+def for_spec(spec: Spec) -> ModuleType:
     """The NKI kernel module of a workload kind. Its functions take the kind's typed record
     (workloads.record(spec): matmul.Gemm, mlp.GatedMlp, custom.Call), which `inputs` below hands them."""
     return {"matmul": nki_matmul, "mlp": nki_mlp, "custom": custom_nki}[described(spec).name]
 
 
-def inputs(spec: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def inputs(spec: Spec, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The case's kernel inputs by argument name, float32 from `rng`."""
     return for_spec(spec).inputs(record(spec), rng)
 
@@ -55,7 +56,7 @@ class Launch:
     keywords: dict = field(default_factory=dict)
 
 
-def launch(spec: dict, decorate: Callable | None = None) -> Launch:
+def launch(spec: Spec, decorate: Callable | None = None) -> Launch:
     """The case's kernel under nki.jit (or `decorate`, the legacy route's nki.benchmark: our kernels only)."""
     if described(spec).user_code:
         call = record(spec)
@@ -73,7 +74,7 @@ TRN2_AND_LATER = ("trn2", "trn3")
 
 
 def unsupported(
-    spec: dict, target: str | None = None, version: tuple | None = None, chip: OnChip | None = None
+    spec: Spec, target: str | None = None, version: tuple | None = None, chip: OnChip | None = None
 ) -> str | None:
     """Why the NKI kernel of this workload cannot run here, or None (an `impl: nki` spec only): a shape it
     does not tile, a device loop's body (NKI 0.6+) that keeps more on chip than the target's partition holds,

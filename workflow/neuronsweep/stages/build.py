@@ -9,10 +9,11 @@ from neuronsweep import backends
 from neuronsweep.config.settings import BuildSettings
 from neuronsweep.store.cache import CompileCache
 from neuronsweep.store.records import BuildRecord
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described, workload_id
 
 
-def run(spec: dict, backend: str, out_dir: Path, cache_dir: str, settings: BuildSettings) -> BuildRecord:
+def run(spec: Spec, backend: str, out_dir: Path, cache_dir: str, settings: BuildSettings) -> BuildRecord:
     """Build one workload: the backend compiles it through the compile cache into out_dir.
 
     Args:

@@ -26,19 +26,23 @@ from neuronsweep.config.run_config import RunConfig
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, targets
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     collective,
+    collective_of,
     custom,
     deployment,
     described,
     dtype_of,
     expressions,
     forward,
+    forward_of,
     has_roofline,
     layer,
     loops,
     matmul,
     mlp,
+    part_of,
     ranks_of,
     routing,
     sharding,
@@ -72,7 +76,7 @@ class Plan:
     run: str
     backend: str
     scenarios: list[Scenario]
-    workloads: dict[str, dict]  # workload id -> spec, sorted by id: what gets built and captured
+    workloads: dict[str, Spec]  # workload id -> spec, sorted by id: what gets built and captured
     unsupported: dict[str, str]  # workload id -> why this backend cannot run it (no jobs, a CSV row)
 
     def to_dict(self) -> dict:
@@ -96,13 +100,13 @@ def natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
-def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     shapes = []
     if "grid" in suite:
         g = suite["grid"]
         shapes += [dict(m=m, k=k, n=n) for m, k, n in itertools.product(g["m"], g["k"], g["n"])]
     shapes += [dict(s) for s in suite.get("shapes", [])]
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for shape, dtype, impl in itertools.product(shapes, suite["dtype"], suite["impl"]):
         spec = matmul.spec(dtype=dtype, impl=impl, nki_tile=suite.get("nki_tile"), **shape)
         wid = workload_id(spec)
@@ -111,9 +115,9 @@ def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
-def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     """Each dim in `vary` set to boundary*multiple+offset, the others at `base` (a tiling sweep)."""
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for dim, boundary, multiple, offset, dtype in itertools.product(
         suite["vary"], suite["boundaries"], suite["multiples"], suite["offsets"], suite["dtype"]
     ):
@@ -164,9 +168,9 @@ def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
     return h, h + 2 * model["kv_heads"] * (h // model["heads"])
 
 
-def _llm_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+def _llm_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     """Prefill M = batch*seq for every bucket; decode M = batch (one new token per sequence)."""
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for model, phase, proj, dtype in itertools.product(
         suite["models"], suite["phases"], suite["projections"], suite["dtype"]
     ):
@@ -205,8 +209,8 @@ def _llm_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
-def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
-    out = []
+def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+    out: list[tuple[Scenario, Spec]] = []
     for cfg, dtype, impl in itertools.product(suite["configs"], suite["dtype"], suite["impl"]):
         spec = mlp.spec(dtype=dtype, impl=impl, **cfg)
         wid = workload_id(spec)
@@ -214,8 +218,8 @@ def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
-def _loops_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
-    out = []
+def _loops_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+    out: list[tuple[Scenario, Spec]] = []
     for (size, factor), pattern, dtype in itertools.product(suite["sizes"].items(), suite["patterns"], suite["dtype"]):
         steps = suite["steps"] * factor
         spec = loops.spec(pattern, steps, suite["batch"], suite["features"], dtype)
@@ -238,10 +242,10 @@ def _loops_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
     return out
 
 
-def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
+def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     """Seed 002's trap for real: matmuls whose graph does (python_int) or does not (static,
     python_float) change between calls; lazy-tensor backends count the compiles."""
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for shape, varies, dtype in itertools.product(suite["shapes"], suite["varies"], suite["dtype"]):
         spec = matmul.spec(dtype=dtype, varies=varies, **shape)
         labels = {**shape, "dtype": dtype, "varies": varies}
@@ -265,13 +269,13 @@ def collective_sizes(sizes: list[int] | dict) -> list[int]:
     return out
 
 
-def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, dict]]:
-    out = []
+def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+    out: list[tuple[Scenario, Spec]] = []
     for op, world, size, dtype in itertools.product(
         suite["operations"], suite["world_sizes"], collective_sizes(suite["sizes"]), suite["dtype"]
     ):
         spec = collective.spec(op, size, world, dtype)
-        wid, nbytes = workload_id(spec), collective.Op.of(spec).nbytes
+        wid, nbytes = workload_id(spec), collective_of(spec).nbytes
         labels = {"op": op, "world": world, "size_asked": size, "bytes": nbytes, "dtype": dtype}
         out.append(
             (
@@ -365,7 +369,7 @@ def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
     return answer
 
 
-def _custom_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, dict]]:
+def _custom_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, Spec]]:
     """Each entry's cases as workloads of kind `custom`, what the probe found in their specs (output shapes,
     counted FLOPs), the source files' hash with them (an edit rebuilds that entry's cases only)."""
     request: dict[str, list] = {"entries": []}
@@ -399,7 +403,7 @@ def _custom_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scen
     answer = probe_child("custom_probe", request, config.cache_dir)
     if "error" in answer:
         raise UserError(answer["error"])
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for entry, cases, found, digest in zip(entries, all_cases, answer["entries"], digests):
         for case, got in zip(cases, found):
             if case["flops"] is not None:
@@ -530,7 +534,7 @@ def _check_rank_fits(
         )
 
 
-def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, dict]]:
+def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, Spec]]:
     """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
     that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs; under
     a parallel layout one rank's GEMMs, and the collectives each forward issues."""
@@ -538,7 +542,7 @@ def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scena
     answer = probe_child("model_probe", request, config.cache_dir)
     if "error" in answer:
         raise UserError(answer["error"])
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for mp, request_entry, traced in zip(passes, request["entries"], answer["entries"]):
         entry, layout = mp.entry, mp.layout
         policy = routing.label(entry.get("routing", "balanced"))
@@ -589,7 +593,7 @@ def _forward_layers(entry: dict, one: dict, world: int, dtype: str) -> tuple[int
 
 def _forward_scenarios(
     entry: dict, request_entry: dict, one: dict, dtype: str, common: dict, prefix: str, mp: _ModelPass
-) -> list[tuple[Scenario, dict]]:
+) -> list[tuple[Scenario, Spec]]:
     """The rank's shard of the model's first layers run on all tp ranks at once, each layer's collectives
     where the stack issues them (workloads/forward.py): its measured time beside the sum of its parts."""
     if entry.get("forward_layers", "auto") == 0 or not one.get("layers"):
@@ -610,7 +614,7 @@ def _forward_scenarios(
         for k in one["layers"]
     }
     spec = forward.spec(entry, request_entry["sha256"], one, dtype, request_entry["routing"], n, world, kind_sites)
-    policy = f"-{routing.label(entry.get('routing', 'balanced'))}" if forward.Forward.of(spec).routing else ""
+    policy = f"-{routing.label(entry.get('routing', 'balanced'))}" if forward_of(spec).routing else ""
     left_out = sorted({why for x in kind_sites.values() for why in x.left_out})
     labels = {"model": entry["name"], **common, "part": "forward", "layers_run": n, "forward_layers_how": how}
     labels |= {"world": world} | ({"collectives_left_out": "; ".join(left_out)} if left_out else {})
@@ -628,11 +632,11 @@ def _gemm_scenarios(
     prefix: str,
     rank: sharding.RankConfig,
     layout: sharding.Sharding,
-) -> list[tuple[Scenario, dict]]:
+) -> list[tuple[Scenario, Spec]]:
     """The pass's GEMMs, each a matmul workload. Under EP the router still scores every expert: its GEMM
     (hidden -> the rank's experts, as the rank's config builds it) is counted over all of them. Where the
     stack runs a GEMM inside a fused kernel on the device, its label says which."""
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for g in one["gemms"]:
         n = g["n"]
         moe = one.get("experts", {}).get(g["module"])  # an expert GEMM: its tokens are the policy's
@@ -671,14 +675,14 @@ def _is_router(g: dict, rank: sharding.RankConfig) -> bool:
 
 def _collective_scenarios(
     entry: dict, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: sharding.Sharding
-) -> list[tuple[Scenario, dict]]:
+) -> list[tuple[Scenario, Spec]]:
     """The collectives one forward of this pass issues per rank (deployment.collectives), each a workload of
     the collectives suite's kind (shared with it where the op, size, world and dtype agree)."""
     kinds = [{"layers": k["layers"], "moe": k["kind"].startswith("moe")} for k in one.get("layers") or []]
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for c in deployment.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
         spec = collective.spec(c.op, c.nbytes, c.world, dtype)
-        nbytes = collective.Op.of(spec).nbytes
+        nbytes = collective_of(spec).nbytes
         labels = {"model": entry["name"], **common, "part": "collective", "op": c.op, "bytes": nbytes}
         labels |= {"world": c.world, "process_group": c.group, "count": c.count, "where": c.what}
         sid = f"{prefix}-coll-{c.op.replace('_', '')}-{nbytes}b-{dtype}"
@@ -690,7 +694,7 @@ def _collective_scenarios(
 
 def _layer_scenarios(
     entry: dict, digest: str, policy: Policy, one: dict, dtype: str, common: dict | None = None
-) -> list[tuple[Scenario, dict]]:
+) -> list[tuple[Scenario, Spec]]:
     """The model measured whole at one phase, batch, seq and dtype: each kind of decoder layer and the
     head, a `layer` workload each (workloads/layer.py)."""
     if not one.get("layers"):
@@ -698,10 +702,10 @@ def _layer_scenarios(
             f"suites.model ({entry['name']}): the model has no decoder layers neuron-sweep recognizes (a "
             "ModuleList named layers of num_hidden_layers entries) to measure whole; set layers: false for it."
         )
-    out = []
+    out: list[tuple[Scenario, Spec]] = []
     for kind in [*one["layers"], None]:
         spec = layer.spec(entry, digest, one, kind, dtype, policy)
-        record = layer.Part.of(spec)
+        record = part_of(spec)
         part = layer.part_label(record)
         policy_label = f"-{routing.label(entry.get('routing', 'balanced'))}" if record.routing else ""
         labels = {
@@ -740,7 +744,7 @@ def make_plan(config: RunConfig, backend: str, slow_dtypes: dict[str, str] | Non
     """Plan a validated config (config/run_config.py) for the backend that will run it; on cpu,
     slow_dtypes (caps.slow_dtypes) marks the dtypes this host has no fast GEMM for."""
     scenarios: dict[str, Scenario] = {}
-    workloads: dict[str, dict] = {}
+    workloads: dict[str, Spec] = {}
     skipped: dict[str, str] = {}
     for suite_name, suite in config.suites.items():
         needs_config = {"custom": _custom_scenarios, "model": _model_scenarios}

@@ -11,7 +11,7 @@ from neuronsweep.config.backends import BACKENDS
 from neuronsweep.config.run_config import RunConfig
 from neuronsweep.errors import UserError
 from neuronsweep.stages.plan import Plan
-from neuronsweep.workloads import described, layer, rank_buffer_bytes, ranks_of, working_set_bytes
+from neuronsweep.workloads import described, layer, part_of, rank_buffer_bytes, ranks_of, working_set_bytes
 
 
 def check_memory(plan: Plan, config: RunConfig) -> None:
@@ -70,7 +70,7 @@ def layers_that_fit(
     for wid, spec in list(plan.workloads.items()):
         if not described(spec).layer_split:
             continue
-        part = layer.Part.of(spec)
+        part = part_of(spec)
         gathered = layer.gathered_expert_bytes(part) if gathers_experts else 0
         checked = part.params * 8 if checks_here else 0  # float64
         need = working_set_bytes(spec) + gathered + checked

@@ -25,6 +25,7 @@ from neuronsweep.config.settings import HOST_ENV, CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.store.cache import file_sha256
 from neuronsweep.store.layer_split import LayerSplitRecord
+from neuronsweep.store.specs import Spec
 
 
 def _command() -> str:
@@ -70,7 +71,7 @@ class StageRecord:
 
     workload_id: str
     backend: str
-    spec: dict | None
+    spec: Spec | None
     details: dict = field(default_factory=dict)  # the backend's own fields, flat in the JSON
     provenance: dict = field(default_factory=dict)  # see provenance(); flat in the JSON too
 
@@ -140,7 +141,7 @@ class BuildRecord(StageRecord):
     STAGE: ClassVar[str] = "build"
     FILE: ClassVar[str] = "build.json"
 
-    spec: dict  # every build is of a workload (a capture of a NEFF alone has none)
+    spec: Spec  # every build is of a workload (a capture of a NEFF alone has none)
     artifact: str = ""
     artifact_sha256: str | None = None  # of the artifact as built or fetched, checked before each capture
     artifact_bytes: int | None = None

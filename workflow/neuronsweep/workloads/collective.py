@@ -11,10 +11,10 @@ A collective moves data; it does no work a roofline measures, so it has no FLOPs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from neuronsweep.store.specs import CollectiveSpec
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
@@ -49,7 +49,7 @@ class Op:
     dtype: str
 
     @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Op:
+    def of(cls, s: CollectiveSpec) -> Op:
         """The record of a collective's spec."""
         return cls(s["op"], s["bytes"], s["world"], s["dtype"])
 
@@ -102,7 +102,7 @@ class Op:
 RECORD = Op  # what the package's functions hand this module's (workloads/__init__.py)
 
 
-def spec(op: str, nbytes: int, world: int, dtype: str) -> dict:
+def spec(op: str, nbytes: int, world: int, dtype: str) -> CollectiveSpec:
     """A collective's spec: the op, its size rounded down to whole elements per rank, the world and the dtype."""
     count = elements(nbytes, world, DTYPE_BYTES[dtype])
     return {"kind": "collective", "op": op, "bytes": count * DTYPE_BYTES[dtype], "world": int(world), "dtype": dtype}

@@ -10,10 +10,10 @@ builds rerun, and the compile cache key changes with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from neuronsweep.store.specs import CustomSpec
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.user_code import load
 
@@ -39,10 +39,10 @@ def spec(
     flops_source: str,
     impl: str = "compiler",
     nki_kernel: str | None = None,
-) -> dict:
+) -> CustomSpec:
     """A user's function as a spec: its import path and source digest (an edit rebuilds), dims, input shapes, params,
     dtype, output shapes and FLOPs with where they came from."""
-    s = {
+    s: CustomSpec = {
         "kind": "custom",
         "name": name,
         "function": function,
@@ -57,7 +57,8 @@ def spec(
         "flops_source": flops_source,
     }
     if impl != "compiler":
-        s.update(impl=impl, nki_kernel=nki_kernel)
+        s["impl"] = impl
+        s["nki_kernel"] = nki_kernel
     return s
 
 
@@ -80,7 +81,7 @@ class Call:
     nki_kernel: str | None = None
 
     @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Call:
+    def of(cls, s: CustomSpec) -> Call:
         """The record of a user's function's spec."""
         return cls(
             name=s["name"],

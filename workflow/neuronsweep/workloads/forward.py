@@ -21,10 +21,10 @@ reduction and compares (a reduction at the wrong place, or a scatter without its
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
+from neuronsweep.store.specs import ForwardSpec
 from neuronsweep.workloads import collective, deployment, layer, routing
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
@@ -104,7 +104,7 @@ def spec(
     layers_run: int,
     world: int,
     kind_sites: dict[str, Sites],
-) -> dict:
+) -> ForwardSpec:
     """The first `layers_run` decoder layers of `entry`'s model (ranked as layer.spec has it: rank_config,
     expert_ep, layout) at one phase, batch and seq, run on `world` ranks; `kind_sites`: each layer kind's
     collectives as placed (sites)."""
@@ -140,7 +140,7 @@ def spec(
         s["kv_caches"] = [k["kv_cache"] for k in run]
     if any(k["kind"].startswith("moe") for k in run):
         s["routing"] = policy
-    return s
+    return cast(ForwardSpec, s)  # built in plan.json's key order, which a ForwardSpec literal cannot keep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +155,7 @@ class Forward(layer.Slice):
     kv_caches: tuple[tuple[tuple[int, ...], ...], ...] = ()  # decode: each layer's keys' and values' shapes
 
     @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Forward:
+    def of(cls, s: ForwardSpec) -> Forward:
         """The record of a forward's spec."""
         return cls(
             **cls.fields_of(s),

@@ -25,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from neuronsweep.errors import UserError
+from neuronsweep.store.specs import LayerSpec
 from neuronsweep.workloads import custom
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.descriptor import Workload
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 SEED = 0  # the weights' and the decode cache's seed: every process makes the same ones
 
 
-def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy: Policy) -> dict:
+def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy: Policy) -> LayerSpec:
     """A layer kind (`kind`, from the probe) or the head (`kind` None) of `entry`'s model at one phase,
     batch and seq (`one`, the probe's pass), in `dtype`; `policy`: the routing policy as read
     (routing.read_counts' counts in place of a file)."""
@@ -76,7 +77,7 @@ def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: s
             s["routing"] = policy
     else:
         s |= {"params": one["head"]["params"], "gemms": one["head"]["gemms"]}
-    return s
+    return cast(LayerSpec, s)  # built in plan.json's key order, which a LayerSpec literal cannot keep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,10 +139,12 @@ class Part(Slice):
     gemms: tuple[Mapping[str, Any], ...] = ()  # the probe's: gemm, m, k, n, count
 
     @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Part:
+    def of(cls, s: LayerSpec) -> Part:
         """The record of a layer's (or the head's) spec."""
-        own = {k: s[k] for k in ("vocab", "layer_kind", "index", "layers") if k in s}
-        cache = tuple(tuple(shape) for shape in s["kv_cache"]) if s.get("kv_cache") else None
+        named: Mapping[str, Any] = s  # LayerSpec's keys, read by name
+        own = {k: named[k] for k in ("vocab", "layer_kind", "index", "layers") if k in named}
+        shapes = s.get("kv_cache")
+        cache = tuple(tuple(shape) for shape in shapes) if shapes else None
         return cls(**cls.fields_of(s), **own, kv_cache=cache, gemms=tuple(s["gemms"]))
 
     def kept_layers(self) -> list[int]:

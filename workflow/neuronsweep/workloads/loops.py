@@ -7,10 +7,10 @@ under the same conditions and can be compared fairly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from neuronsweep.store.specs import LoopsSpec
 from neuronsweep.workloads.descriptor import Workload
 
 DESCRIPTOR = Workload("loops")  # what this kind can do (workloads/descriptor.py)
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> dict:
+def spec(pattern: str, steps: int, batch: int, features: int, dtype: str) -> LoopsSpec:
     """A loops case: the loop pattern (vmap, scan, for), steps, batch, features and dtype."""
     return {
         "kind": "loops",
@@ -43,7 +43,7 @@ class Loop:
     dtype: str
 
     @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Loop:
+    def of(cls, s: LoopsSpec) -> Loop:
         """The record of a loops case's spec."""
         return cls(s["pattern"], s["steps"], s["batch"], s["features"], s["dtype"])
 

@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from neuronsweep.store.specs import MatmulSpec
 from neuronsweep.workloads.descriptor import Workload
 
 DESCRIPTOR = Workload("matmul", nki_tiles=True)  # what this kind can do (workloads/descriptor.py)
@@ -39,7 +39,7 @@ class Gemm:
     tile_n: int | None = None
 
     @classmethod
-    def of(cls, s: Mapping[str, Any]) -> Gemm:
+    def of(cls, s: MatmulSpec) -> Gemm:
         """The record of a matmul's spec."""
         return cls(
             s["m"],
@@ -58,18 +58,21 @@ RECORD = Gemm  # what the package's functions hand this module's (workloads/__in
 
 def spec(
     m: int, k: int, n: int, dtype: str, impl: str = "compiler", varies: str = "static", nki_tile: dict | None = None
-) -> dict:
+) -> MatmulSpec:
     """The canonical spec; `impl`, `varies` and the NKI kernel's tile sizes (impl nki) appear only when
     not the default, so plain specs (and their ids and cache keys) stay as they were."""
-    s = {"kind": "matmul", "m": int(m), "k": int(k), "n": int(n), "dtype": dtype}
+    s: MatmulSpec = {"kind": "matmul", "m": int(m), "k": int(k), "n": int(n), "dtype": dtype}
     if impl != "compiler":
         s["impl"] = impl
     if varies != "static":
         s["varies"] = varies
     if impl == "nki":
-        for dim, size in (nki_tile or {}).items():
+        for dim, size in (nki_tile or {}).items():  # in the config's order, as the spec's keys were
             if int(size) != NKI_TILE[dim]:
-                s[f"tile_{dim}"] = int(size)
+                if dim == "m":
+                    s["tile_m"] = int(size)
+                else:
+                    s["tile_n"] = int(size)
     return s
 
 

@@ -7,10 +7,10 @@ capture feeds them like activations; FLOPs count the three GEMMs (the elementwis
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from neuronsweep.store.specs import MlpSpec
 from neuronsweep.workloads.descriptor import Workload
 
 DESCRIPTOR = Workload("mlp")  # what this kind can do (workloads/descriptor.py)
@@ -32,7 +32,7 @@ class GatedMlp:
     impl: str = "compiler"
 
     @classmethod
-    def of(cls, spec: Mapping[str, Any]) -> GatedMlp:
+    def of(cls, spec: MlpSpec) -> GatedMlp:
         """The record of an MLP's spec."""
         return cls(spec["b"], spec["s"], spec["h"], spec["i"], spec["dtype"], spec.get("impl", "compiler"))
 
@@ -45,10 +45,10 @@ class GatedMlp:
 RECORD = GatedMlp  # what the package's functions hand this module's (workloads/__init__.py)
 
 
-def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> dict:
+def spec(b: int, s: int, h: int, i: int, dtype: str, impl: str = "compiler") -> MlpSpec:
     """A gated MLP case: batch, sequence, hidden and intermediate sizes, dtype, and the implementation when not the
     compiler's."""
-    out = {"kind": "mlp", "b": int(b), "s": int(s), "h": int(h), "i": int(i), "dtype": dtype}
+    out: MlpSpec = {"kind": "mlp", "b": int(b), "s": int(s), "h": int(h), "i": int(i), "dtype": dtype}
     if impl != "compiler":
         out["impl"] = impl
     return out

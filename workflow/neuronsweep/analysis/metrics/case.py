@@ -32,6 +32,7 @@ from neuronsweep.analysis.window_inputs import WindowInputs
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described
 
 SCHEMA_VERSION = 1
@@ -158,7 +159,7 @@ def _window_ladders(
 
 
 def _ranks(
-    spec: dict | None,
+    spec: Spec | None,
     capture: CaptureRecord | None,
     median_s: float | None,
     target: str | None,

@@ -13,7 +13,8 @@ from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.config.backends import BACKENDS, NO_LINK
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.store.records import CaptureRecord
-from neuronsweep.workloads import collective as coll
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import collective_of
 
 
 @dataclass(kw_only=True)
@@ -84,10 +85,10 @@ class NccomTest(Part):
 
 
 def collective(
-    spec: dict, capture: CaptureRecord | None, median_s: float | None, target: str | None, workers: list[dict] | None
+    spec: Spec, capture: CaptureRecord | None, median_s: float | None, target: str | None, workers: list[dict] | None
 ) -> Collective:
     """`workers`: the profiled ranks' rows (neuron), which say on which chip each ran."""
-    c = coll.Op.of(spec)
+    c = collective_of(spec)
     notes: dict[str, str] = {}
     link = None
     missing = BACKENDS[capture.backend].collective_link_missing if capture else NO_LINK

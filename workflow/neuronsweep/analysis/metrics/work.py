@@ -12,6 +12,7 @@ from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.store.records import BuildRecord
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import counted_how, described, dtype_of, gemms, has_roofline, min_bytes, no_roofline_why
 from neuronsweep.workloads import flops as work_flops
 
@@ -56,7 +57,7 @@ class Roofline(Part):
 
 
 def work(
-    spec: dict | None,
+    spec: Spec | None,
     backend: str,
     build: BuildRecord | None,
     peaks: Peaks | None,

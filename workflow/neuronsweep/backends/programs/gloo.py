@@ -38,8 +38,8 @@ from neuronsweep.errors import UserError
 from neuronsweep.formats import pftrace_writer
 from neuronsweep.host import caps
 from neuronsweep.store.records import BuildRecord
-from neuronsweep.workloads import TORCH_DTYPES, collective, described, ranks_of
-from neuronsweep.workloads.forward import Forward
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import TORCH_DTYPES, collective_of, described, forward_of, ranks_of
 
 TRACE = BACKENDS["cpu"].artifacts["capture"]  # rank 0's chrome trace: the cpu view reads it as any other
 RANKS_TRACE = "ranks.pftrace"  # every rank's timed executions on one timeline, a process track each
@@ -52,13 +52,13 @@ def _torch_version() -> str | None:
     return package_versions(["torch"])["torch"]
 
 
-def build(spec: dict, out_dir: Path) -> dict:
+def build(spec: Spec, out_dir: Path) -> dict:
     """The collective's rank plan (spec, process-group backend, torch version) in out_dir: gloo has nothing to compile.
     Returns build.json's fields."""
     alone = described(spec).bandwidth  # a collective alone, else a forward across ranks
-    plan = {"spec": spec, "process_group_backend": BACKEND}
+    plan: dict[str, object] = {"spec": spec, "process_group_backend": BACKEND}
     if alone:
-        plan["counts"] = dict(zip(("input", "output"), collective.Op.of(spec).counts))
+        plan["counts"] = dict(zip(("input", "output"), collective_of(spec).counts))
     write_json(out_dir / COLLECTIVE_PLAN, plan)
     return {
         "toolchain": {"torch": _torch_version()},
@@ -114,7 +114,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     os.replace(work / TRACE, out_dir / TRACE)
     timeline = _timeline(ranks, build.workload_id, out_dir)
     if not described(spec).bandwidth:
-        timeline |= _forward(ranks, timeline["rank_waits"], Forward.of(spec).layers_run)
+        timeline |= _forward(ranks, timeline["rank_waits"], forward_of(spec).layers_run)
     store.unlink(missing_ok=True)
     cores = os.cpu_count() or 1
     return {
@@ -213,13 +213,13 @@ if TYPE_CHECKING:
 
 
 def collective_call(
-    dist: ModuleType, torch: ModuleType, spec: dict, values: np.ndarray | None = None
+    dist: ModuleType, torch: ModuleType, spec: Spec, values: np.ndarray | None = None
 ) -> tuple[Callable[[], object], torch.Tensor]:
     """The collective as a no-argument call on preallocated buffers (input: ones, or `values`), and the
     buffer its result lands in."""
-    c = collective.Op.of(spec)
+    c = collective_of(spec)
     dtype = getattr(torch, TORCH_DTYPES[c.dtype])
-    n_in, n_out = collective.Op.of(spec).counts
+    n_in, n_out = collective_of(spec).counts
     inp = torch.ones(n_in, dtype=dtype) if values is None else torch.tensor(values, dtype=dtype)
     out = torch.empty(n_out, dtype=dtype)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -243,7 +243,7 @@ def _rank(rank: int, args: dict) -> None:
     spec = args["spec"]
     torch.set_num_threads(args["threads"])
     dist.init_process_group(BACKEND, init_method=f"file://{args['store']}", rank=rank, world_size=ranks_of(spec))
-    check, result = collective_call(dist, torch, spec, collective.Op.of(spec).rank_input(rank))
+    check, result = collective_call(dist, torch, spec, collective_of(spec).rank_input(rank))
     check()  # once, on inputs whose every sum is exact, against the float64 NumPy result
     correctness = check_rank(spec, rank, result)
     op, _ = collective_call(dist, torch, spec)

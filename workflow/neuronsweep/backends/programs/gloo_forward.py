@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from neuronsweep.analysis.correctness import compare
 from neuronsweep.backends.programs.gloo import BACKEND, collective_call, done, leave, timed
 from neuronsweep.errors import UserError
-from neuronsweep.workloads import TORCH_DTYPES, collective, forward
+from neuronsweep.workloads import TORCH_DTYPES, collective, forward, forward_of
 from neuronsweep.workloads.forward import Forward
 
 # where a decoder layer of transformers' families keeps attention's output projection and its MLP (or experts)
@@ -132,7 +132,7 @@ def _rank(rank: int, args: dict) -> None:
     import torch.distributed as dist
 
     warnings.filterwarnings("ignore")  # renamed collectives across torch versions; transformers' notes
-    f = forward.Forward.of(args["spec"])
+    f = forward_of(args["spec"])
     torch.set_num_threads(args["threads"])
     dist.init_process_group(BACKEND, init_method=f"file://{args['store']}", rank=rank, world_size=f.world)
     module = forward.build(f)

@@ -34,13 +34,14 @@ from neuronsweep.errors import UserError
 from neuronsweep.kernels import custom_nki, for_spec, launch
 from neuronsweep.kernels import inputs as kernel_inputs
 from neuronsweep.kernels.nki_matmul import load_nki, loops
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described, dtype_of
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-def _inputs(spec: dict, names: list[str], inputs_dir: Path) -> tuple[dict[str, np.ndarray], list[list[str]]]:
+def _inputs(spec: Spec, names: list[str], inputs_dir: Path) -> tuple[dict[str, np.ndarray], list[list[str]]]:
     import numpy as np
 
     arrays = kernel_inputs(spec, np.random.default_rng(0))

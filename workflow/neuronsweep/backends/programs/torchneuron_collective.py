@@ -36,24 +36,25 @@ from neuronsweep.atomic import write_json
 from neuronsweep.backends.cores import own_core
 from neuronsweep.backends.processes import child_args, run_ranks
 from neuronsweep.backends.programs.torchneuron_program import first_two_calls, neffs
-from neuronsweep.workloads import TORCH_DTYPES, collective
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import TORCH_DTYPES, collective_of
 
 
-def run(spec: dict, out_dir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **settings: object) -> dict:
+def run(spec: Spec, out_dir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir; settings: warmup, iterations, repeats, inspect_nth."""
     out_dir = out_dir.resolve()
     args = child_args(spec, out_dir, neff_cache=neff_cache, **settings)
     return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "TorchNeuron collective", timeout_s)
 
 
-def _collective(funcol: ModuleType, group: object, spec: dict) -> Callable:
+def _collective(funcol: ModuleType, group: object, spec: Spec) -> Callable:
     """The collective as an out-of-place function of the rank's input."""
     return {
         "all_reduce": lambda x: funcol.all_reduce(x, "sum", group),
         "all_gather": lambda x: funcol.all_gather_tensor(x, 0, group),
         "reduce_scatter": lambda x: funcol.reduce_scatter_tensor(x, "sum", 0, group),
         "all_to_all": lambda x: funcol.all_to_all_single(x, None, None, group),
-    }[collective.Op.of(spec).op]
+    }[collective_of(spec).op]
 
 
 def rank_arguments(argv: list[str] | None, calls: str) -> argparse.Namespace:
@@ -105,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         accelerator and put its own collective in the device queue)."""
         dist.all_reduce(torch.zeros(1), group=host_group)
 
-    dtype = getattr(torch, TORCH_DTYPES[collective.Op.of(spec).dtype])
-    tensor = torch.ones(collective.Op.of(spec).counts[0], dtype=dtype).to("neuron")
+    dtype = getattr(torch, TORCH_DTYPES[collective_of(spec).dtype])
+    tensor = torch.ones(collective_of(spec).counts[0], dtype=dtype).to("neuron")
     synchronize = torch.neuron.synchronize  # type: ignore[attr-defined]  # torch_neuronx registers it
     synchronize()
     compiled = torch.compile(_collective(funcol, dist.group.WORLD, spec), backend="neuron", fullgraph=True)
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     _, calls = first_two_calls(call, str(own_cache))
     if args.check:  # after the listed calls, on inputs whose every sum is exact: check_rank_<r>.json
         rendezvous()
-        result = compiled(torch.tensor(collective.Op.of(spec).rank_input(rank), dtype=dtype).to("neuron"))
+        result = compiled(torch.tensor(collective_of(spec).rank_input(rank), dtype=dtype).to("neuron"))
         synchronize()
         write_json(Path(args.out) / f"check_{rank_name}.json", check_rank(spec, rank, result.cpu()))
     for _ in range(max(0, (args.inspect_nth or 0) - 2)):

@@ -33,11 +33,12 @@ from neuronsweep.backends.processes import child_args, run_ranks
 from neuronsweep.backends.programs.gloo_forward import hook
 from neuronsweep.backends.programs.torchneuron_collective import own_folders, rank_arguments
 from neuronsweep.backends.programs.torchneuron_program import first_two_calls, neffs
-from neuronsweep.workloads import TORCH_DTYPES, collective, forward
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import TORCH_DTYPES, collective, collective_of, forward, forward_of
 from neuronsweep.workloads.forward import Forward
 
 
-def run(spec: dict, out_dir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **settings: object) -> dict:
+def run(spec: Spec, out_dir: Path, env: dict[str, str], neff_cache: Path, timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir; settings: check, warmup, iterations, repeats, inspect_nth."""
     out_dir = out_dir.resolve()
     args = child_args(spec, out_dir, neff_cache=neff_cache, **settings)
@@ -78,7 +79,7 @@ class Reductions:
         if self.local:
             return
         s = collective.spec(op, nbytes, self.f.world, self.f.dtype)
-        buf = self.torch.ones(collective.Op.of(s).counts[0], dtype=like.dtype, device=like.device)
+        buf = self.torch.ones(collective_of(s).counts[0], dtype=like.dtype, device=like.device)
         self.extras.append(
             {
                 "all_reduce": lambda: self.funcol.all_reduce(buf, "sum", self.group),
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_grad_enabled(False)
     spec = json.loads(args.spec)
-    f = Forward.of(spec)
+    f = forward_of(spec)
     dist.init_process_group(backend="neuron", init_method="env://")
     rank = dist.get_rank()
     host_group = dist.new_group(backend="gloo")

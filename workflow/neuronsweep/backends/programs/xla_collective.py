@@ -33,10 +33,11 @@ from neuronsweep.atomic import write_json
 from neuronsweep.backends.cores import own_core
 from neuronsweep.backends.processes import run_ranks
 from neuronsweep.backends.programs.xla_program import PHASES, artifacts, child_args, metric
-from neuronsweep.workloads import TORCH_DTYPES, collective
+from neuronsweep.store.specs import Spec
+from neuronsweep.workloads import TORCH_DTYPES, collective_of
 
 
-def run(spec: dict, out_dir: Path, env: dict[str, str], globs: list[str], timeout_s: float, **settings: object) -> dict:
+def run(spec: Spec, out_dir: Path, env: dict[str, str], globs: list[str], timeout_s: float, **settings: object) -> dict:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
     out_dir = out_dir.resolve()
@@ -48,9 +49,9 @@ if TYPE_CHECKING:
     import torch
 
 
-def _collective(xm: ModuleType, spec: dict, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+def _collective(xm: ModuleType, spec: Spec, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
     """The collective as a call on the rank's input; its result is a lazy tensor until the sync."""
-    c = collective.Op.of(spec)
+    c = collective_of(spec)
     n = c.world
     return {
         "all_reduce": lambda: xm.all_reduce(xm.REDUCE_SUM, tensor),
@@ -100,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         return found
 
     phases = {"start": listed("start")}
-    dtype = getattr(torch, TORCH_DTYPES[collective.Op.of(spec).dtype])
-    tensor = torch.ones(collective.Op.of(spec).counts[0], dtype=dtype).to(device)
+    dtype = getattr(torch, TORCH_DTYPES[collective_of(spec).dtype])
+    tensor = torch.ones(collective_of(spec).counts[0], dtype=dtype).to(device)
     sync()
     phases["inputs"] = listed("inputs")
     compiles = {"inputs": metric(met, "CompileTime")}
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         samples.append((time.perf_counter_ns() - t0) * 1e-9)
         del result
     if args.check:  # last, on inputs whose every sum is exact: check_rank_<r>.json, combined by the build
-        values = torch.tensor(collective.Op.of(spec).rank_input(rank), dtype=dtype)
+        values = torch.tensor(collective_of(spec).rank_input(rank), dtype=dtype)
         result = _collective(xm, spec, values.to(device))()
         sync()
         write_json(out / f"check_rank_{rank}.json", check_rank(spec, rank, result.cpu()))

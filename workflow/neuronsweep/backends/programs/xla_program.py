@@ -43,6 +43,7 @@ from neuronsweep.backends import BACKENDS, processes
 from neuronsweep.backends.processes import run_child
 from neuronsweep.backends.trace_spans import EXEC_MARK
 from neuronsweep.errors import UserError
+from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     TORCH_DTYPES,
     described,
@@ -63,7 +64,7 @@ STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of t
 
 
 def run(
-    spec: dict, out_json: Path, env: dict[str, str], cwd: Path, globs: list[str], timeout_s: float, **settings: object
+    spec: Spec, out_json: Path, env: dict[str, str], cwd: Path, globs: list[str], timeout_s: float, **settings: object
 ) -> dict:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out, profile_dir, profile_executions."""
@@ -72,12 +73,12 @@ def run(
     return json.loads(out_json.read_text())
 
 
-def child_args(spec: dict, out: Path, globs: list[str], settings: dict) -> list[str]:
+def child_args(spec: Spec, out: Path, globs: list[str], settings: dict) -> list[str]:
     """The child's command line: the spec, where to write, the settings given, and the artifact globs."""
     return processes.child_args(spec, out, **settings) + [a for g in globs for a in ("--artifact-glob", g)]
 
 
-def attribute(result: dict, spec: dict, noun: str) -> tuple[str, list[dict]]:
+def attribute(result: dict, spec: Spec, noun: str) -> tuple[str, list[dict]]:
     """The workload's compiled artifact (a NEFF, an HLO module): what appeared in the workload phase
     and not before. Every candidate seen is returned for build.json, with the phase it appeared in;
     zero or several distinct workload artifacts fail clearly."""
