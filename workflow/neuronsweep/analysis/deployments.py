@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import INSTANCES, TARGETS, Instance
 from neuronsweep.workloads import deployment, vllm_neuron
@@ -57,7 +58,7 @@ class Slo:
         return cls(slo["ttft_ms"] / 1e3, slo["itl_ms"] / 1e3, tuple(mix), INSTANCES[slo["instance"]])
 
 
-def announce(entry: dict, where: str) -> str:
+def announce(entry: ModelEntry, where: str) -> str:
     """One line for the plan: the candidates a model entry's target is judged over, and on what."""
     slo = Slo.of(entry["slo"])
     names = ", ".join(label(serve) for serve in serves(entry["vllm"], where))
@@ -67,7 +68,7 @@ def announce(entry: dict, where: str) -> str:
     )
 
 
-def check(entry: dict, where: str) -> None:
+def check(entry: ModelEntry, where: str) -> None:
     """An `slo:` the arithmetic can take, or one sentence before any job."""
     slo = entry["slo"]
     if "vllm" not in entry:

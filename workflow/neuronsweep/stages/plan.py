@@ -13,8 +13,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -23,6 +25,19 @@ from neuronsweep.analysis import deployments
 from neuronsweep.backends import RANK_PROCESS_BYTES
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.config.run_config import RunConfig
+from neuronsweep.config.suites import (
+    CollectivesSuite,
+    CustomEntry,
+    LlmModel,
+    LlmSuite,
+    LoopsSuite,
+    MatmulSuite,
+    MlpSuite,
+    ModelEntry,
+    RecompileSuite,
+    Shape,
+    TilingSuite,
+)
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, targets
@@ -100,22 +115,22 @@ def natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
-def _matmul_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
-    shapes = []
+def _matmul_scenarios(suite: MatmulSuite) -> list[tuple[Scenario, Spec]]:
+    shapes: list[Shape] = []
     if "grid" in suite:
         g = suite["grid"]
-        shapes += [dict(m=m, k=k, n=n) for m, k, n in itertools.product(g["m"], g["k"], g["n"])]
-    shapes += [dict(s) for s in suite.get("shapes", [])]
+        shapes += [Shape(m=m, k=k, n=n) for m, k, n in itertools.product(g["m"], g["k"], g["n"])]
+    shapes += [Shape(**s) for s in suite.get("shapes", [])]
     out: list[tuple[Scenario, Spec]] = []
     for shape, dtype, impl in itertools.product(shapes, suite["dtype"], suite["impl"]):
-        spec = matmul.spec(dtype=dtype, impl=impl, nki_tile=suite.get("nki_tile"), **shape)
+        spec = matmul.spec(shape["m"], shape["k"], shape["n"], dtype, impl, nki_tile=suite.get("nki_tile"))
         wid = workload_id(spec)
         labels = {**shape, "dtype": dtype, "impl": impl}
         out.append((Scenario(id=wid, suite="matmul", workload_id=wid, labels=labels), spec))
     return out
 
 
-def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+def _tiling_scenarios(suite: TilingSuite) -> list[tuple[Scenario, Spec]]:
     """Each dim in `vary` set to boundary*multiple+offset, the others at `base` (a tiling sweep)."""
     out: list[tuple[Scenario, Spec]] = []
     for dim, boundary, multiple, offset, dtype in itertools.product(
@@ -124,8 +139,8 @@ def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
         value = boundary * multiple + offset
         if value < 1:
             continue
-        shape = {**suite["base"], dim: value}
-        spec = matmul.spec(dtype=dtype, **shape)
+        shape: dict[str, int] = {**suite["base"], dim: value}
+        spec = matmul.spec(shape["m"], shape["k"], shape["n"], dtype)
         labels = {
             **shape,
             "dtype": dtype,
@@ -146,7 +161,7 @@ def _tiling_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     return out
 
 
-def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
+def llm_gemm(model: LlmModel, projection: str) -> tuple[int, int]:
     """(K, N) of one projection: the GEMM is [M, K] @ [K, N]."""
     h, i = model["hidden"], model["intermediate"]
     if projection in ("ffn_up", "ffn_gate"):
@@ -168,7 +183,7 @@ def llm_gemm(model: dict, projection: str) -> tuple[int, int]:
     return h, h + 2 * model["kv_heads"] * (h // model["heads"])
 
 
-def _llm_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+def _llm_scenarios(suite: LlmSuite) -> list[tuple[Scenario, Spec]]:
     """Prefill M = batch*seq for every bucket; decode M = batch (one new token per sequence)."""
     out: list[tuple[Scenario, Spec]] = []
     for model, phase, proj, dtype in itertools.product(
@@ -181,7 +196,7 @@ def _llm_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
             else [(b, None) for b in suite["batch"]]
         )
         for b, s in buckets:
-            m = b * s if phase == "prefill" else b
+            m = b * s if s is not None else b  # a prefill's bucket has a seq, a decode's none
             spec = matmul.spec(m=m, k=k, n=n, dtype=dtype)
             bucket = f"b{b}-s{s}" if s else f"b{b}"
             labels = {
@@ -209,7 +224,7 @@ def _llm_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     return out
 
 
-def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+def _mlp_scenarios(suite: MlpSuite) -> list[tuple[Scenario, Spec]]:
     out: list[tuple[Scenario, Spec]] = []
     for cfg, dtype, impl in itertools.product(suite["configs"], suite["dtype"], suite["impl"]):
         spec = mlp.spec(dtype=dtype, impl=impl, **cfg)
@@ -218,7 +233,7 @@ def _mlp_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     return out
 
 
-def _loops_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+def _loops_scenarios(suite: LoopsSuite) -> list[tuple[Scenario, Spec]]:
     out: list[tuple[Scenario, Spec]] = []
     for (size, factor), pattern, dtype in itertools.product(suite["sizes"].items(), suite["patterns"], suite["dtype"]):
         steps = suite["steps"] * factor
@@ -242,7 +257,7 @@ def _loops_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     return out
 
 
-def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+def _recompile_scenarios(suite: RecompileSuite) -> list[tuple[Scenario, Spec]]:
     """Seed 002's trap for real: matmuls whose graph does (python_int) or does not (static,
     python_float) change between calls; lazy-tensor backends count the compiles."""
     out: list[tuple[Scenario, Spec]] = []
@@ -254,7 +269,7 @@ def _recompile_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     return out
 
 
-def collective_sizes(sizes: list[int] | dict) -> list[int]:
+def collective_sizes(sizes: list[int] | dict[str, int]) -> list[int]:
     """A list of byte sizes, or {from, to}: `from` doubled until past `to` (nccl-tests' -b/-e/-f 2)."""
     if isinstance(sizes, list):
         return sizes
@@ -269,7 +284,7 @@ def collective_sizes(sizes: list[int] | dict) -> list[int]:
     return out
 
 
-def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
+def _collectives_scenarios(suite: CollectivesSuite) -> list[tuple[Scenario, Spec]]:
     out: list[tuple[Scenario, Spec]] = []
     for op, world, size, dtype in itertools.product(
         suite["operations"], suite["world_sizes"], collective_sizes(suite["sizes"]), suite["dtype"]
@@ -291,7 +306,7 @@ def _collectives_scenarios(suite: dict) -> list[tuple[Scenario, Spec]]:
     return out
 
 
-def custom_cases(entry: dict, where: str) -> list[dict]:
+def custom_cases(entry: CustomEntry, where: str) -> list[dict]:
     """Every case of one custom entry: grid point x params x dtype, each input's shape evaluated there.
     A shape or flops name the grid does not have is one sentence naming the entry."""
     grid, params = entry["grid"], entry["params"]
@@ -369,7 +384,7 @@ def probe_child(module: str, request: dict, cache_dir: str | None) -> dict:
     return answer
 
 
-def _custom_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, Spec]]:
+def _custom_scenarios(entries: list[CustomEntry], config: RunConfig) -> list[tuple[Scenario, Spec]]:
     """Each entry's cases as workloads of kind `custom`, what the probe found in their specs (output shapes,
     counted FLOPs), the source files' hash with them (an edit rebuilds that entry's cases only)."""
     request: dict[str, list] = {"entries": []}
@@ -442,14 +457,14 @@ class _ModelPass:
     """One probe request of a model entry: the entry (batch and seq from its deployment), its layout, the
     phases that share one rank config and graphs, that config, and what the scenarios carry besides."""
 
-    entry: dict
+    entry: ModelEntry
     layout: sharding.Sharding
     rank: sharding.RankConfig
     config: dict  # the model's config.json fields (empty for a module entry)
     labels: dict  # the deployment's own: its stack's settings, what it assumed
 
 
-def _model_requests(entries: list[dict], config: RunConfig) -> tuple[dict, list[_ModelPass]]:
+def _model_requests(entries: list[ModelEntry], config: RunConfig) -> tuple[dict, list[_ModelPass]]:
     """The probe's request (one entry per model, layout and group of phases with one rank config and one
     grid of graphs) and what each request entry is; every deployment checked before any job."""
     request: dict = {
@@ -482,6 +497,7 @@ def _model_requests(entries: list[dict], config: RunConfig) -> tuple[dict, list[
         if isinstance(policy, dict) and "counts" in policy:  # the shares of a measured load, read here
             policy = {"counts": routing.read_counts(Path(policy["counts"]), where), "file": policy["counts"]}
         labels = dict(entry.pop("vllm_labels", {}))
+        named: Mapping[str, Any] = entry  # hf_config or module, read by name
         if deployed.assumed:
             labels["assumed"] = "; ".join(deployed.assumed)
         for layout in deployed.shardings:
@@ -496,7 +512,7 @@ def _model_requests(entries: list[dict], config: RunConfig) -> tuple[dict, list[
                 request["entries"].append(
                     {
                         "where": where,
-                        **{k: entry[k] for k in ("hf_config", "module") if k in entry},
+                        **{k: named[k] for k in ("hf_config", "module") if k in named},
                         "sha256": digest,
                         "batch": list(grid.batches),
                         "seq": list(grid.seqs),
@@ -519,7 +535,7 @@ def _family(config: RunConfig) -> str | None:
 
 
 def _check_rank_fits(
-    fields: dict, rank: sharding.RankConfig, entry: dict, grid: sharding.Grid, family: str | None, where: str
+    fields: dict, rank: sharding.RankConfig, entry: ModelEntry, grid: sharding.Grid, family: str | None, where: str
 ) -> None:
     """A rank's weights and KV cache (the phase's largest graph) against its core's HBM, where the target is known."""
     hbm = targets.TARGETS[family].hbm_bytes() if family in targets.TARGETS else None  # a logical core's, default LNC
@@ -534,7 +550,7 @@ def _check_rank_fits(
         )
 
 
-def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scenario, Spec]]:
+def _model_scenarios(entries: list[ModelEntry], config: RunConfig) -> list[tuple[Scenario, Spec]]:
     """Every GEMM a model runs per (phase, batch, seq), as a matmul workload (shared with every other suite
     that has its shape), the scenario keeping the module, which of its GEMMs, and how often it runs; under
     a parallel layout one rank's GEMMs, and the collectives each forward issues."""
@@ -556,7 +572,12 @@ def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scena
             if mp.rank.fields:
                 out += _collective_scenarios(entry, one, dtype, common, prefix, mp.config, layout)
             if entry.get("layers", True):
-                ranked = {**entry, "rank_config": mp.rank.fields, "expert_ep": mp.rank.expert_ep, "layout": tag[1:]}
+                ranked: ModelEntry = {
+                    **entry,
+                    "rank_config": mp.rank.fields,
+                    "expert_ep": mp.rank.expert_ep,
+                    "layout": tag[1:],
+                }
                 ranked |= {"top_k": mp.rank.top_k} if mp.rank.top_k else {}
                 ranked |= {"expert_tokens": mp.rank.expert_tokens} if mp.rank.expert_tokens > 1 else {}
                 out += _layer_scenarios(ranked, request_entry["sha256"], request_entry["routing"], one, dtype, common)
@@ -568,7 +589,7 @@ def _model_scenarios(entries: list[dict], config: RunConfig) -> list[tuple[Scena
 FORWARD_SHARE = 0.25  # of this host's RAM a forward's ranks may hold where it picks its layers (forward_layers auto)
 
 
-def _forward_layers(entry: dict, one: dict, world: int, dtype: str) -> tuple[int, str]:
+def _forward_layers(entry: ModelEntry, one: dict, world: int, dtype: str) -> tuple[int, str]:
     """How many of the model's first decoder layers the forward across ranks runs, and how that was decided."""
     members = {i: k for k in one["layers"] for i in k.get("members", [k["index"]])}
     total = len(members)
@@ -592,7 +613,7 @@ def _forward_layers(entry: dict, one: dict, world: int, dtype: str) -> tuple[int
 
 
 def _forward_scenarios(
-    entry: dict, request_entry: dict, one: dict, dtype: str, common: dict, prefix: str, mp: _ModelPass
+    entry: ModelEntry, request_entry: dict, one: dict, dtype: str, common: dict, prefix: str, mp: _ModelPass
 ) -> list[tuple[Scenario, Spec]]:
     """The rank's shard of the model's first layers run on all tp ranks at once, each layer's collectives
     where the stack issues them (workloads/forward.py): its measured time beside the sum of its parts."""
@@ -624,7 +645,7 @@ def _forward_scenarios(
 
 
 def _gemm_scenarios(
-    entry: dict,
+    entry: ModelEntry,
     one: dict,
     dtype: str,
     policy: str,
@@ -674,7 +695,7 @@ def _is_router(g: dict, rank: sharding.RankConfig) -> bool:
 
 
 def _collective_scenarios(
-    entry: dict, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: sharding.Sharding
+    entry: ModelEntry, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: sharding.Sharding
 ) -> list[tuple[Scenario, Spec]]:
     """The collectives one forward of this pass issues per rank (deployment.collectives), each a workload of
     the collectives suite's kind (shared with it where the op, size, world and dtype agree)."""
@@ -693,7 +714,7 @@ def _collective_scenarios(
 
 
 def _layer_scenarios(
-    entry: dict, digest: str, policy: Policy, one: dict, dtype: str, common: dict | None = None
+    entry: ModelEntry, digest: str, policy: Policy, one: dict, dtype: str, common: dict | None = None
 ) -> list[tuple[Scenario, Spec]]:
     """The model measured whole at one phase, batch, seq and dtype: each kind of decoder layer and the
     head, a `layer` workload each (workloads/layer.py)."""
@@ -729,7 +750,7 @@ def _layer_scenarios(
     return out
 
 
-SUITES = {
+SUITES: dict[str, Callable[[Any], list[tuple[Scenario, Spec]]]] = {
     "matmul": _matmul_scenarios,
     "tiling": _tiling_scenarios,
     "llm": _llm_scenarios,
@@ -747,7 +768,10 @@ def make_plan(config: RunConfig, backend: str, slow_dtypes: dict[str, str] | Non
     workloads: dict[str, Spec] = {}
     skipped: dict[str, str] = {}
     for suite_name, suite in config.suites.items():
-        needs_config = {"custom": _custom_scenarios, "model": _model_scenarios}
+        needs_config: dict[str, Callable[[Any, RunConfig], list[tuple[Scenario, Spec]]]] = {
+            "custom": _custom_scenarios,
+            "model": _model_scenarios,
+        }
         expanded = needs_config[suite_name](suite, config) if suite_name in needs_config else SUITES[suite_name](suite)
         for sc, spec in expanded:
             scenarios.setdefault(sc.id, replace(sc, kind=suite_name))  # asked twice (grid and shapes): one row

@@ -4,6 +4,7 @@ trn2 and trn3 since SDK 2.34). The planner asks here and never names a stack."""
 
 from __future__ import annotations
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import nxd_inference, vllm_neuron
 from neuronsweep.workloads.sharding import (
@@ -21,7 +22,7 @@ FORMS = ("parallel", "neuron_config", "vllm")
 _RULES = {NXD_INFERENCE: nxd_inference, VLLM_NEURON: vllm_neuron}
 
 
-def entry_layout(entry: dict, where: str) -> Layout:
+def entry_layout(entry: ModelEntry, where: str) -> Layout:
     """The entry as its deployment gives it (batch, seq and, from a file, dtype), its layouts and each
     phase's graphs; an entry without one runs whole, every phase over its batch x seq."""
     if sum(k in entry for k in FORMS) > 1:

@@ -21,9 +21,11 @@ reduction and compares (a reduction at the wrong place, or a scatter without its
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.store.specs import ForwardSpec
 from neuronsweep.workloads import collective, deployment, layer, routing
 from neuronsweep.workloads.descriptor import Workload
@@ -96,7 +98,7 @@ def sites(found: list[Collective], hidden_bytes: int, world: int, dtype: str) ->
 
 
 def spec(
-    entry: dict,
+    entry: ModelEntry,
     digest: str,
     one: dict,
     dtype: str,
@@ -110,11 +112,12 @@ def spec(
     collectives as placed (sites)."""
     kinds = {i: k for k in one["layers"] for i in k.get("members", [k["index"]])}
     run = [kinds[i] for i in range(layers_run)]
+    named: Mapping[str, Any] = entry  # the entry's optional keys, read by name in this order
     s = {
         "kind": "forward",
         "model": entry["name"],
-        **{k: entry[k] for k in ("hf_config", "module") if k in entry},
-        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout", "top_k", "expert_tokens") if entry.get(k)},
+        **{k: named[k] for k in ("hf_config", "module") if k in named},
+        **{k: named[k] for k in ("rank_config", "expert_ep", "layout", "top_k", "expert_tokens") if named.get(k)},
         "source_sha256": digest,
         "part": "forward",
         "phase": one["phase"],

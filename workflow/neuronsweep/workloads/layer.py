@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.store.specs import LayerSpec
 from neuronsweep.workloads import custom
@@ -46,15 +47,16 @@ if TYPE_CHECKING:
 SEED = 0  # the weights' and the decode cache's seed: every process makes the same ones
 
 
-def spec(entry: dict, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy: Policy) -> LayerSpec:
+def spec(entry: ModelEntry, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy: Policy) -> LayerSpec:
     """A layer kind (`kind`, from the probe) or the head (`kind` None) of `entry`'s model at one phase,
     batch and seq (`one`, the probe's pass), in `dtype`; `policy`: the routing policy as read
     (routing.read_counts' counts in place of a file)."""
+    named: Mapping[str, Any] = entry  # the entry's optional keys, read by name in this order
     s = {
         "kind": "layer",
         "model": entry["name"],
-        **{k: entry[k] for k in ("hf_config", "module") if k in entry},
-        **{k: entry[k] for k in ("rank_config", "expert_ep", "layout", "top_k", "expert_tokens") if entry.get(k)},
+        **{k: named[k] for k in ("hf_config", "module") if k in named},
+        **{k: named[k] for k in ("rank_config", "expert_ep", "layout", "top_k", "expert_tokens") if named.get(k)},
         "source_sha256": source_sha256,
         "part": "layer" if kind else "head",
         "phase": one["phase"],

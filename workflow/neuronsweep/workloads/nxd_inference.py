@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 from neuronsweep.workloads.sharding import (
@@ -57,7 +58,7 @@ INDEX_BYTES = 8  # torch.max / torch.topk return int64 indices (operators/argmax
 TORCH_DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def from_parallel(entry: dict, where: str) -> Layout:
+def from_parallel(entry: ModelEntry, where: str) -> Layout:
     """A `parallel:` block with NxD Inference's key names; tp_degree may be a list (a grid like any other)."""
     parallel = entry["parallel"]
     degrees = parallel.get("tp_degree", 1)
@@ -108,7 +109,7 @@ def sharding(parallel: dict, tp: int, where: str) -> Sharding:
     )
 
 
-def from_neuron_config(entry: dict, where: str) -> Layout:
+def from_neuron_config(entry: ModelEntry, where: str) -> Layout:
     """A compiled checkpoint's neuron_config.json, as NxD Inference writes it (its InferenceConfig: the
     `neuron_config` object, or that object alone) or as optimum-neuron does (`sequence_length`,
     `continuous_batching`, `on_device_sampling`, `max_topk`, `ep_degree`): the layout, each phase's batch and
@@ -158,7 +159,7 @@ def from_neuron_config(entry: dict, where: str) -> Layout:
         "decode": Grid((int(decode_batch),), tuple(sorted(int(s) for s in decode))),
     }
     seqs = sorted({*grids["prefill"].seqs, *grids["decode"].seqs})
-    entry = {**entry, "batch": sorted({prefill_batch, decode_batch}), "seq": seqs, "dtype": [dtype]}
+    entry = {**entry, "batch": sorted({prefill_batch, decode_batch}), "seq": seqs, "dtype": [str(dtype)]}
     deployed = Deployed(sharding(parallel, nc["tp_degree"], where), grids)
     return Layout(entry, [deployed], tuple(assumed), dtype_from_file=True)
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 
@@ -67,7 +68,7 @@ class Layout:
     """A model entry as deployed: the entry (batch and seq as its deployment gives them), its deployments (one
     per point of a grid of them), and what was assumed where the deployment said nothing."""
 
-    entry: dict
+    entry: ModelEntry
     deployments: list[Deployed]
     assumed: tuple[str, ...] = ()
     dtype_from_file: bool = False  # the deployment file names the dtype the model was compiled in
@@ -107,7 +108,7 @@ class Layout:
         return [Grid(batches, tuple(seqs)) for batches, seqs in by_batches.items()]
 
 
-def plain_grids(entry: dict) -> dict[str, Grid]:
+def plain_grids(entry: ModelEntry) -> dict[str, Grid]:
     """Every phase over the entry's own batch x seq: an entry without a deployment."""
     grid = Grid(tuple(entry.get("batch", [1])), tuple(entry.get("seq", [128])))
     return {phase: grid for phase in PHASES}

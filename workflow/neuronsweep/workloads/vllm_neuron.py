@@ -35,6 +35,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
 from neuronsweep.workloads.sharding import (
@@ -106,7 +107,7 @@ class Serve:
     labels: dict[str, Any] = field(default_factory=dict)
 
 
-def from_vllm(entry: dict, where: str) -> Layout:
+def from_vllm(entry: ModelEntry, where: str) -> Layout:
     """The entry as vLLM Neuron serves it: `vllm:` a `vllm serve` line or its flags as keys, or a grid of
     deployments (a list of them, or keys with lists), each deployment's graphs a case once."""
     found = serves(entry["vllm"], where)
@@ -116,7 +117,7 @@ def from_vllm(entry: dict, where: str) -> Layout:
         deployments.append(Deployed(sharding(serve), grids))
     batch = sorted({1, *(b for serve in found for b in serve.seqs_buckets)})
     seq = sorted({s for serve in found for s in (*serve.token_buckets, *serve.contexts)})
-    out = {**entry, "batch": batch, "seq": seq, "vllm_labels": found[0].labels}
+    out: ModelEntry = {**entry, "batch": batch, "seq": seq, "vllm_labels": found[0].labels}
     if found[0].dtype:
         out["dtype"] = [found[0].dtype]
     assumed = tuple(dict.fromkeys(a for serve in found for a in serve.assumed))
