@@ -68,6 +68,7 @@ from neuronsweep.workloads import (
 )
 from neuronsweep.workloads import flops as work_flops
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+from neuronsweep.workloads.probed import LayerCount, ProbedGemm, ProbedPass
 from neuronsweep.workloads.routing import Policy
 
 
@@ -589,7 +590,7 @@ def _model_scenarios(entries: list[ModelEntry], config: RunConfig) -> list[tuple
 FORWARD_SHARE = 0.25  # of this host's RAM a forward's ranks may hold where it picks its layers (forward_layers auto)
 
 
-def _forward_layers(entry: ModelEntry, one: dict, world: int, dtype: str) -> tuple[int, str]:
+def _forward_layers(entry: ModelEntry, one: ProbedPass, world: int, dtype: str) -> tuple[int, str]:
     """How many of the model's first decoder layers the forward across ranks runs, and how that was decided."""
     members = {i: k for k in one["layers"] for i in k.get("members", [k["index"]])}
     total = len(members)
@@ -613,7 +614,7 @@ def _forward_layers(entry: ModelEntry, one: dict, world: int, dtype: str) -> tup
 
 
 def _forward_scenarios(
-    entry: ModelEntry, request_entry: dict, one: dict, dtype: str, common: dict, prefix: str, mp: _ModelPass
+    entry: ModelEntry, request_entry: dict, one: ProbedPass, dtype: str, common: dict, prefix: str, mp: _ModelPass
 ) -> list[tuple[Scenario, Spec]]:
     """The rank's shard of the model's first layers run on all tp ranks at once, each layer's collectives
     where the stack issues them (workloads/forward.py): its measured time beside the sum of its parts."""
@@ -646,7 +647,7 @@ def _forward_scenarios(
 
 def _gemm_scenarios(
     entry: ModelEntry,
-    one: dict,
+    one: ProbedPass,
     dtype: str,
     policy: str,
     common: dict,
@@ -688,18 +689,18 @@ def _gemm_scenarios(
     return out
 
 
-def _is_router(g: dict, rank: sharding.RankConfig) -> bool:
+def _is_router(g: ProbedGemm, rank: sharding.RankConfig) -> bool:
     """Whether a traced GEMM is an MoE router: a `gate` Linear onto the rank's experts."""
     local = next((rank.fields[k] for k in sharding.EXPERT_COUNT_KEYS if k in rank.fields), None)
     return local is not None and g["module"].endswith("gate") and g["n"] == local
 
 
 def _collective_scenarios(
-    entry: ModelEntry, one: dict, dtype: str, common: dict, prefix: str, fields: dict, layout: sharding.Sharding
+    entry: ModelEntry, one: ProbedPass, dtype: str, common: dict, prefix: str, fields: dict, layout: sharding.Sharding
 ) -> list[tuple[Scenario, Spec]]:
     """The collectives one forward of this pass issues per rank (deployment.collectives), each a workload of
     the collectives suite's kind (shared with it where the op, size, world and dtype agree)."""
-    kinds = [{"layers": k["layers"], "moe": k["kind"].startswith("moe")} for k in one.get("layers") or []]
+    kinds = [LayerCount(layers=k["layers"], moe=k["kind"].startswith("moe")) for k in one.get("layers") or []]
     out: list[tuple[Scenario, Spec]] = []
     for c in deployment.collectives(fields, layout, one["phase"], one["batch"], one["seq"], dtype, kinds):
         spec = collective.spec(c.op, c.nbytes, c.world, dtype)
@@ -714,7 +715,7 @@ def _collective_scenarios(
 
 
 def _layer_scenarios(
-    entry: ModelEntry, digest: str, policy: Policy, one: dict, dtype: str, common: dict | None = None
+    entry: ModelEntry, digest: str, policy: Policy, one: ProbedPass, dtype: str, common: dict | None = None
 ) -> list[tuple[Scenario, Spec]]:
     """The model measured whole at one phase, batch, seq and dtype: each kind of decoder layer and the
     head, a `layer` workload each (workloads/layer.py)."""

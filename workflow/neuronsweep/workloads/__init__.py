@@ -26,6 +26,7 @@ from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES  # noqa: F401 (the package's names for them)
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 KINDS: dict[str, ModuleType] = {m.DESCRIPTOR.name: m for m in (matmul, mlp, loops, collective, custom, layer, forward)}
@@ -253,7 +254,7 @@ def row_input(spec: Spec) -> str | None:
     return kind_of(spec).ROW_INPUT
 
 
-def reference(spec: Spec, arrays: dict) -> Any:
+def reference(spec: Spec, arrays: Mapping[str, np.ndarray]) -> Any:
     """The float64 result of the workload on `arrays` (its inputs by name); None where it varies on purpose.
     A kind checked whole may raise NotComparable."""
     return kind_of(spec).reference(record(spec), arrays)

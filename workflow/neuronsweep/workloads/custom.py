@@ -10,6 +10,7 @@ builds rerun, and the compile cache key changes with them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +191,7 @@ def output_array(out: object) -> np.ndarray:
     )
 
 
-def reference(c: Call, a: dict) -> Any:
+def reference(c: Call, a: Mapping[str, np.ndarray]) -> Any:
     """The user's own function in float64 on the CPU, on the case's inputs: the reference every
     implementation (the compiler's, an NKI kernel's) is checked against."""
     import torch

@@ -7,6 +7,7 @@ from __future__ import annotations
 from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import nxd_inference, vllm_neuron
+from neuronsweep.workloads.probed import LayerCount
 from neuronsweep.workloads.sharding import (
     NXD_INFERENCE,
     VLLM_NEURON,
@@ -55,7 +56,7 @@ def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig
 
 
 def collectives(
-    config: dict, s: Sharding, phase: str, batch: int, seq: int, dtype: str, layer_kinds: list[dict]
+    config: dict, s: Sharding, phase: str, batch: int, seq: int, dtype: str, layer_kinds: list[LayerCount]
 ) -> list[Collective]:
     """Every collective one forward (one step) issues per rank under the layout's stack."""
     return _RULES[s.stack].collectives(config, s, phase, batch, seq, dtype, layer_kinds)

@@ -30,6 +30,7 @@ from neuronsweep.store.specs import ForwardSpec
 from neuronsweep.workloads import collective, deployment, layer, routing
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+from neuronsweep.workloads.probed import LayerCount, ProbedPass
 from neuronsweep.workloads.routing import Policy
 from neuronsweep.workloads.sharding import Collective, Sharding
 
@@ -68,7 +69,7 @@ def layer_collectives(
     """The collectives one layer of a kind issues under the stack's rules: the step's with that layer less
     the step's with no layer (so the embedding's, the head's and sampling's drop out)."""
     base = {(c.op, c.nbytes, c.world): c for c in deployment.collectives(config, s, phase, batch, seq, dtype, [])}
-    one = deployment.collectives(config, s, phase, batch, seq, dtype, [{"layers": 1, "moe": moe}])
+    one = deployment.collectives(config, s, phase, batch, seq, dtype, [LayerCount(layers=1, moe=moe)])
     out = []
     for c in one:
         count = c.count - (base[(c.op, c.nbytes, c.world)].count if (c.op, c.nbytes, c.world) in base else 0)
@@ -100,7 +101,7 @@ def sites(found: list[Collective], hidden_bytes: int, world: int, dtype: str) ->
 def spec(
     entry: ModelEntry,
     digest: str,
-    one: dict,
+    one: ProbedPass,
     dtype: str,
     policy: Policy,
     layers_run: int,

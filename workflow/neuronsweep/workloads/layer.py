@@ -35,6 +35,7 @@ from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.descriptor import Workload
 from neuronsweep.workloads.dtypes import DTYPE_BYTES, TORCH_DTYPES
 from neuronsweep.workloads.model_probe import HFModule, build_model, decoder_layers, experts_modules
+from neuronsweep.workloads.probed import LayerKind, ProbedPass
 from neuronsweep.workloads.routing import Policy
 
 DESCRIPTOR = Workload("layer", layer_split=True, real_inputs=True)  # what this kind can do (workloads/descriptor.py)
@@ -47,7 +48,9 @@ if TYPE_CHECKING:
 SEED = 0  # the weights' and the decode cache's seed: every process makes the same ones
 
 
-def spec(entry: ModelEntry, source_sha256: str, one: dict, kind: dict | None, dtype: str, policy: Policy) -> LayerSpec:
+def spec(
+    entry: ModelEntry, source_sha256: str, one: ProbedPass, kind: LayerKind | None, dtype: str, policy: Policy
+) -> LayerSpec:
     """A layer kind (`kind`, from the probe) or the head (`kind` None) of `entry`'s model at one phase,
     batch and seq (`one`, the probe's pass), in `dtype`; `policy`: the routing policy as read
     (routing.read_counts' counts in place of a file)."""

@@ -7,6 +7,7 @@ under the same conditions and can be compared fairly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,7 +121,7 @@ def torch_module(loop: Loop) -> torch.nn.Module:
 ROW_INPUT = "x"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(loop: Loop, a: dict) -> np.ndarray:
+def reference(loop: Loop, a: Mapping[str, np.ndarray]) -> np.ndarray:
     """The float64 NumPy steps of the same inputs: one expression for all three patterns."""
     import numpy as np
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -134,6 +135,6 @@ def torch_module(g: Gemm) -> torch.nn.Module:
 ROW_INPUT = "a"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(g: Gemm, a: dict) -> np.ndarray | None:
+def reference(g: Gemm, a: Mapping[str, np.ndarray]) -> np.ndarray | None:
     """The float64 NumPy result of the same inputs (None for a workload that varies between calls)."""
     return None if g.varies != "static" else a["a"] @ a["b"]

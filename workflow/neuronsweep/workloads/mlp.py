@@ -7,6 +7,7 @@ capture feeds them like activations; FLOPs count the three GEMMs (the elementwis
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -108,7 +109,7 @@ def torch_module(g: GatedMlp) -> torch.nn.Module:
 ROW_INPUT = "x"  # output row i depends only on its row i (the correctness check samples rows)
 
 
-def reference(g: GatedMlp, a: dict) -> np.ndarray:
+def reference(g: GatedMlp, a: Mapping[str, np.ndarray]) -> np.ndarray:
     """The float64 NumPy gated MLP of the same inputs."""
     import numpy as np
 

@@ -35,6 +35,7 @@ from typing import Any
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import routing as routing_policy
 from neuronsweep.workloads.dtypes import TORCH_DTYPES
+from neuronsweep.workloads.probed import LayerKind, ProbedGemm, Traced
 from neuronsweep.workloads.user_code import answer_stdin, load
 
 HFModule = Any  # a transformers model or one of its modules: its attributes are its family's (mypy skips transformers)
@@ -129,7 +130,9 @@ class RankRouting:
         return cls(policy, ep, entry.get("top_k"), entry.get("expert_tokens", 1))
 
 
-def trace(model: HFModule, batch: int, seq: int, phase: str, routed: RankRouting, where: str = "suites.model") -> dict:
+def trace(
+    model: HFModule, batch: int, seq: int, phase: str, routed: RankRouting, where: str = "suites.model"
+) -> Traced:
     """One forward of `phase`: its GEMMs by module and shape, and each MoE layer kind's load as `routed`
     says (the rank's share of every token its experts get)."""
     import torch
@@ -259,7 +262,7 @@ def _forward(
     return cache_shapes
 
 
-def _listed(found: Counter) -> list[dict]:
+def _listed(found: Counter) -> list[ProbedGemm]:
     return [
         {"module": module, "gemm": which, "m": m, "k": k, "n": n, "count": count}
         for (module, which, (m, k, n)), count in sorted(found.items())
@@ -296,14 +299,14 @@ def _cache_shapes(cache: object) -> dict[int, list]:
     }
 
 
-def layer_kinds(model: HFModule, per_layer: dict[int, Counter], cache_shapes: dict[int, list]) -> list[dict]:
+def layer_kinds(model: HFModule, per_layer: dict[int, Counter], cache_shapes: dict[int, list]) -> list[LayerKind]:
     """The distinct kinds of decoder layer (dense or MoE, sliding or global attention): layers whose GEMMs
     and attention type are the same are one kind. Each: its first layer's index, how many layers are of
     it and which (`members`), its label, its parameters and its GEMMs in one call (module relative to the layer)."""
     prefix, modules = decoder_layers(model)
     experts = set(experts_modules(model))
     types = getattr(model.config, "layer_types", None) or []
-    kinds: dict[tuple, dict] = {}
+    kinds: dict[tuple, LayerKind] = {}
     for index, found in sorted(per_layer.items()):
         attention = types[index] if index < len(types) else "full_attention"
         signature = (attention, tuple(sorted(found.items())))

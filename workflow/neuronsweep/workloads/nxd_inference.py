@@ -27,6 +27,7 @@ from typing import Any
 from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+from neuronsweep.workloads.probed import LayerCount
 from neuronsweep.workloads.sharding import (
     NXD_INFERENCE,
     Collective,
@@ -256,7 +257,7 @@ def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig
 
 
 def collectives(
-    config: dict, s: Sharding, phase: str, batch: int, seq: int, dtype: str, layer_kinds: list[dict]
+    config: dict, s: Sharding, phase: str, batch: int, seq: int, dtype: str, layer_kinds: list[LayerCount]
 ) -> list[Collective]:
     """Every collective a forward issues per rank:
     - the embedding: split over the hidden size by default (vocab_parallel off), it all-gathers its output

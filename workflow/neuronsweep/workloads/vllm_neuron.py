@@ -38,6 +38,7 @@ from typing import Any
 from neuronsweep.config.suites import ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.workloads.dtypes import DTYPE_BYTES
+from neuronsweep.workloads.probed import LayerCount
 from neuronsweep.workloads.sharding import (
     VLLM_NEURON,
     Collective,
@@ -402,7 +403,7 @@ def rank_config(config: dict, s: Sharding, phase: str, where: str) -> RankConfig
 
 
 def collectives(
-    config: dict, s: Sharding, phase: str, batch: int, seq: int, dtype: str, layer_kinds: list[dict]
+    config: dict, s: Sharding, phase: str, batch: int, seq: int, dtype: str, layer_kinds: list[LayerCount]
 ) -> list[Collective]:
     """Every collective a step issues per rank in the TP group (tensor_parallelism.md's per-step tables):
     prefill (batch 1, `seq` the chunk's bucket) the embedding's reduce-scatter, per layer an all-gather
