@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.config.suites import ConfigDocument, Suites
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,16 @@ class RunConfig:
     cache_dir: str
     capture: CaptureConfig
     timeouts: Timeouts
-    suites: Mapping[str, Any]
+    suites: Suites
     sections: Mapping[str, Mapping[str, Any]]  # each backend's section (neuron, xla), schema defaults filled in
     track_patterns: Mapping[str, str]
-    document: dict[str, Any] = field(repr=False)  # the validated document whole, as plan.json keeps it
+    document: ConfigDocument = field(repr=False)  # the validated document whole, as plan.json keeps it
 
     @classmethod
-    def of(cls, document: dict[str, Any]) -> RunConfig:
+    def of(cls, document: ConfigDocument) -> RunConfig:
         """The record of a validated document (schema defaults filled in), which it keeps a copy of."""
         kept = copy.deepcopy(document)
+        named: Mapping[str, Any] = kept  # each backend's section, by the backend's name
         return cls(
             run=kept["run"],
             backend=kept["backend"],
@@ -63,7 +65,7 @@ class RunConfig:
             capture=CaptureConfig(**kept["capture"]),
             timeouts=Timeouts(**kept["timeouts"]),
             suites=kept["suites"],
-            sections={name: kept[name] for name in BACKENDS if name in kept},
+            sections={name: named[name] for name in BACKENDS if name in named},
             track_patterns=kept.get("track_patterns") or {},
             document=kept,
         )
@@ -74,5 +76,5 @@ class RunConfig:
 
     def settled(self, backend: str, section: Mapping[str, Any]) -> RunConfig:
         """This config with the backend's section as the run settled it on this machine (target, route)."""
-        document = {**self.document, backend: dict(section)}
+        document = cast(ConfigDocument, {**self.document, backend: dict(section)})  # that section replaced
         return replace(self, sections={**self.sections, backend: dict(section)}, document=document)

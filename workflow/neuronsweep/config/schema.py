@@ -16,12 +16,13 @@ import re
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from neuronsweep import __version__
 from neuronsweep.atomic import write_json
+from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.errors import UserError
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def _sentence(error: ValidationError, source: str) -> str:
     return f"{source}: key '{key}': {error.message}; fix the value."
 
 
-def validate(config: dict[str, Any], source: str = "config", base: Path | None = None) -> dict[str, Any]:
+def validate(config: object, source: str = "config", base: Path | None = None) -> ConfigDocument:
     """Return a validated deep copy of `config` with schema defaults filled in; the paths of users' code
     in it made absolute against `base` (the config file's folder)."""
     if not isinstance(config, dict):
@@ -231,34 +232,36 @@ def validate(config: dict[str, Any], source: str = "config", base: Path | None =
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise UserError(_sentence(errors[0], source))
-    _semantic_checks(cfg, source)
-    _resolve_user_code(cfg, base or Path.cwd())
-    return cfg
+    document = cast(ConfigDocument, cfg)  # what the schema declares, checked just now
+    _semantic_checks(document, source)
+    _resolve_user_code(document, base or Path.cwd())
+    return document
 
 
 USER_CODE_KEYS = ("function", "nki_kernel", "module", "hf_config", "neuron_config")  # suites.custom, suites.model
 FILE_KEYS = ("hf_config", "neuron_config")  # a path, never module:name
 
 
-def _resolve_user_code(cfg: dict, base: Path) -> None:
+def _resolve_user_code(cfg: ConfigDocument, base: Path) -> None:
     """`path/file.py:name`, `path/config.json` and a routing counts file relative to the config file, as a
     user writes them; `package.module:name` stays as it is (imported where the sweep runs)."""
-    for suite in ("custom", "model"):
-        for entry in cfg["suites"].get(suite, []):
-            for key in USER_CODE_KEYS:
-                value = entry.get(key)
-                if not isinstance(value, str):
-                    continue
-                target, sep, name = value.rpartition(":") if key not in FILE_KEYS else (value, "", "")
-                if key in FILE_KEYS or target.endswith(".py") or "/" in target:
-                    path = (base / Path(target).expanduser()).resolve()
-                    entry[key] = f"{path}{sep}{name}"
-            counts = entry.get("routing", {}).get("counts") if isinstance(entry.get("routing"), dict) else None
-            if isinstance(counts, str):  # suites.model routing: {counts: FILE}
-                entry["routing"]["counts"] = str((base / Path(counts).expanduser()).resolve())
+    suites = cfg["suites"]
+    for typed in (*suites.get("custom", []), *suites.get("model", [])):
+        entry = cast("dict[str, Any]", typed)  # rewritten by key name below
+        for key in USER_CODE_KEYS:
+            value = entry.get(key)
+            if not isinstance(value, str):
+                continue
+            target, sep, name = value.rpartition(":") if key not in FILE_KEYS else (value, "", "")
+            if key in FILE_KEYS or target.endswith(".py") or "/" in target:
+                path = (base / Path(target).expanduser()).resolve()
+                entry[key] = f"{path}{sep}{name}"
+        counts = entry.get("routing", {}).get("counts") if isinstance(entry.get("routing"), dict) else None
+        if isinstance(counts, str):  # suites.model routing: {counts: FILE}
+            entry["routing"]["counts"] = str((base / Path(counts).expanduser()).resolve())
 
 
-def validate_files(config: dict[str, Any], files: list, source: str, cache_dir: Path | None = None) -> dict[str, Any]:
+def validate_files(config: object, files: list, source: str, cache_dir: Path | None = None) -> ConfigDocument:
     """validate() of a config Snakemake read from `files` (plus --config overrides), the files read again
     strictly (duplicate keys). What it returns depends only on the config, the files' bytes, the schema
     and this package, so with cache_dir it is kept there as JSON and reused while those stay the same:
@@ -331,7 +334,7 @@ def read_yaml(path: str | Path) -> Any:
         raise UserError(f"{path}: not valid YAML{line}; fix the syntax.") from None
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path) -> ConfigDocument:
     """Read a YAML config file and validate it."""
     data = read_yaml(path)
     if data is None:
@@ -353,7 +356,7 @@ def check_regexes(mapping: dict, key: str, source: str) -> None:
             ) from None
 
 
-def _semantic_checks(cfg: dict, source: str) -> None:
+def _semantic_checks(cfg: ConfigDocument, source: str) -> None:
     """What the schema cannot say: a plain run name (re.fullmatch: `$` in a schema pattern lets a
     trailing newline through), valid regexes, and the profiled execution among those run."""
     if not RUN_NAME.fullmatch(cfg["run"]):

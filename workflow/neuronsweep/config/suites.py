@@ -144,3 +144,34 @@ class ModelEntry(TypedDict):
     top_k: NotRequired[int]
     expert_tokens: NotRequired[int]
     vllm_labels: NotRequired[dict[str, Any]]
+
+
+class Suites(TypedDict, total=False):
+    """suites: each a block (a list of entries for custom and model); at least one."""
+
+    matmul: MatmulSuite
+    tiling: TilingSuite
+    llm: LlmSuite
+    mlp: MlpSuite
+    loops: LoopsSuite
+    recompile: RecompileSuite
+    custom: list[CustomEntry]
+    model: list[ModelEntry]
+    collectives: CollectivesSuite
+
+
+class ConfigDocument(TypedDict, total=False):
+    """A config file as the schema's top level declares it (no other key passes it); once validated, every
+    key but search has its default. config/run_config.RunConfig is the record the stages read; this is the
+    document a search writes for each round and plan.json keeps."""
+
+    run: str
+    backend: str
+    cache_dir: str
+    capture: dict[str, Any]
+    neuron: dict[str, Any]
+    xla: dict[str, Any]
+    timeouts: dict[str, float]
+    track_patterns: dict[str, str]
+    search: list[dict[str, Any]]  # run-level searches (search/driver.py's SettingsSearch)
+    suites: Suites

@@ -14,8 +14,9 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.errors import UserError
 
 FINALIST_ROUNDS = 5  # processes that time the finalists again (cpu): enough for verdict's t-test
@@ -42,7 +43,7 @@ class Kind:
     workflow rule writes (results/<run>/<folder>/<name>/<result>), and whether that rule runs after the sweep
     (a tune projects its saving on the forward the sweep measured)."""
 
-    entries: Callable[[dict], list[dict]]
+    entries: Callable[[ConfigDocument], list[Any]]  # its entries: suites.custom's, search's, suites.model's
     driver: str  # "module:Class", imported when one is built
     folder: str
     result: str
@@ -72,7 +73,7 @@ KINDS = {
 }
 
 
-def searches(cfg: dict) -> dict[str, tuple[str, dict]]:
+def searches(cfg: ConfigDocument) -> dict[str, tuple[str, dict]]:
     """Every search of a config by name: (kind, entry). "custom": a suites.custom entry with a search:
     block (its params); "config": a top-level search: entry (dotted config keys, a run per trial);
     "tune": a suites.model entry with a tune: block (search/tune.py)."""
@@ -86,7 +87,12 @@ def searches(cfg: dict) -> dict[str, tuple[str, dict]]:
 
 
 def build(
-    kind: str, cfg: dict, entry: dict, source: str, cores: int | None = None, snakefile: str | Path | None = None
+    kind: str,
+    cfg: ConfigDocument,
+    entry: dict,
+    source: str,
+    cores: int | None = None,
+    snakefile: str | Path | None = None,
 ) -> SearchDriver:
     """The driver of one search of a validated config (a bad block is one sentence here)."""
     module, _, name = KINDS[kind].driver.partition(":")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.errors import UserError
 from neuronsweep.store import layout
 
@@ -31,7 +32,9 @@ def workflow_snakefile(given: str | Path | None = None) -> Path:
     return found.resolve()
 
 
-def snakemake_round(cfg: dict, rounds: Path, name: str, cores: int, snakefile: Path) -> tuple[pd.DataFrame, Path]:
+def snakemake_round(
+    cfg: ConfigDocument, rounds: Path, name: str, cores: int, snakefile: Path
+) -> tuple[pd.DataFrame, Path]:
     """One Snakemake call on `cfg` (rounds/<name>.yaml and .log) with `snakefile`: its run's summary.csv."""
     rounds.mkdir(parents=True, exist_ok=True)
     config_file = rounds / f"{name}.yaml"

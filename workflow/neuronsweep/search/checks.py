@@ -6,10 +6,11 @@ host's, a model's trace: tens of seconds)."""
 
 from __future__ import annotations
 
+from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.search import build, searches
 
 
-def check(cfg: dict, source: str) -> None:
+def check(cfg: ConfigDocument, source: str) -> None:
     """Build every search and tune of a validated config (a UserError names the first bad one)."""
     for kind, entry in searches(cfg).values():
         build(kind, cfg, entry, source)

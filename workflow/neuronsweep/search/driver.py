@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
 
@@ -37,6 +38,7 @@ from neuronsweep.backends.cores import default_threads
 from neuronsweep.config import schema
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.config.run_config import RunConfig
+from neuronsweep.config.suites import ConfigDocument, Suites
 from neuronsweep.errors import UserError
 from neuronsweep.host import devicelock
 from neuronsweep.search import FINALIST_ROUNDS, build, calls, finalists, searches, strategy
@@ -52,7 +54,7 @@ Say = Callable[[str], None]
 Measure = Callable[[list[Point], int], list[TrialResult]]
 
 
-def pick(cfg: dict, name: str | None, source: str) -> tuple[str, dict]:
+def pick(cfg: ConfigDocument, name: str | None, source: str) -> tuple[str, dict]:
     """(kind, entry) of the config's search named `name`, or of its only one; one sentence otherwise."""
     found = searches(cfg)
     if name and name not in found:
@@ -70,7 +72,12 @@ class Search:
     round one Snakemake call) and SettingsSearch (run-level settings, a run a trial)."""
 
     def __init__(
-        self, cfg: dict, entry: dict, source: str, cores: int | None = None, snakefile: str | Path | None = None
+        self,
+        cfg: ConfigDocument,
+        entry: dict,
+        source: str,
+        cores: int | None = None,
+        snakefile: str | Path | None = None,
     ) -> None:
         self.cfg, self.entry = cfg, entry
         self.cores = cores or default_threads()  # Snakemake's --cores per round: the CPUs this process may run on
@@ -109,7 +116,7 @@ class Search:
         """The run a trial's cases are in."""
         return self.run
 
-    def preflight_config(self) -> dict:
+    def preflight_config(self) -> ConfigDocument:
         """The config a round of the default configuration would run (what preflight plans)."""
         raise NotImplementedError
 
@@ -190,7 +197,7 @@ class Search:
         """Halving's cheap rung (a suite's params only: ParamSearch)."""
         raise NotImplementedError
 
-    def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
+    def _snakemake(self, cfg: ConfigDocument, name: str) -> tuple[pd.DataFrame, Path]:
         snakefile = calls.workflow_snakefile(self.snakefile)
         return calls.snakemake_round(cfg, self.folder / "rounds", name, self.cores, snakefile)
 
@@ -307,7 +314,7 @@ class ParamSearch(Search):
 
     def __init__(
         self,
-        cfg: dict,
+        cfg: ConfigDocument,
         entry: dict,
         source: str,
         cores: int | None = None,
@@ -334,11 +341,11 @@ class ParamSearch(Search):
         """A tune's shape (m, k, n, dtype under the entry's names): its cases among every shape's."""
         return self.shape_labels
 
-    def preflight_config(self) -> dict:
+    def preflight_config(self) -> ConfigDocument:
         """A round of the default configuration."""
         return self.round_config([self.space.default])
 
-    def round_config(self, trials: list[Point], capture: dict | None = None) -> dict:
+    def round_config(self, trials: list[Point], capture: dict | None = None) -> ConfigDocument:
         """The sweep config of one round: the entry's cases at each trial's params, as one suite."""
         entry = {k: v for k, v in self.entry.items() if k != "search"}
         fixed = entry.get("params") or {}
@@ -346,8 +353,8 @@ class ParamSearch(Search):
         cfg = {**self.cfg, "run": self.run, "suites": {"custom": entries}}
         cfg.pop("search", None)  # a round is never a search of its own (no nested search target)
         if capture:
-            cfg["capture"] = {**cfg.get("capture", {}), **capture}
-        return cfg
+            cfg["capture"] = {**self.cfg["capture"], **capture}
+        return cast(ConfigDocument, cfg)  # the validated document, its run and suites this round's
 
     def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
         """The trials as one Snakemake call; per trial: status, objective, reason, its cases."""
@@ -370,7 +377,7 @@ class SettingsSearch(Search):
         """'search <name>'."""
         return f"search {self.entry['name']}"
 
-    def preflight_config(self) -> dict:
+    def preflight_config(self) -> ConfigDocument:
         """The default configuration's trial."""
         return self.trial_config(self.space.default)
 
@@ -401,19 +408,19 @@ class SettingsSearch(Search):
         """A run a trial, named by a hash of its settings (a setting may be any text)."""
         return f"{self.run}-{settings_digest(params)}"
 
-    def trial_config(self, params: Point) -> dict:
+    def trial_config(self, params: Point) -> ConfigDocument:
         """A run-level trial's config: the user's with the trial's settings, only the searched suites."""
         cfg = copy.deepcopy(self.cfg)
         cfg.pop("search", None)
         for name, value in params.items():
             set_setting(cfg, name, value)
         wanted = self.entry["search"].get("suites")
+        suites: dict[str, Any] = dict(cfg["suites"])
         if wanted:
-            cfg["suites"] = {k: v for k, v in cfg["suites"].items() if k in wanted}
-        cfg["suites"].get("custom", [])[:] = [
-            {k: v for k, v in e.items() if k != "search"} for e in cfg["suites"].get("custom", [])
-        ]
-        return {**cfg, "run": self.run_of(params)}
+            suites = {k: v for k, v in suites.items() if k in wanted}
+        suites.get("custom", [])[:] = [{k: v for k, v in e.items() if k != "search"} for e in suites.get("custom", [])]
+        cfg["suites"] = cast(Suites, suites)
+        return cast(ConfigDocument, {**cfg, "run": self.run_of(params)})  # the user's, the trial's settings in it
 
     def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
         """One Snakemake call a trial (each its own run); per trial: status, objective, reason, its cases."""
@@ -425,7 +432,7 @@ class SettingsSearch(Search):
 
 
 # ---------------------------------------------------------------------- several searches at once
-def merged_round(batch: list[tuple[ParamSearch, list[Point]]]) -> dict:
+def merged_round(batch: list[tuple[ParamSearch, list[Point]]]) -> ConfigDocument:
     """One config running several searches' trials (a tune's shapes, its candidates): their suites.custom
     entries side by side in the first search's run."""
     cfg = batch[0][0].round_config([])
@@ -515,10 +522,10 @@ def load(config_path: str, name: str | None, cores: int | None = None, snakefile
 NO_KEY = object()  # config_setting's answer for a key neither the config nor its schema has
 
 
-def config_setting(cfg: dict, dotted: str) -> object:
+def config_setting(cfg: ConfigDocument, dotted: str) -> object:
     """A dotted run-level key's value: the config's, else the schema's default for a key it leaves out
     (suites.matmul.nki_tile.n; None where that default is null, as neuron.auto_cast's), else NO_KEY."""
-    node = cfg
+    node: Any = cfg  # walked by the dotted key's parts
     try:
         for part in dotted.split("."):
             node = node[part]
@@ -536,10 +543,10 @@ def settings_digest(settings: Point) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def set_setting(cfg: dict, dotted: str, value: object) -> None:
+def set_setting(cfg: ConfigDocument, dotted: str, value: object) -> None:
     """Set a dotted key in a config, making the sections it needs."""
     *parents, last = dotted.split(".")
-    node = cfg
+    node: Any = cfg  # walked by the dotted key's parts
     for part in parents:
         node = node.setdefault(part, {})
     node[last] = value

@@ -34,6 +34,7 @@ import pandas as pd
 
 from neuronsweep.atomic import replacing
 from neuronsweep.backends.cores import default_threads
+from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.errors import UserError
 from neuronsweep.search import FINALIST_ROUNDS, calls, tune_search, tune_shapes, tune_table
 from neuronsweep.search.driver import ParamSearch, merged_round, screen_together
@@ -47,7 +48,9 @@ from neuronsweep.store import layout
 
 SHAPES_TOGETHER = 8  # shapes searched together (a round of all of them one Snakemake call); the budget between
 Say = Callable[[str], None]
-Workflow = Callable[[dict, str], tuple[pd.DataFrame, Path]]  # (config, call's name) -> (its summary.csv, its log)
+Workflow = Callable[
+    [ConfigDocument, str], tuple[pd.DataFrame, Path]
+]  # (config, call's name) -> (its summary.csv, its log)
 
 
 class Tune:
@@ -58,7 +61,7 @@ class Tune:
 
     def __init__(
         self,
-        cfg: dict,
+        cfg: ConfigDocument,
         entry: dict,
         source: str,
         cores: int | None = None,
@@ -79,7 +82,7 @@ class Tune:
         self.calls = 0  # calls of the workflow made for the searches (call-<n>; counted again on resume)
         self.checked: set[str] = set()  # the custom candidates planned at a shape already (tune_search)
 
-    def _snakemake(self, cfg: dict, name: str) -> tuple[pd.DataFrame, Path]:
+    def _snakemake(self, cfg: ConfigDocument, name: str) -> tuple[pd.DataFrame, Path]:
         snakefile = calls.workflow_snakefile(self.snakefile)
         return calls.snakemake_round(cfg, self.folder / "rounds", name, self.cores, snakefile)
 

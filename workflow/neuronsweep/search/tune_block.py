@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronsweep.config import schema
+from neuronsweep.config.suites import ConfigDocument, CustomEntry
 from neuronsweep.errors import UserError
 from neuronsweep.search.dispatch import COMPILER
 from neuronsweep.search.driver import NO_KEY, config_setting, settings_digest
@@ -17,13 +18,15 @@ from neuronsweep.store import layout
 from neuronsweep.workloads import user_code
 
 
-def matrix_dims(entry: dict, where: str) -> tuple[str, str, str]:
+def matrix_dims(entry: CustomEntry, where: str) -> tuple[str, str, str]:
     """The grid names (m, k, n) of a custom entry whose inputs are two matrices over grid names sharing one,
     the contraction: [m, k] and [k, n], or the transposed left operand TensorE takes, [k, m] and [k, n]
     (config/examples/kernels/matmul_t.py); m is the first's other name, n the second's. One sentence
     otherwise (a tune calls a candidate with each GEMM's M, K and N)."""
     shapes = list((entry.get("inputs") or {}).values())
-    names = [s for s in shapes if len(s) == 2 and all(isinstance(d, str) and d.isidentifier() for d in s)]
+    names = [
+        [str(d) for d in s] for s in shapes if len(s) == 2 and all(isinstance(d, str) and d.isidentifier() for d in s)
+    ]
     shared = set(names[0]) & set(names[1]) if len(shapes) == len(names) == 2 else set()
     if len(shared) != 1 or len(set(names[0]) | set(names[1])) != 3:
         raise UserError(
@@ -42,12 +45,12 @@ class TuneBlock:
     `compiler[neuron.optlevel=1]`), the trials each shape may take, the wall budget, strategy and seed; the
     tune's run (`<run>-tune-<model>`) and folder (results/<run>/tune/<model>)."""
 
-    cfg: dict
+    cfg: ConfigDocument
     entry: dict
     source: str
     where: str
     candidates: list[str]
-    customs: dict[str, dict]
+    customs: dict[str, CustomEntry]
     dims: dict[str, tuple[str, str, str]]
     trials_per_shape: int
     variants: dict[str, dict]
@@ -59,7 +62,7 @@ class TuneBlock:
     digests: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, cfg: dict, entry: dict, source: str) -> TuneBlock:
+    def parse(cls, cfg: ConfigDocument, entry: dict, source: str) -> TuneBlock:
         """The block of a suites.model entry, checked: every bad one is one sentence naming it."""
         where = f"{source}: suites.model ({entry['name']}) tune"
         block, run = entry["tune"], f"{cfg['run']}-tune-{entry['name']}"
@@ -109,12 +112,12 @@ class TuneBlock:
         """What a candidate's verdict is kept for: a custom candidate's code digest, a setting's values."""
         return settings_digest(self.variants[name]) if name in self.variants else self.digests[name]
 
-    def compiler_config(self, settings: dict | None = None) -> dict:
+    def compiler_config(self, settings: dict | None = None) -> ConfigDocument:
         """The model's GEMMs alone as a sweep: the default's run, or a setting's (tune_shapes.compiler_config)."""
         return compiler_config(self.cfg, self.entry, self.run, settings)
 
 
-def _customs(cfg: dict, candidates: list[str], where: str) -> dict[str, dict]:
+def _customs(cfg: ConfigDocument, candidates: list[str], where: str) -> dict[str, CustomEntry]:
     """The custom candidates' suites.custom entries, by name; a name no entry has is one sentence."""
     customs = {e["name"]: e for e in cfg["suites"].get("custom", [])}
     for name in candidates:
@@ -126,7 +129,7 @@ def _customs(cfg: dict, candidates: list[str], where: str) -> dict[str, dict]:
     return {name: customs[name] for name in candidates if name != COMPILER}
 
 
-def _variants(cfg: dict, entry: dict, run: str, settings: dict, where: str) -> dict[str, dict]:
+def _variants(cfg: ConfigDocument, entry: dict, run: str, settings: dict, where: str) -> dict[str, dict]:
     """The compiler's build under tune.settings: a label per combination of the listed values other than the
     config's own (the default, measured anyway), each validated as a config before any trial runs."""
     own = {}

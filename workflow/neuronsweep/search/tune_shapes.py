@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import cast
 
 import pandas as pd
 
 from neuronsweep.config import schema
 from neuronsweep.config.run_config import RunConfig
+from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
 from neuronsweep.search.driver import set_setting, settings_digest
@@ -26,18 +28,18 @@ def shape_id(m: int, k: int, n: int, dtype: str) -> str:
     return f"m{m}-k{k}-n{n}-{dtype}"
 
 
-def compiler_config(cfg: dict, entry: dict, run: str, settings: dict | None = None) -> dict:
+def compiler_config(cfg: ConfigDocument, entry: dict, run: str, settings: dict | None = None) -> ConfigDocument:
     """The model's GEMMs alone as a sweep (layers off): each shape's compiler build, in the tune's run
     (the default), or with `settings` in a run named by their hash."""
     model = {k: v for k, v in entry.items() if k != "tune"} | {"layers": False}
-    out = copy.deepcopy({k: v for k, v in cfg.items() if k != "search"})
+    out = cast(ConfigDocument, copy.deepcopy({k: v for k, v in cfg.items() if k != "search"}))
     for key, value in (settings or {}).items():
         set_setting(out, key, value)
     named = f"{run}-{settings_digest(settings)}" if settings else run
-    return {**out, "run": named, "suites": {"model": [model]}}
+    return cast(ConfigDocument, {**out, "run": named, "suites": {"model": [model]}})  # the model's GEMMs alone
 
 
-def plan_gemms(config: dict, where: str) -> tuple[pd.DataFrame, str]:
+def plan_gemms(config: ConfigDocument, where: str) -> tuple[pd.DataFrame, str]:
     """Every GEMM of every forward (phase, batch, seq, dtype) of a compiler_config: its module, m, k, n, count
     and workload id, as the model suite plans them (`unsupported` holds why this backend cannot run one);
     and the backend the plan settled on."""
