@@ -10,7 +10,7 @@ own rounding; under neuron auto-cast the cast type's tolerance applies, since ca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
@@ -36,6 +36,21 @@ Array = Any  # a NumPy array or a torch tensor of any dtype
 TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 3e-2}
 
 
+class Correctness(TypedDict):
+    """A case's correctness record (build.json or capture.json's `correctness`, metrics.json's `correct`)."""
+
+    correct: bool | None  # None: not checked, with why
+    correct_why: NotRequired[str]
+    max_abs_error: NotRequired[float | None]
+    max_rel_error: NotRequired[float | None]  # normwise: max |out - ref| / max |ref|
+    tolerance_rel: NotRequired[float]
+    tolerance_for: NotRequired[str]  # the precision the tolerance is for
+    reference: NotRequired[str]  # what the output was compared with
+    rows_checked: NotRequired[int]  # a large case: the rows spread over its output that were
+    rows: NotRequired[int]
+    rank: NotRequired[int]  # a collective's rank
+
+
 def tolerance(dtype: str, auto_cast: str | None = None) -> tuple[float, str]:
     """(tolerance, the precision it is for). neuronx-cc's --auto-cast matmult|all casts fp32 to its
     --auto-cast-type, bf16 unless given, which we never pass."""
@@ -44,18 +59,19 @@ def tolerance(dtype: str, auto_cast: str | None = None) -> tuple[float, str]:
     return TOLERANCE[dtype], dtype
 
 
-def rejudge(record: dict | None, dtype: str, auto_cast: str | None) -> dict | None:
+def rejudge(record: Correctness | None, dtype: str, auto_cast: str | None) -> Correctness | None:
     """A child's check (judged at the workload's dtype) at the precision the compile really used."""
     if not record or record.get("max_rel_error") is None:
         return record
     tol, precision = tolerance(dtype, auto_cast)
-    return {**record, "tolerance_rel": tol, "tolerance_for": precision, "correct": record["max_rel_error"] <= tol}
+    rel = record["max_rel_error"]
+    return {**record, "tolerance_rel": tol, "tolerance_for": precision, "correct": rel is not None and rel <= tol}
 
 
 MAX_ROWS = 512  # output rows checked: spread over the whole output, so every 128-row tile up to 64k rows
 
 
-def check(spec: Spec, inputs: dict, output: Array) -> dict:
+def check(spec: Spec, inputs: dict[str, Array], output: Array) -> Correctness:
     """The correctness record: errors, tolerance and verdict, or why the case is not checked.
     `inputs` and `output` are array-likes (NumPy, or torch tensors of any dtype). Output row i depends
     only on row i of the kind's ROW_INPUT, so a large case is checked on MAX_ROWS rows spread evenly over
@@ -76,7 +92,7 @@ def check(spec: Spec, inputs: dict, output: Array) -> dict:
     return record | ({"rows_checked": len(picked), "rows": rows} if len(picked) < rows else {})
 
 
-def _check_whole(spec: Spec, inputs: dict, output: Array) -> dict:
+def _check_whole(spec: Spec, inputs: dict[str, Array], output: Array) -> Correctness:
     try:
         out = output_array(spec, output)
     except NotComparable as exc:
@@ -90,19 +106,19 @@ def _check_whole(spec: Spec, inputs: dict, output: Array) -> dict:
     return compare(dtype_of(spec), ref, out) | {"reference": "the function itself in float64 on the CPU, same inputs"}
 
 
-def check_rank(spec: Spec, rank: int, output: Array) -> dict:
+def check_rank(spec: Spec, rank: int, output: Array) -> Correctness:
     """A collective's rank: its output after the collective of every rank's Op.rank_input."""
     return {"rank": rank, **compare(dtype_of(spec), collective_of(spec).rank_reference(rank), output)}
 
 
-def worst(records: list[dict]) -> dict:
+def worst(records: list[Correctness]) -> Correctness:
     """One verdict for the ranks of a collective: the worst rank's record, wrong if any rank is."""
     if not records:
         return {"correct": None, "correct_why": "no rank recorded its check"}
     return max(records, key=lambda r: (r["correct"] is False, r.get("max_rel_error") or 0.0))
 
 
-def compare(dtype: str, ref: Array, output: Array) -> dict:
+def compare(dtype: str, ref: Array, output: Array) -> Correctness:
     """The normwise comparison of an output with its float64 reference, at `dtype`'s tolerance."""
     import numpy as np
 
@@ -119,7 +135,7 @@ def compare(dtype: str, ref: Array, output: Array) -> dict:
     return _verdict(abs_err, abs_err / scale if scale else abs_err, *tol)
 
 
-def _verdict(abs_err: float | None, rel_err: float | None, tol: float, precision: str) -> dict:
+def _verdict(abs_err: float | None, rel_err: float | None, tol: float, precision: str) -> Correctness:
     """None errors: the output could not be compared at all (wrong shape, NaN): wrong."""
     return {
         "max_abs_error": abs_err,

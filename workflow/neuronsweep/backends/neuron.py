@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from neuronsweep.analysis import device_collectives, rank_timeline
-from neuronsweep.analysis.correctness import rejudge, worst
+from neuronsweep.analysis.correctness import Correctness, rejudge, worst
 from neuronsweep.analysis.stats import latency_stats, process_rounds
 from neuronsweep.atomic import read_json
 from neuronsweep.backends import BACKENDS, nccom_test, neuron_setup
@@ -195,7 +195,7 @@ def _compile_xla(spec: Spec, out_dir: Path, settings: BuildSettings, entry: Path
     }
 
 
-def rank_checks(workdir: Path, spec: Spec) -> dict:
+def rank_checks(workdir: Path, spec: Spec) -> Correctness:
     """A collective's verdict: every rank's check_rank_<r>.json (its output against the float64 NumPy
     result), the worst one standing for the case."""
     return worst([read_json(workdir / f"check_rank_{r}.json") for r in range(ranks_of(spec))])

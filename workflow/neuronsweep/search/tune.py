@@ -92,7 +92,7 @@ class Tune:
         gemms, self.backend = tune_shapes.plan_gemms(self.block.compiler_config(), self.block.where)
         return gemms
 
-    def measure_defaults(self, gemms: pd.DataFrame, settings: dict | None = None) -> pd.DataFrame:
+    def measure_defaults(self, gemms: pd.DataFrame, settings: Point | None = None) -> pd.DataFrame:
         """Each shape's compiler build measured (one workflow call for all): defaults.csv, or with `settings`
         settings/<run>.csv. Called on every run, resumed or not: Snakemake reruns what a changed setting
         touches and nothing else."""

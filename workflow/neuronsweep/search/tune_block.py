@@ -13,6 +13,7 @@ from neuronsweep.config.suites import ConfigDocument, CustomEntry
 from neuronsweep.errors import UserError
 from neuronsweep.search.dispatch import COMPILER
 from neuronsweep.search.driver import NO_KEY, config_setting, settings_digest
+from neuronsweep.search.space import Point, Value
 from neuronsweep.search.tune_shapes import compiler_config
 from neuronsweep.store import layout
 from neuronsweep.workloads import user_code
@@ -53,7 +54,7 @@ class TuneBlock:
     customs: dict[str, CustomEntry]
     dims: dict[str, tuple[str, str, str]]
     trials_per_shape: int
-    variants: dict[str, dict]
+    variants: dict[str, Point]
     wall_s: float | None
     strategy: str
     seed: int
@@ -112,7 +113,7 @@ class TuneBlock:
         """What a candidate's verdict is kept for: a custom candidate's code digest, a setting's values."""
         return settings_digest(self.variants[name]) if name in self.variants else self.digests[name]
 
-    def compiler_config(self, settings: dict | None = None) -> ConfigDocument:
+    def compiler_config(self, settings: Point | None = None) -> ConfigDocument:
         """The model's GEMMs alone as a sweep: the default's run, or a setting's (tune_shapes.compiler_config)."""
         return compiler_config(self.cfg, self.entry, self.run, settings)
 
@@ -129,7 +130,9 @@ def _customs(cfg: ConfigDocument, candidates: list[str], where: str) -> dict[str
     return {name: customs[name] for name in candidates if name != COMPILER}
 
 
-def _variants(cfg: ConfigDocument, entry: dict, run: str, settings: dict, where: str) -> dict[str, dict]:
+def _variants(
+    cfg: ConfigDocument, entry: dict, run: str, settings: dict[str, list[Value]], where: str
+) -> dict[str, Point]:
     """The compiler's build under tune.settings: a label per combination of the listed values other than the
     config's own (the default, measured anyway), each validated as a config before any trial runs."""
     own = {}
@@ -139,7 +142,7 @@ def _variants(cfg: ConfigDocument, entry: dict, run: str, settings: dict, where:
             raise UserError(f"{where}.settings names {key}, which is no key of the config; fix it.")
     out = {}
     for values in itertools.product(*settings.values()):
-        chosen = dict(zip(settings, values))
+        chosen: Point = dict(zip(settings, values))
         if chosen != own:
             label = f"{COMPILER}[{', '.join(f'{k}={v}' for k, v in chosen.items())}]"
             out[label] = chosen

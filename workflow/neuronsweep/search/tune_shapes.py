@@ -17,6 +17,7 @@ from neuronsweep.config.suites import ConfigDocument
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
 from neuronsweep.search.driver import set_setting, settings_digest
+from neuronsweep.search.space import Point
 from neuronsweep.search.tune_records import OK, Candidate
 from neuronsweep.stages.run_setup import settle_run
 
@@ -28,7 +29,7 @@ def shape_id(m: int, k: int, n: int, dtype: str) -> str:
     return f"m{m}-k{k}-n{n}-{dtype}"
 
 
-def compiler_config(cfg: ConfigDocument, entry: dict, run: str, settings: dict | None = None) -> ConfigDocument:
+def compiler_config(cfg: ConfigDocument, entry: dict, run: str, settings: Point | None = None) -> ConfigDocument:
     """The model's GEMMs alone as a sweep (layers off): each shape's compiler build, in the tune's run
     (the default), or with `settings` in a run named by their hash."""
     model = {k: v for k, v in entry.items() if k != "tune"} | {"layers": False}
@@ -92,7 +93,7 @@ def order(gemms: pd.DataFrame, defaults: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("weight_s", ascending=False, kind="stable")
 
 
-def variant_at(measured: pd.DataFrame, sid: str, settings: dict) -> Candidate:
+def variant_at(measured: pd.DataFrame, sid: str, settings: Point) -> Candidate:
     """A setting's compiler build at one shape, as a candidate's best trial (or why it has none)."""
     row = measured[measured["shape"] == sid]
     if row.empty:
