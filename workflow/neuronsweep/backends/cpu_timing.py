@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from neuronsweep.backends import BACKENDS
 from neuronsweep.backends.processes import run_tool
@@ -27,6 +27,45 @@ if TYPE_CHECKING:
 ARTIFACT = BACKENDS["cpu"].artifacts["build"]
 WARMUP_MIN_S = 0.05  # the warm-up lasts at least this long, beside the config's count
 LEAD_S = 0.01  # untimed runs at the start of the timing loop's call (one at least)
+
+
+class ScreenJob(TypedDict):
+    """One configuration's case in a search's screen: its workload run eagerly, a few iterations."""
+
+    spec: Spec
+    threads: int
+    warmup: int
+    iterations: int
+
+
+class Screened(TypedDict):
+    """What a screen gave one job: its samples, or the user's exception that stopped it."""
+
+    samples: NotRequired[list[float]]
+    error: NotRequired[str]
+
+
+class AlternatingJob(TypedDict):
+    """Built programs timed in alternation in one process (compare's rounds, a search's finalists)."""
+
+    builds: list[str]  # each program's build folder
+    threads: int
+    warmup: int
+    iterations: int
+
+
+class TimedRound(TypedDict):
+    """A round timed in a fresh interpreter (cpu_round.py): its samples and its pid."""
+
+    samples: list[float]
+    pid: int
+
+
+class AlternatedRound(TypedDict):
+    """A round of programs timed in alternation in a fresh interpreter: per job, each program's samples."""
+
+    samples: list[list[list[float]]]
+    pid: int
 
 
 def torch_dtype(torch: ModuleType, name: str) -> torch.dtype:
@@ -54,7 +93,7 @@ def time_round(build_dir: Path, threads: int, warmup: int, iterations: int) -> l
         return warm_then_time(timing_loop(module, inputs(torch, spec)), warmup, iterations)
 
 
-def time_alternating(jobs: list[dict]) -> list[list[list[float]]]:
+def time_alternating(jobs: list[AlternatingJob]) -> list[list[list[float]]]:
     """compare's rounds and a search's finalists: for each job ({"builds": [first, second, ...], "threads",
     "warmup", "iterations"}) the programs loaded in this process, warmed, then timed in alternation
     (first, second, ..., first, ...), so that one iteration of each runs within milliseconds of the
@@ -89,14 +128,14 @@ def time_alternating(jobs: list[dict]) -> list[list[list[float]]]:
     return out
 
 
-def screen(jobs: list[dict]) -> list[dict]:
+def screen(jobs: list[ScreenJob]) -> list[Screened]:
     """A search's cheapest rung (runs/search.py, halving): each job's workload ({"spec", "threads",
     "warmup", "iterations"}) run eagerly, as PyTorch runs the user's module without torch.export, timed
     in this one process: {"samples"} or {"error"} (the user's exception, that job only)."""
     import torch
 
     freeze_what_is_loaded()
-    out: list[dict] = []  # per job: its samples, or the error that stopped it
+    out: list[Screened] = []  # per job: its samples, or the error that stopped it
     for job in jobs:
         spec = job["spec"]
         try:
@@ -120,24 +159,26 @@ def _cpu_round(args: list[str], timeout_s: float, what: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def screen_in_process(jobs: list[dict], timeout_s: float) -> list[dict]:
+def screen_in_process(jobs: list[ScreenJob], timeout_s: float) -> list[Screened]:
     """screen() in one fresh interpreter (cpu_round.py --screen): one torch import for every job."""
     what = f"screened {len(jobs)} configuration case(s) in one process"
     return _cpu_round(["--screen", json.dumps(jobs)], timeout_s, what)["results"]
 
 
-def alternating_in_process(jobs: list[dict], timeout_s: float, r: int) -> dict:
+def alternating_in_process(jobs: list[AlternatingJob], timeout_s: float, r: int) -> AlternatedRound:
     """Round r of programs timed in alternation in one fresh interpreter (cpu_round.py --alternate):
     {"samples": per job, each of its programs' samples, "pid"}."""
     what = f"timed round {r} of {len(jobs)} group(s) of programs in alternation in one process"
-    return _cpu_round(["--alternate", json.dumps(jobs)], timeout_s, what)
+    return cast(AlternatedRound, _cpu_round(["--alternate", json.dumps(jobs)], timeout_s, what))  # cpu_round.py's
 
 
-def round_in_process(build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int) -> dict:
+def round_in_process(
+    build_dir: Path, threads: int, warmup: int, iterations: int, timeout_s: float, r: int
+) -> TimedRound:
     """Round r in a fresh interpreter (cpu_round.py): its samples and pid. One after another, never
     two at once (they would share the cores they measure); the caller waits idle meanwhile."""
     args = [str(build_dir), str(threads), str(warmup), str(iterations)]
-    return _cpu_round(args, timeout_s, f"timed round {r} of {build_dir} in its own process")
+    return cast(TimedRound, _cpu_round(args, timeout_s, f"timed round {r} of {build_dir} in its own process"))
 
 
 def inputs(torch: ModuleType, spec: Spec) -> list:

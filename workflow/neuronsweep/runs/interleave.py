@@ -35,7 +35,7 @@ from typing import Protocol
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
 from neuronsweep.atomic import read_json
-from neuronsweep.backends.cpu_timing import ARTIFACT, alternating_in_process
+from neuronsweep.backends.cpu_timing import ARTIFACT, AlternatingJob, alternating_in_process
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
@@ -96,10 +96,7 @@ def retime(
     with devicelock.held(lock, "neuronsweep compare: both runs timed again"):
         for r in range(1, rounds + 1):
             order = [(wid, rng.sample(["a", "b"], 2)) for wid in rng.sample(wids, len(wids))]
-            jobs = [
-                {"builds": [str(builds[(wid, side)]) for side in sides], **_timing(settings[wid])}
-                for wid, sides in order
-            ]
+            jobs = [_job([str(builds[(wid, side)]) for side in sides], settings[wid]) for wid, sides in order]
             for (wid, sides), taken in zip(order, alternating_in_process(jobs, timeout, r)["samples"]):
                 for side, side_samples in zip(sides, taken):
                     samples[(wid, side)].append(side_samples)
@@ -169,7 +166,7 @@ def time_together(
             order = [
                 (i, rng.sample(list(groups[i]), len(groups[i]))) for i in rng.sample(range(len(groups)), len(groups))
             ]
-            jobs = [{"builds": [str(groups[i][key]) for key in keys], **_timing(settings[i])} for i, keys in order]
+            jobs = [_job([str(groups[i][key]) for key in keys], settings[i]) for i, keys in order]
             for (_, keys), taken in zip(order, alternating_in_process(jobs, timeout, r)["samples"]):
                 for key, key_samples in zip(keys, taken):
                     samples[key].append(key_samples)
@@ -183,8 +180,11 @@ def _timing_of(per_round: list[list[float]], paired: bool = False) -> Timing:
     return Timing(flat, latency_stats(flat, len(per_round), in_processes=True)["round_medians_s"], paired)
 
 
-def _timing(settings: dict) -> dict:
-    return {k: settings[k] for k in ("threads", "warmup", "iterations")}
+def _job(builds: list[str], settings: dict) -> AlternatingJob:
+    """Programs timed in alternation as the first one's capture settings time it."""
+    return AlternatingJob(
+        builds=builds, threads=settings["threads"], warmup=settings["warmup"], iterations=settings["iterations"]
+    )
 
 
 def _same_toolchain(a: Side, b: Side) -> None:

@@ -458,7 +458,7 @@ def screen_together(batch: list[tuple[ParamSearch, list[Point]]], n_round: int) 
         for s, trials in batch
         for t in trials
     ]
-    jobs = [
+    jobs: list[cpu_timing.ScreenJob] = [
         {
             "spec": setup.plan.workloads[w],
             "threads": default_threads(),
