@@ -151,7 +151,7 @@ def _made_of(prefill: list, steps: list) -> str:
     )
 
 
-def table(entry: dict, config: dict, forward: pd.DataFrame, where: str) -> pd.DataFrame:
+def table(entry: ModelEntry, config: dict, forward: pd.DataFrame, where: str) -> pd.DataFrame:
     """One row per candidate deployment of a model entry with `slo` (and `vllm`): its figures over the
     mix, whether it meets the target, what binds it, and the chosen one (the most tokens per second per
     instance of those that meet it). `config`: the model's config.json fields."""

@@ -10,10 +10,13 @@ no backend module (nor torch). A new backend is one module in backends/ and one 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from neuronsweep.config.schema import section_defaults
 from neuronsweep.config.settings import ViewSettings
+from neuronsweep.config.suites import ConfigDocument
 
 NAMES = ("cpu", "neuron", "xla")
 COLLECTIVE_PLAN = "collective.json"
@@ -90,10 +93,11 @@ class Backend:
             return False
         return not self.pjrt or section_defaults(self.name, section)["pjrt_device"] == "CPU"
 
-    def platform(self, config: dict) -> str:
+    def platform(self, config: ConfigDocument) -> str:
         """Where its figures were measured, as the report's headings name it."""
         if self.neuron_device:
-            return f"{self.name} {config.get(self.name, {}).get('target', '')}".strip()
+            sections: Mapping[str, Any] = config  # the backend's section, by its name
+            return f"{self.name} {sections.get(self.name, {}).get('target', '')}".strip()
         return f"this host ({self.name} backend)"
 
     def host_only(self) -> str:

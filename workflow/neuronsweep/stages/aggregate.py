@@ -22,6 +22,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.host.targets import TARGETS
 from neuronsweep.store import layout
 from neuronsweep.store.failures import latest_failure
+from neuronsweep.store.plan_document import PlanDocument
 from neuronsweep.store.records import MetricsRecord, timing
 from neuronsweep.workloads import dtype_of, gemms, has_roofline, min_bytes
 from neuronsweep.workloads import flops as work_flops
@@ -47,7 +48,7 @@ def wrong_reason(values: dict) -> str:
     )
 
 
-def rows(plan: dict, workloads_dir: Path) -> list[dict]:
+def rows(plan: PlanDocument, workloads_dir: Path) -> list[dict]:
     """One summary.csv row per scenario of the plan: its labels and metrics, or its status (unsupported, failed with the
     reason, missing) when it has none."""
     out = []
@@ -101,7 +102,7 @@ ROOFLINE_COLUMNS = (
 )
 
 
-def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
+def best_host_peaks(table: pd.DataFrame, plan: PlanDocument) -> pd.DataFrame:
     """A measured host peak is a floor, not a ceiling: per backend and dtype the FLOP/s peak becomes the
     best of the calibration and every workload of the sweep (extract already raised each row to its
     own rate), and the rows below it are placed against that peak again."""
@@ -132,7 +133,7 @@ def best_host_peaks(table: pd.DataFrame, plan: dict) -> pd.DataFrame:
     return table
 
 
-def targets_table(plan: dict) -> pd.DataFrame:
+def targets_table(plan: PlanDocument) -> pd.DataFrame:
     """Every planned workload on every Neuron target: tile model and ideal times (analytic)."""
     rows = []
     for wid, spec in plan["workloads"].items():
@@ -167,7 +168,7 @@ def gemms_inside(part: pd.DataFrame, workloads_dir: Path) -> dict[str, dict]:
     return out
 
 
-def write_model_views(folder: Path, suite: str, part: pd.DataFrame, plan: dict, workloads_dir: Path) -> None:
+def write_model_views(folder: Path, suite: str, part: pd.DataFrame, plan: PlanDocument, workloads_dir: Path) -> None:
     """A model measured whole: <suite>-forward.csv (each forward's estimate and where its time goes) and
     <suite>-isolation.csv (each GEMM inside its layer beside alone)."""
     fwd = model_rollup.forward(part, plan["workloads"])
@@ -198,7 +199,7 @@ def run(plan_json: Path, out: Path, targets_out: Path | None = None) -> pd.DataF
     Returns:
         The summary table as written.
     """
-    plan = read_json(plan_json)
+    plan: PlanDocument = read_json(plan_json)
     workloads_dir = layout.workloads_dir(plan_json.parent, plan["backend"])
     table = pd.DataFrame(rows(plan, workloads_dir)).convert_dtypes()  # ints stay ints beside failed rows
     cols = LEAD_COLUMNS + [c for c in table.columns if c not in LEAD_COLUMNS]

@@ -41,6 +41,7 @@ from neuronsweep.config.suites import (
 from neuronsweep.environment import WARM_START
 from neuronsweep.errors import UserError
 from neuronsweep.host import caps, targets
+from neuronsweep.store.plan_document import PlanDocument
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     collective,
@@ -95,8 +96,8 @@ class Plan:
     workloads: dict[str, Spec]  # workload id -> spec, sorted by id: what gets built and captured
     unsupported: dict[str, str]  # workload id -> why this backend cannot run it (no jobs, a CSV row)
 
-    def to_dict(self) -> dict:
-        """plan.json's content."""
+    def to_dict(self) -> PlanDocument:
+        """plan.json's content (what run_setup adds beside it: the setup and the config)."""
         return {
             "run": self.run,
             "backend": self.backend,

@@ -23,6 +23,7 @@ from neuronsweep.config.backends import BACKENDS
 from neuronsweep.report import figures as figs
 from neuronsweep.report.page import human, page, table
 from neuronsweep.store import layout
+from neuronsweep.store.plan_document import PlanDocument
 
 
 def _us(seconds: float | None) -> str:
@@ -359,7 +360,7 @@ def _targets(path: Path | None) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def _figures(ok: pd.DataFrame, plan: dict, targets_csv: Path | None, workloads_dir: Path) -> list[str]:
+def _figures(ok: pd.DataFrame, plan: PlanDocument, targets_csv: Path | None, workloads_dir: Path) -> list[str]:
     """The figures of the measured rows (with their `files` links) and each suite's figure and table."""
     parts = []
     targets = _targets(targets_csv)
@@ -448,7 +449,7 @@ def _layer_windows(ok: pd.DataFrame) -> str:
     )
 
 
-def _platform(plan: dict) -> str:
+def _platform(plan: PlanDocument) -> str:
     return BACKENDS[plan["backend"]].platform(plan.get("config", {}))
 
 
@@ -670,7 +671,7 @@ def run(
         tunes: the models the run tunes (the tune rule runs beside the report, not before it).
     """
     table_ = pd.read_csv(summary_csv).copy()  # one block per dtype: read_csv leaves a wide table fragmented
-    plan = read_json(plan_json)
+    plan: PlanDocument = read_json(plan_json)
     run_dir = plan_json.parent
     workloads_dir = layout.workloads_dir(run_dir, plan["backend"])
     ok = table_[table_["status"] == "ok"]

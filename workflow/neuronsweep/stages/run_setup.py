@@ -26,6 +26,7 @@ from neuronsweep.errors import UserError
 from neuronsweep.host import caps, devicelock
 from neuronsweep.stages.plan import Plan, make_plan
 from neuronsweep.stages.plan_fits import check_memory
+from neuronsweep.store.plan_document import PlanDocument
 
 
 @dataclass
@@ -42,7 +43,7 @@ class RunSetup:
 
     def plan_json(self) -> str:
         """plan.json: the plan, with the config (so `compare` can say what differs) and the setup."""
-        record = {
+        record: PlanDocument = {
             **self.plan.to_dict(),
             "backend_reason": self.backend_reason,
             "neuron_setup": self.neuron_setup,
