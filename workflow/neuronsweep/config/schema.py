@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -345,7 +345,7 @@ def load(path: str | Path) -> ConfigDocument:
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
-def check_regexes(mapping: dict, key: str, source: str) -> None:
+def check_regexes(mapping: Mapping[str, str], key: str, source: str) -> None:
     """Refuse, in one sentence naming the key, a pattern under `key` that is not a valid regex."""
     for name, pattern in mapping.items():
         try:

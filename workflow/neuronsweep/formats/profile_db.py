@@ -23,7 +23,7 @@ import re
 import sys
 import tempfile
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,7 +73,7 @@ VIEW_FILES = ("trace.pftrace", "parquet", "profile.json", "summary.json")
 REGEXP = re.compile(r"([\w.]+)\s+REGEXP\s+('(?:[^']|'')*')", re.IGNORECASE)
 
 
-def patterns_from(mapping: dict | None) -> list[tuple[str, str]]:
+def patterns_from(mapping: Mapping[str, str] | None) -> list[tuple[str, str]]:
     """Config `track_patterns` ({class: regex}, in order) or the defaults; bad regexes fail clearly."""
     if not mapping:
         return DEFAULT_TRACK_PATTERNS

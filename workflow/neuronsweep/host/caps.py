@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from neuronsweep.atomic import read_json, write_json
 from neuronsweep.environment import WARM_JOB
@@ -272,10 +272,9 @@ class LoadWatch:
                 self._procs.append(p)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        self.start = _host_state()
-        self.start["other_processes_cpu_pct"] = None  # measured over the span: see `end`
+        self.start = _host_state()  # other processes' CPU is measured over the span: see `stop`
 
-    def stop(self) -> dict:
+    def stop(self) -> HostState:
         """The end snapshot: other processes' CPU use since the start, the load average now."""
         import psutil
 
@@ -295,7 +294,19 @@ class LoadWatch:
         }
 
 
-def _host_state() -> dict:
+class HostState(TypedDict):
+    """The host at one moment of a capture (capture.json's `host_load` start and end)."""
+
+    unix: float
+    loadavg_1m: float
+    cores: int | None
+    governor: str | None  # the CPU frequency governors, joined
+    cpu_mhz: int | None
+    other_processes_cpu_pct: float | None  # over the capture (the end's; None at the start)
+    busiest_others: NotRequired[list[dict[str, Any]]]  # pid, name, cpu_pct of each busy other process
+
+
+def _host_state() -> HostState:
     import psutil
 
     governors = set()
@@ -311,13 +322,14 @@ def _host_state() -> dict:
         "cores": os.cpu_count(),
         "governor": ", ".join(sorted(governors)) or None,
         "cpu_mhz": round(freq.current) if freq else None,
+        "other_processes_cpu_pct": None,
     }
 
 
 LOADED_CPU_PCT = 50.0  # other processes using half a core or more
 
 
-def under_load(start: dict, end: dict) -> str | None:
+def under_load(start: HostState, end: HostState) -> str | None:
     """Why a capture counts as taken under load, or None."""
     worst = max((start, end), key=lambda s: s.get("other_processes_cpu_pct") or 0.0)
     if (worst.get("other_processes_cpu_pct") or 0.0) < LOADED_CPU_PCT:

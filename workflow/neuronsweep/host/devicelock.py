@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, NotRequired, TypedDict
 
 from neuronsweep.config.schema import schema_default
 from neuronsweep.errors import UserError
@@ -48,14 +48,35 @@ def check_usable(path: str, key: str = "capture.device_lock") -> None:
         ) from None
 
 
-def _describe(info: dict | None) -> str:
+class Holder(TypedDict):
+    """What the process holding a lock wrote in it: who, and since when."""
+
+    pid: int
+    holder: str
+    since_unix: float
+
+
+class Span(TypedDict):
+    """When the device was held, and by which lock (a capture or build record's `device_span`)."""
+
+    lock: str | list[str]  # the lock, or the slot's locks (a lock per NeuronCore)
+    group: NotRequired[int]  # which of the groups asked for was free first (a slot's span names the slot instead)
+    acquired_unix: float
+    waited_s: float
+    slot: NotRequired[int]  # host/slots.held: the device slot, its visible cores and the pool it was one of
+    cores: NotRequired[str | None]
+    pool: NotRequired[str]
+    released_unix: NotRequired[float]  # once released
+
+
+def _describe(info: Holder | None) -> str:
     if not info:
         return "an unknown process"
     since = time.strftime("%H:%M:%S", time.localtime(info["since_unix"]))
     return f"pid {info['pid']} ({info['holder']}) since {since}, {time.time() - info['since_unix']:.0f} s ago"
 
 
-def _read(handle: IO[str]) -> dict | None:
+def _read(handle: IO[str]) -> Holder | None:
     handle.seek(0)
     try:
         return json.loads(handle.read() or "null")
@@ -78,7 +99,7 @@ def holder(path: str | Path) -> str:
 
 
 @contextmanager
-def held(path: str | Path, who: str = "a neuronsweep step") -> Iterator[dict]:
+def held(path: str | Path, who: str = "a neuronsweep step") -> Iterator[Span]:
     """Wait until the lock is ours (saying who holds it meanwhile); yields a dict that gets the
     acquired/released times."""
     with held_any([[Path(path)]], who) as span:
@@ -100,7 +121,7 @@ def _try_group(handles: list) -> bool:
 
 
 @contextmanager
-def held_any(groups: list[list[Path]], who: str = "a neuronsweep step") -> Iterator[dict]:
+def held_any(groups: list[list[Path]], who: str = "a neuronsweep step") -> Iterator[Span]:
     """Wait until every lock of one of the groups is ours (the first free group, in order), saying who
     holds them meanwhile; yields a dict with the group's index, its locks and the acquired/released
     times. Polled every POLL_S: a slot freed is taken within that, which bench/parallel_capture.py
@@ -124,12 +145,13 @@ def held_any(groups: list[list[Path]], who: str = "a neuronsweep step") -> Itera
                     said = time.time()
                 time.sleep(POLL_S)
         mine = handles[chosen]
-        span: dict = {
+        acquired = time.time()
+        span: Span = {
             "lock": str(groups[chosen][0]) if len(groups[chosen]) == 1 else [str(p) for p in groups[chosen]],
             "group": chosen,
-            "acquired_unix": time.time(),
+            "acquired_unix": acquired,
+            "waited_s": acquired - asked,
         }
-        span["waited_s"] = span["acquired_unix"] - asked
         for handle in mine:
             handle.seek(0)
             handle.truncate()

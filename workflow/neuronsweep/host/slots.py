@@ -146,7 +146,7 @@ def widened(found: Pool, cores: int) -> Pool:
 @contextmanager
 def held(
     settings: S, backend: str, who: str, target: str | None = None, lnc: int | None = None, cores: int = 1
-) -> Iterator[tuple[S, dict]]:
+) -> Iterator[tuple[S, devicelock.Span]]:
     """Take a free slot of this machine for one step, waiting while all are held. Yields the settings
     with `visible_cores` set to the slot's cores (None on cpu/xla) and the lock span (slot, cores, when
     held) that the step's record keeps. `cores` above a slot's joins consecutive slots (widened)."""
@@ -155,6 +155,6 @@ def held(
         found = widened(found, cores)
     groups = [slot.locks(settings.device_lock) for slot in found.slots]
     with devicelock.held_any(groups, who) as span:
-        slot = found.slots[span.pop("group")]
-        span.update(slot=slot.index, cores=slot.visible, pool=found.describe())
+        slot = found.slots[span.pop("group", 0)]
+        span["slot"], span["cores"], span["pool"] = slot.index, slot.visible, found.describe()
         yield replace(settings, visible_cores=slot.visible), span

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def compute(summary: dict, *records: Any, **known: Any) -> dict:
     )
 
 
-def view_db(view_dir: Path, track_patterns: dict | None = None) -> ProfileDB | None:
+def view_db(view_dir: Path, track_patterns: Mapping[str, str] | None = None) -> ProfileDB | None:
     """The view's profile tables, read once for the metadata and every derived table (a legacy json is
     a gigabyte-sized stream); None when the folder holds none."""
     db = ProfileDB(patterns_from(track_patterns))
@@ -196,7 +197,7 @@ def run(
     build_json: Path | None = None,
     profile_json: Path | None = None,
     calibration_json: Path | None = None,
-    track_patterns: dict | None = None,
+    track_patterns: Mapping[str, str] | None = None,
 ) -> MetricsRecord:
     """Extract one case's metrics: latency, FLOPs and bytes, roofline, engine activity, memory,
     collectives; every number the records do not hold is null with its reason in notes.
