@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from neuronsweep.analysis.correctness import check
 from neuronsweep.analysis.intervals import union_length
@@ -227,7 +228,7 @@ CALIB_RUN_S = 0.2  # one GEMM this long is past caches and thread start-up on an
 CALIB_MAX_N = 4096
 
 
-def _calibrate_gemm(torch: ModuleType, dtype: str) -> dict:
+def _calibrate_gemm(torch: ModuleType, dtype: str) -> caps.GemmRate:
     """Grow an n^3 GEMM until one run takes CALIB_RUN_S (or the budget would not allow the next
     size), then keep its best rate over the remaining budget."""
     deadline = time.perf_counter() + caps.CALIBRATION_BUDGET_S
@@ -243,15 +244,15 @@ def _calibrate_gemm(torch: ModuleType, dtype: str) -> dict:
     return {"flops_per_s": rate, "n": n, "runs": runs}
 
 
-def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: str | Path) -> dict:
+def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: str | Path) -> caps.Calibration:
     """The host's measured peaks for the roofline: GEMM FLOP/s for each dtype asked (sized by time) and
     copy bandwidth. Cached per machine (CPU model, cores, torch, threads) under the compile cache root;
     a dtype not yet in the cache entry is measured and added. Measures under the device lock, so no
     capture of any process runs beside it."""
     import torch
 
-    fingerprint = {**caps.fingerprint(threads), "format": CALIBRATION_FORMAT}
-    entry = Path(cache_root).expanduser() / "calibration" / f"{cache_key(fingerprint)[:16]}.json"
+    fingerprint: caps.KeyedFingerprint = {**caps.fingerprint(threads), "format": CALIBRATION_FORMAT}
+    entry = Path(cache_root).expanduser() / "calibration" / f"{cache_key(dict(fingerprint))[:16]}.json"
     cached = read_json(entry) if entry.is_file() else None
     missing = [d for d in dtypes if not cached or d not in cached["gemm"]]
     if cached and not missing:
@@ -260,7 +261,7 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     with devicelock.held(device_lock, f"cpu calibration ({', '.join(missing)})"), torch.inference_mode():
         gemm = {**(cached or {}).get("gemm", {}), **{d: _calibrate_gemm(torch, d) for d in missing}}
         copy = cached["copy"] if cached else _calibrate_copy(torch)
-    record = {
+    record: caps.CalibrationEntry = {
         **fingerprint,
         "flags": caps.cpu_flags(),
         "gemm": gemm,
@@ -275,7 +276,7 @@ def calibrate(threads: int, cache_root: Path, dtypes: list[str], device_lock: st
     return _calibration_view(record, dtypes, cache_hit=False)
 
 
-def _calibrate_copy(torch: ModuleType) -> dict:
+def _calibrate_copy(torch: ModuleType) -> dict[str, float]:
     src = torch.empty(64 * 2**20, dtype=torch.float32)  # 256 MiB, far beyond any cache
     dst = torch.empty_like(src)
     dst.copy_(src)
@@ -283,16 +284,20 @@ def _calibrate_copy(torch: ModuleType) -> dict:
     return {"bytes_per_s": 2 * src.numel() * 4 / best}
 
 
-def _calibration_view(record: dict, dtypes: list[str], cache_hit: bool) -> dict:
+def _calibration_view(record: caps.CalibrationEntry, dtypes: list[str], cache_hit: bool) -> caps.Calibration:
     """calibration.json: the cache entry restricted to the sweep's dtypes, with the peaks extract reads."""
     gemm = {d: record["gemm"][d] for d in dtypes}
-    return {
-        **{k: v for k, v in record.items() if k != "gemm"},
-        "gemm": gemm,
-        "peak_flops_per_s": {d: g["flops_per_s"] for d, g in gemm.items()},
-        "peak_bytes_per_s": record["copy"]["bytes_per_s"],
-        "cache_hit": cache_hit,
-    }
+    rest = {k: v for k, v in record.items() if k != "gemm"}  # the entry's own order, the sweep's gemm after it
+    return cast(
+        caps.Calibration,
+        {
+            **rest,
+            "gemm": gemm,
+            "peak_flops_per_s": {d: g["flops_per_s"] for d, g in gemm.items()},
+            "peak_bytes_per_s": record["copy"]["bytes_per_s"],
+            "cache_hit": cache_hit,
+        },
+    )
 
 
 def _timed(fn: Callable[[], object]) -> float:

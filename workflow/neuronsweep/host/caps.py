@@ -117,7 +117,50 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def fingerprint(threads: int) -> dict[str, str | int | None]:
+class Fingerprint(TypedDict):
+    """What a probe or calibration result depends on (its cache entry's key)."""
+
+    cpu: str
+    machine: str
+    cores: int | None
+    threads: int
+    torch: str | None
+
+
+class KeyedFingerprint(Fingerprint):
+    """A fingerprint with the format of the record it keys (a new format measures again)."""
+
+    format: str
+
+
+class GemmRate(TypedDict):
+    """A dtype's measured GEMM rate: the best of `runs` n^3 GEMMs."""
+
+    flops_per_s: float
+    n: int
+    runs: int
+
+
+class CalibrationEntry(KeyedFingerprint):
+    """A host calibration as its cache entry keeps it: each dtype's GEMM rate and the copy bandwidth."""
+
+    flags: list[str]
+    gemm: dict[str, GemmRate]
+    copy: dict[str, float]  # bytes_per_s
+    measured_at: str
+    method: str
+    theoretical_peak_note: str
+
+
+class Calibration(CalibrationEntry):
+    """calibration.json: the entry for the sweep's dtypes, with the peaks extract reads."""
+
+    peak_flops_per_s: dict[str, float]
+    peak_bytes_per_s: float
+    cache_hit: bool
+
+
+def fingerprint(threads: int) -> Fingerprint:
     """What a probe or calibration result depends on; read without importing torch."""
     try:
         torch_version = metadata.version("torch")
@@ -177,7 +220,7 @@ def probe(cache_root: str | Path, threads: int, measure: Callable[[int], dict | 
     """The host's probe (its record cached, read as a HostProbe): flags, import times, GEMM FLOP/s per dtype.
     Measured by `measure(threads)` when given and it answers (the run's warm server, which imports torch
     anyway: common.smk), else in a child of its own (torch stays out of Snakemake's process)."""
-    fp = {**fingerprint(threads), "format": PROBE_FORMAT}
+    fp: KeyedFingerprint = {**fingerprint(threads), "format": PROBE_FORMAT}
     entry = _entry(cache_root, fp)
     if entry.is_file():
         return HostProbe.of(read_json(entry))
@@ -206,8 +249,8 @@ def probe_entry(cache_root: str | Path, threads: int) -> Path:
     return _entry(cache_root, {**fingerprint(threads), "format": PROBE_FORMAT})
 
 
-def _entry(cache_root: str | Path, fp: dict) -> Path:
-    return Path(cache_root).expanduser() / "host" / f"probe-{cache_key(fp)[:16]}.json"
+def _entry(cache_root: str | Path, fp: KeyedFingerprint) -> Path:
+    return Path(cache_root).expanduser() / "host" / f"probe-{cache_key(dict(fp))[:16]}.json"
 
 
 def _measure_in_child(threads: int) -> dict:

@@ -30,6 +30,7 @@ from neuronsweep.analysis.metrics.utilization import utilization
 from neuronsweep.analysis.metrics.work import work
 from neuronsweep.analysis.window_inputs import WindowInputs
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.host.caps import Calibration
 from neuronsweep.store.layer_split import LayerSplitRecord
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 from neuronsweep.store.specs import Spec
@@ -63,7 +64,7 @@ def compose(
     summary: dict,
     capture: CaptureRecord | None,
     build: BuildRecord | None,
-    calibration: dict | None = None,
+    calibration: Calibration | None = None,
     metadata: dict | None = None,
     usage: dict | None = None,
     ranks: list[dict] | None = None,

@@ -11,6 +11,7 @@ from neuronsweep.analysis.metrics.counters import ProfileCounters
 from neuronsweep.analysis.metrics.parts import Part, ratio
 from neuronsweep.analysis.metrics.peaks import Peaks
 from neuronsweep.config.backends import BACKENDS
+from neuronsweep.host.caps import Calibration
 from neuronsweep.store.records import BuildRecord
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import counted_how, described, dtype_of, gemms, has_roofline, min_bytes, no_roofline_why
@@ -61,7 +62,7 @@ def work(
     backend: str,
     build: BuildRecord | None,
     peaks: Peaks | None,
-    calibration: dict | None,
+    calibration: Calibration | None,
     counters: ProfileCounters,
     latency_median_s: float | None,
 ) -> tuple[Work, Tiles, Roofline]:
@@ -111,7 +112,7 @@ def _roofline(
     backend: str,
     build: BuildRecord | None,
     peaks: Peaks | None,
-    calibration: dict | None,
+    calibration: Calibration | None,
     counters: ProfileCounters,
     latency_median_s: float | None,
 ) -> Roofline:
