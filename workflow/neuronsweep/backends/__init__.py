@@ -35,7 +35,7 @@ __all__ = ["BACKENDS", "COLLECTIVE_PLAN", "NAMES", "Backend", "BackendModule", "
 if TYPE_CHECKING:  # types only: the stages' settings and records
     from neuronsweep.config.settings import BuildSettings, CaptureSettings
     from neuronsweep.store.cache import CompileCache
-    from neuronsweep.store.records import BuildRecord, CaptureRecord
+    from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
 
 
 class BackendModule(Protocol):
@@ -50,7 +50,7 @@ class BackendModule(Protocol):
         """Profile and time the built program into out_dir: the capture record's fields."""
         ...
 
-    def view(self, cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+    def view(self, cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewFields:
         """Turn the capture's profile into summary.json, trace.pftrace (and parquet): the view's fields."""
         ...
 

@@ -38,7 +38,7 @@ from neuronsweep.formats import chrome_trace
 from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
-from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     described,
@@ -202,7 +202,7 @@ def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     }
 
 
-def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewFields:
     """Summarize the capture's Chrome trace around the profiled execution in the Neuron summary's field names and
     units, and convert it to trace.pftrace.
 

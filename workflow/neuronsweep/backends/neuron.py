@@ -61,7 +61,7 @@ from neuronsweep.kernels import unsupported as nki_unsupported
 from neuronsweep.kernels.nki_matmul import loops as kernel_loops
 from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
-from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described, dtype_of, forward_of, ranks_of, uses_nki, workload_id
 
@@ -581,7 +581,7 @@ def forward_inside_neff(ranks: list[dict], spec: Spec) -> dict:
 RANKS_TRACE = "ranks.pftrace"  # every profiled rank's collective operations on one timeline, a process each
 
 
-def ranks_timeline(out_dir: Path) -> dict[str, object]:
+def ranks_timeline(out_dir: Path) -> ViewFields:
     """view.json's `rank_timeline`: the ranks' collective operations from their parquet views on one timeline
     (analysis/device_collectives.py), drawn as out_dir/ranks.pftrace, a process track per rank on rank 0's
     clock; nothing where no rank was viewed as parquet."""
@@ -779,7 +779,7 @@ def captured_with_dge_notifications(cap: CaptureRecord) -> bool:
     return "--enable-dge-notifs" in (cap.details.get("argv") or [])  # captures recorded before the field
 
 
-def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewFields:
     """Turn the NTFF and its NEFF into summary-json, parquet (and a legacy json where the tool still writes one)
     and a pftrace, per rank for a multi-worker capture.
 

@@ -24,6 +24,7 @@ from neuronsweep.backends.processes import run_tool
 from neuronsweep.config.settings import CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import legacy_json, neuron_summary
+from neuronsweep.store.records import RankView, SchemaFacts, SessionView, ViewFields
 
 NTFF = BACKENDS["neuron"].artifacts["capture"]
 STDERR_TAIL = 4000
@@ -340,7 +341,9 @@ def _move_rank_ntffs(raw: Path, out_dir: Path, settings: CaptureSettings) -> lis
     return ranks
 
 
-def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, settings: ViewSettings) -> list[dict]:
+def view_ranks(
+    neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, settings: ViewSettings
+) -> list[RankView]:
     """A multi-worker capture viewed per rank: each rank's summary-json in out_dir/ranks/rank_<r>/, with
     the NeuronCore and device it ran on (nc_idx, nd_idx from the tool's summary), and its parquet where the
     view writes parquet (its CcOp and ActiveTime tables put the ranks' collectives on one timeline:
@@ -350,7 +353,7 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
     import dataclasses
 
     per_rank = dataclasses.replace(settings, json=False, pftrace=False)
-    out = []
+    out: list[RankView] = []
     for r in ranks:
         folder = out_dir / "ranks" / f"rank_{r['rank']}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -372,7 +375,7 @@ def view_ranks(neff: Path, capture_dir: Path, ranks: list[dict], out_dir: Path, 
 SESSION_OUTPUTS = ("system_profile.pftrace", "device_profile_model_*.pftrace")  # `view -d` with perfetto
 
 
-def view_session(neffs: list[Path], session_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+def view_session(neffs: list[Path], session_dir: Path, out_dir: Path, settings: ViewSettings) -> SessionView:
     """The combined view of every rank: `view -d <session dir>` with perfetto output (the documented form:
     no -n, the NEFFs are read from the folder), which writes system_profile.pftrace and one
     device_profile_model_<id>.pftrace per NEFF into its working directory (the guide's names), here
@@ -425,14 +428,17 @@ def view_session(neffs: list[Path], session_dir: Path, out_dir: Path, settings: 
 SCHEMA_DUMP = "profile-schema.txt"
 
 
-def schema_facts(profiler: str, out_dir: Path, timeout_s: float, version: str | None = None) -> dict:
+def schema_facts(profiler: str, out_dir: Path, timeout_s: float, version: str | None = None) -> SchemaFacts:
     """The profile schema version (parquet Metadata.profile_schema_version) and the tool's version
     (the capture's record of it, else asked), for view.json, and the tool's own schema dump saved beside
     a parquet view: `view --show-profile-schema` (2.33), else the top-level flag (2.31)."""
     import pyarrow.parquet as pq
 
-    facts = {"profiler_version": version or tool_version(profiler), "profile_schema_version": None}
-    facts["profile_schema_dump"] = None
+    facts: SchemaFacts = {
+        "profiler_version": version or tool_version(profiler),
+        "profile_schema_version": None,
+        "profile_schema_dump": None,
+    }
     meta = sorted((out_dir / "parquet").glob("Metadata*.parquet"))
     if not meta:
         facts["profile_schema_version_why"] = "no parquet Metadata table in this view (neuron.parquet, neuron-explorer)"
@@ -476,7 +482,7 @@ DEFAULT_OUTPUT = {"perfetto": "ntff.pftrace", "json": "ntff.json"}
 
 def view_profile(
     neff: Path, ntff: Path, out_dir: Path, settings: ViewSettings, captured_with: tuple | None = None
-) -> dict:
+) -> ViewFields:
     """summary-json always; parquet (neuron-explorer), json and perfetto as the options ask. Each view
     runs in out_dir with a time limit. neuron-explorer's view may keep serving its UI and API after
     writing: every export is stopped once its output has stopped growing (--ingest-only is documented only

@@ -37,7 +37,7 @@ from neuronsweep.formats import chrome_trace, hlo
 from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps
 from neuronsweep.store.cache import CompileCache
-from neuronsweep.store.records import BuildRecord, CaptureRecord
+from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described
 
@@ -249,7 +249,7 @@ def summarize_trace(events: chrome_trace.Events, cap: CaptureRecord) -> dict:
     }
 
 
-def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> dict:
+def view(cap: CaptureRecord, capture_dir: Path, out_dir: Path, settings: ViewSettings) -> ViewFields:
     """Summarize the capture's Chrome trace around the profiled execution and convert it to trace.pftrace.
 
     Args:

@@ -11,10 +11,10 @@ from neuronsweep.atomic import write_json
 from neuronsweep.backends import neuron_profiler
 from neuronsweep.config.settings import ViewSettings
 from neuronsweep.errors import UserError
-from neuronsweep.store.records import CaptureRecord, ViewRecord
+from neuronsweep.store.records import CaptureRecord, ViewFields, ViewRecord
 
 
-def _finish(out_dir: Path, started: float, result: dict, **fields: object) -> ViewRecord:
+def _finish(out_dir: Path, started: float, result: ViewFields, **fields: object) -> ViewRecord:
     write_json(out_dir / "summary.json", result.pop("summary"))
     record = ViewRecord.create(started, **fields, **result)
     record.write(out_dir)

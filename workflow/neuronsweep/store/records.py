@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, NotRequired, Self, TypedDict
 
 from neuronsweep import __version__
 from neuronsweep.atomic import write_json
@@ -214,6 +214,56 @@ class CaptureRecord(StageRecord):
                     f"({', '.join(sorted(typed['settings']))}); rerun the capture stage for this case."
                 ) from None
         return typed
+
+
+class SchemaFacts(TypedDict):
+    """The profile schema a neuron view read, and the tool that wrote it (view.json)."""
+
+    profiler_version: str | None
+    profile_schema_version: str | None
+    profile_schema_dump: str | None  # the tool's own schema dump beside the view, where it printed one
+    profile_schema_version_why: NotRequired[str]
+
+
+class RankView(TypedDict):
+    """One profiled rank's view (view.json's `ranks`)."""
+
+    rank: int
+    summary: str  # its summary.json, relative to the view folder
+    nc_idx: Any
+    nd_idx: Any
+    total_time: Any
+
+
+class SessionView(TypedDict):
+    """The combined view of every rank (`view -d`): the command and the traces it wrote."""
+
+    argv: list[str]
+    system_pftrace: str
+    device_pftraces: list[str]
+
+
+class ViewFields(TypedDict, total=False):
+    """What a backend's view returns: view.json's fields (ViewRecord's, the rest details) and the summary,
+    which the view stage writes as summary.json."""
+
+    summary: dict[str, Any]  # the profile's flat summary (formats/neuron_summary.py); the rank timeline has none
+    profiler: str
+    profiler_version: str | None  # SchemaFacts'
+    profile_schema_version: str | None
+    profile_schema_dump: str | None
+    profile_schema_version_why: str
+    commands: dict[str, list[str]]  # format -> the view's command
+    outputs: dict[str, str]  # format -> file written beside summary.json
+    skipped: dict[str, str]  # format -> why it was not written
+    pftrace: str | None
+    pftrace_counts: dict[str, int]
+    hlo_instructions: int  # xla: the HLO module's instructions, as a table
+    ranks: list[RankView]
+    rank_timeline: dict[str, object]  # analysis/device_collectives.DeviceRanks.summary
+    ranks_pftrace: str
+    session: SessionView | None
+    session_why: str
 
 
 @dataclass
