@@ -49,7 +49,7 @@ from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.store import layout
 from neuronsweep.store.records import BuildRecord, CaptureRecord
 
-SCREEN_CAPTURE = {"iterations": 5, "repeats": 1}  # the cheap rung's timing
+SCREEN_CAPTURE: dict[str, int] = {"iterations": 5, "repeats": 1}  # the cheap rung's timing (capture overrides)
 Say = Callable[[str], None]
 Measure = Callable[[list[Point], int], list[TrialResult]]
 
@@ -95,7 +95,7 @@ class Search:
         self.per_round = int(
             entry["search"].get("per_round") or schema.schema_default("suites.custom.search.per_round")
         )
-        self.importance: dict | None = None  # Optuna's, once the rounds are done (tpe, random, grid)
+        self.importance: dict[str, float] | None = None  # Optuna's, once the rounds are done (tpe, random, grid)
         self.run = f"{cfg['run']}-search-{entry['name']}"
         self.folder = layout.search_dir(cfg["run"], "search", entry["name"])
 
@@ -189,7 +189,7 @@ class Search:
         """How preflight's sentences name this search."""
         return self.named()
 
-    def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+    def measure(self, trials: list[Point], n_round: int, capture: dict[str, int] | None = None) -> list[TrialResult]:
         """Run the trials; per trial: status, objective, reason, its cases."""
         raise NotImplementedError
 
@@ -345,7 +345,7 @@ class ParamSearch(Search):
         """A round of the default configuration."""
         return self.round_config([self.space.default])
 
-    def round_config(self, trials: list[Point], capture: dict | None = None) -> ConfigDocument:
+    def round_config(self, trials: list[Point], capture: dict[str, int] | None = None) -> ConfigDocument:
         """The sweep config of one round: the entry's cases at each trial's params, as one suite."""
         entry = {k: v for k, v in self.entry.items() if k != "search"}
         fixed = entry.get("params") or {}
@@ -356,7 +356,7 @@ class ParamSearch(Search):
             cfg["capture"] = {**self.cfg["capture"], **capture}
         return cast(ConfigDocument, cfg)  # the validated document, its run and suites this round's
 
-    def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+    def measure(self, trials: list[Point], n_round: int, capture: dict[str, int] | None = None) -> list[TrialResult]:
         """The trials as one Snakemake call; per trial: status, objective, reason, its cases."""
         summary, log = self._snakemake(
             self.round_config(trials, capture), f"round-{n_round}{'-screen' if capture else ''}"
@@ -422,7 +422,7 @@ class SettingsSearch(Search):
         cfg["suites"] = cast(Suites, suites)
         return cast(ConfigDocument, {**cfg, "run": self.run_of(params)})  # the user's, the trial's settings in it
 
-    def measure(self, trials: list[Point], n_round: int, capture: dict | None = None) -> list[TrialResult]:
+    def measure(self, trials: list[Point], n_round: int, capture: dict[str, int] | None = None) -> list[TrialResult]:
         """One Snakemake call a trial (each its own run); per trial: status, objective, reason, its cases."""
         out = []
         for i, t in enumerate(trials):

@@ -20,7 +20,7 @@ Say = Callable[[str], None]
 Measure = Callable[[list[Point], int], list[TrialResult]]
 
 
-def rounds(search: Searching, say: Say, measure: Measure) -> tuple[pd.DataFrame, dict | None]:
+def rounds(search: Searching, say: Say, measure: Measure) -> tuple[pd.DataFrame, dict[str, float] | None]:
     """Rounds of the strategy's proposals until the budget (trials, wall seconds, builds, device seconds) is
     spent or the space is; the trials table and Optuna's parameter importance."""
     table = search.recorded()
@@ -159,7 +159,7 @@ def device_over(search: Searching, table: pd.DataFrame, n_round: int) -> str | N
     )
 
 
-def _pending(search: Searching, table: pd.DataFrame, configs: list[dict], rung: int) -> list[dict]:
+def _pending(search: Searching, table: pd.DataFrame, configs: list[Point], rung: int) -> list[Point]:
     """The configurations of a rung not yet recorded at its effort."""
     done = set()
     if not table.empty:

@@ -42,7 +42,7 @@ class Searching(Protocol):
     max_builds: int | None
     wall_s: float | None
     device_s: float | None
-    importance: dict | None
+    importance: dict[str, float] | None
 
     def recorded(self) -> pd.DataFrame: ...  # noqa: D102 - driver.Search's
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from neuronsweep.atomic import replacing
 from neuronsweep.backends.cores import default_threads
-from neuronsweep.config.suites import ConfigDocument
+from neuronsweep.config.suites import ConfigDocument, ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.search import FINALIST_ROUNDS, calls, tune_search, tune_shapes, tune_table
 from neuronsweep.search.driver import ParamSearch, merged_round, screen_together
@@ -62,7 +62,7 @@ class Tune:
     def __init__(
         self,
         cfg: ConfigDocument,
-        entry: dict,
+        entry: ModelEntry,
         source: str,
         cores: int | None = None,
         snakefile: str | Path | None = None,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronsweep.config import schema
-from neuronsweep.config.suites import ConfigDocument, CustomEntry
+from neuronsweep.config.suites import ConfigDocument, CustomEntry, ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.search.dispatch import COMPILER
 from neuronsweep.search.driver import NO_KEY, config_setting, settings_digest
@@ -47,7 +47,7 @@ class TuneBlock:
     tune's run (`<run>-tune-<model>`) and folder (results/<run>/tune/<model>)."""
 
     cfg: ConfigDocument
-    entry: dict
+    entry: ModelEntry
     source: str
     where: str
     candidates: list[str]
@@ -63,7 +63,7 @@ class TuneBlock:
     digests: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, cfg: ConfigDocument, entry: dict, source: str) -> TuneBlock:
+    def parse(cls, cfg: ConfigDocument, entry: ModelEntry, source: str) -> TuneBlock:
         """The block of a suites.model entry, checked: every bad one is one sentence naming it."""
         where = f"{source}: suites.model ({entry['name']}) tune"
         block, run = entry["tune"], f"{cfg['run']}-tune-{entry['name']}"
@@ -131,7 +131,7 @@ def _customs(cfg: ConfigDocument, candidates: list[str], where: str) -> dict[str
 
 
 def _variants(
-    cfg: ConfigDocument, entry: dict, run: str, settings: dict[str, list[Value]], where: str
+    cfg: ConfigDocument, entry: ModelEntry, run: str, settings: dict[str, list[Value]], where: str
 ) -> dict[str, Point]:
     """The compiler's build under tune.settings: a label per combination of the listed values other than the
     config's own (the default, measured anyway), each validated as a config before any trial runs."""

@@ -13,7 +13,7 @@ import pandas as pd
 
 from neuronsweep.config import schema
 from neuronsweep.config.run_config import RunConfig
-from neuronsweep.config.suites import ConfigDocument
+from neuronsweep.config.suites import ConfigDocument, ModelEntry
 from neuronsweep.errors import UserError
 from neuronsweep.json_numbers import finite_number
 from neuronsweep.search.driver import set_setting, settings_digest
@@ -29,7 +29,7 @@ def shape_id(m: int, k: int, n: int, dtype: str) -> str:
     return f"m{m}-k{k}-n{n}-{dtype}"
 
 
-def compiler_config(cfg: ConfigDocument, entry: dict, run: str, settings: Point | None = None) -> ConfigDocument:
+def compiler_config(cfg: ConfigDocument, entry: ModelEntry, run: str, settings: Point | None = None) -> ConfigDocument:
     """The model's GEMMs alone as a sweep (layers off): each shape's compiler build, in the tune's run
     (the default), or with `settings` in a run named by their hash."""
     model = {k: v for k, v in entry.items() if k != "tune"} | {"layers": False}
