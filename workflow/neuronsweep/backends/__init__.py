@@ -35,7 +35,7 @@ __all__ = ["BACKENDS", "COLLECTIVE_PLAN", "NAMES", "Backend", "BackendModule", "
 if TYPE_CHECKING:  # types only: the stages' settings and records
     from neuronsweep.config.settings import BuildSettings, CaptureSettings
     from neuronsweep.store.cache import CompileCache
-    from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
+    from neuronsweep.store.records import BuildRecord, CaptureFields, CaptureRecord, ViewFields
 
 
 class BackendModule(Protocol):
@@ -46,7 +46,7 @@ class BackendModule(Protocol):
         """Compile `spec` (through the cache) into out_dir: the artifact's name and the record's fields."""
         ...
 
-    def capture(self, build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+    def capture(self, build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> CaptureFields:
         """Profile and time the built program into out_dir: the capture record's fields."""
         ...
 

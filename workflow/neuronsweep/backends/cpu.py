@@ -38,7 +38,7 @@ from neuronsweep.formats import chrome_trace
 from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps, devicelock
 from neuronsweep.store.cache import CompileCache, cache_key
-from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
+from neuronsweep.store.records import BuildRecord, CaptureFields, CaptureRecord, ViewFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import (
     described,
@@ -115,7 +115,7 @@ def _check_memory(spec: Spec) -> int:
     return need
 
 
-def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> CaptureFields:
     """Load the .pt2, profile the nth of num_exec executions with torch.profiler, then time repeats x iterations
     executions one by one (each round in a fresh process with capture.rounds_in_processes) and check the output.
 

@@ -61,7 +61,7 @@ from neuronsweep.kernels import unsupported as nki_unsupported
 from neuronsweep.kernels.nki_matmul import loops as kernel_loops
 from neuronsweep.kernels.nki_matmul import nki_version
 from neuronsweep.store.cache import CompileCache
-from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
+from neuronsweep.store.records import BuildRecord, CaptureFields, CaptureRecord, ViewFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described, dtype_of, forward_of, ranks_of, uses_nki, workload_id
 
@@ -514,7 +514,7 @@ def _timed(one_run: Callable[[Path, int], dict], workdir: Path, settings: Captur
     return process_rounds(runs), runs
 
 
-def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> dict:
+def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Path) -> CaptureFields:
     """Every rank's times on its NeuronCore (xla_collective.py, torchneuron_collective.py or a forward's
     torchneuron_forward.py), through the build's compile or NEFF cache; an execution's time is the slowest
     rank's, as for the gloo ranks; nccom-test's figures beside a collective's."""
@@ -533,7 +533,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
         sync = "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks"
     ranks = result["ranks"]
     per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
-    timed = {
+    timed: CaptureFields = {
         "latency": {**latency_stats(per_exec, settings.repeats), **compiles, "sync": sync},
         "latency_basis": "per execution, the slowest rank's time (each execution starts after a rendezvous)",
         "rank_latency": [
@@ -554,7 +554,7 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     }
 
 
-def forward_inside_neff(ranks: list[dict], spec: Spec) -> dict:
+def forward_inside_neff(ranks: list[dict], spec: Spec) -> CaptureFields:
     """capture.json's `forward_across_ranks` of a forward compiled whole: its layers and collective calls; the
     time inside them, waiting and computing are not told apart from the host (the NEFF runs them together),
     and each rank's device profile (profile_rank_<r>.ntff) holds them."""
@@ -643,7 +643,9 @@ def device_time_rounds(build: BuildRecord, neff: Path, settings: CaptureSettings
     }
 
 
-def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str) -> dict:
+def inspect_capture(
+    build: BuildRecord, neff: Path, settings: CaptureSettings, out_dir: Path, refused: str
+) -> CaptureFields:
     """The runtime's own profiler (SDK 2.33 inspect mode) where the profiler's capture refuses the NEFF. The
     two documented device modes are tried in turn, since the pages disagree on which a PyTorch-native
     process needs: `model` (the workload runs nth times, the runtime profiles execution nth), then, where no
@@ -707,7 +709,7 @@ def inspect_capture(build: BuildRecord, neff: Path, settings: CaptureSettings, o
     }
 
 
-def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> CaptureFields:
     """Profile the NEFF with the Neuron profiler (its nth execution; the runtime's inspect mode where the profiler
     cannot run it) and time it on the device.
 

@@ -24,7 +24,7 @@ from neuronsweep.backends.processes import run_tool
 from neuronsweep.config.settings import CaptureSettings, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import legacy_json, neuron_summary
-from neuronsweep.store.records import RankView, SchemaFacts, SessionView, ViewFields
+from neuronsweep.store.records import CaptureFields, RankView, SchemaFacts, SessionView, ViewFields
 
 NTFF = BACKENDS["neuron"].artifacts["capture"]
 STDERR_TAIL = 4000
@@ -200,7 +200,7 @@ def capture_neff(
     settings: CaptureSettings,
     inputs: list[tuple[str, str]] | None = None,
     kept: int | None = None,
-) -> dict:
+) -> CaptureFields:
     """Run the profiler's capture on one NEFF; returns the capture record (NTFF at out_dir/profile.ntff:
     the first profiled execution, or execution `kept` where every execution is profiled)."""
     profiler = resolve_profiler(settings.options["profiler"])

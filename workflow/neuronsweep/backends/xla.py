@@ -37,7 +37,7 @@ from neuronsweep.formats import chrome_trace, hlo
 from neuronsweep.formats import pftrace_writer as pftrace
 from neuronsweep.host import caps
 from neuronsweep.store.cache import CompileCache
-from neuronsweep.store.records import BuildRecord, CaptureRecord, ViewFields
+from neuronsweep.store.records import BuildRecord, CaptureFields, CaptureRecord, ViewFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import described
 
@@ -137,7 +137,7 @@ def build(spec: Spec, out_dir: Path, cache: CompileCache, settings: BuildSetting
     }
 
 
-def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> CaptureFields:
     """Time the workload on the PJRT device (each execution synced) and trace its executions with torch-xla's
     metrics.
 

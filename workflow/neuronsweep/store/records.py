@@ -216,6 +216,71 @@ class CaptureRecord(StageRecord):
         return typed
 
 
+class CaptureFields(TypedDict, total=False):
+    """What a backend's capture returns: capture.json's fields (CaptureRecord's typed ones, the rest details).
+    Nested records (the latency statistics, the correctness, the device's span) are typed where they are made
+    (analysis/stats.LatencyStats, analysis/correctness.Correctness, host/devicelock.Span)."""
+
+    # every backend
+    profiler: str | None
+    latency: Any  # analysis/stats.LatencyStats and the backend's own fields beside it; None with latency_note
+    latency_note: str
+    latency_basis: str  # what one sample is (ranks: the slowest rank's time per execution)
+    round_pids: list[int] | None
+    threads: int | None
+    correctness: Any  # analysis/correctness.Correctness
+    host: dict[str, str]
+    artifacts: dict[str, str]  # what -> file beside capture.json
+    device_span: Any  # host/devicelock.Span
+    layer_split: Any  # store/layer_split.LayerSplitRecord, or its JSON
+    layer_split_why: str | None
+    # cpu
+    profiler_flops: int
+    warmup_min_s: float
+    working_set_bytes: int
+    # xla
+    module: str
+    module_matches_build: bool
+    module_note: str | None
+    capture_compile: dict[str, Any]
+    device: str
+    # ranks (gloo, neuron's collectives and forwards)
+    ranks: list[dict[str, Any]]
+    process_group_backend: str
+    oversubscribed: str | None
+    rank_timeline: dict[str, Any]
+    rank_waits: list[dict[str, Any]]
+    rank_latency: list[dict[str, Any]]
+    forward_across_ranks: dict[str, Any]  # a forward's calls, and its waits where the ranks' times tell them
+    rank_timeline_why: str
+    nccom_test: dict[str, Any] | None
+    # neuron: the profiler's capture
+    profiler_version: str | None
+    argv: list[str] | None
+    dge_notifications: bool
+    exit_status: int
+    stderr_tail: str
+    capture_wall_s: float
+    neff: str
+    neff_sha256: str
+    ntff: str
+    ntff_written_as: str
+    ntffs_written: list[str]
+    collectives: dict[str, Any] | None
+    single_io: bool
+    outputs_valid: bool
+    inputs: str | list[tuple[str, str]]  # what the profiled execution ran on: the NEFF's own, or files given
+    runtime_lnc: int | None
+    # neuron: the runtime's inspect mode, where the profiler cannot run the NEFF
+    capture_refused: str
+    inspect_mode: str
+    inspect_modes_tried: dict[str, str]
+    inspect_env: dict[str, str]
+    profile_scope: str
+    session_dir: str
+    written_as: str
+
+
 class SchemaFacts(TypedDict):
     """The profile schema a neuron view read, and the tool that wrote it (view.json)."""
 

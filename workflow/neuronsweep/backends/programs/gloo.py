@@ -37,7 +37,7 @@ from neuronsweep.config.settings import CaptureSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import pftrace_writer
 from neuronsweep.host import caps
-from neuronsweep.store.records import BuildRecord
+from neuronsweep.store.records import BuildRecord, CaptureFields
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import TORCH_DTYPES, collective_of, described, forward_of, ranks_of
 
@@ -70,7 +70,7 @@ def build(spec: Spec, out_dir: Path) -> dict:
     }
 
 
-def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> dict:
+def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_dir: Path) -> CaptureFields:
     """Start one process per rank on this host, rendezvous over a file, and collect each rank's timed samples,
     correctness and profiled span. Returns capture.json's fields (rank 0's latency and every rank's)."""
     spec = build.spec
@@ -136,7 +136,7 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     }
 
 
-def _timeline(ranks: list[dict], name: str, out_dir: Path) -> dict:
+def _timeline(ranks: list[dict], name: str, out_dir: Path) -> CaptureFields:
     """The ranks' collective calls on one timeline (analysis/rank_timeline.py): capture.json's `rank_timeline`
     and `rank_waits`, and ranks.pftrace, one process track per rank (a forward's executions beside its calls)."""
     spans = [[(float(a), float(b)) for a, b in r["spans_s"]] for r in ranks]
@@ -157,7 +157,7 @@ def _timeline(ranks: list[dict], name: str, out_dir: Path) -> dict:
     return {"rank_timeline": summary, "rank_waits": timeline.rows()}
 
 
-def _forward(ranks: list[dict[str, Any]], waits: list[dict[str, Any]], layers_run: int) -> dict[str, object]:
+def _forward(ranks: list[dict[str, Any]], waits: list[dict[str, Any]], layers_run: int) -> CaptureFields:
     """A forward's time inside its collectives, waiting in them and computing, per execution the ranks'
     mean, the median over executions (capture.json `forward_across_ranks`). No overlap of compute and
     collectives is measured: gloo's calls block the rank that makes them."""
