@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterable
+from typing import NotRequired, TypedDict
 
 from neuronsweep.errors import UserError
 from neuronsweep.host import neuron_ls
@@ -60,7 +61,18 @@ print(json.dumps(out))
 """
 
 
-def probe_packages() -> dict:
+class PackageProbe(TypedDict):
+    """What the package probe (PROBE, in a child) found: each package's version, what importing torch and
+    torch_neuronx did (None: it imported), and whether torch_neuronx registers the neuron device."""
+
+    python: NotRequired[str]
+    versions: dict[str, str | None]
+    imports: dict[str, str | None]  # module -> the exception importing it raised, or None
+    neuron_device: NotRequired[bool]
+    torch_xla: NotRequired[bool]
+
+
+def probe_packages() -> PackageProbe:
     """The installed Neuron framework packages, and what importing them did, from a child Python."""
     try:
         proc = subprocess.run([sys.executable, "-c", PROBE, *PACKAGES], capture_output=True, text=True, timeout=300)
@@ -69,14 +81,14 @@ def probe_packages() -> dict:
         return {"versions": {}, "imports": {"torch": "the package probe did not finish"}}
 
 
-def _found(probe: dict) -> str:
+def _found(probe: PackageProbe) -> str:
     versions = {k: v for k, v in probe.get("versions", {}).items() if v}
     listed = ", ".join(f"{k} {v}" for k, v in versions.items()) or "no Neuron framework package"
     failed = probe.get("imports", {}).get("torch_neuronx")
     return listed + (f"; import torch_neuronx failed ({failed})" if failed else "")
 
 
-def choose_route(requested: str, probe: dict, target: str | None = None) -> tuple[str, str]:
+def choose_route(requested: str, probe: PackageProbe, target: str | None = None) -> tuple[str, str]:
     """(route, why): auto takes TorchNeuron where torch_neuronx registers the `neuron` device, else the XLA
     route where torch-xla and the XLA torch-neuronx import and the target still runs it (not trn2/trn3 since
     SDK 2.34); a route that cannot run here is refused."""
@@ -179,7 +191,7 @@ def machine_lnc(options: dict, machine: neuron_ls.Machine) -> int:
 def settle(
     options: dict,
     machine: neuron_ls.Machine | None = None,
-    probe: dict | None = None,
+    probe: PackageProbe | None = None,
     check_route: bool = True,
     need_route: bool = True,
 ) -> tuple[dict, dict]:
@@ -197,7 +209,7 @@ def settle(
     return options, why
 
 
-def settle_route(options: dict, probe: dict | None = None) -> tuple[dict, dict]:
+def settle_route(options: dict, probe: PackageProbe | None = None) -> tuple[dict, dict]:
     """The section with its route settled from the installed packages, and why (with their versions)."""
     probe = probe if probe is not None else probe_packages()
     route, why = choose_route(options["route"], probe, options.get("target"))

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 from neuronsweep.analysis import rank_timeline
 from neuronsweep.analysis.correctness import check_rank, worst
@@ -80,18 +80,17 @@ def capture(build: BuildRecord, build_dir: Path, settings: CaptureSettings, out_
     store = (work / "store").resolve()  # a relative path in a file:// URL would read as a host name
     for stale in [store, *work.glob("rank_*"), work / TRACE]:  # of an earlier attempt
         stale.unlink(missing_ok=True)
-    args = json.dumps(
-        {
-            "spec": spec,
-            "warmup": settings.warmup,
-            "num_exec": settings.num_exec,
-            "nth_exec": settings.nth_exec,
-            "samples": settings.repeats * settings.iterations,
-            "threads": max(1, settings.threads // world),
-            "store": str(store),
-            "out": str(work),
-        }
-    )
+    given: RankArgs = {
+        "spec": spec,
+        "warmup": settings.warmup,
+        "num_exec": settings.num_exec,
+        "nth_exec": settings.nth_exec,
+        "samples": settings.repeats * settings.iterations,
+        "threads": max(1, settings.threads // world),
+        "store": str(store),
+        "out": str(work),
+    }
+    args = json.dumps(given)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = [work / f"rank_{rank}.log" for rank in range(world)]
     program = __name__ if described(spec).bandwidth else FORWARD_PROGRAM
@@ -233,7 +232,20 @@ def collective_call(
     return call, inp if c.op == "all_reduce" else out
 
 
-def _rank(rank: int, args: dict) -> None:
+class RankArgs(TypedDict):
+    """What capture hands every rank's process (one JSON argument): the workload, the executions, where to meet."""
+
+    spec: Spec
+    warmup: int
+    num_exec: int
+    nth_exec: int
+    samples: int
+    threads: int
+    store: str  # the file the ranks rendezvous over
+    out: str  # the folder each rank writes rank_<r>.json (and rank 0 the trace) into
+
+
+def _rank(rank: int, args: RankArgs) -> None:
     import warnings
 
     import torch
@@ -252,7 +264,7 @@ def _rank(rank: int, args: dict) -> None:
 
 
 def timed(
-    call: Callable[[], object], rank: int, args: dict, dist: ModuleType, sampled: Callable[[], object] | None = None
+    call: Callable[[], object], rank: int, args: RankArgs, dist: ModuleType, sampled: Callable[[], object] | None = None
 ) -> tuple[list[float], list[Span], Any]:
     """A rank's executions of `call`: the warm-up, then num_exec with rank 0 profiling the nth under
     torch.profiler, then the timed samples (of `sampled` where given: the same call, recording), each after
@@ -282,7 +294,7 @@ def timed(
     return samples, spans, profiled
 
 
-def done(rank: int, args: dict, dist: ModuleType, profiled: Any, record: dict) -> None:
+def done(rank: int, args: RankArgs, dist: ModuleType, profiled: Any, record: dict) -> None:
     """After the last barrier: the process group left, rank 0's profiled execution written as the capture's
     trace, and the rank's record (`record` with its rank and threads) as rank_<r>.json."""
     import torch

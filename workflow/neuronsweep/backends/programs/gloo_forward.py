@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from neuronsweep.analysis.correctness import compare
-from neuronsweep.backends.programs.gloo import BACKEND, collective_call, done, leave, timed
+from neuronsweep.backends.programs.gloo import BACKEND, RankArgs, collective_call, done, leave, timed
 from neuronsweep.errors import UserError
 from neuronsweep.workloads import TORCH_DTYPES, collective, forward, forward_of
 from neuronsweep.workloads.forward import Forward
@@ -127,7 +127,7 @@ def hook(module: Any, f: Forward, calls: Reducer) -> None:
         find(layer, MLP, "MLP", f.model).register_forward_hook(after(at.mlp, at.extra))
 
 
-def _rank(rank: int, args: dict) -> None:
+def _rank(rank: int, args: RankArgs) -> None:
     import torch
     import torch.distributed as dist
 
