@@ -44,7 +44,7 @@ from neuronsweep.host import devicelock
 from neuronsweep.search import FINALIST_ROUNDS, build, calls, finalists, searches, strategy
 from neuronsweep.search import space as search_space
 from neuronsweep.search.space import Point
-from neuronsweep.search.trials import PIPELINE, TrialResult, as_listed, best, key
+from neuronsweep.search.trials import PIPELINE, Best, TrialResult, as_listed, best, key
 from neuronsweep.stages.run_setup import settle_run
 from neuronsweep.store import layout
 from neuronsweep.store.records import BuildRecord, CaptureRecord
@@ -275,7 +275,7 @@ class Search:
             table, self.importance = strategy.rounds(self, say, measure or self.measure)
             return table
 
-    def conclude(self, table: pd.DataFrame, rounds: int = FINALIST_ROUNDS, say: Say = print) -> dict:
+    def conclude(self, table: pd.DataFrame, rounds: int = FINALIST_ROUNDS, say: Say = print) -> Best:
         """best.json: the winner, its speed-up over the default configuration with the evidence."""
         return finalists.conclude(self, table, rounds, say)
 

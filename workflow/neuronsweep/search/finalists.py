@@ -7,6 +7,7 @@ processes of their own are tested, one process a case is not judged and says so)
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import pandas as pd
 
@@ -15,18 +16,18 @@ from neuronsweep.atomic import replacing, write_json
 from neuronsweep.config.backends import BACKENDS
 from neuronsweep.runs import interleave
 from neuronsweep.search import page as search_page
-from neuronsweep.search.trials import PIPELINE, Searching, key
+from neuronsweep.search.trials import PIPELINE, Best, Searching, key
 from neuronsweep.store import layout
 from neuronsweep.store.records import Timing
 from neuronsweep.store.records import timing as stored_timing
 
 
-def conclude(search: Searching, table: pd.DataFrame, rounds: int, say: Callable[[str], None]) -> dict:
+def conclude(search: Searching, table: pd.DataFrame, rounds: int, say: Callable[[str], None]) -> Best:
     """best.json: the winner, its speed-up over the default configuration with the evidence."""
     full = table["effort"] == PIPELINE if "effort" in table else True
     ok = table[(table["status"] == "ok") & table["measured"].map(verdict.flag) & full].sort_values("objective_s")
     default_rows = ok[ok.apply(lambda r: search.params_of(r) == search.space.default, axis=1)]
-    out: dict = {
+    out: Best = {
         "suite": search.entry["name"],
         "strategy": search.space.strategy,
         "seed": search.space.seed,
@@ -55,7 +56,7 @@ def conclude(search: Searching, table: pd.DataFrame, rounds: int, say: Callable[
 
 def judged(
     search: Searching, ok: pd.DataFrame, default_rows: pd.DataFrame, rounds: int, say: Callable[[str], None]
-) -> dict:
+) -> Best:
     """The winner against the default and the runner-up, with the evidence the verdicts rest on."""
     workloads = layout.any_workloads_dir(search.run_of(search.params_of(ok.iloc[0])))
     if rounds <= 0 or workloads is None:
@@ -81,7 +82,7 @@ def judged(
             interleave.time_together(groups, rounds, seed=search.space.seed, say=say)
         )
         on = "fresh processes"
-        result: dict = {
+        result: Best = {
             "evidence": f"{rounds} fresh processes, each timing the finalists' programs of every shape in "
             "alternation, in a random order"
         }
@@ -96,7 +97,11 @@ def judged(
     default_is = (
         "runner_up" if not default_rows.empty and len(ok) > 1 and default_rows.index[0] == ok.index[1] else "default"
     )
-    for other, label in ((default_is, "vs_default"), ("runner_up", "vs_runner_up")):
+    against: tuple[tuple[str, Literal["vs_default", "vs_runner_up"]], ...] = (
+        (default_is, "vs_default"),
+        ("runner_up", "vs_runner_up"),
+    )
+    for other, label in against:
         if other in picks:
             pairs = [  # A = the other, B = the winner
                 (timed[f"{other}:{o}"], timed[f"winner:{w}"])

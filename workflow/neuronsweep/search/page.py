@@ -16,16 +16,19 @@ from neuronsweep.report.figures import COLOURS, NOISY, axis_type
 from neuronsweep.report.page import human, page
 from neuronsweep.report.page import table as html_table
 from neuronsweep.search.space import Point
+from neuronsweep.search.trials import Best
 
 
-def verdict_line(best: dict) -> str:
+def verdict_line(best: Best) -> str:
     """One sentence: the winner, its time, and what the evidence says of its speed-up over the default."""
-    if not best.get("winner"):
+    winner = best.get("winner")
+    if not winner:
         return f"No winner: {best.get('why', 'no trial was ok and correct')}."
-    won = f"Winner {_params(best['winner'])}: {human('time_s', best['winner_objective_s'])}"
+    won = f"Winner {_params(winner)}: {human('time_s', best['winner_objective_s'])}"
     if best.get("winner_is_default"):
         return f"{won}, the default configuration itself: no other configuration measured faster."
-    [vs] = best.get("vs_default") or [None]  # one shape: one verdict (several: their list is below)
+    found: list[dict[str, str | float | None] | None] = [*best.get("vs_default", [])] or [None]
+    [vs] = found  # one shape: one verdict (several: their list is below)
     default = f" against {human('time_s', best['default_objective_s'])} for the default {_params(best['default'])}"
     if vs and vs.get("speedup_low") is not None:
         said = (
@@ -141,7 +144,7 @@ def space(table: pd.DataFrame) -> go.Figure | None:
     return fig
 
 
-def render(name: str, best: dict, table: pd.DataFrame) -> str:
+def render(name: str, best: Best, table: pd.DataFrame) -> str:
     """search.html: the winner and its verdicts, the figures, every trial."""
     figs = [f for f in (progress(table), by_device_seconds(table), space(table)) if f is not None]
     parts = [
@@ -156,10 +159,11 @@ def render(name: str, best: dict, table: pd.DataFrame) -> str:
     for fig in figs:
         body = pio.to_html(fig, include_plotlyjs=False, full_html=False, default_width="100%")
         parts.append(f'<div class="figure" style="min-height:0">{body}</div>')
-    if best.get("importance"):
+    importance = best.get("importance")
+    if importance:
         parts += [
             "<h2>Params' importance</h2>",
-            html_table(pd.DataFrame(best["importance"].items(), columns=["param", "importance"])),
+            html_table(pd.DataFrame(importance.items(), columns=["param", "importance"])),
         ]
     bad = table[table["status"] != "ok"]
     parts += [

@@ -30,6 +30,28 @@ class TrialResult(TypedDict, total=False):
     cache_hits: int | None
 
 
+class Best(TypedDict, total=False):
+    """best.json: a search's winner, its speed-up over the default with the evidence (search/finalists.py)."""
+
+    suite: str
+    strategy: str
+    seed: int
+    trials: int
+    failed_or_wrong: int
+    default: Point
+    importance: dict[str, float] | None
+    winner: Point | None
+    why: str  # no winner: why
+    winner_objective_s: float
+    winner_is_default: bool
+    default_objective_s: float
+    speedup_stored: float
+    evidence: str  # what the verdicts rest on
+    vs_default: list[dict[str, str | float | None]]  # a verdict per shape (analysis/verdict.Verdict.as_speedup, `on`)
+    vs_runner_up: list[dict[str, str | float | None]]
+    tie: list[Point]
+
+
 class Searching(Protocol):
     """What a search's strategies (search/strategy.py) and its finalists (search/finalists.py) read and write
     of it: driver.Search, as they see it."""
