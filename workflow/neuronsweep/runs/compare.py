@@ -158,13 +158,18 @@ def timed_in_both(a: Run, b: Run) -> list[str]:
 
 
 def compare(
-    a: Run, b: Run, min_effect: float = verdict.MIN_EFFECT, timings: dict | None = None, gate: float | None = None
+    a: Run,
+    b: Run,
+    min_effect: float = verdict.MIN_EFFECT,
+    timings: interleave.Pairs | None = None,
+    gate: float | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per workload, one row per changed metric). The workloads timed on both sides are one
     family for the correction (analysis/verdict.py). `timings`: per workload id (A's Timing, B's
     Timing) taken again (runs/interleave.py), judged instead of the stored ones; `gate`: the change
     that matters (--fail-on-regression as a fraction), which a case's test must be able to see."""
-    rows, changes, family = [], [], []
+    rows, changes = [], []
+    family: list[tuple[dict[str, Any], tuple[Timing | None, Timing | None]]] = []
     timings = timings or {}
     for wid in sorted(set(a.rows.index) | set(b.rows.index)):
         ra = a.rows.loc[wid] if wid in a.rows.index else None
@@ -234,7 +239,7 @@ def compare(
     return table, changes_df.reset_index(drop=True)
 
 
-def unseen(timings: dict, gate: float, min_effect: float = verdict.MIN_EFFECT) -> list[str]:
+def unseen(timings: interleave.Pairs, gate: float, min_effect: float = verdict.MIN_EFFECT) -> list[str]:
     """The workloads of `timings` (wid -> (A, B)) whose test could not yet see a change the size of `gate`."""
     said = verdict.judge(list(timings.values()), min_effect=min_effect, gate=gate)
     return [wid for wid, v in zip(timings, said) if v.said.startswith(verdict.BLIND)]
@@ -269,7 +274,7 @@ def _inside(a: Run, b: Run, table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=profile_diff.COLUMNS)
 
 
-def retime_by_default(a: Run, b: Run) -> tuple[dict | None, list[str]]:
+def retime_by_default(a: Run, b: Run) -> tuple[interleave.Pairs | None, list[str]]:
     """Both cpu runs' programs timed again in turns, interleave.DEFAULT_ROUNDS a side: the mode that
     met the goals (docs/comparing-runs.md). Stored timings of two runs differ by the machine's moment
     as well as by the code, even with rounds in processes (two default runs four minutes apart: 11 and
@@ -408,7 +413,7 @@ def _timings(
     gate: float | None,
     min_effect_pct: float,
     budget_s: float,
-) -> dict | None:
+) -> interleave.Pairs | None:
     """The timings compare judges (None: the stored ones), the lines saying how they were taken added to `lines`:
     both runs' programs timed again `interleaved` rounds a side, or by default where they can be, and more rounds
     where the gate needs them, within the budget."""

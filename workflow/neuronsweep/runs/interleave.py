@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.analysis.verdict import MIN_ROUNDS
@@ -46,6 +46,7 @@ DEFAULT_ROUNDS = 8  # compare's default for one-process runs: the rounds the ben
 MORE_ROUNDS = 4  # a batch of further rounds for the cases whose test cannot yet see the gate
 DEFAULT_BUDGET_S = 240.0  # compare's timing in all: the default sweep's 8 rounds take about 90 s on 2 cores
 DEFAULT_TIMEOUT_S = 3600  # a round's time limit where the capture did not record its own
+Pairs = dict[str, tuple[Timing, Timing]]  # workload id -> (A's Timing, B's), timed again together
 
 
 class Side(Protocol):
@@ -62,7 +63,7 @@ class Side(Protocol):
 
 def retime(
     a: Side, b: Side, wids: list[str], rounds: int, seed: int = 0, say: Callable[[str], None] | None = None
-) -> dict[str, tuple[Timing, Timing]]:
+) -> Pairs:
     """Per workload id: (A's timing, B's timing), paired: `rounds` fresh processes, each timing A's and
     B's program of every workload in alternation, with A's capture settings (threads, warm-up,
     iterations) for both, under the device lock so that no capture runs beside them. `a`, `b`:
@@ -108,8 +109,8 @@ def retime(
 def more_rounds(
     a: Side,
     b: Side,
-    timings: dict,
-    blind: Callable[[dict], list[str]],
+    timings: Pairs,
+    blind: Callable[[Pairs], list[str]],
     budget_s: float,
     spent_s: float,
     say: Callable[[str], None] | None = None,
@@ -180,7 +181,7 @@ def _timing_of(per_round: list[list[float]], paired: bool = False) -> Timing:
     return Timing(flat, latency_stats(flat, len(per_round), in_processes=True)["round_medians_s"], paired)
 
 
-def _job(builds: list[str], settings: dict) -> AlternatingJob:
+def _job(builds: list[str], settings: TimedAs) -> AlternatingJob:
     """Programs timed in alternation as the first one's capture settings time it."""
     return AlternatingJob(
         builds=builds, threads=settings["threads"], warmup=settings["warmup"], iterations=settings["iterations"]
@@ -204,11 +205,24 @@ def _same_toolchain(a: Side, b: Side) -> None:
                 )
 
 
-def _settings(workload_dir: Path) -> dict:
+class TimedAs(TypedDict):
+    """The timing settings a case's capture used (its capture.json's), which its programs are timed again at."""
+
+    threads: int
+    warmup: int
+    iterations: int
+    timeout_s: float
+    device_lock: str | None
+
+
+def _settings(workload_dir: Path) -> TimedAs:
     """The timing settings A's capture used."""
     try:
         settings = read_json(workload_dir / "capture" / "capture.json")["settings"]
-        return {k: int(settings[k]) for k in ("threads", "warmup", "iterations")} | {
+        return {
+            "threads": int(settings["threads"]),
+            "warmup": int(settings["warmup"]),
+            "iterations": int(settings["iterations"]),
             "timeout_s": settings.get("timeout_s") or DEFAULT_TIMEOUT_S,
             "device_lock": settings.get("device_lock"),
         }
