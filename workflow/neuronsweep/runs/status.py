@@ -15,6 +15,7 @@ import os
 import socket
 import statistics
 from pathlib import Path
+from typing import TypedDict
 
 from neuronsweep.atomic import pid_alive, read_json, write_json
 from neuronsweep.store import layout
@@ -72,7 +73,23 @@ def stage_state(case_dir: Path, stage: str) -> tuple[str, float | None]:
     return "waiting", None
 
 
-def summarize(run_dir: Path) -> dict:
+class RunStatus(TypedDict):
+    """`neuronsweep status --json`: a run's counts per stage, its median stage times and the time left."""
+
+    run: str
+    backend: str
+    workloads: int
+    unsupported: int
+    counts: dict[str, dict[str, int]]  # stage -> done, running, failed, waiting
+    blocked: dict[str, int]  # stage -> cases waiting behind a failed stage
+    median_s: dict[str, float | None]
+    left_s: float
+    left_unknown: list[str]  # stages none of whose runs finished yet
+    summary: bool  # summary.csv written
+    report: bool
+
+
+def summarize(run_dir: Path) -> RunStatus:
     """A run's counts per stage (done, running, failed, waiting) and the median seconds of each."""
     plan = read_json(Path(run_dir) / "plan.json")
     wids = [w for w in plan["workloads"] if w not in plan.get("unsupported", {})]
@@ -112,7 +129,7 @@ def summarize(run_dir: Path) -> dict:
     }
 
 
-def render(s: dict) -> str:
+def render(s: RunStatus) -> str:
     """status's text: the table of stages and the estimate of the time left."""
     lines = [
         f"{s['run']}: {s['workloads']} workloads on {s['backend']} ({s['unsupported']} unsupported, not run)",
