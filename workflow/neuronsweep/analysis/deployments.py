@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from neuronsweep.config.suites import ModelEntry
+from neuronsweep.config.suites import ModelEntry, SloEntry
 from neuronsweep.errors import UserError
 from neuronsweep.host.targets import INSTANCES, TARGETS, Instance
 from neuronsweep.workloads import deployment, vllm_neuron
@@ -46,7 +46,7 @@ class Slo:
     instance: Instance
 
     @classmethod
-    def of(cls, slo: dict) -> Slo:
+    def of(cls, slo: SloEntry) -> Slo:
         """From the model entry's `slo:` (validated by the schema and the planner)."""
         prompts, outputs = slo["prompt_tokens"], slo["output_tokens"]
         prompts = prompts if isinstance(prompts, list) else [prompts]

@@ -12,6 +12,8 @@ analysis/verdict.py's rule (a test on the processes, Holm over the group, a mini
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from neuronsweep.analysis import verdict
@@ -36,13 +38,13 @@ def _time(row: pd.Series) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _costs(samples: dict, row: pd.Series, per: float) -> Timing | None:
+def _costs(samples: Mapping[str, Timing | list[float] | None], row: pd.Series, per: float) -> Timing | None:
     """A case's timing as costs (per FLOP where the group's work differs); None: no samples."""
     timing = verdict.as_timing(samples.get(row.get("workload_id")))
     return None if timing is None else timing.scaled(per)
 
 
-def compare(table: pd.DataFrame, samples: dict | None = None) -> pd.DataFrame:
+def compare(table: pd.DataFrame, samples: Mapping[str, Timing | list[float] | None] | None = None) -> pd.DataFrame:
     """Adds group, time_s, time_basis, rank_in_group, x_of_best and significant to the ok rows.
     `samples`: workload id -> its Timing (a device time has none, and is ranked, never judged)."""
     samples = samples or {}

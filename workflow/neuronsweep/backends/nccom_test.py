@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from neuronsweep.backends.processes import run_tool
 from neuronsweep.errors import UserError
@@ -62,7 +63,27 @@ def argv(tool: str, spec: Spec, iterations: int, warmup: int) -> list[str]:
     ]
 
 
-def parse(text: str, nbytes: int) -> dict | None:
+class Row(TypedDict):
+    """nccom-test's table row of one size, in seconds and bytes/s."""
+
+    size_bytes: int
+    count: int
+    type: str
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    algorithm: str
+
+
+class Anchor(TypedDict):
+    """capture.json's `nccom_test`: the command, its row of the case's size, or why there is none."""
+
+    argv: NotRequired[list[str]]
+    result: Row | None
+    why: str | None
+
+
+def parse(text: str, nbytes: int) -> Row | None:
     """The table row of `nbytes`, in seconds and bytes/s; None when the output has none."""
     for line in text.splitlines():
         m = ROW.match(line)
@@ -79,7 +100,7 @@ def parse(text: str, nbytes: int) -> dict | None:
     return None
 
 
-def measure(spec: Spec, env: dict[str, str], iterations: int, warmup: int, timeout_s: float, log: Path) -> dict:
+def measure(spec: Spec, env: dict[str, str], iterations: int, warmup: int, timeout_s: float, log: Path) -> Anchor:
     """nccom-test's figures for this case, or why there are none (not installed, failed, no row):
     an anchor that is missing never fails the case."""
     tool = find()

@@ -118,6 +118,16 @@ class CustomEntry(TypedDict):
     search: NotRequired[dict[str, Any]]  # the search block (search/space.py parses it)
 
 
+class SloEntry(TypedDict):
+    """A model entry's `slo:`: the latency to meet over a mix of requests, on an instance type."""
+
+    ttft_ms: float
+    itl_ms: float
+    prompt_tokens: int | list[int]
+    output_tokens: int | list[int]
+    instance: str
+
+
 class ModelEntry(TypedDict):
     """One entry of suites.model, and what the plan settles in it for one deployment (NotRequired below the
     line: the rank's config, its layout, the stack's labels)."""
@@ -135,7 +145,7 @@ class ModelEntry(TypedDict):
     parallel: NotRequired[dict[str, Any]]  # NxD Inference's settings
     neuron_config: NotRequired[str]  # a saved neuron_config.json
     vllm: NotRequired[str | list[str] | dict[str, Any]]  # vLLM Neuron's serve command, or its settings
-    slo: NotRequired[dict[str, Any]]
+    slo: NotRequired[SloEntry]
     tune: NotRequired[dict[str, Any]]
     # settled by the plan for one deployment
     rank_config: NotRequired[dict[str, Any]]  # the rank's shard of the config's fields

@@ -253,7 +253,7 @@ class CaptureFields(TypedDict, total=False):
     rank_latency: list[dict[str, Any]]
     forward_across_ranks: dict[str, Any]  # a forward's calls, and its waits where the ranks' times tell them
     rank_timeline_why: str
-    nccom_test: dict[str, Any] | None
+    nccom_test: Any  # backends/nccom_test.Anchor: its figures at this size, or why there are none
     # neuron: the profiler's capture
     profiler_version: str | None
     argv: list[str] | None
