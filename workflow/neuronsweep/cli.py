@@ -14,14 +14,14 @@ from argparse import ArgumentParser, Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from neuronsweep import __version__, backends
 from neuronsweep.backends.cores import default_threads
 from neuronsweep.backends.processes import DEFAULT_TIMEOUT_S
 from neuronsweep.config import schema as config
 from neuronsweep.config.schema import schema_default
-from neuronsweep.config.settings import host_setting
+from neuronsweep.config.settings import Collectives, host_setting
 from neuronsweep.errors import ERROR_PREFIX, UserError
 from neuronsweep.host.devicelock import DEFAULT_LOCK
 from neuronsweep.search import FINALIST_ROUNDS
@@ -248,7 +248,7 @@ def _add_capture(p: ArgumentParser) -> None:
     _timeout_arg(p, "capture")
 
 
-def _collectives(args: Namespace) -> dict | None:
+def _collectives(args: Namespace) -> Collectives | None:
     """The --collectives-* options; a worker count or workers per node turns collectives mode on, as
     in the profiler itself."""
     given = {
@@ -264,7 +264,7 @@ def _collectives(args: Namespace) -> dict | None:
         return None
     if given["profile_id"] not in (None, "all") and not str(given["profile_id"]).isdigit():
         raise UserError(f"--collectives-profile-id is {given['profile_id']!r}; pass all or a worker id (0, 1, ...).")
-    return {k: v for k, v in given.items() if v is not None}
+    return cast(Collectives, {k: v for k, v in given.items() if v is not None})  # argparse typed each flag
 
 
 def cmd_view(args: Namespace) -> None:

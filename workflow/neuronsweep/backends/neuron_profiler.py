@@ -21,7 +21,7 @@ from neuronsweep.analysis.stats import DEVICE_TIMES, latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, NEURON_TOOL_DIR, PROFILERS
 from neuronsweep.backends.processes import run_tool
-from neuronsweep.config.settings import CaptureSettings, ViewSettings
+from neuronsweep.config.settings import CaptureSettings, Collectives, ViewSettings
 from neuronsweep.errors import UserError
 from neuronsweep.formats import legacy_json, neuron_summary
 from neuronsweep.store.records import CaptureFields, RankView, SchemaFacts, SessionView, ViewFields
@@ -91,7 +91,7 @@ COLLECTIVE_FLAGS = {
 }
 
 
-def collectives_argv(collectives: dict | None) -> list[str]:
+def collectives_argv(collectives: Collectives | None) -> list[str]:
     """The documented --collectives-* flags; a worker count or workers per node turns collectives on."""
     argv = []
     for key, flag in COLLECTIVE_FLAGS.items():
@@ -101,7 +101,7 @@ def collectives_argv(collectives: dict | None) -> list[str]:
     return argv
 
 
-def profiled_ranks(collectives: dict) -> list[int]:
+def profiled_ranks(collectives: Collectives) -> list[int]:
     """The ranks whose NTFF this node's capture writes: every worker launched here (global ids from
     worker_start_id), or the one --collectives-profile-id names when it is launched here."""
     start = int(collectives.get("worker_start_id") or 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from neuronsweep.config.schema import check_profiled_exec, schema_default, section_defaults
 from neuronsweep.errors import UserError
@@ -50,6 +50,15 @@ class BuildSettings:
         return replace(self, options=section_defaults(backend, self.options))
 
 
+class Collectives(TypedDict, total=False):
+    """The profiler's --collectives-* options: a worker count or workers per node turns collectives on."""
+
+    workers_per_node: int | None
+    worker_count: int | None
+    worker_start_id: int | None
+    profile_id: str | None  # a worker's id, or all
+
+
 @dataclass(frozen=True)
 class CaptureSettings:
     """What a capture needs from the config and the host: executions, the profiled one, threads, the slot's cores and
@@ -70,9 +79,9 @@ class CaptureSettings:
     slots: str | int = field(default_factory=lambda: schema_default("capture.slots"))
     isolation: str = field(default_factory=lambda: schema_default("capture.isolation"))
     visible_cores: str | None = None  # the held slot's NeuronCores (slots.held sets it)
-    # neuron, a collectives-enabled NEFF: the profiler's --collectives-* options (workers_per_node,
-    # worker_count, worker_start_id, profile_id), as the neuron-profile guide gives them
-    collectives: dict | None = None
+    # neuron, a collectives-enabled NEFF: the profiler's --collectives-* options, as the neuron-profile guide
+    # gives them
+    collectives: Collectives | None = None
     runtime_lnc: int | None = None  # neuron: NEURON_LOGICAL_NC_CONFIG of every device process, the NEFF's LNC
 
     def __post_init__(self) -> None:

@@ -82,9 +82,8 @@ def run_neff(neff: Path, out_dir: Path, settings: CaptureSettings) -> CaptureRec
         raise UserError(f"{neff}: no such NEFF; pass the .neff file the compiler wrote.")
     settings = settings.for_backend("neuron")
     out_dir.mkdir(parents=True, exist_ok=True)
-    workers = settings.collectives and (
-        settings.collectives.get("workers_per_node") or settings.collectives.get("worker_count")
-    )
+    given = settings.collectives or {}
+    workers = given.get("workers_per_node") or given.get("worker_count")
     with slots.held(
         settings, "neuron", f"capture {neff} -> {out_dir}", settings.options.get("target"), cores=workers or 1
     ) as (settings, span):

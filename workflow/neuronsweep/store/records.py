@@ -21,7 +21,7 @@ from typing import Any, ClassVar, NotRequired, Self, TypedDict
 
 from neuronsweep import __version__
 from neuronsweep.atomic import write_json
-from neuronsweep.config.settings import HOST_ENV, CaptureSettings
+from neuronsweep.config.settings import HOST_ENV, CaptureSettings, Collectives
 from neuronsweep.errors import UserError
 from neuronsweep.store.cache import file_sha256
 from neuronsweep.store.layer_split import LayerSplitRecord
@@ -266,7 +266,7 @@ class CaptureFields(TypedDict, total=False):
     ntff: str
     ntff_written_as: str
     ntffs_written: list[str]
-    collectives: dict[str, Any] | None
+    collectives: Collectives | None
     single_io: bool
     outputs_valid: bool
     inputs: str | list[tuple[str, str]]  # what the profiled execution ran on: the NEFF's own, or files given
