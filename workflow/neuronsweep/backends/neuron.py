@@ -522,16 +522,16 @@ def collective_timing(build: BuildRecord, settings: CaptureSettings, workdir: Pa
     env = {**tool_env(settings.visible_cores, settings.runtime_lnc), **build.env}
     timing = {"warmup": settings.warmup, "iterations": settings.iterations, "repeats": settings.repeats}
     if build.details.get("route") == "torchneuron":
-        result = rerun_torchneuron(build, settings, workdir, {}, **timing)
-        compiles = {"recompiles_during_timing": sum(r["recompiles_during_timing"] for r in result["ranks"])}
+        ranks = rerun_torchneuron(build, settings, workdir, {}, **timing)["ranks"]
+        compiles = {"recompiles_during_timing": sum(r["recompiles_during_timing"] for r in ranks)}
         sync = "torch.neuron.synchronize() before and after each execution, after a barrier of all ranks"
     else:
         cache = build.details["compile_cache"]
         globs = [str(Path(cache) / "**" / "*.neff")]
         result = xla_collective.run(spec, workdir, env, globs, settings.timeout_s, **timing)
+        ranks = result["ranks"]
         compiles = {"compiles_in_first_run": result["compile"]["count"]}
         sync = "xm.mark_step() + xm.wait_device_ops() per execution, after a rendezvous of all ranks"
-    ranks = result["ranks"]
     per_exec = [max(r["samples_s"][i] for r in ranks) for i in range(len(ranks[0]["samples_s"]))]
     timed: CaptureFields = {
         "latency": {**latency_stats(per_exec, settings.repeats), **compiles, "sync": sync},

@@ -242,7 +242,7 @@ class CaptureFields(TypedDict, total=False):
     module: str
     module_matches_build: bool
     module_note: str | None
-    capture_compile: dict[str, Any]
+    capture_compile: Any  # backends/programs/xla_program.Compiles
     device: str
     # ranks (gloo, neuron's collectives and forwards)
     ranks: list[dict[str, Any]]

@@ -26,23 +26,26 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from neuronsweep.analysis.correctness import check_rank
 from neuronsweep.atomic import write_json
 from neuronsweep.backends.cores import own_core
 from neuronsweep.backends.processes import run_ranks
-from neuronsweep.backends.programs.xla_program import PHASES, artifacts, child_args, metric
+from neuronsweep.backends.programs.xla_program import PHASES, XlaResult, artifacts, child_args, metric
 from neuronsweep.store.specs import Spec
 from neuronsweep.workloads import TORCH_DTYPES, collective_of
 
 
-def run(spec: Spec, out_dir: Path, env: dict[str, str], globs: list[str], timeout_s: float, **settings: object) -> dict:
+def run(
+    spec: Spec, out_dir: Path, env: dict[str, str], globs: list[str], timeout_s: float, **settings: object
+) -> XlaResult:
     """Run the ranks in out_dir with `env` (NEURON_RT_VISIBLE_CORES: `world` cores) and return rank
     0's result, with every rank's times under "ranks" when timed; settings: warmup, iterations, repeats."""
     out_dir = out_dir.resolve()
     args = child_args(spec, out_dir, globs, settings)
-    return run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "torch-xla collective", timeout_s)
+    result = run_ranks(__name__.rpartition(".")[2], args, spec, out_dir, env, "torch-xla collective", timeout_s)
+    return cast(XlaResult, result)  # rank 0's, as xla_program's child writes it, with every rank's times
 
 
 if TYPE_CHECKING:

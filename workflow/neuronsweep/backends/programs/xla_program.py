@@ -35,8 +35,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any, NotRequired, TypedDict
 
-from neuronsweep.analysis.correctness import check
+from neuronsweep.analysis.correctness import Correctness, check
 from neuronsweep.analysis.stats import latency_stats
 from neuronsweep.atomic import write_json
 from neuronsweep.backends import BACKENDS, processes
@@ -60,12 +61,39 @@ TRACKS = {"python": 1, "execute": 2, "compile": 3}  # Chrome trace tids of the x
 STEPS = BACKENDS["xla"].call_steps  # one call's steps, in order: the spans of the capture trace
 
 
+class Compiles(TypedDict):
+    """XLA's CompileTime over the workload's first call, and over a second call (a recompile)."""
+
+    count: int
+    seconds: float
+    input_phase_count: int
+    second_call_count: int
+    second_call_seconds: float
+
+
+class XlaResult(TypedDict):
+    """What the child writes (out_json): the artifacts each phase made, their digests, the compiles, the timing
+    and the check where asked."""
+
+    phases: dict[str, list[str]]  # start, inputs, workload, second -> artifact paths that appeared then
+    digests: dict[str, str]  # path -> sha256
+    compile: Compiles
+    first_run_wall_s: float
+    experts_implementation: str | None
+    torch: str
+    device: str
+    pid: int
+    timing: NotRequired[dict[str, Any]]  # analysis/stats.LatencyStats, recompiles, sync, XLA's execute times
+    correctness: NotRequired[Correctness]
+    ranks: NotRequired[list[dict[str, Any]]]  # a collective's: every rank's times (xla_collective.py)
+
+
 # ------------------------------------------------------------------------------- parent side
 
 
 def run(
     spec: Spec, out_json: Path, env: dict[str, str], cwd: Path, globs: list[str], timeout_s: float, **settings: object
-) -> dict:
+) -> XlaResult:
     """Run the child in `cwd` with `env` (killed after timeout_s) and return its result; settings:
     warmup, iterations, repeats, num_exec, nth_exec, trace_out, profile_dir, profile_executions."""
     cwd, out_json = cwd.resolve(), out_json.resolve()
@@ -78,7 +106,7 @@ def child_args(spec: Spec, out: Path, globs: list[str], settings: dict) -> list[
     return processes.child_args(spec, out, **settings) + [a for g in globs for a in ("--artifact-glob", g)]
 
 
-def attribute(result: dict, spec: Spec, noun: str) -> tuple[str, list[dict]]:
+def attribute(result: XlaResult, spec: Spec, noun: str) -> tuple[str, list[dict]]:
     """The workload's compiled artifact (a NEFF, an HLO module): what appeared in the workload phase
     and not before. Every candidate seen is returned for build.json, with the phase it appeared in;
     zero or several distinct workload artifacts fail clearly."""
