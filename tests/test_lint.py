@@ -194,7 +194,7 @@ def test_the_share_of_fully_annotated_signatures_does_not_drop():
 def test_the_types_say_more_not_less():
     """Issue 79's ratchets, at today's figures, each pointing at the issue's goal: `type: ignore` at most 9
     (15 when it was filed), the signatures taking or returning a bare `dict` or `Mapping`, or one of `str` to
-    `Any` or `object` (which says no more than a bare one: spelling `dict` so must not pass), at most 16.7 %
+    `Any` or `object` (which says no more than a bare one: spelling `dict` so must not pass), at most 16.0 %
     (33.0 % by this count on 2026-12-08 before that day's records, when it began counting `dict[str, object]`
     and `Mapping[str, Any]` too; 39 % filed, 15 % asked), and a workload spec read by key outside workloads/
     at most once (158 by this count filed, 20 asked: each kind's typed record and the workloads' accessors read
@@ -217,5 +217,5 @@ def test_the_types_say_more_not_less():
         if path.relative_to(PACKAGE).parts[0] != "workloads"
     )
     assert ignores <= 9, f"{ignores} type: ignore comments, above the ceiling of 9"
-    assert share <= 0.167, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 16.7 %"
+    assert share <= 0.160, f"{share:.1%} of signatures take or return a bare dict, above the ceiling of 16.0 %"
     assert reads <= 1, f"a spec is read by key {reads} times outside workloads/, above the ceiling of 1"

@@ -150,7 +150,15 @@ def screen(jobs: list[ScreenJob]) -> list[Screened]:
     return out
 
 
-def _cpu_round(args: list[str], timeout_s: float, what: str) -> dict:
+class RoundAnswer(TypedDict, total=False):
+    """cpu_round.py's last line: a round's samples (alternated: per job and program), or a screen's results."""
+
+    samples: list[float] | list[list[list[float]]]
+    results: list[Screened]
+    pid: int
+
+
+def _cpu_round(args: list[str], timeout_s: float, what: str) -> RoundAnswer:
     """cpu_round.py in a fresh interpreter: its last line of JSON, or one sentence of what failed."""
     proc = run_tool([sys.executable, "-m", "neuronsweep.backends.programs.cpu_round", *args], timeout_s, what)
     if proc.returncode != 0:
