@@ -353,7 +353,7 @@ class ParamSearch(Search):
         cfg = {**self.cfg, "run": self.run, "suites": {"custom": entries}}
         cfg.pop("search", None)  # a round is never a search of its own (no nested search target)
         if capture:
-            cfg["capture"] = {**self.cfg["capture"], **capture}
+            cfg["capture"] = {**self.cfg.get("capture", {}), **capture}
         return cast(ConfigDocument, cfg)  # the validated document, its run and suites this round's
 
     def measure(self, trials: list[Point], n_round: int, capture: dict[str, int] | None = None) -> list[TrialResult]:
