@@ -129,6 +129,9 @@ def test_stage_errors_name_the_case_and_the_fix(tmp_path):
     )
     proc = ns("build", "--spec", "{nope", "--out", tmp_path / "b", check=False)
     assert proc.returncode == 2 and "--spec is not valid JSON" in proc.stderr
+    for spec, said in (('{"kind": "conv", "n": 1}', "a workload of kind 'conv'"), ("[1]", "no object with a kind")):
+        proc = ns("build", "--spec", spec, "--out", tmp_path / "b", check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and f"--spec: {said}" in proc.stderr
 
 
 @pytest.mark.slow

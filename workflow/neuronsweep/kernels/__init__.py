@@ -84,9 +84,7 @@ def unsupported(
     memory, host/targets.py's onchip(target), which a device loop's body must fit in)."""
     version = nki_matmul.nki_version() if version is None else version
     if not described(spec).user_code:  # a user's kernel: its own shapes and loops are its author's to bound
-        why = _our_kernel_unsupported(
-            for_spec(spec), record(spec), described(spec).name, nki_matmul.device_loop(version), chip
-        )
+        why = _our_kernel_unsupported(spec, nki_matmul.device_loop(version), chip)
         if why:
             return why
     if target and target not in TRN2_AND_LATER and version and version >= TRN2_ONLY_FROM:
@@ -100,10 +98,8 @@ def unsupported(
     return None
 
 
-def _our_kernel_unsupported(
-    module: ModuleType, shape: object, kind: str, on_device: bool, chip: OnChip | None = None
-) -> str | None:
-    """`module`: our kernel of the `kind`, `shape` the case's record of that kind."""
+def _our_kernel_unsupported(spec: Spec, on_device: bool, chip: OnChip | None = None) -> str | None:
+    module, shape, kind = for_spec(spec), record(spec), described(spec).name
     why = module.supported(shape, on_device)
     if why:
         return f"the NKI {kind} kernel does not handle this shape: {why}"

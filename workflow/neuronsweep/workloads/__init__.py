@@ -1,6 +1,7 @@
 """Workload kinds: the unit that is compiled and profiled.
 
-A workload is a canonical spec dict with a `kind` (plan.json's form); its module (one per kind) declares what
+A workload is a canonical spec with a `kind` (plan.json's form, typed per kind in store/specs.py: `Spec`; one
+read from JSON is checked by `as_spec`); its module (one per kind) declares what
 the kind can do (`DESCRIPTOR`, workloads/descriptor.py: code outside this package asks `described(spec)`), reads
 the spec once into its typed record (`RECORD`, which its functions take), and says how to name it (spec,
 workload_id), shape it (tensor_shapes, input_names), count its work (flops, min_bytes, gemms for the tile
@@ -36,12 +37,10 @@ WORKLOADS: dict[str, Workload] = {name: module.DESCRIPTOR for name, module in KI
 def as_spec(doc: object, where: str) -> Spec:
     """A spec read from JSON (a command's --spec, a record written by another version), refused in one sentence
     unless it is an object of a kind this version declares: past here it is typed by its kind (store/specs.py)."""
-    if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
-        kind = doc.get("kind") if isinstance(doc, dict) else None
-        raise UserError(
-            f"{where}: {'a workload of kind ' + repr(kind) if kind else 'no workload kind'} is not one this version "
-            f"runs ({', '.join(KINDS)}); give a spec as plan.json holds it."
-        )
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind not in KINDS:
+        said = f"a workload of kind {kind!r}, which this version does not run" if kind else "no object with a kind"
+        raise UserError(f"{where}: {said} (kinds: {', '.join(KINDS)}); give a spec as plan.json holds it.")
     return cast(Spec, doc)
 
 
